@@ -1,0 +1,55 @@
+#!/bin/sh
+# scripts/deps.sh - install the Debian packages kvmm needs to build and test.
+#
+#   deps.sh               install what is missing (as root), say so when nothing is
+#   deps.sh --if-missing  the same, silent when everything is there (make check/demo)
+#   deps.sh --list        print the package list
+#
+# Idempotent: only missing packages are installed.  Not root: prints the apt command.
+set -eu
+
+# Build and test dependencies.  Later issues add theirs here.
+PACKAGES="make gcc clang pkg-config clang-format liburing-dev libjemalloc-dev libcmocka-dev
+libxxhash-dev"
+
+mode=${1:-}
+case "$mode" in
+--list)
+	echo $PACKAGES
+	exit 0
+	;;
+'' | --if-missing) ;;
+*)
+	echo "deps.sh: unknown option '$mode' (use --if-missing or --list)" >&2
+	exit 2
+	;;
+esac
+
+missing=""
+for p in $PACKAGES; do
+	st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+	case "$st" in
+	*"install ok installed"*) ;;
+	*) missing="$missing $p" ;;
+	esac
+done
+
+if [ -z "$missing" ]; then
+	[ "$mode" = --if-missing ] || echo "deps: all build dependencies are installed"
+	exit 0
+fi
+
+echo "deps: missing packages:$missing"
+if [ "$(id -u)" -ne 0 ]; then
+	echo "deps: not root; install them with:" >&2
+	echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends$missing" >&2
+	exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+# Refresh the package lists only when they are missing or older than a day.
+if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mtime -1 2>/dev/null | head -n 1)" ]; then
+	apt-get update -qq
+fi
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing
+echo "deps: installed$missing"

@@ -1,0 +1,1164 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uapi/kvmm.h - the kvmm ABI: everything kvmmd, libkvmm, kernels and kvmmctl must agree on
+ * byte for byte. It holds the control-message header and opcode space of the SOCK_SEQPACKET
+ * protocol, one payload struct per command, the feature bits negotiated by HELLO, the error
+ * codes, the KV page format, and the PTE and block-table encodings that clients read from
+ * shared memory. It is self-contained (only <stdint.h>, <stddef.h>, <errno.h>), C11 and C++
+ * friendly, uses fixed-width types with explicit padding, and pins every struct size and
+ * field offset with a static assertion, so an accidental reorder fails to compile rather than
+ * corrupting a peer. Native byte order everywhere: both ends run on the same host.
+ *
+ * Compatibility rules (see Documentation/userspace-api/abi.md):
+ *  - A released field is never moved, resized, retyped or reused. Structs grow only at the
+ *    end; a new field appears on the wire only when both peers agreed on the version that
+ *    added it. Reserved fields and unused flag bits must be zero when sent and are rejected
+ *    (-EINVAL / -EBADMSG) when nonzero, so later versions can give them meaning.
+ *  - Opcodes, feature bits, PTE types and error codes are append-only.
+ *  - struct kvmm_msg_hdr and the leading fields of the HELLO payloads are frozen forever:
+ *    they are how two peers of different versions find a version they both speak.
+ *
+ * Version history (KVMM_ABI_VERSION):
+ *   0  First ABI. Header v0 (32 bytes), session ops (HELLO, BYE, ATTACH, DETACH, PING),
+ *      sequence and memory ops (SEQ_*, PREFIX_LOOKUP, SEAL, PIN, UNPIN, MAG_*), admin verbs
+ *      (STATUS .. SWAPOFF), events (PREEMPT, SHUTDOWN), features HOST_BACKEND, CUDA_BACKEND,
+ *      PREFIX_CACHE, SWAP, RINGS, FD_PASSING, PTE layout v0, kvmm errors EPREEMPTED, ELOST.
+ */
+#ifndef KVMM_UAPI_KVMM_H
+#define KVMM_UAPI_KVMM_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef __cplusplus
+#define KVMM_STATIC_ASSERT(expr, msg) static_assert(expr, msg)
+#else
+#define KVMM_STATIC_ASSERT(expr, msg) _Static_assert(expr, msg)
+#endif
+
+/* Pin the layout: a changed size or offset of a released struct is an ABI break. */
+#define KVMM_ABI_ASSERT_SIZE(type, size) \
+	KVMM_STATIC_ASSERT(sizeof(type) == (size), "ABI: sizeof(" #type ") != " #size)
+#define KVMM_ABI_ASSERT_OFFSET(type, field, off)           \
+	KVMM_STATIC_ASSERT(offsetof(type, field) == (off), \
+			   "ABI: offsetof(" #type ", " #field ") != " #off)
+
+/* ---- Versions, magic, features ------------------------------------------------------- */
+
+#define KVMM_ABI_VERSION 0    /* the version this header describes */
+#define KVMM_ABI_MIN_COMPAT 0 /* the oldest version a peer built from it still speaks */
+
+/* First word of every message: "KVMM" in memory on little-endian hosts. */
+#define KVMM_MAGIC 0x4d4d564bU
+
+/*
+ * Feature bits, exchanged in HELLO: the client asks for some, the daemon grants the subset it
+ * supports. Append-only; a bit's meaning never changes.
+ */
+#define KVMM_FEAT_HOST_BACKEND (UINT64_C(1) << 0) /* pool in host memory (memfd chunks) */
+#define KVMM_FEAT_CUDA_BACKEND (UINT64_C(1) << 1) /* pool in GPU memory (CUDA VMM, POSIX fd) */
+#define KVMM_FEAT_PREFIX_CACHE (UINT64_C(1) << 2) /* PREFIX_LOOKUP and SEAL share sealed pages */
+#define KVMM_FEAT_SWAP (UINT64_C(1) << 3)	  /* pages may be swapped to host / NVMe tiers */
+#define KVMM_FEAT_RINGS (UINT64_C(1) << 4)	  /* shared-memory SQ/CQ rings beside the socket */
+#define KVMM_FEAT_FD_PASSING (UINT64_C(1) << 5)	  /* pool chunks and shm passed as SCM_RIGHTS */
+#define KVMM_FEAT_ALL_V0                                                            \
+	(KVMM_FEAT_HOST_BACKEND | KVMM_FEAT_CUDA_BACKEND | KVMM_FEAT_PREFIX_CACHE | \
+	 KVMM_FEAT_SWAP | KVMM_FEAT_RINGS | KVMM_FEAT_FD_PASSING)
+
+/*
+ * Version negotiation, the one rule both sides of HELLO apply: speak the newer of the two
+ * minimums up to the older of the two maximums. Returns the agreed version (>= 0) or -EPROTO
+ * when the ranges do not overlap (or a range is upside down).
+ */
+static inline int kvmm_abi_negotiate(uint16_t a_version, uint16_t a_min, uint16_t b_version,
+				     uint16_t b_min)
+{
+	unsigned int hi = a_version < b_version ? a_version : b_version;
+	unsigned int lo = a_min > b_min ? a_min : b_min;
+
+	/* an upside-down range (min > version) lands here too: then lo > hi */
+	if (lo > hi)
+		return -EPROTO;
+	return (int)hi;
+}
+
+/* ---- Errors -------------------------------------------------------------------------- */
+
+/*
+ * Replies carry a status: 0 or a negative errno. Peers are on one host, so errno values are
+ * the host's own. What each means on the kvmm wire:
+ *   EPROTO      no common ABI version, or a message in a version not agreed
+ *   EBADMSG     malformed message: bad magic, length, flags, reserved header bits
+ *   EOPNOTSUPP  unknown opcode, or a feature that was not granted
+ *   EINVAL      bad argument: payload fields, nonzero reserved field, bad format or name
+ *   E2BIG       request larger than the daemon accepts (too many tokens / fds / seqs)
+ *   ENOMEM      no frames even after reclaim (the caller may wait for PREEMPT to settle)
+ *   ENOSPC      a limit or a swap tier is full (namespace max, swap slots, magazine)
+ *   EAGAIN      transient: try again (reclaim in progress, ring full)
+ *   EACCES      admin verb from a client that is not root or in the admin group
+ *   EPERM       operation on an object of another client or namespace
+ *   ENOENT      no such sequence, namespace, client or swap tier
+ *   EEXIST      already there (second ATTACH, SWAPON of an active tier)
+ *   EBUSY       object in use (free or truncate of pinned pages, SWAPOFF with pages in use)
+ *   EIO         an I/O to a swap tier or a backend failed; the operation did not happen
+ *   ENOTCONN    memory op before ATTACH (or after DETACH)
+ *   ESHUTDOWN   the daemon is shutting down and takes no new work
+ *
+ * kvmm-specific codes live above the errno space: Linux errno values stay below 4096
+ * (MAX_ERRNO), so a code in [KVMM_ERRNO_BASE, KVMM_ERRNO_MAX] can never be confused with a
+ * system errno. They travel as negative numbers like the others. Never encode them in a
+ * pointer (ERR_PTR-style): they are outside the range such encodings reserve.
+ */
+#define KVMM_ERRNO_BASE 4096
+#define KVMM_EPREEMPTED (KVMM_ERRNO_BASE + 1) /* the sequence was preempted; its KV is gone */
+#define KVMM_ELOST (KVMM_ERRNO_BASE + 2)      /* page content lost (swap I/O error, poisoned) */
+#define KVMM_ERRNO_MAX (KVMM_ERRNO_BASE + 255)
+
+/* Short name ("EPROTO", "EPREEMPTED") of a status value (0 or negative); "?" if unknown. */
+static inline const char *kvmm_errname(int status)
+{
+	switch (status) {
+	case 0:
+		return "OK";
+	case -EPROTO:
+		return "EPROTO";
+	case -EBADMSG:
+		return "EBADMSG";
+	case -EOPNOTSUPP:
+		return "EOPNOTSUPP";
+	case -EINVAL:
+		return "EINVAL";
+	case -E2BIG:
+		return "E2BIG";
+	case -ENOMEM:
+		return "ENOMEM";
+	case -ENOSPC:
+		return "ENOSPC";
+	case -EAGAIN:
+		return "EAGAIN";
+	case -EACCES:
+		return "EACCES";
+	case -EPERM:
+		return "EPERM";
+	case -ENOENT:
+		return "ENOENT";
+	case -EEXIST:
+		return "EEXIST";
+	case -EBUSY:
+		return "EBUSY";
+	case -EIO:
+		return "EIO";
+	case -ENOTCONN:
+		return "ENOTCONN";
+	case -ESHUTDOWN:
+		return "ESHUTDOWN";
+	case -KVMM_EPREEMPTED:
+		return "EPREEMPTED";
+	case -KVMM_ELOST:
+		return "ELOST";
+	default:
+		return "?";
+	}
+}
+
+/* ---- Message header ------------------------------------------------------------------ */
+
+/*
+ * Every control message (request, reply, event) is one SOCK_SEQPACKET record: this header
+ * followed by the payload of its opcode. len counts the header, so a record of n bytes has
+ * len == n. Requests carry a caller-chosen nonzero seq; the reply echoes it with
+ * KVMM_OP_REPLY set in op and the result in status. Events (0x03xx) are unsolicited and carry
+ * seq 0. A reply with status < 0 has no payload, except HELLO's -EPROTO reply (see
+ * struct kvmm_hello_rep).
+ */
+struct kvmm_msg_hdr {
+	uint32_t magic;	   /* KVMM_MAGIC */
+	uint16_t abi;	   /* the sender's ABI version (HELLO) or the agreed one (after) */
+	uint16_t op;	   /* enum kvmm_op, | KVMM_OP_REPLY in replies */
+	uint32_t flags;	   /* KVMM_MSG_F_* */
+	uint32_t len;	   /* total bytes including this header */
+	uint64_t seq;	   /* request tag, echoed in the reply; 0 in events */
+	int32_t status;	   /* replies: 0 or -errno; requests and events: 0 */
+	uint32_t reserved; /* must be zero */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_msg_hdr, 32);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_msg_hdr, magic, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_msg_hdr, abi, 4);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_msg_hdr, op, 6);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_msg_hdr, flags, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_msg_hdr, len, 12);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_msg_hdr, seq, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_msg_hdr, status, 24);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_msg_hdr, reserved, 28);
+
+#define KVMM_MSG_HDR_SIZE 32
+/*
+ * Largest record either side sends or accepts, header included. Well under the default
+ * socket buffer; token-carrying requests (PREFIX_LOOKUP, SEAL) split long prompts over
+ * several messages and admin replies span several records with KVMM_MSG_F_MORE.
+ */
+#define KVMM_MSG_MAX 65536
+#define KVMM_MSG_PAYLOAD_MAX (KVMM_MSG_MAX - KVMM_MSG_HDR_SIZE)
+KVMM_STATIC_ASSERT(KVMM_MSG_HDR_SIZE == sizeof(struct kvmm_msg_hdr), "header size constant");
+KVMM_STATIC_ASSERT(KVMM_MSG_HDR_SIZE % 8 == 0, "payloads start 8-byte aligned");
+
+#define KVMM_MSG_F_MORE (1U << 0) /* one part of a multi-record reply; more follow */
+#define KVMM_MSG_F_FDS (1U << 1)  /* file descriptors ride along as SCM_RIGHTS */
+#define KVMM_MSG_F_ALL_V0 (KVMM_MSG_F_MORE | KVMM_MSG_F_FDS)
+
+/* ---- Opcodes ------------------------------------------------------------------------- */
+
+/*
+ * The opcode space, 15 bits, split by the high byte:
+ *   0x0000-0x00ff  session: handshake and attachment (0x0000 is never a valid opcode)
+ *   0x0100-0x01ff  sequences and memory: the engine's data path when rings are not used
+ *   0x0200-0x02ff  admin verbs: kvmmctl; need root or the admin group (-EACCES otherwise)
+ *   0x0300-0x03ff  events: daemon to client, unsolicited, never answered
+ *   0x0400-0x7fff  reserved
+ * Bit 15 (KVMM_OP_REPLY) marks a reply to the request with the same opcode and seq.
+ * Append-only: a value, once released, keeps its meaning.
+ */
+enum kvmm_op {
+	KVMM_OP_NONE = 0x0000,
+
+	/* session */
+	KVMM_OP_HELLO = 0x0001,	 /* struct kvmm_hello_req -> struct kvmm_hello_rep */
+	KVMM_OP_BYE = 0x0002,	 /* no payload: orderly goodbye, implies DETACH */
+	KVMM_OP_ATTACH = 0x0003, /* struct kvmm_attach_req -> struct kvmm_attach_rep (+ fds) */
+	KVMM_OP_DETACH = 0x0004, /* no payload: free sequences, drop pins, return magazine */
+	KVMM_OP_PING = 0x0005,	 /* any payload, echoed back */
+
+	/* sequences and memory */
+	KVMM_OP_SEQ_CREATE = 0x0100,	/* struct kvmm_seq_create_req -> kvmm_seq_create_rep */
+	KVMM_OP_SEQ_APPEND = 0x0101,	/* struct kvmm_seq_append_req -> kvmm_seq_append_rep */
+	KVMM_OP_SEQ_FORK = 0x0102,	/* struct kvmm_seq_fork_req -> kvmm_seq_fork_rep */
+	KVMM_OP_SEQ_TRUNCATE = 0x0103,	/* struct kvmm_seq_truncate_req -> no payload */
+	KVMM_OP_SEQ_FREE = 0x0104,	/* struct kvmm_seq_free_req -> no payload */
+	KVMM_OP_PREFIX_LOOKUP = 0x0105, /* kvmm_prefix_lookup_req + tokens -> _rep */
+	KVMM_OP_SEAL = 0x0106,		/* struct kvmm_seal_req + tokens -> no payload */
+	KVMM_OP_PIN = 0x0107,		/* struct kvmm_pin_req + seq ids -> struct kvmm_pin_rep */
+	KVMM_OP_UNPIN = 0x0108,		/* struct kvmm_pin_req + seq ids -> struct kvmm_pin_rep */
+	KVMM_OP_MAG_REFILL = 0x0109,	/* struct kvmm_mag_req -> struct kvmm_mag_rep */
+	KVMM_OP_MAG_DRAIN = 0x010a,	/* struct kvmm_mag_req -> struct kvmm_mag_rep */
+
+	/* admin: read verbs take struct kvmm_admin_req and answer text or JSON */
+	KVMM_OP_STATUS = 0x0200,
+	KVMM_OP_MEMINFO = 0x0201,
+	KVMM_OP_VMSTAT = 0x0202,
+	KVMM_OP_BUDDYINFO = 0x0203,
+	KVMM_OP_CLIENTS = 0x0204,
+	KVMM_OP_NAMESPACES = 0x0205,
+	KVMM_OP_SEQS = 0x0206,
+	KVMM_OP_PAGETABLE = 0x0207, /* admin_req.id = sequence */
+	KVMM_OP_LRU = 0x0208,
+	KVMM_OP_SWAP = 0x0209,
+	KVMM_OP_TRACE = 0x020a, /* admin_req.flags may carry KVMM_ADMIN_F_CLEAR */
+	/* admin: write verbs */
+	KVMM_OP_LIMIT = 0x020b,	      /* struct kvmm_limit_req -> no payload */
+	KVMM_OP_DROP_CACHES = 0x020c, /* struct kvmm_drop_caches_req -> kvmm_reclaim_rep */
+	KVMM_OP_RECLAIM = 0x020d,     /* struct kvmm_reclaim_req -> struct kvmm_reclaim_rep */
+	KVMM_OP_SWAPON = 0x020e,      /* struct kvmm_swapon_req -> no payload */
+	KVMM_OP_SWAPOFF = 0x020f,     /* struct kvmm_swapoff_req -> no payload */
+
+	/* events */
+	KVMM_OP_PREEMPT = 0x0300,  /* struct kvmm_preempt_event */
+	KVMM_OP_SHUTDOWN = 0x0301, /* struct kvmm_shutdown_event */
+};
+
+#define KVMM_OP_REPLY 0x8000U
+#define KVMM_OP_MASK 0x7fffU
+#define KVMM_OP_RANGE_MASK 0x7f00U
+#define KVMM_OP_SESSION_BASE 0x0000U
+#define KVMM_OP_MEM_BASE 0x0100U
+#define KVMM_OP_ADMIN_BASE 0x0200U
+#define KVMM_OP_EVENT_BASE 0x0300U
+/* The last opcode of each range in this version (they move when a version appends ops). */
+#define KVMM_OP_SESSION_LAST KVMM_OP_PING
+#define KVMM_OP_MEM_LAST KVMM_OP_MAG_DRAIN
+#define KVMM_OP_ADMIN_LAST KVMM_OP_SWAPOFF
+#define KVMM_OP_EVENT_LAST KVMM_OP_SHUTDOWN
+
+static inline unsigned int kvmm_op_base(unsigned int op)
+{
+	return op & KVMM_OP_MASK;
+}
+
+static inline int kvmm_op_is_reply(unsigned int op)
+{
+	return (op & KVMM_OP_REPLY) != 0;
+}
+
+static inline int kvmm_op_is_admin(unsigned int op)
+{
+	return (op & KVMM_OP_RANGE_MASK) == KVMM_OP_ADMIN_BASE;
+}
+
+static inline int kvmm_op_is_event(unsigned int op)
+{
+	return (op & KVMM_OP_RANGE_MASK) == KVMM_OP_EVENT_BASE;
+}
+
+/*
+ * Name of an opcode for logs and for kvmmctl (admin names are also its verbs); the reply bit
+ * is ignored. Returns "?" for anything this version does not define, never NULL, so it can
+ * go straight into a printf.
+ */
+static inline const char *kvmm_op_name(unsigned int op)
+{
+	if (op > 0xffffU) /* not a 16-bit wire opcode */
+		return "?";
+	switch (op & KVMM_OP_MASK) {
+	case KVMM_OP_HELLO:
+		return "hello";
+	case KVMM_OP_BYE:
+		return "bye";
+	case KVMM_OP_ATTACH:
+		return "attach";
+	case KVMM_OP_DETACH:
+		return "detach";
+	case KVMM_OP_PING:
+		return "ping";
+	case KVMM_OP_SEQ_CREATE:
+		return "seq_create";
+	case KVMM_OP_SEQ_APPEND:
+		return "seq_append";
+	case KVMM_OP_SEQ_FORK:
+		return "seq_fork";
+	case KVMM_OP_SEQ_TRUNCATE:
+		return "seq_truncate";
+	case KVMM_OP_SEQ_FREE:
+		return "seq_free";
+	case KVMM_OP_PREFIX_LOOKUP:
+		return "prefix_lookup";
+	case KVMM_OP_SEAL:
+		return "seal";
+	case KVMM_OP_PIN:
+		return "pin";
+	case KVMM_OP_UNPIN:
+		return "unpin";
+	case KVMM_OP_MAG_REFILL:
+		return "mag_refill";
+	case KVMM_OP_MAG_DRAIN:
+		return "mag_drain";
+	case KVMM_OP_STATUS:
+		return "status";
+	case KVMM_OP_MEMINFO:
+		return "meminfo";
+	case KVMM_OP_VMSTAT:
+		return "vmstat";
+	case KVMM_OP_BUDDYINFO:
+		return "buddyinfo";
+	case KVMM_OP_CLIENTS:
+		return "clients";
+	case KVMM_OP_NAMESPACES:
+		return "namespaces";
+	case KVMM_OP_SEQS:
+		return "seqs";
+	case KVMM_OP_PAGETABLE:
+		return "pagetable";
+	case KVMM_OP_LRU:
+		return "lru";
+	case KVMM_OP_SWAP:
+		return "swap";
+	case KVMM_OP_TRACE:
+		return "trace";
+	case KVMM_OP_LIMIT:
+		return "limit";
+	case KVMM_OP_DROP_CACHES:
+		return "drop_caches";
+	case KVMM_OP_RECLAIM:
+		return "reclaim";
+	case KVMM_OP_SWAPON:
+		return "swapon";
+	case KVMM_OP_SWAPOFF:
+		return "swapoff";
+	case KVMM_OP_PREEMPT:
+		return "preempt";
+	case KVMM_OP_SHUTDOWN:
+		return "shutdown";
+	default:
+		return "?";
+	}
+}
+
+/* Whether this version defines op (reply bit ignored). */
+static inline int kvmm_op_known(unsigned int op)
+{
+	return kvmm_op_name(op)[0] != '?';
+}
+
+/* Fill a header for a request or event of len total bytes in this header's ABI version. */
+static inline void kvmm_msg_hdr_init(struct kvmm_msg_hdr *hdr, unsigned int op, uint32_t len,
+				     uint64_t seq)
+{
+	hdr->magic = KVMM_MAGIC;
+	hdr->abi = KVMM_ABI_VERSION;
+	hdr->op = (uint16_t)op;
+	hdr->flags = 0;
+	hdr->len = len;
+	hdr->seq = seq;
+	hdr->status = 0;
+	hdr->reserved = 0;
+}
+
+/* Fill the header of the reply to req: same opcode with KVMM_OP_REPLY, same seq and abi. */
+static inline void kvmm_msg_hdr_init_reply(struct kvmm_msg_hdr *rep, const struct kvmm_msg_hdr *req,
+					   uint32_t len, int32_t status)
+{
+	rep->magic = KVMM_MAGIC;
+	rep->abi = req->abi;
+	rep->op = (uint16_t)(req->op | KVMM_OP_REPLY);
+	rep->flags = 0;
+	rep->len = len;
+	rep->seq = req->seq;
+	rep->status = status;
+	rep->reserved = 0;
+}
+
+/*
+ * Check a received record of len bytes before reading anything else from it. Returns 0,
+ * -EBADMSG for a malformed record (short, bad magic, len field != record length, over
+ * KVMM_MSG_MAX, unknown flags, nonzero reserved, a request or event with a status), or
+ * -EPROTO for a version outside [KVMM_ABI_MIN_COMPAT, KVMM_ABI_VERSION]. HELLO (request or
+ * reply) is exempt from the version check: its job is to find a common version. The opcode
+ * itself is not judged here (unknown opcodes are answered -EOPNOTSUPP).
+ */
+static inline int kvmm_msg_hdr_check(const struct kvmm_msg_hdr *hdr, size_t len)
+{
+	if (len < sizeof(*hdr) || len > KVMM_MSG_MAX)
+		return -EBADMSG;
+	if (hdr->magic != KVMM_MAGIC || hdr->len != len)
+		return -EBADMSG;
+	if ((hdr->flags & ~(uint32_t)KVMM_MSG_F_ALL_V0) != 0 || hdr->reserved != 0)
+		return -EBADMSG;
+	if (!kvmm_op_is_reply(hdr->op) && hdr->status != 0)
+		return -EBADMSG;
+	/* one unsigned comparison for MIN_COMPAT <= abi <= VERSION, warning-free at MIN 0 */
+	if (kvmm_op_base(hdr->op) != KVMM_OP_HELLO &&
+	    (unsigned int)hdr->abi - KVMM_ABI_MIN_COMPAT >
+		    (unsigned int)(KVMM_ABI_VERSION - KVMM_ABI_MIN_COMPAT))
+		return -EPROTO;
+	return 0;
+}
+
+/* ---- Names --------------------------------------------------------------------------- */
+
+/*
+ * Client and namespace names: a char[KVMM_NAME_LEN] holding 1..31 bytes of [A-Za-z0-9._-]
+ * then NUL padding to the end (zero padding keeps stack garbage off the wire and makes names
+ * comparable with memcmp).
+ */
+#define KVMM_NAME_LEN 32
+#define KVMM_PATH_LEN 256 /* swap file paths: NUL-terminated, NUL-padded */
+
+/* 0 if name is a valid kvmm name, -EINVAL otherwise. */
+static inline int kvmm_name_check(const char *name)
+{
+	size_t i, n;
+
+	for (n = 0; n < KVMM_NAME_LEN && name[n] != '\0'; n++) {
+		char c = name[n];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-'))
+			return -EINVAL;
+	}
+	if (n == 0 || n == KVMM_NAME_LEN)
+		return -EINVAL;
+	for (i = n; i < KVMM_NAME_LEN; i++)
+		if (name[i] != '\0')
+			return -EINVAL;
+	return 0;
+}
+
+/* ---- KV page format ------------------------------------------------------------------ */
+
+/* Element type of K and V. 0 is invalid so a zeroed format is caught. */
+enum kvmm_dtype {
+	KVMM_DTYPE_NONE = 0,
+	KVMM_DTYPE_FP32 = 1,
+	KVMM_DTYPE_FP16 = 2,
+	KVMM_DTYPE_BF16 = 3,
+	KVMM_DTYPE_INT8 = 4, /* per-group quantized; needs quant_group */
+	KVMM_DTYPE_COUNT
+};
+
+/* Bytes per element, 0 for an unknown dtype. */
+static inline unsigned int kvmm_dtype_size(unsigned int dtype)
+{
+	switch (dtype) {
+	case KVMM_DTYPE_FP32:
+		return 4;
+	case KVMM_DTYPE_FP16:
+	case KVMM_DTYPE_BF16:
+		return 2;
+	case KVMM_DTYPE_INT8:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+static inline const char *kvmm_dtype_name(unsigned int dtype)
+{
+	switch (dtype) {
+	case KVMM_DTYPE_FP32:
+		return "fp32";
+	case KVMM_DTYPE_FP16:
+		return "fp16";
+	case KVMM_DTYPE_BF16:
+		return "bf16";
+	case KVMM_DTYPE_INT8:
+		return "int8";
+	default:
+		return "?";
+	}
+}
+
+/*
+ * What a client registers at ATTACH: the shape of one token's KV. Page layout is
+ * [layer][K|V][token][head][dim]; tokens per page and bytes per token follow and come back in
+ * struct kvmm_attach_rep (the daemon is the one who computes them, scale storage included).
+ */
+struct kvmm_format {
+	uint32_t layers;      /* transformer layers stored in this pool's pages */
+	uint32_t kv_heads;    /* KV heads per layer (after GQA/MQA grouping) */
+	uint32_t head_dim;    /* elements per head */
+	uint32_t dtype;	      /* enum kvmm_dtype */
+	uint32_t quant_group; /* INT8: elements per scale group, divides head_dim; else 0 */
+	uint32_t reserved;    /* must be zero */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_format, 24);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_format, layers, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_format, kv_heads, 4);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_format, head_dim, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_format, dtype, 12);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_format, quant_group, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_format, reserved, 20);
+
+/* Sanity limits for a format; a real model is far below each. */
+#define KVMM_FORMAT_MAX_LAYERS 1024
+#define KVMM_FORMAT_MAX_KV_HEADS 1024
+#define KVMM_FORMAT_MAX_HEAD_DIM 4096
+
+/*
+ * The checks that need no pool: 0 or -EINVAL. The daemon adds its own (a token must fit in a
+ * page). Both sides run this one so a client learns of a bad format before a round trip.
+ */
+static inline int kvmm_format_check(const struct kvmm_format *fmt)
+{
+	if (fmt->layers == 0 || fmt->layers > KVMM_FORMAT_MAX_LAYERS)
+		return -EINVAL;
+	if (fmt->kv_heads == 0 || fmt->kv_heads > KVMM_FORMAT_MAX_KV_HEADS)
+		return -EINVAL;
+	if (fmt->head_dim == 0 || fmt->head_dim > KVMM_FORMAT_MAX_HEAD_DIM)
+		return -EINVAL;
+	if (kvmm_dtype_size(fmt->dtype) == 0 || fmt->reserved != 0)
+		return -EINVAL;
+	if (fmt->dtype == KVMM_DTYPE_INT8) {
+		if (fmt->quant_group == 0 || fmt->head_dim % fmt->quant_group != 0)
+			return -EINVAL;
+	} else if (fmt->quant_group != 0) {
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* ---- Frames, PTEs, block tables ------------------------------------------------------ */
+
+/*
+ * A frame number is a uint32_t index into the pool; frame n lives at base + n * page_size in
+ * every process that maps the pool. KVMM_FRAME_NONE is never a real frame.
+ */
+#define KVMM_FRAME_NONE 0xffffffffU
+#define KVMM_FRAME_MAX 0xfffffffeU
+
+/*
+ * A PTE is one uint64_t (read and written whole, so a client's seqcount-protected read sees a
+ * consistent entry). Zero is "none", so a zero-filled page table is empty. Bits 0-1 say the
+ * type; bits 2-15 hold flags common to present and swap entries (they survive swap-out);
+ * the rest depends on the type:
+ *
+ *   none      63                                                              0
+ *             | 0                                                             |
+ *
+ *   present   63                     32 31          16 15           2 1   0
+ *             |   frame (32 bits)      | reserved (0) | flags (14)   | 0 1 |
+ *
+ *   swap      63                            24 23  21 20  16 15       2 1   0
+ *             |     slot (40 bits)            | rsv 0 | tier | flags (14)| 1 0 |
+ *
+ * Type 3 is invalid. Reserved bits are zero. Readers ignore flag bits they do not know.
+ * The constructors mask each argument to its field, so a bad argument can never change an
+ * entry's type or spill into another field; callers check the limits below first.
+ */
+#define KVMM_PTE_TYPE_MASK UINT64_C(0x3)
+#define KVMM_PTE_TYPE_NONE UINT64_C(0x0)
+#define KVMM_PTE_TYPE_PRESENT UINT64_C(0x1)
+#define KVMM_PTE_TYPE_SWAP UINT64_C(0x2)
+
+#define KVMM_PTE_FLAGS_SHIFT 2
+#define KVMM_PTE_FLAGS_BITS 14
+#define KVMM_PTE_FLAGS_MASK (((UINT64_C(1) << KVMM_PTE_FLAGS_BITS) - 1) << KVMM_PTE_FLAGS_SHIFT)
+
+/* Flags, given in place (no shifting needed). */
+#define KVMM_PTE_WRITABLE (UINT64_C(1) << 2) /* the owner may write tokens into this page */
+#define KVMM_PTE_DIRTY (UINT64_C(1) << 3)    /* written since allocation or swap-in */
+#define KVMM_PTE_SEALED (UINT64_C(1) << 4)   /* full and immutable, indexed by content key */
+#define KVMM_PTE_SHARED (UINT64_C(1) << 5)   /* mapped by several sequences: copy before write */
+#define KVMM_PTE_FLAGS_V0 (KVMM_PTE_WRITABLE | KVMM_PTE_DIRTY | KVMM_PTE_SEALED | KVMM_PTE_SHARED)
+
+#define KVMM_PTE_FRAME_SHIFT 32
+#define KVMM_PTE_PRESENT_RSV_MASK UINT64_C(0x00000000ffff0000)
+
+#define KVMM_PTE_SWAP_TIER_SHIFT 16
+#define KVMM_PTE_SWAP_TIER_BITS 5
+#define KVMM_PTE_SWAP_RSV_MASK UINT64_C(0x0000000000e00000)
+#define KVMM_PTE_SWAP_SLOT_SHIFT 24
+#define KVMM_PTE_SWAP_SLOT_BITS 40
+
+#define KVMM_SWAP_TIER_MAX ((1U << KVMM_PTE_SWAP_TIER_BITS) - 1) /* 31 */
+#define KVMM_SWAP_SLOT_MAX ((UINT64_C(1) << KVMM_PTE_SWAP_SLOT_BITS) - 1)
+
+/* The fields tile the word exactly, with no overlap. */
+KVMM_STATIC_ASSERT(KVMM_PTE_FLAGS_SHIFT + KVMM_PTE_FLAGS_BITS == 16, "flags end at bit 15");
+KVMM_STATIC_ASSERT((KVMM_PTE_FLAGS_MASK & KVMM_PTE_TYPE_MASK) == 0, "flags clear of type");
+KVMM_STATIC_ASSERT((KVMM_PTE_FLAGS_V0 & ~KVMM_PTE_FLAGS_MASK) == 0, "v0 flags in flag field");
+KVMM_STATIC_ASSERT(KVMM_PTE_FRAME_SHIFT + 32 == 64, "a uint32_t frame fills the top half");
+KVMM_STATIC_ASSERT((KVMM_PTE_TYPE_MASK | KVMM_PTE_FLAGS_MASK | KVMM_PTE_PRESENT_RSV_MASK |
+		    ((UINT64_C(0xffffffff)) << KVMM_PTE_FRAME_SHIFT)) == ~UINT64_C(0),
+		   "present fields cover the word");
+KVMM_STATIC_ASSERT(KVMM_PTE_SWAP_TIER_SHIFT == 16, "tier right after flags");
+KVMM_STATIC_ASSERT(KVMM_PTE_SWAP_SLOT_SHIFT + KVMM_PTE_SWAP_SLOT_BITS == 64, "slot fills top");
+KVMM_STATIC_ASSERT((KVMM_PTE_TYPE_MASK | KVMM_PTE_FLAGS_MASK |
+		    ((uint64_t)KVMM_SWAP_TIER_MAX << KVMM_PTE_SWAP_TIER_SHIFT) |
+		    KVMM_PTE_SWAP_RSV_MASK | (KVMM_SWAP_SLOT_MAX << KVMM_PTE_SWAP_SLOT_SHIFT)) ==
+			   ~UINT64_C(0),
+		   "swap fields cover the word");
+KVMM_STATIC_ASSERT((((uint64_t)KVMM_SWAP_TIER_MAX << KVMM_PTE_SWAP_TIER_SHIFT) &
+		    KVMM_PTE_SWAP_RSV_MASK) == 0,
+		   "tier clear of reserved bits");
+KVMM_STATIC_ASSERT((KVMM_PTE_SWAP_RSV_MASK & (KVMM_SWAP_SLOT_MAX << KVMM_PTE_SWAP_SLOT_SHIFT)) == 0,
+		   "reserved clear of slot");
+KVMM_STATIC_ASSERT(KVMM_FRAME_MAX < KVMM_FRAME_NONE, "FRAME_NONE above every real frame");
+
+static inline uint64_t kvmm_pte_none(void)
+{
+	return 0;
+}
+
+static inline uint64_t kvmm_pte_mk_present(uint32_t frame, uint64_t flags)
+{
+	return ((uint64_t)frame << KVMM_PTE_FRAME_SHIFT) | (flags & KVMM_PTE_FLAGS_MASK) |
+	       KVMM_PTE_TYPE_PRESENT;
+}
+
+static inline uint64_t kvmm_pte_mk_swap(unsigned int tier, uint64_t slot)
+{
+	return ((slot & KVMM_SWAP_SLOT_MAX) << KVMM_PTE_SWAP_SLOT_SHIFT) |
+	       ((uint64_t)(tier & KVMM_SWAP_TIER_MAX) << KVMM_PTE_SWAP_TIER_SHIFT) |
+	       KVMM_PTE_TYPE_SWAP;
+}
+
+static inline int kvmm_pte_is_none(uint64_t pte)
+{
+	return pte == 0;
+}
+
+static inline int kvmm_pte_is_present(uint64_t pte)
+{
+	return (pte & KVMM_PTE_TYPE_MASK) == KVMM_PTE_TYPE_PRESENT;
+}
+
+static inline int kvmm_pte_is_swap(uint64_t pte)
+{
+	return (pte & KVMM_PTE_TYPE_MASK) == KVMM_PTE_TYPE_SWAP;
+}
+
+/* Frame of a present PTE; KVMM_FRAME_NONE for any other. */
+static inline uint32_t kvmm_pte_frame(uint64_t pte)
+{
+	if (!kvmm_pte_is_present(pte))
+		return KVMM_FRAME_NONE;
+	return (uint32_t)(pte >> KVMM_PTE_FRAME_SHIFT);
+}
+
+/* Tier and slot of a swap PTE; 0 for any other (check kvmm_pte_is_swap first). */
+static inline unsigned int kvmm_pte_swap_tier(uint64_t pte)
+{
+	if (!kvmm_pte_is_swap(pte))
+		return 0;
+	return (unsigned int)(pte >> KVMM_PTE_SWAP_TIER_SHIFT) & KVMM_SWAP_TIER_MAX;
+}
+
+static inline uint64_t kvmm_pte_swap_slot(uint64_t pte)
+{
+	if (!kvmm_pte_is_swap(pte))
+		return 0;
+	return pte >> KVMM_PTE_SWAP_SLOT_SHIFT;
+}
+
+/* Flags (in place) of a present or swap PTE; 0 for none. */
+static inline uint64_t kvmm_pte_flags(uint64_t pte)
+{
+	return pte & KVMM_PTE_FLAGS_MASK;
+}
+
+/* pte with flags set / cleared; a none PTE stays none (it has no flags). */
+static inline uint64_t kvmm_pte_set_flags(uint64_t pte, uint64_t flags)
+{
+	if (kvmm_pte_is_none(pte))
+		return pte;
+	return pte | (flags & KVMM_PTE_FLAGS_MASK);
+}
+
+static inline uint64_t kvmm_pte_clear_flags(uint64_t pte, uint64_t flags)
+{
+	return pte & ~(flags & KVMM_PTE_FLAGS_MASK);
+}
+
+/*
+ * Whether pte is well formed: none, or present with a real frame and zero reserved bits, or
+ * swap with zero reserved bits. What a reader of a shared page table checks before trusting it.
+ */
+static inline int kvmm_pte_valid(uint64_t pte)
+{
+	switch (pte & KVMM_PTE_TYPE_MASK) {
+	case KVMM_PTE_TYPE_NONE:
+		return pte == 0;
+	case KVMM_PTE_TYPE_PRESENT:
+		return (pte & KVMM_PTE_PRESENT_RSV_MASK) == 0 &&
+		       kvmm_pte_frame(pte) != KVMM_FRAME_NONE;
+	case KVMM_PTE_TYPE_SWAP:
+		return (pte & KVMM_PTE_SWAP_RSV_MASK) == 0;
+	default:
+		return 0;
+	}
+}
+
+/*
+ * Block tables, what attention kernels index: int32_t per logical block, the frame number of a
+ * resident page or KVMM_BLOCK_NONE (-1). int32_t because that is what the kernels' index
+ * arithmetic uses; frames above KVMM_BLOCK_FRAME_MAX cannot appear in a block table (a pool
+ * that large, 2^31 pages, is far beyond any device).
+ */
+#define KVMM_BLOCK_NONE (-1)
+#define KVMM_BLOCK_FRAME_MAX 0x7fffffffU
+KVMM_STATIC_ASSERT(KVMM_BLOCK_FRAME_MAX < KVMM_FRAME_NONE, "block frames are real frames");
+
+/* Block-table entry for pte: its frame if present and indexable, else KVMM_BLOCK_NONE. */
+static inline int32_t kvmm_pte_block(uint64_t pte)
+{
+	uint32_t frame = kvmm_pte_frame(pte);
+
+	if (frame > KVMM_BLOCK_FRAME_MAX)
+		return KVMM_BLOCK_NONE;
+	return (int32_t)frame;
+}
+
+/* ---- Session payloads ---------------------------------------------------------------- */
+
+/*
+ * HELLO, the first message of a connection. Its header's abi is the sender's own version and
+ * the daemon reads it whatever that is. The fields up to and including features are frozen in
+ * both structs for all versions; a receiver accepts a longer HELLO payload and ignores the
+ * tail. The reply's abi_agreed, from kvmm_abi_negotiate(), is the version of every later
+ * message on the connection; with no overlap the reply has status -EPROTO and still carries
+ * the daemon's range in a full kvmm_hello_rep, so the client can say why.
+ */
+struct kvmm_hello_req {
+	uint16_t abi_version;	  /* newest ABI the client speaks */
+	uint16_t abi_min;	  /* oldest ABI the client speaks */
+	uint32_t pid;		  /* informational; identity comes from SO_PEERCRED */
+	uint64_t features;	  /* KVMM_FEAT_* wanted */
+	char name[KVMM_NAME_LEN]; /* client name for kvmmctl clients, kvmm_name_check() */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_hello_req, 48);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_hello_req, abi_version, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_hello_req, abi_min, 2);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_hello_req, pid, 4);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_hello_req, features, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_hello_req, name, 16);
+
+/* Pool backend, as reported in HELLO. */
+enum kvmm_backend {
+	KVMM_BACKEND_NONE = 0,
+	KVMM_BACKEND_HOST = 1,
+	KVMM_BACKEND_CUDA = 2,
+	KVMM_BACKEND_COUNT
+};
+
+struct kvmm_hello_rep {
+	uint16_t abi_version;	     /* newest ABI the daemon speaks */
+	uint16_t abi_min;	     /* oldest ABI the daemon speaks */
+	uint16_t abi_agreed;	     /* version of the rest of this connection */
+	uint16_t backend;	     /* enum kvmm_backend */
+	uint64_t features;	     /* granted: wanted & supported */
+	uint64_t features_supported; /* everything this daemon could grant */
+	uint64_t page_size;	     /* bytes per frame */
+	uint32_t nr_frames;	     /* frames in the pool */
+	uint32_t client_id;	     /* this connection's id in kvmmctl clients */
+	uint32_t nr_devices;	     /* devices mirroring each frame (tensor-parallel group) */
+	uint32_t max_msg;	     /* largest record the daemon accepts, <= KVMM_MSG_MAX */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_hello_rep, 48);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_hello_rep, abi_version, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_hello_rep, abi_min, 2);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_hello_rep, abi_agreed, 4);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_hello_rep, backend, 6);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_hello_rep, features, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_hello_rep, features_supported, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_hello_rep, page_size, 24);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_hello_rep, nr_frames, 32);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_hello_rep, client_id, 36);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_hello_rep, nr_devices, 40);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_hello_rep, max_msg, 44);
+
+/*
+ * ATTACH joins a namespace with a format. The reply (KVMM_MSG_F_FDS) carries nr_fds
+ * descriptors: the client's shared-memory region (rings, page tables, magazine) first, then
+ * the pool chunks of the namespace in chunk order, each mapped at base + i * chunk_size.
+ */
+struct kvmm_attach_req {
+	char ns[KVMM_NAME_LEN]; /* namespace, kvmm_name_check() */
+	struct kvmm_format fmt;
+	uint32_t flags;	       /* none defined in v0: must be zero */
+	uint32_t ring_entries; /* SQ/CQ entries wanted (power of two), 0 = default */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_attach_req, 64);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_req, ns, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_req, fmt, 32);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_req, flags, 56);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_req, ring_entries, 60);
+
+struct kvmm_attach_rep {
+	uint32_t tokens_per_page; /* page_size / bytes_per_token, rounded down */
+	uint32_t bytes_per_token; /* K and V of all layers, quantization scales included */
+	uint64_t chunk_size;	  /* bytes per pool chunk, a multiple of page_size */
+	uint32_t nr_chunks;	  /* chunks the namespace maps */
+	uint32_t ns_id;		  /* namespace id in kvmmctl namespaces */
+	uint64_t shm_size;	  /* bytes of the shared-memory region (first fd) */
+	uint32_t nr_fds;	  /* descriptors passed with this reply */
+	uint32_t ring_entries;	  /* SQ/CQ entries granted, 0 without KVMM_FEAT_RINGS */
+	uint32_t mag_size;	  /* magazine capacity in frames */
+	uint32_t reserved;	  /* zero */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_attach_rep, 48);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, tokens_per_page, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, bytes_per_token, 4);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, chunk_size, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, nr_chunks, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, ns_id, 20);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, shm_size, 24);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, nr_fds, 32);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, ring_entries, 36);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, mag_size, 40);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, reserved, 44);
+
+/* ---- Sequence and memory payloads ---------------------------------------------------- */
+
+/*
+ * Sequences are named by a uint64_t id the daemon hands out (never 0, never reused within a
+ * daemon's life). Token counts are uint64_t, block indexes uint32_t. Token ids, where a
+ * request carries them, follow the fixed struct as uint32_t values.
+ */
+#define KVMM_SEQ_NONE UINT64_C(0)
+#define KVMM_SEQ_ALL_TOKENS UINT64_MAX /* SEQ_FORK: share the whole parent */
+
+struct kvmm_seq_create_req {
+	uint64_t nr_tokens; /* tokens to allocate now (0: grow with SEQ_APPEND) */
+	uint32_t flags;	    /* none defined in v0: must be zero */
+	int32_t priority;   /* reclaim order within the namespace: lower goes first */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_seq_create_req, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_create_req, nr_tokens, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_create_req, flags, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_create_req, priority, 12);
+
+struct kvmm_seq_create_rep {
+	uint64_t seq;	    /* the new sequence */
+	uint32_t nr_blocks; /* blocks mapped */
+	uint32_t reserved;
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_seq_create_rep, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_create_rep, seq, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_create_rep, nr_blocks, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_create_rep, reserved, 12);
+
+struct kvmm_seq_append_req {
+	uint64_t seq;
+	uint64_t nr_tokens; /* tokens to add at the end */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_seq_append_req, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_append_req, seq, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_append_req, nr_tokens, 8);
+
+struct kvmm_seq_append_rep {
+	uint64_t nr_tokens;	  /* the sequence's length now */
+	uint32_t nr_blocks;	  /* its blocks now */
+	uint32_t first_new_block; /* first block this append mapped (== nr_blocks if none) */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_seq_append_rep, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_append_rep, nr_tokens, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_append_rep, nr_blocks, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_append_rep, first_new_block, 12);
+
+/* SEQ_FORK shares the parent's first nr_tokens; the partial last page is copy-on-write. */
+struct kvmm_seq_fork_req {
+	uint64_t seq;	    /* parent */
+	uint64_t nr_tokens; /* prefix to share, KVMM_SEQ_ALL_TOKENS for all */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_seq_fork_req, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_fork_req, seq, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_fork_req, nr_tokens, 8);
+
+struct kvmm_seq_fork_rep {
+	uint64_t seq;	    /* the child */
+	uint32_t nr_blocks; /* blocks it maps */
+	uint32_t reserved;
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_seq_fork_rep, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_fork_rep, seq, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_fork_rep, nr_blocks, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_fork_rep, reserved, 12);
+
+struct kvmm_seq_truncate_req {
+	uint64_t seq;
+	uint64_t nr_tokens; /* new length, <= the current one */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_seq_truncate_req, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_truncate_req, seq, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_truncate_req, nr_tokens, 8);
+
+struct kvmm_seq_free_req {
+	uint64_t seq;
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_seq_free_req, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_free_req, seq, 0);
+
+/*
+ * PREFIX_LOOKUP walks the cache with nr_tokens token ids (uint32_t, following the struct)
+ * starting at the sequence's current end, mapping every sealed page hit. A long prompt is
+ * sent in several lookups; the walk stops at the first miss.
+ */
+struct kvmm_prefix_lookup_req {
+	uint64_t seq;	    /* target; its length must be a whole number of pages */
+	uint32_t nr_tokens; /* token ids that follow */
+	uint32_t flags;	    /* none defined in v0: must be zero */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_prefix_lookup_req, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_prefix_lookup_req, seq, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_prefix_lookup_req, nr_tokens, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_prefix_lookup_req, flags, 12);
+
+struct kvmm_prefix_lookup_rep {
+	uint64_t nr_tokens; /* the sequence's length after the hits */
+	uint32_t nr_blocks; /* pages this lookup mapped from the cache */
+	uint32_t reserved;
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_prefix_lookup_rep, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_prefix_lookup_rep, nr_tokens, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_prefix_lookup_rep, nr_blocks, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_prefix_lookup_rep, reserved, 12);
+
+/*
+ * SEAL marks full pages immutable and enters them in the page cache. The token ids of the
+ * nr_blocks pages (nr_blocks * tokens_per_page uint32_t values) follow the struct: they feed
+ * the content key and are kept to verify later hits.
+ */
+struct kvmm_seal_req {
+	uint64_t seq;
+	uint32_t block; /* first block to seal */
+	uint32_t nr_blocks;
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_seal_req, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seal_req, seq, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seal_req, block, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seal_req, nr_blocks, 12);
+
+/*
+ * PIN and UNPIN take a batch: nr_seqs uint64_t sequence ids follow the struct. PIN makes every
+ * page of those sequences resident (swapping in as needed) and keeps reclaim off them until
+ * UNPIN.
+ */
+struct kvmm_pin_req {
+	uint32_t nr_seqs;
+	uint32_t flags; /* none defined in v0: must be zero */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_pin_req, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_req, nr_seqs, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_req, flags, 4);
+
+struct kvmm_pin_rep {
+	uint32_t nr_frames; /* frames pinned (PIN) or unpinned (UNPIN) */
+	uint32_t nr_swapin; /* of them, pages brought back from a swap tier */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_pin_rep, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_rep, nr_frames, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_rep, nr_swapin, 4);
+
+/*
+ * MAG_REFILL asks for pre-charged free frames in the client's magazine (in shared memory);
+ * MAG_DRAIN hands frames back (nr_frames 0 = all). Frames travel through the magazine, not
+ * the message.
+ */
+struct kvmm_mag_req {
+	uint32_t nr_frames;
+	uint32_t reserved;
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_mag_req, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_mag_req, nr_frames, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_mag_req, reserved, 4);
+
+struct kvmm_mag_rep {
+	uint32_t nr_frames; /* frames moved */
+	uint32_t nr_held;   /* frames in the magazine now */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_mag_rep, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_mag_rep, nr_frames, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_mag_rep, nr_held, 4);
+
+/* ---- Event payloads ------------------------------------------------------------------ */
+
+enum kvmm_preempt_reason {
+	KVMM_PREEMPT_OOM = 1,	/* the pool is out of frames after reclaim */
+	KVMM_PREEMPT_LIMIT = 2, /* the namespace is over its max */
+	KVMM_PREEMPT_ADMIN = 3, /* an admin asked */
+};
+
+/*
+ * PREEMPT: the daemon needs nr_frames back and chose seq. The engine should stop scheduling
+ * it, and free or truncate it; after a grace period the daemon frees it itself and further
+ * ops on it fail with -KVMM_EPREEMPTED.
+ */
+struct kvmm_preempt_event {
+	uint64_t seq;
+	uint32_t nr_frames;
+	uint32_t reason; /* enum kvmm_preempt_reason */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_preempt_event, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_preempt_event, seq, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_preempt_event, nr_frames, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_preempt_event, reason, 12);
+
+enum kvmm_shutdown_reason {
+	KVMM_SHUTDOWN_SIGNAL = 1, /* SIGTERM / SIGINT */
+	KVMM_SHUTDOWN_ADMIN = 2,
+};
+
+/* SHUTDOWN: the daemon stops in grace_ms; new work gets -ESHUTDOWN. */
+struct kvmm_shutdown_event {
+	uint32_t grace_ms;
+	uint32_t reason; /* enum kvmm_shutdown_reason */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_shutdown_event, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shutdown_event, grace_ms, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shutdown_event, reason, 4);
+
+/* ---- Admin payloads ------------------------------------------------------------------ */
+
+/*
+ * Read verbs (STATUS .. TRACE) take struct kvmm_admin_req and answer text, one
+ * "Name:  value unit" per line (/proc style), or JSON with KVMM_ADMIN_F_JSON. A long answer
+ * spans several reply records with the same seq, all but the last with KVMM_MSG_F_MORE.
+ */
+#define KVMM_ADMIN_F_JSON (1U << 0)  /* answer JSON instead of tagged text */
+#define KVMM_ADMIN_F_CLEAR (1U << 1) /* TRACE: empty the buffer after reading */
+#define KVMM_ADMIN_F_ALL_V0 (KVMM_ADMIN_F_JSON | KVMM_ADMIN_F_CLEAR)
+
+struct kvmm_admin_req {
+	uint32_t flags; /* KVMM_ADMIN_F_* */
+	uint32_t reserved;
+	uint64_t id;		/* client, sequence (PAGETABLE) or 0 for all */
+	char ns[KVMM_NAME_LEN]; /* namespace filter, all zero for all */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_admin_req, 48);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_admin_req, flags, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_admin_req, reserved, 4);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_admin_req, id, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_admin_req, ns, 16);
+
+#define KVMM_LIMIT_SET_MAX (1U << 0)
+#define KVMM_LIMIT_SET_LOW (1U << 1)
+#define KVMM_LIMIT_SET_PRIORITY (1U << 2)
+#define KVMM_LIMIT_NONE UINT64_MAX /* max_frames: unlimited */
+
+/* LIMIT sets a namespace's limits; valid says which fields to apply. */
+struct kvmm_limit_req {
+	char ns[KVMM_NAME_LEN];
+	uint64_t max_frames; /* hard limit, KVMM_LIMIT_NONE for none */
+	uint64_t low_frames; /* protected from reclaim below this */
+	int32_t priority;    /* reclaim order between namespaces: lower goes first */
+	uint32_t valid;	     /* KVMM_LIMIT_SET_* */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_limit_req, 56);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_limit_req, ns, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_limit_req, max_frames, 32);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_limit_req, low_frames, 40);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_limit_req, priority, 48);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_limit_req, valid, 52);
+
+#define KVMM_DROP_F_DEVICE (1U << 0) /* drop clean, unmapped cached pages from the pool */
+#define KVMM_DROP_F_SWAP (1U << 1)   /* and cached copies held only in swap tiers */
+
+struct kvmm_drop_caches_req {
+	uint32_t flags; /* KVMM_DROP_F_*, at least one */
+	uint32_t reserved;
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_drop_caches_req, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_drop_caches_req, flags, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_drop_caches_req, reserved, 4);
+
+#define KVMM_RECLAIM_F_NOSWAP (1U << 0) /* drop or demote cache only; swap nothing out */
+
+struct kvmm_reclaim_req {
+	uint64_t nr_frames; /* frames to free */
+	uint32_t flags;	    /* KVMM_RECLAIM_F_* */
+	uint32_t reserved;
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_reclaim_req, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_reclaim_req, nr_frames, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_reclaim_req, flags, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_reclaim_req, reserved, 12);
+
+/* Reply to RECLAIM and DROP_CACHES. */
+struct kvmm_reclaim_rep {
+	uint64_t nr_frames; /* frames freed */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_reclaim_rep, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_reclaim_rep, nr_frames, 0);
+
+/* SWAPON adds a swap tier: host memory (path empty) or a file on NVMe. */
+struct kvmm_swapon_req {
+	uint32_t tier;	  /* 1..KVMM_SWAP_TIER_MAX */
+	int32_t priority; /* higher is used first */
+	uint64_t size;	  /* bytes, a multiple of page_size */
+	char path[KVMM_PATH_LEN];
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_swapon_req, 272);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapon_req, tier, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapon_req, priority, 4);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapon_req, size, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapon_req, path, 16);
+
+/* SWAPOFF brings a tier's pages back (or drops clean cached ones) and removes it. */
+struct kvmm_swapoff_req {
+	uint32_t tier;
+	uint32_t reserved;
+	char path[KVMM_PATH_LEN]; /* must match SWAPON's, empty for host */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_swapoff_req, 264);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapoff_req, tier, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapoff_req, reserved, 4);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapoff_req, path, 8);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVMM_UAPI_KVMM_H */

@@ -1,0 +1,506 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvmm/mm.h - the core memory model shared by every file of the VM subsystem.
+ *
+ * A pool is an array of fixed-size frames provided by a backend (host memory, later CUDA).
+ * Each frame has one struct kvmm_page of metadata (64 bytes, asserted).  A frame is in
+ * exactly one state at a time:
+ *
+ *   FREE      in the buddy allocator (only the head frame of a free block carries the order)
+ *   MAGAZINE  pre-taken from the buddy by an owner (client) so it can allocate without a
+ *             round trip; not charged to any namespace
+ *   MAPPED    referenced by refcount >= 1 page-table entries of sequences; charged to its
+ *             namespace as "used"
+ *   CACHED    refcount == 0, sealed, indexed in the page cache and on an LRU list; charged
+ *             to its namespace as "cached"; reclaimable
+ *
+ * A sealed page that is MAPPED is also indexed in the page cache (it can be hit) but is
+ * not on an LRU list.  When its last mapper goes away it becomes CACHED and joins the
+ * inactive list, keeping its REFERENCED bit for a second chance (or the active list if it
+ * was promoted, KVMM_PG_ACTIVE).  An unsealed page whose last mapper goes away is freed.
+ *
+ * Locking: the core is not internally locked.  All calls on one pool (and everything
+ * reachable from it: namespaces, address spaces, sequences, magazines) must be serialised
+ * by the caller, normally by holding pool->lock.  kvmmd's event loop holds it around each
+ * request; tests and benchmarks are single-threaded.
+ */
+#ifndef KVMM_MM_H
+#define KVMM_MM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+
+#include "list.h"
+#include "uapi/kvmm.h"
+
+struct kvmm_pool;
+struct kvmm_ns;
+
+/* ---- frame metadata ------------------------------------------------------------------ */
+
+enum kvmm_page_state {
+	KVMM_PAGE_FREE,
+	KVMM_PAGE_MAGAZINE,
+	KVMM_PAGE_MAPPED,
+	KVMM_PAGE_CACHED,
+	KVMM_PAGE_STATE_COUNT,
+};
+
+const char *kvmm_page_state_name(enum kvmm_page_state s);
+
+/* flag bits of struct kvmm_page.flags */
+enum {
+	KVMM_PG_ACTIVE = 1u << 0,     /* on the active LRU list (else inactive, if on one) */
+	KVMM_PG_REFERENCED = 1u << 1, /* hit since it last moved on the LRU (second chance) */
+	KVMM_PG_DIRTY = 1u << 2,      /* unsealed: still being written by its sequence */
+	KVMM_PG_SEALED = 1u << 3,     /* full and immutable, indexed in the page cache */
+	KVMM_PG_LRU = 1u << 4,        /* on an LRU list */
+	KVMM_PG_BUDDY_HEAD = 1u << 5, /* head frame of a free buddy block (order valid) */
+	KVMM_PG_POISONED = 1u << 6,   /* backend reported an error: never hand out */
+	KVMM_PG_LOCKED = 1u << 7,     /* I/O in flight (swap, later) */
+};
+
+struct kvmm_cache_ent; /* page-cache side record of a sealed page (pagecache.c) */
+
+struct kvmm_page {
+	struct list_head lru;         /* buddy free list, magazine list or LRU list */
+	uint32_t refcount;            /* number of PTEs mapping this frame */
+	uint32_t pincount;            /* pins by engines for the running step */
+	uint32_t flags;               /* KVMM_PG_* */
+	uint8_t state;                /* enum kvmm_page_state */
+	uint8_t order;                /* buddy order, valid with KVMM_PG_BUDDY_HEAD */
+	uint16_t ns_id;               /* namespace charged for this frame (0 = none) */
+	uint32_t owner;               /* magazine owner while MAGAZINE */
+	uint32_t ntokens;             /* tokens written in this page */
+	struct kvmm_cache_ent *cache; /* page-cache record while SEALED, else NULL */
+	uint64_t swap;                /* swap entry (swap issue), 0 = none */
+	uint16_t data_ns;             /* ns whose data it may hold (KVMM_NS_CLEAN: none) */
+	uint16_t spare16;
+	uint32_t spare;
+};
+
+_Static_assert(sizeof(struct kvmm_page) <= 64, "struct kvmm_page must fit in 64 bytes");
+
+/* ---- backends ------------------------------------------------------------------------ */
+
+/*
+ * One pool's instance of a backend.  (Not "struct kvmm_backend": that tag is the uapi enum
+ * of backend kinds reported in HELLO, and C shares one tag namespace.)
+ */
+struct kvmm_backend_ctx;
+
+/*
+ * Where frames physically live.  The core never knows a backend by name; it calls through
+ * this table.  Frame n lies at byte offset n * page_size of the backend's memory.  init and
+ * fini are required; copy and scrub may be NULL when the memory needs neither.
+ */
+struct kvmm_backend_ops {
+	const char *name;
+	/* Provide nframes * page_size bytes. Returns 0 or -errno. */
+	int (*init)(struct kvmm_backend_ctx *be, uint64_t page_size, uint32_t nframes);
+	void (*fini)(struct kvmm_backend_ctx *be);
+	/* Host-visible address of a frame, or NULL when the memory is not host-mapped. */
+	void *(*frame_addr)(struct kvmm_backend_ctx *be, uint32_t frame);
+	/* Copy @bytes from frame @src to frame @dst (copy-on-write). 0 or -errno. */
+	int (*copy)(struct kvmm_backend_ctx *be, uint32_t dst, uint32_t src, uint64_t bytes);
+	/* Zero a frame (scrub before it changes namespace). 0 or -errno. */
+	int (*scrub)(struct kvmm_backend_ctx *be, uint32_t frame);
+};
+
+struct kvmm_backend_ctx {
+	const struct kvmm_backend_ops *ops;
+	uint64_t page_size;
+	uint32_t nframes;
+	void *priv;
+};
+
+/* The plain anonymous-mmap backend used by tests and benchmarks. */
+extern const struct kvmm_backend_ops kvmm_mmap_backend_ops;
+
+/* ---- pool ---------------------------------------------------------------------------- */
+
+#define KVMM_MAX_ORDER 11 /* orders 0 .. KVMM_MAX_ORDER - 1 */
+#define KVMM_MAX_NS 64    /* namespace ids 1 .. KVMM_MAX_NS - 1 */
+#define KVMM_NS_CLEAN 0xffff /* struct kvmm_page.data_ns of a frame holding no one's data */
+/* frames per pool: numbers 0 .. KVMM_FRAME_MAX, so KVMM_FRAME_NONE is never a real one */
+#define KVMM_MAX_FRAMES ((uint32_t)KVMM_FRAME_MAX + 1)
+
+/* event counters (vmstat); every counter an admin may ask about */
+enum kvmm_stat {
+	KVMM_STAT_ALLOC,          /* frames allocated to sequences */
+	KVMM_STAT_FREE,           /* frames freed back */
+	KVMM_STAT_BUDDY_ALLOC,    /* blocks taken from the buddy allocator */
+	KVMM_STAT_BUDDY_FREE,     /* blocks returned to the buddy allocator */
+	KVMM_STAT_BUDDY_SPLIT,    /* buddy splits */
+	KVMM_STAT_BUDDY_MERGE,    /* buddy merges */
+	KVMM_STAT_MAG_HIT,        /* allocations served by a magazine */
+	KVMM_STAT_MAG_REFILL,     /* magazine refills (batches) */
+	KVMM_STAT_MAG_DRAIN,      /* magazine drains (batches) */
+	KVMM_STAT_ALLOC_FAIL,     /* allocations that returned -ENOMEM */
+	KVMM_STAT_COW,            /* copy-on-write copies */
+	KVMM_STAT_SEAL,           /* pages sealed into the page cache */
+	KVMM_STAT_CACHE_HIT,      /* lookup blocks found */
+	KVMM_STAT_CACHE_MISS,     /* lookup stopped at a missing block */
+	KVMM_STAT_CACHE_COLLIDE,  /* hash matched but content did not (rejected) */
+	KVMM_STAT_PGSCAN,         /* LRU pages scanned by reclaim */
+	KVMM_STAT_PGSTEAL,        /* pages reclaimed */
+	KVMM_STAT_PGACTIVATE,     /* inactive -> active promotions */
+	KVMM_STAT_PGDEACTIVATE,   /* active -> inactive demotions */
+	KVMM_STAT_DIRECT_RECLAIM, /* allocations that reclaimed directly (under min) */
+	KVMM_STAT_NS_LIMIT_HIT,   /* allocations that hit a namespace limit */
+	KVMM_STAT_SCRUB,          /* frames zeroed because they changed namespace */
+	KVMM_STAT_COUNT,
+};
+
+const char *kvmm_stat_name(enum kvmm_stat s);
+
+struct kvmm_pool_params {
+	uint64_t page_size; /* bytes, power of two, >= 4096 */
+	uint32_t nframes;   /* > 0, <= KVMM_MAX_FRAMES */
+	/*
+	 * Watermarks in frames, min <= low <= high < nframes.  0,0,0 = defaults: 1%, 2%, 3% of
+	 * nframes, but at least 0, 1, 2 and then clipped to high <= nframes - 1 for tiny pools.
+	 */
+	uint32_t wmark_min;
+	uint32_t wmark_low;
+	uint32_t wmark_high;
+	const struct kvmm_backend_ops *backend; /* NULL = kvmm_mmap_backend_ops */
+};
+
+struct kvmm_lru {
+	struct list_head active;
+	struct list_head inactive;
+	uint32_t nr_active;
+	uint32_t nr_inactive;
+};
+
+struct kvmm_pool {
+	pthread_mutex_t lock; /* serialises every call on this pool (see top comment) */
+	struct kvmm_backend_ctx be;
+	uint64_t page_size;
+	uint32_t nframes;
+	struct kvmm_page *pages; /* nframes entries */
+
+	/* buddy allocator */
+	struct list_head free_area[KVMM_MAX_ORDER];
+	uint32_t nr_free_blocks[KVMM_MAX_ORDER];
+	uint32_t nr_free; /* frames in the buddy */
+	struct list_head mags; /* magazines holding frames (struct kvmm_magazine.node) */
+
+	uint32_t nr_state[KVMM_PAGE_STATE_COUNT]; /* frames per state */
+	uint32_t wmark_min, wmark_low, wmark_high;
+
+	struct kvmm_lru lru;
+	struct kvmm_pagecache *pagecache; /* pagecache.c */
+	struct kvmm_ns *ns[KVMM_MAX_NS];  /* by id; [0] unused */
+	struct list_head aspaces;         /* every struct kvmm_aspace (invariant checks) */
+	uint64_t next_id;                 /* ids of address spaces and sequences (pgtable.c) */
+
+	uint64_t stat[KVMM_STAT_COUNT];
+};
+
+int kvmm_pool_create(const struct kvmm_pool_params *params, struct kvmm_pool **out);
+void kvmm_pool_destroy(struct kvmm_pool *pool);
+
+static inline uint32_t kvmm_page_to_frame(const struct kvmm_pool *pool, const struct kvmm_page *pg)
+{
+	return (uint32_t)(pg - pool->pages);
+}
+
+static inline struct kvmm_page *kvmm_frame_to_page(struct kvmm_pool *pool, uint32_t frame)
+{
+	return &pool->pages[frame];
+}
+
+void *kvmm_frame_addr(struct kvmm_pool *pool, uint32_t frame);
+
+/* Frames free for allocation: in the buddy plus in magazines. */
+uint32_t kvmm_pool_nr_free(const struct kvmm_pool *pool);
+
+/* ---- buddy allocator (page_alloc.c) --------------------------------------------------- */
+
+/*
+ * Take a block of 2^order frames (order < KVMM_MAX_ORDER) from the buddy, bypassing
+ * watermarks, namespaces and magazines: every frame of it is MAPPED, refcount 0, uncharged
+ * (ns_id 0), flags 0, not scrubbed, and marked KVMM_NS_DEAD so that it is scrubbed before
+ * kvmm_alloc_page() hands it to anyone.  NULL with errno = ENOMEM when no block is large
+ * enough (EINVAL for a bad order).
+ */
+struct kvmm_page *kvmm_buddy_alloc(struct kvmm_pool *pool, unsigned int order);
+/*
+ * Return a block of 2^order frames (head @pg, aligned to 2^order) to the buddy, merging with
+ * free buddies.  The frames may be in any state but FREE; their counts move to FREE.
+ */
+void kvmm_buddy_free(struct kvmm_pool *pool, struct kvmm_page *pg, unsigned int order);
+
+/*
+ * buddyinfo-style report of free blocks per order, two lines, each a label padded to 6
+ * characters and one right-aligned 7-wide column per order 0 .. KVMM_MAX_ORDER - 1:
+ *
+ *   Order:       0       1 ...      10\n
+ *   Free:       12       3 ...       1\n
+ *
+ * Returns the length written (without the NUL), -EINVAL on bad arguments or -ENOSPC when
+ * @len < KVMM_BUDDYINFO_SIZE would truncate it.
+ */
+#define KVMM_BUDDYINFO_SIZE 256
+int kvmm_buddyinfo(const struct kvmm_pool *pool, char *buf, size_t len);
+
+/* ---- magazines (page_alloc.c) --------------------------------------------------------- */
+
+/*
+ * A per-owner stash of free frames (state MAGAZINE, uncharged) so that the common
+ * allocation and free are a list pop and push.  An empty magazine refills @batch frames from
+ * the buddy; a free into a full one first drains the @batch coldest frames back.  While it
+ * holds frames it is on pool->mags, so an allocation that finds nothing else free can take
+ * back the frames other magazines hoard; an empty magazine is not referenced by the pool
+ * and may simply be forgotten (after kvmm_magazine_drain_all()).
+ */
+struct kvmm_magazine {
+	struct list_head frames; /* struct kvmm_page.lru, state MAGAZINE, hottest first */
+	struct list_head node;   /* in pool->mags while count > 0 */
+	uint32_t count;
+	uint32_t capacity; /* frames held at most; a full one drains to capacity - batch */
+	uint32_t batch;    /* frames moved per refill or drain, 1 <= batch <= capacity */
+	uint32_t owner;
+	struct kvmm_pool *pool;
+};
+
+#define KVMM_MAG_DEFAULT_CAPACITY 64
+#define KVMM_MAG_DEFAULT_BATCH 16
+
+/* capacity = batch = 0 picks the defaults above.  0 or -EINVAL (batch 0 or > capacity). */
+int kvmm_magazine_init(struct kvmm_pool *pool, struct kvmm_magazine *mag, uint32_t owner,
+		       uint32_t capacity, uint32_t batch);
+/* Return every frame to the buddy (one MAG_DRAIN event if it held any). */
+void kvmm_magazine_drain_all(struct kvmm_magazine *mag);
+
+/*
+ * Allocate one order-0 frame for namespace @ns (charged as used, state MAPPED with
+ * refcount 0 - the caller installs it in a PTE and takes the reference), through @mag when
+ * non-NULL.  @ns NULL allocates uncharged (ns_id 0).  Enforces the namespace limit
+ * (used + cached + 1 > limit: kvmm_reclaim(pool, ns, excess) first, then -ENOMEM) and the
+ * min watermark (taking a frame would leave kvmm_pool_nr_free() < wmark_min: direct
+ * kvmm_reclaim(pool, NULL, n) of at most KVMM_RECLAIM_BATCH pages, then proceed; min is a
+ * reserve hint and only an empty pool fails).  A frame last written by another namespace is
+ * scrubbed through the backend first.  The page comes back with flags DIRTY, ntokens 0.
+ * Returns the page or NULL with errno = ENOMEM (or EIO when the scrub failed).
+ */
+#define KVMM_RECLAIM_BATCH 32
+struct kvmm_page *kvmm_alloc_page(struct kvmm_pool *pool, struct kvmm_ns *ns,
+				  struct kvmm_magazine *mag);
+/*
+ * Free an order-0 frame that has no mapper: refcount 0, pincount 0, not SEALED, not on an
+ * LRU list, cache NULL (an evicted page has been taken out of the page cache and the LRU
+ * first).  Uncharges its namespace by state: MAPPED -> ns->used--, CACHED -> ns->cached--.
+ * Clears the metadata and returns the frame to @mag when non-NULL, else to the buddy.
+ * Anything else is a bug (KVMM_BUG_ON).
+ */
+void kvmm_free_page(struct kvmm_pool *pool, struct kvmm_page *pg, struct kvmm_magazine *mag);
+
+/* Take / drop a mapping reference.  Dropping the last one caches a sealed page or frees. */
+void kvmm_page_get(struct kvmm_pool *pool, struct kvmm_page *pg);
+void kvmm_page_put(struct kvmm_pool *pool, struct kvmm_page *pg, struct kvmm_magazine *mag);
+
+/* ---- formats (format.c) --------------------------------------------------------------- */
+
+/*
+ * Page layout (Documentation/mm/format.md): for each layer, the K slab then the V slab; a
+ * slab holds tokens_per_page rows of [head][dim] elements.  For int8 a slab's data is padded
+ * to KVMM_FMT_SCALE_BYTES and followed by its scales: one fp32 per (token, head, group).
+ */
+#define KVMM_FMT_SCALE_BYTES 4u	       /* int8 scales are fp32 */
+#define KVMM_FMT_BAD_OFFSET UINT64_MAX /* kvmm_fmt_*offset() of an out-of-range slot */
+
+struct kvmm_fmt {
+	uint32_t layers;
+	uint32_t kv_heads;
+	uint32_t head_dim;
+	uint32_t dtype;	      /* enum kvmm_dtype from uapi */
+	uint32_t group_size;  /* int8: elements per scale group (divides head_dim); else 0 */
+	uint64_t token_bytes; /* bytes of one token over all layers, K and V, incl. scales */
+	uint32_t tokens_per_page;
+	uint64_t page_size;
+	/* derived by kvmm_fmt_init(), read by the offset helpers */
+	uint64_t slab_bytes;	  /* one (layer, K|V) slab: data, padding, scales */
+	uint64_t row_bytes;	  /* one token's [head][dim] data inside a slab */
+	uint64_t scale_off;	  /* int8: offset of the scales inside a slab, else 0 */
+	uint64_t scale_row_bytes; /* int8: one token's [head][group] scales, else 0 */
+	uint32_t elem_bytes;	  /* bytes per element of dtype */
+};
+
+/* kvmm_dtype_size() and kvmm_dtype_name() come from uapi/kvmm.h. */
+
+/*
+ * Validate and derive; -EINVAL on a NULL fmt, zero sizes, bad dtype, group_size 0 for int8,
+ * not dividing head_dim or non-zero for another dtype, a token larger than a page, overflow
+ * (incl. more than UINT32_MAX tokens per page).  *fmt is left untouched on error.
+ */
+int kvmm_fmt_init(struct kvmm_fmt *fmt, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
+		  uint32_t dtype, uint32_t group_size, uint64_t page_size);
+/*
+ * Byte offset of (layer, K=0/V=1, token) inside a page: layout [layer][K|V][token][head][dim].
+ * The row there is fmt->row_bytes long.  KVMM_FMT_BAD_OFFSET when out of range.
+ */
+uint64_t kvmm_fmt_offset(const struct kvmm_fmt *fmt, uint32_t layer, uint32_t kv, uint32_t token);
+/*
+ * int8: byte offset of the fp32 scales of (layer, kv, token), [head][group], fmt->scale_row_bytes
+ * long.  KVMM_FMT_BAD_OFFSET when out of range or the format has no scales.
+ */
+uint64_t kvmm_fmt_scale_offset(const struct kvmm_fmt *fmt, uint32_t layer, uint32_t kv,
+			       uint32_t token);
+/* A 64-bit identity of the format (incl. page size), mixed into cache keys; stable across builds. */
+uint64_t kvmm_fmt_id(const struct kvmm_fmt *fmt);
+
+/* ---- namespaces (ns.c) ---------------------------------------------------------------- */
+
+struct kvmm_ns {
+	uint16_t id;
+	char name[32];
+	uint64_t secret[2]; /* keys the page-cache hash: nothing crosses namespaces */
+	uint32_t used;      /* MAPPED frames charged */
+	uint32_t cached;    /* CACHED frames charged */
+	uint32_t limit;     /* frames; 0 = unlimited */
+	int priority;
+	struct kvmm_pool *pool;
+	uint64_t hash_seed; /* XXH3 seed derived from secret (ns.c), cached for lookups */
+};
+
+/* struct kvmm_page.data_ns of frames whose namespace was destroyed: scrub before any reuse */
+#define KVMM_NS_DEAD KVMM_MAX_NS
+
+/* Create namespace @name (unique), limit in frames (0 = none). */
+int kvmm_ns_create(struct kvmm_pool *pool, const char *name, uint32_t limit, int priority,
+		   struct kvmm_ns **out);
+struct kvmm_ns *kvmm_ns_find(struct kvmm_pool *pool, const char *name);
+/*
+ * Destroy.  Drops the namespace's cached pages first; -EBUSY while a frame is still mapped
+ * for it (used) or an address space still belongs to it.
+ */
+int kvmm_ns_destroy(struct kvmm_ns *ns);
+/* Set the limit (0 = none); cached pages over a lower limit are reclaimed at once. */
+int kvmm_ns_set_limit(struct kvmm_ns *ns, uint32_t limit);
+/* Pool teardown: free every namespace without looking at charges (kvmm_mm_release()). */
+void kvmm_ns_destroy_all(struct kvmm_pool *pool);
+
+/* ---- address spaces and sequences (pgtable.c) ------------------------------------------ */
+
+struct kvmm_aspace {
+	struct kvmm_pool *pool;
+	struct kvmm_ns *ns;
+	struct kvmm_fmt fmt;
+	struct kvmm_magazine *mag; /* may be NULL */
+	struct list_head seqs;
+	struct list_head node; /* in pool->aspaces */
+	uint32_t id;
+	uint32_t nr_seqs;
+	uint64_t fmt_id; /* kvmm_fmt_id(&fmt), computed once: mixed into every cache key */
+};
+
+struct kvmm_seq {
+	struct list_head node; /* in aspace->seqs */
+	struct kvmm_aspace *as;
+	uint64_t id;
+	uint64_t ntokens;
+	uint32_t nblocks;  /* blocks covered by ntokens */
+	uint32_t nsealed;  /* leading blocks sealed */
+	uint32_t cap;      /* capacity of pte[] and (in blocks) of tokens[] */
+	uint64_t *pte;     /* uapi PTE encoding per logical block */
+	uint32_t *tokens;  /* token ids, cap * tokens_per_page */
+	int priority;
+};
+
+int kvmm_aspace_create(struct kvmm_pool *pool, struct kvmm_ns *ns, const struct kvmm_fmt *fmt,
+		       struct kvmm_magazine *mag, struct kvmm_aspace **out);
+/* Frees every sequence left. */
+void kvmm_aspace_destroy(struct kvmm_aspace *as);
+
+int kvmm_seq_create(struct kvmm_aspace *as, struct kvmm_seq **out);
+/* Append n tokens (ids may be NULL = zeros); allocates pages as needed; COW on shared tail. */
+int kvmm_seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_ids);
+int kvmm_seq_truncate(struct kvmm_seq *seq, uint64_t ntokens);
+int kvmm_seq_fork(struct kvmm_seq *src, struct kvmm_seq **out);
+void kvmm_seq_free(struct kvmm_seq *seq);
+/* Seal every full, unsealed block; inserts them in the page cache. Returns number sealed. */
+int kvmm_seq_seal(struct kvmm_seq *seq);
+/* Frame of block i, or KVMM_FRAME_NONE. */
+uint32_t kvmm_seq_frame(const struct kvmm_seq *seq, uint32_t block);
+/* Make room for @nblocks blocks in the page table and token array. 0 or -ENOMEM/-EINVAL. */
+int kvmm_seq_reserve(struct kvmm_seq *seq, uint32_t nblocks);
+/*
+ * The PTE this sequence should hold for @pg: present, SEALED when @sealed (the block is
+ * sealed in this sequence), else DIRTY and WRITABLE when the page is exclusive or SHARED
+ * when it is not.
+ */
+uint64_t kvmm_seq_mk_pte(struct kvmm_pool *pool, const struct kvmm_page *pg, bool sealed);
+/*
+ * Pool teardown, called by kvmm_pool_destroy() before the frames go (and safe to call more
+ * than once): destroys every address space left, the page cache and the namespaces.
+ */
+void kvmm_mm_release(struct kvmm_pool *pool);
+
+/* ---- page cache (pagecache.c) ---------------------------------------------------------- */
+
+/*
+ * Map the longest cached prefix of @tokens (n tokens) into the empty sequence @seq: every
+ * full block that hits is mapped (refcount + 1) and its token ids verified.  Returns the
+ * number of tokens now in @seq (a multiple of tokens_per_page) or -errno.
+ */
+int kvmm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t n);
+
+/*
+ * The content key of one block: XXH3-64 seeded with ns->hash_seed over (parent key, format
+ * id, the namespace's 128-bit secret, the block's token ids).  The parent key of a first
+ * block is 0.  Exported for the benchmark's "hashing alone" baseline and for tests.
+ */
+uint64_t kvmm_cache_key(const struct kvmm_ns *ns, uint64_t parent_key, uint64_t fmt_id,
+			const uint32_t *tokens, uint32_t n);
+typedef uint64_t (*kvmm_cache_hash_fn)(const struct kvmm_ns *ns, uint64_t parent_key,
+				       uint64_t fmt_id, const uint32_t *tokens, uint32_t n);
+/*
+ * Test hook: compute keys with @fn instead of kvmm_cache_key (NULL restores it), e.g. a
+ * constant to force collisions.  -EBUSY while the cache holds entries (their keys would go
+ * stale), -ENOMEM.
+ */
+int kvmm_pagecache_set_hash_fn(struct kvmm_pool *pool, kvmm_cache_hash_fn fn);
+/*
+ * Seal block @block of @seq (full, all earlier blocks sealed): index its page under its
+ * content key, or, when a verified identical block is already cached, map that page instead
+ * and drop this one (deduplication).  0 or -ENOMEM (nothing changed).
+ */
+int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block);
+/* Take an evicted page's entry out of the cache and free it (clears SEALED and pg->cache). */
+void kvmm_pagecache_remove(struct kvmm_pool *pool, struct kvmm_page *pg);
+/* Entries in the cache (one per sealed page). */
+uint32_t kvmm_pagecache_count(const struct kvmm_pool *pool);
+/* Consistency of the cache with the frames (for kvmm_check_invariants). 0 or -EUCLEAN. */
+int kvmm_pagecache_check(struct kvmm_pool *pool, char *why, size_t whylen);
+/* Free every entry and the table; the pages keep their state (pool teardown only). */
+void kvmm_pagecache_destroy(struct kvmm_pool *pool);
+
+/* ---- LRU and reclaim (vmscan.c) -------------------------------------------------------- */
+
+/*
+ * Evict up to n cached pages from the inactive tail (ns == NULL: any namespace's), giving
+ * REFERENCED pages a second chance on the active list and refilling the inactive list from
+ * the active tail when it runs short.  Returns the number evicted (0: nothing reclaimable).
+ */
+uint32_t kvmm_reclaim(struct kvmm_pool *pool, struct kvmm_ns *ns, uint32_t n);
+/* Put a CACHED page on the LRU: the active list when it has KVMM_PG_ACTIVE, else inactive. */
+void kvmm_lru_add(struct kvmm_pool *pool, struct kvmm_page *pg);
+/* Take a page off its LRU list. */
+void kvmm_lru_del(struct kvmm_pool *pool, struct kvmm_page *pg);
+/*
+ * A sealed page was reused (lookup hit or deduplicated seal): the first reuse sets
+ * REFERENCED, a second one while still REFERENCED promotes it (ACTIVE).
+ */
+void kvmm_mark_page_accessed(struct kvmm_pool *pool, struct kvmm_page *pg);
+
+/* ---- invariants (debug.c) --------------------------------------------------------------- */
+
+/* Check every frame is in exactly one state, refcounts, counters. 0 or -EUCLEAN w/ message. */
+int kvmm_check_invariants(struct kvmm_pool *pool, char *why, size_t whylen);
+
+#endif /* KVMM_MM_H */

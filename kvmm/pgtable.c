@@ -1,0 +1,469 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/pgtable.c - address spaces, sequences and their page tables.
+ *
+ * An address space (one per attached client, like an mm_struct) belongs to one namespace and
+ * one format, and owns sequences (like VMAs): growing token ranges whose page table maps
+ * logical block i (tokens [i * tpp, (i + 1) * tpp)) to a uapi PTE.  A sequence also keeps the
+ * token ids it holds, because sealing a block keys the page cache by them.  Pages are
+ * reference counted by the PTEs that map them: append allocates a page per new block and
+ * copies on write when the block to write into is shared (after fork) or sealed (after a
+ * truncate into it); fork shares every page; truncate and free drop references, tail first.
+ * kvmm_page_get()/kvmm_page_put() also live here: they move a sealed page between MAPPED
+ * (charged as used) and CACHED (charged as cached, on the LRU).
+ *
+ * Errors leave a sequence as it was: append reserves its arrays and allocates every page it
+ * needs (COW copy included) before it changes any PTE, and gives the pages back on failure.
+ * Locking: the caller holds the pool lock (mm.h).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler.h"
+#include "list.h"
+#include "kvmm/mm.h"
+
+/* ---- page references ------------------------------------------------------------------ */
+
+static inline struct kvmm_ns *page_ns(struct kvmm_pool *pool, const struct kvmm_page *pg)
+{
+	return pg->ns_id ? pool->ns[pg->ns_id] : NULL;
+}
+
+void kvmm_page_get(struct kvmm_pool *pool, struct kvmm_page *pg)
+{
+	if (pg->state == KVMM_PAGE_CACHED) {
+		struct kvmm_ns *ns = page_ns(pool, pg);
+
+		/* a cache hit on an unmapped page: off the LRU, its charge goes back to used */
+		kvmm_lru_del(pool, pg);
+		pool->nr_state[KVMM_PAGE_CACHED]--;
+		pool->nr_state[KVMM_PAGE_MAPPED]++;
+		pg->state = KVMM_PAGE_MAPPED;
+		if (ns) {
+			ns->cached--;
+			ns->used++;
+		}
+	}
+	KVMM_BUG_ON(pg->state != KVMM_PAGE_MAPPED);
+	pg->refcount++;
+}
+
+void kvmm_page_put(struct kvmm_pool *pool, struct kvmm_page *pg, struct kvmm_magazine *mag)
+{
+	struct kvmm_ns *ns;
+
+	KVMM_BUG_ON(pg->state != KVMM_PAGE_MAPPED || !pg->refcount);
+	if (--pg->refcount)
+		return;
+	if (!(pg->flags & KVMM_PG_SEALED)) {
+		kvmm_free_page(pool, pg, mag);
+		return;
+	}
+	/* sealed: stays findable in the page cache, now reclaimable */
+	ns = page_ns(pool, pg);
+	pool->nr_state[KVMM_PAGE_MAPPED]--;
+	pool->nr_state[KVMM_PAGE_CACHED]++;
+	pg->state = KVMM_PAGE_CACHED;
+	if (ns) {
+		ns->used--;
+		ns->cached++;
+	}
+	kvmm_lru_add(pool, pg);
+}
+
+/* ---- address spaces ------------------------------------------------------------------- */
+
+int kvmm_aspace_create(struct kvmm_pool *pool, struct kvmm_ns *ns, const struct kvmm_fmt *fmt,
+		       struct kvmm_magazine *mag, struct kvmm_aspace **out)
+{
+	struct kvmm_aspace *as;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!pool || !ns || !fmt || ns->id == 0 || ns->id >= KVMM_MAX_NS ||
+	    pool->ns[ns->id] != ns || !fmt->tokens_per_page || fmt->page_size != pool->page_size ||
+	    (mag && mag->pool != pool))
+		return -EINVAL;
+
+	as = calloc(1, sizeof(*as));
+	if (!as)
+		return -ENOMEM;
+	as->pool = pool;
+	as->ns = ns;
+	as->fmt = *fmt;
+	as->fmt_id = kvmm_fmt_id(fmt);
+	as->mag = mag;
+	INIT_LIST_HEAD(&as->seqs);
+	as->id = (uint32_t)++pool->next_id;
+	list_add_tail(&as->node, &pool->aspaces);
+	*out = as;
+	return 0;
+}
+
+void kvmm_aspace_destroy(struct kvmm_aspace *as)
+{
+	struct kvmm_seq *seq, *tmp;
+
+	if (!as)
+		return;
+	list_for_each_entry_safe (seq, tmp, &as->seqs, node)
+		kvmm_seq_free(seq);
+	list_del(&as->node);
+	free(as);
+}
+
+void kvmm_mm_release(struct kvmm_pool *pool)
+{
+	struct kvmm_aspace *as, *tmp;
+
+	if (!pool)
+		return;
+	list_for_each_entry_safe (as, tmp, &pool->aspaces, node)
+		kvmm_aspace_destroy(as);
+	kvmm_pagecache_destroy(pool);
+	kvmm_ns_destroy_all(pool);
+}
+
+/* ---- sequences ------------------------------------------------------------------------ */
+
+static inline uint32_t seq_tpp(const struct kvmm_seq *seq)
+{
+	return seq->as->fmt.tokens_per_page;
+}
+
+static inline struct kvmm_page *seq_page(const struct kvmm_seq *seq, uint32_t block)
+{
+	uint32_t frame = kvmm_pte_frame(seq->pte[block]);
+
+	KVMM_BUG_ON(frame >= seq->as->pool->nframes);
+	return &seq->as->pool->pages[frame];
+}
+
+uint64_t kvmm_seq_mk_pte(struct kvmm_pool *pool, const struct kvmm_page *pg, bool sealed)
+{
+	uint64_t flags;
+
+	if (sealed)
+		flags = KVMM_PTE_SEALED;
+	else if (pg->flags & KVMM_PG_SEALED)
+		flags = 0; /* sealed by a sibling, not yet in this sequence: read-only */
+	else
+		flags = KVMM_PTE_DIRTY;
+	/* WRITABLE only when no one else can see the page; else the client must ask first */
+	if (pg->refcount > 1)
+		flags |= KVMM_PTE_SHARED;
+	else if (!(pg->flags & KVMM_PG_SEALED))
+		flags |= KVMM_PTE_WRITABLE;
+	return kvmm_pte_mk_present(kvmm_page_to_frame(pool, pg), flags);
+}
+
+uint32_t kvmm_seq_frame(const struct kvmm_seq *seq, uint32_t block)
+{
+	if (!seq || block >= seq->nblocks)
+		return KVMM_FRAME_NONE;
+	return kvmm_pte_frame(seq->pte[block]);
+}
+
+/*
+ * Grow pte[] and tokens[] to hold @nblocks blocks (doubling, so appends are amortised O(1)).
+ * Growing changes nothing a reader can see, so a failure half way (pte[] grown, tokens[]
+ * not) leaves a valid sequence; cap only moves once both arrays are large enough.
+ */
+int kvmm_seq_reserve(struct kvmm_seq *seq, uint32_t nblocks)
+{
+	uint32_t tpp = seq_tpp(seq);
+	uint64_t *pte;
+	uint32_t *tokens;
+	uint32_t cap, i;
+	size_t bytes;
+
+	if (nblocks <= seq->cap)
+		return 0;
+	cap = seq->cap ? seq->cap : 4;
+	while (cap < nblocks)
+		cap = cap > UINT32_MAX / 2 ? UINT32_MAX : cap * 2;
+
+	pte = realloc(seq->pte, array_size(cap, sizeof(*pte)));
+	if (!pte)
+		return -ENOMEM;
+	seq->pte = pte;
+	for (i = seq->cap; i < cap; i++)
+		pte[i] = kvmm_pte_none();
+
+	bytes = array_size(array_size(cap, tpp), sizeof(*tokens));
+	if (bytes == SIZE_MAX)
+		return -EINVAL;
+	tokens = realloc(seq->tokens, bytes);
+	if (!tokens)
+		return -ENOMEM;
+	seq->tokens = tokens;
+	seq->cap = cap;
+	return 0;
+}
+
+static struct kvmm_seq *seq_alloc(struct kvmm_aspace *as)
+{
+	struct kvmm_seq *seq = calloc(1, sizeof(*seq));
+
+	if (!seq)
+		return NULL;
+	seq->as = as;
+	seq->id = ++as->pool->next_id;
+	return seq;
+}
+
+static void seq_link(struct kvmm_seq *seq)
+{
+	list_add_tail(&seq->node, &seq->as->seqs);
+	seq->as->nr_seqs++;
+}
+
+int kvmm_seq_create(struct kvmm_aspace *as, struct kvmm_seq **out)
+{
+	struct kvmm_seq *seq;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!as)
+		return -EINVAL;
+	seq = seq_alloc(as);
+	if (!seq)
+		return -ENOMEM;
+	seq_link(seq);
+	*out = seq;
+	return 0;
+}
+
+/*
+ * Drop the references of blocks [from, nblocks), last block first: pages that become CACHED
+ * join the LRU head in that order, so a prefix's first blocks (which every longer prompt
+ * needs, and without which its later blocks are unreachable) are the last to be reclaimed.
+ */
+static void seq_drop_blocks(struct kvmm_seq *seq, uint32_t from)
+{
+	struct kvmm_pool *pool = seq->as->pool;
+	uint32_t b;
+
+	for (b = seq->nblocks; b-- > from;) {
+		if (kvmm_pte_is_present(seq->pte[b]))
+			kvmm_page_put(pool, seq_page(seq, b), seq->as->mag);
+		seq->pte[b] = kvmm_pte_none();
+	}
+}
+
+void kvmm_seq_free(struct kvmm_seq *seq)
+{
+	if (!seq)
+		return;
+	seq_drop_blocks(seq, 0);
+	list_del(&seq->node);
+	seq->as->nr_seqs--;
+	free(seq->pte);
+	free(seq->tokens);
+	free(seq);
+}
+
+/* Give back pages taken by a failed append (refcount 0, never mapped). */
+static void free_unused(struct kvmm_pool *pool, struct list_head *pages, struct kvmm_magazine *mag)
+{
+	struct kvmm_page *pg, *tmp;
+
+	list_for_each_entry_safe (pg, tmp, pages, lru) {
+		list_del_init(&pg->lru);
+		kvmm_free_page(pool, pg, mag);
+	}
+}
+
+int kvmm_seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_ids)
+{
+	struct kvmm_aspace *as;
+	struct kvmm_pool *pool;
+	struct kvmm_page *old = NULL, *cow = NULL, *pg;
+	uint64_t new_ntokens, new_nblocks64;
+	uint32_t tpp, in_block, new_nblocks, b, first;
+	LIST_HEAD(fresh);
+	int ret;
+
+	if (!seq)
+		return -EINVAL;
+	if (!n)
+		return 0;
+	as = seq->as;
+	pool = as->pool;
+	tpp = seq_tpp(seq);
+	new_ntokens = seq->ntokens + n;
+	new_nblocks64 = DIV_ROUND_UP(new_ntokens, (uint64_t)tpp);
+	if (new_nblocks64 > UINT32_MAX)
+		return -EINVAL;
+	new_nblocks = (uint32_t)new_nblocks64;
+
+	ret = kvmm_seq_reserve(seq, new_nblocks);
+	if (ret)
+		return ret;
+
+	/* the last block is partial: write into it only when no one else can see it */
+	in_block = (uint32_t)(seq->ntokens % tpp);
+	if (in_block) {
+		old = seq_page(seq, seq->nblocks - 1);
+		if (old->refcount > 1 || (old->flags & KVMM_PG_SEALED)) {
+			cow = kvmm_alloc_page(pool, as->ns, as->mag);
+			if (!cow)
+				return -errno;
+			/* whole page: its layout interleaves layers, a prefix would miss data */
+			ret = pool->be.ops->copy(&pool->be, kvmm_page_to_frame(pool, cow),
+						 kvmm_page_to_frame(pool, old), pool->page_size);
+			if (ret) {
+				kvmm_free_page(pool, cow, as->mag);
+				return ret;
+			}
+		}
+	}
+	for (b = seq->nblocks; b < new_nblocks; b++) {
+		pg = kvmm_alloc_page(pool, as->ns, as->mag);
+		if (!pg) {
+			ret = -errno;
+			goto out_free;
+		}
+		/* an allocated page is on no list: its lru node can chain the batch */
+		list_add_tail(&pg->lru, &fresh);
+	}
+
+	/* nothing can fail from here on */
+	if (cow) {
+		kvmm_page_get(pool, cow);
+		cow->ntokens = in_block;
+		seq->pte[seq->nblocks - 1] = kvmm_seq_mk_pte(pool, cow, false);
+		kvmm_page_put(pool, old, as->mag);
+		pool->stat[KVMM_STAT_COW]++;
+	}
+	for (b = seq->nblocks; b < new_nblocks; b++) {
+		pg = list_first_entry(&fresh, struct kvmm_page, lru);
+		list_del_init(&pg->lru);
+		kvmm_page_get(pool, pg);
+		seq->pte[b] = kvmm_seq_mk_pte(pool, pg, false);
+	}
+	if (token_ids)
+		memcpy(seq->tokens + seq->ntokens, token_ids, (size_t)n * sizeof(*token_ids));
+	else
+		memset(seq->tokens + seq->ntokens, 0, (size_t)n * sizeof(*token_ids));
+
+	/* every page written is now exclusive to this sequence: record how full it is */
+	first = (uint32_t)(seq->ntokens / tpp);
+	for (b = first; b < new_nblocks; b++) {
+		uint64_t end = min_t(uint64_t, new_ntokens, (uint64_t)(b + 1) * tpp);
+
+		seq_page(seq, b)->ntokens = (uint32_t)(end - (uint64_t)b * tpp);
+	}
+	seq->ntokens = new_ntokens;
+	seq->nblocks = new_nblocks;
+	return 0;
+
+out_free:
+	free_unused(pool, &fresh, as->mag);
+	if (cow)
+		kvmm_free_page(pool, cow, as->mag);
+	return ret;
+}
+
+int kvmm_seq_truncate(struct kvmm_seq *seq, uint64_t ntokens)
+{
+	struct kvmm_pool *pool;
+	uint32_t tpp, new_nblocks, in_block;
+
+	if (!seq || ntokens > seq->ntokens)
+		return -EINVAL;
+	if (ntokens == seq->ntokens)
+		return 0;
+	pool = seq->as->pool;
+	tpp = seq_tpp(seq);
+	new_nblocks = (uint32_t)DIV_ROUND_UP(ntokens, (uint64_t)tpp);
+
+	seq_drop_blocks(seq, new_nblocks);
+	seq->nblocks = new_nblocks;
+	seq->ntokens = ntokens;
+	/* a sealed block cut short is no longer sealed here: the next append copies it */
+	seq->nsealed = (uint32_t)min_t(uint64_t, seq->nsealed, ntokens / tpp);
+
+	in_block = (uint32_t)(ntokens % tpp);
+	if (in_block) {
+		struct kvmm_page *pg = seq_page(seq, new_nblocks - 1);
+
+		if (pg->refcount == 1 && !(pg->flags & KVMM_PG_SEALED))
+			pg->ntokens = in_block;
+		seq->pte[new_nblocks - 1] = kvmm_seq_mk_pte(pool, pg, false);
+	}
+	return 0;
+}
+
+int kvmm_seq_fork(struct kvmm_seq *src, struct kvmm_seq **out)
+{
+	struct kvmm_pool *pool;
+	struct kvmm_seq *seq;
+	uint32_t b;
+	int ret;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!src)
+		return -EINVAL;
+	pool = src->as->pool;
+	seq = seq_alloc(src->as);
+	if (!seq)
+		return -ENOMEM;
+	ret = kvmm_seq_reserve(seq, src->nblocks);
+	if (ret)
+		goto out_free;
+
+	if (src->ntokens)
+		memcpy(seq->tokens, src->tokens, (size_t)src->ntokens * sizeof(*src->tokens));
+	seq->ntokens = src->ntokens;
+	seq->nblocks = src->nblocks;
+	seq->nsealed = src->nsealed;
+	seq->priority = src->priority;
+	for (b = 0; b < src->nblocks; b++) {
+		struct kvmm_page *pg = seq_page(src, b);
+		bool sealed = b < src->nsealed;
+
+		kvmm_page_get(pool, pg);
+		/* both sides now see a shared page: neither may write it in place */
+		src->pte[b] = kvmm_seq_mk_pte(pool, pg, sealed);
+		seq->pte[b] = src->pte[b];
+	}
+	seq_link(seq);
+	*out = seq;
+	return 0;
+
+out_free:
+	free(seq->pte);
+	free(seq->tokens);
+	free(seq);
+	return ret;
+}
+
+/*
+ * Seal the full blocks in order: a block's key chains its parent's, so block i can only be
+ * sealed once block i - 1 is.  On -ENOMEM the blocks sealed so far stay sealed (nsealed
+ * says how far it got) and a later call carries on.
+ */
+int kvmm_seq_seal(struct kvmm_seq *seq)
+{
+	uint32_t full, sealed = 0;
+	int ret;
+
+	if (!seq)
+		return -EINVAL;
+	full = (uint32_t)(seq->ntokens / seq_tpp(seq));
+	while (seq->nsealed < full) {
+		ret = kvmm_pagecache_seal_block(seq, seq->nsealed);
+		if (ret)
+			return ret;
+		seq->nsealed++;
+		sealed++;
+	}
+	return (int)sealed;
+}

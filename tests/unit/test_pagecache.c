@@ -1,0 +1,538 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/unit/test_pagecache.c - the prefix page cache (kvmm/pagecache.c): sealing indexes
+ * pages, a lookup maps the longest cached prefix (the very frames that were sealed, byte
+ * contents checked), partial matches stop at the first miss, a forced hash function puts
+ * different blocks - and different parents - on one key and shows that verification never
+ * returns a wrong page, namespaces and formats never hit each other, sealing an already
+ * cached block deduplicates, and the key is XXH3 over exactly the documented input.
+ * Every test ends with kvmm_check_invariants(), which also recomputes every entry's key.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <xxhash.h>
+
+#include "compiler.h"
+#include "kvmm/mm.h"
+
+#define PAGE_SZ 4096
+#define TPP 16
+#define NFRAMES 128
+
+struct fix {
+	struct kvmm_pool *pool;
+	struct kvmm_ns *ns;
+	struct kvmm_fmt fmt;
+	struct kvmm_aspace *as;
+};
+
+static void check(struct kvmm_pool *pool)
+{
+	char why[256];
+	int ret = kvmm_check_invariants(pool, why, sizeof(why));
+
+	if (ret)
+		fail_msg("invariants: %s", why);
+}
+
+static int setup(void **state)
+{
+	struct kvmm_pool_params p = {.page_size = PAGE_SZ, .nframes = NFRAMES};
+	struct fix *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	assert_int_equal(kvmm_pool_create(&p, &f->pool), 0);
+	assert_int_equal(kvmm_ns_create(f->pool, "tenant", 0, 0, &f->ns), 0);
+	assert_int_equal(kvmm_fmt_init(&f->fmt, 1, 1, 64, KVMM_DTYPE_FP16, 0, PAGE_SZ), 0);
+	assert_int_equal(f->fmt.tokens_per_page, TPP);
+	assert_int_equal(kvmm_aspace_create(f->pool, f->ns, &f->fmt, NULL, &f->as), 0);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fix *f = *state;
+
+	check(f->pool);
+	kvmm_mm_release(f->pool);
+	kvmm_pool_destroy(f->pool);
+	free(f);
+	return 0;
+}
+
+/* A prompt whose block i holds tokens seed * 1000 + i * TPP + j. */
+static uint32_t *prompt(uint32_t nblocks, uint32_t seed)
+{
+	uint32_t *t = malloc((size_t)nblocks * TPP * sizeof(*t));
+	uint32_t i;
+
+	assert_non_null(t);
+	for (i = 0; i < nblocks * TPP; i++)
+		t[i] = seed * 1000 + i;
+	return t;
+}
+
+/* A sequence holding @n tokens of @t, sealed, with block i's page filled with byte @tag + i. */
+static struct kvmm_seq *sealed_seq(struct kvmm_aspace *as, const uint32_t *t, uint32_t n,
+				   unsigned char tag)
+{
+	struct kvmm_seq *seq;
+	uint32_t b;
+
+	assert_int_equal(kvmm_seq_create(as, &seq), 0);
+	assert_int_equal(kvmm_seq_append(seq, n, t), 0);
+	for (b = 0; b < seq->nblocks; b++)
+		memset(kvmm_frame_addr(as->pool, kvmm_seq_frame(seq, b)), tag + b, PAGE_SZ);
+	assert_int_equal(kvmm_seq_seal(seq), (int)(n / TPP));
+	return seq;
+}
+
+static void assert_frame_tag(struct kvmm_pool *pool, uint32_t frame, unsigned char v)
+{
+	const unsigned char *p = kvmm_frame_addr(pool, frame);
+
+	assert_non_null(p);
+	assert_int_equal(p[0], v);
+	assert_int_equal(p[PAGE_SZ - 1], v);
+}
+
+static int lookup(struct kvmm_aspace *as, const uint32_t *t, uint64_t n, struct kvmm_seq **out)
+{
+	assert_int_equal(kvmm_seq_create(as, out), 0);
+	return kvmm_prefix_lookup(*out, t, n);
+}
+
+/* ---- hits --------------------------------------------------------------------------------- */
+
+static void test_seal_then_lookup_maps_same_frames(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = prompt(4, 1);
+	struct kvmm_seq *a, *b;
+	uint32_t i;
+
+	a = sealed_seq(f->as, t, 3 * TPP + 5, 0x10);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 3);
+	check(f->pool);
+
+	/* a longer prompt with the same beginning: the 3 full cached blocks come back */
+	assert_int_equal(lookup(f->as, t, 4 * TPP, &b), 3 * TPP);
+	assert_int_equal(b->ntokens, 3 * TPP);
+	assert_int_equal(b->nblocks, 3);
+	assert_int_equal(b->nsealed, 3);
+	assert_memory_equal(b->tokens, t, 3 * TPP * sizeof(*t));
+	for (i = 0; i < 3; i++) {
+		uint32_t frame = kvmm_seq_frame(b, i);
+
+		assert_int_equal(frame, kvmm_seq_frame(a, i));
+		assert_int_equal(kvmm_frame_to_page(f->pool, frame)->refcount, 2);
+		assert_true(b->pte[i] & KVMM_PTE_SEALED);
+		assert_true(b->pte[i] & KVMM_PTE_SHARED);
+		assert_false(b->pte[i] & KVMM_PTE_WRITABLE);
+		assert_frame_tag(f->pool, frame, (unsigned char)(0x10 + i));
+	}
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_HIT], 3);
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_MISS], 1);
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_COLLIDE], 0);
+	assert_int_equal(f->ns->used, 4);
+	check(f->pool);
+
+	/* the prompt's remainder is appended as usual, into a new page */
+	assert_int_equal(kvmm_seq_append(b, TPP, t + 3 * TPP), 0);
+	assert_int_equal(b->nblocks, 4);
+	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 0);
+	check(f->pool);
+	free(t);
+}
+
+static void test_lookup_of_cached_pages(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = prompt(2, 2);
+	struct kvmm_seq *a, *b;
+	uint32_t f0, f1;
+
+	a = sealed_seq(f->as, t, 2 * TPP, 0x20);
+	f0 = kvmm_seq_frame(a, 0);
+	f1 = kvmm_seq_frame(a, 1);
+	kvmm_seq_free(a);
+	assert_int_equal(f->ns->cached, 2);
+	assert_int_equal(f->ns->used, 0);
+	assert_int_equal(f->pool->lru.nr_inactive, 2);
+	check(f->pool);
+
+	/* a hit on an unmapped page takes it off the LRU and charges it as used again */
+	assert_int_equal(lookup(f->as, t, 2 * TPP, &b), 2 * TPP);
+	assert_int_equal(kvmm_seq_frame(b, 0), f0);
+	assert_int_equal(kvmm_seq_frame(b, 1), f1);
+	assert_int_equal(f->ns->cached, 0);
+	assert_int_equal(f->ns->used, 2);
+	assert_int_equal(f->pool->lru.nr_inactive, 0);
+	assert_int_equal(kvmm_frame_to_page(f->pool, f0)->state, KVMM_PAGE_MAPPED);
+	assert_true(kvmm_frame_to_page(f->pool, f0)->flags & KVMM_PG_REFERENCED);
+	assert_false(kvmm_frame_to_page(f->pool, f0)->flags & KVMM_PG_LRU);
+	assert_true(b->pte[0] & KVMM_PTE_SEALED);
+	assert_false(b->pte[0] & (KVMM_PTE_WRITABLE | KVMM_PTE_SHARED));
+	assert_frame_tag(f->pool, f1, 0x21);
+	check(f->pool);
+	free(t);
+}
+
+static void test_partial_match(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = prompt(4, 3), *q = prompt(4, 3);
+	struct kvmm_seq *a, *b;
+
+	a = sealed_seq(f->as, t, 4 * TPP, 0x30);
+
+	/* differs in the 3rd block: the first two hit */
+	q[2 * TPP + 7]++;
+	assert_int_equal(lookup(f->as, q, 4 * TPP, &b), 2 * TPP);
+	assert_int_equal(kvmm_seq_frame(b, 1), kvmm_seq_frame(a, 1));
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_MISS], 1);
+	kvmm_seq_free(b);
+
+	/* a later block equal to the cached one does not hit after a miss: keys chain */
+	q[2 * TPP + 7]--;
+	q[TPP]++;
+	assert_int_equal(lookup(f->as, q, 4 * TPP, &b), TPP);
+	kvmm_seq_free(b);
+
+	/* the very first token differs: nothing */
+	q[TPP]--;
+	q[0]++;
+	assert_int_equal(lookup(f->as, q, 4 * TPP, &b), 0);
+	assert_int_equal(b->nblocks, 0);
+	kvmm_seq_free(b);
+
+	/* a prompt shorter than a block, or a truncated prompt, maps whole blocks only */
+	assert_int_equal(lookup(f->as, t, TPP - 1, &b), 0);
+	kvmm_seq_free(b);
+	assert_int_equal(lookup(f->as, t, 3 * TPP - 1, &b), 2 * TPP);
+	kvmm_seq_free(b);
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_COLLIDE], 0);
+	check(f->pool);
+	free(t);
+	free(q);
+}
+
+static void test_lookup_bad_args(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = prompt(1, 4);
+	struct kvmm_seq *a, *b;
+
+	a = sealed_seq(f->as, t, TPP, 0x40);
+	assert_int_equal(kvmm_prefix_lookup(NULL, t, TPP), -EINVAL);
+	assert_int_equal(kvmm_prefix_lookup(a, t, TPP), -EINVAL); /* not empty */
+	assert_int_equal(kvmm_seq_create(f->as, &b), 0);
+	assert_int_equal(kvmm_prefix_lookup(b, NULL, TPP), -EINVAL);
+	assert_int_equal(kvmm_prefix_lookup(b, NULL, 0), 0);
+	free(t);
+}
+
+static void test_empty_cache_misses(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = prompt(2, 5);
+	struct kvmm_seq *b;
+
+	assert_int_equal(lookup(f->as, t, 2 * TPP, &b), 0);
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_MISS], 1);
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_HIT], 0);
+	free(t);
+}
+
+/* ---- collisions: a forced hash ---------------------------------------------------------------- */
+
+static uint64_t const_hash(const struct kvmm_ns *ns, uint64_t parent_key, uint64_t fmt_id,
+			   const uint32_t *tokens, uint32_t n)
+{
+	(void)ns;
+	(void)parent_key;
+	(void)fmt_id;
+	(void)tokens;
+	(void)n;
+	return 42;
+}
+
+static void test_forced_collision_never_wrong_hit(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *x = prompt(2, 6), *y = prompt(2, 7), *z = prompt(2, 6), *w = prompt(1, 8);
+	struct kvmm_seq *sx, *sy, *q;
+	uint64_t collide;
+
+	assert_int_equal(kvmm_pagecache_set_hash_fn(f->pool, const_hash), 0);
+	/*
+	 * x = [A, B] and y = [C, B]: every block of both has key 42, and both second blocks hold
+	 * the same tokens under the same parent key.  Only the parent entry tells them apart.
+	 */
+	memcpy(y + TPP, x + TPP, TPP * sizeof(*y));
+	sx = sealed_seq(f->as, x, 2 * TPP, 0x60);
+	sy = sealed_seq(f->as, y, 2 * TPP, 0x70);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 4);
+	assert_int_not_equal(kvmm_seq_frame(sx, 1), kvmm_seq_frame(sy, 1));
+	check(f->pool);
+
+	assert_int_equal(lookup(f->as, x, 2 * TPP, &q), 2 * TPP);
+	assert_int_equal(kvmm_seq_frame(q, 0), kvmm_seq_frame(sx, 0));
+	assert_int_equal(kvmm_seq_frame(q, 1), kvmm_seq_frame(sx, 1));
+	assert_frame_tag(f->pool, kvmm_seq_frame(q, 0), 0x60);
+	assert_frame_tag(f->pool, kvmm_seq_frame(q, 1), 0x61);
+	assert_true(f->pool->stat[KVMM_STAT_CACHE_COLLIDE] > 0);
+	kvmm_seq_free(q);
+
+	assert_int_equal(lookup(f->as, y, 2 * TPP, &q), 2 * TPP);
+	assert_int_equal(kvmm_seq_frame(q, 0), kvmm_seq_frame(sy, 0));
+	assert_int_equal(kvmm_seq_frame(q, 1), kvmm_seq_frame(sy, 1));
+	assert_frame_tag(f->pool, kvmm_seq_frame(q, 1), 0x71);
+	kvmm_seq_free(q);
+
+	/* z = [A, D]: A hits, D collides with every entry and is rejected */
+	z[TPP + 3] = 0xdead;
+	collide = f->pool->stat[KVMM_STAT_CACHE_COLLIDE];
+	assert_int_equal(lookup(f->as, z, 2 * TPP, &q), TPP);
+	assert_int_equal(kvmm_seq_frame(q, 0), kvmm_seq_frame(sx, 0));
+	assert_true(f->pool->stat[KVMM_STAT_CACHE_COLLIDE] - collide >= 4);
+	kvmm_seq_free(q);
+
+	/* a block cached nowhere: rejected everywhere, no hit at all */
+	assert_int_equal(lookup(f->as, w, TPP, &q), 0);
+	kvmm_seq_free(q);
+
+	/* cannot change the hash under a populated cache */
+	assert_int_equal(kvmm_pagecache_set_hash_fn(f->pool, NULL), -EBUSY);
+	check(f->pool);
+	free(x);
+	free(y);
+	free(z);
+	free(w);
+}
+
+static void test_forced_collision_seal_does_not_dedup_wrong_block(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *x = prompt(1, 9), *y = prompt(1, 10);
+	struct kvmm_seq *sx, *sy;
+
+	assert_int_equal(kvmm_pagecache_set_hash_fn(f->pool, const_hash), 0);
+	sx = sealed_seq(f->as, x, TPP, 0x90);
+	sy = sealed_seq(f->as, y, TPP, 0xa0);
+	/* same key, other tokens: both cached side by side, each seq keeps its own page */
+	assert_int_not_equal(kvmm_seq_frame(sx, 0), kvmm_seq_frame(sy, 0));
+	assert_int_equal(kvmm_pagecache_count(f->pool), 2);
+	assert_frame_tag(f->pool, kvmm_seq_frame(sy, 0), 0xa0);
+	check(f->pool);
+	free(x);
+	free(y);
+}
+
+/* ---- isolation ---------------------------------------------------------------------------------- */
+
+static void test_namespaces_isolated(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = prompt(2, 11);
+	struct kvmm_aspace *as2;
+	struct kvmm_ns *ns2;
+	struct kvmm_seq *q;
+
+	assert_int_equal(kvmm_ns_create(f->pool, "other", 0, 0, &ns2), 0);
+	assert_int_equal(kvmm_aspace_create(f->pool, ns2, &f->fmt, NULL, &as2), 0);
+	assert_memory_not_equal(f->ns->secret, ns2->secret, sizeof(ns2->secret));
+	assert_true(kvmm_cache_key(f->ns, 0, f->as->fmt_id, t, TPP) !=
+		    kvmm_cache_key(ns2, 0, f->as->fmt_id, t, TPP));
+
+	sealed_seq(f->as, t, 2 * TPP, 0xb0);
+	assert_int_equal(lookup(as2, t, 2 * TPP, &q), 0);
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_HIT], 0);
+	kvmm_seq_free(q);
+	/* the same prompt in the other namespace gets its own pages */
+	sealed_seq(as2, t, 2 * TPP, 0xc0);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 4);
+	assert_int_equal(f->ns->used, 2);
+	assert_int_equal(ns2->used, 2);
+	check(f->pool);
+	kvmm_aspace_destroy(as2);
+	free(t);
+}
+
+static void test_namespaces_isolated_under_forced_hash(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = prompt(1, 12);
+	struct kvmm_aspace *as2;
+	struct kvmm_ns *ns2;
+	struct kvmm_seq *q;
+
+	/* even when the keys collide on purpose, the namespace check rejects the entry */
+	assert_int_equal(kvmm_pagecache_set_hash_fn(f->pool, const_hash), 0);
+	assert_int_equal(kvmm_ns_create(f->pool, "other", 0, 0, &ns2), 0);
+	assert_int_equal(kvmm_aspace_create(f->pool, ns2, &f->fmt, NULL, &as2), 0);
+	sealed_seq(f->as, t, TPP, 0xd0);
+	assert_int_equal(lookup(as2, t, TPP, &q), 0);
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_COLLIDE], 1);
+	kvmm_seq_free(q);
+	/* nor does sealing the same block there share the other namespace's page */
+	sealed_seq(as2, t, TPP, 0xe0);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 2);
+	check(f->pool);
+	kvmm_aspace_destroy(as2);
+	free(t);
+}
+
+static void test_formats_isolated(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = prompt(1, 13);
+	struct kvmm_aspace *as2;
+	struct kvmm_fmt fmt2;
+	struct kvmm_seq *q;
+
+	/* same tokens per page, other dtype: the KV bytes mean something else */
+	assert_int_equal(kvmm_fmt_init(&fmt2, 1, 1, 128, KVMM_DTYPE_INT8, 32, PAGE_SZ), 0);
+	assert_int_equal(kvmm_aspace_create(f->pool, f->ns, &fmt2, NULL, &as2), 0);
+	assert_int_not_equal(as2->fmt_id, f->as->fmt_id);
+	sealed_seq(f->as, t, TPP, 0xf0);
+	assert_int_equal(kvmm_seq_create(as2, &q), 0);
+	assert_int_equal(kvmm_prefix_lookup(q, t, (uint64_t)fmt2.tokens_per_page), 0);
+	check(f->pool);
+	kvmm_aspace_destroy(as2);
+	free(t);
+}
+
+/* ---- deduplication -------------------------------------------------------------------------------- */
+
+static void test_seal_dedups_identical_blocks(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = prompt(4, 14);
+	struct kvmm_seq *a, *b;
+	uint32_t i, own[3];
+
+	a = sealed_seq(f->as, t, 3 * TPP, 0x11);
+	assert_int_equal(kvmm_seq_create(f->as, &b), 0);
+	assert_int_equal(kvmm_seq_append(b, 3 * TPP + 2, t), 0);
+	for (i = 0; i < 3; i++)
+		own[i] = kvmm_seq_frame(b, i);
+	assert_int_equal(f->ns->used, 7);
+
+	/* b computed the same prefix itself: sealing maps a's pages and drops b's copies */
+	assert_int_equal(kvmm_seq_seal(b), 3);
+	for (i = 0; i < 3; i++) {
+		assert_int_equal(kvmm_seq_frame(b, i), kvmm_seq_frame(a, i));
+		assert_int_not_equal(kvmm_seq_frame(b, i), own[i]);
+		assert_int_equal(kvmm_frame_to_page(f->pool, own[i])->state, KVMM_PAGE_FREE);
+	}
+	assert_int_equal(f->ns->used, 4);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 3);
+	assert_int_equal(f->pool->stat[KVMM_STAT_SEAL], 3);
+	check(f->pool);
+	free(t);
+}
+
+static void test_fork_then_seal_both_sides(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = prompt(2, 15);
+	struct kvmm_seq *a, *b;
+
+	assert_int_equal(kvmm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_seq_append(a, 2 * TPP, t), 0);
+	assert_int_equal(kvmm_seq_fork(a, &b), 0);
+	assert_int_equal(kvmm_seq_seal(a), 2);
+	/* b maps the pages a just sealed; b's view still says unsealed and read-only */
+	assert_false(b->pte[0] & (KVMM_PTE_SEALED | KVMM_PTE_WRITABLE));
+	check(f->pool);
+	assert_int_equal(kvmm_seq_seal(b), 2);
+	assert_true(b->pte[1] & KVMM_PTE_SEALED);
+	assert_int_equal(kvmm_seq_frame(b, 1), kvmm_seq_frame(a, 1));
+	assert_int_equal(kvmm_pagecache_count(f->pool), 2);
+	assert_int_equal(f->pool->stat[KVMM_STAT_SEAL], 2);
+	check(f->pool);
+	free(t);
+}
+
+static void test_many_entries_grow_table(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = prompt(100, 16);
+	struct kvmm_seq *a, *q;
+	uint32_t i;
+
+	/* 100 chained blocks: more entries than the first table has buckets */
+	a = sealed_seq(f->as, t, 100 * TPP, 0);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 100);
+	check(f->pool);
+	assert_int_equal(lookup(f->as, t, 100 * TPP, &q), 100 * TPP);
+	for (i = 0; i < 100; i++)
+		assert_int_equal(kvmm_seq_frame(q, i), kvmm_seq_frame(a, i));
+	free(t);
+}
+
+/* ---- the key ------------------------------------------------------------------------------------ */
+
+static void test_key_is_xxh3_of_documented_input(void **state)
+{
+	struct fix *f = *state;
+	uint32_t tok[300];
+	uint64_t buf[4 + 150];
+	uint32_t i, n;
+
+	for (i = 0; i < 300; i++)
+		tok[i] = i * 2654435761u;
+	/* 16 tokens take the one-shot path, 300 the streaming one: both are the same function */
+	for (n = 16; n <= 300; n += 284) {
+		buf[0] = 0x1234;
+		buf[1] = f->as->fmt_id;
+		buf[2] = f->ns->secret[0];
+		buf[3] = f->ns->secret[1];
+		memcpy(&buf[4], tok, n * sizeof(*tok));
+		assert_true(kvmm_cache_key(f->ns, 0x1234, f->as->fmt_id, tok, n) ==
+			    XXH3_64bits_withSeed(buf, 32 + n * sizeof(*tok), f->ns->hash_seed));
+	}
+	/* every input matters */
+	assert_true(kvmm_cache_key(f->ns, 1, 2, tok, 16) != kvmm_cache_key(f->ns, 3, 2, tok, 16));
+	assert_true(kvmm_cache_key(f->ns, 1, 2, tok, 16) != kvmm_cache_key(f->ns, 1, 3, tok, 16));
+	assert_true(kvmm_cache_key(f->ns, 1, 2, tok, 16) !=
+		    kvmm_cache_key(f->ns, 1, 2, tok + 1, 16));
+	assert_true(kvmm_cache_key(f->ns, 1, 2, tok, 16) != kvmm_cache_key(f->ns, 1, 2, tok, 15));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_seal_then_lookup_maps_same_frames, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_lookup_of_cached_pages, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_partial_match, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lookup_bad_args, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_empty_cache_misses, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_forced_collision_never_wrong_hit, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(
+			test_forced_collision_seal_does_not_dedup_wrong_block, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_namespaces_isolated, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_namespaces_isolated_under_forced_hash, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_formats_isolated, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_seal_dedups_identical_blocks, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fork_then_seal_both_sides, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_many_entries_grow_table, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_key_is_xxh3_of_documented_input, setup,
+						teardown),
+	};
+
+	return cmocka_run_group_tests_name("pagecache", tests, NULL, NULL);
+}

@@ -1,0 +1,707 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/unit/test_pgtable.c - address spaces and sequences (kvmm/pgtable.c): append across
+ * page boundaries, truncate, fork with copy-on-write on every side (page contents checked
+ * through kvmm_frame_addr), sealing and the PTE flags, -ENOMEM rolling back cleanly, bad
+ * arguments, and the namespace charges all of it moves.  Every test ends with
+ * kvmm_check_invariants() over the whole pool, then again once every sequence is gone.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "compiler.h"
+#include "list.h"
+#include "kvmm/mm.h"
+
+#define PAGE_SZ 4096
+#define TPP 16 /* tokens per page of the test format */
+#define NFRAMES 64
+
+struct fix {
+	struct kvmm_pool *pool;
+	struct kvmm_ns *ns;
+	struct kvmm_fmt fmt;
+	struct kvmm_aspace *as;
+	struct kvmm_magazine mag;
+};
+
+static void check(struct kvmm_pool *pool)
+{
+	char why[256];
+	int ret = kvmm_check_invariants(pool, why, sizeof(why));
+
+	if (ret)
+		fail_msg("invariants: %s", why);
+}
+
+static int fix_setup_n(void **state, uint32_t nframes, bool use_mag)
+{
+	struct kvmm_pool_params p = {.page_size = PAGE_SZ, .nframes = nframes};
+	struct fix *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	assert_int_equal(kvmm_pool_create(&p, &f->pool), 0);
+	assert_int_equal(kvmm_ns_create(f->pool, "tenant", 0, 0, &f->ns), 0);
+	/* 1 layer, 1 head, dim 64, fp16: 256 bytes a token, 16 tokens in a 4 KiB page */
+	assert_int_equal(kvmm_fmt_init(&f->fmt, 1, 1, 64, KVMM_DTYPE_FP16, 0, PAGE_SZ), 0);
+	assert_int_equal(f->fmt.tokens_per_page, TPP);
+	if (use_mag)
+		assert_int_equal(kvmm_magazine_init(f->pool, &f->mag, 7, 8, 4), 0);
+	assert_int_equal(
+		kvmm_aspace_create(f->pool, f->ns, &f->fmt, use_mag ? &f->mag : NULL, &f->as), 0);
+	*state = f;
+	return 0;
+}
+
+static int setup(void **state)
+{
+	return fix_setup_n(state, NFRAMES, false);
+}
+
+static int setup_mag(void **state)
+{
+	return fix_setup_n(state, NFRAMES, true);
+}
+
+static int teardown(void **state)
+{
+	struct fix *f = *state;
+
+	check(f->pool);
+	kvmm_aspace_destroy(f->as);
+	check(f->pool);
+	assert_int_equal(f->ns->used, 0);
+	kvmm_magazine_drain_all(&f->mag);
+	check(f->pool);
+	kvmm_mm_release(f->pool);
+	kvmm_pool_destroy(f->pool);
+	free(f);
+	return 0;
+}
+
+static uint32_t *iota(uint32_t n, uint32_t base)
+{
+	uint32_t *t = malloc((size_t)n * sizeof(*t) + 1);
+	uint32_t i;
+
+	assert_non_null(t);
+	for (i = 0; i < n; i++)
+		t[i] = base + i;
+	return t;
+}
+
+static struct kvmm_page *block_page(struct kvmm_seq *seq, uint32_t b)
+{
+	uint32_t frame = kvmm_seq_frame(seq, b);
+
+	assert_int_not_equal(frame, KVMM_FRAME_NONE);
+	return kvmm_frame_to_page(seq->as->pool, frame);
+}
+
+static unsigned char *block_addr(struct kvmm_seq *seq, uint32_t b)
+{
+	unsigned char *p = kvmm_frame_addr(seq->as->pool, kvmm_seq_frame(seq, b));
+
+	assert_non_null(p);
+	return p;
+}
+
+/* Every byte of the page holds @v (COW copies whole pages). */
+static void assert_page_filled(struct kvmm_seq *seq, uint32_t b, unsigned char v)
+{
+	unsigned char *p = block_addr(seq, b);
+	size_t i;
+
+	for (i = 0; i < PAGE_SZ; i++)
+		if (p[i] != v)
+			fail_msg("block %u byte %zu is %#x, want %#x", b, i, p[i], v);
+}
+
+/* ---- append ------------------------------------------------------------------------------- */
+
+static void test_append_across_pages(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = iota(100, 1000);
+	struct kvmm_seq *seq;
+	uint32_t b, frames[4];
+
+	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
+	assert_int_equal(seq->ntokens, 0);
+	assert_int_equal(kvmm_seq_frame(seq, 0), KVMM_FRAME_NONE);
+
+	assert_int_equal(kvmm_seq_append(seq, 1, t), 0);
+	assert_int_equal(seq->nblocks, 1);
+	assert_int_equal(f->ns->used, 1);
+	assert_int_equal(kvmm_seq_append(seq, 15, t + 1), 0); /* fills page 0 exactly */
+	assert_int_equal(seq->nblocks, 1);
+	assert_int_equal(f->ns->used, 1);
+	assert_int_equal(kvmm_seq_append(seq, 1, t + 16), 0); /* crosses into page 1 */
+	assert_int_equal(seq->nblocks, 2);
+	assert_int_equal(kvmm_seq_append(seq, 40, t + 17), 0); /* 57 tokens: 4 pages */
+	assert_int_equal(seq->ntokens, 57);
+	assert_int_equal(seq->nblocks, 4);
+	assert_int_equal(f->ns->used, 4);
+	assert_int_equal(f->pool->stat[KVMM_STAT_ALLOC], 4);
+	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 0);
+
+	for (b = 0; b < 4; b++) {
+		struct kvmm_page *pg = block_page(seq, b);
+		uint64_t pte = seq->pte[b];
+
+		frames[b] = kvmm_seq_frame(seq, b);
+		assert_int_equal(pg->refcount, 1);
+		assert_int_equal(pg->state, KVMM_PAGE_MAPPED);
+		assert_int_equal(pg->ntokens, b < 3 ? TPP : 57 - 3 * TPP);
+		assert_true(kvmm_pte_is_present(pte));
+		assert_true(pte & KVMM_PTE_WRITABLE);
+		assert_false(pte & (KVMM_PTE_SEALED | KVMM_PTE_SHARED));
+	}
+	for (b = 1; b < 4; b++)
+		assert_int_not_equal(frames[b], frames[b - 1]);
+	assert_int_equal(kvmm_seq_frame(seq, 4), KVMM_FRAME_NONE);
+	assert_memory_equal(seq->tokens, t, 57 * sizeof(*t));
+	check(f->pool);
+
+	assert_int_equal(kvmm_seq_append(seq, 0, t), 0);
+	assert_int_equal(seq->ntokens, 57);
+	free(t);
+}
+
+static void test_append_null_ids_are_zero(void **state)
+{
+	struct fix *f = *state;
+	struct kvmm_seq *seq;
+	uint32_t i;
+
+	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_seq_append(seq, 20, NULL), 0);
+	for (i = 0; i < 20; i++)
+		assert_int_equal(seq->tokens[i], 0);
+	assert_int_equal(seq->nblocks, 2);
+}
+
+static void test_append_many_grows_table(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = iota(40 * TPP, 7);
+	struct kvmm_seq *seq;
+	uint32_t i;
+
+	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
+	/* one token at a time: the arrays double many times underneath */
+	for (i = 0; i < 40 * TPP; i++)
+		assert_int_equal(kvmm_seq_append(seq, 1, t + i), 0);
+	assert_int_equal(seq->nblocks, 40);
+	assert_true(seq->cap >= 40);
+	assert_memory_equal(seq->tokens, t, 40 * TPP * sizeof(*t));
+	assert_int_equal(f->ns->used, 40);
+	check(f->pool);
+	free(t);
+}
+
+static void test_append_through_magazine(void **state)
+{
+	struct fix *f = *state;
+	struct kvmm_seq *seq;
+
+	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_seq_append(seq, 5 * TPP, NULL), 0);
+	assert_true(f->pool->stat[KVMM_STAT_MAG_HIT] >= 5);
+	check(f->pool);
+	/* freed frames go back to the address space's magazine */
+	kvmm_seq_free(seq);
+	assert_true(f->mag.count > 0);
+	assert_int_equal(f->ns->used, 0);
+	check(f->pool);
+}
+
+/* ---- truncate ----------------------------------------------------------------------------- */
+
+static void test_truncate(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = iota(50, 1);
+	uint32_t free0 = kvmm_pool_nr_free(f->pool);
+	struct kvmm_seq *seq;
+
+	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_seq_append(seq, 50, t), 0);
+	assert_int_equal(f->ns->used, 4);
+
+	assert_int_equal(kvmm_seq_truncate(seq, 51), -EINVAL);
+	assert_int_equal(seq->ntokens, 50);
+	assert_int_equal(kvmm_seq_truncate(seq, 50), 0);
+	assert_int_equal(f->ns->used, 4);
+
+	assert_int_equal(kvmm_seq_truncate(seq, 33), 0); /* drops block 3, shortens block 2 */
+	assert_int_equal(seq->ntokens, 33);
+	assert_int_equal(seq->nblocks, 3);
+	assert_int_equal(f->ns->used, 3);
+	assert_int_equal(block_page(seq, 2)->ntokens, 1);
+	assert_int_equal(kvmm_seq_frame(seq, 3), KVMM_FRAME_NONE);
+	check(f->pool);
+
+	assert_int_equal(kvmm_seq_truncate(seq, 32), 0); /* exactly two full blocks */
+	assert_int_equal(seq->nblocks, 2);
+	assert_int_equal(f->ns->used, 2);
+
+	/* growing again writes into fresh pages with the new tokens */
+	assert_int_equal(kvmm_seq_append(seq, 3, t + 40), 0);
+	assert_int_equal(seq->nblocks, 3);
+	assert_memory_equal(seq->tokens + 32, t + 40, 3 * sizeof(*t));
+	assert_int_equal(block_page(seq, 2)->ntokens, 3);
+
+	assert_int_equal(kvmm_seq_truncate(seq, 0), 0);
+	assert_int_equal(seq->nblocks, 0);
+	assert_int_equal(f->ns->used, 0);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), free0);
+	check(f->pool);
+	free(t);
+}
+
+static void test_truncate_in_partial_then_append_in_place(void **state)
+{
+	struct fix *f = *state;
+	struct kvmm_seq *seq;
+	uint32_t frame;
+
+	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_seq_append(seq, 10, NULL), 0);
+	frame = kvmm_seq_frame(seq, 0);
+	assert_int_equal(kvmm_seq_truncate(seq, 4), 0);
+	assert_int_equal(kvmm_seq_append(seq, 2, NULL), 0);
+	/* exclusive and unsealed: written in place, no copy */
+	assert_int_equal(kvmm_seq_frame(seq, 0), frame);
+	assert_int_equal(block_page(seq, 0)->ntokens, 6);
+	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 0);
+}
+
+/* ---- fork and copy-on-write ----------------------------------------------------------------- */
+
+static void test_fork_shares_every_page(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = iota(40, 5);
+	struct kvmm_seq *a, *b;
+	uint32_t i;
+
+	assert_int_equal(kvmm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_seq_append(a, 40, t), 0); /* 2 full + 8 tokens */
+	assert_int_equal(kvmm_seq_fork(a, &b), 0);
+	assert_int_equal(f->as->nr_seqs, 2);
+	assert_int_equal(b->ntokens, 40);
+	assert_int_equal(b->nblocks, 3);
+	assert_memory_equal(b->tokens, t, 40 * sizeof(*t));
+	for (i = 0; i < 3; i++) {
+		assert_int_equal(kvmm_seq_frame(a, i), kvmm_seq_frame(b, i));
+		assert_int_equal(block_page(a, i)->refcount, 2);
+		assert_true(a->pte[i] & KVMM_PTE_SHARED);
+		assert_false(a->pte[i] & KVMM_PTE_WRITABLE);
+		assert_true(b->pte[i] & KVMM_PTE_SHARED);
+	}
+	assert_int_equal(f->ns->used, 3); /* shared pages are charged once */
+	check(f->pool);
+
+	kvmm_seq_free(a);
+	for (i = 0; i < 3; i++)
+		assert_int_equal(block_page(b, i)->refcount, 1);
+	assert_int_equal(f->ns->used, 3);
+	check(f->pool);
+	free(t);
+}
+
+static void test_fork_cow_every_side(void **state)
+{
+	struct fix *f = *state;
+	struct kvmm_seq *a, *b, *c;
+	uint32_t full, part, fa, fb;
+	uint32_t tok = 99;
+
+	assert_int_equal(kvmm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_seq_append(a, TPP + 4, NULL), 0);
+	memset(block_addr(a, 0), 0xa0, PAGE_SZ);
+	memset(block_addr(a, 1), 0xa1, PAGE_SZ);
+	full = kvmm_seq_frame(a, 0);
+	part = kvmm_seq_frame(a, 1);
+
+	assert_int_equal(kvmm_seq_fork(a, &b), 0);
+	assert_int_equal(kvmm_seq_fork(a, &c), 0);
+	assert_int_equal(block_page(a, 1)->refcount, 3);
+
+	/* the child writes first: it gets a copy, the others keep the original */
+	assert_int_equal(kvmm_seq_append(b, 1, &tok), 0);
+	fb = kvmm_seq_frame(b, 1);
+	assert_int_not_equal(fb, part);
+	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 1);
+	assert_page_filled(b, 1, 0xa1);
+	assert_int_equal(block_page(b, 1)->ntokens, 5);
+	assert_true(b->pte[1] & KVMM_PTE_WRITABLE);
+	assert_int_equal(kvmm_frame_to_page(f->pool, part)->refcount, 2);
+	memset(block_addr(b, 1), 0xb1, PAGE_SZ);
+	assert_page_filled(a, 1, 0xa1);
+	assert_page_filled(c, 1, 0xa1);
+
+	/* the parent writes next: still shared with c, so it copies too */
+	assert_int_equal(kvmm_seq_append(a, 1, &tok), 0);
+	fa = kvmm_seq_frame(a, 1);
+	assert_int_not_equal(fa, part);
+	assert_int_not_equal(fa, fb);
+	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 2);
+	assert_page_filled(a, 1, 0xa1);
+	memset(block_addr(a, 1), 0xa2, PAGE_SZ);
+	assert_page_filled(b, 1, 0xb1);
+	assert_page_filled(c, 1, 0xa1);
+
+	/* the last holder writes in place */
+	assert_int_equal(kvmm_frame_to_page(f->pool, part)->refcount, 1);
+	assert_int_equal(kvmm_seq_append(c, 1, &tok), 0);
+	assert_int_equal(kvmm_seq_frame(c, 1), part);
+	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 2);
+
+	/* the full page was never written: still one frame for all three */
+	assert_int_equal(kvmm_seq_frame(b, 0), full);
+	assert_int_equal(kvmm_seq_frame(c, 0), full);
+	assert_int_equal(kvmm_frame_to_page(f->pool, full)->refcount, 3);
+	assert_page_filled(c, 0, 0xa0);
+	assert_int_equal(f->ns->used, 4);
+	check(f->pool);
+
+	/* growing past the page boundary after a fork allocates, never copies */
+	assert_int_equal(kvmm_seq_append(b, TPP, NULL), 0);
+	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 2);
+	assert_int_equal(b->nblocks, 3);
+	check(f->pool);
+}
+
+static void test_fork_at_page_boundary_no_cow(void **state)
+{
+	struct fix *f = *state;
+	struct kvmm_seq *a, *b;
+
+	assert_int_equal(kvmm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_seq_append(a, 2 * TPP, NULL), 0);
+	assert_int_equal(kvmm_seq_fork(a, &b), 0);
+	assert_int_equal(kvmm_seq_append(a, 1, NULL), 0);
+	assert_int_equal(kvmm_seq_append(b, 1, NULL), 0);
+	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 0);
+	assert_int_not_equal(kvmm_seq_frame(a, 2), kvmm_seq_frame(b, 2));
+	assert_int_equal(f->ns->used, 4);
+}
+
+static void test_fork_empty(void **state)
+{
+	struct fix *f = *state;
+	struct kvmm_seq *a, *b;
+
+	assert_int_equal(kvmm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_seq_fork(a, &b), 0);
+	assert_int_equal(b->ntokens, 0);
+	assert_int_equal(kvmm_seq_append(b, 3, NULL), 0);
+	assert_int_equal(a->ntokens, 0);
+}
+
+/* ---- sealing (page-table side) ---------------------------------------------------------------- */
+
+static void test_seal_marks_blocks(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = iota(3 * TPP, 50);
+	struct kvmm_seq *seq;
+	uint32_t b;
+
+	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_seq_append(seq, 2 * TPP + 5, t), 0);
+	assert_int_equal(kvmm_seq_seal(seq), 2);
+	assert_int_equal(seq->nsealed, 2);
+	assert_int_equal(kvmm_seq_seal(seq), 0);
+	for (b = 0; b < 2; b++) {
+		struct kvmm_page *pg = block_page(seq, b);
+
+		assert_true(pg->flags & KVMM_PG_SEALED);
+		assert_false(pg->flags & KVMM_PG_DIRTY);
+		assert_non_null(pg->cache);
+		assert_true(seq->pte[b] & KVMM_PTE_SEALED);
+		assert_false(seq->pte[b] & KVMM_PTE_WRITABLE);
+	}
+	assert_false(block_page(seq, 2)->flags & KVMM_PG_SEALED);
+	assert_true(seq->pte[2] & KVMM_PTE_WRITABLE);
+	assert_int_equal(f->pool->stat[KVMM_STAT_SEAL], 2);
+	check(f->pool);
+
+	assert_int_equal(kvmm_seq_append(seq, TPP - 5, t + 2 * TPP + 5), 0);
+	assert_int_equal(kvmm_seq_seal(seq), 1);
+	assert_int_equal(seq->nsealed, 3);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 3);
+	check(f->pool);
+	free(t);
+}
+
+static void test_truncate_into_sealed_block_copies(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = iota(2 * TPP, 1);
+	struct kvmm_seq *seq;
+	uint32_t sealed_frame;
+
+	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_seq_append(seq, 2 * TPP, t), 0);
+	assert_int_equal(kvmm_seq_seal(seq), 2);
+	memset(block_addr(seq, 1), 0x5e, PAGE_SZ);
+	sealed_frame = kvmm_seq_frame(seq, 1);
+
+	assert_int_equal(kvmm_seq_truncate(seq, TPP + 3), 0);
+	assert_int_equal(seq->nsealed, 1);
+	assert_false(seq->pte[1] & (KVMM_PTE_SEALED | KVMM_PTE_WRITABLE));
+	check(f->pool);
+
+	/* the sealed page is immutable: appending into it copies first */
+	assert_int_equal(kvmm_seq_append(seq, 1, NULL), 0);
+	assert_int_not_equal(kvmm_seq_frame(seq, 1), sealed_frame);
+	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 1);
+	assert_page_filled(seq, 1, 0x5e);
+	assert_int_equal(block_page(seq, 1)->ntokens, 4);
+	/* the old page lost its last mapper: cached, not freed */
+	assert_int_equal(kvmm_frame_to_page(f->pool, sealed_frame)->state, KVMM_PAGE_CACHED);
+	assert_int_equal(f->ns->cached, 1);
+	assert_int_equal(f->ns->used, 2);
+	check(f->pool);
+	free(t);
+}
+
+static void test_free_caches_sealed_frees_rest(void **state)
+{
+	struct fix *f = *state;
+	uint32_t free0 = kvmm_pool_nr_free(f->pool);
+	struct kvmm_seq *seq;
+
+	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_seq_append(seq, 3 * TPP + 1, NULL), 0);
+	assert_int_equal(kvmm_seq_seal(seq), 3);
+	kvmm_seq_free(seq);
+	assert_int_equal(f->as->nr_seqs, 0);
+	assert_int_equal(f->ns->used, 0);
+	assert_int_equal(f->ns->cached, 3);
+	assert_int_equal(f->pool->nr_state[KVMM_PAGE_CACHED], 3);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), free0 - 3);
+	check(f->pool);
+}
+
+/* ---- errors ----------------------------------------------------------------------------------- */
+
+static void assert_seq_same(struct kvmm_seq *seq, uint64_t ntokens, const uint64_t *pte,
+			    uint32_t nblocks)
+{
+	assert_int_equal(seq->ntokens, ntokens);
+	assert_int_equal(seq->nblocks, nblocks);
+	assert_memory_equal(seq->pte, pte, nblocks * sizeof(*pte));
+}
+
+static void test_enomem_rolls_back(void **state)
+{
+	struct fix *f = *state;
+	uint64_t pte[8];
+	struct kvmm_seq *a, *b;
+	uint32_t tok = 1;
+
+	assert_int_equal(kvmm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_seq_append(a, 3 * TPP + 2, NULL), 0); /* 4 pages */
+	assert_int_equal(kvmm_ns_set_limit(f->ns, 6), 0);
+
+	/* needs 3 more pages, only 2 fit: the first two come back */
+	memcpy(pte, a->pte, 4 * sizeof(*pte));
+	assert_int_equal(kvmm_seq_append(a, 3 * TPP, NULL), -ENOMEM);
+	assert_seq_same(a, 3 * TPP + 2, pte, 4);
+	assert_int_equal(f->ns->used, 4);
+	assert_true(f->pool->stat[KVMM_STAT_NS_LIMIT_HIT] >= 1);
+	check(f->pool);
+
+	/* COW of the shared partial page plus one new page, at the limit: both undone */
+	assert_int_equal(kvmm_seq_fork(a, &b), 0);
+	memcpy(pte, a->pte, 4 * sizeof(*pte)); /* fork made them SHARED */
+	assert_int_equal(kvmm_ns_set_limit(f->ns, 4), 0);
+	assert_int_equal(kvmm_seq_append(a, 1, &tok), -ENOMEM);
+	assert_seq_same(a, 3 * TPP + 2, pte, 4);
+	assert_int_equal(kvmm_ns_set_limit(f->ns, 5), 0);
+	assert_int_equal(kvmm_seq_append(a, TPP, NULL), -ENOMEM); /* COW ok, new page not */
+	assert_seq_same(a, 3 * TPP + 2, pte, 4);
+	assert_int_equal(block_page(a, 3)->refcount, 2);
+	assert_int_equal(f->ns->used, 4);
+	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 0);
+	check(f->pool);
+
+	/* room again: the same append now works */
+	assert_int_equal(kvmm_ns_set_limit(f->ns, 6), 0);
+	assert_int_equal(kvmm_seq_append(a, TPP, NULL), 0);
+	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 1);
+	assert_int_equal(f->ns->used, 6);
+	check(f->pool);
+}
+
+static void test_enomem_pool_exhausted(void **state)
+{
+	struct fix *f = *state;
+	struct kvmm_seq *seq;
+	uint64_t ntok;
+
+	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_seq_append(seq, NFRAMES * TPP, NULL), 0);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), 0);
+	ntok = seq->ntokens;
+	assert_int_equal(kvmm_seq_append(seq, 1, NULL), -ENOMEM);
+	assert_int_equal(seq->ntokens, ntok);
+	check(f->pool);
+}
+
+static void test_bad_args(void **state)
+{
+	struct fix *f = *state;
+	struct kvmm_aspace *as;
+	struct kvmm_seq *seq;
+	struct kvmm_fmt bad = f->fmt;
+	uint64_t saved;
+
+	assert_int_equal(kvmm_seq_create(NULL, &seq), -EINVAL);
+	assert_int_equal(kvmm_seq_create(f->as, NULL), -EINVAL);
+	assert_int_equal(kvmm_seq_append(NULL, 1, NULL), -EINVAL);
+	assert_int_equal(kvmm_seq_truncate(NULL, 0), -EINVAL);
+	assert_int_equal(kvmm_seq_fork(NULL, &seq), -EINVAL);
+	assert_int_equal(kvmm_seq_seal(NULL), -EINVAL);
+	assert_int_equal(kvmm_seq_frame(NULL, 0), KVMM_FRAME_NONE);
+	assert_int_equal(kvmm_aspace_create(f->pool, NULL, &f->fmt, NULL, &as), -EINVAL);
+	bad.page_size = PAGE_SZ * 2;
+	assert_int_equal(kvmm_aspace_create(f->pool, f->ns, &bad, NULL, &as), -EINVAL);
+	kvmm_seq_free(NULL);
+	kvmm_aspace_destroy(NULL);
+
+	/* a length whose block count does not fit in 32 bits is refused before anything moves */
+	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_seq_append(seq, 5, NULL), 0);
+	saved = seq->ntokens;
+	seq->ntokens = (uint64_t)UINT32_MAX * TPP;
+	assert_int_equal(kvmm_seq_append(seq, TPP, NULL), -EINVAL);
+	seq->ntokens = saved;
+	assert_int_equal(seq->nblocks, 1);
+	assert_int_equal(f->ns->used, 1);
+}
+
+static void test_aspace_destroy_frees_sequences(void **state)
+{
+	struct fix *f = *state;
+	struct kvmm_aspace *as;
+	struct kvmm_seq *a, *b;
+
+	assert_int_equal(kvmm_aspace_create(f->pool, f->ns, &f->fmt, NULL, &as), 0);
+	assert_int_not_equal(as->id, f->as->id);
+	assert_int_equal(kvmm_seq_create(as, &a), 0);
+	assert_int_equal(kvmm_seq_append(a, 2 * TPP + 1, NULL), 0);
+	assert_int_equal(kvmm_seq_fork(a, &b), 0);
+	assert_int_not_equal(a->id, b->id);
+	assert_int_equal(kvmm_ns_destroy(f->ns), -EBUSY);
+	kvmm_aspace_destroy(as);
+	assert_int_equal(f->ns->used, 0);
+	check(f->pool);
+}
+
+/* ---- the invariant checker sees corruption --------------------------------------------------- */
+
+static void expect_unclean(struct kvmm_pool *pool, const char *what)
+{
+	char why[256];
+
+	if (kvmm_check_invariants(pool, why, sizeof(why)) != -EUCLEAN)
+		fail_msg("invariants missed: %s", what);
+	assert_true(why[0] != '\0');
+}
+
+static void test_invariants_catch_corruption(void **state)
+{
+	struct fix *f = *state;
+	struct kvmm_seq *a, *b;
+	struct kvmm_page *pg, *cached;
+
+	assert_int_equal(kvmm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_seq_append(a, 2 * TPP + 1, NULL), 0);
+	assert_int_equal(kvmm_seq_fork(a, &b), 0);
+	assert_int_equal(kvmm_seq_seal(a), 2);
+	kvmm_seq_free(b);
+	assert_int_equal(kvmm_seq_truncate(a, TPP), 0); /* block 1 now cached */
+	check(f->pool);
+	pg = block_page(a, 0);
+	assert_false(list_empty(&f->pool->lru.inactive));
+	cached = list_first_entry(&f->pool->lru.inactive, struct kvmm_page, lru);
+	assert_int_equal(cached->state, KVMM_PAGE_CACHED);
+
+	pg->refcount++;
+	expect_unclean(f->pool, "refcount above the mappers");
+	pg->refcount--;
+	f->ns->used++;
+	expect_unclean(f->pool, "namespace used charge");
+	f->ns->used--;
+	f->ns->cached--;
+	expect_unclean(f->pool, "namespace cached charge");
+	f->ns->cached++;
+	f->pool->nr_state[KVMM_PAGE_FREE]--;
+	f->pool->nr_state[KVMM_PAGE_MAPPED]++;
+	expect_unclean(f->pool, "state counters");
+	f->pool->nr_state[KVMM_PAGE_FREE]++;
+	f->pool->nr_state[KVMM_PAGE_MAPPED]--;
+	f->pool->lru.nr_inactive++;
+	expect_unclean(f->pool, "LRU count");
+	f->pool->lru.nr_inactive--;
+	cached->flags |= KVMM_PG_ACTIVE;
+	expect_unclean(f->pool, "active flag on the inactive list");
+	cached->flags &= ~KVMM_PG_ACTIVE;
+	a->pte[0] |= KVMM_PTE_WRITABLE;
+	expect_unclean(f->pool, "writable sealed block");
+	a->pte[0] &= ~KVMM_PTE_WRITABLE;
+	a->nsealed = 0;
+	a->nblocks = 2;
+	expect_unclean(f->pool, "block count");
+	a->nblocks = 1;
+	a->nsealed = 1;
+	f->pool->nr_free--;
+	expect_unclean(f->pool, "buddy count");
+	f->pool->nr_free++;
+	check(f->pool);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_append_across_pages, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_append_null_ids_are_zero, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_append_many_grows_table, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_append_through_magazine, setup_mag, teardown),
+		cmocka_unit_test_setup_teardown(test_truncate, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_truncate_in_partial_then_append_in_place,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fork_shares_every_page, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fork_cow_every_side, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fork_cow_every_side, setup_mag, teardown),
+		cmocka_unit_test_setup_teardown(test_fork_at_page_boundary_no_cow, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fork_empty, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_seal_marks_blocks, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_truncate_into_sealed_block_copies, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_free_caches_sealed_frees_rest, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_enomem_rolls_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_enomem_rolls_back, setup_mag, teardown),
+		cmocka_unit_test_setup_teardown(test_enomem_pool_exhausted, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_args, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_aspace_destroy_frees_sequences, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_invariants_catch_corruption, setup, teardown),
+	};
+
+	return cmocka_run_group_tests_name("pgtable", tests, NULL, NULL);
+}

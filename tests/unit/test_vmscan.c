@@ -1,0 +1,441 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/unit/test_vmscan.c - the LRU lists and reclaim (kvmm/vmscan.c, with the page
+ * references of kvmm/pgtable.c): unmapped sealed pages join the inactive list, reuse sets
+ * REFERENCED and a second reuse promotes, reclaim evicts from the inactive tail giving
+ * referenced pages a second chance, refills the inactive list from the active tail, is
+ * restricted to one namespace when asked, and is what a namespace limit and the min
+ * watermark fall back on before -ENOMEM.  Every test ends with kvmm_check_invariants().
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "compiler.h"
+#include "kvmm/mm.h"
+
+#define PAGE_SZ 4096
+#define TPP 16
+#define NFRAMES 64
+
+struct fix {
+	struct kvmm_pool *pool;
+	struct kvmm_ns *ns;
+	struct kvmm_fmt fmt;
+	struct kvmm_aspace *as;
+	struct kvmm_ns *ns2;
+	struct kvmm_aspace *as2;
+};
+
+static void check(struct kvmm_pool *pool)
+{
+	char why[256];
+	int ret = kvmm_check_invariants(pool, why, sizeof(why));
+
+	if (ret)
+		fail_msg("invariants: %s", why);
+}
+
+static int setup_params(void **state, const struct kvmm_pool_params *p)
+{
+	struct fix *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	assert_int_equal(kvmm_pool_create(p, &f->pool), 0);
+	assert_int_equal(kvmm_ns_create(f->pool, "one", 0, 0, &f->ns), 0);
+	assert_int_equal(kvmm_ns_create(f->pool, "two", 0, 0, &f->ns2), 0);
+	assert_int_equal(kvmm_fmt_init(&f->fmt, 1, 1, 64, KVMM_DTYPE_FP16, 0, PAGE_SZ), 0);
+	assert_int_equal(kvmm_aspace_create(f->pool, f->ns, &f->fmt, NULL, &f->as), 0);
+	assert_int_equal(kvmm_aspace_create(f->pool, f->ns2, &f->fmt, NULL, &f->as2), 0);
+	*state = f;
+	return 0;
+}
+
+static int setup(void **state)
+{
+	struct kvmm_pool_params p = {.page_size = PAGE_SZ, .nframes = NFRAMES};
+
+	return setup_params(state, &p);
+}
+
+static int teardown(void **state)
+{
+	struct fix *f = *state;
+
+	check(f->pool);
+	kvmm_mm_release(f->pool);
+	kvmm_pool_destroy(f->pool);
+	free(f);
+	return 0;
+}
+
+static void fill_block(uint32_t *t, uint32_t key)
+{
+	uint32_t i;
+
+	for (i = 0; i < TPP; i++)
+		t[i] = key * 100 + i;
+}
+
+/* Seal one block of prompt @key and unmap it: one CACHED page.  Returns its frame. */
+static uint32_t cache_block(struct kvmm_aspace *as, uint32_t key)
+{
+	uint32_t t[TPP], frame;
+	struct kvmm_seq *seq;
+
+	fill_block(t, key);
+	assert_int_equal(kvmm_seq_create(as, &seq), 0);
+	assert_int_equal(kvmm_seq_append(seq, TPP, t), 0);
+	assert_int_equal(kvmm_seq_seal(seq), 1);
+	frame = kvmm_seq_frame(seq, 0);
+	kvmm_seq_free(seq);
+	assert_int_equal(kvmm_frame_to_page(as->pool, frame)->state, KVMM_PAGE_CACHED);
+	return frame;
+}
+
+/* Look prompt @key up: a new sequence mapping the cached block (or NULL on a miss). */
+static struct kvmm_seq *hit(struct kvmm_aspace *as, uint32_t key)
+{
+	struct kvmm_seq *seq;
+	uint32_t t[TPP];
+	int ret;
+
+	fill_block(t, key);
+	assert_int_equal(kvmm_seq_create(as, &seq), 0);
+	ret = kvmm_prefix_lookup(seq, t, TPP);
+	assert_true(ret == 0 || ret == TPP);
+	if (!ret) {
+		kvmm_seq_free(seq);
+		return NULL;
+	}
+	return seq;
+}
+
+static struct kvmm_page *pg_of(struct fix *f, uint32_t frame)
+{
+	return kvmm_frame_to_page(f->pool, frame);
+}
+
+static bool is_cached(struct fix *f, uint32_t frame)
+{
+	return pg_of(f, frame)->state == KVMM_PAGE_CACHED;
+}
+
+/* ---- the lists --------------------------------------------------------------------------- */
+
+static void test_unmapped_sealed_page_joins_inactive(void **state)
+{
+	struct fix *f = *state;
+	uint32_t frame = cache_block(f->as, 1);
+	struct kvmm_page *pg = pg_of(f, frame);
+
+	assert_true(pg->flags & KVMM_PG_LRU);
+	assert_false(pg->flags & (KVMM_PG_ACTIVE | KVMM_PG_REFERENCED));
+	assert_int_equal(pg->refcount, 0);
+	assert_int_equal(f->pool->lru.nr_inactive, 1);
+	assert_int_equal(f->pool->lru.nr_active, 0);
+	assert_ptr_equal(f->pool->lru.inactive.next, &pg->lru);
+	assert_int_equal(f->ns->cached, 1);
+	assert_int_equal(f->ns->used, 0);
+	check(f->pool);
+}
+
+static void test_reuse_references_then_promotes(void **state)
+{
+	struct fix *f = *state;
+	uint32_t frame = cache_block(f->as, 1);
+	struct kvmm_page *pg = pg_of(f, frame);
+	struct kvmm_seq *s1, *s2;
+
+	s1 = hit(f->as, 1);
+	assert_non_null(s1);
+	assert_true(pg->flags & KVMM_PG_REFERENCED);
+	assert_false(pg->flags & (KVMM_PG_ACTIVE | KVMM_PG_LRU));
+	kvmm_seq_free(s1);
+	/* back on the inactive list, keeping its second chance */
+	assert_true(pg->flags & KVMM_PG_REFERENCED);
+	assert_int_equal(f->pool->lru.nr_inactive, 1);
+	check(f->pool);
+
+	/* reused again before reclaim came by: promoted, returns to the active list */
+	s1 = hit(f->as, 1);
+	s2 = hit(f->as, 1);
+	assert_non_null(s2);
+	assert_int_equal(pg->refcount, 2);
+	assert_true(pg->flags & KVMM_PG_ACTIVE);
+	assert_int_equal(f->pool->stat[KVMM_STAT_PGACTIVATE], 1);
+	kvmm_seq_free(s1);
+	kvmm_seq_free(s2);
+	assert_int_equal(f->pool->lru.nr_active, 1);
+	assert_int_equal(f->pool->lru.nr_inactive, 0);
+	assert_true(pg->flags & KVMM_PG_LRU);
+	check(f->pool);
+}
+
+/* ---- reclaim ----------------------------------------------------------------------------- */
+
+static void test_reclaim_evicts_oldest_first(void **state)
+{
+	struct fix *f = *state;
+	uint32_t fr[5], i;
+
+	for (i = 0; i < 5; i++)
+		fr[i] = cache_block(f->as, i);
+	assert_int_equal(kvmm_reclaim(f->pool, NULL, 2), 2);
+	assert_false(is_cached(f, fr[0]));
+	assert_false(is_cached(f, fr[1]));
+	for (i = 2; i < 5; i++)
+		assert_true(is_cached(f, fr[i]));
+	assert_int_equal(f->pool->stat[KVMM_STAT_PGSCAN], 2);
+	assert_int_equal(f->pool->stat[KVMM_STAT_PGSTEAL], 2);
+	assert_int_equal(f->ns->cached, 3);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 3);
+	/* the evicted blocks are gone from the cache too */
+	assert_null(hit(f->as, 0));
+	assert_null(hit(f->as, 1));
+	check(f->pool);
+
+	/* more than there is: returns what it could */
+	assert_int_equal(kvmm_reclaim(f->pool, NULL, 10), 3);
+	assert_int_equal(kvmm_reclaim(f->pool, NULL, 10), 0);
+	assert_int_equal(f->ns->cached, 0);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), NFRAMES);
+	check(f->pool);
+}
+
+static void test_second_chance(void **state)
+{
+	struct fix *f = *state;
+	uint32_t a, b, c;
+	struct kvmm_seq *s;
+
+	a = cache_block(f->as, 1);
+	s = hit(f->as, 1);
+	kvmm_seq_free(s); /* a: inactive, REFERENCED */
+	b = cache_block(f->as, 2);
+	c = cache_block(f->as, 3); /* inactive: c b a(tail) */
+
+	/* a is the oldest but was reused: it moves to the active list, b goes instead */
+	assert_int_equal(kvmm_reclaim(f->pool, NULL, 1), 1);
+	assert_true(is_cached(f, a));
+	assert_true(pg_of(f, a)->flags & KVMM_PG_ACTIVE);
+	assert_false(pg_of(f, a)->flags & KVMM_PG_REFERENCED);
+	assert_false(is_cached(f, b));
+	assert_true(is_cached(f, c));
+	assert_int_equal(f->pool->stat[KVMM_STAT_PGACTIVATE], 1);
+	assert_int_equal(f->pool->stat[KVMM_STAT_PGSCAN], 2);
+	assert_int_equal(f->pool->stat[KVMM_STAT_PGSTEAL], 1);
+	check(f->pool);
+
+	assert_int_equal(kvmm_reclaim(f->pool, NULL, 1), 1);
+	assert_false(is_cached(f, c));
+	assert_true(is_cached(f, a));
+
+	/* only the active page is left: it is deactivated, then evicted */
+	assert_int_equal(kvmm_reclaim(f->pool, NULL, 1), 1);
+	assert_false(is_cached(f, a));
+	assert_int_equal(f->pool->stat[KVMM_STAT_PGDEACTIVATE], 1);
+	assert_int_equal(kvmm_reclaim(f->pool, NULL, 1), 0);
+	check(f->pool);
+}
+
+static void test_inactive_refilled_from_active_tail(void **state)
+{
+	struct fix *f = *state;
+	uint32_t fr[4], i;
+	struct kvmm_seq *s;
+
+	/* promote four pages: each hit twice */
+	for (i = 0; i < 4; i++) {
+		fr[i] = cache_block(f->as, i);
+		s = hit(f->as, i);
+		kvmm_seq_free(s);
+		s = hit(f->as, i);
+		kvmm_seq_free(s);
+		assert_true(pg_of(f, fr[i])->flags & KVMM_PG_ACTIVE);
+	}
+	assert_int_equal(f->pool->lru.nr_active, 4);
+	assert_int_equal(f->pool->lru.nr_inactive, 0);
+
+	/* reclaim first evens the lists out, taking the oldest active pages */
+	assert_int_equal(kvmm_reclaim(f->pool, NULL, 1), 1);
+	assert_false(is_cached(f, fr[0]));
+	assert_int_equal(f->pool->stat[KVMM_STAT_PGDEACTIVATE], 2);
+	assert_false(pg_of(f, fr[1])->flags & (KVMM_PG_ACTIVE | KVMM_PG_REFERENCED));
+	assert_true(pg_of(f, fr[3])->flags & KVMM_PG_ACTIVE);
+	assert_int_equal(f->pool->lru.nr_inactive, 1);
+	assert_int_equal(f->pool->lru.nr_active, 2);
+	check(f->pool);
+}
+
+static void test_mapped_pages_are_not_reclaimable(void **state)
+{
+	struct fix *f = *state;
+	struct kvmm_seq *seq;
+
+	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_seq_append(seq, 3 * TPP, NULL), 0);
+	assert_int_equal(kvmm_seq_seal(seq), 3);
+	assert_int_equal(kvmm_reclaim(f->pool, NULL, 3), 0);
+	assert_int_equal(kvmm_reclaim(f->pool, f->ns, 3), 0);
+	assert_int_equal(kvmm_reclaim(NULL, NULL, 3), 0);
+	assert_int_equal(f->pool->stat[KVMM_STAT_PGSTEAL], 0);
+	assert_int_equal(f->ns->used, 3);
+	check(f->pool);
+}
+
+static void test_reclaim_one_namespace(void **state)
+{
+	struct fix *f = *state;
+	uint32_t a[3], b[3], i;
+
+	for (i = 0; i < 3; i++) {
+		a[i] = cache_block(f->as, i);
+		b[i] = cache_block(f->as2, i);
+	}
+	assert_int_equal(f->ns->cached, 3);
+	assert_int_equal(f->ns2->cached, 3);
+
+	assert_int_equal(kvmm_reclaim(f->pool, f->ns2, 10), 3);
+	for (i = 0; i < 3; i++) {
+		assert_true(is_cached(f, a[i]));
+		assert_false(is_cached(f, b[i]));
+	}
+	assert_int_equal(f->ns->cached, 3);
+	assert_int_equal(f->ns2->cached, 0);
+	/* pages of others are passed over, not counted as scanned */
+	assert_int_equal(f->pool->stat[KVMM_STAT_PGSCAN], 3);
+	assert_int_equal(kvmm_reclaim(f->pool, f->ns2, 10), 0);
+	check(f->pool);
+}
+
+static void test_child_evicted_before_parent(void **state)
+{
+	struct fix *f = *state;
+	uint32_t t[3 * TPP], fr[3], i;
+	struct kvmm_seq *seq;
+
+	for (i = 0; i < 3 * TPP; i++)
+		t[i] = 7000 + i;
+	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_seq_append(seq, 3 * TPP, t), 0);
+	assert_int_equal(kvmm_seq_seal(seq), 3);
+	for (i = 0; i < 3; i++)
+		fr[i] = kvmm_seq_frame(seq, i);
+	kvmm_seq_free(seq);
+
+	/* freed tail first: the last block is the oldest, the first block survives longest */
+	assert_int_equal(kvmm_reclaim(f->pool, NULL, 1), 1);
+	assert_false(is_cached(f, fr[2]));
+	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_prefix_lookup(seq, t, 3 * TPP), 2 * TPP);
+	kvmm_seq_free(seq);
+	check(f->pool);
+}
+
+/* ---- what allocation falls back on --------------------------------------------------------- */
+
+static void test_ns_limit_reclaims_own_cache_then_enomem(void **state)
+{
+	struct fix *f = *state;
+	uint32_t own[3], other[3], i;
+	struct kvmm_seq *seq;
+
+	for (i = 0; i < 3; i++) {
+		own[i] = cache_block(f->as, i);
+		other[i] = cache_block(f->as2, i);
+	}
+	assert_int_equal(kvmm_ns_set_limit(f->ns, 4), 0);
+	assert_int_equal(f->ns->cached, 3);
+
+	/* four pages at a limit of four: its own three cached pages make room */
+	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_seq_append(seq, 4 * TPP, NULL), 0);
+	assert_int_equal(f->ns->used, 4);
+	assert_int_equal(f->ns->cached, 0);
+	for (i = 0; i < 3; i++) {
+		assert_false(is_cached(f, own[i]));
+		assert_true(is_cached(f, other[i])); /* never another namespace's */
+	}
+	assert_int_equal(f->ns2->cached, 3);
+	check(f->pool);
+
+	/* nothing of its own left to reclaim: -ENOMEM, although the pool has room */
+	assert_int_equal(kvmm_seq_append(seq, 1, NULL), -ENOMEM);
+	assert_int_equal(seq->ntokens, 4 * TPP);
+	assert_true(f->pool->stat[KVMM_STAT_NS_LIMIT_HIT] >= 1);
+	assert_int_equal(f->ns2->cached, 3);
+	check(f->pool);
+}
+
+static int setup_wmark(void **state)
+{
+	struct kvmm_pool_params p = {.page_size = PAGE_SZ,
+				     .nframes = 32,
+				     .wmark_min = 4,
+				     .wmark_low = 6,
+				     .wmark_high = 8};
+
+	return setup_params(state, &p);
+}
+
+static void test_min_watermark_reclaims_directly(void **state)
+{
+	struct fix *f = *state;
+	struct kvmm_seq *seq;
+	uint32_t i, n;
+
+	/* ns2 leaves 10 pages cached; ns1 maps 18: 4 frames free, at min */
+	for (i = 0; i < 10; i++)
+		cache_block(f->as2, i);
+	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_seq_append(seq, 18 * TPP, NULL), 0);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), 4);
+	assert_int_equal(f->pool->stat[KVMM_STAT_PGSTEAL], 0);
+
+	/* the next allocation would go under min: it reclaims the cache first */
+	assert_int_equal(kvmm_seq_append(seq, TPP, NULL), 0);
+	assert_true(f->pool->stat[KVMM_STAT_DIRECT_RECLAIM] >= 1);
+	assert_true(f->pool->stat[KVMM_STAT_PGSTEAL] >= 1);
+	assert_true(kvmm_pool_nr_free(f->pool) >= 4);
+	check(f->pool);
+
+	/* keep going: the whole cache is used up, then the reserve, then -ENOMEM */
+	for (n = 0; kvmm_seq_append(seq, TPP, NULL) == 0; n++)
+		assert_true(n < 32);
+	assert_int_equal(f->ns2->cached, 0);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), 0);
+	assert_int_equal(f->ns->used, 32);
+	check(f->pool);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_unmapped_sealed_page_joins_inactive, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_reuse_references_then_promotes, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_reclaim_evicts_oldest_first, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_second_chance, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_inactive_refilled_from_active_tail, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_mapped_pages_are_not_reclaimable, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_reclaim_one_namespace, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_child_evicted_before_parent, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ns_limit_reclaims_own_cache_then_enomem, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_min_watermark_reclaims_directly, setup_wmark,
+						teardown),
+	};
+
+	return cmocka_run_group_tests_name("vmscan", tests, NULL, NULL);
+}

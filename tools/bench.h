@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/bench.h - the small measurement framework behind kvmm-bench.
+ *
+ * A suite (bench_core.c, later ipc, swap, attn) describes each thing it measures as a
+ * struct bench_case: a run() doing n iterations of the work, with optional untimed setup()
+ * and teardown() around every batch (so a case can prepare n sequences, or give back the
+ * frames it took, without paying for it).  bench_measure() sizes a batch to a target time,
+ * warms up, then times several batches and returns the median time per item: the median,
+ * not the mean, because these machines are shared and noisy.  Results are added as rows
+ * (name, value, unit, baseline name, baseline value) and printed at the end as one table,
+ * or with --json as one JSON array.  Every row is measured beside its baseline in the same
+ * run; the ratio is value / baseline_value.
+ */
+#ifndef KVMM_TOOLS_BENCH_H
+#define KVMM_TOOLS_BENCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct bench_opts {
+	bool json;  /* print a JSON array instead of a table */
+	bool quick; /* CI-sized: smaller pools, shorter batches, fewer repetitions */
+};
+
+struct bench_case {
+	const char *name;			 /* for error messages */
+	void (*setup)(void *arg, uint64_t n);	 /* untimed, before each batch; may be NULL */
+	void (*run)(void *arg, uint64_t n);	 /* timed: n iterations */
+	void (*teardown)(void *arg, uint64_t n); /* untimed, after each batch; may be NULL */
+	void *arg;
+	uint64_t max_batch;	 /* most iterations one batch may hold; 0 = no limit */
+	uint32_t items_per_iter; /* items (pages, blocks) one iteration handles; 0 = 1 */
+};
+
+/* Monotonic clock in nanoseconds. */
+uint64_t bench_now_ns(void);
+
+/* Median nanoseconds per item of @c over several timed batches. */
+double bench_measure(const struct bench_opts *o, const struct bench_case *c);
+
+/* Add a result row; ratio = value / baseline_value (null in JSON when the baseline is 0). */
+void bench_report(const char *name, double value, const char *unit, const char *baseline,
+		  double baseline_value);
+
+/* A target line (e.g. "magazine alloc+free <= 50 ns/page: met"), printed after the table. */
+void bench_target(const char *what, double value, double limit, bool upper, const char *unit);
+
+/* Print every row (table or JSON) and every target line. */
+void bench_print(const struct bench_opts *o);
+
+/* Keep a value or the memory behind a pointer alive: the compiler must assume it is read. */
+static inline void bench_use(uint64_t v)
+{
+	__asm__ __volatile__("" : : "r"(v) : "memory");
+}
+
+static inline void bench_use_ptr(const void *p)
+{
+	__asm__ __volatile__("" : : "r"(p) : "memory");
+}
+
+/* Suites: 0, or a negative errno after printing why. */
+int bench_suite_core(const struct bench_opts *o);
+
+#endif /* KVMM_TOOLS_BENCH_H */

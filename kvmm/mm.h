@@ -56,7 +56,7 @@ enum {
 	KVMM_PG_REFERENCED = 1u << 1, /* hit since it last moved on the LRU (second chance) */
 	KVMM_PG_DIRTY = 1u << 2,      /* unsealed: still being written by its sequence */
 	KVMM_PG_SEALED = 1u << 3,     /* full and immutable, indexed in the page cache */
-	KVMM_PG_LRU = 1u << 4,        /* on an LRU list */
+	KVMM_PG_LRU = 1u << 4,	      /* on an LRU list */
 	KVMM_PG_BUDDY_HEAD = 1u << 5, /* head frame of a free buddy block (order valid) */
 	KVMM_PG_POISONED = 1u << 6,   /* backend reported an error: never hand out */
 	KVMM_PG_LOCKED = 1u << 7,     /* I/O in flight (swap, later) */
@@ -65,18 +65,18 @@ enum {
 struct kvmm_cache_ent; /* page-cache side record of a sealed page (pagecache.c) */
 
 struct kvmm_page {
-	struct list_head lru;         /* buddy free list, magazine list or LRU list */
-	uint32_t refcount;            /* number of PTEs mapping this frame */
-	uint32_t pincount;            /* pins by engines for the running step */
-	uint32_t flags;               /* KVMM_PG_* */
-	uint8_t state;                /* enum kvmm_page_state */
-	uint8_t order;                /* buddy order, valid with KVMM_PG_BUDDY_HEAD */
-	uint16_t ns_id;               /* namespace charged for this frame (0 = none) */
-	uint32_t owner;               /* magazine owner while MAGAZINE */
-	uint32_t ntokens;             /* tokens written in this page */
+	struct list_head lru;	      /* buddy free list, magazine list or LRU list */
+	uint32_t refcount;	      /* number of PTEs mapping this frame */
+	uint32_t pincount;	      /* pins by engines for the running step */
+	uint32_t flags;		      /* KVMM_PG_* */
+	uint8_t state;		      /* enum kvmm_page_state */
+	uint8_t order;		      /* buddy order, valid with KVMM_PG_BUDDY_HEAD */
+	uint16_t ns_id;		      /* namespace charged for this frame (0 = none) */
+	uint32_t owner;		      /* magazine owner while MAGAZINE */
+	uint32_t ntokens;	      /* tokens written in this page */
 	struct kvmm_cache_ent *cache; /* page-cache record while SEALED, else NULL */
-	uint64_t swap;                /* swap entry (swap issue), 0 = none */
-	uint16_t data_ns;             /* ns whose data it may hold (KVMM_NS_CLEAN: none) */
+	uint64_t swap;		      /* swap entry (swap issue), 0 = none */
+	uint16_t data_ns;	      /* ns whose data it may hold (KVMM_NS_CLEAN: none) */
 	uint16_t spare16;
 	uint32_t spare;
 };
@@ -121,36 +121,36 @@ extern const struct kvmm_backend_ops kvmm_mmap_backend_ops;
 
 /* ---- pool ---------------------------------------------------------------------------- */
 
-#define KVMM_MAX_ORDER 11 /* orders 0 .. KVMM_MAX_ORDER - 1 */
-#define KVMM_MAX_NS 64    /* namespace ids 1 .. KVMM_MAX_NS - 1 */
+#define KVMM_MAX_ORDER 11    /* orders 0 .. KVMM_MAX_ORDER - 1 */
+#define KVMM_MAX_NS 64	     /* namespace ids 1 .. KVMM_MAX_NS - 1 */
 #define KVMM_NS_CLEAN 0xffff /* struct kvmm_page.data_ns of a frame holding no one's data */
 /* frames per pool: numbers 0 .. KVMM_FRAME_MAX, so KVMM_FRAME_NONE is never a real one */
 #define KVMM_MAX_FRAMES ((uint32_t)KVMM_FRAME_MAX + 1)
 
 /* event counters (vmstat); every counter an admin may ask about */
 enum kvmm_stat {
-	KVMM_STAT_ALLOC,          /* frames allocated to sequences */
-	KVMM_STAT_FREE,           /* frames freed back */
-	KVMM_STAT_BUDDY_ALLOC,    /* blocks taken from the buddy allocator */
-	KVMM_STAT_BUDDY_FREE,     /* blocks returned to the buddy allocator */
-	KVMM_STAT_BUDDY_SPLIT,    /* buddy splits */
-	KVMM_STAT_BUDDY_MERGE,    /* buddy merges */
-	KVMM_STAT_MAG_HIT,        /* allocations served by a magazine */
-	KVMM_STAT_MAG_REFILL,     /* magazine refills (batches) */
-	KVMM_STAT_MAG_DRAIN,      /* magazine drains (batches) */
-	KVMM_STAT_ALLOC_FAIL,     /* allocations that returned -ENOMEM */
-	KVMM_STAT_COW,            /* copy-on-write copies */
-	KVMM_STAT_SEAL,           /* pages sealed into the page cache */
-	KVMM_STAT_CACHE_HIT,      /* lookup blocks found */
-	KVMM_STAT_CACHE_MISS,     /* lookup stopped at a missing block */
+	KVMM_STAT_ALLOC,	  /* frames allocated to sequences */
+	KVMM_STAT_FREE,		  /* frames freed back */
+	KVMM_STAT_BUDDY_ALLOC,	  /* blocks taken from the buddy allocator */
+	KVMM_STAT_BUDDY_FREE,	  /* blocks returned to the buddy allocator */
+	KVMM_STAT_BUDDY_SPLIT,	  /* buddy splits */
+	KVMM_STAT_BUDDY_MERGE,	  /* buddy merges */
+	KVMM_STAT_MAG_HIT,	  /* allocations served by a magazine */
+	KVMM_STAT_MAG_REFILL,	  /* magazine refills (batches) */
+	KVMM_STAT_MAG_DRAIN,	  /* magazine drains (batches) */
+	KVMM_STAT_ALLOC_FAIL,	  /* allocations that returned -ENOMEM */
+	KVMM_STAT_COW,		  /* copy-on-write copies */
+	KVMM_STAT_SEAL,		  /* pages sealed into the page cache */
+	KVMM_STAT_CACHE_HIT,	  /* lookup blocks found */
+	KVMM_STAT_CACHE_MISS,	  /* lookup stopped at a missing block */
 	KVMM_STAT_CACHE_COLLIDE,  /* hash matched but content did not (rejected) */
-	KVMM_STAT_PGSCAN,         /* LRU pages scanned by reclaim */
-	KVMM_STAT_PGSTEAL,        /* pages reclaimed */
-	KVMM_STAT_PGACTIVATE,     /* inactive -> active promotions */
-	KVMM_STAT_PGDEACTIVATE,   /* active -> inactive demotions */
+	KVMM_STAT_PGSCAN,	  /* LRU pages scanned by reclaim */
+	KVMM_STAT_PGSTEAL,	  /* pages reclaimed */
+	KVMM_STAT_PGACTIVATE,	  /* inactive -> active promotions */
+	KVMM_STAT_PGDEACTIVATE,	  /* active -> inactive demotions */
 	KVMM_STAT_DIRECT_RECLAIM, /* allocations that reclaimed directly (under min) */
-	KVMM_STAT_NS_LIMIT_HIT,   /* allocations that hit a namespace limit */
-	KVMM_STAT_SCRUB,          /* frames zeroed because they changed namespace */
+	KVMM_STAT_NS_LIMIT_HIT,	  /* allocations that hit a namespace limit */
+	KVMM_STAT_SCRUB,	  /* frames zeroed because they changed namespace */
 	KVMM_STAT_COUNT,
 };
 
@@ -186,7 +186,7 @@ struct kvmm_pool {
 	/* buddy allocator */
 	struct list_head free_area[KVMM_MAX_ORDER];
 	uint32_t nr_free_blocks[KVMM_MAX_ORDER];
-	uint32_t nr_free; /* frames in the buddy */
+	uint32_t nr_free;      /* frames in the buddy */
 	struct list_head mags; /* magazines holding frames (struct kvmm_magazine.node) */
 
 	uint32_t nr_state[KVMM_PAGE_STATE_COUNT]; /* frames per state */
@@ -195,8 +195,8 @@ struct kvmm_pool {
 	struct kvmm_lru lru;
 	struct kvmm_pagecache *pagecache; /* pagecache.c */
 	struct kvmm_ns *ns[KVMM_MAX_NS];  /* by id; [0] unused */
-	struct list_head aspaces;         /* every struct kvmm_aspace (invariant checks) */
-	uint64_t next_id;                 /* ids of address spaces and sequences (pgtable.c) */
+	struct list_head aspaces;	  /* every struct kvmm_aspace (invariant checks) */
+	uint64_t next_id;		  /* ids of address spaces and sequences (pgtable.c) */
 
 	uint64_t stat[KVMM_STAT_COUNT];
 };
@@ -260,10 +260,10 @@ int kvmm_buddyinfo(const struct kvmm_pool *pool, char *buf, size_t len);
  */
 struct kvmm_magazine {
 	struct list_head frames; /* struct kvmm_page.lru, state MAGAZINE, hottest first */
-	struct list_head node;   /* in pool->mags while count > 0 */
+	struct list_head node;	 /* in pool->mags while count > 0 */
 	uint32_t count;
 	uint32_t capacity; /* frames held at most; a full one drains to capacity - batch */
-	uint32_t batch;    /* frames moved per refill or drain, 1 <= batch <= capacity */
+	uint32_t batch;	   /* frames moved per refill or drain, 1 <= batch <= capacity */
 	uint32_t owner;
 	struct kvmm_pool *pool;
 };
@@ -360,9 +360,9 @@ struct kvmm_ns {
 	uint16_t id;
 	char name[32];
 	uint64_t secret[2]; /* keys the page-cache hash: nothing crosses namespaces */
-	uint32_t used;      /* MAPPED frames charged */
+	uint32_t used;	    /* MAPPED frames charged */
 	uint32_t cached;    /* CACHED frames charged */
-	uint32_t limit;     /* frames; 0 = unlimited */
+	uint32_t limit;	    /* frames; 0 = unlimited */
 	int priority;
 	struct kvmm_pool *pool;
 	uint64_t hash_seed; /* XXH3 seed derived from secret (ns.c), cached for lookups */
@@ -404,11 +404,11 @@ struct kvmm_seq {
 	struct kvmm_aspace *as;
 	uint64_t id;
 	uint64_t ntokens;
-	uint32_t nblocks;  /* blocks covered by ntokens */
-	uint32_t nsealed;  /* leading blocks sealed */
-	uint32_t cap;      /* capacity of pte[] and (in blocks) of tokens[] */
-	uint64_t *pte;     /* uapi PTE encoding per logical block */
-	uint32_t *tokens;  /* token ids, cap * tokens_per_page */
+	uint32_t nblocks; /* blocks covered by ntokens */
+	uint32_t nsealed; /* leading blocks sealed */
+	uint32_t cap;	  /* capacity of pte[] and (in blocks) of tokens[] */
+	uint64_t *pte;	  /* uapi PTE encoding per logical block */
+	uint32_t *tokens; /* token ids, cap * tokens_per_page */
 	int priority;
 };
 

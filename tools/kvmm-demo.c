@@ -70,8 +70,7 @@ static uint8_t kv_byte(uint32_t tok, uint64_t pos)
 }
 
 /* Write token @pos's KV bytes (first byte of its K row in layer 0 and the last layer). */
-static void write_kv(struct kvmm_pool *pool, const struct kvmm_seq *seq, uint64_t pos,
-		     uint32_t tok)
+static void write_kv(struct kvmm_pool *pool, const struct kvmm_seq *seq, uint64_t pos, uint32_t tok)
 {
 	const struct kvmm_fmt *fmt = &seq->as->fmt;
 	uint32_t block = (uint32_t)(pos / fmt->tokens_per_page);
@@ -133,8 +132,7 @@ static int run_turn(struct kvmm_pool *pool, struct kvmm_aspace *as, struct agent
 		goto out_free;
 
 	/* prefill: the part of the prompt that missed, in one append */
-	ret = kvmm_seq_append(seq, (uint32_t)(prompt_len - (uint64_t)mapped),
-			      a->hist + mapped);
+	ret = kvmm_seq_append(seq, (uint32_t)(prompt_len - (uint64_t)mapped), a->hist + mapped);
 	if (ret)
 		goto out_free;
 	for (uint64_t pos = (uint64_t)mapped; pos < prompt_len; pos++)
@@ -183,14 +181,18 @@ static int parse_uint(const char *s, unsigned int *out)
 int main(int argc, char **argv)
 {
 	static const struct option lopts[] = {
-		{ "agents", required_argument, NULL, 'a' }, { "turns", required_argument, NULL, 't' },
-		{ "system", required_argument, NULL, 's' }, { "user", required_argument, NULL, 'u' },
-		{ "reply", required_argument, NULL, 'r' },  { "frames", required_argument, NULL, 'f' },
-		{ "help", no_argument, NULL, 'h' },	    { NULL, 0, NULL, 0 },
+		{"agents", required_argument, NULL, 'a'}, {"turns", required_argument, NULL, 't'},
+		{"system", required_argument, NULL, 's'}, {"user", required_argument, NULL, 'u'},
+		{"reply", required_argument, NULL, 'r'},  {"frames", required_argument, NULL, 'f'},
+		{"help", no_argument, NULL, 'h'},	  {NULL, 0, NULL, 0},
 	};
-	struct demo_opts o = { .agents = 8, .turns = 4, .system_tokens = 2000, .user_tokens = 120,
-			       .reply_tokens = 160, .frames = 4096 };
-	struct kvmm_pool_params pp = { 0 };
+	struct demo_opts o = {.agents = 8,
+			      .turns = 4,
+			      .system_tokens = 2000,
+			      .user_tokens = 120,
+			      .reply_tokens = 160,
+			      .frames = 4096};
+	struct kvmm_pool_params pp = {0};
 	struct kvmm_pool *pool = NULL;
 	struct kvmm_ns *ns = NULL;
 	struct kvmm_fmt fmt;
@@ -202,13 +204,13 @@ int main(int argc, char **argv)
 	int c, ret = 1;
 
 	while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
-		unsigned int *dst = c == 'a' ? &o.agents :
-				    c == 't' ? &o.turns :
-				    c == 's' ? &o.system_tokens :
-				    c == 'u' ? &o.user_tokens :
-				    c == 'r' ? &o.reply_tokens :
-				    c == 'f' ? &o.frames :
-						     NULL;
+		unsigned int *dst = c == 'a'   ? &o.agents
+				    : c == 't' ? &o.turns
+				    : c == 's' ? &o.system_tokens
+				    : c == 'u' ? &o.user_tokens
+				    : c == 'r' ? &o.reply_tokens
+				    : c == 'f' ? &o.frames
+					       : NULL;
 
 		if (c == 'h') {
 			usage(stdout);
@@ -292,12 +294,15 @@ int main(int argc, char **argv)
 		printf("\n%-44s %10s\n", "", "frames");
 		printf("%-44s %10llu\n", "needed without sharing (private copies)",
 		       (unsigned long long)private_frames);
-		printf("%-44s %10llu\n", "held by kvmm (mapped + cached)", (unsigned long long)used);
-		printf("%-44s %9.1f%%\n", "saved", 100.0 * (1.0 - (double)used / (double)private_frames));
+		printf("%-44s %10llu\n", "held by kvmm (mapped + cached)",
+		       (unsigned long long)used);
+		printf("%-44s %9.1f%%\n", "saved",
+		       100.0 * (1.0 - (double)used / (double)private_frames));
 		printf("%-44s %9.1f%%  (%llu of %llu prompt tokens)\n", "prefix hit rate",
 		       looked_up ? 100.0 * (double)hit / (double)looked_up : 0.0,
 		       (unsigned long long)hit, (unsigned long long)looked_up);
-		printf("%-44s %10llu\n", "pages sealed", (unsigned long long)pool->stat[KVMM_STAT_SEAL]);
+		printf("%-44s %10llu\n", "pages sealed",
+		       (unsigned long long)pool->stat[KVMM_STAT_SEAL]);
 		printf("%-44s %10llu\n", "hit tokens whose KV bytes were verified",
 		       (unsigned long long)hit);
 	}

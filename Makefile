@@ -142,7 +142,7 @@ quiet_cmd_link = LD      $@
 
 quiet_cmd_solink = LD      $@
       cmd_solink = $(CC) $(KBUILD_LDFLAGS) -shared -Wl,-soname,$(@F).0 -o $@ \
-		$(filter %.o,$^) $(link-ldlibs)
+		$(filter %.o,$^) $(link-ldlibs) && ln -sf $(@F) $@.0
 
 %.o: %.c $(flags-stamp) | include/generated/autoconf.h
 	$(call cmd,cc)
@@ -189,7 +189,7 @@ format:
 	$(Q)$(srctree)/scripts/format.sh --fix $(srctree)
 
 clean:
-	$(Q)find . \( -name '*.o' -o -name '.*.o.d' -o -name '*.a' -o -name '*.so' \
+	$(Q)find . \( -name '*.o' -o -name '.*.o.d' -o -name '*.a' -o -name '*.so' -o -name '*.so.[0-9]*' \
 		-o -name '*.fatbin' \) -type f -delete
 	$(Q)rm -f $(all-progs) $(all-tests) $(all-libs) $(all-extra)
 	$(Q)rm -f $(flags-stamp)

@@ -7,7 +7,8 @@
  * from the pool - buddy free lists, magazines (pool->mags), LRU lists, every sequence of
  * every address space, the page cache - recounts what the counters claim and checks that
  * each frame is in exactly one state, on the one list that state implies, with a refcount
- * equal to the number of PTEs that map it.  It is O(frames + PTEs + cache entries) and
+ * equal to the number of PTEs that map it, and that the sealed blocks of every sequence form
+ * one reachable chain of page-cache entries.  It is O(frames + PTEs + cache entries) and
  * allocates one counter per frame, so it is for tests, the model test and debug builds, not
  * for hot paths.  The first inconsistency found is described in @why and -EUCLEAN returned.
  * Locking: the pool lock (mm.h).
@@ -342,6 +343,18 @@ int kvmm_check_invariants(struct kvmm_pool *pool, char *why, size_t whylen)
 	if (ret)
 		goto out;
 	ret = kvmm_pagecache_check(pool, why, whylen);
+	if (ret)
+		goto out;
+	/* with the entries sound: each sequence's sealed blocks are one reachable chain */
+	list_for_each_entry (as, &pool->aspaces, node) {
+		const struct kvmm_seq *seq;
+
+		list_for_each_entry (seq, &as->seqs, node) {
+			ret = kvmm_pagecache_check_seq(seq, why, whylen);
+			if (ret)
+				goto out;
+		}
+	}
 out:
 	free(seen);
 	return ret;

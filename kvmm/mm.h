@@ -143,7 +143,10 @@ enum kvmm_stat {
 	KVMM_STAT_SEAL,		  /* pages sealed into the page cache */
 	KVMM_STAT_CACHE_HIT,	  /* lookup blocks found */
 	KVMM_STAT_CACHE_MISS,	  /* lookup stopped at a missing block */
-	KVMM_STAT_CACHE_COLLIDE,  /* hash matched but content did not (rejected) */
+	KVMM_STAT_CACHE_COLLIDE,  /* key matched, hashed content did not: a real collision */
+	KVMM_STAT_CACHE_STALE,	  /* key and content matched under another parent entry */
+	KVMM_STAT_CACHE_ORPHAN,	  /* entries made unreachable by an ancestor's eviction */
+	KVMM_STAT_CACHE_REPARENT, /* sealed blocks moved under a sealing sequence's chain */
 	KVMM_STAT_PGSCAN,	  /* LRU pages scanned by reclaim */
 	KVMM_STAT_PGSTEAL,	  /* pages reclaimed */
 	KVMM_STAT_PGACTIVATE,	  /* inactive -> active promotions */
@@ -468,15 +471,28 @@ int kvmm_pagecache_set_hash_fn(struct kvmm_pool *pool, kvmm_cache_hash_fn fn);
 /*
  * Seal block @block of @seq (full, all earlier blocks sealed): index its page under its
  * content key, or, when a verified identical block is already cached, map that page instead
- * and drop this one (deduplication).  0 or -ENOMEM (nothing changed).
+ * and drop this one (deduplication).  A page a fork sibling sealed under another entry for
+ * the previous block is deduplicated the same way or re-parented under this sequence's.
+ * 0 or -ENOMEM (nothing changed).
  */
 int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block);
-/* Take an evicted page's entry out of the cache and free it (clears SEALED and pg->cache). */
+/*
+ * Take an evicted page's entry out of the cache and free it (clears SEALED and pg->cache).
+ * Its descendants become orphans: unreachable, and the cached ones go to the inactive tail.
+ */
 void kvmm_pagecache_remove(struct kvmm_pool *pool, struct kvmm_page *pg);
+/*
+ * A sealed page lost its last mapper (kvmm_page_put): if its entry is an orphan - no lookup
+ * or seal can ever reach it again - take it out of the cache (as kvmm_pagecache_remove) and
+ * return true, so that the caller frees the frame instead of caching it.
+ */
+bool kvmm_pagecache_drop_orphan(struct kvmm_pool *pool, struct kvmm_page *pg);
 /* Entries in the cache (one per sealed page). */
 uint32_t kvmm_pagecache_count(const struct kvmm_pool *pool);
 /* Consistency of the cache with the frames (for kvmm_check_invariants). 0 or -EUCLEAN. */
 int kvmm_pagecache_check(struct kvmm_pool *pool, char *why, size_t whylen);
+/* The sealed blocks of @seq form one reachable chain of entries holding its tokens. */
+int kvmm_pagecache_check_seq(const struct kvmm_seq *seq, char *why, size_t whylen);
 /* Free every entry and the table; the pages keep their state (pool teardown only). */
 void kvmm_pagecache_destroy(struct kvmm_pool *pool);
 

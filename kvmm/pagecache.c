@@ -9,21 +9,28 @@
  * secret, both as seed and as input, makes keys differ per namespace, so nothing is shared
  * or probeable across tenants.  XXH3 is fast but not a PRF: the keys are an index, never a
  * proof.  Every entry (struct kvmm_cache_ent) therefore stores what the key was made from -
- * token ids, parent key, format id, namespace - plus a unique id and the id of its parent's
- * entry, and a candidate counts as a hit only when all of them match what the lookup is
- * walking.  Comparing the parent entry's id rather than only its key matters: with two
- * colliding parents cached, a child of the wrong one would otherwise pass (same tokens,
- * same parent key) and hand out KV computed over another prompt.  So a hash collision can
- * cost a miss (KVMM_STAT_CACHE_COLLIDE) but never a wrong hit.
+ * token ids, parent key, format id, namespace - and a pointer to its parent block's entry,
+ * and a candidate counts as a hit only when all of them match what the lookup is walking.
+ * Comparing the parent entry itself rather than only its key matters: with two colliding
+ * parents cached, a child of the wrong one would otherwise pass (same tokens, same parent
+ * key) and hand out KV computed over another prompt.  So a hash collision can cost a miss
+ * (KVMM_STAT_CACHE_COLLIDE) but never a wrong hit.
+ *
+ * The entries form a forest: each knows its parent and its children.  Evicting an entry
+ * detaches its children, and its whole subtree becomes orphaned: no lookup can reach it
+ * (a lookup only ever steps from an entry to its children), so unmapped orphans are freed
+ * at once and cached ones go to the inactive tail.  An orphan still mapped by a fork
+ * sibling that has not sealed it yet is re-parented when that sibling seals: the block's KV
+ * was computed over exactly the sibling's tokens, which its sealed chain verifies.  Sealing
+ * a block that is already cached - same verified content, same parent entry - deduplicates:
+ * the sequence maps the cached page and drops its own, so the reachable entries hold each
+ * (parent, block) at most once.  Hence a live sequence's sealed blocks always form one
+ * reachable chain, which is what lets a lookup find the longest cached prefix.
  *
  * The table is a chained hash of hlist buckets (include/hashtable.h), a power of two in
  * size, doubled as entries grow up to one bucket per frame (there is at most one entry per
- * frame), so a lookup walks one short chain; colliding entries coexist on it.  Sealing a
- * block that is already cached - same verified content, same parent entry - deduplicates:
- * the sequence maps the cached page and its own copy is dropped, so a prefix has one
- * canonical chain of entries.  When a parent entry is evicted before its children, those
- * become unreachable (no lookup can verify their parent) and age out of the LRU; freeing a
- * sequence tail first (pgtable.c) makes that the rare order.  Locking: the pool lock.
+ * frame), so a lookup walks one short chain; colliding entries coexist on it.  Locking: the
+ * pool lock.
  */
 #include <errno.h>
 #include <limits.h>
@@ -38,16 +45,29 @@
 #include "hashtable.h"
 #include "kvmm/mm.h"
 
+/* struct kvmm_cache_ent.flags */
+enum {
+	PC_ORPHAN = 1u << 0, /* unreachable: an ancestor was evicted (set on the whole subtree) */
+};
+
 struct kvmm_cache_ent {
 	struct hlist_node hnode; /* in a bucket of kvmm_pagecache.ht */
+	/*
+	 * The parent block's entry; NULL for a first block (depth 0) and for a detached orphan
+	 * (depth > 0, its parent evicted).  Never dangles: eviction detaches the children.
+	 */
+	struct kvmm_cache_ent *parent;
+	struct list_head children; /* entries whose parent this is (their sibling nodes) */
+	struct list_head sibling;  /* in parent->children; empty while detached or a root */
 	uint64_t key;
-	uint64_t id;	     /* unique in this cache, never reused; 0 is "no entry" */
-	uint64_t parent_key; /* 0 for a first block */
-	uint64_t parent_id;  /* id of the parent block's entry when sealed; 0 for a first block */
+	uint64_t id;	     /* unique in this cache, never reused (diagnostics) */
+	uint64_t parent_key; /* the parent's key, as hashed into key; 0 for a first block */
 	uint64_t fmt_id;
+	uint32_t depth; /* block index in every sequence that maps it: parent's depth + 1 */
 	uint32_t frame;
 	uint32_t ntokens;
 	uint16_t ns_id;
+	uint16_t flags;	   /* PC_* */
 	uint32_t tokens[]; /* ntokens token ids */
 };
 
@@ -146,29 +166,84 @@ static void pc_grow(struct kvmm_pagecache *pc)
 }
 
 /*
- * The entry for (key, namespace, format, parent entry, tokens), or NULL.  Entries with the
- * key but other content are hash collisions: counted, never returned.
+ * The reachable entry for (key, namespace, format, parent entry, depth, tokens), or NULL.
+ * Other entries on the key are counted: a real collision when what was hashed differs
+ * (COLLIDE), else the same block under another parent entry - an orphan, or a prefix whose
+ * own key collided (STALE).  @parent is reachable (a lookup or a seal steps only from one),
+ * so a match is too; at depth 0 the depth check keeps detached orphans out.
  */
 static struct kvmm_cache_ent *pc_find(struct kvmm_pool *pool, const struct kvmm_pagecache *pc,
 				      uint64_t key, uint16_t ns_id, uint64_t fmt_id,
 				      const struct kvmm_cache_ent *parent, const uint32_t *tokens,
 				      uint32_t n)
 {
-	uint64_t parent_id = parent ? parent->id : 0;
 	uint64_t parent_key = parent ? parent->key : 0;
+	uint32_t depth = parent ? parent->depth + 1 : 0;
+	size_t bytes = (size_t)n * sizeof(*tokens);
 	struct kvmm_cache_ent *ent;
 
 	kvmm_htable_for_each_possible (&pc->ht, ent, hnode, key) {
+		bool same;
+
 		if (ent->key != key)
 			continue;
-		if (likely(ent->ns_id == ns_id && ent->fmt_id == fmt_id &&
-			   ent->parent_id == parent_id && ent->parent_key == parent_key &&
-			   ent->ntokens == n &&
-			   !memcmp(ent->tokens, tokens, (size_t)n * sizeof(*tokens))))
+		same = ent->ns_id == ns_id && ent->fmt_id == fmt_id && ent->ntokens == n &&
+		       !memcmp(ent->tokens, tokens, bytes);
+		if (likely(same && ent->parent == parent && ent->depth == depth))
 			return ent;
-		pool->stat[KVMM_STAT_CACHE_COLLIDE]++;
+		if (same && ent->parent_key == parent_key)
+			pool->stat[KVMM_STAT_CACHE_STALE]++;
+		else
+			pool->stat[KVMM_STAT_CACHE_COLLIDE]++;
 	}
 	return NULL;
+}
+
+/*
+ * The entry after @ent in a preorder walk of @root's subtree, or NULL: children first,
+ * then the next sibling of the nearest ancestor that has one, never leaving @root.
+ */
+static struct kvmm_cache_ent *pc_subtree_next(const struct kvmm_cache_ent *root,
+					      struct kvmm_cache_ent *ent)
+{
+	if (!list_empty(&ent->children))
+		return list_first_entry(&ent->children, struct kvmm_cache_ent, sibling);
+	for (; ent != root; ent = ent->parent) {
+		if (!list_is_last(&ent->sibling, &ent->parent->children))
+			return list_next_entry(ent, sibling);
+	}
+	return NULL;
+}
+
+/*
+ * @root was just detached from its evicted parent: it and everything below become
+ * unreachable.  Nothing can hit them again, so mapped ones are freed as soon as their last
+ * mapper goes (kvmm_pagecache_drop_orphan) and cached ones lose their second chance
+ * (REFERENCED).  They are neither freed nor moved between LRU lists here: this runs under
+ * reclaim, in the middle of its walk of the inactive list, which must neither lose its
+ * place nor miss a page it is still to meet (it evicts as many pages as asked while any
+ * are cached), so they go in LRU order, like other cold pages.
+ */
+static void pc_orphan_subtree(struct kvmm_pool *pool, struct kvmm_cache_ent *root)
+{
+	struct kvmm_cache_ent *ent;
+
+	for (ent = root; ent; ent = pc_subtree_next(root, ent)) {
+		ent->flags |= PC_ORPHAN;
+		pool->pages[ent->frame].flags &= ~KVMM_PG_REFERENCED;
+		pool->stat[KVMM_STAT_CACHE_ORPHAN]++;
+	}
+}
+
+/* Detach every child of @ent (they keep their subtrees); they must already be orphans. */
+static void pc_detach_children(struct kvmm_cache_ent *ent)
+{
+	struct kvmm_cache_ent *child, *tmp;
+
+	list_for_each_entry_safe (child, tmp, &ent->children, sibling) {
+		list_del_init(&child->sibling);
+		child->parent = NULL;
+	}
 }
 
 static inline struct kvmm_page *block_page(struct kvmm_pool *pool, const struct kvmm_seq *seq,
@@ -180,12 +255,42 @@ static inline struct kvmm_page *block_page(struct kvmm_pool *pool, const struct 
 	return &pool->pages[frame];
 }
 
+/*
+ * @ent, sealed by a fork sibling, is an orphan that @seq maps as its block after @parent,
+ * and @parent has no child with its content: hang it there, keyed @key.  Safe because no
+ * lookup can reach it where it is, while its KV was computed over @seq's own tokens, which
+ * @parent's chain holds.  When its key stays the same (the usual case: its old parent was
+ * evicted and the same prefix sealed again) its subtree comes along and is reachable again;
+ * otherwise its children keep their old keys and stay detached orphans (a sequence that
+ * maps one of them re-parents it in turn when it seals).
+ */
+static void pc_reparent(struct kvmm_pool *pool, struct kvmm_pagecache *pc,
+			struct kvmm_cache_ent *ent, struct kvmm_cache_ent *parent, uint64_t key)
+{
+	struct kvmm_cache_ent *e;
+
+	if (ent->parent)
+		list_del_init(&ent->sibling);
+	if (key != ent->key) {
+		pc_detach_children(ent);
+		hlist_del(&ent->hnode);
+		ent->key = key;
+		kvmm_htable_add(&pc->ht, &ent->hnode, key);
+	}
+	ent->parent = parent;
+	ent->parent_key = parent->key;
+	list_add_tail(&ent->sibling, &parent->children);
+	for (e = ent; e; e = pc_subtree_next(ent, e))
+		e->flags &= ~PC_ORPHAN;
+	pool->stat[KVMM_STAT_CACHE_REPARENT]++;
+}
+
 int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 {
 	struct kvmm_aspace *as = seq->as;
 	struct kvmm_pool *pool = as->pool;
 	uint32_t tpp = as->fmt.tokens_per_page;
-	struct kvmm_cache_ent *parent = NULL, *ent;
+	struct kvmm_cache_ent *parent = NULL, *ent, *old;
 	struct kvmm_pagecache *pc;
 	struct kvmm_page *pg, *cached;
 	const uint32_t *tokens;
@@ -194,20 +299,35 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 	KVMM_BUG_ON(block != seq->nsealed || (uint64_t)(block + 1) * tpp > seq->ntokens);
 	pg = block_page(pool, seq, block);
 	if (block) {
+		/* sealed in this sequence, so part of its reachable chain */
 		parent = block_page(pool, seq, block - 1)->cache;
-		KVMM_BUG_ON(!parent);
+		KVMM_BUG_ON(!parent || (parent->flags & PC_ORPHAN));
 	}
-	if (pg->flags & KVMM_PG_SEALED) {
-		/* shared with a sibling (fork) that sealed it first: same tokens, same prefix */
-		seq->pte[block] = kvmm_seq_mk_pte(pool, pg, true);
-		return 0;
+	tokens = seq->tokens + (size_t)block * tpp;
+	old = (pg->flags & KVMM_PG_SEALED) ? pg->cache : NULL;
+	if (old) {
+		/* sealed by a fork sibling: the same tokens over the same prefix */
+		KVMM_BUG_ON(old->depth != block || old->ns_id != as->ns->id ||
+			    old->fmt_id != as->fmt_id || old->ntokens != tpp ||
+			    memcmp(old->tokens, tokens, (size_t)tpp * sizeof(*tokens)));
+		if (likely(old->parent == parent)) {
+			seq->pte[block] = kvmm_seq_mk_pte(pool, pg, true);
+			return 0;
+		}
+		/*
+		 * ... but under another entry for the previous block: the sibling had that
+		 * block deduplicated to a cached page, since evicted (or orphaned) and sealed
+		 * again.  Below: share what @parent already has, else re-parent.
+		 */
 	}
 	pc = pc_get(pool);
 	if (!pc)
 		return -ENOMEM;
 
-	tokens = seq->tokens + (size_t)block * tpp;
-	key = pc_hash(pc, as->ns, parent ? parent->key : 0, as->fmt_id, tokens, tpp);
+	if (old && old->parent_key == (parent ? parent->key : 0))
+		key = old->key;
+	else
+		key = pc_hash(pc, as->ns, parent ? parent->key : 0, as->fmt_id, tokens, tpp);
 	ent = pc_find(pool, pc, key, as->ns->id, as->fmt_id, parent, tokens, tpp);
 	if (ent) {
 		/* the same block of the same prefix is cached: share it, drop our copy */
@@ -218,18 +338,36 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 		kvmm_page_put(pool, pg, as->mag);
 		return 0;
 	}
+	if (old) {
+		/*
+		 * Two reachable entries for one prefix cannot hold the same block (sealing
+		 * deduplicates), so the old chain is dead.  If it were not, moving the entry
+		 * would cost its chain's hits: keep it (this chain then misses the block).
+		 */
+		if (!KVMM_WARN_ON_ONCE(!(old->flags & PC_ORPHAN)))
+			pc_reparent(pool, pc, old, parent, key);
+		seq->pte[block] = kvmm_seq_mk_pte(pool, pg, true);
+		return 0;
+	}
 
 	ent = malloc(sizeof(*ent) + (size_t)tpp * sizeof(*tokens));
 	if (!ent)
 		return -ENOMEM;
 	ent->key = key;
 	ent->id = pc->next_id++;
+	ent->parent = parent;
 	ent->parent_key = parent ? parent->key : 0;
-	ent->parent_id = parent ? parent->id : 0;
+	INIT_LIST_HEAD(&ent->children);
+	if (parent)
+		list_add_tail(&ent->sibling, &parent->children);
+	else
+		INIT_LIST_HEAD(&ent->sibling);
 	ent->fmt_id = as->fmt_id;
+	ent->depth = block;
 	ent->frame = kvmm_page_to_frame(pool, pg);
 	ent->ntokens = tpp;
 	ent->ns_id = as->ns->id;
+	ent->flags = 0;
 	memcpy(ent->tokens, tokens, (size_t)tpp * sizeof(*tokens));
 	kvmm_htable_add(&pc->ht, &ent->hnode, key);
 	if (++pc->nr > kvmm_htable_size(&pc->ht) && pc->ht.bits < pc->max_bits)
@@ -304,14 +442,30 @@ int kvmm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t n)
 void kvmm_pagecache_remove(struct kvmm_pool *pool, struct kvmm_page *pg)
 {
 	struct kvmm_pagecache *pc = pool->pagecache;
-	struct kvmm_cache_ent *ent = pg->cache;
+	struct kvmm_cache_ent *ent = pg->cache, *child, *tmp;
 
 	KVMM_BUG_ON(!pc || !ent || !(pg->flags & KVMM_PG_SEALED) || !pc->nr);
 	hlist_del(&ent->hnode);
 	pc->nr--;
+	list_del(&ent->sibling);
+	list_for_each_entry_safe (child, tmp, &ent->children, sibling) {
+		list_del_init(&child->sibling);
+		child->parent = NULL;
+		if (!(child->flags & PC_ORPHAN))
+			pc_orphan_subtree(pool, child);
+	}
 	free(ent);
 	pg->cache = NULL;
 	pg->flags &= ~KVMM_PG_SEALED;
+}
+
+bool kvmm_pagecache_drop_orphan(struct kvmm_pool *pool, struct kvmm_page *pg)
+{
+	KVMM_BUG_ON(!pg->cache);
+	if (!(pg->cache->flags & PC_ORPHAN))
+		return false;
+	kvmm_pagecache_remove(pool, pg);
+	return true;
 }
 
 int kvmm_pagecache_set_hash_fn(struct kvmm_pool *pool, kvmm_cache_hash_fn fn)
@@ -343,10 +497,66 @@ static int pc_fail(char *why, size_t len, const struct kvmm_cache_ent *ent, cons
 	return -EUCLEAN;
 }
 
+/* @ent points at a live entry of this cache (its page points back at it). */
+static bool pc_live(const struct kvmm_pool *pool, const struct kvmm_cache_ent *ent)
+{
+	return ent->frame < pool->nframes && pool->pages[ent->frame].cache == ent;
+}
+
+static bool pc_same_block(const struct kvmm_cache_ent *a, const struct kvmm_cache_ent *b)
+{
+	return a->parent == b->parent && a->depth == b->depth && a->ns_id == b->ns_id &&
+	       a->fmt_id == b->fmt_id && a->ntokens == b->ntokens &&
+	       !memcmp(a->tokens, b->tokens, (size_t)a->ntokens * sizeof(*a->tokens));
+}
+
+/*
+ * Where @ent sits in the forest: a first block is a reachable root; a detached entry is an
+ * orphan; an attached one is a live entry's child, one block deeper (so the forest is
+ * acyclic), keyed from its key, in its namespace and format, and an orphan exactly when
+ * its parent is.  A reachable entry is the only one with its block under its parent.
+ */
+static const char *pc_check_family(const struct kvmm_pool *pool, const struct kvmm_pagecache *pc,
+				   const struct kvmm_cache_ent *ent, uint32_t *nchildren)
+{
+	const struct kvmm_cache_ent *p = ent->parent, *e;
+	bool orphan = ent->flags & PC_ORPHAN;
+
+	list_for_each_entry (e, &ent->children, sibling) {
+		if (!pc_live(pool, e) || e->parent != ent)
+			return "a child does not point back";
+		++*nchildren;
+	}
+	if (ent->flags & ~PC_ORPHAN)
+		return "unknown flags";
+	if (!ent->depth) {
+		if (p || ent->parent_key || orphan || !list_empty(&ent->sibling))
+			return "first block with a parent or orphaned";
+		return NULL;
+	}
+	if (!p)
+		return orphan && list_empty(&ent->sibling) ? NULL : "detached but not an orphan";
+	if (!pc_live(pool, p))
+		return "parent is not a live entry";
+	if (p->depth + 1 != ent->depth || p->key != ent->parent_key || p->ns_id != ent->ns_id ||
+	    p->fmt_id != ent->fmt_id)
+		return "depth, parent key, namespace or format differs from its parent's";
+	if (orphan != !!(p->flags & PC_ORPHAN))
+		return "orphan flag differs from its parent's";
+	if (orphan)
+		return NULL;
+	kvmm_htable_for_each_possible (&pc->ht, e, hnode, ent->key) {
+		if (e != ent && e->key == ent->key && !(e->flags & PC_ORPHAN) &&
+		    pc_same_block(e, ent))
+			return "another reachable entry holds the same block";
+	}
+	return NULL;
+}
+
 int kvmm_pagecache_check(struct kvmm_pool *pool, char *why, size_t whylen)
 {
 	struct kvmm_pagecache *pc = pool->pagecache;
-	uint32_t count = 0;
+	uint32_t count = 0, attached = 0, nchildren = 0;
 	size_t i;
 
 	if (!pc)
@@ -357,6 +567,7 @@ int kvmm_pagecache_check(struct kvmm_pool *pool, char *why, size_t whylen)
 		hlist_for_each_entry (ent, &pc->ht.buckets[i], hnode) {
 			const struct kvmm_page *pg;
 			const struct kvmm_ns *ns;
+			const char *what;
 
 			count++;
 			if (kvmm_htable_bucket(&pc->ht, ent->key) != &pc->ht.buckets[i])
@@ -374,21 +585,59 @@ int kvmm_pagecache_check(struct kvmm_pool *pool, char *why, size_t whylen)
 			ns = pool->ns[ent->ns_id];
 			if (!ns)
 				return pc_fail(why, whylen, ent, "namespace gone");
-			if (!ent->id || ent->id >= pc->next_id || ent->parent_id >= ent->id)
-				return pc_fail(why, whylen, ent, "bad id or parent id");
+			if (!ent->id || ent->id >= pc->next_id)
+				return pc_fail(why, whylen, ent, "bad id");
 			if (!ent->ntokens || pg->ntokens != ent->ntokens)
 				return pc_fail(why, whylen, ent,
 					       "token count differs from its page's");
 			if (pc_hash(pc, ns, ent->parent_key, ent->fmt_id, ent->tokens,
 				    ent->ntokens) != ent->key)
 				return pc_fail(why, whylen, ent, "key does not match its content");
+			what = pc_check_family(pool, pc, ent, &nchildren);
+			if (what)
+				return pc_fail(why, whylen, ent, what);
+			if (ent->parent)
+				attached++;
 		}
 	}
-	if (count != pc->nr) {
+	if (count != pc->nr || nchildren != attached) {
 		if (why && whylen)
-			snprintf(why, whylen, "page cache holds %u entries but counts %u", count,
-				 pc->nr);
+			snprintf(why, whylen,
+				 "page cache holds %u entries (%u attached, %u listed as children) "
+				 "but counts %u",
+				 count, attached, nchildren, pc->nr);
 		return -EUCLEAN;
+	}
+	return 0;
+}
+
+int kvmm_pagecache_check_seq(const struct kvmm_seq *seq, char *why, size_t whylen)
+{
+	const struct kvmm_aspace *as = seq->as;
+	const struct kvmm_pool *pool = as->pool;
+	const struct kvmm_cache_ent *parent = NULL, *ent;
+	uint32_t tpp = as->fmt.tokens_per_page, b;
+
+	for (b = 0; b < seq->nsealed; b++, parent = ent) {
+		uint32_t f = kvmm_pte_frame(seq->pte[b]);
+		const char *what = NULL;
+
+		ent = f < pool->nframes ? pool->pages[f].cache : NULL;
+		if (!ent)
+			what = "has no cache entry";
+		else if (ent->parent != parent || ent->depth != b || (ent->flags & PC_ORPHAN))
+			what = "is not a reachable child of the previous block's entry";
+		else if (ent->ns_id != as->ns->id || ent->fmt_id != as->fmt_id ||
+			 ent->ntokens != tpp ||
+			 memcmp(ent->tokens, seq->tokens + (size_t)b * tpp,
+				(size_t)tpp * sizeof(*ent->tokens)))
+			what = "has an entry for other tokens";
+		if (what) {
+			if (why && whylen)
+				snprintf(why, whylen, "seq %llu: sealed block %u (frame %u) %s",
+					 (unsigned long long)seq->id, b, f, what);
+			return -EUCLEAN;
+		}
 	}
 	return 0;
 }

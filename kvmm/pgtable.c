@@ -57,7 +57,8 @@ void kvmm_page_put(struct kvmm_pool *pool, struct kvmm_page *pg, struct kvmm_mag
 	KVMM_BUG_ON(pg->state != KVMM_PAGE_MAPPED || !pg->refcount);
 	if (--pg->refcount)
 		return;
-	if (!(pg->flags & KVMM_PG_SEALED)) {
+	/* an orphaned sealed page can never be hit again (pagecache.c): free it like a dirty one */
+	if (!(pg->flags & KVMM_PG_SEALED) || kvmm_pagecache_drop_orphan(pool, pg)) {
 		kvmm_free_page(pool, pg, mag);
 		return;
 	}

@@ -26,6 +26,8 @@ struct bench_suite {
 static const struct bench_suite suites[] = {
 	{"core", "allocator and page cache: alloc+free, cache insert and prefix lookup",
 	 bench_suite_core},
+	{"attn", "CPU paged decode attention vs contiguous KV and streaming-read bandwidth",
+	 bench_suite_attn},
 };
 
 #define NR_SUITES (sizeof(suites) / sizeof(suites[0]))

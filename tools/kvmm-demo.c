@@ -11,8 +11,9 @@
  * would be caught, not just counted.
  *
  * The demo prints the frames kvmm holds against the frames the same conversations would
- * hold if each agent kept a private copy of its context, and the prefix hit rate.  Until
- * kvmmd lands this runs the core library inside one process (no daemon, no IPC).
+ * hold if each agent kept a private copy of its context, and the prefix hit rate.  It runs
+ * the core library inside one process (no daemon, no IPC): the second part of `make demo`,
+ * beside tools/kvmm-agent's processes talking to the real kvmmd.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -255,8 +256,8 @@ int main(int argc, char **argv)
 	printf("kvmm-demo: %u agents, %u turns each, system prompt %u tokens, %u user + %u reply "
 	       "tokens per turn\n",
 	       o.agents, o.turns, o.system_tokens, o.user_tokens, o.reply_tokens);
-	printf("kvmm-demo: pool %u frames of %llu KiB, %u tokens per page (in-process core; "
-	       "kvmmd has not landed yet)\n",
+	printf("kvmm-demo: pool %u frames of %llu KiB, %u tokens per page (core library, "
+	       "in-process, no daemon)\n",
 	       o.frames, (unsigned long long)pp.page_size / 1024, fmt.tokens_per_page);
 
 	for (unsigned int i = 0; i < o.agents; i++) {

@@ -23,6 +23,8 @@
  *      sequence and memory ops (SEQ_*, PREFIX_LOOKUP, SEAL, PIN, UNPIN, MAG_*), admin verbs
  *      (STATUS .. SWAPOFF), events (PREEMPT, SHUTDOWN), features HOST_BACKEND, CUDA_BACKEND,
  *      PREFIX_CACHE, SWAP, RINGS, FD_PASSING, PTE layout v0, kvmm errors EPREEMPTED, ELOST.
+ *      Before release: SEQ_BLOCKS (read a sequence's block table over the socket),
+ *      attach_rep.nr_frames, SEQ_APPEND carries its token ids, SEAL carries none.
  */
 #ifndef KVMM_UAPI_KVMM_H
 #define KVMM_UAPI_KVMM_H
@@ -100,7 +102,8 @@ static inline int kvmm_abi_negotiate(uint16_t a_version, uint16_t a_min, uint16_
  *   ENOMEM      no frames even after reclaim (the caller may wait for PREEMPT to settle)
  *   ENOSPC      a limit or a swap tier is full (namespace max, swap slots, magazine)
  *   EAGAIN      transient: try again (reclaim in progress, ring full)
- *   EACCES      admin verb from a client that is not root or in the admin group
+ *   EACCES      admin verb from a client that is not root or in the admin group, or ATTACH
+ *               to a namespace whose allowed uids/gids do not include the client
  *   EPERM       operation on an object of another client or namespace
  *   ENOENT      no such sequence, namespace, client or swap tier
  *   EEXIST      already there (second ATTACH, SWAPON of an active tier)
@@ -245,6 +248,7 @@ enum kvmm_op {
 	KVMM_OP_UNPIN = 0x0108,		/* struct kvmm_pin_req + seq ids -> struct kvmm_pin_rep */
 	KVMM_OP_MAG_REFILL = 0x0109,	/* struct kvmm_mag_req -> struct kvmm_mag_rep */
 	KVMM_OP_MAG_DRAIN = 0x010a,	/* struct kvmm_mag_req -> struct kvmm_mag_rep */
+	KVMM_OP_SEQ_BLOCKS = 0x010b,	/* kvmm_seq_blocks_req -> _rep + int32_t blocks */
 
 	/* admin: read verbs take struct kvmm_admin_req and answer text or JSON */
 	KVMM_OP_STATUS = 0x0200,
@@ -279,7 +283,7 @@ enum kvmm_op {
 #define KVMM_OP_EVENT_BASE 0x0300U
 /* The last opcode of each range in this version (they move when a version appends ops). */
 #define KVMM_OP_SESSION_LAST KVMM_OP_PING
-#define KVMM_OP_MEM_LAST KVMM_OP_MAG_DRAIN
+#define KVMM_OP_MEM_LAST KVMM_OP_SEQ_BLOCKS
 #define KVMM_OP_ADMIN_LAST KVMM_OP_SWAPOFF
 #define KVMM_OP_EVENT_LAST KVMM_OP_SHUTDOWN
 
@@ -345,6 +349,8 @@ static inline const char *kvmm_op_name(unsigned int op)
 		return "mag_refill";
 	case KVMM_OP_MAG_DRAIN:
 		return "mag_drain";
+	case KVMM_OP_SEQ_BLOCKS:
+		return "seq_blocks";
 	case KVMM_OP_STATUS:
 		return "status";
 	case KVMM_OP_MEMINFO:
@@ -846,7 +852,7 @@ struct kvmm_attach_rep {
 	uint32_t nr_fds;	  /* descriptors passed with this reply */
 	uint32_t ring_entries;	  /* SQ/CQ entries granted, 0 without KVMM_FEAT_RINGS */
 	uint32_t mag_size;	  /* magazine capacity in frames */
-	uint32_t reserved;	  /* zero */
+	uint32_t nr_frames;	  /* frames of the namespace's pool (frame numbers < this) */
 };
 KVMM_ABI_ASSERT_SIZE(struct kvmm_attach_rep, 48);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, tokens_per_page, 0);
@@ -858,7 +864,7 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, shm_size, 24);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, nr_fds, 32);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, ring_entries, 36);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, mag_size, 40);
-KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, reserved, 44);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, nr_frames, 44);
 
 /* ---- Sequence and memory payloads ---------------------------------------------------- */
 
@@ -890,6 +896,11 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_create_rep, seq, 0);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_create_rep, nr_blocks, 8);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_create_rep, reserved, 12);
 
+/*
+ * SEQ_APPEND: nr_tokens uint32_t token ids follow the struct (the record is exactly
+ * 32 + 16 + 4 * nr_tokens bytes); the daemon keeps them to key SEAL. A step that adds more
+ * ids than fit in one record is split into several appends by the client.
+ */
 struct kvmm_seq_append_req {
 	uint64_t seq;
 	uint64_t nr_tokens; /* tokens to add at the end */
@@ -947,7 +958,7 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_free_req, seq, 0);
  * sent in several lookups; the walk stops at the first miss.
  */
 struct kvmm_prefix_lookup_req {
-	uint64_t seq;	    /* target; its length must be a whole number of pages */
+	uint64_t seq;	    /* target: empty, or whole pages all sealed (earlier lookups) */
 	uint32_t nr_tokens; /* token ids that follow */
 	uint32_t flags;	    /* none defined in v0: must be zero */
 };
@@ -967,9 +978,11 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_prefix_lookup_rep, nr_blocks, 8);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_prefix_lookup_rep, reserved, 12);
 
 /*
- * SEAL marks full pages immutable and enters them in the page cache. The token ids of the
- * nr_blocks pages (nr_blocks * tokens_per_page uint32_t values) follow the struct: they feed
- * the content key and are kept to verify later hits.
+ * SEAL marks the full, unsealed pages of blocks [block, block + nr_blocks) immutable and
+ * enters them in the page cache (nr_blocks 0: every full block from block on). Nothing
+ * follows the struct: the token ids that key the cache came with SEQ_APPEND. Blocks are
+ * sealed in order (a block's key chains its parent's), so the range must start at or before
+ * the first unsealed block; already sealed blocks in it are skipped.
  */
 struct kvmm_seal_req {
 	uint64_t seq;
@@ -982,9 +995,40 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_seal_req, block, 8);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_seal_req, nr_blocks, 12);
 
 /*
+ * SEQ_BLOCKS reads part of a sequence's block table: the reply struct is followed by count
+ * int32_t entries (frame number, or KVMM_BLOCK_NONE), for blocks [block, block + count).
+ * count is min(nr_blocks, blocks from block to the end, what fits in one record);
+ * nr_blocks 0 asks for as many as fit.
+ */
+struct kvmm_seq_blocks_req {
+	uint64_t seq;
+	uint32_t block;	    /* first block wanted */
+	uint32_t nr_blocks; /* entries wanted, 0 = as many as fit */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_seq_blocks_req, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_blocks_req, seq, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_blocks_req, block, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_blocks_req, nr_blocks, 12);
+
+struct kvmm_seq_blocks_rep {
+	uint64_t nr_tokens; /* the sequence's length */
+	uint32_t nr_blocks; /* its blocks */
+	uint32_t count;	    /* int32_t entries that follow */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_seq_blocks_rep, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_blocks_rep, nr_tokens, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_blocks_rep, nr_blocks, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_blocks_rep, count, 12);
+/* Entries one SEQ_BLOCKS reply can carry. */
+#define KVMM_SEQ_BLOCKS_MAX \
+	((KVMM_MSG_PAYLOAD_MAX - sizeof(struct kvmm_seq_blocks_rep)) / sizeof(int32_t))
+
+/*
  * PIN and UNPIN take a batch: nr_seqs uint64_t sequence ids follow the struct. PIN makes every
  * page of those sequences resident (swapping in as needed) and keeps reclaim off them until
- * UNPIN.
+ * UNPIN. Pins nest (each PIN needs its UNPIN). While pinned, a sequence's pages cannot change:
+ * SEQ_APPEND, SEQ_TRUNCATE, SEQ_FREE, SEAL and PREFIX_LOOKUP on it get -EBUSY. A batch is
+ * all or nothing: an unknown id (-ENOENT) or, for UNPIN, an unpinned one (-EINVAL) fails it.
  */
 struct kvmm_pin_req {
 	uint32_t nr_seqs;

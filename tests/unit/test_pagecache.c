@@ -6,6 +6,9 @@
  * different blocks - and different parents - on one key and shows that verification never
  * returns a wrong page, namespaces and formats never hit each other, sealing an already
  * cached block deduplicates, and the key is XXH3 over exactly the documented input.
+ * A block a fork sibling sealed under an entry since evicted is re-parented (or shared with
+ * a re-cached copy) when the sequence seals, so a lookup still finds the longest prefix, and
+ * unreachable orphans lose their LRU protection and are freed once unmapped.
  * Every test ends with kvmm_check_invariants(), which also recomputes every entry's key.
  */
 #include <errno.h>
@@ -297,6 +300,8 @@ static void test_forced_collision_never_wrong_hit(void **state)
 	assert_int_equal(kvmm_seq_frame(q, 0), kvmm_seq_frame(sy, 0));
 	assert_int_equal(kvmm_seq_frame(q, 1), kvmm_seq_frame(sy, 1));
 	assert_frame_tag(f->pool, kvmm_seq_frame(q, 1), 0x71);
+	/* x's B has y's tokens and parent key: passed over as stale, not a collision */
+	assert_true(f->pool->stat[KVMM_STAT_CACHE_STALE] > 0);
 	kvmm_seq_free(q);
 
 	/* z = [A, D]: A hits, D collides with every entry and is rejected */
@@ -481,6 +486,165 @@ static void test_many_entries_grow_table(void **state)
 	free(t);
 }
 
+/* ---- a chain broken by eviction -------------------------------------------------------------- */
+
+/*
+ * A and B share unsealed pages X0, X1 (fork).  A seals: block 0 deduplicates to an already
+ * cached Y0, so X1 is sealed under Y0.  A goes, Y0 is evicted: X1 is orphaned but B still
+ * maps it.  Returns B (unsealed, 2 blocks); *x1 is X1's frame.
+ */
+static struct kvmm_seq *orphaned_sibling(struct fix *f, const uint32_t *t, uint32_t *x1)
+{
+	struct kvmm_seq *y, *a, *b;
+	uint32_t y0;
+
+	y = sealed_seq(f->as, t, TPP, 0x50);
+	y0 = kvmm_seq_frame(y, 0);
+	assert_int_equal(kvmm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_seq_append(a, 2 * TPP, t), 0);
+	assert_int_equal(kvmm_seq_fork(a, &b), 0);
+	*x1 = kvmm_seq_frame(a, 1);
+	assert_int_equal(kvmm_seq_seal(a), 2);
+	assert_int_equal(kvmm_seq_frame(a, 0), y0);
+	assert_int_not_equal(kvmm_seq_frame(b, 0), y0);
+	assert_int_equal(kvmm_seq_frame(b, 1), *x1);
+	kvmm_seq_free(a);
+	kvmm_seq_free(y);
+	assert_int_equal(kvmm_reclaim(f->pool, NULL, 1), 1);
+	assert_int_equal(kvmm_frame_to_page(f->pool, y0)->state, KVMM_PAGE_FREE);
+	check(f->pool);
+	return b;
+}
+
+static void test_seal_reparents_block_orphaned_by_eviction(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = prompt(2, 17);
+	struct kvmm_seq *b, *q;
+	uint32_t x1;
+
+	b = orphaned_sibling(f, t, &x1);
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_ORPHAN], 1);
+	/* B seals: X0 gets a new entry, and X1 - already sealed - must now hang under it */
+	assert_int_equal(kvmm_seq_seal(b), 2);
+	assert_int_equal(kvmm_seq_frame(b, 1), x1);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 2);
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_REPARENT], 1);
+	check(f->pool);
+	/* the longest cached prefix: both blocks, B's own pages */
+	assert_int_equal(lookup(f->as, t, 2 * TPP, &q), 2 * TPP);
+	assert_int_equal(kvmm_seq_frame(q, 0), kvmm_seq_frame(b, 0));
+	assert_int_equal(kvmm_seq_frame(q, 1), x1);
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_COLLIDE], 0);
+	check(f->pool);
+	free(t);
+}
+
+static void test_seal_shares_block_recached_over_orphan(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = prompt(2, 18);
+	struct kvmm_seq *b, *c, *q;
+	uint32_t x1;
+
+	b = orphaned_sibling(f, t, &x1);
+	/* C computes and seals the same prompt again: new entries, the orphan X1 is skipped */
+	c = sealed_seq(f->as, t, 2 * TPP, 0x80);
+	assert_int_not_equal(kvmm_seq_frame(c, 1), x1);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 3);
+	/* X1 has the same key and tokens under a dead parent: stale, not a hash collision */
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_STALE], 1);
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_COLLIDE], 0);
+	check(f->pool);
+
+	/* B seals: both blocks are shared with C, and X1, mapped by no one now, is freed */
+	assert_int_equal(kvmm_seq_seal(b), 2);
+	assert_int_equal(kvmm_seq_frame(b, 0), kvmm_seq_frame(c, 0));
+	assert_int_equal(kvmm_seq_frame(b, 1), kvmm_seq_frame(c, 1));
+	assert_int_equal(kvmm_frame_to_page(f->pool, x1)->state, KVMM_PAGE_FREE);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 2);
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_REPARENT], 0);
+	assert_int_equal(f->ns->used, 2);
+	assert_int_equal(f->ns->cached, 0);
+	check(f->pool);
+	assert_int_equal(lookup(f->as, t, 2 * TPP, &q), 2 * TPP);
+	assert_int_equal(kvmm_seq_frame(q, 1), kvmm_seq_frame(c, 1));
+	assert_frame_tag(f->pool, kvmm_seq_frame(q, 1), 0x81);
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_COLLIDE], 0);
+	check(f->pool);
+	free(t);
+}
+
+static void test_orphan_loses_protection_and_is_freed_unmapped(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *t = prompt(2, 19);
+	struct kvmm_seq *y, *a, *b, *q;
+	uint32_t x1;
+
+	y = sealed_seq(f->as, t, TPP, 0x50);
+	assert_int_equal(kvmm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_seq_append(a, 2 * TPP, t), 0);
+	assert_int_equal(kvmm_seq_fork(a, &b), 0);
+	x1 = kvmm_seq_frame(a, 1);
+	assert_int_equal(kvmm_seq_seal(a), 2);
+	/* a hit on X1 under Y0 gives it a second chance... */
+	assert_int_equal(lookup(f->as, t, 2 * TPP, &q), 2 * TPP);
+	assert_int_equal(kvmm_seq_frame(q, 1), x1);
+	assert_true(kvmm_frame_to_page(f->pool, x1)->flags & KVMM_PG_REFERENCED);
+	kvmm_seq_free(q);
+	kvmm_seq_free(a);
+	kvmm_seq_free(y);
+	assert_int_equal(kvmm_reclaim(f->pool, NULL, 1), 1);
+	/* ...which it loses when Y0 goes and nothing can reach it any more */
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_ORPHAN], 1);
+	assert_int_equal(kvmm_frame_to_page(f->pool, x1)->state, KVMM_PAGE_MAPPED);
+	assert_false(kvmm_frame_to_page(f->pool, x1)->flags & KVMM_PG_REFERENCED);
+	check(f->pool);
+	/* its last mapper goes: freed at once rather than cached, since it can never be hit */
+	kvmm_seq_free(b);
+	assert_int_equal(kvmm_frame_to_page(f->pool, x1)->state, KVMM_PAGE_FREE);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 0);
+	assert_int_equal(f->ns->used, 0);
+	assert_int_equal(f->ns->cached, 0);
+	assert_int_equal(f->pool->lru.nr_inactive + f->pool->lru.nr_active, 0);
+	check(f->pool);
+	free(t);
+}
+
+static void test_reparent_under_forced_collision_never_wrong_hit(void **state)
+{
+	struct fix *f = *state;
+	uint32_t *x = prompt(2, 20), *y = prompt(2, 21);
+	struct kvmm_seq *b, *sy, *q;
+	uint32_t x1;
+
+	/* every key is 42; x = [A, B] re-parented, y = [C, B] cached alongside */
+	assert_int_equal(kvmm_pagecache_set_hash_fn(f->pool, const_hash), 0);
+	memcpy(y + TPP, x + TPP, TPP * sizeof(*y));
+	b = orphaned_sibling(f, x, &x1);
+	sy = sealed_seq(f->as, y, 2 * TPP, 0x70);
+	assert_int_equal(kvmm_seq_seal(b), 2);
+	assert_int_equal(kvmm_seq_frame(b, 1), x1);
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_REPARENT], 1);
+	/* y's B looked like x's under the same parent key: stale, never taken */
+	assert_true(f->pool->stat[KVMM_STAT_CACHE_STALE] > 0);
+	check(f->pool);
+
+	assert_int_equal(lookup(f->as, x, 2 * TPP, &q), 2 * TPP);
+	assert_int_equal(kvmm_seq_frame(q, 0), kvmm_seq_frame(b, 0));
+	assert_int_equal(kvmm_seq_frame(q, 1), x1);
+	kvmm_seq_free(q);
+	assert_int_equal(lookup(f->as, y, 2 * TPP, &q), 2 * TPP);
+	assert_int_equal(kvmm_seq_frame(q, 0), kvmm_seq_frame(sy, 0));
+	assert_int_equal(kvmm_seq_frame(q, 1), kvmm_seq_frame(sy, 1));
+	assert_frame_tag(f->pool, kvmm_seq_frame(q, 1), 0x71);
+	kvmm_seq_free(q);
+	check(f->pool);
+	free(x);
+	free(y);
+}
+
 /* ---- the key ------------------------------------------------------------------------------------ */
 
 static void test_key_is_xxh3_of_documented_input(void **state)
@@ -530,6 +694,14 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_seal_dedups_identical_blocks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fork_then_seal_both_sides, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_entries_grow_table, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_seal_reparents_block_orphaned_by_eviction,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_seal_shares_block_recached_over_orphan, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_orphan_loses_protection_and_is_freed_unmapped,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_reparent_under_forced_collision_never_wrong_hit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_key_is_xxh3_of_documented_input, setup,
 						teardown),
 	};

@@ -82,6 +82,8 @@ static const struct size_case size_cases[] = {
 	SIZE_CASE(struct kvmm_reclaim_rep, 8),
 	SIZE_CASE(struct kvmm_swapon_req, 272),
 	SIZE_CASE(struct kvmm_swapoff_req, 264),
+	SIZE_CASE(struct kvmm_seq_blocks_req, 16),
+	SIZE_CASE(struct kvmm_seq_blocks_rep, 16),
 };
 
 static void test_struct_sizes(void **state)
@@ -159,7 +161,7 @@ static const struct offset_case offset_cases[] = {
 	OFF(struct kvmm_attach_rep, nr_fds, 32),
 	OFF(struct kvmm_attach_rep, ring_entries, 36),
 	OFF(struct kvmm_attach_rep, mag_size, 40),
-	OFF(struct kvmm_attach_rep, reserved, 44),
+	OFF(struct kvmm_attach_rep, nr_frames, 44),
 
 	OFF(struct kvmm_seq_create_req, nr_tokens, 0),
 	OFF(struct kvmm_seq_create_req, flags, 8),
@@ -180,6 +182,12 @@ static const struct offset_case offset_cases[] = {
 	OFF(struct kvmm_seq_truncate_req, seq, 0),
 	OFF(struct kvmm_seq_truncate_req, nr_tokens, 8),
 	OFF(struct kvmm_seq_free_req, seq, 0),
+	OFF(struct kvmm_seq_blocks_req, seq, 0),
+	OFF(struct kvmm_seq_blocks_req, block, 8),
+	OFF(struct kvmm_seq_blocks_req, nr_blocks, 12),
+	OFF(struct kvmm_seq_blocks_rep, nr_tokens, 0),
+	OFF(struct kvmm_seq_blocks_rep, nr_blocks, 8),
+	OFF(struct kvmm_seq_blocks_rep, count, 12),
 	OFF(struct kvmm_prefix_lookup_req, seq, 0),
 	OFF(struct kvmm_prefix_lookup_req, nr_tokens, 8),
 	OFF(struct kvmm_prefix_lookup_req, flags, 12),
@@ -347,6 +355,7 @@ static const struct op_case op_cases[] = {
 	{KVMM_OP_UNPIN, 0x0108, "unpin"},
 	{KVMM_OP_MAG_REFILL, 0x0109, "mag_refill"},
 	{KVMM_OP_MAG_DRAIN, 0x010a, "mag_drain"},
+	{KVMM_OP_SEQ_BLOCKS, 0x010b, "seq_blocks"},
 	{KVMM_OP_STATUS, 0x0200, "status"},
 	{KVMM_OP_MEMINFO, 0x0201, "meminfo"},
 	{KVMM_OP_VMSTAT, 0x0202, "vmstat"},
@@ -396,7 +405,7 @@ static void test_op_values_and_names(void **state)
 	}
 	assert_int_equal(KVMM_OP_REPLY, 0x8000);
 	assert_int_equal(KVMM_OP_SESSION_LAST, KVMM_OP_PING);
-	assert_int_equal(KVMM_OP_MEM_LAST, KVMM_OP_MAG_DRAIN);
+	assert_int_equal(KVMM_OP_MEM_LAST, KVMM_OP_SEQ_BLOCKS);
 	assert_int_equal(KVMM_OP_ADMIN_LAST, KVMM_OP_SWAPOFF);
 	assert_int_equal(KVMM_OP_EVENT_LAST, KVMM_OP_SHUTDOWN);
 }
@@ -434,7 +443,7 @@ static void test_op_name_exhaustive(void **state)
 
 	assert_string_equal(kvmm_op_name(KVMM_OP_NONE), "?");
 	assert_string_equal(kvmm_op_name(0x0006), "?");
-	assert_string_equal(kvmm_op_name(0x010b), "?");
+	assert_string_equal(kvmm_op_name(0x010c), "?");
 	assert_string_equal(kvmm_op_name(0x0210), "?");
 	assert_string_equal(kvmm_op_name(0x0302), "?");
 	assert_string_equal(kvmm_op_name(0x0400), "?");

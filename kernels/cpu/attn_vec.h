@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/cpu/attn_vec.h - the vector inner loops, written once for AVX2 and AVX-512.
+ *
+ * Included by attn_avx2.c and attn_avx512.c (only: each compiles it with its own -m flags),
+ * after they define the vector type and a handful of primitives:
+ *
+ *   vec  VW               the vector type and its width in floats
+ *   vload_kv(dt, p, left) VW elements of dtype dt at p widened to fp32, zeros past left
+ *   vloadf(p) vstoref(p, v) vfma(a, b, c) vmul(a, b) vzero() vset1(x) vhsum(v)
+ *
+ * Grouped-query attention is where a CPU decode kernel wins or loses: the NQ (up to 4)
+ * queries that share a KV head are done together, so each K or V vector is loaded and
+ * converted once and feeds NQ FMAs.  Scores go one K row at a time (NQ dot products, one
+ * horizontal sum each); weighted sums go one vector of dims at a time over all the chunk's
+ * V rows, the NQ accumulators staying in registers.  For int8 each group of gs elements is
+ * scaled by its token's scale as it is loaded.  NQ is a compile-time constant in every
+ * instance (the switch at the bottom), so the small loops over queries unroll.
+ */
+#ifndef KVMM_KERNELS_CPU_ATTN_VEC_H
+#define KVMM_KERNELS_CPU_ATTN_VEC_H
+
+#define QB 4 /* queries per block */
+
+static __always_inline const void *elem(uint32_t dt, const void *row, uint32_t i)
+{
+	uint32_t esz = dt == KVMM_DTYPE_FP32 ? 4 : dt == KVMM_DTYPE_INT8 ? 1 : 2;
+
+	return (const char *)row + (uint64_t)i * esz;
+}
+
+static __always_inline float row_scale(const float *sc, uint64_t sstride, uint32_t t, uint32_t g)
+{
+	return ((const float *)((const char *)sc + t * sstride))[g];
+}
+
+/* s[q * sq + t] = dot(q_q, row t) for q < NQ, t < n */
+static __always_inline void qk_block(uint32_t dt, uint32_t NQ, const float *q, uint64_t qstride,
+				     const void *row, uint64_t stride, const float *sc,
+				     uint64_t sstride, uint32_t n, uint32_t dim, uint32_t gs,
+				     float *s, uint64_t sq)
+{
+	if (dt != KVMM_DTYPE_INT8)
+		gs = dim;
+	for (uint32_t t = 0; t < n; t++) {
+		const void *r = (const char *)row + t * stride;
+		vec sum[QB];
+		uint32_t i;
+
+		_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++) sum[i] = vzero();
+		for (uint32_t g0 = 0; g0 < dim; g0 += gs) {
+			vec sv = dt == KVMM_DTYPE_INT8 ? vset1(row_scale(sc, sstride, t, g0 / gs))
+						       : vzero();
+
+			for (uint32_t d = g0; d < g0 + gs; d += VW) {
+				vec kv = vload_kv(dt, elem(dt, r, d), g0 + gs - d);
+
+				if (dt == KVMM_DTYPE_INT8)
+					kv = vmul(kv, sv);
+				_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++) sum[i] =
+					vfma(vloadf(q + i * qstride + d), kv, sum[i]);
+			}
+		}
+		_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++) s[i * sq + t] = vhsum(sum[i]);
+	}
+}
+
+/* acc_q += sum over t < n of p[q * sp + t] * row t, for q < NQ */
+static __always_inline void pv_block(uint32_t dt, uint32_t NQ, float *acc, uint64_t astride,
+				     const float *p, uint64_t sp, const void *row, uint64_t stride,
+				     const float *sc, uint64_t sstride, uint32_t n, uint32_t dim,
+				     uint32_t gs)
+{
+	if (dt != KVMM_DTYPE_INT8)
+		gs = dim;
+	for (uint32_t g0 = 0; g0 < dim; g0 += gs) {
+		for (uint32_t d = g0; d < g0 + gs; d += VW) {
+			vec a[QB];
+			uint32_t i;
+
+			/* lanes past the group load zeros from the rows: they add nothing */
+			_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++) a[i] =
+				vloadf(acc + i * astride + d);
+			for (uint32_t t = 0; t < n; t++) {
+				vec vv = vload_kv(dt, elem(dt, (const char *)row + t * stride, d),
+						  g0 + gs - d);
+
+				if (dt == KVMM_DTYPE_INT8)
+					vv = vmul(vv, vset1(row_scale(sc, sstride, t, g0 / gs)));
+				_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++) a[i] =
+					vfma(vset1(p[i * sp + t]), vv, a[i]);
+			}
+			_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++)
+				vstoref(acc + i * astride + d, a[i]);
+		}
+	}
+}
+
+static __always_inline void qk_body(uint32_t dt, const float *q, uint64_t qstride, uint32_t nq,
+				    const void *row, uint64_t stride, const float *sc,
+				    uint64_t sstride, uint32_t n, uint32_t dim, uint32_t gs,
+				    float *s, uint64_t sq)
+{
+	for (uint32_t b = 0; b < nq; b += QB) {
+		const float *qb = q + b * qstride;
+		float *sb = s + b * sq;
+
+		switch (nq - b >= QB ? QB : nq - b) {
+		case 4:
+			qk_block(dt, 4, qb, qstride, row, stride, sc, sstride, n, dim, gs, sb, sq);
+			break;
+		case 3:
+			qk_block(dt, 3, qb, qstride, row, stride, sc, sstride, n, dim, gs, sb, sq);
+			break;
+		case 2:
+			qk_block(dt, 2, qb, qstride, row, stride, sc, sstride, n, dim, gs, sb, sq);
+			break;
+		default:
+			qk_block(dt, 1, qb, qstride, row, stride, sc, sstride, n, dim, gs, sb, sq);
+			break;
+		}
+	}
+}
+
+static __always_inline void pv_body(uint32_t dt, float *acc, uint64_t astride, const float *p,
+				    uint64_t sp, uint32_t nq, const void *row, uint64_t stride,
+				    const float *sc, uint64_t sstride, uint32_t n, uint32_t dim,
+				    uint32_t gs)
+{
+	for (uint32_t b = 0; b < nq; b += QB) {
+		float *ab = acc + b * astride;
+		const float *pb = p + b * sp;
+
+		switch (nq - b >= QB ? QB : nq - b) {
+		case 4:
+			pv_block(dt, 4, ab, astride, pb, sp, row, stride, sc, sstride, n, dim, gs);
+			break;
+		case 3:
+			pv_block(dt, 3, ab, astride, pb, sp, row, stride, sc, sstride, n, dim, gs);
+			break;
+		case 2:
+			pv_block(dt, 2, ab, astride, pb, sp, row, stride, sc, sstride, n, dim, gs);
+			break;
+		default:
+			pv_block(dt, 1, ab, astride, pb, sp, row, stride, sc, sstride, n, dim, gs);
+			break;
+		}
+	}
+}
+
+#define VEC_OPS(name, dt)                                                                     \
+	static void qk_##name(const float *q, uint64_t qstride, uint32_t nq, const void *row, \
+			      uint64_t stride, const float *sc, uint64_t sstride, uint32_t n, \
+			      uint32_t dim, uint32_t gs, float *s, uint64_t sq)               \
+	{                                                                                     \
+		qk_body(dt, q, qstride, nq, row, stride, sc, sstride, n, dim, gs, s, sq);     \
+	}                                                                                     \
+	static void pv_##name(float *acc, uint64_t astride, const float *p, uint64_t sp,      \
+			      uint32_t nq, const void *row, uint64_t stride, const float *sc, \
+			      uint64_t sstride, uint32_t n, uint32_t dim, uint32_t gs)        \
+	{                                                                                     \
+		pv_body(dt, acc, astride, p, sp, nq, row, stride, sc, sstride, n, dim, gs);   \
+	}
+
+#endif /* KVMM_KERNELS_CPU_ATTN_VEC_H */

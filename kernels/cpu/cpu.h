@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/cpu/cpu.h - what the CPU kernels share inside kernels/cpu/: the per-ISA table of
+ * inner loops and the scalar element conversions.
+ *
+ * The drivers (attn.c) walk block tables, keep the online-softmax state and call one
+ * struct kvmm_cpu_ops per page dtype for the loops that touch KV bytes: scores of a run of
+ * K rows against one query, the weighted sum of a run of V rows, and exp-and-sum of scores.
+ * attn_scalar.c, attn_avx2.c and attn_avx512.c each provide a table per dtype; the AVX files
+ * are compiled with their own -m flags and only reached through isa.c after a CPU check.
+ *
+ * The conversions are bit manipulations of our own rather than _Float16, which clang 14 does
+ * not support on x86-64: fp16 and bf16 widen to fp32 exactly, fp32 narrows with round to
+ * nearest even (NaN stays NaN, overflow goes to infinity, fp16 subnormals are kept).
+ */
+#ifndef KVMM_KERNELS_CPU_H
+#define KVMM_KERNELS_CPU_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+/*
+ * Queries and accumulators live in scratch rows padded to a multiple of this many floats
+ * (zeros in the padding), so vector loops may read and write whole vectors of them; only the
+ * KV rows in the pages need tails.
+ */
+#define KVMM_CPU_PAD 16u
+
+/*
+ * A run of n consecutive rows of one KV head: row t at row + t * stride bytes; for int8 its
+ * head's group scales at sc + t * sstride bytes (dim / gs of them), else sc is NULL.  The nq
+ * queries (accumulators) sharing that head are padded scratch rows qstride (astride) floats
+ * apart; their scores (weights) are rows sq (sp) floats apart.
+ */
+struct kvmm_cpu_ops {
+	/* s[i * sq + t] = dot(q_i, row t), i < nq, t < n */
+	void (*qk)(const float *q, uint64_t qstride, uint32_t nq, const void *row, uint64_t stride,
+		   const float *sc, uint64_t sstride, uint32_t n, uint32_t dim, uint32_t gs,
+		   float *s, uint64_t sq);
+	/* acc_i += sum over t < n of p[i * sp + t] * row t, i < nq */
+	void (*pv)(float *acc, uint64_t astride, const float *p, uint64_t sp, uint32_t nq,
+		   const void *row, uint64_t stride, const float *sc, uint64_t sstride, uint32_t n,
+		   uint32_t dim, uint32_t gs);
+	/* s[t] = exp(s[t] - m) for t < n (every s[t] <= m); returns their sum */
+	float (*expsum)(float *s, uint32_t n, float m);
+};
+
+/* Indexed by enum kvmm_dtype; the NONE entry is empty. */
+extern const struct kvmm_cpu_ops kvmm_cpu_ops_scalar[KVMM_DTYPE_COUNT];
+extern const struct kvmm_cpu_ops kvmm_cpu_ops_avx2[KVMM_DTYPE_COUNT];
+extern const struct kvmm_cpu_ops kvmm_cpu_ops_avx512[KVMM_DTYPE_COUNT];
+
+/* The table of the ISA in use (isa.c). */
+const struct kvmm_cpu_ops *kvmm_cpu_ops(uint32_t dtype);
+
+static inline float kvmm_u32_to_f32(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+static inline uint32_t kvmm_f32_to_u32(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+static inline float kvmm_bf16_to_f32(uint16_t h)
+{
+	return kvmm_u32_to_f32((uint32_t)h << 16);
+}
+
+static inline uint16_t kvmm_f32_to_bf16(float f)
+{
+	uint32_t u = kvmm_f32_to_u32(f);
+
+	if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet and a NaN */
+		return (uint16_t)((u >> 16) | 0x40);
+	/* round to nearest even: add half an ulp minus one, plus the kept lsb */
+	u += 0x7fffu + ((u >> 16) & 1);
+	return (uint16_t)(u >> 16);
+}
+
+static inline float kvmm_fp16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+	uint32_t exp = (h >> 10) & 0x1f;
+	uint32_t man = h & 0x3ff;
+
+	if (exp == 0x1f) /* inf, NaN */
+		return kvmm_u32_to_f32(sign | 0x7f800000u | (man << 13));
+	if (exp == 0) {
+		/* zero or subnormal: man * 2^-24, exact in fp32 */
+		float v = (float)man * 0x1p-24f;
+
+		return sign ? -v : v;
+	}
+	return kvmm_u32_to_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+static inline uint16_t kvmm_f32_to_fp16(float f)
+{
+	uint32_t u = kvmm_f32_to_u32(f);
+	uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+	uint32_t a = u & 0x7fffffffu;
+	int32_t exp;
+	uint32_t man, shift, half, rest, r;
+
+	if (a > 0x7f800000u) /* NaN */
+		return sign | 0x7e00;
+	if (a >= 0x477ff000u) /* >= 65520 rounds to infinity (max fp16 65504) */
+		return sign | 0x7c00;
+	exp = (int32_t)(a >> 23) - 127;
+	if (exp >= -14) {
+		/* normal fp16: keep 10 of 23 mantissa bits, round the other 13 to nearest even */
+		r = ((uint32_t)(exp + 15) << 10) | ((a >> 13) & 0x3ff);
+		rest = a & 0x1fff;
+		if (rest > 0x1000 || (rest == 0x1000 && (r & 1)))
+			r++; /* a carry into the exponent is the right answer */
+		return sign | (uint16_t)r;
+	}
+	if (exp < -25) /* below half the smallest subnormal: zero */
+		return sign;
+	/* subnormal fp16: value = man * 2^-24 with man < 1024 */
+	man = (a & 0x7fffff) | 0x800000;    /* 24-bit significand, value = man * 2^(exp-23) */
+	shift = (uint32_t)(-14 - exp) + 13; /* 14..24 */
+	r = man >> shift;
+	half = 1u << (shift - 1);
+	rest = man & ((1u << shift) - 1);
+	if (rest > half || (rest == half && (r & 1)))
+		r++;
+	return sign | (uint16_t)r;
+}
+
+#endif /* KVMM_KERNELS_CPU_H */

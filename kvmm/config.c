@@ -1,0 +1,1050 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/config.c - kvmmd's configuration: the parser of the INI-like file, the per-key value
+ * parsers that the command line reuses (so a flag and a line accept exactly the same text and
+ * the flag, applied later, wins), and the final pass that turns what was given into one pool
+ * per namespace.  The file has a [daemon] section and [namespace NAME] sections of
+ * "key = value" lines; '#' or ';' start a comment at the beginning of a line or after blank
+ * space.  Everything that can be checked on one line is checked there, so the message names
+ * that line; what depends on several settings (a chunk size against the page size that a
+ * flag may change) is checked by kvmm_config_finalize(), which names the line of the setting
+ * at fault.  Nothing here touches the pool: kvmmd hands the result to the server.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "compiler.h"
+#include "log.h"
+#include "kvmm/config.h"
+#include "kvmm/mm.h"
+
+#define LINE_MAX_LEN 4096
+
+/* uids and gids are parsed as uint32_t */
+_Static_assert(sizeof(uid_t) == sizeof(uint32_t) && sizeof(gid_t) == sizeof(uint32_t),
+	       "uid_t and gid_t are 32-bit");
+#define FILE_MAX_LEN (1u << 20)
+
+static int msg(char *err, size_t len, const char *fmt, ...) __printf(3, 4);
+static int msg(char *err, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && len) {
+		va_start(ap, fmt);
+		vsnprintf(err, len, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+/* ---- value parsers ------------------------------------------------------------------- */
+
+/* Decimal, or hex with 0x; no sign, no blank, no trailing text. */
+static int parse_u64(const char *s, uint64_t *out)
+{
+	int base = 10;
+	char *end;
+	uint64_t v;
+
+	if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+		base = 16;
+		s += 2;
+		if (!isxdigit((unsigned char)s[0]))
+			return -EINVAL;
+	} else if (!isdigit((unsigned char)s[0])) {
+		return -EINVAL;
+	}
+	errno = 0;
+	v = strtoull(s, &end, base);
+	if (errno || *end)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+int kvmm_config_parse_size(const char *s, uint64_t *out)
+{
+	static const char units[] = "KMGT";
+	const char *u;
+	char *end;
+	uint64_t v, mul = 1;
+
+	if (!s || !isdigit((unsigned char)s[0]))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -EINVAL;
+	if (*end) {
+		u = strchr(units, toupper((unsigned char)*end));
+		if (u) {
+			mul = UINT64_C(1) << (10 * (u - units + 1));
+			end++;
+			/* "2M", "2MB", "2MiB" */
+			if (!strcasecmp(end, "b") || !strcasecmp(end, "ib"))
+				end += strlen(end);
+		} else if (toupper((unsigned char)*end) == 'B') {
+			end++; /* "4096B" */
+		}
+		if (*end)
+			return -EINVAL;
+	}
+	if (check_mul_overflow(v, mul, out))
+		return -EINVAL;
+	return 0;
+}
+
+static int parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = {"yes", "true", "on", "1"};
+	static const char *const no[] = {"no", "false", "off", "0"};
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(yes); i++) {
+		if (!strcasecmp(s, yes[i])) {
+			*out = true;
+			return 0;
+		}
+		if (!strcasecmp(s, no[i])) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+static int parse_count(const char *s, uint64_t max, uint64_t *out, char *err, size_t len)
+{
+	if (parse_u64(s, out))
+		return msg(err, len, "'%s' is not a number", s);
+	if (*out > max)
+		return msg(err, len, "%s is too large (at most %llu)", s, (unsigned long long)max);
+	return 0;
+}
+
+static int parse_bytes(const char *s, uint64_t *out, char *err, size_t len)
+{
+	if (kvmm_config_parse_size(s, out))
+		return msg(err, len, "'%s' is not a size (a number with an optional K, M, G or T)",
+			   s);
+	return 0;
+}
+
+static bool all_digits(const char *s)
+{
+	if (!*s)
+		return false;
+	for (; *s; s++)
+		if (!isdigit((unsigned char)*s))
+			return false;
+	return true;
+}
+
+/* A uid or gid by number or name. */
+static int parse_id(const char *tok, bool group, uint32_t *out, char *err, size_t len)
+{
+	uint64_t v;
+
+	if (all_digits(tok)) {
+		/* (uid_t)-1 means "no id" to the kernel: never a real one */
+		if (parse_u64(tok, &v) || v >= UINT32_MAX)
+			return msg(err, len, "bad %s id '%s'", group ? "group" : "user", tok);
+		*out = (uint32_t)v;
+		return 0;
+	}
+	if (group) {
+		struct group *gr = getgrnam(tok);
+
+		if (!gr)
+			return msg(err, len, "unknown group '%s'", tok);
+		*out = gr->gr_gid;
+	} else {
+		struct passwd *pw = getpwnam(tok);
+
+		if (!pw)
+			return msg(err, len, "unknown user '%s'", tok);
+		*out = pw->pw_uid;
+	}
+	return 0;
+}
+
+/* "alice, bob 1000": names or numbers separated by commas and/or blanks. */
+static int parse_ids(const char *s, bool group, uint32_t *ids, unsigned int *nr, char *err,
+		     size_t len)
+{
+	char buf[LINE_MAX_LEN], *tok, *save = NULL;
+	unsigned int n = 0, i;
+	int ret;
+
+	if (strlen(s) >= sizeof(buf))
+		return msg(err, len, "list too long");
+	strcpy(buf, s);
+	for (tok = strtok_r(buf, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
+		uint32_t id;
+
+		ret = parse_id(tok, group, &id, err, len);
+		if (ret)
+			return ret;
+		for (i = 0; i < n; i++)
+			if (ids[i] == id)
+				break;
+		if (i < n)
+			continue;
+		if (n == KVMM_CONFIG_MAX_IDS)
+			return msg(err, len, "more than %d %s", KVMM_CONFIG_MAX_IDS,
+				   group ? "groups" : "users");
+		ids[n++] = id;
+	}
+	if (!n)
+		return msg(err, len, "empty list");
+	*nr = n;
+	return 0;
+}
+
+/* ---- [daemon] keys ------------------------------------------------------------------- */
+
+/* clang-format off */
+static const struct {
+	const char *name;
+	enum kvmm_config_key key;
+} daemon_keys[] = {
+	{"socket", KVMM_CFG_SOCKET},
+	{"backend", KVMM_CFG_BACKEND},
+	{"page_size", KVMM_CFG_PAGE_SIZE},
+	{"chunk_size", KVMM_CFG_CHUNK_SIZE},
+	{"pool_size", KVMM_CFG_POOL_SIZE},
+	{"frames", KVMM_CFG_POOL_SIZE},
+	{"wmark_min", KVMM_CFG_WMARK_MIN},
+	{"wmark_low", KVMM_CFG_WMARK_LOW},
+	{"wmark_high", KVMM_CFG_WMARK_HIGH},
+	{"admin_group", KVMM_CFG_ADMIN_GROUP},
+	{"log_level", KVMM_CFG_LOG_LEVEL},
+	{"foreground", KVMM_CFG_FOREGROUND},
+	{"prefault", KVMM_CFG_PREFAULT},
+	{"max_clients", KVMM_CFG_MAX_CLIENTS},
+};
+
+/* the keys of [namespace]: two units of one setting share a slot (duplicate detection) */
+static const struct {
+	const char *name;
+	enum kvmm_config_ns_key slot;
+} ns_keys[] = {
+	{"frames", KVMM_CFG_NS_FRAMES},
+	{"size", KVMM_CFG_NS_FRAMES},
+	{"limit", KVMM_CFG_NS_LIMIT},
+	{"limit_size", KVMM_CFG_NS_LIMIT},
+	{"priority", KVMM_CFG_NS_PRIORITY},
+	{"uids", KVMM_CFG_NS_UIDS},
+	{"gids", KVMM_CFG_NS_GIDS},
+};
+/* clang-format on */
+
+/* "page-size" and "Page_Size" are "page_size". */
+static void norm_key(char *dst, size_t len, const char *src)
+{
+	size_t i;
+
+	for (i = 0; i + 1 < len && src[i]; i++)
+		dst[i] = src[i] == '-' ? '_' : (char)tolower((unsigned char)src[i]);
+	dst[i] = '\0';
+}
+
+static int find_daemon_key(const char *key)
+{
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(daemon_keys); i++)
+		if (!strcmp(daemon_keys[i].name, key))
+			return (int)i;
+	return -1;
+}
+
+static int set_daemon(struct kvmm_config *cfg, size_t idx, const char *val, char *err, size_t len)
+{
+	const char *name = daemon_keys[idx].name;
+	uint64_t v;
+	uint32_t id;
+	bool b;
+	int ret;
+
+	switch (daemon_keys[idx].key) {
+	case KVMM_CFG_SOCKET:
+		if (strlen(val) >= sizeof(cfg->socket_path))
+			return msg(err, len, "socket path too long (at most %zu bytes)",
+				   sizeof(cfg->socket_path) - 1);
+		strcpy(cfg->socket_path, val);
+		return 0;
+	case KVMM_CFG_BACKEND:
+		if (strcmp(val, "host"))
+			return msg(err, len, "unknown backend '%s' (known: host)", val);
+		strcpy(cfg->backend, val);
+		return 0;
+	case KVMM_CFG_PAGE_SIZE:
+		ret = parse_bytes(val, &v, err, len);
+		if (ret)
+			return ret;
+		if (v < 4096 || !IS_POWER_OF_2(v))
+			return msg(err, len, "page_size %s is not a power of two of at least 4K",
+				   val);
+		cfg->page_size = v;
+		return 0;
+	case KVMM_CFG_CHUNK_SIZE:
+		ret = parse_bytes(val, &v, err, len);
+		if (ret)
+			return ret;
+		cfg->chunk_size = v;
+		return 0;
+	case KVMM_CFG_POOL_SIZE:
+		/* the two units of one setting: the last one given wins */
+		if (!strcmp(name, "frames")) {
+			ret = parse_count(val, UINT32_MAX, &v, err, len);
+			if (ret)
+				return ret;
+			if (!v)
+				return msg(err, len, "frames must be at least 1");
+			cfg->frames = v;
+			cfg->pool_size = 0;
+		} else {
+			ret = parse_bytes(val, &v, err, len);
+			if (ret)
+				return ret;
+			if (!v)
+				return msg(err, len, "pool_size must not be 0");
+			cfg->pool_size = v;
+			cfg->frames = 0;
+		}
+		return 0;
+	case KVMM_CFG_WMARK_MIN:
+	case KVMM_CFG_WMARK_LOW:
+	case KVMM_CFG_WMARK_HIGH:
+		ret = parse_count(val, KVMM_MAX_FRAMES, &v, err, len);
+		if (ret)
+			return ret;
+		if (daemon_keys[idx].key == KVMM_CFG_WMARK_MIN)
+			cfg->wmark_min = (uint32_t)v;
+		else if (daemon_keys[idx].key == KVMM_CFG_WMARK_LOW)
+			cfg->wmark_low = (uint32_t)v;
+		else
+			cfg->wmark_high = (uint32_t)v;
+		return 0;
+	case KVMM_CFG_ADMIN_GROUP:
+		ret = parse_id(val, true, &id, err, len);
+		if (ret)
+			return ret;
+		cfg->admin_gid = (gid_t)id;
+		cfg->have_admin_gid = true;
+		return 0;
+	case KVMM_CFG_LOG_LEVEL:
+		ret = kvmm_log_level_from_string(val);
+		if (ret < 0)
+			return msg(err, len,
+				   "unknown log level '%s' (err, warn, notice, info, debug)", val);
+		cfg->log_level = ret;
+		return 0;
+	case KVMM_CFG_FOREGROUND:
+	case KVMM_CFG_PREFAULT:
+		if (parse_bool(val, &b))
+			return msg(err, len, "'%s' is not a boolean (yes/no, true/false, on/off)",
+				   val);
+		if (daemon_keys[idx].key == KVMM_CFG_FOREGROUND)
+			cfg->foreground = b;
+		else
+			cfg->prefault = b;
+		return 0;
+	case KVMM_CFG_MAX_CLIENTS:
+		ret = parse_count(val, 65536, &v, err, len);
+		if (ret)
+			return ret;
+		if (!v)
+			return msg(err, len, "max_clients must be at least 1");
+		cfg->max_clients = (uint32_t)v;
+		return 0;
+	case KVMM_CFG_KEY_COUNT:
+		break;
+	}
+	return msg(err, len, "unknown key '%s'", name);
+}
+
+int kvmm_config_set(struct kvmm_config *cfg, const char *key, const char *value, char *err,
+		    size_t errlen)
+{
+	char k[64];
+	int idx;
+
+	norm_key(k, sizeof(k), key);
+	idx = find_daemon_key(k);
+	if (idx < 0) {
+		msg(err, errlen, "unknown setting '%s'", key);
+		return -ENOENT;
+	}
+	return set_daemon(cfg, (size_t)idx, value, err, errlen);
+}
+
+/* ---- [namespace] keys ---------------------------------------------------------------- */
+
+static int set_ns(struct kvmm_config_ns *ns, size_t i, const char *val, char *err, size_t len)
+{
+	const char *key = ns_keys[i].name;
+	uint64_t v;
+	long long p;
+	char *end;
+	int ret;
+
+	if (!strcmp(key, "frames") || !strcmp(key, "limit")) {
+		ret = parse_count(val, KVMM_MAX_FRAMES, &v, err, len);
+		if (ret)
+			return ret;
+		if (key[0] == 'f') {
+			if (!v)
+				return msg(err, len, "frames must be at least 1");
+			ns->frames = v;
+			ns->size = 0;
+		} else {
+			ns->limit = v;
+			ns->limit_size = 0;
+		}
+		return 0;
+	}
+	if (!strcmp(key, "size") || !strcmp(key, "limit_size")) {
+		ret = parse_bytes(val, &v, err, len);
+		if (ret)
+			return ret;
+		if (key[0] == 's') {
+			if (!v)
+				return msg(err, len, "size must not be 0");
+			ns->size = v;
+			ns->frames = 0;
+		} else {
+			ns->limit_size = v;
+			ns->limit = 0;
+		}
+		return 0;
+	}
+	if (!strcmp(key, "priority")) {
+		errno = 0;
+		p = strtoll(val, &end, 10);
+		if (errno || *end || end == val || isspace((unsigned char)val[0]) || p < -1000 ||
+		    p > 1000)
+			return msg(err, len, "priority '%s' is not a number in -1000..1000", val);
+		ns->priority = (int)p;
+		return 0;
+	}
+	if (!strcmp(key, "uids"))
+		return parse_ids(val, false, (uint32_t *)ns->uids, &ns->nr_uids, err, len);
+	return parse_ids(val, true, (uint32_t *)ns->gids, &ns->nr_gids, err, len);
+}
+
+static struct kvmm_config_ns *find_ns(struct kvmm_config *cfg, const char *name)
+{
+	unsigned int i;
+
+	for (i = 0; i < cfg->nr_ns; i++)
+		if (!strcmp(cfg->ns[i].name, name))
+			return &cfg->ns[i];
+	return NULL;
+}
+
+static int check_ns_name(const char *name, char *err, size_t len)
+{
+	char padded[KVMM_NAME_LEN] = {0};
+
+	if (strlen(name) >= KVMM_NAME_LEN)
+		return msg(err, len, "namespace name '%s' is longer than %d bytes", name,
+			   KVMM_NAME_LEN - 1);
+	strcpy(padded, name);
+	if (kvmm_name_check(padded))
+		return msg(err, len, "bad namespace name '%s' (use A-Z a-z 0-9 . _ -)", name);
+	return 0;
+}
+
+static struct kvmm_config_ns *add_ns(struct kvmm_config *cfg, const char *name, char *err,
+				     size_t len)
+{
+	struct kvmm_config_ns *ns;
+
+	if (check_ns_name(name, err, len))
+		return NULL;
+	if (cfg->nr_ns == KVMM_CONFIG_MAX_NS) {
+		msg(err, len, "more than %d namespaces", KVMM_CONFIG_MAX_NS);
+		return NULL;
+	}
+	ns = &cfg->ns[cfg->nr_ns++];
+	memset(ns, 0, sizeof(*ns));
+	strcpy(ns->name, name);
+	return ns;
+}
+
+int kvmm_config_set_ns(struct kvmm_config *cfg, const char *spec, char *err, size_t errlen)
+{
+	char buf[LINE_MAX_LEN], *name, *amount, *uids;
+	struct kvmm_config_ns *ns, tmp;
+	uint64_t v;
+	int ret;
+
+	if (strlen(spec) >= sizeof(buf))
+		return msg(err, errlen, "namespace spec too long");
+	strcpy(buf, spec);
+	name = buf;
+	amount = strchr(name, ':');
+	uids = NULL;
+	if (amount) {
+		*amount++ = '\0';
+		uids = strchr(amount, ':');
+		if (uids)
+			*uids++ = '\0';
+	}
+	ret = check_ns_name(name, err, errlen);
+	if (ret)
+		return ret;
+	ns = find_ns(cfg, name);
+	/* work on a copy: a bad spec leaves the configuration as it was */
+	if (ns) {
+		tmp = *ns;
+	} else {
+		memset(&tmp, 0, sizeof(tmp));
+		strcpy(tmp.name, name);
+	}
+	if (amount && *amount) {
+		if (all_digits(amount)) {
+			ret = parse_count(amount, KVMM_MAX_FRAMES, &v, err, errlen);
+			if (ret)
+				return ret;
+			if (!v)
+				return msg(err, errlen, "frames must be at least 1");
+			tmp.frames = v;
+			tmp.size = 0;
+		} else {
+			ret = parse_bytes(amount, &v, err, errlen);
+			if (ret)
+				return ret;
+			if (!v)
+				return msg(err, errlen, "size must not be 0");
+			tmp.size = v;
+			tmp.frames = 0;
+		}
+	}
+	if (uids && *uids) {
+		ret = parse_ids(uids, false, (uint32_t *)tmp.uids, &tmp.nr_uids, err, errlen);
+		if (ret)
+			return ret;
+	}
+	if (!ns) {
+		ns = add_ns(cfg, name, err, errlen);
+		if (!ns)
+			return -EINVAL;
+	}
+	*ns = tmp;
+	return 0;
+}
+
+/* ---- the file ------------------------------------------------------------------------ */
+
+struct parser {
+	struct kvmm_config *cfg;
+	const char *name;
+	unsigned int lineno;
+	struct kvmm_config_ns *ns; /* current [namespace] section */
+	bool in_daemon;		   /* in [daemon] */
+	char *err;
+	size_t errlen;
+};
+
+static int line_err(struct parser *p, const char *fmt, ...) __printf(2, 3);
+static int line_err(struct parser *p, const char *fmt, ...)
+{
+	char m[KVMM_CONFIG_ERR_LEN];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(m, sizeof(m), fmt, ap);
+	va_end(ap);
+	return msg(p->err, p->errlen, "%s:%u: %s", p->name, p->lineno, m);
+}
+
+static char *trim(char *s)
+{
+	char *e;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = '\0';
+	return s;
+}
+
+/* "x" -> x, so that a value can hold blanks or a '#' */
+static char *unquote(char *s)
+{
+	size_t n = strlen(s);
+
+	if (n >= 2 && s[0] == '"' && s[n - 1] == '"') {
+		s[n - 1] = '\0';
+		return s + 1;
+	}
+	return s;
+}
+
+/* Cut a comment that starts after blank space (or at the start); not inside quotes. */
+static void strip_comment(char *s)
+{
+	bool quoted = false;
+	char *c;
+
+	for (c = s; *c; c++) {
+		if (*c == '"')
+			quoted = !quoted;
+		if (!quoted && (*c == '#' || *c == ';') &&
+		    (c == s || isspace((unsigned char)c[-1]))) {
+			*c = '\0';
+			return;
+		}
+	}
+}
+
+static int parse_section(struct parser *p, char *line)
+{
+	struct kvmm_config *cfg = p->cfg;
+	size_t n = strlen(line);
+	char *in, *name;
+	char m[KVMM_CONFIG_ERR_LEN];
+
+	if (line[n - 1] != ']')
+		return line_err(p, "section header without ']'");
+	line[n - 1] = '\0';
+	in = trim(line + 1);
+	p->ns = NULL;
+	p->in_daemon = false;
+	if (!strcmp(in, "daemon")) {
+		if (cfg->daemon_seen)
+			return line_err(p, "duplicate section [daemon] (first at line %u)",
+					cfg->daemon_line);
+		cfg->daemon_seen = true;
+		cfg->daemon_line = p->lineno;
+		p->in_daemon = true;
+		return 0;
+	}
+	if (!strncmp(in, "namespace", 9) && isspace((unsigned char)in[9])) {
+		name = unquote(trim(in + 9));
+		p->ns = find_ns(cfg, name);
+		if (p->ns)
+			return line_err(p, "duplicate section [namespace %s] (first at line %u)",
+					name, p->ns->section_line);
+		p->ns = add_ns(cfg, name, m, sizeof(m));
+		if (!p->ns)
+			return line_err(p, "%s", m);
+		p->ns->section_line = p->lineno;
+		return 0;
+	}
+	if (!strcmp(in, "namespace"))
+		return line_err(p, "[namespace] needs a name: [namespace NAME]");
+	return line_err(p, "unknown section [%s] (known: [daemon], [namespace NAME])", in);
+}
+
+static int parse_line(struct parser *p, char *line)
+{
+	char key[64], m[KVMM_CONFIG_ERR_LEN], *eq, *k, *v;
+	unsigned int *seen;
+	size_t i;
+	int idx, ret;
+
+	strip_comment(line);
+	line = trim(line);
+	if (!*line)
+		return 0;
+	if (line[0] == '[')
+		return parse_section(p, line);
+
+	eq = strchr(line, '=');
+	if (!eq)
+		return line_err(p, "expected 'key = value' or '[section]'");
+	*eq = '\0';
+	k = trim(line);
+	v = unquote(trim(eq + 1));
+	if (!*k)
+		return line_err(p, "missing key before '='");
+	if (strlen(k) >= sizeof(key))
+		return line_err(p, "unknown key '%.40s...'", k);
+	norm_key(key, sizeof(key), k);
+	if (!*v)
+		return line_err(p, "empty value for '%s'", key);
+
+	if (p->in_daemon) {
+		idx = find_daemon_key(key);
+		if (idx < 0)
+			return line_err(p, "unknown key '%s' in [daemon]", key);
+		seen = &p->cfg->line[daemon_keys[idx].key];
+		if (*seen)
+			return line_err(p, "'%s' given again (already set at line %u)", key, *seen);
+		ret = set_daemon(p->cfg, (size_t)idx, v, m, sizeof(m));
+		if (ret)
+			return line_err(p, "%s: %s", key, m);
+		*seen = p->lineno;
+		return 0;
+	}
+	if (p->ns) {
+		for (i = 0; i < ARRAY_SIZE(ns_keys); i++)
+			if (!strcmp(ns_keys[i].name, key))
+				break;
+		if (i == ARRAY_SIZE(ns_keys))
+			return line_err(p, "unknown key '%s' in [namespace %s]", key, p->ns->name);
+		seen = &p->ns->line[ns_keys[i].slot];
+		if (*seen)
+			return line_err(p, "'%s' given again (already set at line %u)", key, *seen);
+		ret = set_ns(p->ns, i, v, m, sizeof(m));
+		if (ret)
+			return line_err(p, "%s: %s", key, m);
+		*seen = p->lineno;
+		return 0;
+	}
+	return line_err(p, "'%s' outside a section (start with [daemon] or [namespace NAME])", key);
+}
+
+int kvmm_config_parse(struct kvmm_config *cfg, const char *name, const char *text, char *err,
+		      size_t errlen)
+{
+	struct parser p = {
+		.cfg = cfg, .name = name ? name : "config", .err = err, .errlen = errlen};
+	char line[LINE_MAX_LEN];
+	const char *s = text, *nl;
+	size_t n;
+	int ret;
+
+	if (name) {
+		if (strlen(name) >= sizeof(cfg->file))
+			return msg(err, errlen, "%.64s...: file name too long", name);
+		strcpy(cfg->file, name);
+	}
+	while (*s) {
+		p.lineno++;
+		nl = strchr(s, '\n');
+		n = nl ? (size_t)(nl - s) : strlen(s);
+		if (n >= sizeof(line))
+			return line_err(&p, "line longer than %d bytes", LINE_MAX_LEN - 1);
+		memcpy(line, s, n);
+		line[n] = '\0';
+		if (memchr(s, '\0', n))
+			return line_err(&p, "NUL byte in line");
+		ret = parse_line(&p, line);
+		if (ret)
+			return ret;
+		s += n + (nl ? 1 : 0);
+	}
+	return 0;
+}
+
+int kvmm_config_load(struct kvmm_config *cfg, const char *path, char *err, size_t errlen)
+{
+	struct stat st;
+	char *text = NULL;
+	size_t got = 0;
+	ssize_t r;
+	int fd, ret;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		ret = -errno;
+		msg(err, errlen, "%s: %s", path, strerror(-ret));
+		return ret;
+	}
+	if (fstat(fd, &st) < 0) {
+		ret = -errno;
+		msg(err, errlen, "%s: %s", path, strerror(-ret));
+		goto out_close;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		ret = msg(err, errlen, "%s: not a regular file", path);
+		goto out_close;
+	}
+	if (st.st_size > FILE_MAX_LEN) {
+		msg(err, errlen, "%s: larger than %u bytes", path, FILE_MAX_LEN);
+		ret = -EFBIG;
+		goto out_close;
+	}
+	text = malloc((size_t)st.st_size + 1);
+	if (!text) {
+		ret = -ENOMEM;
+		msg(err, errlen, "%s: out of memory", path);
+		goto out_close;
+	}
+	while (got < (size_t)st.st_size) {
+		r = read(fd, text + got, (size_t)st.st_size - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			ret = -errno;
+			msg(err, errlen, "%s: %s", path, strerror(-ret));
+			goto out_free;
+		}
+		if (!r)
+			break;
+		got += (size_t)r;
+	}
+	text[got] = '\0';
+	if (strlen(text) != got) {
+		ret = msg(err, errlen, "%s: NUL byte in file", path);
+		goto out_free;
+	}
+	ret = kvmm_config_parse(cfg, path, text, err, errlen);
+out_free:
+	free(text);
+out_close:
+	close(fd);
+	return ret;
+}
+
+/* ---- defaults and the whole ---------------------------------------------------------- */
+
+void kvmm_config_init(struct kvmm_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	strcpy(cfg->backend, "host");
+	cfg->page_size = KVMM_CONFIG_DEFAULT_PAGE_SIZE;
+	cfg->log_level = KVMM_LOG_DEFAULT_LEVEL;
+	cfg->max_clients = KVMM_CONFIG_DEFAULT_MAX_CLIENTS;
+}
+
+int kvmm_config_default_socket(char *buf, size_t len)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	int n;
+
+	/* a relative XDG_RUNTIME_DIR is invalid by the spec: ignore it */
+	if (xdg && xdg[0] == '/')
+		n = snprintf(buf, len, "%s/kvmm/kvmmd.sock", xdg);
+	else
+		n = snprintf(buf, len, "/run/kvmm/kvmmd.sock");
+	if (n < 0 || (size_t)n >= len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static int fin_err(const struct kvmm_config *cfg, unsigned int line, char *err, size_t len,
+		   const char *fmt, ...) __printf(5, 6);
+static int fin_err(const struct kvmm_config *cfg, unsigned int line, char *err, size_t len,
+		   const char *fmt, ...)
+{
+	char m[KVMM_CONFIG_ERR_LEN];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(m, sizeof(m), fmt, ap);
+	va_end(ap);
+	if (line && cfg->file[0])
+		return msg(err, len, "%s:%u: %s", cfg->file, line, m);
+	return msg(err, len, "%s", m);
+}
+
+static int finalize_namespaces(struct kvmm_config *cfg, uint64_t total, bool total_given, char *err,
+			       size_t len)
+{
+	uint64_t sized = 0, left, each, extra;
+	unsigned int i, unsized = 0;
+
+	for (i = 0; i < cfg->nr_ns; i++) {
+		struct kvmm_config_ns *ns = &cfg->ns[i];
+		unsigned int l = ns->line[KVMM_CFG_NS_FRAMES];
+
+		if (ns->size) {
+			ns->frames = ns->size / cfg->page_size;
+			if (!ns->frames)
+				return fin_err(
+					cfg, l, err, len,
+					"namespace %s: size %llu is less than one page (%llu)",
+					ns->name, (unsigned long long)ns->size,
+					(unsigned long long)cfg->page_size);
+		}
+		if (ns->frames)
+			sized += ns->frames;
+		else
+			unsized++;
+		if (ns->limit_size)
+			ns->limit = max_t(uint64_t, ns->limit_size / cfg->page_size, 1);
+	}
+	if (!total_given && !unsized)
+		total = sized;
+	if (sized > total)
+		return fin_err(cfg, cfg->line[KVMM_CFG_POOL_SIZE], err, len,
+			       "namespaces take %llu frames but the pool has %llu",
+			       (unsigned long long)sized, (unsigned long long)total);
+	left = total - sized;
+	if (unsized && left < unsized)
+		return fin_err(cfg, cfg->line[KVMM_CFG_POOL_SIZE], err, len,
+			       "%llu frames left for %u namespaces without frames or size",
+			       (unsigned long long)left, unsized);
+	each = unsized ? left / unsized : 0;
+	extra = unsized ? left % unsized : 0;
+	for (i = 0; i < cfg->nr_ns; i++) {
+		struct kvmm_config_ns *ns = &cfg->ns[i];
+
+		if (!ns->frames) {
+			ns->frames = each + (extra ? 1 : 0);
+			if (extra)
+				extra--;
+		}
+		if (ns->frames > KVMM_MAX_FRAMES)
+			return fin_err(cfg, ns->line[KVMM_CFG_NS_FRAMES], err, len,
+				       "namespace %s: %llu frames, at most %u per namespace",
+				       ns->name, (unsigned long long)ns->frames, KVMM_MAX_FRAMES);
+	}
+	cfg->frames = total;
+	return 0;
+}
+
+int kvmm_config_finalize(struct kvmm_config *cfg, uid_t owner, char *err, size_t errlen)
+{
+	uint64_t total, smallest = UINT64_MAX;
+	bool total_given = true;
+	unsigned int i;
+	int ret;
+
+	if (!cfg->socket_path[0]) {
+		ret = kvmm_config_default_socket(cfg->socket_path, sizeof(cfg->socket_path));
+		if (ret)
+			return fin_err(cfg, 0, err, errlen,
+				       "default socket path too long ($XDG_RUNTIME_DIR); "
+				       "set socket");
+	}
+	if (cfg->chunk_size && cfg->chunk_size % cfg->page_size)
+		return fin_err(cfg, cfg->line[KVMM_CFG_CHUNK_SIZE], err, errlen,
+			       "chunk_size %llu is not a multiple of page_size %llu",
+			       (unsigned long long)cfg->chunk_size,
+			       (unsigned long long)cfg->page_size);
+
+	if (cfg->frames) {
+		total = cfg->frames;
+	} else if (cfg->pool_size) {
+		total = cfg->pool_size / cfg->page_size;
+		if (!total)
+			return fin_err(cfg, cfg->line[KVMM_CFG_POOL_SIZE], err, errlen,
+				       "pool_size %llu is less than one page (%llu)",
+				       (unsigned long long)cfg->pool_size,
+				       (unsigned long long)cfg->page_size);
+	} else {
+		total = max_t(uint64_t, KVMM_CONFIG_DEFAULT_POOL_SIZE / cfg->page_size, 1);
+		total_given = false;
+	}
+
+	if (!cfg->nr_ns) {
+		/* nobody configured: the daemon's own user and root, never everyone */
+		struct kvmm_config_ns *ns = add_ns(cfg, KVMM_CONFIG_DEFAULT_NS, err, errlen);
+
+		if (!ns)
+			return -EINVAL;
+		ns->uids[ns->nr_uids++] = owner;
+		if (owner != 0)
+			ns->uids[ns->nr_uids++] = 0;
+	}
+	for (i = 0; i < cfg->nr_ns; i++) {
+		struct kvmm_config_ns *ns = &cfg->ns[i];
+
+		/* a namespace that names nobody is the daemon's own user's (and root's) */
+		if (!ns->nr_uids && !ns->nr_gids) {
+			ns->uids[ns->nr_uids++] = owner;
+			if (owner != 0)
+				ns->uids[ns->nr_uids++] = 0;
+		}
+	}
+	ret = finalize_namespaces(cfg, total, total_given, err, errlen);
+	if (ret)
+		return ret;
+
+	for (i = 0; i < cfg->nr_ns; i++)
+		smallest = min(smallest, cfg->ns[i].frames);
+	if (cfg->wmark_min || cfg->wmark_low || cfg->wmark_high) {
+		unsigned int l = cfg->line[KVMM_CFG_WMARK_HIGH];
+
+		if (cfg->wmark_min > cfg->wmark_low || cfg->wmark_low > cfg->wmark_high)
+			return fin_err(cfg, l, err, errlen,
+				       "watermarks must be wmark_min <= wmark_low <= wmark_high "
+				       "(%u, %u, %u)",
+				       cfg->wmark_min, cfg->wmark_low, cfg->wmark_high);
+		if (cfg->wmark_high >= smallest)
+			return fin_err(cfg, l, err, errlen,
+				       "wmark_high %u must be below the frames of every namespace "
+				       "(the smallest has %llu)",
+				       cfg->wmark_high, (unsigned long long)smallest);
+	}
+	return 0;
+}
+
+/* ---- printing ------------------------------------------------------------------------ */
+
+static void print_size(FILE *f, const char *key, uint64_t v)
+{
+	static const char units[] = "KMGT";
+	int u = -1;
+
+	while (u < 3 && v && !(v & 1023)) {
+		v >>= 10;
+		u++;
+	}
+	if (u < 0)
+		fprintf(f, "%s = %llu\n", key, (unsigned long long)v);
+	else
+		fprintf(f, "%s = %llu%c\n", key, (unsigned long long)v, units[u]);
+}
+
+static void print_ids(FILE *f, const char *key, const uint32_t *ids, unsigned int n)
+{
+	unsigned int i;
+
+	if (!n)
+		return;
+	fprintf(f, "%s =", key);
+	for (i = 0; i < n; i++)
+		fprintf(f, "%s %u", i ? "," : "", ids[i]);
+	fputc('\n', f);
+}
+
+void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
+{
+	unsigned int i;
+
+	fprintf(f, "[daemon]\n");
+	if (cfg->socket_path[0])
+		fprintf(f, "socket = \"%s\"\n", cfg->socket_path);
+	fprintf(f, "backend = %s\n", cfg->backend);
+	print_size(f, "page_size", cfg->page_size);
+	if (cfg->chunk_size)
+		print_size(f, "chunk_size", cfg->chunk_size);
+	if (cfg->frames)
+		fprintf(f, "frames = %llu\n", (unsigned long long)cfg->frames);
+	else if (cfg->pool_size)
+		print_size(f, "pool_size", cfg->pool_size);
+	fprintf(f, "wmark_min = %u\nwmark_low = %u\nwmark_high = %u\n", cfg->wmark_min,
+		cfg->wmark_low, cfg->wmark_high);
+	if (cfg->have_admin_gid)
+		fprintf(f, "admin_group = %u\n", (unsigned int)cfg->admin_gid);
+	fprintf(f, "log_level = %s\n", kvmm_log_level_name(cfg->log_level));
+	fprintf(f, "foreground = %s\n", cfg->foreground ? "yes" : "no");
+	fprintf(f, "prefault = %s\n", cfg->prefault ? "yes" : "no");
+	fprintf(f, "max_clients = %u\n", cfg->max_clients);
+	for (i = 0; i < cfg->nr_ns; i++) {
+		const struct kvmm_config_ns *ns = &cfg->ns[i];
+
+		fprintf(f, "\n[namespace %s]\n", ns->name);
+		if (ns->frames)
+			fprintf(f, "frames = %llu\n", (unsigned long long)ns->frames);
+		else if (ns->size)
+			print_size(f, "size", ns->size);
+		if (ns->limit)
+			fprintf(f, "limit = %llu\n", (unsigned long long)ns->limit);
+		else if (ns->limit_size)
+			print_size(f, "limit_size", ns->limit_size);
+		fprintf(f, "priority = %d\n", ns->priority);
+		print_ids(f, "uids", (const uint32_t *)ns->uids, ns->nr_uids);
+		print_ids(f, "gids", (const uint32_t *)ns->gids, ns->nr_gids);
+	}
+}

@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvmm/config.h - kvmmd's settings: the INI-like configuration file (default
+ * /etc/kvmm/kvmmd.conf), command-line overrides through the same key parsers, and the final
+ * pass that fills defaults and splits the pool between namespaces.  The reference for every
+ * key is Documentation/admin-guide/kvmmd.md.
+ *
+ * Use: kvmm_config_init(), then kvmm_config_load() (or _parse() on a buffer), then
+ * kvmm_config_set() / kvmm_config_set_ns() for each flag (so flags override the file), then
+ * kvmm_config_finalize().  Every call that can fail returns 0 or -errno and writes a one-line
+ * message to @err: "FILE:LINE: message" for a line of the file, "message" for a flag value
+ * (the caller prefixes the flag's name).  kvmmd exits 2 on any of them.
+ */
+#ifndef KVMM_CONFIG_H
+#define KVMM_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "uapi/kvmm.h"
+
+#define KVMM_CONFIG_DEFAULT_PATH "/etc/kvmm/kvmmd.conf"
+#define KVMM_CONFIG_MAX_NS 32
+#define KVMM_CONFIG_MAX_IDS 16
+#define KVMM_CONFIG_ERR_LEN 512
+#define KVMM_CONFIG_PATH_LEN 108 /* sizeof(struct sockaddr_un.sun_path) */
+
+/* defaults (Documentation/admin-guide/kvmmd.md) */
+#define KVMM_CONFIG_DEFAULT_PAGE_SIZE (UINT64_C(2) << 20) /* 16 tokens of an 8B model */
+#define KVMM_CONFIG_DEFAULT_POOL_SIZE (UINT64_C(1) << 30)
+#define KVMM_CONFIG_DEFAULT_MAX_CLIENTS 256
+#define KVMM_CONFIG_DEFAULT_NS "default"
+
+/* keys of [daemon]; indexes into struct kvmm_config.line */
+enum kvmm_config_key {
+	KVMM_CFG_SOCKET,
+	KVMM_CFG_BACKEND,
+	KVMM_CFG_PAGE_SIZE,
+	KVMM_CFG_CHUNK_SIZE,
+	KVMM_CFG_POOL_SIZE, /* pool_size and frames: one setting, two units */
+	KVMM_CFG_WMARK_MIN,
+	KVMM_CFG_WMARK_LOW,
+	KVMM_CFG_WMARK_HIGH,
+	KVMM_CFG_ADMIN_GROUP,
+	KVMM_CFG_LOG_LEVEL,
+	KVMM_CFG_FOREGROUND,
+	KVMM_CFG_PREFAULT,
+	KVMM_CFG_MAX_CLIENTS,
+	KVMM_CFG_KEY_COUNT,
+};
+
+/* keys of [namespace NAME]; indexes into struct kvmm_config_ns.line */
+enum kvmm_config_ns_key {
+	KVMM_CFG_NS_FRAMES, /* frames and size */
+	KVMM_CFG_NS_LIMIT,  /* limit and limit_size */
+	KVMM_CFG_NS_PRIORITY,
+	KVMM_CFG_NS_UIDS,
+	KVMM_CFG_NS_GIDS,
+	KVMM_CFG_NS_KEY_COUNT,
+};
+
+struct kvmm_config_ns {
+	char name[KVMM_NAME_LEN];
+	uint64_t frames;     /* frames= (after finalize: this namespace's pool, always set) */
+	uint64_t size;	     /* size= in bytes, turned into frames by finalize; 0 = unset */
+	uint64_t limit;	     /* limit= in frames (after finalize: the limit); 0 = none */
+	uint64_t limit_size; /* limit_size= in bytes, turned into limit by finalize */
+	int priority;
+	uid_t uids[KVMM_CONFIG_MAX_IDS];
+	unsigned int nr_uids;
+	gid_t gids[KVMM_CONFIG_MAX_IDS];
+	unsigned int nr_gids;
+	unsigned int section_line; /* line of its [namespace] header; 0: a flag or the default */
+	unsigned int line[KVMM_CFG_NS_KEY_COUNT]; /* where each key was set; 0: not in the file */
+};
+
+struct kvmm_config {
+	char file[KVMM_CONFIG_PATH_LEN * 2];	/* the file read, for messages ("" = none) */
+	char socket_path[KVMM_CONFIG_PATH_LEN]; /* "" until finalize picks the default */
+	char backend[16];
+	uint64_t page_size;
+	uint64_t chunk_size; /* 0 = the backend's default */
+	uint64_t pool_size;  /* bytes, 0 = unset */
+	uint64_t frames;     /* 0 = unset (after finalize: frames of all namespaces' pools) */
+	uint32_t wmark_min, wmark_low, wmark_high; /* frames, per namespace pool; 0,0,0 = auto */
+	gid_t admin_gid;
+	bool have_admin_gid;
+	int log_level; /* enum kvmm_log_level */
+	bool foreground;
+	bool prefault;
+	uint32_t max_clients;
+	struct kvmm_config_ns ns[KVMM_CONFIG_MAX_NS];
+	unsigned int nr_ns;
+	bool daemon_seen;		       /* a [daemon] section was read */
+	unsigned int daemon_line;	       /* its header line */
+	unsigned int line[KVMM_CFG_KEY_COUNT]; /* where each key was set; 0: not in the file */
+};
+
+/* Defaults for everything; no namespace yet. */
+void kvmm_config_init(struct kvmm_config *cfg);
+
+/*
+ * Read the file at @path into @cfg.  -ENOENT (with a message) when it does not exist, so that
+ * the caller can accept a missing default file; -EINVAL for a bad line; -EFBIG past 1 MiB;
+ * other -errno from reading.
+ */
+int kvmm_config_load(struct kvmm_config *cfg, const char *path, char *err, size_t errlen);
+
+/* Parse configuration text; @name is the file name used in messages. */
+int kvmm_config_parse(struct kvmm_config *cfg, const char *name, const char *text, char *err,
+		      size_t errlen);
+
+/*
+ * Set one [daemon] key as a flag does: the file's value (if any) is replaced.  Key names are
+ * those of the file; '-' and '_' are the same ("page-size").  -EINVAL (bad value) or -ENOENT
+ * (unknown key).
+ */
+int kvmm_config_set(struct kvmm_config *cfg, const char *key, const char *value, char *err,
+		    size_t errlen);
+
+/*
+ * --namespace NAME[:AMOUNT[:UID,...]]: add namespace NAME, or change the one the file
+ * defined.  AMOUNT is frames (a plain number) or bytes (with a K/M/G/T suffix).  UIDs
+ * (names or numbers) replace the namespace's uids when given.
+ */
+int kvmm_config_set_ns(struct kvmm_config *cfg, const char *spec, char *err, size_t errlen);
+
+/*
+ * Fill what is left: the socket path (kvmm_config_default_socket()), a namespace "default"
+ * open to @owner and root when none was configured, frames for every namespace (sizes in
+ * bytes become frames; namespaces without a size share what the others leave of the pool),
+ * limits, and check what only makes sense as a whole (chunk and page sizes, watermarks against
+ * the smallest namespace pool).  The message names the line of the setting at fault.
+ */
+int kvmm_config_finalize(struct kvmm_config *cfg, uid_t owner, char *err, size_t errlen);
+
+/*
+ * The default socket path: $XDG_RUNTIME_DIR/kvmm/kvmmd.sock when XDG_RUNTIME_DIR is set
+ * (absolute), else /run/kvmm/kvmmd.sock.  0 or -ENAMETOOLONG.
+ */
+int kvmm_config_default_socket(char *buf, size_t len);
+
+/*
+ * Size with an optional binary suffix: "4096", "64K", "2M", "1G", "1T" (any case, optionally
+ * followed by "B" or "iB").  0 or -EINVAL (not a size, overflow).
+ */
+int kvmm_config_parse_size(const char *s, uint64_t *out);
+
+/* Write the effective configuration in the file's own syntax (kvmmd --print-config). */
+void kvmm_config_print(const struct kvmm_config *cfg, FILE *f);
+
+#endif /* KVMM_CONFIG_H */

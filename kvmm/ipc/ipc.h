@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvmm/ipc/ipc.h - what the files of kvmm/ipc/ share and nobody else sees: the server and
+ * session structs, the message checks of proto.c, and the entry points between server.c
+ * (socket, epoll loop, send/receive), session.c (the per-client state machine and the
+ * sequence ops) and admin.c (the admin verbs).
+ *
+ * Session state machine (one per connection):
+ *
+ *   NEW --HELLO ok--> READY --ATTACH ok--> ATTACHED --DETACH--> READY
+ *    |                  |                      |
+ *    +--HELLO -EPROTO, BYE, hang-up, too many bad messages, slow, stop--> (closed)
+ *
+ * NEW accepts only HELLO (anything else: -EPROTO); READY accepts ATTACH, PING, BYE and the
+ * admin verbs; ATTACHED accepts everything.  Memory ops outside ATTACHED get -ENOTCONN.
+ */
+#ifndef KVMM_IPC_IPC_H
+#define KVMM_IPC_IPC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include "hashtable.h"
+#include "list.h"
+#include "kvmm/mm.h"
+#include "kvmm/backend/host.h"
+#include "kvmm/ipc/server.h"
+#include "uapi/kvmm.h"
+
+enum kvmm_session_state {
+	KVMM_SESSION_NEW,      /* connected, no HELLO yet */
+	KVMM_SESSION_READY,    /* version agreed */
+	KVMM_SESSION_ATTACHED, /* has an address space in a namespace */
+	KVMM_SESSION_STATE_COUNT,
+};
+
+const char *kvmm_session_state_name(enum kvmm_session_state s);
+
+/* One namespace: its pool (holding exactly one struct kvmm_ns) and its chunk fds. */
+struct kvmm_ipc_ns {
+	struct kvmm_ns_config cfg;
+	struct kvmm_pool *pool;
+	struct kvmm_ns *ns;
+	uint32_t id; /* 1-based index, attach_rep.ns_id */
+	const int *fds;
+	uint32_t nr_chunks;
+	uint64_t chunk_size;
+	uint32_t nr_clients; /* sessions attached */
+};
+
+/* A client's sequence: the core sequence plus its pin state. */
+struct kvmm_ipc_seq {
+	struct hlist_node node; /* in session->seqs, keyed by id */
+	uint64_t id;		/* per session, from 1, never reused in the session */
+	struct kvmm_seq *seq;
+	uint32_t pin_depth;  /* PINs not yet UNPINned */
+	uint32_t nr_pinned;  /* frames in pinned[] */
+	uint32_t *pinned;    /* frames whose pincount the pins raised (set at first PIN) */
+	uint32_t batch_mark; /* scratch of one PIN/UNPIN batch */
+};
+
+struct kvmm_session {
+	struct list_head node; /* in server->sessions */
+	struct kvmm_server *srv;
+	int fd;
+	uint32_t id;
+	enum kvmm_session_state state;
+	bool dead; /* close at the end of this event */
+	struct ucred cred;
+	gid_t groups[64]; /* supplementary groups (SO_PEERGROUPS), primary first */
+	unsigned int nr_groups;
+	char name[KVMM_NAME_LEN];
+	uint16_t abi;	   /* agreed version */
+	uint64_t features; /* granted */
+
+	struct kvmm_ipc_ns *ns; /* ATTACHED */
+	struct kvmm_aspace *as;
+	struct kvmm_magazine mag;
+	struct kvmm_htable seqs;
+	uint32_t nr_seqs;
+	uint64_t next_seq;
+
+	uint32_t nr_bad;
+	uint64_t nr_requests;
+};
+
+#define KVMM_SESSION_MAX_SEQS 65536
+
+struct kvmm_server {
+	struct kvmm_server_config cfg; /* copy; socket_path and ns point into this struct */
+	char *socket_path;
+	struct kvmm_ipc_ns *ns;
+	unsigned int nr_ns;
+	uid_t owner_uid;
+	struct kvmm_host_backend host; /* the pools' backend unless cfg->backend is another */
+
+	int listen_fd;
+	int epoll_fd;
+	int stop_fd;	/* eventfd written by kvmm_server_stop() */
+	int reserve_fd; /* spare fd given up to accept-and-close when out of fds */
+	bool socket_bound;
+
+	struct list_head sessions;
+	uint32_t next_client_id;
+	uint64_t start_ns; /* CLOCK_MONOTONIC at create */
+
+	struct kvmm_server_stats stats; /* updated with relaxed atomics (read by other threads) */
+
+	uint8_t *rx; /* KVMM_MSG_MAX bytes */
+	uint8_t *tx; /* KVMM_MSG_MAX bytes */
+};
+
+#define KVMM_STAT_INC(srv, field) __atomic_fetch_add(&(srv)->stats.field, 1, __ATOMIC_RELAXED)
+#define KVMM_STAT_ADD(srv, field, n) __atomic_fetch_add(&(srv)->stats.field, (n), __ATOMIC_RELAXED)
+#define KVMM_STAT_DEC(srv, field) __atomic_fetch_sub(&(srv)->stats.field, 1, __ATOMIC_RELAXED)
+
+/* ---- proto.c: message checks (pure functions, unit tested) -------------------------- */
+
+/*
+ * Check a request's payload (@plen bytes after the header) against its opcode's layout:
+ * exact sizes, counts that match the trailing arrays.  0, -EBADMSG (wrong size, or a reply
+ * or event opcode sent as a request) or -EOPNOTSUPP (an opcode this version does not know).
+ */
+int kvmm_ipc_check_payload(unsigned int op, const void *payload, size_t plen);
+/*
+ * Check a whole received record of @len bytes: kvmm_msg_hdr_check(), then the request
+ * flags (no MORE, no FDS from a client) and the payload.  Same returns plus -EPROTO.
+ */
+int kvmm_ipc_check_request(const void *rec, size_t len);
+/*
+ * The reply header for a record that failed the checks: it echoes the opcode and seq when
+ * the record is long enough to hold them (0 otherwise).
+ */
+void kvmm_ipc_error_hdr(struct kvmm_msg_hdr *rep, const void *rec, size_t len, int status);
+
+/* ---- server.c ----------------------------------------------------------------------- */
+
+/*
+ * Send one record (header + payload, hdr->len set by the caller) with @nfds descriptors.
+ * Never blocks: a peer whose socket buffer is full is marked dead (slow client).  0 or -errno.
+ */
+int kvmm_session_send(struct kvmm_session *s, const void *rec, size_t len, const int *fds,
+		      unsigned int nfds);
+/* Reply to @req with status and @plen payload bytes. */
+int kvmm_session_reply(struct kvmm_session *s, const struct kvmm_msg_hdr *req, int status,
+		       const void *payload, size_t plen);
+
+/* ---- session.c ---------------------------------------------------------------------- */
+
+int kvmm_session_init(struct kvmm_session *s);
+/* Handle one checked request record; replies itself. */
+void kvmm_session_handle(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr);
+/* Drop pins, free sequences, destroy the address space, drain the magazine; -> READY. */
+void kvmm_session_detach(struct kvmm_session *s);
+void kvmm_session_fini(struct kvmm_session *s);
+bool kvmm_session_is_admin(const struct kvmm_session *s);
+
+/* ---- admin.c ------------------------------------------------------------------------ */
+
+/* An admin verb from a session that passed the permission check. */
+void kvmm_admin_handle(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr);
+
+#endif /* KVMM_IPC_IPC_H */

@@ -1,0 +1,650 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/ipc/server.c - kvmmd's control-plane server: the listening SOCK_SEQPACKET socket, the
+ * single-threaded epoll loop, accepting clients (identity from SO_PEERCRED), receiving and
+ * checking each record, and sending replies without ever blocking.  It owns one pool per
+ * namespace (namespaces are physically partitioned in v0, so frame numbers are per namespace
+ * and a client only ever receives its own namespace's chunk fds).  What a request does is
+ * session.c's and admin.c's business; this file only moves records.
+ *
+ * Why it cannot be stalled by one client: every socket is non-blocking, the loop reads at
+ * most KVMM_RX_BURST records of one client per wakeup (level-triggered epoll brings it back),
+ * and replies go out with MSG_DONTWAIT: a client that does not read its replies fills its
+ * socket buffer and is disconnected instead of waited for.  Replies are small, so a
+ * well-behaved client never gets there.  Stop comes through an eventfd, the only thing a
+ * signal handler may touch.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "compiler.h"
+#include "log.h"
+#include "kvmm/backend/host.h"
+#include "kvmm/ipc/ipc.h"
+
+#define KVMM_RX_BURST 32  /* records of one client handled per wakeup */
+#define KVMM_RX_MAX_FDS 8 /* descriptors a client may smuggle in one record (closed) */
+#define KVMM_EPOLL_BATCH 64
+
+/* epoll tags for the two non-session fds: any two distinct addresses would do */
+static char tag_listen, tag_stop;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- creation ------------------------------------------------------------------------- */
+
+static int check_config(const struct kvmm_server_config *cfg)
+{
+	unsigned int i, j;
+
+	if (!cfg->socket_path || !cfg->socket_path[0] || !cfg->ns || !cfg->nr_ns)
+		return -EINVAL;
+	if (cfg->nr_ns >= KVMM_MAX_NS)
+		return -EINVAL;
+	for (i = 0; i < cfg->nr_ns; i++) {
+		const struct kvmm_ns_config *n = &cfg->ns[i];
+
+		if (kvmm_name_check(n->name) || !n->nframes || n->limit > n->nframes ||
+		    n->nr_uids > KVMM_NS_MAX_IDS || n->nr_gids > KVMM_NS_MAX_IDS) {
+			kvmm_err("ipc: namespace %d: bad name, size, limit or id list", i);
+			return -EINVAL;
+		}
+		for (j = 0; j < i; j++) {
+			if (!memcmp(cfg->ns[j].name, n->name, KVMM_NAME_LEN)) {
+				kvmm_err("ipc: namespace %.32s listed twice", n->name);
+				return -EINVAL;
+			}
+		}
+	}
+	return 0;
+}
+
+static int create_pools(struct kvmm_server *srv)
+{
+	unsigned int i;
+	int ret;
+
+	for (i = 0; i < srv->nr_ns; i++) {
+		struct kvmm_ipc_ns *n = &srv->ns[i];
+		struct kvmm_pool_params p = {
+			.page_size = srv->cfg.page_size,
+			.nframes = n->cfg.nframes,
+			.wmark_min = srv->cfg.wmark_min,
+			.wmark_low = srv->cfg.wmark_low,
+			.wmark_high = srv->cfg.wmark_high,
+			.backend = srv->cfg.backend,
+		};
+		kvmm_backend_chunks_fn chunks = srv->cfg.chunks;
+
+		n->id = i + 1;
+		ret = kvmm_pool_create(&p, &n->pool);
+		if (ret) {
+			kvmm_err("ipc: namespace %s: pool of %u frames: %s", n->cfg.name, p.nframes,
+				 strerror(-ret));
+			return ret;
+		}
+		ret = kvmm_ns_create(n->pool, n->cfg.name,
+				     n->cfg.limit == n->cfg.nframes ? 0 : n->cfg.limit,
+				     n->cfg.priority, &n->ns);
+		if (ret)
+			return ret;
+		if (!chunks && kvmm_is_host_backend(&n->pool->be))
+			chunks = kvmm_host_backend_chunks;
+		if (chunks) {
+			ret = chunks(&n->pool->be, &n->fds, &n->nr_chunks, &n->chunk_size);
+			if (ret) {
+				kvmm_err("ipc: namespace %s: backend chunks: %s", n->cfg.name,
+					 strerror(-ret));
+				return ret;
+			}
+			if (n->nr_chunks > KVMM_SERVER_MAX_CHUNKS) {
+				kvmm_err("ipc: namespace %s: %u chunks, at most %u can be passed",
+					 n->cfg.name, n->nr_chunks, KVMM_SERVER_MAX_CHUNKS);
+				return -E2BIG;
+			}
+		}
+	}
+	return 0;
+}
+
+/* Remove @path if it is a socket nobody listens on; -EADDRINUSE if someone does. */
+static int clear_stale_socket(const struct sockaddr_un *addr)
+{
+	struct stat st;
+	int fd, ret;
+
+	if (lstat(addr->sun_path, &st)) {
+		if (errno == ENOENT)
+			return 0;
+		return -errno;
+	}
+	if (!S_ISSOCK(st.st_mode)) {
+		kvmm_err("ipc: %s exists and is not a socket", addr->sun_path);
+		return -EEXIST;
+	}
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	ret = connect(fd, (const struct sockaddr *)addr, sizeof(*addr));
+	close(fd);
+	if (ret == 0) {
+		kvmm_err("ipc: a daemon already listens on %s", addr->sun_path);
+		return -EADDRINUSE;
+	}
+	if (errno != ECONNREFUSED && errno != ENOENT)
+		return -errno;
+	if (unlink(addr->sun_path) && errno != ENOENT)
+		return -errno;
+	kvmm_info("ipc: removed stale socket %s", addr->sun_path);
+	return 0;
+}
+
+static int epoll_add(struct kvmm_server *srv, int fd, uint32_t events, void *ptr)
+{
+	struct epoll_event ev = {.events = events, .data.ptr = ptr};
+
+	return epoll_ctl(srv->epoll_fd, EPOLL_CTL_ADD, fd, &ev) ? -errno : 0;
+}
+
+static int open_socket(struct kvmm_server *srv)
+{
+	struct sockaddr_un addr;
+	int ret;
+
+	memset(&addr, 0, sizeof(addr));
+	addr.sun_family = AF_UNIX;
+	if (strlen(srv->socket_path) >= sizeof(addr.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(addr.sun_path, srv->socket_path);
+	ret = clear_stale_socket(&addr);
+	if (ret)
+		return ret;
+
+	srv->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (srv->listen_fd < 0)
+		return -errno;
+	if (bind(srv->listen_fd, (struct sockaddr *)&addr, sizeof(addr)))
+		return -errno;
+	srv->socket_bound = true;
+	/* anyone may connect; ATTACH checks the namespace's ids and admin verbs the group */
+	if (chmod(srv->socket_path, 0666))
+		return -errno;
+	if (listen(srv->listen_fd, 128))
+		return -errno;
+	return epoll_add(srv, srv->listen_fd, EPOLLIN, &tag_listen);
+}
+
+int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server **out)
+{
+	struct kvmm_server *srv;
+	unsigned int i;
+	int ret;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!cfg)
+		return -EINVAL;
+	ret = check_config(cfg);
+	if (ret)
+		return ret;
+
+	srv = calloc(1, sizeof(*srv));
+	if (!srv)
+		return -ENOMEM;
+	srv->cfg = *cfg;
+	srv->listen_fd = srv->epoll_fd = srv->stop_fd = srv->reserve_fd = -1;
+	INIT_LIST_HEAD(&srv->sessions);
+	srv->owner_uid = geteuid();
+	srv->start_ns = now_ns();
+	if (!srv->cfg.max_clients)
+		srv->cfg.max_clients = KVMM_SERVER_DEFAULT_MAX_CLIENTS;
+	srv->socket_path = strdup(cfg->socket_path);
+	srv->ns = calloc(cfg->nr_ns, sizeof(*srv->ns));
+	srv->rx = malloc(KVMM_MSG_MAX);
+	srv->tx = malloc(KVMM_MSG_MAX);
+	if (!srv->socket_path || !srv->ns || !srv->rx || !srv->tx) {
+		ret = -ENOMEM;
+		goto out_destroy;
+	}
+	srv->cfg.socket_path = srv->socket_path;
+	srv->nr_ns = cfg->nr_ns;
+	for (i = 0; i < cfg->nr_ns; i++)
+		srv->ns[i].cfg = cfg->ns[i];
+	srv->cfg.ns = NULL; /* use srv->ns[].cfg */
+	/* the host backend, configured with our chunk size, unless another one was asked for */
+	if (!cfg->backend || cfg->backend == &kvmm_host_backend_ops) {
+		kvmm_host_backend_init(&srv->host, cfg->chunk_size, 0);
+		srv->cfg.backend = &srv->host.ops;
+	}
+
+	ret = create_pools(srv);
+	if (ret)
+		goto out_destroy;
+
+	srv->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+	srv->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (srv->epoll_fd < 0 || srv->stop_fd < 0 || srv->reserve_fd < 0) {
+		ret = -errno;
+		goto out_destroy;
+	}
+	ret = epoll_add(srv, srv->stop_fd, EPOLLIN, &tag_stop);
+	if (ret)
+		goto out_destroy;
+	ret = open_socket(srv);
+	if (ret) {
+		kvmm_err("ipc: socket %s: %s", srv->socket_path, strerror(-ret));
+		goto out_destroy;
+	}
+	kvmm_info("ipc: listening on %s, %u namespace(s)", srv->socket_path, srv->nr_ns);
+	*out = srv;
+	return 0;
+
+out_destroy:
+	kvmm_server_destroy(srv);
+	return ret;
+}
+
+/* ---- sessions --------------------------------------------------------------------------- */
+
+static void session_close(struct kvmm_session *s)
+{
+	struct kvmm_server *srv = s->srv;
+
+	kvmm_session_fini(s);
+	epoll_ctl(srv->epoll_fd, EPOLL_CTL_DEL, s->fd, NULL);
+	close(s->fd);
+	list_del(&s->node);
+	KVMM_STAT_DEC(srv, clients);
+	kvmm_debug("ipc: client %u closed", s->id);
+	free(s);
+}
+
+static void peer_identity(struct kvmm_session *s)
+{
+	socklen_t len = sizeof(s->cred);
+	gid_t groups[ARRAY_SIZE(s->groups) - 1];
+	unsigned int i, n;
+
+	if (getsockopt(s->fd, SOL_SOCKET, SO_PEERCRED, &s->cred, &len)) {
+		/* cannot happen on a connected AF_UNIX socket; trust nobody */
+		s->cred.pid = 0;
+		s->cred.uid = (uid_t)-1;
+		s->cred.gid = (gid_t)-1;
+	}
+	s->groups[0] = s->cred.gid;
+	s->nr_groups = 1;
+	len = sizeof(groups);
+	if (!getsockopt(s->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len)) {
+		n = len / sizeof(gid_t);
+		for (i = 0; i < n && s->nr_groups < ARRAY_SIZE(s->groups); i++)
+			s->groups[s->nr_groups++] = groups[i];
+	}
+}
+
+static void accept_one(struct kvmm_server *srv, int fd)
+{
+	struct kvmm_session *s;
+	uint32_t nr = (uint32_t)__atomic_load_n(&srv->stats.clients, __ATOMIC_RELAXED);
+
+	KVMM_STAT_INC(srv, accepted);
+	if (nr >= srv->cfg.max_clients) {
+		KVMM_STAT_INC(srv, refused);
+		kvmm_warn("ipc: %u clients, refusing another", nr);
+		close(fd);
+		return;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s || kvmm_session_init(s)) {
+		free(s);
+		close(fd);
+		return;
+	}
+	s->srv = srv;
+	s->fd = fd;
+	s->id = ++srv->next_client_id;
+	peer_identity(s);
+	if (epoll_add(srv, fd, EPOLLIN | EPOLLRDHUP, s)) {
+		kvmm_session_fini(s);
+		free(s);
+		close(fd);
+		return;
+	}
+	list_add_tail(&s->node, &srv->sessions);
+	KVMM_STAT_INC(srv, clients);
+	kvmm_debug("ipc: client %u: pid %d uid %u gid %u", s->id, (int)s->cred.pid,
+		   (unsigned int)s->cred.uid, (unsigned int)s->cred.gid);
+}
+
+static void accept_all(struct kvmm_server *srv)
+{
+	for (;;) {
+		int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd >= 0) {
+			accept_one(srv, fd);
+			continue;
+		}
+		if (errno == EINTR || errno == ECONNABORTED)
+			continue;
+		if ((errno == EMFILE || errno == ENFILE) && srv->reserve_fd >= 0) {
+			/* out of fds: take the client off the backlog rather than spin on it */
+			close(srv->reserve_fd);
+			fd = accept(srv->listen_fd, NULL, NULL);
+			if (fd >= 0)
+				close(fd);
+			srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+			KVMM_STAT_INC(srv, refused);
+			kvmm_warn("ipc: out of file descriptors, refused a client");
+			continue;
+		}
+		return; /* EAGAIN, or an error the next wakeup will see again */
+	}
+}
+
+int kvmm_session_send(struct kvmm_session *s, const void *rec, size_t len, const int *fds,
+		      unsigned int nfds)
+{
+	struct iovec iov = {.iov_base = (void *)rec, .iov_len = len};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * KVMM_SERVER_MAX_CHUNKS)];
+		struct cmsghdr align;
+	} cbuf;
+	ssize_t n;
+
+	if (s->dead)
+		return -EPIPE;
+	if (nfds) {
+		struct cmsghdr *c;
+
+		if (nfds > KVMM_SERVER_MAX_CHUNKS)
+			return -E2BIG;
+		memset(&cbuf, 0, sizeof(cbuf));
+		msg.msg_control = cbuf.buf;
+		msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+	}
+	do {
+		n = sendmsg(s->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+	} while (n < 0 && errno == EINTR);
+	if (n == (ssize_t)len) {
+		KVMM_STAT_ADD(s->srv, fds_passed, nfds);
+		return 0;
+	}
+	if (n < 0 && (errno == EAGAIN || errno == ENOBUFS)) {
+		/* it does not read its replies: drop it rather than wait for it */
+		KVMM_STAT_INC(s->srv, disconnect_slow);
+		kvmm_warn("ipc: client %u does not read its replies, disconnecting", s->id);
+	}
+	s->dead = true;
+	return n < 0 ? -errno : -EIO;
+}
+
+int kvmm_session_reply(struct kvmm_session *s, const struct kvmm_msg_hdr *req, int status,
+		       const void *payload, size_t plen)
+{
+	struct kvmm_msg_hdr *rep = (struct kvmm_msg_hdr *)s->srv->tx;
+
+	if (status < 0) {
+		KVMM_STAT_INC(s->srv, errors);
+		if (status == -EBADMSG || status == -EPROTO || status == -EOPNOTSUPP)
+			KVMM_STAT_INC(s->srv, bad_msgs);
+		if (status == -EACCES)
+			KVMM_STAT_INC(s->srv, denied);
+	}
+	if (plen > KVMM_MSG_PAYLOAD_MAX)
+		return -E2BIG;
+	kvmm_msg_hdr_init_reply(rep, req, (uint32_t)(sizeof(*rep) + plen), status);
+	if (plen && payload != (const void *)(rep + 1))
+		memmove(rep + 1, payload, plen);
+	return kvmm_session_send(s, rep, sizeof(*rep) + plen, NULL, 0);
+}
+
+/* Count a bad message; past the limit the peer is not worth listening to. */
+static void session_bad(struct kvmm_session *s)
+{
+	if (++s->nr_bad >= KVMM_SERVER_MAX_BAD_MSGS && !s->dead) {
+		KVMM_STAT_INC(s->srv, disconnect_bad);
+		kvmm_warn("ipc: client %u sent %u bad messages, disconnecting", s->id, s->nr_bad);
+		s->dead = true;
+	}
+}
+
+/* Close descriptors a client passed to us: we take none, and must not leak them. */
+static void drop_fds(struct kvmm_session *s, struct msghdr *msg)
+{
+	struct cmsghdr *c;
+
+	for (c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+		size_t i, n;
+		int fd;
+
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (i = 0; i < n; i++) {
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			close(fd);
+			KVMM_STAT_INC(s->srv, fds_dropped);
+		}
+	}
+}
+
+/* Read and handle up to KVMM_RX_BURST records.  Returns false when the peer is gone. */
+static bool session_read(struct kvmm_session *s)
+{
+	struct kvmm_server *srv = s->srv;
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * KVMM_RX_MAX_FDS)];
+		struct cmsghdr align;
+	} cbuf;
+	unsigned int burst;
+
+	for (burst = 0; burst < KVMM_RX_BURST && !s->dead; burst++) {
+		struct iovec iov = {.iov_base = srv->rx, .iov_len = KVMM_MSG_MAX};
+		struct msghdr msg = {.msg_iov = &iov,
+				     .msg_iovlen = 1,
+				     .msg_control = cbuf.buf,
+				     .msg_controllen = sizeof(cbuf.buf)};
+		struct kvmm_msg_hdr hdr;
+		ssize_t n;
+		size_t len;
+		int ret;
+
+		n = recvmsg(s->fd, &msg, MSG_DONTWAIT | MSG_TRUNC | MSG_CMSG_CLOEXEC);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN)
+				return true;
+			return false; /* ECONNRESET and friends: gone */
+		}
+		if (n == 0)
+			return false; /* orderly hang-up */
+		if (msg.msg_controllen)
+			drop_fds(s, &msg);
+		KVMM_STAT_INC(srv, requests);
+		s->nr_requests++;
+		/* MSG_TRUNC made n the record's real length: over KVMM_MSG_MAX fails the check */
+		len = (size_t)n;
+		ret = (msg.msg_flags & MSG_CTRUNC) ? -EBADMSG : 0;
+		if (!ret)
+			ret = kvmm_ipc_check_request(srv->rx,
+						     len <= KVMM_MSG_MAX ? len : KVMM_MSG_MAX + 1);
+		if (ret) {
+			kvmm_ipc_error_hdr(&hdr, srv->rx, len < KVMM_MSG_MAX ? len : KVMM_MSG_MAX,
+					   ret);
+			kvmm_debug("ipc: client %u: bad record (%zu bytes): %s", s->id, len,
+				   kvmm_errname(ret));
+			KVMM_STAT_INC(srv, errors);
+			KVMM_STAT_INC(srv, bad_msgs);
+			kvmm_session_send(s, &hdr, sizeof(hdr), NULL, 0);
+			session_bad(s);
+			continue;
+		}
+		kvmm_session_handle(s, (const struct kvmm_msg_hdr *)srv->rx);
+	}
+	return !s->dead;
+}
+
+static void session_event(struct kvmm_session *s, uint32_t events)
+{
+	bool alive = true;
+
+	/* read what it sent before it hung up: a BYE or a last request */
+	if (events & EPOLLIN)
+		alive = session_read(s);
+	if (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP))
+		alive = false;
+	if (!alive) {
+		if (!s->dead)
+			KVMM_STAT_INC(s->srv, hangups);
+		session_close(s);
+	}
+}
+
+static void send_shutdown(struct kvmm_session *s)
+{
+	struct {
+		struct kvmm_msg_hdr hdr;
+		struct kvmm_shutdown_event ev;
+	} m;
+
+	if (s->state == KVMM_SESSION_NEW)
+		return;
+	kvmm_msg_hdr_init(&m.hdr, KVMM_OP_SHUTDOWN, sizeof(m), 0);
+	m.hdr.abi = s->abi;
+	m.ev.grace_ms = 0;
+	m.ev.reason = KVMM_SHUTDOWN_SIGNAL;
+	if (!kvmm_session_send(s, &m, sizeof(m), NULL, 0))
+		KVMM_STAT_INC(s->srv, events);
+}
+
+static void stop_all(struct kvmm_server *srv)
+{
+	struct kvmm_session *s, *tmp;
+
+	/* stop accepting first: a client connecting now gets ECONNREFUSED, not silence */
+	if (srv->listen_fd >= 0) {
+		epoll_ctl(srv->epoll_fd, EPOLL_CTL_DEL, srv->listen_fd, NULL);
+		close(srv->listen_fd);
+		srv->listen_fd = -1;
+	}
+	list_for_each_entry_safe (s, tmp, &srv->sessions, node) {
+		send_shutdown(s);
+		session_close(s);
+	}
+	kvmm_info("ipc: stopped");
+}
+
+int kvmm_server_run(struct kvmm_server *srv)
+{
+	struct epoll_event evs[KVMM_EPOLL_BATCH];
+
+	if (!srv)
+		return -EINVAL;
+	for (;;) {
+		int i, n = epoll_wait(srv->epoll_fd, evs, KVMM_EPOLL_BATCH, -1);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			kvmm_err("ipc: epoll_wait: %s", strerror(errno));
+			stop_all(srv);
+			return -errno;
+		}
+		for (i = 0; i < n; i++) {
+			void *ptr = evs[i].data.ptr;
+
+			if (ptr == &tag_stop) {
+				stop_all(srv);
+				return 0;
+			}
+			if (ptr == &tag_listen) {
+				accept_all(srv);
+				continue;
+			}
+			session_event(ptr, evs[i].events);
+		}
+	}
+}
+
+void kvmm_server_stop(struct kvmm_server *srv)
+{
+	uint64_t one = 1;
+	ssize_t ret;
+
+	/* write(2) is async-signal-safe; an eventfd counter cannot fill up in practice */
+	ret = write(srv->stop_fd, &one, sizeof(one));
+	(void)ret;
+}
+
+void kvmm_server_destroy(struct kvmm_server *srv)
+{
+	struct kvmm_session *s, *tmp;
+	unsigned int i;
+
+	if (!srv)
+		return;
+	list_for_each_entry_safe (s, tmp, &srv->sessions, node)
+		session_close(s);
+	if (srv->listen_fd >= 0)
+		close(srv->listen_fd);
+	if (srv->socket_bound)
+		unlink(srv->socket_path);
+	if (srv->epoll_fd >= 0)
+		close(srv->epoll_fd);
+	if (srv->stop_fd >= 0)
+		close(srv->stop_fd);
+	if (srv->reserve_fd >= 0)
+		close(srv->reserve_fd);
+	for (i = 0; srv->ns && i < srv->nr_ns; i++)
+		kvmm_pool_destroy(srv->ns[i].pool);
+	free(srv->ns);
+	free(srv->socket_path);
+	free(srv->rx);
+	free(srv->tx);
+	free(srv);
+}
+
+void kvmm_server_get_stats(struct kvmm_server *srv, struct kvmm_server_stats *st)
+{
+	const uint64_t *src = (const uint64_t *)&srv->stats;
+	uint64_t *dst = (uint64_t *)st;
+	size_t i;
+
+	BUILD_BUG_ON(sizeof(*st) % sizeof(uint64_t));
+	for (i = 0; i < sizeof(*st) / sizeof(uint64_t); i++)
+		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+}
+
+struct kvmm_pool *kvmm_server_ns_pool(struct kvmm_server *srv, const char *name)
+{
+	unsigned int i;
+
+	for (i = 0; i < srv->nr_ns; i++)
+		if (!strncmp(srv->ns[i].cfg.name, name, KVMM_NAME_LEN))
+			return srv->ns[i].pool;
+	return NULL;
+}

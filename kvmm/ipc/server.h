@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvmm/ipc/server.h - the control-plane server of kvmmd: what kvmmd's main (kvmm/kvmmd.c)
+ * calls to serve the SOCK_SEQPACKET protocol of uapi/kvmm.h.  kvmmd parses its flags and
+ * config file into a struct kvmm_server_config, creates the server (one pool per namespace,
+ * the listening socket), runs its single-threaded epoll loop, and stops it from a signal
+ * handler.  The wire protocol as built is described in
+ * Documentation/userspace-api/protocol.md.
+ */
+#ifndef KVMM_IPC_SERVER_H
+#define KVMM_IPC_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "uapi/kvmm.h"
+
+struct kvmm_backend_ops;
+struct kvmm_backend_ctx;
+struct kvmm_pool;
+struct kvmm_server;
+
+#define KVMM_NS_MAX_IDS 16
+
+/* One namespace from the config file.  Namespaces are physically partitioned: one pool each. */
+struct kvmm_ns_config {
+	char name[KVMM_NAME_LEN]; /* kvmm_name_check(), unique */
+	uint32_t nframes;	  /* frames of this namespace's pool */
+	uint32_t limit;		  /* frames, 0 = nframes */
+	int priority;
+	/*
+	 * Who may ATTACH: a peer (SO_PEERCRED) whose uid is listed, or whose primary or
+	 * supplementary gid is listed.  Both lists empty: the daemon's owner (its effective
+	 * uid) only.  Root (uid 0) may attach to every namespace.
+	 */
+	uid_t uids[KVMM_NS_MAX_IDS];
+	unsigned int nr_uids;
+	gid_t gids[KVMM_NS_MAX_IDS];
+	unsigned int nr_gids;
+};
+
+/*
+ * The memfds of a backend instance's chunks, for SCM_RIGHTS: kvmm_host_backend_chunks() of
+ * kvmm/backend/host.c.  Called once per namespace pool at kvmm_server_create(); the fds stay
+ * owned by the backend.  0 or -errno.
+ */
+typedef int (*kvmm_backend_chunks_fn)(struct kvmm_backend_ctx *be, const int **fds,
+				      uint32_t *nr_chunks, uint64_t *chunk_size);
+
+/* At most this many chunk fds per namespace (the kernel's SCM_MAX_FD is 253 per message). */
+#define KVMM_SERVER_MAX_CHUNKS 253
+
+struct kvmm_server_config {
+	const char *socket_path;
+	uint64_t page_size;
+	uint64_t chunk_size; /* host backend: bytes per memfd chunk, a multiple of page_size;
+			      * 0 = the backend's default */
+	uint32_t wmark_min, wmark_low, wmark_high; /* 0 = defaults; applied to every pool */
+	gid_t admin_gid;			   /* admin verbs: root or this group */
+	bool have_admin_gid;
+	/*
+	 * NULL or &kvmm_host_backend_ops: the host backend, which the server configures with
+	 * chunk_size itself.  Anything else (kvmm_mmap_backend_ops in tests) is used as is.
+	 */
+	const struct kvmm_backend_ops *backend;
+	/*
+	 * How to get a pool's chunk fds for ATTACH.  NULL: kvmm_host_backend_chunks() for a
+	 * host-backend pool, and no fds for any other backend.
+	 */
+	kvmm_backend_chunks_fn chunks;
+	const struct kvmm_ns_config *ns;
+	unsigned int nr_ns;   /* >= 1 */
+	uint32_t max_clients; /* 0 = KVMM_SERVER_DEFAULT_MAX_CLIENTS */
+};
+
+#define KVMM_SERVER_DEFAULT_MAX_CLIENTS 1024
+
+/*
+ * Create the pools and namespaces and bind the socket (mode 0666; a stale socket file is
+ * removed only when nobody answers a connect on it).  The config is copied; nothing in it
+ * need outlive the call.  0 or -errno: -EINVAL (bad config), -EADDRINUSE (a daemon listens
+ * on the path), -EEXIST (the path is not a socket), -ENAMETOOLONG, -E2BIG (too many chunks),
+ * -ENOMEM, or what socket calls and the backend return.
+ */
+int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server **out);
+/* Serve until kvmm_server_stop(): 0, or -errno if the loop itself failed. Call once. */
+int kvmm_server_run(struct kvmm_server *srv);
+/*
+ * Ask the loop to stop: it stops accepting, sends every client a SHUTDOWN event, tears them
+ * down and returns 0.  Async-signal-safe (one eventfd write); may come before run().
+ */
+void kvmm_server_stop(struct kvmm_server *srv);
+/* Close the socket (unlinking its path), destroy every pool.  NULL is a no-op. */
+void kvmm_server_destroy(struct kvmm_server *srv);
+
+/* Event counters, shown by kvmmctl status; every field only grows, but clients. */
+struct kvmm_server_stats {
+	uint64_t accepted;	     /* connections accepted */
+	uint64_t refused;	     /* connections closed at once: max_clients reached */
+	uint64_t hellos;	     /* HELLOs answered with success */
+	uint64_t version_mismatch;   /* HELLOs answered -EPROTO (then closed) */
+	uint64_t attached;	     /* successful ATTACHes */
+	uint64_t detached;	     /* address spaces torn down (DETACH, BYE, hang-up, stop) */
+	uint64_t requests;	     /* records received */
+	uint64_t errors;	     /* replies with status < 0 */
+	uint64_t bad_msgs;	     /* of them: -EBADMSG, -EPROTO, -EOPNOTSUPP */
+	uint64_t denied;	     /* of them: -EACCES */
+	uint64_t hangups;	     /* sessions ended by the peer (hang-up, reset, BYE) */
+	uint64_t disconnect_bad;     /* sessions closed for too many bad messages */
+	uint64_t disconnect_slow;    /* sessions closed because a reply could not be queued */
+	uint64_t events;	     /* events sent (SHUTDOWN) */
+	uint64_t fds_passed;	     /* descriptors sent with SCM_RIGHTS */
+	uint64_t fds_dropped;	     /* descriptors a client sent us (closed unread) */
+	uint64_t invariant_failures; /* kvmm_check_invariants() failures after a teardown */
+	uint64_t clients;	     /* sessions open now */
+};
+
+/* A consistent-enough snapshot (each field read atomically), from any thread. */
+void kvmm_server_get_stats(struct kvmm_server *srv, struct kvmm_server_stats *st);
+
+/* A client sending this many malformed or unsupported messages is disconnected. */
+#define KVMM_SERVER_MAX_BAD_MSGS 16
+
+/*
+ * Debug and test accessors.  The pool of namespace @name (NULL if none); another thread
+ * must hold pool->lock while it looks inside.
+ */
+struct kvmm_pool *kvmm_server_ns_pool(struct kvmm_server *srv, const char *name);
+
+#endif /* KVMM_IPC_SERVER_H */

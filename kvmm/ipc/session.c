@@ -1,0 +1,811 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/ipc/session.c - one client connection's state machine (ipc.h) and the requests that
+ * act on its own objects: HELLO (version and feature negotiation), ATTACH (namespace access
+ * from SO_PEERCRED, format, address space, chunk fds), DETACH, BYE, PING, and the sequence
+ * ops.  Sequence ids are per session and looked up only in the session's own table, so a
+ * client can never name another client's sequence (-ENOENT).  PIN raises the pincount of
+ * every frame a sequence maps and records those frames; while pinned a sequence's frames
+ * cannot change (the ops that would change them get -EBUSY), so UNPIN and teardown drop
+ * exactly the pins taken, and a pinned frame always has a mapper and is never on an LRU list,
+ * which is what keeps reclaim off it.  Every core call runs under the namespace pool's lock.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "generated/autoconf.h"
+#include "compiler.h"
+#include "log.h"
+#include "kvmm/ipc/ipc.h"
+
+static const char *const state_names[KVMM_SESSION_STATE_COUNT] = {
+	[KVMM_SESSION_NEW] = "new",
+	[KVMM_SESSION_READY] = "ready",
+	[KVMM_SESSION_ATTACHED] = "attached",
+};
+
+const char *kvmm_session_state_name(enum kvmm_session_state s)
+{
+	return (unsigned int)s < KVMM_SESSION_STATE_COUNT ? state_names[s] : "?";
+}
+
+int kvmm_session_init(struct kvmm_session *s)
+{
+	s->state = KVMM_SESSION_NEW;
+	s->fd = -1;
+	s->next_seq = 1;
+	return kvmm_htable_init(&s->seqs, 8);
+}
+
+/* ---- identity ------------------------------------------------------------------------- */
+
+static bool has_group(const struct kvmm_session *s, gid_t gid)
+{
+	unsigned int i;
+
+	for (i = 0; i < s->nr_groups; i++)
+		if (s->groups[i] == gid)
+			return true;
+	return false;
+}
+
+bool kvmm_session_is_admin(const struct kvmm_session *s)
+{
+	if (s->cred.uid == 0)
+		return true;
+	return s->srv->cfg.have_admin_gid && has_group(s, s->srv->cfg.admin_gid);
+}
+
+static bool ns_allowed(const struct kvmm_session *s, const struct kvmm_ns_config *c)
+{
+	unsigned int i;
+
+	if (s->cred.uid == 0)
+		return true;
+	if (!c->nr_uids && !c->nr_gids)
+		return s->cred.uid == s->srv->owner_uid;
+	for (i = 0; i < c->nr_uids; i++)
+		if (c->uids[i] == s->cred.uid)
+			return true;
+	for (i = 0; i < c->nr_gids; i++)
+		if (has_group(s, c->gids[i]))
+			return true;
+	return false;
+}
+
+/* ---- sequences table ------------------------------------------------------------------ */
+
+static struct kvmm_ipc_seq *seq_find(struct kvmm_session *s, uint64_t id)
+{
+	struct kvmm_ipc_seq *is;
+
+	kvmm_htable_for_each_possible (&s->seqs, is, node, id)
+		if (is->id == id)
+			return is;
+	return NULL;
+}
+
+static struct kvmm_ipc_seq *seq_track(struct kvmm_session *s, struct kvmm_seq *seq)
+{
+	struct kvmm_ipc_seq *is = calloc(1, sizeof(*is));
+
+	if (!is)
+		return NULL;
+	is->id = s->next_seq++;
+	is->seq = seq;
+	kvmm_htable_add(&s->seqs, &is->node, is->id);
+	s->nr_seqs++;
+	return is;
+}
+
+static void pins_drop(struct kvmm_pool *pool, struct kvmm_ipc_seq *is, uint32_t times)
+{
+	uint32_t i;
+
+	for (i = 0; i < is->nr_pinned; i++) {
+		struct kvmm_page *pg = kvmm_frame_to_page(pool, is->pinned[i]);
+
+		KVMM_BUG_ON(pg->pincount < times);
+		pg->pincount -= times;
+	}
+	is->pin_depth -= times;
+	if (!is->pin_depth) {
+		free(is->pinned);
+		is->pinned = NULL;
+		is->nr_pinned = 0;
+	}
+}
+
+/* Forget a sequence: unpin, free it in the core, drop the record. */
+static void seq_untrack(struct kvmm_session *s, struct kvmm_ipc_seq *is)
+{
+	if (is->pin_depth)
+		pins_drop(s->as->pool, is, is->pin_depth);
+	kvmm_seq_free(is->seq);
+	kvmm_htable_del(&is->node);
+	s->nr_seqs--;
+	free(is);
+}
+
+/* Debug builds: the pool must be consistent after every teardown. */
+static void check_pool(struct kvmm_server *srv, struct kvmm_ipc_ns *n)
+{
+#if CONFIG_KVMM_DEBUG
+	char why[256];
+	int ret;
+
+	pthread_mutex_lock(&n->pool->lock);
+	ret = kvmm_check_invariants(n->pool, why, sizeof(why));
+	pthread_mutex_unlock(&n->pool->lock);
+	if (ret) {
+		KVMM_STAT_INC(srv, invariant_failures);
+		kvmm_err("ipc: namespace %s: invariants broken after teardown: %s", n->cfg.name,
+			 why);
+	}
+#else
+	(void)srv;
+	(void)n;
+#endif
+}
+
+void kvmm_session_detach(struct kvmm_session *s)
+{
+	struct kvmm_ipc_ns *n = s->ns;
+
+	struct kvmm_ipc_seq *is;
+	struct hlist_node *tmp;
+	struct kvmm_pool *pool;
+	size_t bkt;
+
+	if (s->state != KVMM_SESSION_ATTACHED)
+		return;
+	pool = s->as->pool;
+	pthread_mutex_lock(&pool->lock);
+	kvmm_htable_for_each_safe (&s->seqs, bkt, tmp, is, node)
+		seq_untrack(s, is);
+	/* frees whatever sequence is left (none) and the address space */
+	kvmm_aspace_destroy(s->as);
+	kvmm_magazine_drain_all(&s->mag);
+	pthread_mutex_unlock(&pool->lock);
+	s->as = NULL;
+	s->ns->nr_clients--;
+	s->ns = NULL;
+	s->state = KVMM_SESSION_READY;
+	KVMM_STAT_INC(s->srv, detached);
+	check_pool(s->srv, n);
+}
+
+void kvmm_session_fini(struct kvmm_session *s)
+{
+	kvmm_session_detach(s);
+	kvmm_htable_destroy(&s->seqs);
+}
+
+/* ---- session ops ------------------------------------------------------------------------ */
+
+static uint64_t supported_features(const struct kvmm_server *srv)
+{
+	uint64_t f = KVMM_FEAT_HOST_BACKEND | KVMM_FEAT_PREFIX_CACHE;
+
+	if (srv->ns[0].nr_chunks)
+		f |= KVMM_FEAT_FD_PASSING;
+	return f;
+}
+
+static void do_hello(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
+{
+	struct kvmm_server *srv = s->srv;
+	struct kvmm_hello_req req;
+	struct kvmm_hello_rep rep;
+	uint64_t frames = 0;
+	unsigned int i;
+	int agreed, status = 0;
+
+	memcpy(&req, hdr + 1, sizeof(req));
+	memset(&rep, 0, sizeof(rep));
+	rep.abi_version = KVMM_ABI_VERSION;
+	rep.abi_min = KVMM_ABI_MIN_COMPAT;
+	rep.backend = KVMM_BACKEND_HOST;
+	rep.features_supported = supported_features(srv);
+	rep.page_size = srv->cfg.page_size;
+	for (i = 0; i < srv->nr_ns; i++)
+		frames += srv->ns[i].cfg.nframes;
+	rep.nr_frames = (uint32_t)min_t(uint64_t, frames, UINT32_MAX);
+	rep.client_id = s->id;
+	rep.nr_devices = 1;
+	rep.max_msg = KVMM_MSG_MAX;
+
+	if (s->state != KVMM_SESSION_NEW) {
+		status = -EPROTO; /* a second HELLO */
+		goto out_reply;
+	}
+	agreed = kvmm_abi_negotiate(KVMM_ABI_VERSION, KVMM_ABI_MIN_COMPAT, req.abi_version,
+				    req.abi_min);
+	if (agreed < 0) {
+		/* full reply so the client can say why; then we are done with it */
+		KVMM_STAT_INC(srv, version_mismatch);
+		kvmm_notice("ipc: client %u (pid %d) speaks ABI %u..%u, we speak %u..%u", s->id,
+			    (int)s->cred.pid, req.abi_min, req.abi_version, KVMM_ABI_MIN_COMPAT,
+			    KVMM_ABI_VERSION);
+		kvmm_session_reply(s, hdr, -EPROTO, &rep, sizeof(rep));
+		s->dead = true;
+		return;
+	}
+	if (req.name[0] && kvmm_name_check(req.name)) {
+		status = -EINVAL;
+		goto out_reply;
+	}
+	rep.abi_agreed = (uint16_t)agreed;
+	rep.features = req.features & rep.features_supported;
+	s->abi = (uint16_t)agreed;
+	s->features = rep.features;
+	memcpy(s->name, req.name, sizeof(s->name));
+	s->state = KVMM_SESSION_READY;
+	KVMM_STAT_INC(srv, hellos);
+	kvmm_session_reply(s, hdr, 0, &rep, sizeof(rep));
+	return;
+
+out_reply:
+	kvmm_session_reply(s, hdr, status, NULL, 0);
+}
+
+static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
+{
+	struct kvmm_server *srv = s->srv;
+	struct kvmm_attach_req req;
+	struct kvmm_attach_rep rep;
+	struct kvmm_ipc_ns *n = NULL;
+	struct kvmm_fmt fmt;
+	struct kvmm_msg_hdr *out;
+	unsigned int i;
+	int ret;
+
+	if (s->state == KVMM_SESSION_ATTACHED)
+		return -EEXIST;
+	memcpy(&req, hdr + 1, sizeof(req));
+	if (req.flags || kvmm_name_check(req.ns))
+		return -EINVAL;
+	for (i = 0; i < srv->nr_ns; i++)
+		if (!memcmp(srv->ns[i].cfg.name, req.ns, KVMM_NAME_LEN))
+			n = &srv->ns[i];
+	if (!n)
+		return -ENOENT;
+	if (!ns_allowed(s, &n->cfg)) {
+		kvmm_notice("ipc: client %u uid %u may not attach to %s", s->id,
+			    (unsigned int)s->cred.uid, n->cfg.name);
+		return -EACCES;
+	}
+	if (kvmm_format_check(&req.fmt))
+		return -EINVAL;
+	ret = kvmm_fmt_init(&fmt, req.fmt.layers, req.fmt.kv_heads, req.fmt.head_dim, req.fmt.dtype,
+			    req.fmt.quant_group, srv->cfg.page_size);
+	if (ret)
+		return ret;
+	if (fmt.token_bytes > UINT32_MAX)
+		return -EINVAL;
+
+	pthread_mutex_lock(&n->pool->lock);
+	ret = kvmm_magazine_init(n->pool, &s->mag, s->id, 0, 0);
+	if (!ret)
+		ret = kvmm_aspace_create(n->pool, n->ns, &fmt, &s->mag, &s->as);
+	pthread_mutex_unlock(&n->pool->lock);
+	if (ret)
+		return ret;
+	s->ns = n;
+	s->state = KVMM_SESSION_ATTACHED;
+	n->nr_clients++;
+	KVMM_STAT_INC(srv, attached);
+
+	memset(&rep, 0, sizeof(rep));
+	rep.tokens_per_page = fmt.tokens_per_page;
+	rep.bytes_per_token = (uint32_t)fmt.token_bytes;
+	rep.chunk_size = n->chunk_size;
+	rep.nr_chunks = n->nr_chunks;
+	rep.ns_id = n->id;
+	rep.shm_size = 0; /* no data plane yet */
+	rep.nr_fds = n->nr_chunks;
+	rep.ring_entries = 0;
+	rep.mag_size = 0; /* the magazine is daemon-side until the shm region exists */
+	rep.nr_frames = n->cfg.nframes;
+
+	out = (struct kvmm_msg_hdr *)srv->tx;
+	kvmm_msg_hdr_init_reply(out, hdr, sizeof(*out) + sizeof(rep), 0);
+	if (rep.nr_fds)
+		out->flags |= KVMM_MSG_F_FDS;
+	memcpy(out + 1, &rep, sizeof(rep));
+	kvmm_info("ipc: client %u (%.32s, pid %d) attached to %s", s->id, s->name, (int)s->cred.pid,
+		  n->cfg.name);
+	kvmm_session_send(s, out, sizeof(*out) + sizeof(rep), n->fds, rep.nr_fds);
+	return 0;
+}
+
+/* ---- sequence ops (pool lock held) -------------------------------------------------------- */
+
+static int lookup(struct kvmm_session *s, uint64_t id, bool change, struct kvmm_ipc_seq **out)
+{
+	struct kvmm_ipc_seq *is = seq_find(s, id);
+
+	if (!is)
+		return -ENOENT;
+	if (change && is->pin_depth)
+		return -EBUSY;
+	*out = is;
+	return 0;
+}
+
+static int do_seq_create(struct kvmm_session *s, const void *p, void *rp, size_t *rlen)
+{
+	struct kvmm_seq_create_req req;
+	struct kvmm_seq_create_rep *rep = rp;
+	struct kvmm_ipc_seq *is;
+	struct kvmm_seq *seq;
+	int ret;
+
+	memcpy(&req, p, sizeof(req));
+	if (req.flags)
+		return -EINVAL;
+	if (req.nr_tokens > UINT32_MAX)
+		return -E2BIG;
+	if (s->nr_seqs >= KVMM_SESSION_MAX_SEQS)
+		return -ENOSPC;
+	ret = kvmm_seq_create(s->as, &seq);
+	if (ret)
+		return ret;
+	seq->priority = req.priority;
+	ret = kvmm_seq_append(seq, (uint32_t)req.nr_tokens, NULL);
+	if (ret)
+		goto out_free;
+	is = seq_track(s, seq);
+	if (!is) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	memset(rep, 0, sizeof(*rep));
+	rep->seq = is->id;
+	rep->nr_blocks = seq->nblocks;
+	*rlen = sizeof(*rep);
+	return 0;
+
+out_free:
+	kvmm_seq_free(seq);
+	return ret;
+}
+
+static int do_seq_append(struct kvmm_session *s, const void *p, void *rp, size_t *rlen)
+{
+	struct kvmm_seq_append_req req;
+	struct kvmm_seq_append_rep *rep = rp;
+	struct kvmm_ipc_seq *is;
+	uint32_t old_blocks, old_tail = KVMM_FRAME_NONE, first;
+	int ret;
+
+	memcpy(&req, p, sizeof(req));
+	ret = lookup(s, req.seq, true, &is);
+	if (ret)
+		return ret;
+	old_blocks = is->seq->nblocks;
+	if (old_blocks)
+		old_tail = kvmm_seq_frame(is->seq, old_blocks - 1);
+	/* proto.c checked that nr_tokens ids follow, so it fits in one record */
+	ret = kvmm_seq_append(is->seq, (uint32_t)req.nr_tokens,
+			      (const uint32_t *)((const uint8_t *)p + sizeof(req)));
+	if (ret)
+		return ret;
+	first = old_blocks;
+	/* a copy-on-write of the shared partial tail gave that block a new frame too */
+	if (old_blocks && kvmm_seq_frame(is->seq, old_blocks - 1) != old_tail)
+		first = old_blocks - 1;
+	rep->nr_tokens = is->seq->ntokens;
+	rep->nr_blocks = is->seq->nblocks;
+	rep->first_new_block = first;
+	*rlen = sizeof(*rep);
+	return 0;
+}
+
+static int do_seq_fork(struct kvmm_session *s, const void *p, void *rp, size_t *rlen)
+{
+	struct kvmm_seq_fork_req req;
+	struct kvmm_seq_fork_rep *rep = rp;
+	struct kvmm_ipc_seq *is, *child;
+	struct kvmm_seq *seq;
+	int ret;
+
+	memcpy(&req, p, sizeof(req));
+	ret = lookup(s, req.seq, false, &is);
+	if (ret)
+		return ret;
+	if (req.nr_tokens != KVMM_SEQ_ALL_TOKENS && req.nr_tokens > is->seq->ntokens)
+		return -EINVAL;
+	if (s->nr_seqs >= KVMM_SESSION_MAX_SEQS)
+		return -ENOSPC;
+	ret = kvmm_seq_fork(is->seq, &seq);
+	if (ret)
+		return ret;
+	if (req.nr_tokens != KVMM_SEQ_ALL_TOKENS) {
+		ret = kvmm_seq_truncate(seq, req.nr_tokens);
+		if (ret)
+			goto out_free;
+	}
+	child = seq_track(s, seq);
+	if (!child) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	memset(rep, 0, sizeof(*rep));
+	rep->seq = child->id;
+	rep->nr_blocks = seq->nblocks;
+	*rlen = sizeof(*rep);
+	return 0;
+
+out_free:
+	kvmm_seq_free(seq);
+	return ret;
+}
+
+static int do_seq_truncate(struct kvmm_session *s, const void *p)
+{
+	struct kvmm_seq_truncate_req req;
+	struct kvmm_ipc_seq *is;
+	int ret;
+
+	memcpy(&req, p, sizeof(req));
+	ret = lookup(s, req.seq, true, &is);
+	if (ret)
+		return ret;
+	return kvmm_seq_truncate(is->seq, req.nr_tokens);
+}
+
+static int do_seq_free(struct kvmm_session *s, const void *p)
+{
+	struct kvmm_seq_free_req req;
+	struct kvmm_ipc_seq *is;
+	int ret;
+
+	memcpy(&req, p, sizeof(req));
+	ret = lookup(s, req.seq, true, &is);
+	if (ret)
+		return ret;
+	seq_untrack(s, is);
+	return 0;
+}
+
+/*
+ * Continue a lookup on a sequence that already holds k sealed blocks (the earlier part of a
+ * prompt too long for one record).  The core walks from block 0 only, so walk the whole
+ * prefix (the sequence's own ids, then the new ones) into a scratch sequence and move the
+ * blocks past k over: their references pass to @seq as they are; the scratch sequence's
+ * extra references on blocks [0, k) are dropped when it is freed.  The re-walked blocks are
+ * taken off the hit counter again.  TODO(core): a kvmm_prefix_lookup() that starts at the end
+ * of a fully sealed sequence would make this copy and re-hash unnecessary.
+ */
+static int lookup_continue(struct kvmm_session *s, struct kvmm_seq *seq, const uint32_t *tokens,
+			   uint32_t n)
+{
+	struct kvmm_pool *pool = s->as->pool;
+	uint32_t tpp = s->as->fmt.tokens_per_page, k = seq->nblocks, h, b;
+	uint64_t have = seq->ntokens;
+	struct kvmm_seq *tmp;
+	uint32_t *all;
+	int ret;
+
+	if (have != (uint64_t)k * tpp || seq->nsealed != k)
+		return -EINVAL; /* only a whole, sealed prefix can be continued */
+	all = malloc((have + n) * sizeof(*all));
+	if (!all)
+		return -ENOMEM;
+	memcpy(all, seq->tokens, have * sizeof(*all));
+	memcpy(all + have, tokens, (size_t)n * sizeof(*all));
+	ret = kvmm_seq_create(s->as, &tmp);
+	if (ret)
+		goto out_free;
+	ret = kvmm_prefix_lookup(tmp, all, have + n);
+	if (ret < 0)
+		goto out_seq;
+	h = tmp->nblocks;
+	pool->stat[KVMM_STAT_CACHE_HIT] -= min_t(uint32_t, h, k);
+	ret = 0;
+	if (h <= k)
+		goto out_seq;
+	ret = kvmm_seq_reserve(seq, h);
+	if (ret)
+		goto out_seq;
+	for (b = k; b < h; b++)
+		seq->pte[b] = tmp->pte[b];
+	memcpy(seq->tokens + have, tmp->tokens + have, (size_t)(h - k) * tpp * sizeof(*all));
+	tmp->nblocks = k; /* the scratch sequence no longer owns blocks [k, h) */
+	tmp->nsealed = min_t(uint32_t, tmp->nsealed, k);
+	tmp->ntokens = have;
+	seq->nblocks = h;
+	seq->nsealed = h;
+	seq->ntokens = (uint64_t)h * tpp;
+out_seq:
+	kvmm_seq_free(tmp);
+	/* the PTEs' SHARED bits follow the final reference counts */
+	for (b = k; b < seq->nblocks; b++)
+		seq->pte[b] = kvmm_seq_mk_pte(
+			pool, kvmm_frame_to_page(pool, kvmm_seq_frame(seq, b)), true);
+out_free:
+	free(all);
+	return ret;
+}
+
+static int do_prefix_lookup(struct kvmm_session *s, const void *p, void *rp, size_t *rlen)
+{
+	struct kvmm_prefix_lookup_req req;
+	struct kvmm_prefix_lookup_rep *rep = rp;
+	const uint32_t *tokens = (const uint32_t *)((const uint8_t *)p + sizeof(req));
+	struct kvmm_ipc_seq *is;
+	uint32_t before;
+	int ret;
+
+	memcpy(&req, p, sizeof(req));
+	if (req.flags)
+		return -EINVAL;
+	ret = lookup(s, req.seq, true, &is);
+	if (ret)
+		return ret;
+	before = is->seq->nblocks;
+	if (is->seq->ntokens)
+		ret = lookup_continue(s, is->seq, tokens, req.nr_tokens);
+	else
+		ret = kvmm_prefix_lookup(is->seq, tokens, req.nr_tokens);
+	if (ret < 0)
+		return ret;
+	memset(rep, 0, sizeof(*rep));
+	rep->nr_tokens = is->seq->ntokens;
+	rep->nr_blocks = is->seq->nblocks - before;
+	*rlen = sizeof(*rep);
+	return 0;
+}
+
+static int do_seal(struct kvmm_session *s, const void *p)
+{
+	struct kvmm_seal_req req;
+	struct kvmm_ipc_seq *is;
+	struct kvmm_seq *seq;
+	uint32_t full, end;
+	int ret;
+
+	memcpy(&req, p, sizeof(req));
+	ret = lookup(s, req.seq, true, &is);
+	if (ret)
+		return ret;
+	seq = is->seq;
+	full = (uint32_t)(seq->ntokens / s->as->fmt.tokens_per_page);
+	if (req.nr_blocks == 0)
+		end = full;
+	else if (req.nr_blocks > full || req.block > full - req.nr_blocks)
+		return -EINVAL; /* past the last full block */
+	else
+		end = req.block + req.nr_blocks;
+	/* keys chain: nothing after an unsealed block can be sealed before it */
+	if (req.block > seq->nsealed || req.block > full)
+		return -EINVAL;
+	while (seq->nsealed < end) {
+		ret = kvmm_pagecache_seal_block(seq, seq->nsealed);
+		if (ret)
+			return ret;
+		seq->nsealed++;
+	}
+	return 0;
+}
+
+/*
+ * PIN/UNPIN a batch, all or nothing: resolve and check every id first (batch_mark counts a
+ * sequence's occurrences so a repeated id is checked against its real depth), then apply.
+ */
+static int do_pin(struct kvmm_session *s, const void *p, bool pin, void *rp, size_t *rlen)
+{
+	struct kvmm_pin_req req;
+	struct kvmm_pin_rep *rep = rp;
+	struct kvmm_pool *pool = s->as->pool;
+	const uint8_t *ids = (const uint8_t *)p + sizeof(req);
+	struct kvmm_ipc_seq **v;
+	uint32_t i, j, frames = 0;
+	int ret = 0;
+
+	memcpy(&req, p, sizeof(req));
+	if (req.flags)
+		return -EINVAL;
+	v = calloc(req.nr_seqs ? req.nr_seqs : 1, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (i = 0; i < req.nr_seqs; i++) {
+		uint64_t id;
+
+		memcpy(&id, ids + (size_t)i * sizeof(id), sizeof(id));
+		v[i] = seq_find(s, id);
+		if (!v[i]) {
+			ret = -ENOENT;
+			goto out_marks;
+		}
+		if (!pin && v[i]->batch_mark >= v[i]->pin_depth) {
+			ret = -EINVAL; /* more UNPINs than PINs */
+			goto out_marks;
+		}
+		v[i]->batch_mark++;
+		/* the first pin records the frames, which then cannot change until the last unpin */
+		if (pin && !v[i]->pin_depth && !v[i]->pinned && v[i]->seq->nblocks) {
+			struct kvmm_seq *seq = v[i]->seq;
+
+			v[i]->pinned = malloc((size_t)seq->nblocks * sizeof(uint32_t));
+			if (!v[i]->pinned) {
+				ret = -ENOMEM;
+				goto out_marks;
+			}
+			for (j = 0; j < seq->nblocks; j++) {
+				uint32_t f = kvmm_seq_frame(seq, j);
+
+				if (f != KVMM_FRAME_NONE)
+					v[i]->pinned[v[i]->nr_pinned++] = f;
+			}
+		}
+	}
+	for (i = 0; i < req.nr_seqs; i++) {
+		if (pin) {
+			for (j = 0; j < v[i]->nr_pinned; j++)
+				kvmm_frame_to_page(pool, v[i]->pinned[j])->pincount++;
+			v[i]->pin_depth++;
+			frames += v[i]->nr_pinned;
+		} else {
+			frames += v[i]->nr_pinned;
+			pins_drop(pool, v[i], 1);
+		}
+	}
+out_marks:
+	for (i = 0; i < req.nr_seqs && v[i]; i++) {
+		v[i]->batch_mark = 0;
+		/* a failed PIN gives back the frame lists it made */
+		if (ret && !v[i]->pin_depth && v[i]->pinned) {
+			free(v[i]->pinned);
+			v[i]->pinned = NULL;
+			v[i]->nr_pinned = 0;
+		}
+	}
+	free(v);
+	if (ret)
+		return ret;
+	rep->nr_frames = frames;
+	rep->nr_swapin = 0;
+	*rlen = sizeof(*rep);
+	return 0;
+}
+
+static int do_seq_blocks(struct kvmm_session *s, const void *p, void *rp, size_t *rlen)
+{
+	struct kvmm_seq_blocks_req req;
+	struct kvmm_seq_blocks_rep *rep = rp;
+	int32_t *out = (int32_t *)(rep + 1);
+	struct kvmm_ipc_seq *is;
+	struct kvmm_seq *seq;
+	uint32_t count, i;
+	int ret;
+
+	memcpy(&req, p, sizeof(req));
+	ret = lookup(s, req.seq, false, &is);
+	if (ret)
+		return ret;
+	seq = is->seq;
+	if (req.block > seq->nblocks)
+		return -EINVAL;
+	count = seq->nblocks - req.block;
+	if (req.nr_blocks && req.nr_blocks < count)
+		count = req.nr_blocks;
+	count = min_t(uint32_t, count, (uint32_t)KVMM_SEQ_BLOCKS_MAX);
+	for (i = 0; i < count; i++)
+		out[i] = kvmm_pte_block(seq->pte[req.block + i]);
+	rep->nr_tokens = seq->ntokens;
+	rep->nr_blocks = seq->nblocks;
+	rep->count = count;
+	*rlen = sizeof(*rep) + (size_t)count * sizeof(int32_t);
+	return 0;
+}
+
+/* A memory op of an attached session; the reply payload is built in place in the tx buffer. */
+static void do_mem(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
+{
+	struct kvmm_pool *pool = s->as->pool;
+	const void *p = hdr + 1;
+	void *rp = (struct kvmm_msg_hdr *)s->srv->tx + 1;
+	size_t rlen = 0;
+	int ret;
+
+	pthread_mutex_lock(&pool->lock);
+	switch (hdr->op) {
+	case KVMM_OP_SEQ_CREATE:
+		ret = do_seq_create(s, p, rp, &rlen);
+		break;
+	case KVMM_OP_SEQ_APPEND:
+		ret = do_seq_append(s, p, rp, &rlen);
+		break;
+	case KVMM_OP_SEQ_FORK:
+		ret = do_seq_fork(s, p, rp, &rlen);
+		break;
+	case KVMM_OP_SEQ_TRUNCATE:
+		ret = do_seq_truncate(s, p);
+		break;
+	case KVMM_OP_SEQ_FREE:
+		ret = do_seq_free(s, p);
+		break;
+	case KVMM_OP_PREFIX_LOOKUP:
+		ret = do_prefix_lookup(s, p, rp, &rlen);
+		break;
+	case KVMM_OP_SEAL:
+		ret = do_seal(s, p);
+		break;
+	case KVMM_OP_PIN:
+	case KVMM_OP_UNPIN:
+		ret = do_pin(s, p, hdr->op == KVMM_OP_PIN, rp, &rlen);
+		break;
+	case KVMM_OP_SEQ_BLOCKS:
+		ret = do_seq_blocks(s, p, rp, &rlen);
+		break;
+	default:
+		/* MAG_REFILL / MAG_DRAIN: the magazine moves to shared memory with the rings */
+		ret = -EOPNOTSUPP;
+		break;
+	}
+	pthread_mutex_unlock(&pool->lock);
+	kvmm_session_reply(s, hdr, ret, rp, ret ? 0 : rlen);
+}
+
+void kvmm_session_handle(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
+{
+	unsigned int op = hdr->op;
+	size_t plen = hdr->len - sizeof(*hdr);
+	int ret;
+
+	if (op == KVMM_OP_HELLO) {
+		do_hello(s, hdr);
+		return;
+	}
+	if (s->state == KVMM_SESSION_NEW || hdr->abi != s->abi) {
+		/* nothing before HELLO, and nothing in a version we did not agree on */
+		kvmm_session_reply(s, hdr, -EPROTO, NULL, 0);
+		if (++s->nr_bad >= KVMM_SERVER_MAX_BAD_MSGS && !s->dead) {
+			KVMM_STAT_INC(s->srv, disconnect_bad);
+			s->dead = true;
+		}
+		return;
+	}
+	switch (op) {
+	case KVMM_OP_PING:
+		kvmm_session_reply(s, hdr, 0, hdr + 1, plen);
+		return;
+	case KVMM_OP_BYE:
+		kvmm_session_reply(s, hdr, 0, NULL, 0);
+		kvmm_session_detach(s);
+		KVMM_STAT_INC(s->srv, hangups);
+		s->dead = true;
+		return;
+	case KVMM_OP_ATTACH:
+		ret = do_attach(s, hdr);
+		if (ret)
+			kvmm_session_reply(s, hdr, ret, NULL, 0);
+		return;
+	case KVMM_OP_DETACH:
+		if (s->state != KVMM_SESSION_ATTACHED) {
+			kvmm_session_reply(s, hdr, -ENOTCONN, NULL, 0);
+			return;
+		}
+		kvmm_session_detach(s);
+		kvmm_session_reply(s, hdr, 0, NULL, 0);
+		return;
+	default:
+		break;
+	}
+	if (kvmm_op_is_admin(op)) {
+		if (!kvmm_session_is_admin(s)) {
+			kvmm_session_reply(s, hdr, -EACCES, NULL, 0);
+			return;
+		}
+		kvmm_admin_handle(s, hdr);
+		return;
+	}
+	if (s->state != KVMM_SESSION_ATTACHED) {
+		kvmm_session_reply(s, hdr, -ENOTCONN, NULL, 0);
+		return;
+	}
+	do_mem(s, hdr);
+}

@@ -1,0 +1,516 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/kvmmd.c - main() of kvmmd, the KV-cache memory daemon: it reads the configuration file
+ * (kvmm/config.c), applies the command-line flags over it, sets up logging, daemonizes unless
+ * told to stay in the foreground, creates the server (kvmm/ipc/: one host-backend pool per
+ * namespace and the listening socket), tells the service manager it is ready, and serves
+ * until SIGTERM or SIGINT.  Exit status: 0 after a clean stop, 1 when the daemon could not
+ * start or its loop failed, 2 for a bad flag or configuration line.  Daemonizing is the
+ * classic double fork; the first process waits on a pipe until the daemon is listening (or
+ * has failed) so that `kvmmd && client` works and a startup error reaches the terminal.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "compiler.h"
+#include "log.h"
+#include "kvmm/backend/host.h"
+#include "kvmm/config.h"
+#include "kvmm/ipc/server.h"
+#include "kvmm/mm.h"
+#include "kvmm/notify.h"
+
+#ifndef KVMM_VERSION
+#define KVMM_VERSION "unknown"
+#endif
+
+#define EXIT_USAGE 2
+
+/* the server the signal handlers stop; set before they are installed */
+static struct kvmm_server *volatile the_server;
+
+/* kept for the server's whole life: the pools reach their configuration through it */
+static struct kvmm_host_backend host_backend;
+
+enum {
+	OPT_BACKEND = 256,
+	OPT_PAGE_SIZE,
+	OPT_CHUNK_SIZE,
+	OPT_POOL_SIZE,
+	OPT_FRAMES,
+	OPT_WMARK_MIN,
+	OPT_WMARK_LOW,
+	OPT_WMARK_HIGH,
+	OPT_ADMIN_GROUP,
+	OPT_LOG_LEVEL,
+	OPT_PREFAULT,
+	OPT_MAX_CLIENTS,
+	OPT_PRINT_CONFIG,
+};
+
+static const struct option long_opts[] = {
+	{"config", required_argument, NULL, 'c'},
+	{"socket", required_argument, NULL, 's'},
+	{"backend", required_argument, NULL, OPT_BACKEND},
+	{"page-size", required_argument, NULL, OPT_PAGE_SIZE},
+	{"chunk-size", required_argument, NULL, OPT_CHUNK_SIZE},
+	{"pool-size", required_argument, NULL, OPT_POOL_SIZE},
+	{"frames", required_argument, NULL, OPT_FRAMES},
+	{"wmark-min", required_argument, NULL, OPT_WMARK_MIN},
+	{"wmark-low", required_argument, NULL, OPT_WMARK_LOW},
+	{"wmark-high", required_argument, NULL, OPT_WMARK_HIGH},
+	{"admin-group", required_argument, NULL, OPT_ADMIN_GROUP},
+	{"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+	{"foreground", no_argument, NULL, 'f'},
+	{"prefault", no_argument, NULL, OPT_PREFAULT},
+	{"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
+	{"namespace", required_argument, NULL, 'n'},
+	{"print-config", no_argument, NULL, OPT_PRINT_CONFIG},
+	{"help", no_argument, NULL, 'h'},
+	{"version", no_argument, NULL, 'V'},
+	{NULL, 0, NULL, 0},
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: kvmmd [OPTION]...\n"
+		"The kvmm KV-cache memory daemon.  Flags override the configuration file.\n"
+		"\n"
+		"  -c, --config FILE        configuration file (default %s;\n"
+		"                           a missing default file means built-in defaults)\n"
+		"  -s, --socket PATH        control socket (default "
+		"$XDG_RUNTIME_DIR/kvmm/kvmmd.sock\n"
+		"                           or /run/kvmm/kvmmd.sock)\n"
+		"      --backend NAME       pool memory: host (default)\n"
+		"      --page-size SIZE     bytes per frame, a power of two >= 4K (default 2M)\n"
+		"      --chunk-size SIZE    bytes per shared memory chunk (default 64M)\n"
+		"      --pool-size SIZE     total pool memory (default 1G), or\n"
+		"      --frames N           total pool frames\n"
+		"      --wmark-min N, --wmark-low N, --wmark-high N\n"
+		"                           reclaim watermarks in frames, per namespace pool\n"
+		"                           (default 1%%, 2%%, 3%%)\n"
+		"      --admin-group GROUP  group allowed admin verbs besides root\n"
+		"      --log-level LEVEL    err, warn, notice (default), info, debug\n"
+		"  -f, --foreground         do not daemonize; log to stderr\n"
+		"      --prefault           fault the whole pool in at start\n"
+		"      --max-clients N      connections at most (default %d)\n"
+		"  -n, --namespace NAME[:AMOUNT[:USER,...]]\n"
+		"                           add or change a namespace: AMOUNT is frames or a size\n"
+		"                           with K/M/G/T; USERs (names or uids) may attach\n"
+		"      --print-config       print the effective configuration and exit\n"
+		"  -h, --help               this help\n"
+		"  -V, --version            the version\n"
+		"\n"
+		"SIZE is bytes with an optional K, M, G or T suffix (powers of 1024).\n"
+		"Exit status: 0 clean stop, 1 failure, 2 bad flag or configuration.\n"
+		"See Documentation/admin-guide/kvmmd.md.\n",
+		KVMM_CONFIG_DEFAULT_PATH, KVMM_CONFIG_DEFAULT_MAX_CLIENTS);
+}
+
+static void __noreturn die_usage(const char *fmt, ...) __printf(1, 2);
+static void __noreturn die_usage(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("kvmmd: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\nTry 'kvmmd --help' for more information.\n", stderr);
+	exit(EXIT_USAGE);
+}
+
+/* The config key each value flag sets (same parser as the file: same text accepted). */
+static const char *opt_key(int opt)
+{
+	switch (opt) {
+	case 's':
+		return "socket";
+	case OPT_BACKEND:
+		return "backend";
+	case OPT_PAGE_SIZE:
+		return "page_size";
+	case OPT_CHUNK_SIZE:
+		return "chunk_size";
+	case OPT_POOL_SIZE:
+		return "pool_size";
+	case OPT_FRAMES:
+		return "frames";
+	case OPT_WMARK_MIN:
+		return "wmark_min";
+	case OPT_WMARK_LOW:
+		return "wmark_low";
+	case OPT_WMARK_HIGH:
+		return "wmark_high";
+	case OPT_ADMIN_GROUP:
+		return "admin_group";
+	case OPT_LOG_LEVEL:
+		return "log_level";
+	case 'f':
+		return "foreground";
+	case OPT_PREFAULT:
+		return "prefault";
+	case OPT_MAX_CLIENTS:
+		return "max_clients";
+	default:
+		return NULL;
+	}
+}
+
+static const char *opt_name(int opt)
+{
+	const struct option *o;
+
+	for (o = long_opts; o->name; o++)
+		if (o->val == opt)
+			return o->name;
+	return "?";
+}
+
+struct flag {
+	int opt;
+	const char *arg;
+};
+
+struct args {
+	const char *config;
+	bool print_config;
+	struct flag *flags;
+	unsigned int nr_flags;
+};
+
+/* First pass: collect; the file is read before any flag is applied. */
+static void parse_args(int argc, char **argv, struct args *a)
+{
+	int opt;
+
+	a->flags = calloc((size_t)argc, sizeof(*a->flags));
+	if (!a->flags) {
+		fputs("kvmmd: out of memory\n", stderr);
+		exit(EXIT_FAILURE);
+	}
+	while ((opt = getopt_long(argc, argv, "c:s:fn:hV", long_opts, NULL)) != -1) {
+		switch (opt) {
+		case 'c':
+			a->config = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(EXIT_SUCCESS);
+		case 'V':
+			printf("kvmmd %s (kvmm ABI %d)\n", KVMM_VERSION, KVMM_ABI_VERSION);
+			exit(EXIT_SUCCESS);
+		case OPT_PRINT_CONFIG:
+			a->print_config = true;
+			break;
+		case '?':
+			/* getopt_long has said what is wrong */
+			fputs("Try 'kvmmd --help' for more information.\n", stderr);
+			exit(EXIT_USAGE);
+		default:
+			a->flags[a->nr_flags].opt = opt;
+			a->flags[a->nr_flags].arg = optarg ? optarg : "yes";
+			a->nr_flags++;
+			break;
+		}
+	}
+	if (optind < argc)
+		die_usage("unexpected argument '%s'", argv[optind]);
+}
+
+static void load_config(const struct args *a, struct kvmm_config *cfg)
+{
+	char err[KVMM_CONFIG_ERR_LEN];
+	unsigned int i;
+	int ret;
+
+	kvmm_config_init(cfg);
+	ret = kvmm_config_load(cfg, a->config ? a->config : KVMM_CONFIG_DEFAULT_PATH, err,
+			       sizeof(err));
+	/* the default file is optional; one named on the command line is not */
+	if (ret == -ENOENT && !a->config) {
+		kvmm_config_init(cfg);
+	} else if (ret) {
+		fprintf(stderr, "kvmmd: %s\n", err);
+		exit(EXIT_USAGE);
+	}
+
+	for (i = 0; i < a->nr_flags; i++) {
+		const struct flag *f = &a->flags[i];
+
+		if (f->opt == 'n')
+			ret = kvmm_config_set_ns(cfg, f->arg, err, sizeof(err));
+		else
+			ret = kvmm_config_set(cfg, opt_key(f->opt), f->arg, err, sizeof(err));
+		if (ret)
+			die_usage("--%s %s: %s", opt_name(f->opt), f->arg, err);
+	}
+	ret = kvmm_config_finalize(cfg, geteuid(), err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "kvmmd: %s\n", err);
+		exit(EXIT_USAGE);
+	}
+}
+
+/*
+ * Make the socket path absolute (the daemon changes to /) and create its directory when that
+ * is missing: only the last level, like systemd's RuntimeDirectory=, never a whole tree.
+ */
+static int prepare_socket_path(struct kvmm_config *cfg)
+{
+	char abs[KVMM_CONFIG_PATH_LEN], cwd[PATH_MAX], dir[KVMM_CONFIG_PATH_LEN], *slash;
+	int n;
+
+	if (cfg->socket_path[0] != '/') {
+		if (!getcwd(cwd, sizeof(cwd)))
+			return -errno;
+		n = snprintf(abs, sizeof(abs), "%s/%s", cwd, cfg->socket_path);
+		if (n < 0 || (size_t)n >= sizeof(abs))
+			return -ENAMETOOLONG;
+		strcpy(cfg->socket_path, abs);
+	}
+	strcpy(dir, cfg->socket_path);
+	slash = strrchr(dir, '/');
+	if (slash == dir)
+		return 0;
+	*slash = '\0';
+	/* 0755: other users reach the socket; the namespaces decide who may attach */
+	if (mkdir(dir, 0755) && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+/*
+ * Detach from the terminal: fork, setsid, fork again (so the daemon can never reacquire a
+ * controlling terminal).  The original process waits for one status byte on a pipe from the
+ * daemon (0: listening) and exits with it; the daemon gets the pipe's write end in *notify_fd.
+ */
+static void daemonize(int *notify_fd)
+{
+	int pfd[2], devnull;
+	unsigned char status = EXIT_FAILURE;
+	pid_t pid;
+	ssize_t r;
+
+	if (pipe2(pfd, O_CLOEXEC)) {
+		fprintf(stderr, "kvmmd: pipe: %s\n", strerror(errno));
+		exit(EXIT_FAILURE);
+	}
+	pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "kvmmd: fork: %s\n", strerror(errno));
+		exit(EXIT_FAILURE);
+	}
+	if (pid > 0) {
+		close(pfd[1]);
+		do {
+			r = read(pfd[0], &status, 1);
+		} while (r < 0 && errno == EINTR);
+		/* the middle process exits at once; reap it */
+		waitpid(pid, NULL, 0);
+		_exit(r == 1 ? status : EXIT_FAILURE);
+	}
+	close(pfd[0]);
+	if (setsid() < 0)
+		_exit(EXIT_FAILURE);
+	pid = fork();
+	if (pid < 0)
+		_exit(EXIT_FAILURE);
+	if (pid > 0)
+		_exit(EXIT_SUCCESS);
+
+	umask(022);
+	if (chdir("/"))
+		_exit(EXIT_FAILURE);
+	devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (devnull >= 0) {
+		dup2(devnull, STDIN_FILENO);
+		dup2(devnull, STDOUT_FILENO);
+		/* stderr stays until startup is over: errors still reach the terminal */
+		if (devnull > STDERR_FILENO)
+			close(devnull);
+	}
+	*notify_fd = pfd[1];
+}
+
+static void report_startup(int *notify_fd, unsigned char status)
+{
+	int devnull;
+
+	if (*notify_fd < 0)
+		return;
+	if (write(*notify_fd, &status, 1) != 1)
+		kvmm_warn("could not report startup to the parent: %m");
+	close(*notify_fd);
+	*notify_fd = -1;
+	/* from now on logs go to syslog only */
+	devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (devnull >= 0) {
+		dup2(devnull, STDERR_FILENO);
+		if (devnull > STDERR_FILENO)
+			close(devnull);
+	}
+}
+
+static void on_stop_signal(int sig)
+{
+	struct kvmm_server *srv = the_server;
+
+	(void)sig;
+	if (srv)
+		kvmm_server_stop(srv);
+}
+
+static int install_signals(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = SIG_IGN;
+	sigemptyset(&sa.sa_mask);
+	/* a client hanging up mid-reply must not kill the daemon */
+	if (sigaction(SIGPIPE, &sa, NULL))
+		return -errno;
+	sa.sa_handler = on_stop_signal;
+	if (sigaction(SIGTERM, &sa, NULL) || sigaction(SIGINT, &sa, NULL))
+		return -errno;
+	return 0;
+}
+
+/* What the server should serve, from the configuration; @ns has cfg->nr_ns entries. */
+static void server_config(const struct kvmm_config *cfg, struct kvmm_ns_config *ns,
+			  struct kvmm_server_config *sc)
+{
+	unsigned int i;
+
+	kvmm_host_backend_init(&host_backend, cfg->chunk_size,
+			       cfg->prefault ? KVMM_HOST_POPULATE : 0);
+	memset(sc, 0, sizeof(*sc));
+	sc->socket_path = cfg->socket_path;
+	sc->page_size = cfg->page_size;
+	sc->chunk_size = cfg->chunk_size;
+	sc->wmark_min = cfg->wmark_min;
+	sc->wmark_low = cfg->wmark_low;
+	sc->wmark_high = cfg->wmark_high;
+	sc->admin_gid = cfg->admin_gid;
+	sc->have_admin_gid = cfg->have_admin_gid;
+	sc->backend = &host_backend.ops;
+	sc->chunks = kvmm_host_backend_chunks;
+	sc->max_clients = cfg->max_clients;
+	for (i = 0; i < cfg->nr_ns; i++) {
+		const struct kvmm_config_ns *c = &cfg->ns[i];
+
+		BUILD_BUG_ON(KVMM_NS_MAX_IDS < KVMM_CONFIG_MAX_IDS);
+		memset(&ns[i], 0, sizeof(ns[i]));
+		memcpy(ns[i].name, c->name, sizeof(ns[i].name));
+		ns[i].nframes = (uint32_t)c->frames;
+		ns[i].limit = (uint32_t)c->limit;
+		ns[i].priority = c->priority;
+		memcpy(ns[i].uids, c->uids, c->nr_uids * sizeof(uid_t));
+		ns[i].nr_uids = c->nr_uids;
+		memcpy(ns[i].gids, c->gids, c->nr_gids * sizeof(gid_t));
+		ns[i].nr_gids = c->nr_gids;
+	}
+	sc->ns = ns;
+	sc->nr_ns = cfg->nr_ns;
+}
+
+int main(int argc, char **argv)
+{
+	struct kvmm_ns_config ns[KVMM_CONFIG_MAX_NS];
+	struct kvmm_server_config sc;
+	struct kvmm_server *srv = NULL;
+	struct kvmm_config *cfg;
+	struct args a = {0};
+	int notify_fd = -1;
+	uint64_t assigned = 0;
+	unsigned int i;
+	int ret;
+
+	parse_args(argc, argv, &a);
+	cfg = malloc(sizeof(*cfg));
+	if (!cfg) {
+		fputs("kvmmd: out of memory\n", stderr);
+		return EXIT_FAILURE;
+	}
+	load_config(&a, cfg);
+	free(a.flags);
+	if (a.print_config) {
+		kvmm_config_print(cfg, stdout);
+		free(cfg);
+		return EXIT_SUCCESS;
+	}
+
+	ret = prepare_socket_path(cfg);
+	if (ret) {
+		fprintf(stderr, "kvmmd: socket directory for %s: %s\n", cfg->socket_path,
+			strerror(-ret));
+		free(cfg);
+		return EXIT_FAILURE;
+	}
+	if (!cfg->foreground)
+		daemonize(&notify_fd);
+	kvmm_log_init("kvmmd", (enum kvmm_log_level)cfg->log_level, !cfg->foreground);
+
+	server_config(cfg, ns, &sc);
+	ret = kvmm_server_create(&sc, &srv);
+	if (ret) {
+		kvmm_err("cannot start on %s: %s", cfg->socket_path, strerror(-ret));
+		if (!cfg->foreground && notify_fd >= 0)
+			fprintf(stderr, "kvmmd: cannot start on %s: %s\n", cfg->socket_path,
+				strerror(-ret));
+		report_startup(&notify_fd, EXIT_FAILURE);
+		free(cfg);
+		return EXIT_FAILURE;
+	}
+	the_server = srv;
+	ret = install_signals();
+	if (ret) {
+		kvmm_err("signals: %s", strerror(-ret));
+		report_startup(&notify_fd, EXIT_FAILURE);
+		kvmm_server_destroy(srv);
+		free(cfg);
+		return EXIT_FAILURE;
+	}
+
+	for (i = 0; i < cfg->nr_ns; i++)
+		assigned += cfg->ns[i].frames;
+	kvmm_notice("kvmmd %s listening on %s: %u namespace%s, %llu frames of %llu KiB (%s "
+		    "backend)",
+		    KVMM_VERSION, cfg->socket_path, cfg->nr_ns, cfg->nr_ns == 1 ? "" : "s",
+		    (unsigned long long)assigned, (unsigned long long)(cfg->page_size >> 10),
+		    cfg->backend);
+	if (assigned < cfg->frames)
+		kvmm_notice("%llu frames of the pool are in no namespace",
+			    (unsigned long long)(cfg->frames - assigned));
+	ret = kvmm_sd_notifyf("READY=1\nMAINPID=%ld\nSTATUS=listening on %s", (long)getpid(),
+			      cfg->socket_path);
+	if (ret < 0)
+		kvmm_warn("sd_notify: %s", strerror(-ret));
+	report_startup(&notify_fd, EXIT_SUCCESS);
+
+	ret = kvmm_server_run(srv);
+	kvmm_sd_notify("STOPPING=1");
+	if (ret)
+		kvmm_err("event loop failed: %s", strerror(-ret));
+	else
+		kvmm_notice("stopped");
+	the_server = NULL;
+	kvmm_server_destroy(srv);
+	free(cfg);
+	kvmm_log_close();
+	return ret ? EXIT_FAILURE : EXIT_SUCCESS;
+}

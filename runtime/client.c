@@ -1,0 +1,847 @@
+// SPDX-License-Identifier: MIT
+/*
+ * runtime/client.c - a libkvmm handle's connection to kvmmd: connecting, HELLO (version
+ * negotiation), ATTACH (receiving the namespace's pool chunks as SCM_RIGHTS descriptors and
+ * mapping them so that frame n is at base + n * page_size), detaching, and the message layer
+ * every other call uses. The layer sends one SOCK_SEQPACKET record per request with
+ * MSG_NOSIGNAL (a dead daemon is an error code, never SIGPIPE) and MSG_DONTWAIT: when the
+ * socket is full it polls for both directions and keeps receiving while it waits, because the
+ * daemon never blocks on a client and may be waiting for us to drain its replies. Every
+ * request, synchronous or not, has an entry in the in-flight table until its reply arrives;
+ * replies that come while the caller waits for another one are parked (synchronous: the record
+ * is copied into the entry; asynchronous: it becomes a completion), so pipelined requests
+ * (block tables, kvmm_submit) may be answered in any order. Records that name no request are
+ * dropped, descriptors that ride on a record nobody asked for are closed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "runtime/libkvmm.h"
+
+/* Most descriptors one record can carry (the kernel's SCM_MAX_FD). */
+#define KVMM_RX_FDS_MAX 253
+
+/* Descriptors received with the last record, owned by the receiver until taken or closed. */
+struct kvmm_rx {
+	size_t len;
+	int fds[KVMM_RX_FDS_MAX];
+	unsigned int nr_fds;
+};
+
+static void rx_close_fds(struct kvmm_rx *rx)
+{
+	for (unsigned int i = 0; i < rx->nr_fds; i++)
+		close(rx->fds[i]);
+	rx->nr_fds = 0;
+}
+
+/* The connection is gone or cannot be trusted: remember why, fail what waits on it. */
+static int client_broken(struct kvmm_client *c, int err)
+{
+	if (!c->err)
+		c->err = err;
+	kvmm_inflight_fail(c, -ENOTCONN);
+	return err;
+}
+
+size_t kvmm_msg_payload_max(const struct kvmm_client *c)
+{
+	size_t max = c->max_msg ? c->max_msg : KVMM_MSG_MAX;
+
+	if (max > KVMM_MSG_MAX)
+		max = KVMM_MSG_MAX;
+	return max - KVMM_MSG_HDR_SIZE;
+}
+
+/*
+ * Receive one record into c->rx (and its descriptors into rx). block false: -EAGAIN when
+ * nothing is there. The header is checked before anyone looks at it.
+ */
+static int msg_recv(struct kvmm_client *c, struct kvmm_rx *rx, bool block)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * KVMM_RX_FDS_MAX)];
+	} cbuf;
+	struct iovec iov = {.iov_base = c->rx, .iov_len = KVMM_MSG_MAX};
+	struct msghdr mh = {
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+		.msg_control = cbuf.buf,
+		.msg_controllen = sizeof(cbuf.buf),
+	};
+	struct cmsghdr *cm;
+	ssize_t n;
+	int err;
+
+	rx->nr_fds = 0;
+	rx->len = 0;
+	if (c->fd < 0)
+		return -ENOTCONN;
+	if (c->err)
+		return c->err;
+	do {
+		n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | (block ? 0 : MSG_DONTWAIT));
+	} while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return -EAGAIN;
+		return client_broken(c, -ENOTCONN);
+	}
+	for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		size_t nfd;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < nfd; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+			if (rx->nr_fds < KVMM_RX_FDS_MAX)
+				rx->fds[rx->nr_fds++] = fd;
+			else
+				close(fd);
+		}
+	}
+	if (n == 0)
+		return client_broken(c, -ENOTCONN); /* the daemon hung up */
+	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+		/* a record or descriptors were cut off: the session can no longer be trusted */
+		rx_close_fds(rx);
+		return client_broken(c, -EBADMSG);
+	}
+	err = kvmm_msg_hdr_check((const struct kvmm_msg_hdr *)c->rx, (size_t)n);
+	if (err) {
+		rx_close_fds(rx);
+		return client_broken(c, err);
+	}
+	rx->len = (size_t)n;
+	return 0;
+}
+
+static struct kvmm_inflight *inflight_find(struct kvmm_client *c, uint64_t seq)
+{
+	for (unsigned int i = 0; i < c->nr_inflight; i++)
+		if (c->inflight[i].seq == seq)
+			return &c->inflight[i];
+	return NULL;
+}
+
+static void inflight_remove(struct kvmm_client *c, struct kvmm_inflight *in)
+{
+	if (!in->sync)
+		c->nr_async--;
+	free(in->stash);
+	*in = c->inflight[--c->nr_inflight];
+}
+
+int kvmm_cq_push(struct kvmm_client *c, const struct kvmm_cqe *cqe)
+{
+	if (c->cq_count == c->cq_cap) {
+		unsigned int cap = c->cq_cap ? c->cq_cap * 2 : 64;
+		struct kvmm_cqe *cq;
+
+		/* events alone never grow the queue past a bound: nobody may be reaping them */
+		if ((cqe->flags & KVMM_CQE_F_EVENT) && c->cq_cap >= 1024) {
+			c->nr_events_dropped++;
+			return -ENOSPC;
+		}
+		cq = malloc(sizeof(*cq) * cap);
+		if (!cq)
+			return -ENOMEM;
+		for (unsigned int i = 0; i < c->cq_count; i++)
+			cq[i] = c->cq[(c->cq_head + i) % c->cq_cap];
+		free(c->cq);
+		c->cq = cq;
+		c->cq_cap = cap;
+		c->cq_head = 0;
+	}
+	c->cq[(c->cq_head + c->cq_count) % c->cq_cap] = *cqe;
+	c->cq_count++;
+	return 0;
+}
+
+void kvmm_inflight_fail(struct kvmm_client *c, int err)
+{
+	while (c->nr_inflight) {
+		struct kvmm_inflight *in = &c->inflight[c->nr_inflight - 1];
+
+		if (!in->sync) {
+			struct kvmm_cqe cqe = {.user_data = in->user_data, .res = err};
+
+			/* a completion that cannot be queued is lost; the caller sees -ENOTCONN */
+			kvmm_cq_push(c, &cqe);
+		}
+		inflight_remove(c, in);
+	}
+}
+
+/* Turn the reply of an asynchronous request into a completion. */
+static void complete_async(struct kvmm_client *c, struct kvmm_inflight *in)
+{
+	const struct kvmm_msg_hdr *hdr = (const struct kvmm_msg_hdr *)c->rx;
+	const unsigned char *p = c->rx + KVMM_MSG_HDR_SIZE;
+	size_t plen = hdr->len - KVMM_MSG_HDR_SIZE;
+	struct kvmm_cqe cqe = {.user_data = in->user_data, .res = hdr->status};
+
+	if (cqe.res == 0) {
+		switch (in->op) {
+		case KVMM_SQE_SEQ_CREATE:
+		case KVMM_SQE_SEQ_FORK: {
+			struct kvmm_seq_create_rep rep; /* same layout as kvmm_seq_fork_rep */
+
+			if (plen < sizeof(rep)) {
+				cqe.res = -EBADMSG;
+				break;
+			}
+			memcpy(&rep, p, sizeof(rep));
+			cqe.seq = rep.seq;
+			cqe.nr_blocks = rep.nr_blocks;
+			break;
+		}
+		case KVMM_SQE_SEQ_APPEND: {
+			struct kvmm_seq_append_rep rep;
+
+			if (plen < sizeof(rep)) {
+				cqe.res = -EBADMSG;
+				break;
+			}
+			memcpy(&rep, p, sizeof(rep));
+			cqe.nr_tokens = rep.nr_tokens;
+			cqe.nr_blocks = rep.nr_blocks;
+			break;
+		}
+		case KVMM_SQE_PREFIX_LOOKUP: {
+			struct kvmm_prefix_lookup_rep rep;
+
+			if (plen < sizeof(rep)) {
+				cqe.res = -EBADMSG;
+				break;
+			}
+			memcpy(&rep, p, sizeof(rep));
+			cqe.nr_tokens = rep.nr_tokens;
+			cqe.nr_blocks = rep.nr_blocks;
+			break;
+		}
+		case KVMM_SQE_PIN:
+		case KVMM_SQE_UNPIN: {
+			struct kvmm_pin_rep rep;
+
+			if (plen < sizeof(rep)) {
+				cqe.res = -EBADMSG;
+				break;
+			}
+			memcpy(&rep, p, sizeof(rep));
+			cqe.nr_frames = rep.nr_frames;
+			break;
+		}
+		default:
+			break;
+		}
+	}
+	inflight_remove(c, in);
+	kvmm_cq_push(c, &cqe);
+}
+
+static void handle_event(struct kvmm_client *c)
+{
+	const struct kvmm_msg_hdr *hdr = (const struct kvmm_msg_hdr *)c->rx;
+	size_t plen = hdr->len - KVMM_MSG_HDR_SIZE;
+
+	switch (kvmm_op_base(hdr->op)) {
+	case KVMM_OP_PREEMPT: {
+		struct kvmm_preempt_event ev;
+		struct kvmm_cqe cqe = {.res = -KVMM_EPREEMPTED, .flags = KVMM_CQE_F_EVENT};
+
+		if (plen < sizeof(ev))
+			return;
+		memcpy(&ev, c->rx + KVMM_MSG_HDR_SIZE, sizeof(ev));
+		cqe.seq = ev.seq;
+		cqe.nr_frames = ev.nr_frames;
+		kvmm_cq_push(c, &cqe);
+		break;
+	}
+	case KVMM_OP_SHUTDOWN:
+		c->shutting_down = true;
+		break;
+	default:
+		break; /* an event of a later version: ignore it */
+	}
+}
+
+/*
+ * A record arrived that the caller is not waiting for: park it where its owner will look.
+ * The descriptors it carried are closed (only ATTACH's reply brings any, and that one is
+ * taken by its waiter).
+ */
+static void dispatch(struct kvmm_client *c, struct kvmm_rx *rx)
+{
+	const struct kvmm_msg_hdr *hdr = (const struct kvmm_msg_hdr *)c->rx;
+	struct kvmm_inflight *in;
+
+	rx_close_fds(rx);
+	if (kvmm_op_is_event(hdr->op) && !kvmm_op_is_reply(hdr->op)) {
+		handle_event(c);
+		return;
+	}
+	if (!kvmm_op_is_reply(hdr->op))
+		return; /* the daemon sends us no requests */
+	in = inflight_find(c, hdr->seq);
+	if (!in || in->stash)
+		return; /* a reply to nothing we asked (or a duplicate): drop it */
+	if (in->sync) {
+		in->stash = malloc(rx->len);
+		if (!in->stash) {
+			client_broken(c, -ENOMEM);
+			return;
+		}
+		memcpy(in->stash, c->rx, rx->len);
+		in->stash_len = rx->len;
+		return;
+	}
+	complete_async(c, in);
+}
+
+int kvmm_msg_pump(struct kvmm_client *c, bool block)
+{
+	struct kvmm_rx rx;
+	int err;
+
+	err = msg_recv(c, &rx, block);
+	if (err)
+		return err;
+	dispatch(c, &rx);
+	return 0;
+}
+
+/* Send one record; while the socket is full, keep receiving so the daemon can go on. */
+static int msg_sendv(struct kvmm_client *c, struct iovec *iov, unsigned int nr_iov)
+{
+	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = nr_iov};
+
+	for (;;) {
+		struct pollfd pfd = {.fd = c->fd, .events = POLLOUT | POLLIN};
+		ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n >= 0)
+			return 0;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return client_broken(c, errno == EPIPE ? -EPIPE : -ENOTCONN);
+		if (poll(&pfd, 1, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (pfd.revents & (POLLIN | POLLHUP | POLLERR)) {
+			int err = kvmm_msg_pump(c, false);
+
+			if (err && err != -EAGAIN)
+				return err;
+		}
+	}
+}
+
+static int inflight_add(struct kvmm_client *c, uint64_t seq, bool sync, uint32_t op,
+			uint64_t user_data)
+{
+	struct kvmm_inflight *in;
+
+	if (c->nr_inflight == c->inflight_cap) {
+		unsigned int cap = c->inflight_cap ? c->inflight_cap * 2 : 64;
+
+		in = realloc(c->inflight, sizeof(*in) * cap);
+		if (!in)
+			return -ENOMEM;
+		c->inflight = in;
+		c->inflight_cap = cap;
+	}
+	in = &c->inflight[c->nr_inflight++];
+	*in = (struct kvmm_inflight){.seq = seq, .sync = sync, .op = op, .user_data = user_data};
+	if (!sync)
+		c->nr_async++;
+	return 0;
+}
+
+int kvmm_msg_send_tagged(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *parts,
+			 unsigned int nr_parts, bool sync, uint32_t sqe_op, uint64_t user_data,
+			 uint64_t *seqp)
+{
+	struct iovec iov[1 + KVMM_IOV_MAX];
+	struct kvmm_msg_hdr hdr;
+	size_t len = KVMM_MSG_HDR_SIZE;
+	uint64_t seq;
+	int err;
+
+	err = kvmm_client_usable(c);
+	if (err)
+		return err;
+	if (nr_parts > KVMM_IOV_MAX)
+		return -EINVAL;
+	for (unsigned int i = 0; i < nr_parts; i++) {
+		iov[1 + i].iov_base = (void *)parts[i].base;
+		iov[1 + i].iov_len = parts[i].len;
+		len += parts[i].len;
+	}
+	if (len > KVMM_MSG_HDR_SIZE + kvmm_msg_payload_max(c))
+		return -E2BIG;
+	seq = c->next_seq++;
+	if (c->next_seq == 0)
+		c->next_seq = 1;
+	kvmm_msg_hdr_init(&hdr, op, (uint32_t)len, seq);
+	hdr.abi = c->abi;
+	iov[0].iov_base = &hdr;
+	iov[0].iov_len = sizeof(hdr);
+	err = inflight_add(c, seq, sync, sqe_op, user_data);
+	if (err)
+		return err;
+	err = msg_sendv(c, iov, 1 + nr_parts);
+	if (err) {
+		struct kvmm_inflight *in = inflight_find(c, seq);
+
+		if (in)
+			inflight_remove(c, in);
+		return err;
+	}
+	if (seqp)
+		*seqp = seq;
+	return 0;
+}
+
+int kvmm_msg_send(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *parts,
+		  unsigned int nr_parts, uint64_t *seq)
+{
+	return kvmm_msg_send_tagged(c, op, parts, nr_parts, true, 0, 0, seq);
+}
+
+/*
+ * Wait for the reply to seq; it ends up in c->rx and its descriptors in rx (the caller owns
+ * them). Returns 0 or a transport error.
+ */
+static int msg_wait_raw(struct kvmm_client *c, uint64_t seq, struct kvmm_rx *rx)
+{
+	for (;;) {
+		struct kvmm_inflight *in = inflight_find(c, seq);
+		const struct kvmm_msg_hdr *hdr;
+		int err;
+
+		if (!in)
+			return c->err ? c->err : -ENOTCONN; /* failed while we waited */
+		if (in->stash) {
+			memcpy(c->rx, in->stash, in->stash_len);
+			rx->len = in->stash_len;
+			rx->nr_fds = 0;
+			inflight_remove(c, in);
+			return 0;
+		}
+		err = msg_recv(c, rx, true);
+		if (err)
+			return err;
+		hdr = (const struct kvmm_msg_hdr *)c->rx;
+		if (kvmm_op_is_reply(hdr->op) && hdr->seq == seq) {
+			in = inflight_find(c, seq);
+			if (in)
+				inflight_remove(c, in);
+			return 0;
+		}
+		dispatch(c, rx);
+	}
+}
+
+/* Status and payload of the reply now in c->rx. */
+static int reply_parse(struct kvmm_client *c, size_t len, void *rep, size_t rep_len)
+{
+	const struct kvmm_msg_hdr *hdr = (const struct kvmm_msg_hdr *)c->rx;
+
+	if (hdr->status > 0)
+		return client_broken(c, -EBADMSG);
+	if (hdr->status < 0)
+		return hdr->status;
+	if (len - KVMM_MSG_HDR_SIZE < rep_len)
+		return -EBADMSG;
+	if (rep && rep_len)
+		memcpy(rep, c->rx + KVMM_MSG_HDR_SIZE, rep_len);
+	return 0;
+}
+
+int kvmm_msg_wait(struct kvmm_client *c, uint64_t seq, void *rep, size_t rep_len)
+{
+	struct kvmm_rx rx;
+	int err;
+
+	err = msg_wait_raw(c, seq, &rx);
+	if (err)
+		return err;
+	rx_close_fds(&rx);
+	return reply_parse(c, rx.len, rep, rep_len);
+}
+
+int kvmm_msg_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *parts,
+		  unsigned int nr_parts, void *rep, size_t rep_len)
+{
+	uint64_t seq;
+	int err;
+
+	err = kvmm_msg_send(c, op, parts, nr_parts, &seq);
+	if (err)
+		return err;
+	return kvmm_msg_wait(c, seq, rep, rep_len);
+}
+
+/* ---- attach -------------------------------------------------------------------------- */
+
+static int socket_path_default(char *buf, size_t len)
+{
+	const char *env = getenv("KVMM_SOCKET");
+	int n;
+
+	if (env && env[0])
+		n = snprintf(buf, len, "%s", env);
+	else if ((env = getenv("XDG_RUNTIME_DIR")) && env[0])
+		n = snprintf(buf, len, "%s/%s", env, KVMM_XDG_SOCKET);
+	else
+		n = snprintf(buf, len, "%s", KVMM_DEFAULT_SOCKET);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static int client_connect(struct kvmm_client *c, const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	char buf[sizeof(sa.sun_path)];
+	int err;
+
+	if (!path) {
+		err = socket_path_default(buf, sizeof(buf));
+		if (err)
+			return err;
+		path = buf;
+	}
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (c->fd < 0)
+		return -errno;
+	while (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		if (errno == EINTR)
+			continue;
+		err = -errno;
+		close(c->fd);
+		c->fd = -1;
+		return err;
+	}
+	return 0;
+}
+
+/* Our name in kvmmctl clients: the program's, cut to the characters a kvmm name allows. */
+static void client_name(char name[KVMM_NAME_LEN])
+{
+	const char *prog = program_invocation_short_name;
+	size_t n = 0;
+
+	memset(name, 0, KVMM_NAME_LEN);
+	for (; prog && *prog && n < KVMM_NAME_LEN - 1; prog++) {
+		char ch = *prog;
+
+		if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		    (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-')
+			name[n++] = ch;
+	}
+	if (n == 0)
+		memcpy(name, "libkvmm", sizeof("libkvmm"));
+}
+
+static int client_hello(struct kvmm_client *c)
+{
+	struct kvmm_hello_req req = {
+		.abi_version = KVMM_ABI_VERSION,
+		.abi_min = KVMM_ABI_MIN_COMPAT,
+		.pid = (uint32_t)getpid(),
+		.features = KVMM_FEAT_HOST_BACKEND | KVMM_FEAT_CUDA_BACKEND |
+			    KVMM_FEAT_PREFIX_CACHE | KVMM_FEAT_FD_PASSING,
+	};
+	struct kvmm_iov part = {&req, sizeof(req)};
+	struct kvmm_hello_rep rep;
+	const struct kvmm_msg_hdr *hdr = (const struct kvmm_msg_hdr *)c->rx;
+	struct kvmm_rx rx;
+	uint64_t seq;
+	int err;
+
+	client_name(req.name);
+	err = kvmm_msg_send(c, KVMM_OP_HELLO, &part, 1, &seq);
+	if (err)
+		return err;
+	err = msg_wait_raw(c, seq, &rx);
+	if (err)
+		return err;
+	rx_close_fds(&rx);
+	if (hdr->status == -EPROTO)
+		return -EPROTO; /* rep holds the daemon's range; the status says it all */
+	err = reply_parse(c, rx.len, &rep, sizeof(rep));
+	if (err)
+		return err;
+	/* trust nothing: the daemon's choice must be one we speak */
+	if ((unsigned int)rep.abi_agreed - KVMM_ABI_MIN_COMPAT >
+	    (unsigned int)(KVMM_ABI_VERSION - KVMM_ABI_MIN_COMPAT))
+		return -EPROTO;
+	if (rep.page_size == 0 || rep.page_size > (UINT64_C(1) << 40))
+		return -EBADMSG;
+	c->abi = rep.abi_agreed;
+	c->features = rep.features;
+	c->page_size = rep.page_size;
+	c->client_id = rep.client_id;
+	c->max_msg = rep.max_msg;
+	if (c->max_msg && c->max_msg < 4096)
+		return -EBADMSG; /* too small for our fixed structs plus some ids */
+	return 0;
+}
+
+/* Map the pool chunks (and the data-plane region if one came first); takes the fds. */
+static int client_map(struct kvmm_client *c, const struct kvmm_attach_rep *rep, int *fds,
+		      unsigned int nr_fds)
+{
+	long sys_page = sysconf(_SC_PAGESIZE);
+	unsigned int first_chunk = rep->shm_size ? 1 : 0;
+	uint64_t total;
+	int err = 0;
+
+	if (nr_fds != rep->nr_fds || nr_fds != first_chunk + rep->nr_chunks)
+		return -EBADMSG;
+	if (rep->nr_chunks == 0 || rep->chunk_size == 0 || rep->chunk_size % c->page_size != 0 ||
+	    rep->chunk_size % (uint64_t)sys_page != 0)
+		return -EBADMSG;
+	if (rep->chunk_size > SIZE_MAX / rep->nr_chunks)
+		return -EBADMSG;
+	total = rep->chunk_size * rep->nr_chunks;
+	if (total / c->page_size > KVMM_FRAME_MAX)
+		return -EBADMSG;
+	if (rep->nr_frames && rep->nr_frames > total / c->page_size)
+		return -EBADMSG;
+
+	if (rep->shm_size) {
+		c->shm = mmap(NULL, rep->shm_size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+		if (c->shm == MAP_FAILED) {
+			c->shm = NULL;
+			return -errno;
+		}
+		c->shm_len = rep->shm_size;
+	}
+	/* reserve the whole window first so the chunks land side by side */
+	c->base = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (c->base == MAP_FAILED) {
+		c->base = NULL;
+		return -errno;
+	}
+	c->map_len = total;
+	for (uint32_t i = 0; i < rep->nr_chunks; i++) {
+		void *want = (char *)c->base + (size_t)i * rep->chunk_size;
+		void *p = mmap(want, rep->chunk_size, PROT_READ | PROT_WRITE,
+			       MAP_SHARED | MAP_FIXED, fds[first_chunk + i], 0);
+
+		if (p == MAP_FAILED) {
+			err = -errno;
+			break;
+		}
+	}
+	c->chunk_size = rep->chunk_size;
+	c->nr_chunks = rep->nr_chunks;
+	c->nr_frames = rep->nr_frames ? rep->nr_frames : (uint32_t)(total / c->page_size);
+	return err;
+}
+
+static int client_attach(struct kvmm_client *c, const char *ns, const struct kvmm_format *fmt)
+{
+	struct kvmm_attach_req req = {.fmt = *fmt};
+	struct kvmm_iov part = {&req, sizeof(req)};
+	const struct kvmm_msg_hdr *hdr = (const struct kvmm_msg_hdr *)c->rx;
+	struct kvmm_attach_rep rep;
+	struct kvmm_rx rx;
+	int *fds = NULL;
+	unsigned int nr_fds = 0;
+	bool have_rep = false, more;
+	uint64_t seq;
+	int err;
+
+	memcpy(req.ns, ns, sizeof(req.ns)); /* ns is the caller's NUL-padded copy */
+	err = kvmm_msg_send(c, KVMM_OP_ATTACH, &part, 1, &seq);
+	if (err)
+		return err;
+	err = msg_wait_raw(c, seq, &rx);
+	if (err)
+		return err;
+	/*
+	 * A pool of more chunks than one record carries comes in several records of the same
+	 * seq, all but the last with KVMM_MSG_F_MORE; the struct rides in the first.
+	 */
+	for (;;) {
+		int *grown;
+
+		more = hdr->flags & KVMM_MSG_F_MORE;
+		if (hdr->status < 0) {
+			err = hdr->status;
+			rx_close_fds(&rx);
+			goto out_fds;
+		}
+		if (!have_rep) {
+			err = reply_parse(c, rx.len, &rep, sizeof(rep));
+			if (err) {
+				rx_close_fds(&rx);
+				goto out_fds;
+			}
+			have_rep = true;
+		}
+		grown = realloc(fds, sizeof(int) * (nr_fds + rx.nr_fds + 1));
+		if (!grown) {
+			rx_close_fds(&rx);
+			err = -ENOMEM;
+			goto out_fds;
+		}
+		fds = grown;
+		memcpy(fds + nr_fds, rx.fds, sizeof(int) * rx.nr_fds);
+		nr_fds += rx.nr_fds;
+		rx.nr_fds = 0;
+		if (!more)
+			break;
+		/* the continuation records: anything else in between is dispatched */
+		for (;;) {
+			err = msg_recv(c, &rx, true);
+			if (err)
+				goto out_fds;
+			if (kvmm_op_is_reply(hdr->op) && hdr->seq == seq)
+				break;
+			dispatch(c, &rx);
+		}
+	}
+	if (rep.tokens_per_page == 0 || rep.bytes_per_token == 0) {
+		err = -EBADMSG;
+		goto out_fds;
+	}
+	c->tokens_per_page = rep.tokens_per_page;
+	c->bytes_per_token = rep.bytes_per_token;
+	c->ns_id = rep.ns_id;
+	err = client_map(c, &rep, fds, nr_fds);
+out_fds:
+	/* mappings hold the memory; the descriptors are not needed any more */
+	for (unsigned int i = 0; i < nr_fds; i++)
+		close(fds[i]);
+	free(fds);
+	return err;
+}
+
+static void client_free(struct kvmm_client *c)
+{
+	kvmm_inflight_fail(c, -ENOTCONN);
+	if (c->base)
+		munmap(c->base, c->map_len);
+	if (c->shm)
+		munmap(c->shm, c->shm_len);
+	if (c->fd >= 0)
+		close(c->fd);
+	pthread_mutex_destroy(&c->lock);
+	free(c->inflight);
+	free(c->cq);
+	free(c->rx);
+	free(c);
+}
+
+int kvmm_attach(const char *socket_path, const char *ns, const struct kvmm_format *fmt,
+		kvmm_client_t **out)
+{
+	char name[KVMM_NAME_LEN] = {0};
+	struct kvmm_client *c;
+	int err;
+
+	if (!out || !ns || !fmt)
+		return -EINVAL;
+	*out = NULL;
+	if (strlen(ns) >= KVMM_NAME_LEN)
+		return -EINVAL;
+	memcpy(name, ns, strlen(ns));
+	if (kvmm_name_check(name) || kvmm_format_check(fmt))
+		return -EINVAL;
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->fd = -1;
+	c->next_seq = 1;
+	c->pid = getpid();
+	pthread_mutex_init(&c->lock, NULL);
+	c->rx = malloc(KVMM_MSG_MAX);
+	if (!c->rx) {
+		err = -ENOMEM;
+		goto out_free;
+	}
+	err = client_connect(c, socket_path);
+	if (err)
+		goto out_free;
+	err = client_hello(c);
+	if (err)
+		goto out_free;
+	err = client_attach(c, name, fmt);
+	if (err)
+		goto out_free;
+	*out = c;
+	return 0;
+
+out_free:
+	client_free(c);
+	return err;
+}
+
+void kvmm_detach(kvmm_client_t *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	/* a forked child holds a copy of the parent's socket: its BYE would end the parent's */
+	if (c->fd >= 0 && !c->err && c->pid == getpid()) {
+		struct kvmm_msg_hdr hdr;
+
+		kvmm_msg_hdr_init(&hdr, KVMM_OP_BYE, sizeof(hdr), c->next_seq++);
+		hdr.abi = c->abi;
+		/* best effort: closing the socket tears the session down anyway */
+		send(c->fd, &hdr, sizeof(hdr), MSG_NOSIGNAL | MSG_DONTWAIT);
+	}
+	pthread_mutex_unlock(&c->lock);
+	client_free(c);
+}
+
+uint64_t kvmm_page_size(const kvmm_client_t *c)
+{
+	return c->page_size;
+}
+
+uint32_t kvmm_tokens_per_page(const kvmm_client_t *c)
+{
+	return c->tokens_per_page;
+}
+
+uint32_t kvmm_bytes_per_token(const kvmm_client_t *c)
+{
+	return c->bytes_per_token;
+}
+
+uint32_t kvmm_nr_frames(const kvmm_client_t *c)
+{
+	return c->nr_frames;
+}
+
+void *kvmm_frame_addr(const kvmm_client_t *c, uint32_t frame)
+{
+	if (!c || !c->base || frame >= c->nr_frames) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return (char *)c->base + (size_t)frame * c->page_size;
+}

@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * runtime/kvmm.h - libkvmm, the public API an inference engine links to use kvmmd's KV-cache
+ * memory. A process attaches to the daemon (one Unix socket per handle), joins a namespace
+ * with the KV format of its model and maps that namespace's pool: frame n lies at
+ * kvmm_frame_addr(client, n), in this process and in every other process of the namespace,
+ * so a block table is just frame numbers. Sequences are created, grown (append), forked,
+ * truncated and freed by id; full pages are sealed into the namespace's prefix cache and later
+ * prompts map them again with kvmm_prefix_lookup. Batches of sequences are pinned, and their
+ * block tables filled, in one call. kvmm_submit / kvmm_complete queue the same operations
+ * asynchronously so that one engine step is one burst of requests.
+ *
+ * Conventions, for every call below: the return value is 0 (or a count, where said) on
+ * success and a negative errno on failure; kvmm_strerror() turns it into text. Nothing here
+ * raises a signal or aborts: a dead daemon makes calls fail with -ENOTCONN or -EPIPE. A handle
+ * serializes its own calls with a mutex, so it may be shared by threads, but calls on one
+ * handle do not run in parallel: use one handle per thread for parallelism. A handle must not
+ * be used across fork(); the child attaches on its own (kvmm_detach in the child only releases
+ * the child's copy and leaves the parent's session alone). Each call has a man page in
+ * Documentation/userspace-api/man3/; the overview is Documentation/userspace-api/libkvmm.md.
+ */
+#ifndef KVMM_RUNTIME_KVMM_H
+#define KVMM_RUNTIME_KVMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "uapi/kvmm.h" /* struct kvmm_format, KVMM_BLOCK_NONE, KVMM_E* codes */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A connection to kvmmd attached to one namespace. Opaque. */
+typedef struct kvmm_client kvmm_client_t;
+
+/* ---- Attaching ----------------------------------------------------------------------- */
+
+/*
+ * Connect to kvmmd, agree on an ABI version (HELLO), join namespace ns with format fmt
+ * (ATTACH) and map the namespace's pool. socket_path NULL means $KVMM_SOCKET if set, else
+ * $XDG_RUNTIME_DIR/kvmm/kvmmd.sock if XDG_RUNTIME_DIR is set, else /run/kvmm/kvmmd.sock.
+ * On success *out is the new handle. Errors: -EINVAL (bad name or format), -ENOENT /
+ * -ECONNREFUSED (no daemon there), -EPROTO (no common ABI version), -EACCES (namespace not
+ * open to this uid/gid), -EBADMSG (the daemon sent something malformed), -ENOMEM.
+ */
+int kvmm_attach(const char *socket_path, const char *ns, const struct kvmm_format *fmt,
+		kvmm_client_t **out);
+
+/* Say goodbye (the daemon frees this handle's sequences and pins), unmap, free. NULL is ok. */
+void kvmm_detach(kvmm_client_t *client);
+
+/* Bytes per page (frame) of the pool. */
+uint64_t kvmm_page_size(const kvmm_client_t *client);
+/* Tokens one page holds with the format given at attach. */
+uint32_t kvmm_tokens_per_page(const kvmm_client_t *client);
+/* Bytes of KV per token (all layers, K and V, scales included). */
+uint32_t kvmm_bytes_per_token(const kvmm_client_t *client);
+/* Frames this handle maps (the namespace's pool). */
+uint32_t kvmm_nr_frames(const kvmm_client_t *client);
+/* Address of frame in this process, or NULL (errno EINVAL) if it is not a frame we map. */
+void *kvmm_frame_addr(const kvmm_client_t *client, uint32_t frame);
+
+/* ---- Sequences ------------------------------------------------------------------------ */
+
+/* Create an empty sequence. priority orders reclaim in the namespace (lower goes first). */
+int kvmm_seq_create(kvmm_client_t *client, int priority, uint64_t *seq);
+/*
+ * Append n tokens (their ids) at the end of seq, allocating pages as needed; long appends are
+ * split into several messages. *len (may be NULL) receives the new length in tokens.
+ */
+int kvmm_seq_append(kvmm_client_t *client, uint64_t seq, const uint32_t *tokens, uint32_t n,
+		    uint64_t *len);
+/*
+ * New sequence *child sharing parent's first nr_tokens tokens (KVMM_SEQ_ALL_TOKENS: all of
+ * them); a shared partial last page is copied on the first write.
+ */
+int kvmm_seq_fork(kvmm_client_t *client, uint64_t parent, uint64_t nr_tokens, uint64_t *child);
+/* Shorten seq to nr_tokens (not more than its length); whole pages past the end are freed. */
+int kvmm_seq_truncate(kvmm_client_t *client, uint64_t seq, uint64_t nr_tokens);
+/* Free seq and its pages (sealed pages stay in the prefix cache). */
+int kvmm_seq_free(kvmm_client_t *client, uint64_t seq);
+
+/* ---- Prefix cache --------------------------------------------------------------------- */
+
+/*
+ * Map into seq (whose length is a whole number of pages, usually 0) the longest cached run of
+ * full pages matching tokens[0..n). *nr_hit (may be NULL) receives how many tokens were mapped,
+ * a multiple of kvmm_tokens_per_page(); the caller appends tokens[*nr_hit..n) itself. A long
+ * prompt is looked up in several requests, stopping at the first miss.
+ */
+int kvmm_prefix_lookup(kvmm_client_t *client, uint64_t seq, const uint32_t *tokens, uint64_t n,
+		       uint64_t *nr_hit);
+/*
+ * Seal the full, unsealed pages of seq among blocks [block, block + nr_blocks) (nr_blocks 0:
+ * all full pages from block on) and enter them in the namespace's prefix cache, keyed by the
+ * token ids given at append. Sealed pages are immutable: write a page's KV before sealing it.
+ */
+int kvmm_seal(kvmm_client_t *client, uint64_t seq, uint32_t block, uint32_t nr_blocks);
+
+/* ---- Batches -------------------------------------------------------------------------- */
+
+/*
+ * Make every page of the nr_seqs sequences resident and keep reclaim off them (pin), or let
+ * reclaim have them again (unpin). *nr_frames (may be NULL) receives the frames (un)pinned.
+ */
+int kvmm_pin(kvmm_client_t *client, const uint64_t *seqs, uint32_t nr_seqs, uint32_t *nr_frames);
+int kvmm_unpin(kvmm_client_t *client, const uint64_t *seqs, uint32_t nr_seqs, uint32_t *nr_frames);
+
+/*
+ * Fill a batch's block table, the int32 frame numbers attention kernels index: row i (at
+ * table + i * max_blocks_per_seq) holds the frames of seqs[i]'s blocks, then KVMM_BLOCK_NONE
+ * up to the end of the row. Returns -E2BIG when a sequence has more blocks than a row holds
+ * (its row holds the first max_blocks_per_seq; the other rows are complete).
+ */
+int kvmm_block_table(kvmm_client_t *client, const uint64_t *seqs, uint32_t nr_seqs, int32_t *table,
+		     uint32_t max_blocks_per_seq);
+
+/* ---- Asynchronous submission ---------------------------------------------------------- */
+
+/* What a submission entry asks for. */
+enum kvmm_sqe_op {
+	KVMM_SQE_NOP = 0,	/* a round trip (PING); completes with res 0 */
+	KVMM_SQE_SEQ_CREATE,	/* arg: priority                       -> cqe.seq */
+	KVMM_SQE_SEQ_APPEND,	/* seq, tokens, nr                     -> cqe.nr_tokens */
+	KVMM_SQE_SEQ_FORK,	/* seq (parent), arg: tokens to share  -> cqe.seq (child) */
+	KVMM_SQE_SEQ_TRUNCATE,	/* seq, arg: new length */
+	KVMM_SQE_SEQ_FREE,	/* seq */
+	KVMM_SQE_PREFIX_LOOKUP, /* seq, tokens, nr                     -> cqe.nr_tokens */
+	KVMM_SQE_SEAL,		/* seq, arg: first block, nr: blocks */
+	KVMM_SQE_PIN,		/* seqs, nr                            -> cqe.nr_frames */
+	KVMM_SQE_UNPIN,		/* seqs, nr                            -> cqe.nr_frames */
+	KVMM_SQE_OP_COUNT
+};
+
+/* One operation to submit. Unused fields are ignored. */
+struct kvmm_sqe {
+	uint32_t op;	    /* enum kvmm_sqe_op */
+	uint32_t nr;	    /* tokens (APPEND, PREFIX_LOOKUP), blocks (SEAL), seqs (PIN, UNPIN) */
+	uint64_t seq;	    /* the sequence operated on */
+	uint64_t arg;	    /* see enum kvmm_sqe_op */
+	const void *data;   /* uint32_t token ids or uint64_t sequence ids; copied at submit */
+	uint64_t user_data; /* echoed in the completion */
+};
+
+#define KVMM_CQE_F_EVENT (1U << 0) /* not a completion: an event (PREEMPT) from the daemon */
+
+/* One completion (or event). */
+struct kvmm_cqe {
+	uint64_t user_data; /* the sqe's; 0 for events */
+	int32_t res;	    /* 0 or -errno; -KVMM_EPREEMPTED for a PREEMPT event */
+	uint32_t flags;	    /* KVMM_CQE_F_* */
+	uint64_t seq;	    /* created / forked sequence; the preempted one for events */
+	uint64_t nr_tokens; /* APPEND, PREFIX_LOOKUP: the sequence's length after */
+	uint32_t nr_blocks; /* blocks of the sequence (CREATE, FORK, APPEND), mapped (LOOKUP) */
+	uint32_t nr_frames; /* PIN, UNPIN: frames; PREEMPT: frames the daemon wants back */
+};
+
+/*
+ * Queue n operations and send them at once, without waiting for any answer. Returns how many
+ * were submitted (all n, or fewer when KVMM_MAX_INFLIGHT would be exceeded) or a negative
+ * errno if none was; an sqe that cannot go on the wire (bad op, more data than one message
+ * holds) is not sent and completes at once with -EINVAL / -E2BIG.
+ */
+int kvmm_submit(kvmm_client_t *client, const struct kvmm_sqe *sqes, unsigned int n);
+/*
+ * Reap up to max completions into cqes, waiting until at least min have arrived (min 0: never
+ * wait). Returns the number stored, or a negative errno (-ENOTCONN: the daemon is gone and
+ * nothing is left to reap; operations in flight then complete with -ENOTCONN).
+ */
+int kvmm_complete(kvmm_client_t *client, struct kvmm_cqe *cqes, unsigned int max, unsigned int min);
+/* Operations submitted and not yet reaped by kvmm_complete. */
+unsigned int kvmm_inflight(const kvmm_client_t *client);
+
+#define KVMM_MAX_INFLIGHT 4096
+
+/* ---- Errors --------------------------------------------------------------------------- */
+
+/*
+ * Text for a status (negative or positive errno value, kvmm codes included); never NULL,
+ * static storage, safe from any thread.
+ */
+const char *kvmm_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVMM_RUNTIME_KVMM_H */

@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * runtime/libkvmm.h - what the files of libkvmm share and nothing outside the library sees:
+ * the client handle, and the message layer of client.c (send one request, wait for the reply
+ * with the same seq, park every other record that arrives meanwhile: async completions go to
+ * the completion queue, events become event completions). Every function here expects the
+ * caller to hold client->lock.
+ */
+#ifndef KVMM_RUNTIME_LIBKVMM_H
+#define KVMM_RUNTIME_LIBKVMM_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "runtime/kvmm.h"
+
+/* Shared between the library's files, never exported from libkvmm.so. */
+#define KVMM_INTERNAL __attribute__((visibility("hidden")))
+
+#define KVMM_DEFAULT_SOCKET "/run/kvmm/kvmmd.sock"
+#define KVMM_XDG_SOCKET "kvmm/kvmmd.sock"
+
+/* A request on the wire, waiting for its reply. */
+struct kvmm_inflight {
+	uint64_t seq;	    /* header seq of the request */
+	uint64_t user_data; /* async: the sqe's */
+	uint32_t op;	    /* async: enum kvmm_sqe_op */
+	bool sync;	    /* a synchronous call waits for it (else: becomes a completion) */
+	void *stash; /* sync: the whole reply record, when it came while waiting for another */
+	size_t stash_len;
+};
+
+struct kvmm_client {
+	pthread_mutex_t lock; /* serializes every call on the handle */
+	int fd;		      /* the SOCK_SEQPACKET connection, -1 once closed */
+	int err;	      /* 0, or why the connection is unusable (-ENOTCONN, -EBADMSG) */
+	bool shutting_down;   /* SHUTDOWN event seen */
+	pid_t pid;	      /* the process that attached: a forked child must not say BYE */
+
+	/* from HELLO */
+	uint16_t abi;
+	uint64_t features;
+	uint64_t page_size;
+	uint32_t client_id;
+	uint32_t max_msg;
+
+	/* from ATTACH */
+	uint32_t tokens_per_page;
+	uint32_t bytes_per_token;
+	uint64_t chunk_size;
+	uint32_t nr_chunks;
+	uint32_t ns_id;
+	uint32_t nr_frames; /* frames mapped at base */
+	void *base;	    /* frame n at base + n * page_size */
+	size_t map_len;
+	void *shm; /* the data-plane region, when the daemon sends one */
+	size_t shm_len;
+
+	uint64_t next_seq; /* header seq of the next request, never 0 */
+
+	/* async requests on the wire (unordered array, searched linearly: batches are small) */
+	struct kvmm_inflight *inflight;
+	unsigned int nr_inflight, inflight_cap;
+	unsigned int nr_async; /* of them, submitted by kvmm_submit */
+
+	/* completions and events not yet reaped: a ring of cq_cap entries */
+	struct kvmm_cqe *cq;
+	unsigned int cq_cap, cq_head, cq_count;
+	uint64_t nr_events_dropped; /* events lost to a full queue */
+
+	/* the record received last */
+	unsigned char *rx;
+};
+
+/*
+ * A record being sent: the header is filled by kvmm_msg_send, the payload is up to three
+ * parts (fixed struct, then variable arrays) so that token ids go straight from the caller's
+ * array into the one sendmsg.
+ */
+struct kvmm_iov {
+	const void *base;
+	size_t len;
+};
+
+#define KVMM_IOV_MAX 3
+
+/* Send one request of opcode op; returns the seq it was given (> 0) via *seq, or -errno. */
+KVMM_INTERNAL int kvmm_msg_send(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *iov,
+				unsigned int nr_iov, uint64_t *seq);
+/* The same for an asynchronous request: its reply becomes a completion with user_data. */
+KVMM_INTERNAL int kvmm_msg_send_tagged(struct kvmm_client *c, unsigned int op,
+				       const struct kvmm_iov *parts, unsigned int nr_parts,
+				       bool sync, uint32_t sqe_op, uint64_t user_data,
+				       uint64_t *seq);
+/*
+ * Wait for the reply to seq. On success the reply is in c->rx (header then payload) and the
+ * return value is its status (0 or -errno from the daemon); transport errors are negative too.
+ * A successful reply with a payload shorter than rep_len is -EBADMSG; rep (may be NULL)
+ * receives rep_len bytes of payload.
+ */
+KVMM_INTERNAL int kvmm_msg_wait(struct kvmm_client *c, uint64_t seq, void *rep, size_t rep_len);
+/* Send and wait: one synchronous round trip. */
+KVMM_INTERNAL int kvmm_msg_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *iov,
+				unsigned int nr_iov, void *rep, size_t rep_len);
+/* Receive one record and dispatch it (async completion or event); blocks if block. */
+KVMM_INTERNAL int kvmm_msg_pump(struct kvmm_client *c, bool block);
+/* Payload bytes one request may carry with this daemon. */
+KVMM_INTERNAL size_t kvmm_msg_payload_max(const struct kvmm_client *c);
+
+/* Append a completion to the queue (the queue grows; events are dropped when it is full). */
+KVMM_INTERNAL int kvmm_cq_push(struct kvmm_client *c, const struct kvmm_cqe *cqe);
+
+/* Complete every in-flight request with err (the connection died). */
+KVMM_INTERNAL void kvmm_inflight_fail(struct kvmm_client *c, int err);
+
+/* 0 if the handle can talk to the daemon, else why not. */
+static inline int kvmm_client_usable(const struct kvmm_client *c)
+{
+	if (c->fd < 0)
+		return -ENOTCONN;
+	return c->err;
+}
+
+#endif /* KVMM_RUNTIME_LIBKVMM_H */

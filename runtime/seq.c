@@ -1,0 +1,304 @@
+// SPDX-License-Identifier: MIT
+/*
+ * runtime/seq.c - the synchronous calls on sequences: create, append, fork, truncate, free,
+ * prefix lookup, seal, pin/unpin of a batch and a batch's block table. Each is one request and
+ * its reply through the message layer of client.c, except where a call carries more ids than
+ * one record holds: appends, lookups and pin batches are then split into several requests
+ * (a lookup stops at the first that does not hit in full), and block tables are read with one
+ * SEQ_BLOCKS request per sequence, all sent before the first reply is read so that a batch
+ * costs one burst rather than a round trip per sequence.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/libkvmm.h"
+
+#define LOCKED(c, expr)                           \
+	({                                        \
+		int __ret;                        \
+		pthread_mutex_lock(&(c)->lock);   \
+		__ret = (expr);                   \
+		pthread_mutex_unlock(&(c)->lock); \
+		__ret;                            \
+	})
+
+/* Ids of type size sz that fit in one request after a fixed struct of fixed bytes. */
+static size_t ids_per_msg(const struct kvmm_client *c, size_t fixed, size_t sz)
+{
+	return (kvmm_msg_payload_max(c) - fixed) / sz;
+}
+
+int kvmm_seq_create(kvmm_client_t *c, int priority, uint64_t *seq)
+{
+	struct kvmm_seq_create_req req = {.priority = priority};
+	struct kvmm_iov part = {&req, sizeof(req)};
+	struct kvmm_seq_create_rep rep;
+	int err;
+
+	if (!c || !seq)
+		return -EINVAL;
+	err = LOCKED(c, kvmm_msg_call(c, KVMM_OP_SEQ_CREATE, &part, 1, &rep, sizeof(rep)));
+	if (err)
+		return err;
+	*seq = rep.seq;
+	return 0;
+}
+
+static int seq_append_locked(struct kvmm_client *c, uint64_t seq, const uint32_t *tokens,
+			     uint32_t n, uint64_t *len)
+{
+	size_t per = ids_per_msg(c, sizeof(struct kvmm_seq_append_req), sizeof(uint32_t));
+	struct kvmm_seq_append_rep rep = {0};
+	uint32_t done = 0;
+
+	/* n == 0 still goes out once: it reports the length and checks the id */
+	do {
+		uint32_t k = n - done > per ? (uint32_t)per : n - done;
+		struct kvmm_seq_append_req req = {.seq = seq, .nr_tokens = k};
+		struct kvmm_iov parts[2] = {{&req, sizeof(req)},
+					    {tokens + done, k * sizeof(uint32_t)}};
+		int err = kvmm_msg_call(c, KVMM_OP_SEQ_APPEND, parts, 2, &rep, sizeof(rep));
+
+		if (err)
+			return err;
+		done += k;
+	} while (done < n);
+	if (len)
+		*len = rep.nr_tokens;
+	return 0;
+}
+
+int kvmm_seq_append(kvmm_client_t *c, uint64_t seq, const uint32_t *tokens, uint32_t n,
+		    uint64_t *len)
+{
+	if (!c || (n && !tokens))
+		return -EINVAL;
+	return LOCKED(c, seq_append_locked(c, seq, tokens, n, len));
+}
+
+int kvmm_seq_fork(kvmm_client_t *c, uint64_t parent, uint64_t nr_tokens, uint64_t *child)
+{
+	struct kvmm_seq_fork_req req = {.seq = parent, .nr_tokens = nr_tokens};
+	struct kvmm_iov part = {&req, sizeof(req)};
+	struct kvmm_seq_fork_rep rep;
+	int err;
+
+	if (!c || !child)
+		return -EINVAL;
+	err = LOCKED(c, kvmm_msg_call(c, KVMM_OP_SEQ_FORK, &part, 1, &rep, sizeof(rep)));
+	if (err)
+		return err;
+	*child = rep.seq;
+	return 0;
+}
+
+int kvmm_seq_truncate(kvmm_client_t *c, uint64_t seq, uint64_t nr_tokens)
+{
+	struct kvmm_seq_truncate_req req = {.seq = seq, .nr_tokens = nr_tokens};
+	struct kvmm_iov part = {&req, sizeof(req)};
+
+	if (!c)
+		return -EINVAL;
+	return LOCKED(c, kvmm_msg_call(c, KVMM_OP_SEQ_TRUNCATE, &part, 1, NULL, 0));
+}
+
+int kvmm_seq_free(kvmm_client_t *c, uint64_t seq)
+{
+	struct kvmm_seq_free_req req = {.seq = seq};
+	struct kvmm_iov part = {&req, sizeof(req)};
+
+	if (!c)
+		return -EINVAL;
+	return LOCKED(c, kvmm_msg_call(c, KVMM_OP_SEQ_FREE, &part, 1, NULL, 0));
+}
+
+static int prefix_lookup_locked(struct kvmm_client *c, uint64_t seq, const uint32_t *tokens,
+				uint64_t n, uint64_t *nr_hit)
+{
+	uint64_t tpp = c->tokens_per_page;
+	/* whole pages per request, so that a request that hits in full leaves a page boundary */
+	uint64_t per = ids_per_msg(c, sizeof(struct kvmm_prefix_lookup_req), sizeof(uint32_t));
+	uint64_t done = 0, hit = 0;
+
+	per -= per % tpp;
+	if (per == 0)
+		return -E2BIG;
+	while (done < n) {
+		uint64_t k = n - done > per ? per : n - done;
+		struct kvmm_prefix_lookup_req req = {.seq = seq, .nr_tokens = (uint32_t)k};
+		struct kvmm_iov parts[2] = {{&req, sizeof(req)},
+					    {tokens + done, k * sizeof(uint32_t)}};
+		struct kvmm_prefix_lookup_rep rep;
+		int err;
+
+		err = kvmm_msg_call(c, KVMM_OP_PREFIX_LOOKUP, parts, 2, &rep, sizeof(rep));
+		if (err)
+			return err;
+		hit += (uint64_t)rep.nr_blocks * tpp;
+		done += k;
+		/* a request that did not map all its full pages met a miss: the walk ends */
+		if ((uint64_t)rep.nr_blocks * tpp < k - k % tpp || k % tpp)
+			break;
+	}
+	if (nr_hit)
+		*nr_hit = hit;
+	return 0;
+}
+
+int kvmm_prefix_lookup(kvmm_client_t *c, uint64_t seq, const uint32_t *tokens, uint64_t n,
+		       uint64_t *nr_hit)
+{
+	if (!c || (n && !tokens))
+		return -EINVAL;
+	return LOCKED(c, prefix_lookup_locked(c, seq, tokens, n, nr_hit));
+}
+
+int kvmm_seal(kvmm_client_t *c, uint64_t seq, uint32_t block, uint32_t nr_blocks)
+{
+	struct kvmm_seal_req req = {.seq = seq, .block = block, .nr_blocks = nr_blocks};
+	struct kvmm_iov part = {&req, sizeof(req)};
+
+	if (!c)
+		return -EINVAL;
+	return LOCKED(c, kvmm_msg_call(c, KVMM_OP_SEAL, &part, 1, NULL, 0));
+}
+
+/*
+ * PIN and UNPIN of a batch larger than one record: each part is all or nothing on the daemon,
+ * so a failing part undoes the parts before it (pin) to keep the whole call all or nothing.
+ */
+static int pin_locked(struct kvmm_client *c, unsigned int op, const uint64_t *seqs,
+		      uint32_t nr_seqs, uint32_t *nr_frames)
+{
+	size_t per = ids_per_msg(c, sizeof(struct kvmm_pin_req), sizeof(uint64_t));
+	uint32_t done = 0, frames = 0;
+	int err = 0;
+
+	while (done < nr_seqs) {
+		uint32_t k = nr_seqs - done > per ? (uint32_t)per : nr_seqs - done;
+		struct kvmm_pin_req req = {.nr_seqs = k};
+		struct kvmm_iov parts[2] = {{&req, sizeof(req)},
+					    {seqs + done, k * sizeof(uint64_t)}};
+		struct kvmm_pin_rep rep;
+
+		err = kvmm_msg_call(c, op, parts, 2, &rep, sizeof(rep));
+		if (err)
+			break;
+		frames += rep.nr_frames;
+		done += k;
+	}
+	if (err && op == KVMM_OP_PIN && done) {
+		uint32_t undone = 0;
+
+		while (undone < done) {
+			uint32_t k = done - undone > per ? (uint32_t)per : done - undone;
+			struct kvmm_pin_req req = {.nr_seqs = k};
+			struct kvmm_iov parts[2] = {{&req, sizeof(req)},
+						    {seqs + undone, k * sizeof(uint64_t)}};
+
+			if (kvmm_msg_call(c, KVMM_OP_UNPIN, parts, 2, NULL, 0))
+				break; /* the connection is gone: so are the pins */
+			undone += k;
+		}
+	}
+	if (!err && nr_frames)
+		*nr_frames = frames;
+	return err;
+}
+
+int kvmm_pin(kvmm_client_t *c, const uint64_t *seqs, uint32_t nr_seqs, uint32_t *nr_frames)
+{
+	if (!c || (nr_seqs && !seqs))
+		return -EINVAL;
+	return LOCKED(c, pin_locked(c, KVMM_OP_PIN, seqs, nr_seqs, nr_frames));
+}
+
+int kvmm_unpin(kvmm_client_t *c, const uint64_t *seqs, uint32_t nr_seqs, uint32_t *nr_frames)
+{
+	if (!c || (nr_seqs && !seqs))
+		return -EINVAL;
+	return LOCKED(c, pin_locked(c, KVMM_OP_UNPIN, seqs, nr_seqs, nr_frames));
+}
+
+/* Copy the entries of the SEQ_BLOCKS reply now in c->rx into row[block..]; next block. */
+static int blocks_take(struct kvmm_client *c, int32_t *row, uint32_t block, uint32_t max,
+		       uint32_t *next, uint32_t *total)
+{
+	const struct kvmm_msg_hdr *hdr = (const struct kvmm_msg_hdr *)c->rx;
+	struct kvmm_seq_blocks_rep rep;
+	size_t plen = hdr->len - KVMM_MSG_HDR_SIZE;
+
+	memcpy(&rep, c->rx + KVMM_MSG_HDR_SIZE, sizeof(rep));
+	if (rep.count > (plen - sizeof(rep)) / sizeof(int32_t) || rep.count > max - block)
+		return -EBADMSG;
+	memcpy(row + block, c->rx + KVMM_MSG_HDR_SIZE + sizeof(rep), rep.count * sizeof(int32_t));
+	*next = block + rep.count;
+	*total = rep.nr_blocks;
+	return 0;
+}
+
+static int block_table_locked(struct kvmm_client *c, const uint64_t *seqs, uint32_t nr_seqs,
+			      int32_t *table, uint32_t max)
+{
+	uint64_t *tags;
+	uint32_t sent = 0;
+	int err = 0, ret = 0;
+
+	for (size_t i = 0; i < (size_t)nr_seqs * max; i++)
+		table[i] = KVMM_BLOCK_NONE;
+	if (max == 0 || nr_seqs == 0)
+		return 0;
+	tags = malloc(sizeof(*tags) * nr_seqs);
+	if (!tags)
+		return -ENOMEM;
+	/* the burst: one request per sequence for as much of its row as one reply carries */
+	for (; sent < nr_seqs; sent++) {
+		struct kvmm_seq_blocks_req req = {.seq = seqs[sent], .nr_blocks = max};
+		struct kvmm_iov part = {&req, sizeof(req)};
+
+		err = kvmm_msg_send(c, KVMM_OP_SEQ_BLOCKS, &part, 1, &tags[sent]);
+		if (err)
+			break;
+	}
+	/* every request sent is waited for, even after a failure, so no reply is left over */
+	for (uint32_t i = 0; i < sent; i++) {
+		int32_t *row = table + (size_t)i * max;
+		struct kvmm_seq_blocks_rep rep;
+		uint32_t next, total;
+		int e;
+
+		e = kvmm_msg_wait(c, tags[i], &rep, sizeof(rep));
+		if (!e)
+			e = blocks_take(c, row, 0, max, &next, &total);
+		/* a row longer than one reply: fetch the rest one request at a time */
+		while (!e && next < max && next < total) {
+			struct kvmm_seq_blocks_req req = {
+				.seq = seqs[i], .block = next, .nr_blocks = max - next};
+			struct kvmm_iov part = {&req, sizeof(req)};
+
+			e = kvmm_msg_call(c, KVMM_OP_SEQ_BLOCKS, &part, 1, &rep, sizeof(rep));
+			if (!e)
+				e = blocks_take(c, row, next, max, &next, &total);
+			if (!e && rep.count == 0)
+				break;
+		}
+		if (!e && total > max)
+			e = -E2BIG;
+		/* report the first hard failure; -E2BIG only if nothing worse happened */
+		if (e && (!ret || ret == -E2BIG))
+			ret = e;
+	}
+	free(tags);
+	if (err)
+		return err;
+	return ret;
+}
+
+int kvmm_block_table(kvmm_client_t *c, const uint64_t *seqs, uint32_t nr_seqs, int32_t *table,
+		     uint32_t max_blocks_per_seq)
+{
+	if (!c || (nr_seqs && (!seqs || (max_blocks_per_seq && !table))))
+		return -EINVAL;
+	return LOCKED(c, block_table_locked(c, seqs, nr_seqs, table, max_blocks_per_seq));
+}

@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: MIT
+/*
+ * runtime/submit.c - asynchronous batched submission: kvmm_submit puts every entry of a batch
+ * on the wire back to back without waiting, kvmm_complete reaps the replies as completions.
+ * In this version there are no shared-memory rings yet (the daemon grants no
+ * KVMM_FEAT_RINGS): the batch is pipelined over the control socket, each entry one request
+ * record tagged with its own header seq, and replies are matched back to their entries by
+ * that seq, in whatever order they arrive. A 64-sequence step is thus one burst of 64 records
+ * and one wait, not 64 round trips; it still costs a system call per record each way, which
+ * the rings will remove without changing this API.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "runtime/libkvmm.h"
+
+/* Wire form of one entry: opcode and up to two parts. */
+static int sqe_encode(const struct kvmm_sqe *sqe, unsigned int *op, struct kvmm_iov *parts,
+		      unsigned int *nr_parts, void *fixed)
+{
+	size_t fixed_len = 16;
+
+	*nr_parts = 1;
+	switch (sqe->op) {
+	case KVMM_SQE_NOP:
+		*op = KVMM_OP_PING;
+		*nr_parts = 0;
+		break;
+	case KVMM_SQE_SEQ_CREATE: {
+		struct kvmm_seq_create_req r = {.priority = (int32_t)sqe->arg};
+
+		*op = KVMM_OP_SEQ_CREATE;
+		memcpy(fixed, &r, sizeof(r));
+		break;
+	}
+	case KVMM_SQE_SEQ_APPEND:
+	case KVMM_SQE_PREFIX_LOOKUP:
+		if (sqe->nr && !sqe->data)
+			return -EINVAL;
+		if (sqe->op == KVMM_SQE_SEQ_APPEND) {
+			struct kvmm_seq_append_req r = {.seq = sqe->seq, .nr_tokens = sqe->nr};
+
+			*op = KVMM_OP_SEQ_APPEND;
+			memcpy(fixed, &r, sizeof(r));
+		} else {
+			struct kvmm_prefix_lookup_req r = {.seq = sqe->seq, .nr_tokens = sqe->nr};
+
+			*op = KVMM_OP_PREFIX_LOOKUP;
+			memcpy(fixed, &r, sizeof(r));
+		}
+		parts[1] = (struct kvmm_iov){sqe->data, (size_t)sqe->nr * sizeof(uint32_t)};
+		*nr_parts = 2;
+		break;
+	case KVMM_SQE_SEQ_FORK: {
+		struct kvmm_seq_fork_req r = {.seq = sqe->seq, .nr_tokens = sqe->arg};
+
+		*op = KVMM_OP_SEQ_FORK;
+		memcpy(fixed, &r, sizeof(r));
+		break;
+	}
+	case KVMM_SQE_SEQ_TRUNCATE: {
+		struct kvmm_seq_truncate_req r = {.seq = sqe->seq, .nr_tokens = sqe->arg};
+
+		*op = KVMM_OP_SEQ_TRUNCATE;
+		memcpy(fixed, &r, sizeof(r));
+		break;
+	}
+	case KVMM_SQE_SEQ_FREE: {
+		struct kvmm_seq_free_req r = {.seq = sqe->seq};
+
+		*op = KVMM_OP_SEQ_FREE;
+		memcpy(fixed, &r, sizeof(r));
+		fixed_len = sizeof(r);
+		break;
+	}
+	case KVMM_SQE_SEAL: {
+		struct kvmm_seal_req r = {
+			.seq = sqe->seq, .block = (uint32_t)sqe->arg, .nr_blocks = sqe->nr};
+
+		if (sqe->arg > UINT32_MAX)
+			return -EINVAL;
+		*op = KVMM_OP_SEAL;
+		memcpy(fixed, &r, sizeof(r));
+		break;
+	}
+	case KVMM_SQE_PIN:
+	case KVMM_SQE_UNPIN: {
+		struct kvmm_pin_req r = {.nr_seqs = sqe->nr};
+
+		if (sqe->nr && !sqe->data)
+			return -EINVAL;
+		*op = sqe->op == KVMM_SQE_PIN ? KVMM_OP_PIN : KVMM_OP_UNPIN;
+		memcpy(fixed, &r, sizeof(r));
+		fixed_len = sizeof(r);
+		parts[1] = (struct kvmm_iov){sqe->data, (size_t)sqe->nr * sizeof(uint64_t)};
+		*nr_parts = 2;
+		break;
+	}
+	default:
+		return -EINVAL;
+	}
+	parts[0] = (struct kvmm_iov){fixed, fixed_len};
+	return 0;
+}
+
+static int submit_locked(struct kvmm_client *c, const struct kvmm_sqe *sqes, unsigned int n)
+{
+	unsigned int i;
+	int err = kvmm_client_usable(c);
+
+	if (err)
+		return err;
+	for (i = 0; i < n; i++) {
+		const struct kvmm_sqe *sqe = &sqes[i];
+		struct kvmm_iov parts[2];
+		uint64_t fixed[2] = {0, 0};
+		unsigned int op, nr_parts;
+
+		if (c->nr_async >= KVMM_MAX_INFLIGHT)
+			break;
+		err = sqe_encode(sqe, &op, parts, &nr_parts, fixed);
+		if (!err)
+			err = kvmm_msg_send_tagged(c, op, parts, nr_parts, false, sqe->op,
+						   sqe->user_data, NULL);
+		if (err == -EINVAL || err == -E2BIG) {
+			/* this entry alone is wrong: it completes at once, the batch goes on */
+			struct kvmm_cqe cqe = {.user_data = sqe->user_data, .res = err};
+
+			err = kvmm_cq_push(c, &cqe);
+		}
+		if (err)
+			break;
+	}
+	return i ? (int)i : err;
+}
+
+int kvmm_submit(kvmm_client_t *c, const struct kvmm_sqe *sqes, unsigned int n)
+{
+	int ret;
+
+	if (!c || (n && !sqes))
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	ret = submit_locked(c, sqes, n);
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+static int complete_locked(struct kvmm_client *c, struct kvmm_cqe *cqes, unsigned int max,
+			   unsigned int min)
+{
+	unsigned int got = 0;
+
+	if (min > max)
+		min = max;
+	for (;;) {
+		int err;
+
+		while (got < max && c->cq_count) {
+			cqes[got++] = c->cq[c->cq_head];
+			c->cq_head = (c->cq_head + 1) % c->cq_cap;
+			c->cq_count--;
+		}
+		if (got >= max)
+			break;
+		/* take what is already there without blocking, then block only if short */
+		err = kvmm_msg_pump(c, false);
+		if (err == -EAGAIN) {
+			if (got >= min)
+				break;
+			if (c->nr_async == 0)
+				break; /* nothing in flight could ever complete */
+			err = kvmm_msg_pump(c, true);
+		}
+		if (err && !c->cq_count) {
+			if (got)
+				break;
+			return err;
+		}
+	}
+	return (int)got;
+}
+
+int kvmm_complete(kvmm_client_t *c, struct kvmm_cqe *cqes, unsigned int max, unsigned int min)
+{
+	int ret;
+
+	if (!c || (max && !cqes))
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	ret = complete_locked(c, cqes, max, min);
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+unsigned int kvmm_inflight(const kvmm_client_t *c)
+{
+	unsigned int n = c->nr_async;
+
+	for (unsigned int i = 0; i < c->cq_count; i++)
+		if (!(c->cq[(c->cq_head + i) % c->cq_cap].flags & KVMM_CQE_F_EVENT))
+			n++;
+	return n;
+}

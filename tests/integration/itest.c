@@ -1,0 +1,445 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/integration/itest.c - the integration tests' harness: runs the real kvmmd in a
+ * temporary directory (its stderr in a log file shown on failure), makes sure it never
+ * outlives the test (PR_SET_PDEATHSIG in the daemon, an atexit handler in the test), stops it
+ * with SIGTERM and reports its exit status, and speaks the raw protocol for the tests that
+ * send malformed records or admin verbs (which libkvmm does not offer).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "itest.h"
+
+const struct kvmm_format itest_fmt = {
+	.layers = 2,
+	.kv_heads = 2,
+	.head_dim = 64,
+	.dtype = KVMM_DTYPE_FP16,
+};
+
+static struct itest_daemon *itest_running; /* the daemon atexit must not leave behind */
+
+static void sleep_ms(unsigned int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+bool itest_daemon_find(struct itest_daemon *d)
+{
+	const char *env = getenv("KVMM_KVMMD");
+	const char *path = env && env[0] ? env : "./kvmm/kvmmd";
+
+	snprintf(d->bin, sizeof(d->bin), "%s", path);
+	if (access(d->bin, X_OK) != 0) {
+		fprintf(stderr, "SKIP: kvmmd not found at %s (build it first, or set KVMM_KVMMD)\n",
+			d->bin);
+		return false;
+	}
+	return true;
+}
+
+static void itest_cleanup_dir(struct itest_daemon *d)
+{
+	char path[256];
+
+	if (!d->dir[0])
+		return;
+	unlink(d->sock);
+	unlink(d->log);
+	snprintf(path, sizeof(path), "%s/kvmmd.conf", d->dir);
+	unlink(path);
+	rmdir(d->dir);
+	d->dir[0] = '\0';
+}
+
+static void itest_atexit(void)
+{
+	struct itest_daemon *d = itest_running;
+
+	if (!d || d->owner != getpid() || !d->pid)
+		return;
+	kill(d->pid, SIGKILL);
+	waitpid(d->pid, NULL, 0);
+	d->pid = 0;
+	itest_cleanup_dir(d);
+}
+
+void itest_daemon_dump_log(const struct itest_daemon *d)
+{
+	char buf[4096];
+	ssize_t n;
+	int fd = open(d->log, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	fprintf(stderr, "---- kvmmd log (%s) ----\n", d->log);
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		fwrite(buf, 1, (size_t)n, stderr);
+	fprintf(stderr, "---- end of kvmmd log ----\n");
+	close(fd);
+}
+
+bool itest_daemon_alive(struct itest_daemon *d)
+{
+	int status;
+
+	if (!d->pid)
+		return false;
+	if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+		fprintf(stderr, "itest: kvmmd exited (status 0x%x)\n", status);
+		d->pid = 0;
+		return false;
+	}
+	return true;
+}
+
+int itest_daemon_start(struct itest_daemon *d, const char *const *extra)
+{
+	static bool atexit_done;
+	char conf[256], frames[32], ns_a[64], ns_b[64], page[32];
+	const char *argv[64];
+	unsigned int argc = 0;
+	int fd, err;
+
+	if (!d->bin[0] && !itest_daemon_find(d))
+		return -ENOENT;
+	snprintf(d->dir, sizeof(d->dir), "/tmp/kvmm-itest.XXXXXX");
+	if (!mkdtemp(d->dir)) {
+		d->dir[0] = '\0';
+		return -errno;
+	}
+	snprintf(d->sock, sizeof(d->sock), "%s/kvmmd.sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/kvmmd.log", d->dir);
+	snprintf(conf, sizeof(conf), "%s/kvmmd.conf", d->dir);
+	fd = open(conf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	snprintf(page, sizeof(page), "%u", ITEST_PAGE_SIZE);
+	snprintf(frames, sizeof(frames), "%u", ITEST_NS_FRAMES + ITEST_NS_B_FRAMES);
+	snprintf(ns_a, sizeof(ns_a), "%s:%u", ITEST_NS_A, ITEST_NS_FRAMES);
+	snprintf(ns_b, sizeof(ns_b), "%s:%u", ITEST_NS_B, ITEST_NS_B_FRAMES);
+
+	argv[argc++] = d->bin;
+	argv[argc++] = "--foreground";
+	argv[argc++] = "--config";
+	argv[argc++] = conf;
+	argv[argc++] = "--socket";
+	argv[argc++] = d->sock;
+	argv[argc++] = "--page-size";
+	argv[argc++] = page;
+	argv[argc++] = "--frames";
+	argv[argc++] = frames;
+	argv[argc++] = "--namespace";
+	argv[argc++] = ns_a;
+	argv[argc++] = "--namespace";
+	argv[argc++] = ns_b;
+	for (unsigned int i = 0; extra && extra[i] && argc < 63; i++)
+		argv[argc++] = extra[i];
+	argv[argc] = NULL;
+
+	d->owner = getpid();
+	d->pid = fork();
+	if (d->pid < 0) {
+		err = -errno;
+		d->pid = 0;
+		return err;
+	}
+	if (d->pid == 0) {
+		int logfd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		/* the daemon dies with the test, whatever way the test dies */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != d->owner)
+			_exit(127);
+		if (logfd >= 0) {
+			dup2(logfd, STDOUT_FILENO);
+			dup2(logfd, STDERR_FILENO);
+		}
+		execv(d->bin, (char *const *)argv);
+		fprintf(stderr, "itest: exec %s: %s\n", d->bin, strerror(errno));
+		_exit(127);
+	}
+	itest_running = d;
+	if (!atexit_done) {
+		atexit(itest_atexit);
+		atexit_done = true;
+	}
+	/* ready when the socket accepts a connection (10 s, for slow sanitizer builds) */
+	for (int i = 0; i < 1000; i++) {
+		int s = itest_connect(d);
+
+		if (s >= 0) {
+			close(s);
+			return 0;
+		}
+		if (!itest_daemon_alive(d))
+			break;
+		sleep_ms(10);
+	}
+	fprintf(stderr, "itest: kvmmd did not come up on %s\n", d->sock);
+	itest_daemon_dump_log(d);
+	if (d->pid) {
+		kill(d->pid, SIGKILL);
+		waitpid(d->pid, NULL, 0);
+		d->pid = 0;
+	}
+	itest_cleanup_dir(d);
+	return -ETIMEDOUT;
+}
+
+int itest_daemon_stop(struct itest_daemon *d)
+{
+	int status = 0, ret = -1;
+
+	if (!d->pid) {
+		itest_cleanup_dir(d);
+		return -1;
+	}
+	kill(d->pid, SIGTERM);
+	/* 20 s: a clean exit flushes, and sanitizers check for leaks on the way out */
+	for (int i = 0; i < 2000; i++) {
+		pid_t r = waitpid(d->pid, &status, WNOHANG);
+
+		if (r == d->pid)
+			break;
+		if (i == 1999) {
+			fprintf(stderr, "itest: kvmmd ignored SIGTERM; killing it\n");
+			kill(d->pid, SIGKILL);
+			waitpid(d->pid, &status, 0);
+			status = -1;
+		}
+		sleep_ms(10);
+	}
+	d->pid = 0;
+	if (status != -1 && WIFEXITED(status))
+		ret = WEXITSTATUS(status);
+	if (ret != 0) {
+		fprintf(stderr, "itest: kvmmd stopped with status 0x%x\n", status);
+		itest_daemon_dump_log(d);
+	}
+	itest_cleanup_dir(d);
+	return ret;
+}
+
+/* ---- raw protocol -------------------------------------------------------------------- */
+
+int itest_connect(const struct itest_daemon *d)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d->sock);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+int itest_send(int fd, const void *buf, size_t len)
+{
+	if (send(fd, buf, len, MSG_NOSIGNAL) < 0)
+		return -errno;
+	return 0;
+}
+
+ssize_t itest_recv(int fd, void *buf, size_t len, int timeout_ms)
+{
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+	ssize_t n;
+	int r;
+
+	do {
+		r = poll(&pfd, 1, timeout_ms);
+	} while (r < 0 && errno == EINTR);
+	if (r == 0)
+		return -ETIMEDOUT;
+	if (r < 0)
+		return -errno;
+	n = recv(fd, buf, len, 0);
+	if (n < 0)
+		return errno == ECONNRESET ? 0 : -errno;
+	return n;
+}
+
+int itest_hello(int fd)
+{
+	struct {
+		struct kvmm_msg_hdr hdr;
+		struct kvmm_hello_req req;
+	} msg = {0};
+	unsigned char rep[KVMM_MSG_MAX];
+	const struct kvmm_msg_hdr *rh = (const void *)rep;
+	ssize_t n;
+	int err;
+
+	kvmm_msg_hdr_init(&msg.hdr, KVMM_OP_HELLO, sizeof(msg), 1);
+	msg.req.abi_version = KVMM_ABI_VERSION;
+	msg.req.abi_min = KVMM_ABI_MIN_COMPAT;
+	msg.req.pid = (uint32_t)getpid();
+	strcpy(msg.req.name, "itest");
+	err = itest_send(fd, &msg, sizeof(msg));
+	if (err)
+		return err;
+	n = itest_recv(fd, rep, sizeof(rep), 10000);
+	if (n < 0)
+		return (int)n;
+	if (n < (ssize_t)sizeof(*rh))
+		return -ECONNRESET;
+	return rh->status;
+}
+
+/* Send op with payload on a new HELLOed connection; returns the fd (caller reads replies). */
+static int admin_send(const struct itest_daemon *d, unsigned int op, const void *req,
+		      size_t req_len)
+{
+	unsigned char msg[KVMM_MSG_HDR_SIZE + 512];
+	struct kvmm_msg_hdr *hdr = (void *)msg;
+	int fd, err;
+
+	if (req_len > 512)
+		return -E2BIG;
+	fd = itest_connect(d);
+	if (fd < 0)
+		return fd;
+	err = itest_hello(fd);
+	if (err) {
+		close(fd);
+		return err;
+	}
+	kvmm_msg_hdr_init(hdr, op, (uint32_t)(KVMM_MSG_HDR_SIZE + req_len), 2);
+	memcpy(msg + KVMM_MSG_HDR_SIZE, req, req_len);
+	err = itest_send(fd, msg, KVMM_MSG_HDR_SIZE + req_len);
+	if (err) {
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+int itest_admin_text(const struct itest_daemon *d, unsigned int op, char **text)
+{
+	struct kvmm_admin_req req = {0};
+	unsigned char *rep = malloc(KVMM_MSG_MAX);
+	const struct kvmm_msg_hdr *rh = (const void *)rep;
+	char *out = NULL;
+	size_t len = 0;
+	int fd, err = 0;
+
+	*text = NULL;
+	if (!rep)
+		return -ENOMEM;
+	fd = admin_send(d, op, &req, sizeof(req));
+	if (fd < 0) {
+		free(rep);
+		return fd;
+	}
+	for (;;) {
+		ssize_t n = itest_recv(fd, rep, KVMM_MSG_MAX, 10000);
+		size_t plen;
+		char *grown;
+
+		if (n <= 0) {
+			err = n ? (int)n : -ECONNRESET;
+			break;
+		}
+		if (kvmm_msg_hdr_check(rh, (size_t)n)) {
+			err = -EBADMSG;
+			break;
+		}
+		if (rh->seq != 2 || kvmm_op_is_event(rh->op))
+			continue;
+		if (rh->status) {
+			err = rh->status;
+			break;
+		}
+		plen = (size_t)n - KVMM_MSG_HDR_SIZE;
+		grown = realloc(out, len + plen + 1);
+		if (!grown) {
+			err = -ENOMEM;
+			break;
+		}
+		out = grown;
+		memcpy(out + len, rep + KVMM_MSG_HDR_SIZE, plen);
+		len += plen;
+		out[len] = '\0';
+		if (!(rh->flags & KVMM_MSG_F_MORE))
+			break;
+	}
+	close(fd);
+	free(rep);
+	if (err) {
+		free(out);
+		return err;
+	}
+	*text = out ? out : strdup("");
+	return *text ? 0 : -ENOMEM;
+}
+
+int itest_admin_call(const struct itest_daemon *d, unsigned int op, const void *req, size_t req_len,
+		     void *rep_out, size_t rep_len)
+{
+	unsigned char rep[KVMM_MSG_HDR_SIZE + 512];
+	const struct kvmm_msg_hdr *rh = (const void *)rep;
+	int fd, err;
+	ssize_t n;
+
+	fd = admin_send(d, op, req, req_len);
+	if (fd < 0)
+		return fd;
+	do {
+		n = itest_recv(fd, rep, sizeof(rep), 10000);
+	} while (n >= (ssize_t)sizeof(*rh) && rh->seq != 2);
+	if (n <= 0)
+		err = n ? (int)n : -ECONNRESET;
+	else if (n < (ssize_t)sizeof(*rh))
+		err = -EBADMSG;
+	else
+		err = rh->status;
+	if (!err && rep_out) {
+		if ((size_t)n - KVMM_MSG_HDR_SIZE < rep_len)
+			err = -EBADMSG;
+		else
+			memcpy(rep_out, rep + KVMM_MSG_HDR_SIZE, rep_len);
+	}
+	close(fd);
+	return err;
+}
+
+long long itest_text_value(const char *text, const char *name)
+{
+	size_t nlen = strlen(name);
+
+	for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+		if (strncmp(p, name, nlen) == 0 && p[nlen] == ':')
+			return strtoll(p + nlen + 1, NULL, 10);
+	}
+	return -1;
+}
+
+void itest_tokens(uint32_t *tokens, size_t n, unsigned int p)
+{
+	for (size_t i = 0; i < n; i++)
+		tokens[i] = (uint32_t)(p * 1000003u + i * 7919u + 17u) % 50000u;
+}

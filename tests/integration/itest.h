@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/integration/itest.h - what every integration test shares: starting the real kvmmd in
+ * a temporary directory and stopping it (SIGTERM, exit status 0 expected), raw protocol
+ * access for the tests that must send what libkvmm never would, and admin verbs. Tests run
+ * from the top of the object tree (./tests/integration/itest_x) and find the daemon at
+ * ./kvmm/kvmmd, or wherever $KVMM_KVMMD says. When it is not built they skip (exit 77).
+ */
+#ifndef KVMM_TESTS_ITEST_H
+#define KVMM_TESTS_ITEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "uapi/kvmm.h"
+
+struct itest_daemon {
+	pid_t pid;    /* 0 when not running */
+	pid_t owner;  /* the process that started it (forked clients must not stop it) */
+	char dir[64]; /* the temporary directory */
+	char sock[100];
+	char log[100]; /* the daemon's stderr */
+	char bin[4096];
+};
+
+/* The namespaces and sizes the tests' daemon is started with. */
+#define ITEST_NS_A "alpha"
+#define ITEST_NS_B "beta"
+#define ITEST_PAGE_SIZE 16384
+#define ITEST_NS_FRAMES 256
+#define ITEST_NS_B_FRAMES 4096 /* room for a prompt longer than one record */
+
+/* The model format every test attaches with: 1024 bytes per token, 16 tokens per page. */
+extern const struct kvmm_format itest_fmt;
+
+/* Path of kvmmd in d->bin; false (and a message) when there is none to run. */
+bool itest_daemon_find(struct itest_daemon *d);
+/*
+ * Start kvmmd --foreground in a new temporary directory with the two test namespaces, plus
+ * extra (NULL-terminated, may be NULL) arguments, and wait until its socket answers. Also
+ * arranges for it to die with the test (PDEATHSIG, atexit). 0 or -errno (the log is shown).
+ */
+int itest_daemon_start(struct itest_daemon *d, const char *const *extra);
+/* SIGTERM it and wait; returns its exit status (0..255), or -1 if it died of a signal or hung. */
+int itest_daemon_stop(struct itest_daemon *d);
+/* Whether it is still running (reaps it if not). */
+bool itest_daemon_alive(struct itest_daemon *d);
+/* Print the daemon's log to stderr (after a failure). */
+void itest_daemon_dump_log(const struct itest_daemon *d);
+
+/* ---- raw protocol -------------------------------------------------------------------- */
+
+/* A connected SOCK_SEQPACKET socket to the daemon, or -errno. */
+int itest_connect(const struct itest_daemon *d);
+/* Send len bytes as one record. 0 or -errno. */
+int itest_send(int fd, const void *buf, size_t len);
+/*
+ * Receive one record (waits up to timeout_ms): its length, 0 when the daemon closed the
+ * connection, -ETIMEDOUT, or -errno.
+ */
+ssize_t itest_recv(int fd, void *buf, size_t len, int timeout_ms);
+/* HELLO with this header's version on fd; 0 or the reply's status. */
+int itest_hello(int fd);
+/*
+ * An admin read verb (op) on a new connection: the text of the answer (all records), malloc'd
+ * and NUL-terminated in *text. 0 or -errno / the daemon's status.
+ */
+int itest_admin_text(const struct itest_daemon *d, unsigned int op, char **text);
+/* An admin write verb with payload; the reply payload (up to rep_len) in rep. 0 or status. */
+int itest_admin_call(const struct itest_daemon *d, unsigned int op, const void *req, size_t req_len,
+		     void *rep, size_t rep_len);
+/* The value of "Name:  value" in admin text, or -1 if absent. */
+long long itest_text_value(const char *text, const char *name);
+
+/* Deterministic token ids for prompt number p (tokens[i] depends on p and i). */
+void itest_tokens(uint32_t *tokens, size_t n, unsigned int p);
+
+#endif /* KVMM_TESTS_ITEST_H */

@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/integration/itest_kill.c - clients killed at any moment leak nothing. Client
+ * processes loop over attach, create, lookup, append, seal, fork, pin, unpin and free on a
+ * few shared prompts; the test kills them with SIGKILL at random moments (several alive at
+ * once, at least 200 kills in all), then checks that the daemon still serves and that every
+ * frame came back: after dropping the prefix cache a fresh client can allocate exactly as many
+ * pages as it could before the first kill (the daemon tears a dead client down within a
+ * second, so the check retries for that long), and the daemon's own counters show no
+ * invariant failure. Bounded: about a second of killing, well under a minute with sanitizers.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "itest.h"
+#include "runtime/kvmm.h"
+
+static struct itest_daemon daemon_;
+static bool have_daemon, no_daemon;
+
+#define NR_KILLS 200
+#define NR_ALIVE 8
+#define NR_PROMPTS 4
+#define PROMPT_TOKENS 80 /* 5 pages of 16 tokens */
+#define CHILD_SEQS 4
+
+static int group_setup(void **state)
+{
+	(void)state;
+	if (!itest_daemon_find(&daemon_)) {
+		no_daemon = true;
+		return 0;
+	}
+	if (itest_daemon_start(&daemon_, NULL))
+		return -1;
+	have_daemon = true;
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	if (!have_daemon)
+		return 0;
+	have_daemon = false;
+	return itest_daemon_stop(&daemon_) == 0 ? 0 : -1;
+}
+
+/* cmocka 1.1 counts a skip() in a setup function as an error: tests call this first */
+static void need_daemon(void)
+{
+	if (!have_daemon)
+		skip();
+}
+
+static void sleep_us(unsigned int us)
+{
+	struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000L};
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/*
+ * Pages a fresh client of ns can allocate: one sequence grown a page at a time until the
+ * daemon says no. Frees it again. -errno if something other than running out went wrong.
+ */
+static long capacity(const char *ns)
+{
+	uint32_t tokens[64];
+	kvmm_client_t *c;
+	uint64_t seq;
+	long pages = 0;
+	uint32_t tpp;
+	int err;
+
+	err = kvmm_attach(daemon_.sock, ns, &itest_fmt, &c);
+	if (err)
+		return err;
+	tpp = kvmm_tokens_per_page(c);
+	err = kvmm_seq_create(c, 0, &seq);
+	if (err)
+		goto out;
+	itest_tokens(tokens, tpp, 77);
+	while ((err = kvmm_seq_append(c, seq, tokens, tpp, NULL)) == 0)
+		pages++;
+	if (err == -ENOMEM || err == -ENOSPC)
+		err = 0;
+	if (!err)
+		err = kvmm_seq_free(c, seq);
+out:
+	kvmm_detach(c);
+	return err ? err : pages;
+}
+
+/* A client that works until it is killed. Never returns. */
+static void __attribute__((noreturn)) worker(unsigned int seed)
+{
+	static uint32_t prompts[NR_PROMPTS][PROMPT_TOKENS];
+	uint64_t seqs[CHILD_SEQS] = {0};
+	kvmm_client_t *c;
+	uint32_t tpp;
+
+	for (unsigned int p = 0; p < NR_PROMPTS; p++)
+		itest_tokens(prompts[p], PROMPT_TOKENS, 100 + p);
+	if (kvmm_attach(daemon_.sock, ITEST_NS_A, &itest_fmt, &c))
+		_exit(1);
+	tpp = kvmm_tokens_per_page(c);
+	for (;;) {
+		unsigned int slot = (unsigned int)rand_r(&seed) % CHILD_SEQS;
+		unsigned int p = (unsigned int)rand_r(&seed) % NR_PROMPTS;
+		uint64_t hit = 0, s = seqs[slot], child;
+		uint32_t tok[8];
+		int err;
+
+		if (s) {
+			switch (rand_r(&seed) % 5) {
+			case 0:
+				kvmm_seq_free(c, s);
+				seqs[slot] = 0;
+				break;
+			case 1:
+				if (kvmm_pin(c, &s, 1, NULL) == 0)
+					kvmm_unpin(c, &s, 1, NULL);
+				break;
+			case 2:
+				if (kvmm_seq_fork(c, s, KVMM_SEQ_ALL_TOKENS, &child) == 0)
+					kvmm_seq_free(c, child);
+				break;
+			default:
+				itest_tokens(tok, 8, seed);
+				kvmm_seq_append(c, s, tok, 1 + (uint32_t)rand_r(&seed) % 8, NULL);
+				break;
+			}
+			continue;
+		}
+		err = kvmm_seq_create(c, 0, &s);
+		if (err == -ENOTCONN || err == -EPIPE)
+			_exit(2);
+		if (err)
+			continue;
+		seqs[slot] = s;
+		kvmm_prefix_lookup(c, s, prompts[p], PROMPT_TOKENS, &hit);
+		if (kvmm_seq_append(c, s, prompts[p] + hit, PROMPT_TOKENS - (uint32_t)hit, NULL) ==
+		    0)
+			kvmm_seal(c, s, 0, 0);
+		(void)tpp;
+	}
+}
+
+static void test_kill_loop(void **state)
+{
+	pid_t alive[NR_ALIVE] = {0};
+	unsigned int seed = (unsigned int)time(NULL) ^ (unsigned int)getpid();
+	struct kvmm_drop_caches_req drop = {.flags = KVMM_DROP_F_DEVICE};
+	struct kvmm_reclaim_rep dropped;
+	long before, after = -1;
+	char *text = NULL;
+
+	(void)state;
+	need_daemon();
+	before = capacity(ITEST_NS_A);
+	assert_true(before > 0);
+	print_message("kill loop: seed %u, %ld pages allocatable before\n", seed, before);
+
+	for (unsigned int i = 0; i < NR_KILLS + NR_ALIVE; i++) {
+		unsigned int slot = i % NR_ALIVE;
+
+		if (alive[slot]) {
+			assert_int_equal(kill(alive[slot], SIGKILL), 0);
+			assert_int_equal(waitpid(alive[slot], NULL, 0), alive[slot]);
+			alive[slot] = 0;
+		}
+		if (i >= NR_KILLS)
+			continue;
+		alive[slot] = fork();
+		assert_true(alive[slot] >= 0);
+		if (alive[slot] == 0)
+			worker(seed + i);
+		/* a quarter die young (in the middle of attaching), the others mid-work */
+		if (rand_r(&seed) % 4 == 0)
+			sleep_us((unsigned int)rand_r(&seed) % 400);
+		else
+			sleep_us((unsigned int)rand_r(&seed) % 6000);
+	}
+	assert_true(itest_daemon_alive(&daemon_));
+
+	/*
+	 * Every frame comes back: the cache is dropped (sealed pages are the only ones allowed
+	 * to outlive their clients), then a fresh client allocates as much as before. Dead
+	 * clients are torn down within a second of their death: retry for that long.
+	 */
+	for (unsigned int tries = 0; tries < 20; tries++) {
+		assert_int_equal(itest_admin_call(&daemon_, KVMM_OP_DROP_CACHES, &drop,
+						  sizeof(drop), &dropped, sizeof(dropped)),
+				 0);
+		after = capacity(ITEST_NS_A);
+		if (after == before)
+			break;
+		sleep_us(100000);
+	}
+	print_message("kill loop: %ld pages allocatable after %u kills\n", after, NR_KILLS);
+	assert_int_equal(after, before);
+
+	/*
+	 * The daemon's own view (STATUS): no session left but the one asking, and its
+	 * consistency check after each teardown (kvmm_check_invariants) never failed.
+	 */
+	for (unsigned int tries = 0; tries < 20; tries++) {
+		assert_int_equal(itest_admin_text(&daemon_, KVMM_OP_STATUS, &text), 0);
+		if (itest_text_value(text, "Clients") == 1)
+			break;
+		free(text);
+		text = NULL;
+		sleep_us(50000);
+	}
+	assert_non_null(text);
+	assert_int_equal(itest_text_value(text, "Clients"), 1);
+	assert_int_equal(itest_text_value(text, "InvariantFailures"), 0);
+	assert_true(itest_text_value(text, "Accepted") >= NR_KILLS);
+	free(text);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_kill_loop),
+	};
+	int ret = cmocka_run_group_tests_name("itest_kill", tests, group_setup, group_teardown);
+
+	return ret == 0 && no_daemon ? 77 : ret;
+}

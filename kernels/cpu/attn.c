@@ -2,17 +2,17 @@
 /*
  * kernels/cpu/attn.c - paged decode and prefill attention on the CPU.
  *
- * Both kernels reduce to one routine, attend(): a tile of up to TILE_Q query vectors that
- * share one KV head, each with its own causal limit (it sees tokens [0, limit)), walks the
- * sequence's tokens once, block by block through the block table, in chunks of at most
- * CHUNK tokens that never cross a page.  For each chunk every query of the tile scores the
- * chunk's K rows, updates its running max and sum (online softmax: when the max grows, the
- * sum and the accumulator are scaled by exp(old - new), so no score is ever exponentiated
- * above 0 and nothing overflows), then adds the exp-weighted V rows.  One pass reads every
- * K and V byte of the head once per tile, and the tile shares each chunk while it is in L1.
- * Decode makes a tile of the query heads of one KV head (grouped-query attention) with the
- * whole context as limit; prefill makes tiles of consecutive new tokens times those heads,
- * with limits position + 1.  The byte-touching loops come from the ISA's struct kvmm_cpu_ops.
+ * Both kernels reduce to one routine, attend(): a tile of query vectors, each with its KV
+ * head and causal limit (it sees tokens [0, limit)), walks the sequence's tokens once, in
+ * chunks that never cross a page, all heads per chunk: a chunk's K (and V) rows are one
+ * contiguous range of the slab, read from memory once and then from cache by every head.
+ * For each run of queries sharing a head and a limit (a GQA group) the ISA code scores the
+ * chunk's K rows, softmax_step() updates each query's running max and sum (online softmax:
+ * when the max grows the sum and accumulator are scaled by exp(old - new), so no exponent is
+ * positive and nothing overflows), and the ISA code adds the exp-weighted V rows.  The next
+ * chunk (another frame, which no hardware prefetcher can guess) is prefetched meanwhile.
+ * Decode makes one tile of all query heads of a sequence; prefill makes tiles of all query
+ * heads of a few consecutive new tokens, with limits position + 1.
  * Arguments are checked before anything is read: every block a sequence needs must be in its
  * table, present and below nr_frames (when given).
  */

@@ -77,6 +77,8 @@ void kvmm_mark_page_accessed(struct kvmm_pool *pool, struct kvmm_page *pg)
 
 static void evict(struct kvmm_pool *pool, struct kvmm_page *pg)
 {
+	/* only unmapped pages are on the LRU, and a pin always comes with a mapping */
+	KVMM_BUG_ON(pg->refcount || pg->pincount);
 	kvmm_lru_del(pool, pg);
 	kvmm_pagecache_remove(pool, pg);
 	pg->flags &= ~(KVMM_PG_ACTIVE | KVMM_PG_REFERENCED);

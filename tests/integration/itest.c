@@ -8,6 +8,10 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,6 +24,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <cmocka.h>
 
 #include "itest.h"
 
@@ -442,4 +448,35 @@ void itest_tokens(uint32_t *tokens, size_t n, unsigned int p)
 {
 	for (size_t i = 0; i < n; i++)
 		tokens[i] = (uint32_t)(p * 1000003u + i * 7919u + 17u) % 50000u;
+}
+
+struct itest_daemon itest_d;
+bool itest_have_daemon, itest_no_daemon;
+
+int itest_group_setup(void **state)
+{
+	(void)state;
+	if (!itest_daemon_find(&itest_d)) {
+		itest_no_daemon = true;
+		return 0;
+	}
+	if (itest_daemon_start(&itest_d, NULL))
+		return -1;
+	itest_have_daemon = true;
+	return 0;
+}
+
+int itest_group_teardown(void **state)
+{
+	(void)state;
+	if (!itest_have_daemon)
+		return 0;
+	itest_have_daemon = false;
+	return itest_daemon_stop(&itest_d) == 0 ? 0 : -1;
+}
+
+void itest_need_daemon(void)
+{
+	if (!itest_have_daemon)
+		skip();
 }

@@ -77,4 +77,16 @@ long long itest_text_value(const char *text, const char *name);
 /* Deterministic token ids for prompt number p (tokens[i] depends on p and i). */
 void itest_tokens(uint32_t *tokens, size_t n, unsigned int p);
 
+/*
+ * The daemon of a test program's group, for cmocka_run_group_tests_name(): the setup starts
+ * it (or notes that kvmmd is not built: itest_no_daemon), the teardown stops it and fails
+ * unless it exits 0.  Tests call itest_need_daemon() first: cmocka 1.1 counts a skip() in a
+ * setup function as an error.  A program whose tests all skipped returns 77.
+ */
+extern struct itest_daemon itest_d;
+extern bool itest_have_daemon, itest_no_daemon;
+int itest_group_setup(void **state);
+int itest_group_teardown(void **state);
+void itest_need_daemon(void);
+
 #endif /* KVMM_TESTS_ITEST_H */

@@ -22,39 +22,7 @@
 #include "itest.h"
 #include "runtime/kvmm.h"
 
-static struct itest_daemon daemon_;
-static bool have_daemon, no_daemon;
-
 #define STEP 64
-
-static int group_setup(void **state)
-{
-	(void)state;
-	if (!itest_daemon_find(&daemon_)) {
-		no_daemon = true;
-		return 0;
-	}
-	if (itest_daemon_start(&daemon_, NULL))
-		return -1;
-	have_daemon = true;
-	return 0;
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	if (!have_daemon)
-		return 0;
-	have_daemon = false;
-	return itest_daemon_stop(&daemon_) == 0 ? 0 : -1;
-}
-
-/* cmocka 1.1 counts a skip() in a setup function as an error: tests call this first */
-static void need_daemon(void)
-{
-	if (!have_daemon)
-		skip();
-}
 
 /* Reap exactly n completions into cqe[user_data - base]. */
 static void reap(kvmm_client_t *c, struct kvmm_cqe *by_id, unsigned int n, uint64_t base)
@@ -90,8 +58,8 @@ static void test_step(void **state)
 	kvmm_client_t *c;
 
 	(void)state;
-	need_daemon();
-	assert_int_equal(kvmm_attach(daemon_.sock, ITEST_NS_A, &itest_fmt, &c), 0);
+	itest_need_daemon();
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &c), 0);
 	itest_tokens(tokens, STEP, 5);
 
 	/* create 64 sequences in one burst */
@@ -170,8 +138,8 @@ static void test_detach_inflight(void **state)
 	kvmm_client_t *c;
 
 	(void)state;
-	need_daemon();
-	assert_int_equal(kvmm_attach(daemon_.sock, ITEST_NS_A, &itest_fmt, &c), 0);
+	itest_need_daemon();
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &c), 0);
 	for (unsigned int i = 0; i < STEP; i++)
 		sqes[i] = (struct kvmm_sqe){.op = KVMM_SQE_SEQ_CREATE, .user_data = i};
 	assert_int_equal(kvmm_submit(c, sqes, STEP), STEP);
@@ -184,7 +152,8 @@ int main(void)
 		cmocka_unit_test(test_step),
 		cmocka_unit_test(test_detach_inflight),
 	};
-	int ret = cmocka_run_group_tests_name("itest_async", tests, group_setup, group_teardown);
+	int ret = cmocka_run_group_tests_name("itest_async", tests, itest_group_setup,
+					      itest_group_teardown);
 
-	return ret == 0 && no_daemon ? 77 : ret;
+	return ret == 0 && itest_no_daemon ? 77 : ret;
 }

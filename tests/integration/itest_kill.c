@@ -27,43 +27,11 @@
 #include "itest.h"
 #include "runtime/kvmm.h"
 
-static struct itest_daemon daemon_;
-static bool have_daemon, no_daemon;
-
 #define NR_KILLS 200
 #define NR_ALIVE 8
 #define NR_PROMPTS 4
 #define PROMPT_TOKENS 80 /* 5 pages of 16 tokens */
 #define CHILD_SEQS 4
-
-static int group_setup(void **state)
-{
-	(void)state;
-	if (!itest_daemon_find(&daemon_)) {
-		no_daemon = true;
-		return 0;
-	}
-	if (itest_daemon_start(&daemon_, NULL))
-		return -1;
-	have_daemon = true;
-	return 0;
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	if (!have_daemon)
-		return 0;
-	have_daemon = false;
-	return itest_daemon_stop(&daemon_) == 0 ? 0 : -1;
-}
-
-/* cmocka 1.1 counts a skip() in a setup function as an error: tests call this first */
-static void need_daemon(void)
-{
-	if (!have_daemon)
-		skip();
-}
 
 static void sleep_us(unsigned int us)
 {
@@ -86,7 +54,7 @@ static long capacity(const char *ns)
 	uint32_t tpp;
 	int err;
 
-	err = kvmm_attach(daemon_.sock, ns, &itest_fmt, &c);
+	err = kvmm_attach(itest_d.sock, ns, &itest_fmt, &c);
 	if (err)
 		return err;
 	tpp = kvmm_tokens_per_page(c);
@@ -115,7 +83,7 @@ static void __attribute__((noreturn)) worker(unsigned int seed)
 
 	for (unsigned int p = 0; p < NR_PROMPTS; p++)
 		itest_tokens(prompts[p], PROMPT_TOKENS, 100 + p);
-	if (kvmm_attach(daemon_.sock, ITEST_NS_A, &itest_fmt, &c))
+	if (kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &c))
 		_exit(1);
 	tpp = kvmm_tokens_per_page(c);
 	for (;;) {
@@ -170,7 +138,7 @@ static void test_kill_loop(void **state)
 	char *text = NULL;
 
 	(void)state;
-	need_daemon();
+	itest_need_daemon();
 	before = capacity(ITEST_NS_A);
 	assert_true(before > 0);
 	print_message("kill loop: seed %u, %ld pages allocatable before\n", seed, before);
@@ -195,7 +163,7 @@ static void test_kill_loop(void **state)
 		else
 			sleep_us((unsigned int)rand_r(&seed) % 6000);
 	}
-	assert_true(itest_daemon_alive(&daemon_));
+	assert_true(itest_daemon_alive(&itest_d));
 
 	/*
 	 * Every frame comes back: the cache is dropped (sealed pages are the only ones allowed
@@ -203,7 +171,7 @@ static void test_kill_loop(void **state)
 	 * clients are torn down within a second of their death: retry for that long.
 	 */
 	for (unsigned int tries = 0; tries < 20; tries++) {
-		assert_int_equal(itest_admin_call(&daemon_, KVMM_OP_DROP_CACHES, &drop,
+		assert_int_equal(itest_admin_call(&itest_d, KVMM_OP_DROP_CACHES, &drop,
 						  sizeof(drop), &dropped, sizeof(dropped)),
 				 0);
 		after = capacity(ITEST_NS_A);
@@ -219,7 +187,7 @@ static void test_kill_loop(void **state)
 	 * consistency check after each teardown (kvmm_check_invariants) never failed.
 	 */
 	for (unsigned int tries = 0; tries < 20; tries++) {
-		assert_int_equal(itest_admin_text(&daemon_, KVMM_OP_STATUS, &text), 0);
+		assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_STATUS, &text), 0);
 		if (itest_text_value(text, "Clients") == 1)
 			break;
 		free(text);
@@ -238,7 +206,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_kill_loop),
 	};
-	int ret = cmocka_run_group_tests_name("itest_kill", tests, group_setup, group_teardown);
+	int ret = cmocka_run_group_tests_name("itest_kill", tests, itest_group_setup,
+					      itest_group_teardown);
 
-	return ret == 0 && no_daemon ? 77 : ret;
+	return ret == 0 && itest_no_daemon ? 77 : ret;
 }

@@ -23,46 +23,14 @@
 #include "itest.h"
 #include "runtime/kvmm.h"
 
-static struct itest_daemon daemon_;
-static bool have_daemon, no_daemon;
-
-static int group_setup(void **state)
-{
-	(void)state;
-	if (!itest_daemon_find(&daemon_)) {
-		no_daemon = true;
-		return 0;
-	}
-	if (itest_daemon_start(&daemon_, NULL))
-		return -1;
-	have_daemon = true;
-	return 0;
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	if (!have_daemon)
-		return 0;
-	have_daemon = false;
-	return itest_daemon_stop(&daemon_) == 0 ? 0 : -1;
-}
-
-/* cmocka 1.1 counts a skip() in a setup function as an error: tests call this first */
-static void need_daemon(void)
-{
-	if (!have_daemon)
-		skip();
-}
-
 /* The daemon still serves: a libkvmm client attaches and does a round trip. */
 static void assert_daemon_serves(void)
 {
 	kvmm_client_t *c;
 	uint64_t seq;
 
-	assert_true(itest_daemon_alive(&daemon_));
-	assert_int_equal(kvmm_attach(daemon_.sock, ITEST_NS_A, &itest_fmt, &c), 0);
+	assert_true(itest_daemon_alive(&itest_d));
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &c), 0);
 	assert_int_equal(kvmm_seq_create(c, 0, &seq), 0);
 	assert_int_equal(kvmm_seq_free(c, seq), 0);
 	kvmm_detach(c);
@@ -100,11 +68,11 @@ static void test_version_mismatch(void **state)
 	unsigned char rep[KVMM_MSG_MAX];
 	const struct kvmm_msg_hdr *rh = (const void *)rep;
 	struct kvmm_hello_rep hr;
-	int fd = itest_connect(&daemon_);
+	int fd = itest_connect(&itest_d);
 	ssize_t n;
 
 	(void)state;
-	need_daemon();
+	itest_need_daemon();
 	assert_true(fd >= 0);
 	kvmm_msg_hdr_init(&msg.hdr, KVMM_OP_HELLO, sizeof(msg), 7);
 	msg.hdr.abi = 200;
@@ -130,11 +98,11 @@ static void test_version_mismatch(void **state)
 static void test_truncated(void **state)
 {
 	struct kvmm_msg_hdr hdr, rh;
-	int fd = itest_connect(&daemon_);
+	int fd = itest_connect(&itest_d);
 	int st;
 
 	(void)state;
-	need_daemon();
+	itest_need_daemon();
 	assert_true(fd >= 0);
 	/* a header cut short: not even the length is there */
 	kvmm_msg_hdr_init(&hdr, KVMM_OP_HELLO, sizeof(hdr), 1);
@@ -143,14 +111,14 @@ static void test_truncated(void **state)
 	close(fd);
 
 	/* a HELLO without its payload */
-	fd = itest_connect(&daemon_);
+	fd = itest_connect(&itest_d);
 	assert_true(fd >= 0);
 	st = exchange(fd, &hdr, sizeof(hdr), &rh);
 	assert_true(st == -EBADMSG || st == -EPROTO || st == 1);
 	close(fd);
 
 	/* after HELLO: an APPEND whose ids stop short of nr_tokens */
-	fd = itest_connect(&daemon_);
+	fd = itest_connect(&itest_d);
 	assert_true(fd >= 0);
 	assert_int_equal(itest_hello(fd), 0);
 	{
@@ -173,11 +141,11 @@ static void test_malformed(void **state)
 {
 	struct kvmm_msg_hdr hdr, rh;
 	unsigned char big[KVMM_MSG_HDR_SIZE + 64] = {0};
-	int fd = itest_connect(&daemon_);
+	int fd = itest_connect(&itest_d);
 	int st;
 
 	(void)state;
-	need_daemon();
+	itest_need_daemon();
 	assert_true(fd >= 0);
 	assert_int_equal(itest_hello(fd), 0);
 
@@ -216,7 +184,7 @@ static void test_malformed(void **state)
 	close(fd);
 
 	/* anything but HELLO first */
-	fd = itest_connect(&daemon_);
+	fd = itest_connect(&itest_d);
 	assert_true(fd >= 0);
 	kvmm_msg_hdr_init(&hdr, KVMM_OP_PING, sizeof(hdr), 20);
 	st = exchange(fd, &hdr, sizeof(hdr), &rh);
@@ -224,7 +192,7 @@ static void test_malformed(void **state)
 	close(fd);
 
 	/* a flood of garbage: the daemon gives up on the session, not on the others */
-	fd = itest_connect(&daemon_);
+	fd = itest_connect(&itest_d);
 	assert_true(fd >= 0);
 	assert_int_equal(itest_hello(fd), 0);
 	for (unsigned int i = 0; i < 40; i++)
@@ -242,12 +210,12 @@ static void test_client_errors(void **state)
 	char path[256];
 
 	(void)state;
-	need_daemon();
+	itest_need_daemon();
 	bad.dtype = 99;
-	assert_int_equal(kvmm_attach(daemon_.sock, ITEST_NS_A, &bad, &c), -EINVAL);
-	assert_int_equal(kvmm_attach(daemon_.sock, "", &itest_fmt, &c), -EINVAL);
-	assert_int_equal(kvmm_attach(daemon_.sock, "no-such-ns", &itest_fmt, &c), -ENOENT);
-	snprintf(path, sizeof(path), "%s/none.sock", daemon_.dir);
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_A, &bad, &c), -EINVAL);
+	assert_int_equal(kvmm_attach(itest_d.sock, "", &itest_fmt, &c), -EINVAL);
+	assert_int_equal(kvmm_attach(itest_d.sock, "no-such-ns", &itest_fmt, &c), -ENOENT);
+	snprintf(path, sizeof(path), "%s/none.sock", itest_d.dir);
 	assert_int_equal(kvmm_attach(path, ITEST_NS_A, &itest_fmt, &c), -ENOENT);
 	assert_null(c);
 	assert_non_null(strstr(kvmm_strerror(-KVMM_EPREEMPTED), "preempted"));
@@ -266,13 +234,13 @@ static void test_daemon_gone(void **state)
 	int err;
 
 	(void)state;
-	need_daemon();
+	itest_need_daemon();
 	itest_tokens(tokens, 64, 9);
-	assert_int_equal(kvmm_attach(daemon_.sock, ITEST_NS_A, &itest_fmt, &c), 0);
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &c), 0);
 	assert_int_equal(kvmm_seq_create(c, 0, &seq), 0);
 	assert_int_equal(kvmm_seq_append(c, seq, tokens, 64, NULL), 0);
-	have_daemon = false;
-	assert_int_equal(itest_daemon_stop(&daemon_), 0);
+	itest_have_daemon = false;
+	assert_int_equal(itest_daemon_stop(&itest_d), 0);
 
 	err = kvmm_seq_append(c, seq, tokens, 64, NULL);
 	assert_true(err == -ENOTCONN || err == -EPIPE || err == -ECONNRESET);
@@ -293,7 +261,8 @@ int main(void)
 		cmocka_unit_test(test_malformed),	 cmocka_unit_test(test_client_errors),
 		cmocka_unit_test(test_daemon_gone),
 	};
-	int ret = cmocka_run_group_tests_name("itest_proto", tests, group_setup, group_teardown);
+	int ret = cmocka_run_group_tests_name("itest_proto", tests, itest_group_setup,
+					      itest_group_teardown);
 
-	return ret == 0 && no_daemon ? 77 : ret;
+	return ret == 0 && itest_no_daemon ? 77 : ret;
 }

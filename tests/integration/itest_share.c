@@ -24,10 +24,6 @@
 #include "itest.h"
 #include "runtime/kvmm.h"
 
-static struct itest_daemon daemon_;
-static bool have_daemon;
-static bool no_daemon; /* not built: every test skips, the program exits 77 */
-
 #define PROMPT_PAGES 4
 #define PROMPT_EXTRA 5 /* tokens past the last full page: never shared */
 #define MAX_BLOCKS 16
@@ -36,35 +32,6 @@ static bool no_daemon; /* not built: every test skips, the program exits 77 */
 static unsigned char pattern(unsigned int b, size_t off)
 {
 	return (unsigned char)(0x5a ^ (b * 37) ^ (off * 13) ^ (off >> 8));
-}
-
-static int group_setup(void **state)
-{
-	(void)state;
-	if (!itest_daemon_find(&daemon_)) {
-		no_daemon = true;
-		return 0;
-	}
-	if (itest_daemon_start(&daemon_, NULL))
-		return -1;
-	have_daemon = true;
-	return 0;
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	if (!have_daemon)
-		return 0;
-	have_daemon = false;
-	return itest_daemon_stop(&daemon_) == 0 ? 0 : -1;
-}
-
-/* cmocka 1.1 counts a skip() in a setup function as an error: tests call this first */
-static void need_daemon(void)
-{
-	if (!have_daemon)
-		skip();
 }
 
 /*
@@ -79,7 +46,7 @@ static int sharer(unsigned int id, const uint32_t *tokens, uint32_t n, const int
 	uint32_t tpp;
 	int err;
 
-	err = kvmm_attach(daemon_.sock, ITEST_NS_A, &itest_fmt, &c);
+	err = kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &c);
 	if (err) {
 		fprintf(stderr, "sharer %u: attach: %s\n", id, kvmm_strerror(err));
 		return 10;
@@ -146,8 +113,8 @@ static void test_share_prefix(void **state)
 	pid_t pids[3];
 
 	(void)state;
-	need_daemon();
-	assert_int_equal(kvmm_attach(daemon_.sock, ITEST_NS_A, &itest_fmt, &c), 0);
+	itest_need_daemon();
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &c), 0);
 	tpp = kvmm_tokens_per_page(c);
 	assert_int_equal(kvmm_page_size(c), ITEST_PAGE_SIZE);
 	assert_true(tpp >= 1 && tpp <= 64);
@@ -209,9 +176,9 @@ static void test_namespace_wall(void **state)
 	unsigned char *pa, *pb;
 
 	(void)state;
-	need_daemon();
-	assert_int_equal(kvmm_attach(daemon_.sock, ITEST_NS_A, &itest_fmt, &a), 0);
-	assert_int_equal(kvmm_attach(daemon_.sock, ITEST_NS_B, &itest_fmt, &b), 0);
+	itest_need_daemon();
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &a), 0);
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_B, &itest_fmt, &b), 0);
 	n = PROMPT_PAGES * kvmm_tokens_per_page(a) + PROMPT_EXTRA;
 	itest_tokens(tokens, n, 2);
 
@@ -265,8 +232,8 @@ static void test_seq_ops(void **state)
 	kvmm_client_t *c;
 
 	(void)state;
-	need_daemon();
-	assert_int_equal(kvmm_attach(daemon_.sock, ITEST_NS_A, &itest_fmt, &c), 0);
+	itest_need_daemon();
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &c), 0);
 	tpp = kvmm_tokens_per_page(c);
 	itest_tokens(tokens, 200, 3);
 	assert_int_equal(kvmm_seq_create(c, 0, &s), 0);
@@ -303,7 +270,7 @@ static void test_seq_ops(void **state)
 	assert_int_equal(kvmm_seq_free(c, child), -ENOENT);
 	assert_int_equal(kvmm_block_table(c, &child, 1, table, MAX_BLOCKS), -ENOENT);
 	assert_int_equal(kvmm_seq_free(c, s), 0);
-	assert_int_equal(kvmm_attach(daemon_.sock, "no/such", &itest_fmt, &(kvmm_client_t *){0}),
+	assert_int_equal(kvmm_attach(itest_d.sock, "no/such", &itest_fmt, &(kvmm_client_t *){0}),
 			 -EINVAL);
 	kvmm_detach(c);
 }
@@ -331,8 +298,8 @@ static void test_long_append(void **state)
 	uint32_t n, *tokens;
 
 	(void)state;
-	need_daemon();
-	assert_int_equal(kvmm_attach(daemon_.sock, ITEST_NS_B, &itest_fmt, &c), 0);
+	itest_need_daemon();
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_B, &itest_fmt, &c), 0);
 	tokens = long_prompt(c, &n);
 	assert_int_equal(kvmm_seq_create(c, 0, &s1), 0);
 	assert_int_equal(kvmm_seq_append(c, s1, tokens, n, &len), 0);
@@ -351,8 +318,8 @@ static void test_long_lookup(void **state)
 	uint32_t n, *tokens;
 
 	(void)state;
-	need_daemon();
-	assert_int_equal(kvmm_attach(daemon_.sock, ITEST_NS_B, &itest_fmt, &c), 0);
+	itest_need_daemon();
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_B, &itest_fmt, &c), 0);
 	tokens = long_prompt(c, &n);
 	assert_int_equal(kvmm_seq_create(c, 0, &s1), 0);
 	assert_int_equal(kvmm_seq_append(c, s1, tokens, n, NULL), 0);
@@ -373,7 +340,8 @@ int main(void)
 		cmocka_unit_test(test_seq_ops),	     cmocka_unit_test(test_long_append),
 		cmocka_unit_test(test_long_lookup),
 	};
-	int ret = cmocka_run_group_tests_name("itest_share", tests, group_setup, group_teardown);
+	int ret = cmocka_run_group_tests_name("itest_share", tests, itest_group_setup,
+					      itest_group_teardown);
 
-	return ret == 0 && no_daemon ? 77 : ret;
+	return ret == 0 && itest_no_daemon ? 77 : ret;
 }

@@ -217,7 +217,7 @@ static inline struct kvmm_page *kvmm_frame_to_page(struct kvmm_pool *pool, uint3
 	return &pool->pages[frame];
 }
 
-void *kvmm_frame_addr(struct kvmm_pool *pool, uint32_t frame);
+void *kvmm_pool_frame_addr(struct kvmm_pool *pool, uint32_t frame);
 
 /* Frames free for allocation: in the buddy plus in magazines. */
 uint32_t kvmm_pool_nr_free(const struct kvmm_pool *pool);
@@ -420,24 +420,24 @@ int kvmm_aspace_create(struct kvmm_pool *pool, struct kvmm_ns *ns, const struct 
 /* Frees every sequence left. */
 void kvmm_aspace_destroy(struct kvmm_aspace *as);
 
-int kvmm_seq_create(struct kvmm_aspace *as, struct kvmm_seq **out);
+int kvmm_mm_seq_create(struct kvmm_aspace *as, struct kvmm_seq **out);
 /* Append n tokens (ids may be NULL = zeros); allocates pages as needed; COW on shared tail. */
-int kvmm_seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_ids);
-int kvmm_seq_truncate(struct kvmm_seq *seq, uint64_t ntokens);
-int kvmm_seq_fork(struct kvmm_seq *src, struct kvmm_seq **out);
-void kvmm_seq_free(struct kvmm_seq *seq);
+int kvmm_mm_seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_ids);
+int kvmm_mm_seq_truncate(struct kvmm_seq *seq, uint64_t ntokens);
+int kvmm_mm_seq_fork(struct kvmm_seq *src, struct kvmm_seq **out);
+void kvmm_mm_seq_free(struct kvmm_seq *seq);
 /* Seal every full, unsealed block; inserts them in the page cache. Returns number sealed. */
-int kvmm_seq_seal(struct kvmm_seq *seq);
+int kvmm_mm_seq_seal(struct kvmm_seq *seq);
 /* Frame of block i, or KVMM_FRAME_NONE. */
-uint32_t kvmm_seq_frame(const struct kvmm_seq *seq, uint32_t block);
+uint32_t kvmm_mm_seq_frame(const struct kvmm_seq *seq, uint32_t block);
 /* Make room for @nblocks blocks in the page table and token array. 0 or -ENOMEM/-EINVAL. */
-int kvmm_seq_reserve(struct kvmm_seq *seq, uint32_t nblocks);
+int kvmm_mm_seq_reserve(struct kvmm_seq *seq, uint32_t nblocks);
 /*
  * The PTE this sequence should hold for @pg: present, SEALED when @sealed (the block is
  * sealed in this sequence), else DIRTY and WRITABLE when the page is exclusive or SHARED
  * when it is not.
  */
-uint64_t kvmm_seq_mk_pte(struct kvmm_pool *pool, const struct kvmm_page *pg, bool sealed);
+uint64_t kvmm_mm_seq_mk_pte(struct kvmm_pool *pool, const struct kvmm_page *pg, bool sealed);
 /*
  * Pool teardown, called by kvmm_pool_destroy() before the frames go (and safe to call more
  * than once): destroys every address space left, the page cache and the namespaces.
@@ -451,7 +451,7 @@ void kvmm_mm_release(struct kvmm_pool *pool);
  * full block that hits is mapped (refcount + 1) and its token ids verified.  Returns the
  * number of tokens now in @seq (a multiple of tokens_per_page) or -errno.
  */
-int kvmm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t n);
+int kvmm_mm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t n);
 
 /*
  * The content key of one block: XXH3-64 seeded with ns->hash_seed over (parent key, format

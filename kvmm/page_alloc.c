@@ -536,7 +536,7 @@ uint32_t kvmm_pool_nr_free(const struct kvmm_pool *pool)
 	return pool->nr_free + pool->nr_state[KVMM_PAGE_MAGAZINE];
 }
 
-void *kvmm_frame_addr(struct kvmm_pool *pool, uint32_t frame)
+void *kvmm_pool_frame_addr(struct kvmm_pool *pool, uint32_t frame)
 {
 	if (!pool || frame >= pool->nframes || !pool->be.ops->frame_addr)
 		return NULL;

@@ -311,7 +311,7 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 			    old->fmt_id != as->fmt_id || old->ntokens != tpp ||
 			    memcmp(old->tokens, tokens, (size_t)tpp * sizeof(*tokens)));
 		if (likely(old->parent == parent)) {
-			seq->pte[block] = kvmm_seq_mk_pte(pool, pg, true);
+			seq->pte[block] = kvmm_mm_seq_mk_pte(pool, pg, true);
 			return 0;
 		}
 		/*
@@ -334,7 +334,7 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 		cached = &pool->pages[ent->frame];
 		kvmm_page_get(pool, cached);
 		kvmm_mark_page_accessed(pool, cached);
-		seq->pte[block] = kvmm_seq_mk_pte(pool, cached, true);
+		seq->pte[block] = kvmm_mm_seq_mk_pte(pool, cached, true);
 		kvmm_page_put(pool, pg, as->mag);
 		return 0;
 	}
@@ -346,7 +346,7 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 		 */
 		if (!KVMM_WARN_ON_ONCE(!(old->flags & PC_ORPHAN)))
 			pc_reparent(pool, pc, old, parent, key);
-		seq->pte[block] = kvmm_seq_mk_pte(pool, pg, true);
+		seq->pte[block] = kvmm_mm_seq_mk_pte(pool, pg, true);
 		return 0;
 	}
 
@@ -376,12 +376,12 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 	pg->cache = ent;
 	pg->flags = (pg->flags & ~KVMM_PG_DIRTY) | KVMM_PG_SEALED;
 	pg->ntokens = tpp;
-	seq->pte[block] = kvmm_seq_mk_pte(pool, pg, true);
+	seq->pte[block] = kvmm_mm_seq_mk_pte(pool, pg, true);
 	pool->stat[KVMM_STAT_SEAL]++;
 	return 0;
 }
 
-int kvmm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t n)
+int kvmm_mm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t n)
 {
 	const struct kvmm_cache_ent *parent = NULL;
 	struct kvmm_pagecache *pc;
@@ -418,7 +418,7 @@ int kvmm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t n)
 			pool->stat[KVMM_STAT_CACHE_MISS]++;
 			break;
 		}
-		if (unlikely(b >= seq->cap) && kvmm_seq_reserve(seq, b + 1)) {
+		if (unlikely(b >= seq->cap) && kvmm_mm_seq_reserve(seq, b + 1)) {
 			/* keep what is mapped; report the failure only if nothing is */
 			if (!hits)
 				ret = -ENOMEM;
@@ -427,7 +427,7 @@ int kvmm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t n)
 		pg = &pool->pages[ent->frame];
 		kvmm_page_get(pool, pg);
 		kvmm_mark_page_accessed(pool, pg);
-		seq->pte[b] = kvmm_seq_mk_pte(pool, pg, true);
+		seq->pte[b] = kvmm_mm_seq_mk_pte(pool, pg, true);
 		memcpy(seq->tokens + (size_t)b * tpp, t, (size_t)tpp * sizeof(*t));
 		parent = ent;
 		hits++;

@@ -111,7 +111,7 @@ void kvmm_aspace_destroy(struct kvmm_aspace *as)
 	if (!as)
 		return;
 	list_for_each_entry_safe (seq, tmp, &as->seqs, node)
-		kvmm_seq_free(seq);
+		kvmm_mm_seq_free(seq);
 	list_del(&as->node);
 	free(as);
 }
@@ -143,7 +143,7 @@ static inline struct kvmm_page *seq_page(const struct kvmm_seq *seq, uint32_t bl
 	return &seq->as->pool->pages[frame];
 }
 
-uint64_t kvmm_seq_mk_pte(struct kvmm_pool *pool, const struct kvmm_page *pg, bool sealed)
+uint64_t kvmm_mm_seq_mk_pte(struct kvmm_pool *pool, const struct kvmm_page *pg, bool sealed)
 {
 	uint64_t flags;
 
@@ -161,7 +161,7 @@ uint64_t kvmm_seq_mk_pte(struct kvmm_pool *pool, const struct kvmm_page *pg, boo
 	return kvmm_pte_mk_present(kvmm_page_to_frame(pool, pg), flags);
 }
 
-uint32_t kvmm_seq_frame(const struct kvmm_seq *seq, uint32_t block)
+uint32_t kvmm_mm_seq_frame(const struct kvmm_seq *seq, uint32_t block)
 {
 	if (!seq || block >= seq->nblocks)
 		return KVMM_FRAME_NONE;
@@ -173,7 +173,7 @@ uint32_t kvmm_seq_frame(const struct kvmm_seq *seq, uint32_t block)
  * Growing changes nothing a reader can see, so a failure half way (pte[] grown, tokens[]
  * not) leaves a valid sequence; cap only moves once both arrays are large enough.
  */
-int kvmm_seq_reserve(struct kvmm_seq *seq, uint32_t nblocks)
+int kvmm_mm_seq_reserve(struct kvmm_seq *seq, uint32_t nblocks)
 {
 	uint32_t tpp = seq_tpp(seq);
 	uint64_t *pte;
@@ -222,7 +222,7 @@ static void seq_link(struct kvmm_seq *seq)
 	seq->as->nr_seqs++;
 }
 
-int kvmm_seq_create(struct kvmm_aspace *as, struct kvmm_seq **out)
+int kvmm_mm_seq_create(struct kvmm_aspace *as, struct kvmm_seq **out)
 {
 	struct kvmm_seq *seq;
 
@@ -256,7 +256,7 @@ static void seq_drop_blocks(struct kvmm_seq *seq, uint32_t from)
 	}
 }
 
-void kvmm_seq_free(struct kvmm_seq *seq)
+void kvmm_mm_seq_free(struct kvmm_seq *seq)
 {
 	if (!seq)
 		return;
@@ -279,7 +279,7 @@ static void free_unused(struct kvmm_pool *pool, struct list_head *pages, struct 
 	}
 }
 
-int kvmm_seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_ids)
+int kvmm_mm_seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_ids)
 {
 	struct kvmm_aspace *as;
 	struct kvmm_pool *pool;
@@ -302,7 +302,7 @@ int kvmm_seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_ids)
 		return -EINVAL;
 	new_nblocks = (uint32_t)new_nblocks64;
 
-	ret = kvmm_seq_reserve(seq, new_nblocks);
+	ret = kvmm_mm_seq_reserve(seq, new_nblocks);
 	if (ret)
 		return ret;
 
@@ -337,7 +337,7 @@ int kvmm_seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_ids)
 	if (cow) {
 		kvmm_page_get(pool, cow);
 		cow->ntokens = in_block;
-		seq->pte[seq->nblocks - 1] = kvmm_seq_mk_pte(pool, cow, false);
+		seq->pte[seq->nblocks - 1] = kvmm_mm_seq_mk_pte(pool, cow, false);
 		kvmm_page_put(pool, old, as->mag);
 		pool->stat[KVMM_STAT_COW]++;
 	}
@@ -345,7 +345,7 @@ int kvmm_seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_ids)
 		pg = list_first_entry(&fresh, struct kvmm_page, lru);
 		list_del_init(&pg->lru);
 		kvmm_page_get(pool, pg);
-		seq->pte[b] = kvmm_seq_mk_pte(pool, pg, false);
+		seq->pte[b] = kvmm_mm_seq_mk_pte(pool, pg, false);
 	}
 	if (token_ids)
 		memcpy(seq->tokens + seq->ntokens, token_ids, (size_t)n * sizeof(*token_ids));
@@ -370,7 +370,7 @@ out_free:
 	return ret;
 }
 
-int kvmm_seq_truncate(struct kvmm_seq *seq, uint64_t ntokens)
+int kvmm_mm_seq_truncate(struct kvmm_seq *seq, uint64_t ntokens)
 {
 	struct kvmm_pool *pool;
 	uint32_t tpp, new_nblocks, in_block;
@@ -395,12 +395,12 @@ int kvmm_seq_truncate(struct kvmm_seq *seq, uint64_t ntokens)
 
 		if (pg->refcount == 1 && !(pg->flags & KVMM_PG_SEALED))
 			pg->ntokens = in_block;
-		seq->pte[new_nblocks - 1] = kvmm_seq_mk_pte(pool, pg, false);
+		seq->pte[new_nblocks - 1] = kvmm_mm_seq_mk_pte(pool, pg, false);
 	}
 	return 0;
 }
 
-int kvmm_seq_fork(struct kvmm_seq *src, struct kvmm_seq **out)
+int kvmm_mm_seq_fork(struct kvmm_seq *src, struct kvmm_seq **out)
 {
 	struct kvmm_pool *pool;
 	struct kvmm_seq *seq;
@@ -416,7 +416,7 @@ int kvmm_seq_fork(struct kvmm_seq *src, struct kvmm_seq **out)
 	seq = seq_alloc(src->as);
 	if (!seq)
 		return -ENOMEM;
-	ret = kvmm_seq_reserve(seq, src->nblocks);
+	ret = kvmm_mm_seq_reserve(seq, src->nblocks);
 	if (ret)
 		goto out_free;
 
@@ -432,7 +432,7 @@ int kvmm_seq_fork(struct kvmm_seq *src, struct kvmm_seq **out)
 
 		kvmm_page_get(pool, pg);
 		/* both sides now see a shared page: neither may write it in place */
-		src->pte[b] = kvmm_seq_mk_pte(pool, pg, sealed);
+		src->pte[b] = kvmm_mm_seq_mk_pte(pool, pg, sealed);
 		seq->pte[b] = src->pte[b];
 	}
 	seq_link(seq);
@@ -451,7 +451,7 @@ out_free:
  * sealed once block i - 1 is.  On -ENOMEM the blocks sealed so far stay sealed (nsealed
  * says how far it got) and a later call carries on.
  */
-int kvmm_seq_seal(struct kvmm_seq *seq)
+int kvmm_mm_seq_seal(struct kvmm_seq *seq)
 {
 	uint32_t full, sealed = 0;
 	int ret;

@@ -9,7 +9,7 @@
  *   core.alloc_free_mag    kvmm_alloc_page + kvmm_free_page through a magazine, ns/page
  *   core.alloc_free_buddy  the same without a magazine (buddy split and merge), ns/page
  *   core.cache_insert      sequence create + append 256 tokens + seal (16 blocks), ns/block
- *   core.prefix_lookup     kvmm_prefix_lookup of a cached 4096-token prompt, ns/block
+ *   core.prefix_lookup     kvmm_mm_prefix_lookup of a cached 4096-token prompt, ns/block
  *   core.prefix_lookup_rate  the same as M blocks/s
  *   core.cache_key         kvmm_cache_key() alone (the keyed hash insert and lookup compute)
  *
@@ -126,15 +126,15 @@ static void run_insert(void *arg, uint64_t n)
 	int ret;
 
 	for (uint64_t i = 0; i < n; i++) {
-		ret = kvmm_seq_create(x->as, &x->seqs[i]);
+		ret = kvmm_mm_seq_create(x->as, &x->seqs[i]);
 		if (ret) {
 			x->seqs[i] = NULL;
 			set_err(x, ret);
 			return;
 		}
-		ret = kvmm_seq_append(x->seqs[i], seq_tokens, x->ins_tokens + i * seq_tokens);
+		ret = kvmm_mm_seq_append(x->seqs[i], seq_tokens, x->ins_tokens + i * seq_tokens);
 		if (!ret)
-			ret = kvmm_seq_seal(x->seqs[i]);
+			ret = kvmm_mm_seq_seal(x->seqs[i]);
 		if (ret != SEQ_BLOCKS) {
 			set_err(x, ret < 0 ? ret : -EPROTO);
 			return;
@@ -149,7 +149,7 @@ static void teardown_seqs(void *arg, uint64_t n)
 
 	for (uint64_t i = 0; i < n; i++) {
 		if (x->seqs[i])
-			kvmm_seq_free(x->seqs[i]);
+			kvmm_mm_seq_free(x->seqs[i]);
 		x->seqs[i] = NULL;
 	}
 }
@@ -171,7 +171,7 @@ static void setup_lookup(void *arg, uint64_t n)
 	int ret;
 
 	for (uint64_t i = 0; i < n; i++) {
-		ret = kvmm_seq_create(x->as, &x->seqs[i]);
+		ret = kvmm_mm_seq_create(x->as, &x->seqs[i]);
 		if (ret) {
 			x->seqs[i] = NULL;
 			set_err(x, ret);
@@ -187,7 +187,7 @@ static void run_lookup(void *arg, uint64_t n)
 	for (uint64_t i = 0; i < n; i++) {
 		if (__builtin_expect(!x->seqs[i], 0))
 			return;
-		ret = kvmm_prefix_lookup(x->seqs[i], x->prompt, x->prompt_len);
+		ret = kvmm_mm_prefix_lookup(x->seqs[i], x->prompt, x->prompt_len);
 		if (__builtin_expect((uint64_t)ret != x->prompt_len, 0)) {
 			set_err(x, ret < 0 ? ret : -EPROTO);
 			return;
@@ -240,13 +240,13 @@ static int cache_prompt(struct core_ctx *x)
 	/* ids unlike the insert case's counter, so the two never share a block */
 	for (uint64_t i = 0; i < x->prompt_len; i++)
 		x->prompt[i] = 0x80000000u | (uint32_t)(i * 2654435761u >> 1);
-	ret = kvmm_seq_create(x->as, &seq);
+	ret = kvmm_mm_seq_create(x->as, &seq);
 	if (ret)
 		return ret;
-	ret = kvmm_seq_append(seq, (uint32_t)x->prompt_len, x->prompt);
+	ret = kvmm_mm_seq_append(seq, (uint32_t)x->prompt_len, x->prompt);
 	if (!ret)
-		ret = kvmm_seq_seal(seq);
-	kvmm_seq_free(seq);
+		ret = kvmm_mm_seq_seal(seq);
+	kvmm_mm_seq_free(seq);
 	if (ret < 0)
 		return ret;
 	return ret == PROMPT_BLOCKS ? 0 : -EPROTO;

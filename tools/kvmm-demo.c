@@ -76,7 +76,7 @@ static void write_kv(struct kvmm_pool *pool, const struct kvmm_seq *seq, uint64_
 	const struct kvmm_fmt *fmt = &seq->as->fmt;
 	uint32_t block = (uint32_t)(pos / fmt->tokens_per_page);
 	uint32_t slot = (uint32_t)(pos % fmt->tokens_per_page);
-	uint8_t *page = kvmm_frame_addr(pool, kvmm_seq_frame(seq, block));
+	uint8_t *page = kvmm_pool_frame_addr(pool, kvmm_mm_seq_frame(seq, block));
 
 	page[kvmm_fmt_offset(fmt, 0, 0, slot)] = kv_byte(tok, pos);
 	page[kvmm_fmt_offset(fmt, fmt->layers - 1, 1, slot)] = kv_byte(tok, pos);
@@ -90,7 +90,7 @@ static int check_kv(struct kvmm_pool *pool, const struct kvmm_seq *seq, const ui
 	for (uint64_t pos = 0; pos < n; pos++) {
 		uint32_t block = (uint32_t)(pos / fmt->tokens_per_page);
 		uint32_t slot = (uint32_t)(pos % fmt->tokens_per_page);
-		uint8_t *page = kvmm_frame_addr(pool, kvmm_seq_frame(seq, block));
+		uint8_t *page = kvmm_pool_frame_addr(pool, kvmm_mm_seq_frame(seq, block));
 
 		if (page[kvmm_fmt_offset(fmt, 0, 0, slot)] != kv_byte(toks[pos], pos) ||
 		    page[kvmm_fmt_offset(fmt, fmt->layers - 1, 1, slot)] !=
@@ -118,10 +118,10 @@ static int run_turn(struct kvmm_pool *pool, struct kvmm_aspace *as, struct agent
 	}
 	prompt_len = a->len;
 
-	ret = kvmm_seq_create(as, &seq);
+	ret = kvmm_mm_seq_create(as, &seq);
 	if (ret)
 		return ret;
-	mapped = kvmm_prefix_lookup(seq, a->hist, prompt_len);
+	mapped = kvmm_mm_prefix_lookup(seq, a->hist, prompt_len);
 	if (mapped < 0) {
 		ret = mapped;
 		goto out_free;
@@ -133,7 +133,7 @@ static int run_turn(struct kvmm_pool *pool, struct kvmm_aspace *as, struct agent
 		goto out_free;
 
 	/* prefill: the part of the prompt that missed, in one append */
-	ret = kvmm_seq_append(seq, (uint32_t)(prompt_len - (uint64_t)mapped), a->hist + mapped);
+	ret = kvmm_mm_seq_append(seq, (uint32_t)(prompt_len - (uint64_t)mapped), a->hist + mapped);
 	if (ret)
 		goto out_free;
 	for (uint64_t pos = (uint64_t)mapped; pos < prompt_len; pos++)
@@ -146,16 +146,16 @@ static int run_turn(struct kvmm_pool *pool, struct kvmm_aspace *as, struct agent
 		ret = hist_push(a, tok);
 		if (ret)
 			goto out_free;
-		ret = kvmm_seq_append(seq, 1, &tok);
+		ret = kvmm_mm_seq_append(seq, 1, &tok);
 		if (ret)
 			goto out_free;
 		write_kv(pool, seq, a->len - 1, tok);
 	}
-	ret = kvmm_seq_seal(seq);
+	ret = kvmm_mm_seq_seal(seq);
 	if (ret > 0)
 		ret = 0;
 out_free:
-	kvmm_seq_free(seq);
+	kvmm_mm_seq_free(seq);
 	return ret;
 }
 

@@ -122,7 +122,7 @@ static void seq_untrack(struct kvmm_session *s, struct kvmm_ipc_seq *is)
 {
 	if (is->pin_depth)
 		pins_drop(s->as->pool, is, is->pin_depth);
-	kvmm_seq_free(is->seq);
+	kvmm_mm_seq_free(is->seq);
 	kvmm_htable_del(&is->node);
 	s->nr_seqs--;
 	free(is);
@@ -349,11 +349,11 @@ static int do_seq_create(struct kvmm_session *s, const void *p, void *rp, size_t
 		return -E2BIG;
 	if (s->nr_seqs >= KVMM_SESSION_MAX_SEQS)
 		return -ENOSPC;
-	ret = kvmm_seq_create(s->as, &seq);
+	ret = kvmm_mm_seq_create(s->as, &seq);
 	if (ret)
 		return ret;
 	seq->priority = req.priority;
-	ret = kvmm_seq_append(seq, (uint32_t)req.nr_tokens, NULL);
+	ret = kvmm_mm_seq_append(seq, (uint32_t)req.nr_tokens, NULL);
 	if (ret)
 		goto out_free;
 	is = seq_track(s, seq);
@@ -368,7 +368,7 @@ static int do_seq_create(struct kvmm_session *s, const void *p, void *rp, size_t
 	return 0;
 
 out_free:
-	kvmm_seq_free(seq);
+	kvmm_mm_seq_free(seq);
 	return ret;
 }
 
@@ -386,15 +386,15 @@ static int do_seq_append(struct kvmm_session *s, const void *p, void *rp, size_t
 		return ret;
 	old_blocks = is->seq->nblocks;
 	if (old_blocks)
-		old_tail = kvmm_seq_frame(is->seq, old_blocks - 1);
+		old_tail = kvmm_mm_seq_frame(is->seq, old_blocks - 1);
 	/* proto.c checked that nr_tokens ids follow, so it fits in one record */
-	ret = kvmm_seq_append(is->seq, (uint32_t)req.nr_tokens,
-			      (const uint32_t *)((const uint8_t *)p + sizeof(req)));
+	ret = kvmm_mm_seq_append(is->seq, (uint32_t)req.nr_tokens,
+				 (const uint32_t *)((const uint8_t *)p + sizeof(req)));
 	if (ret)
 		return ret;
 	first = old_blocks;
 	/* a copy-on-write of the shared partial tail gave that block a new frame too */
-	if (old_blocks && kvmm_seq_frame(is->seq, old_blocks - 1) != old_tail)
+	if (old_blocks && kvmm_mm_seq_frame(is->seq, old_blocks - 1) != old_tail)
 		first = old_blocks - 1;
 	rep->nr_tokens = is->seq->ntokens;
 	rep->nr_blocks = is->seq->nblocks;
@@ -419,11 +419,11 @@ static int do_seq_fork(struct kvmm_session *s, const void *p, void *rp, size_t *
 		return -EINVAL;
 	if (s->nr_seqs >= KVMM_SESSION_MAX_SEQS)
 		return -ENOSPC;
-	ret = kvmm_seq_fork(is->seq, &seq);
+	ret = kvmm_mm_seq_fork(is->seq, &seq);
 	if (ret)
 		return ret;
 	if (req.nr_tokens != KVMM_SEQ_ALL_TOKENS) {
-		ret = kvmm_seq_truncate(seq, req.nr_tokens);
+		ret = kvmm_mm_seq_truncate(seq, req.nr_tokens);
 		if (ret)
 			goto out_free;
 	}
@@ -439,7 +439,7 @@ static int do_seq_fork(struct kvmm_session *s, const void *p, void *rp, size_t *
 	return 0;
 
 out_free:
-	kvmm_seq_free(seq);
+	kvmm_mm_seq_free(seq);
 	return ret;
 }
 
@@ -453,7 +453,7 @@ static int do_seq_truncate(struct kvmm_session *s, const void *p)
 	ret = lookup(s, req.seq, true, &is);
 	if (ret)
 		return ret;
-	return kvmm_seq_truncate(is->seq, req.nr_tokens);
+	return kvmm_mm_seq_truncate(is->seq, req.nr_tokens);
 }
 
 static int do_seq_free(struct kvmm_session *s, const void *p)
@@ -476,7 +476,7 @@ static int do_seq_free(struct kvmm_session *s, const void *p)
  * prefix (the sequence's own ids, then the new ones) into a scratch sequence and move the
  * blocks past k over: their references pass to @seq as they are; the scratch sequence's
  * extra references on blocks [0, k) are dropped when it is freed.  The re-walked blocks are
- * taken off the hit counter again.  TODO(core): a kvmm_prefix_lookup() that starts at the end
+ * taken off the hit counter again.  TODO(core): a kvmm_mm_prefix_lookup() that starts at the end
  * of a fully sealed sequence would make this copy and re-hash unnecessary.
  */
 static int lookup_continue(struct kvmm_session *s, struct kvmm_seq *seq, const uint32_t *tokens,
@@ -496,10 +496,10 @@ static int lookup_continue(struct kvmm_session *s, struct kvmm_seq *seq, const u
 		return -ENOMEM;
 	memcpy(all, seq->tokens, have * sizeof(*all));
 	memcpy(all + have, tokens, (size_t)n * sizeof(*all));
-	ret = kvmm_seq_create(s->as, &tmp);
+	ret = kvmm_mm_seq_create(s->as, &tmp);
 	if (ret)
 		goto out_free;
-	ret = kvmm_prefix_lookup(tmp, all, have + n);
+	ret = kvmm_mm_prefix_lookup(tmp, all, have + n);
 	if (ret < 0)
 		goto out_seq;
 	h = tmp->nblocks;
@@ -507,7 +507,7 @@ static int lookup_continue(struct kvmm_session *s, struct kvmm_seq *seq, const u
 	ret = 0;
 	if (h <= k)
 		goto out_seq;
-	ret = kvmm_seq_reserve(seq, h);
+	ret = kvmm_mm_seq_reserve(seq, h);
 	if (ret)
 		goto out_seq;
 	for (b = k; b < h; b++)
@@ -520,11 +520,11 @@ static int lookup_continue(struct kvmm_session *s, struct kvmm_seq *seq, const u
 	seq->nsealed = h;
 	seq->ntokens = (uint64_t)h * tpp;
 out_seq:
-	kvmm_seq_free(tmp);
+	kvmm_mm_seq_free(tmp);
 	/* the PTEs' SHARED bits follow the final reference counts */
 	for (b = k; b < seq->nblocks; b++)
-		seq->pte[b] = kvmm_seq_mk_pte(
-			pool, kvmm_frame_to_page(pool, kvmm_seq_frame(seq, b)), true);
+		seq->pte[b] = kvmm_mm_seq_mk_pte(
+			pool, kvmm_frame_to_page(pool, kvmm_mm_seq_frame(seq, b)), true);
 out_free:
 	free(all);
 	return ret;
@@ -549,7 +549,7 @@ static int do_prefix_lookup(struct kvmm_session *s, const void *p, void *rp, siz
 	if (is->seq->ntokens)
 		ret = lookup_continue(s, is->seq, tokens, req.nr_tokens);
 	else
-		ret = kvmm_prefix_lookup(is->seq, tokens, req.nr_tokens);
+		ret = kvmm_mm_prefix_lookup(is->seq, tokens, req.nr_tokens);
 	if (ret < 0)
 		return ret;
 	memset(rep, 0, sizeof(*rep));
@@ -635,7 +635,7 @@ static int do_pin(struct kvmm_session *s, const void *p, bool pin, void *rp, siz
 				goto out_marks;
 			}
 			for (j = 0; j < seq->nblocks; j++) {
-				uint32_t f = kvmm_seq_frame(seq, j);
+				uint32_t f = kvmm_mm_seq_frame(seq, j);
 
 				if (f != KVMM_FRAME_NONE)
 					v[i]->pinned[v[i]->nr_pinned++] = f;

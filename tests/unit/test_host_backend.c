@@ -335,7 +335,8 @@ static void test_pool(void **state)
 	assert_int_equal(nr, 2);
 	assert_int_equal(cs, 8 * PS);
 	assert_ptr_not_equal(kvmm_host_backend_base(&a->be), kvmm_host_backend_base(&b->be));
-	assert_ptr_equal(kvmm_frame_addr(a, 9), (char *)kvmm_host_backend_base(&a->be) + 9 * PS);
+	assert_ptr_equal(kvmm_pool_frame_addr(a, 9),
+			 (char *)kvmm_host_backend_base(&a->be) + 9 * PS);
 
 	/* a frame written for namespace x is zero when y gets it */
 	assert_int_equal(kvmm_ns_create(a, "x", 0, 0, &x), 0);
@@ -343,7 +344,7 @@ static void test_pool(void **state)
 	pg = kvmm_alloc_page(a, x, NULL);
 	assert_non_null(pg);
 	frame = kvmm_page_to_frame(a, pg);
-	p = kvmm_frame_addr(a, frame);
+	p = kvmm_pool_frame_addr(a, frame);
 	memset(p, 0x77, PS);
 	kvmm_free_page(a, pg, NULL);
 	do {

@@ -1253,7 +1253,7 @@ static void test_host_backend_fds(void **state)
 
 	/* the daemon sees the bytes at the same frame */
 	pthread_mutex_lock(&pool->lock);
-	daemon_view = kvmm_frame_addr(pool, (uint32_t)fa[0]);
+	daemon_view = kvmm_pool_frame_addr(pool, (uint32_t)fa[0]);
 	pthread_mutex_unlock(&pool->lock);
 	assert_non_null(daemon_view);
 	assert_int_equal(daemon_view[0], 0x5a);

@@ -9,7 +9,7 @@
  * sequence is an array of token ids plus the number of leading blocks sealed.  After every
  * operation the touched sequences are compared with the model: length, blocks, token ids,
  * sealed blocks, and the KV bytes themselves.  At append the test writes into each new token's
- * slot of the KV page (through kvmm_frame_addr and the format's offsets) a signature that is a
+ * slot of the KV page (through kvmm_pool_frame_addr and the format's offsets) a signature that is a
  * hash of the whole prefix up to that token, as real attention KV depends on the whole prefix;
  * every later read of any sequence (after forks, copy-on-write, truncation, sealing with
  * deduplication, cache hits) must find exactly the signatures its model tokens imply, so a
@@ -212,7 +212,7 @@ static bool keyset_has(const struct keyset *s, uint64_t key)
 
 static unsigned char *slot_addr(struct model *m, uint32_t frame)
 {
-	unsigned char *base = kvmm_frame_addr(m->pool, frame);
+	unsigned char *base = kvmm_pool_frame_addr(m->pool, frame);
 
 	MCHECK(m, base != NULL, "frame %u has no address", frame);
 	return base;
@@ -295,7 +295,7 @@ static void verify_seq(struct model *m, const struct mseq *s)
 	MCHECK(m, !s->len || !memcmp(r->tokens, s->tok, s->len * sizeof(uint32_t)),
 	       "seq %" PRIu64 ": token ids differ from the model", r->id);
 	for (uint32_t b = 0; b < nblocks; b++) {
-		uint32_t frame = kvmm_seq_frame(r, b);
+		uint32_t frame = kvmm_mm_seq_frame(r, b);
 		const struct kvmm_page *pg;
 
 		MCHECK(m, frame < m->pool->nframes, "seq %" PRIu64 " block %u: frame %u", r->id, b,
@@ -343,8 +343,8 @@ static void op_create(struct model *m)
 	int ret;
 
 	m->opname = "create";
-	ret = kvmm_seq_create(m->as[as], &r);
-	MCHECK(m, ret == 0, "kvmm_seq_create: %d", ret);
+	ret = kvmm_mm_seq_create(m->as[as], &r);
+	MCHECK(m, ret == 0, "kvmm_mm_seq_create: %d", ret);
 	s = mseq_new(m, as);
 	s->real = r;
 	s->doc = chance(m, 60) ? (int)rnd_below(m, NR_DOCS) : -1;
@@ -356,7 +356,7 @@ static void op_free(struct model *m)
 	uint32_t i = rnd_below(m, m->nseqs);
 
 	m->opname = "free";
-	kvmm_seq_free(m->seqs[i]->real);
+	kvmm_mm_seq_free(m->seqs[i]->real);
 	mseq_drop(m, i);
 }
 
@@ -368,7 +368,8 @@ static uint32_t append_need(struct model *m, const struct mseq *s, uint32_t n, b
 
 	*cow = false;
 	if (s->len % tpp) {
-		const struct kvmm_page *pg = &m->pool->pages[kvmm_seq_frame(s->real, s->len / tpp)];
+		const struct kvmm_page *pg =
+			&m->pool->pages[kvmm_mm_seq_frame(s->real, s->len / tpp)];
 
 		*cow = pg->refcount > 1 || (pg->flags & KVMM_PG_SEALED);
 	}
@@ -403,7 +404,7 @@ static void op_append(struct model *m)
 	}
 	need = append_need(m, s, n, &cow);
 
-	ret = kvmm_seq_append(s->real, n, tok);
+	ret = kvmm_mm_seq_append(s->real, n, tok);
 	if (ret == -ENOMEM) {
 		uint32_t nfree = kvmm_pool_nr_free(m->pool);
 		bool ns_full = ns->limit && !ns->cached && (uint64_t)ns->used + need > ns->limit;
@@ -418,14 +419,14 @@ static void op_append(struct model *m)
 		verify_seq(m, s); /* unchanged */
 		return;
 	}
-	MCHECK(m, ret == 0, "kvmm_seq_append(%u): %d", n, ret);
+	MCHECK(m, ret == 0, "kvmm_mm_seq_append(%u): %d", n, ret);
 	m->n_cow += cow;
 	memcpy(&s->tok[old], tok, n * sizeof(uint32_t));
 	s->len += n;
 	sig_fill(s->tok, s->sig, old, s->len);
 	/* the engine's part: write the new tokens' KV into the pages the sequence maps now */
 	for (uint32_t p = old; p < s->len; p++)
-		sig_write(m, f, kvmm_seq_frame(s->real, p / tpp), p % tpp, s->sig[p]);
+		sig_write(m, f, kvmm_mm_seq_frame(s->real, p / tpp), p % tpp, s->sig[p]);
 	verify_seq(m, s);
 }
 
@@ -436,8 +437,8 @@ static void op_fork(struct model *m)
 	int ret;
 
 	m->opname = "fork";
-	ret = kvmm_seq_fork(src->real, &r);
-	MCHECK(m, ret == 0, "kvmm_seq_fork: %d", ret);
+	ret = kvmm_mm_seq_fork(src->real, &r);
+	MCHECK(m, ret == 0, "kvmm_mm_seq_fork: %d", ret);
 	s = mseq_new(m, src->as);
 	memcpy(s, src, sizeof(*s));
 	s->real = r;
@@ -453,7 +454,7 @@ static void op_truncate(struct model *m)
 
 	m->opname = "truncate";
 	if (chance(m, 5)) {
-		ret = kvmm_seq_truncate(s->real, (uint64_t)s->len + 1 + rnd_below(m, 100));
+		ret = kvmm_mm_seq_truncate(s->real, (uint64_t)s->len + 1 + rnd_below(m, 100));
 		MCHECK(m, ret == -EINVAL, "truncate past the end: %d", ret);
 		verify_seq(m, s);
 		return;
@@ -462,8 +463,8 @@ static void op_truncate(struct model *m)
 	len = rnd_below(m, s->len + 1);
 	if (chance(m, 30))
 		len -= len % tpp;
-	ret = kvmm_seq_truncate(s->real, len);
-	MCHECK(m, ret == 0, "kvmm_seq_truncate(%u of %u): %d", len, s->len, ret);
+	ret = kvmm_mm_seq_truncate(s->real, len);
+	MCHECK(m, ret == 0, "kvmm_mm_seq_truncate(%u of %u): %d", len, s->len, ret);
 	s->len = len;
 	if (s->nsealed > len / tpp)
 		s->nsealed = len / tpp;
@@ -479,13 +480,13 @@ static void op_seal(struct model *m)
 
 	m->opname = "seal";
 	for (uint32_t b = s->nsealed; b < full; b++)
-		before[b] = kvmm_seq_frame(s->real, b);
-	ret = kvmm_seq_seal(s->real);
-	MCHECK(m, ret >= 0 && (uint32_t)ret == full - s->nsealed, "kvmm_seq_seal: %d, expected %u",
-	       ret, full - s->nsealed);
+		before[b] = kvmm_mm_seq_frame(s->real, b);
+	ret = kvmm_mm_seq_seal(s->real);
+	MCHECK(m, ret >= 0 && (uint32_t)ret == full - s->nsealed,
+	       "kvmm_mm_seq_seal: %d, expected %u", ret, full - s->nsealed);
 	for (uint32_t b = s->nsealed; b < full; b++) {
 		keyset_add(&m->sealed, seal_key(s->as, s->sig[(b + 1) * tpp - 1]));
-		m->n_dedup_seal += kvmm_seq_frame(s->real, b) != before[b];
+		m->n_dedup_seal += kvmm_mm_seq_frame(s->real, b) != before[b];
 	}
 	s->nsealed = full;
 	verify_seq(m, s);
@@ -546,10 +547,10 @@ static void op_lookup(struct model *m)
 			lower = b;
 	}
 
-	ret = kvmm_seq_create(m->as[as], &r);
-	MCHECK(m, ret == 0, "kvmm_seq_create: %d", ret);
-	ret = kvmm_prefix_lookup(r, m->prompt, n);
-	MCHECK(m, ret >= 0, "kvmm_prefix_lookup(%u tokens): %d", n, ret);
+	ret = kvmm_mm_seq_create(m->as[as], &r);
+	MCHECK(m, ret == 0, "kvmm_mm_seq_create: %d", ret);
+	ret = kvmm_mm_prefix_lookup(r, m->prompt, n);
+	MCHECK(m, ret >= 0, "kvmm_mm_prefix_lookup(%u tokens): %d", n, ret);
 	got = (uint32_t)ret;
 	MCHECK(m, got % tpp == 0 && got <= n, "lookup of %u tokens returned %u (tpp %u)", n, got,
 	       tpp);
@@ -573,7 +574,7 @@ static void op_lookup(struct model *m)
 	verify_seq(m, s);
 	/* keep it as a sequence that can grow, unless it cannot */
 	if (s->len > max_len(m, s)) {
-		kvmm_seq_free(r);
+		kvmm_mm_seq_free(r);
 		mseq_drop(m, m->nseqs - 1);
 	}
 }
@@ -630,7 +631,7 @@ static void full_check(struct model *m)
 		const struct mseq *s = m->seqs[i];
 
 		for (uint32_t b = 0; b < s->real->nblocks; b++)
-			m->pte_count[kvmm_seq_frame(s->real, b)]++;
+			m->pte_count[kvmm_mm_seq_frame(s->real, b)]++;
 	}
 	for (uint32_t fr = 0; fr < m->pool->nframes; fr++) {
 		const struct kvmm_page *pg = &m->pool->pages[fr];

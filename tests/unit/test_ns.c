@@ -163,31 +163,31 @@ static void test_accounting_exact(void **state)
 	assert_int_equal(kvmm_aspace_create(f->pool, b, &f->fmt, NULL, &as_b), 0);
 	assert_charged(a, 0, 0);
 
-	assert_int_equal(kvmm_seq_create(as, &s1), 0);
-	assert_int_equal(kvmm_seq_append(s1, 3 * TPP + 4, t), 0);
+	assert_int_equal(kvmm_mm_seq_create(as, &s1), 0);
+	assert_int_equal(kvmm_mm_seq_append(s1, 3 * TPP + 4, t), 0);
 	assert_charged(a, 4, 0);
-	assert_int_equal(kvmm_seq_fork(s1, &s2), 0);
+	assert_int_equal(kvmm_mm_seq_fork(s1, &s2), 0);
 	assert_charged(a, 4, 0); /* shared, charged once */
-	assert_int_equal(kvmm_seq_append(s2, 1, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_append(s2, 1, NULL), 0);
 	assert_charged(a, 5, 0); /* the copy */
-	assert_int_equal(kvmm_seq_seal(s1), 3);
-	kvmm_seq_free(s1);
+	assert_int_equal(kvmm_mm_seq_seal(s1), 3);
+	kvmm_mm_seq_free(s1);
 	assert_charged(a, 4, 0); /* s2 still maps every sealed page */
-	kvmm_seq_free(s2);
+	kvmm_mm_seq_free(s2);
 	assert_charged(a, 0, 3); /* the sealed pages stay, as cached */
 
-	assert_int_equal(kvmm_seq_create(as, &s3), 0);
-	assert_int_equal(kvmm_prefix_lookup(s3, t, 4 * TPP), 3 * TPP);
+	assert_int_equal(kvmm_mm_seq_create(as, &s3), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(s3, t, 4 * TPP), 3 * TPP);
 	assert_charged(a, 3, 0);
-	assert_int_equal(kvmm_seq_truncate(s3, TPP), 0);
+	assert_int_equal(kvmm_mm_seq_truncate(s3, TPP), 0);
 	assert_charged(a, 1, 2);
 	assert_int_equal(kvmm_reclaim(f->pool, a, 1), 1);
 	assert_charged(a, 1, 1);
 
 	/* the other namespace is charged for its own pages only */
-	assert_int_equal(kvmm_seq_create(as_b, &s1), 0);
-	assert_int_equal(kvmm_seq_append(s1, 2 * TPP, t), 0);
-	assert_int_equal(kvmm_seq_seal(s1), 2);
+	assert_int_equal(kvmm_mm_seq_create(as_b, &s1), 0);
+	assert_int_equal(kvmm_mm_seq_append(s1, 2 * TPP, t), 0);
+	assert_int_equal(kvmm_mm_seq_seal(s1), 2);
 	assert_charged(b, 2, 0);
 	assert_charged(a, 1, 1);
 	kvmm_aspace_destroy(as_b);
@@ -205,11 +205,11 @@ static void test_set_limit_drops_own_cache(void **state)
 
 	assert_int_equal(kvmm_ns_create(f->pool, "a", 0, 0, &a), 0);
 	assert_int_equal(kvmm_aspace_create(f->pool, a, &f->fmt, NULL, &as), 0);
-	assert_int_equal(kvmm_seq_create(as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, 6 * TPP, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_create(as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 6 * TPP, NULL), 0);
 	/* identical blocks of zeros still chain to distinct keys, so 6 entries */
-	assert_int_equal(kvmm_seq_seal(seq), 6);
-	assert_int_equal(kvmm_seq_truncate(seq, 2 * TPP), 0);
+	assert_int_equal(kvmm_mm_seq_seal(seq), 6);
+	assert_int_equal(kvmm_mm_seq_truncate(seq, 2 * TPP), 0);
 	assert_charged(a, 2, 4);
 
 	assert_int_equal(kvmm_ns_set_limit(a, 4), 0);
@@ -218,9 +218,9 @@ static void test_set_limit_drops_own_cache(void **state)
 	/* below what is mapped: the cache goes, the mapped pages stay */
 	assert_int_equal(kvmm_ns_set_limit(a, 1), 0);
 	assert_charged(a, 2, 0);
-	assert_int_equal(kvmm_seq_append(seq, TPP, NULL), -ENOMEM);
+	assert_int_equal(kvmm_mm_seq_append(seq, TPP, NULL), -ENOMEM);
 	assert_int_equal(kvmm_ns_set_limit(a, 0), 0);
-	assert_int_equal(kvmm_seq_append(seq, TPP, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, TPP, NULL), 0);
 	assert_charged(a, 3, 0);
 	assert_int_equal(kvmm_ns_set_limit(NULL, 0), -EINVAL);
 	kvmm_aspace_destroy(as);
@@ -239,9 +239,9 @@ static void test_destroy_busy_while_mapped(void **state)
 	assert_int_equal(kvmm_ns_create(f->pool, "a", 0, 0, &a), 0);
 	assert_int_equal(kvmm_aspace_create(f->pool, a, &f->fmt, NULL, &as), 0);
 	assert_int_equal(kvmm_ns_destroy(a), -EBUSY); /* an address space belongs to it */
-	assert_int_equal(kvmm_seq_create(as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, 2 * TPP, NULL), 0);
-	assert_int_equal(kvmm_seq_seal(seq), 2);
+	assert_int_equal(kvmm_mm_seq_create(as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 2 * TPP, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_seal(seq), 2);
 	assert_int_equal(kvmm_ns_destroy(a), -EBUSY);
 	kvmm_aspace_destroy(as);
 	assert_charged(a, 0, 2);
@@ -274,10 +274,10 @@ static void test_reused_id_never_sees_old_data(void **state)
 
 	assert_int_equal(kvmm_ns_create(f->pool, "a", 0, 0, &a), 0);
 	assert_int_equal(kvmm_aspace_create(f->pool, a, &f->fmt, NULL, &as), 0);
-	assert_int_equal(kvmm_seq_create(as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, 1, NULL), 0);
-	frame = kvmm_seq_frame(seq, 0);
-	p = kvmm_frame_addr(f->pool, frame);
+	assert_int_equal(kvmm_mm_seq_create(as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 1, NULL), 0);
+	frame = kvmm_mm_seq_frame(seq, 0);
+	p = kvmm_pool_frame_addr(f->pool, frame);
 	memset(p, 0x77, PAGE_SZ);
 	kvmm_aspace_destroy(as);
 	assert_int_equal(kvmm_ns_destroy(a), 0);
@@ -287,9 +287,9 @@ static void test_reused_id_never_sees_old_data(void **state)
 	assert_int_equal(b->id, 1);
 	scrubs = f->pool->stat[KVMM_STAT_SCRUB];
 	assert_int_equal(kvmm_aspace_create(f->pool, b, &f->fmt, NULL, &as), 0);
-	assert_int_equal(kvmm_seq_create(as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, 1, NULL), 0);
-	assert_int_equal(kvmm_seq_frame(seq, 0), frame);
+	assert_int_equal(kvmm_mm_seq_create(as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 1, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_frame(seq, 0), frame);
 	assert_true(f->pool->stat[KVMM_STAT_SCRUB] > scrubs);
 	for (i = 0; i < PAGE_SZ; i++)
 		assert_int_equal(p[i], 0);

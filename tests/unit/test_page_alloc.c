@@ -364,21 +364,21 @@ static void test_frame_addr(void **state)
 {
 	struct kvmm_pool *pool = make_pool(16);
 	const struct kvmm_backend_ops *ops = pool->be.ops;
-	char *base = kvmm_frame_addr(pool, 0);
+	char *base = kvmm_pool_frame_addr(pool, 0);
 	uint32_t f;
 
 	(void)state;
 	assert_non_null(base);
 	for (f = 0; f < 16; f++) {
-		char *a = kvmm_frame_addr(pool, f);
+		char *a = kvmm_pool_frame_addr(pool, f);
 
 		assert_ptr_equal(a, base + (size_t)f * PAGE_SZ);
 		assert_int_equal(a[0], 0); /* fresh memory is zero */
 		memset(a, (int)f + 1, PAGE_SZ);
 	}
-	assert_null(kvmm_frame_addr(pool, 16));
-	assert_null(kvmm_frame_addr(pool, KVMM_FRAME_NONE));
-	assert_null(kvmm_frame_addr(NULL, 0));
+	assert_null(kvmm_pool_frame_addr(pool, 16));
+	assert_null(kvmm_pool_frame_addr(pool, KVMM_FRAME_NONE));
+	assert_null(kvmm_pool_frame_addr(NULL, 0));
 
 	assert_int_equal(ops->copy(&pool->be, 3, 5, PAGE_SZ), 0);
 	assert_int_equal(base[3 * PAGE_SZ + PAGE_SZ - 1], 6);
@@ -874,10 +874,10 @@ static void test_ns_limit_reclaims_own_cache(void **state)
 	for (i = 0; i < 2 * tpp; i++)
 		tok[i] = i + 1;
 	assert_int_equal(kvmm_aspace_create(pool, ns, &fmt, NULL, &as), 0);
-	assert_int_equal(kvmm_seq_create(as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, 2 * tpp, tok), 0);
-	assert_int_equal(kvmm_seq_seal(seq), 2);
-	kvmm_seq_free(seq); /* both sealed pages stay cached, charged to ns */
+	assert_int_equal(kvmm_mm_seq_create(as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 2 * tpp, tok), 0);
+	assert_int_equal(kvmm_mm_seq_seal(seq), 2);
+	kvmm_mm_seq_free(seq); /* both sealed pages stay cached, charged to ns */
 	assert_int_equal(ns->used, 0);
 	assert_int_equal(ns->cached, 2);
 
@@ -923,10 +923,10 @@ static void test_direct_reclaim_evicts_cache(void **state)
 	for (i = 0; i < 4 * tpp; i++)
 		tok[i] = 7 * i + 3;
 	assert_int_equal(kvmm_aspace_create(pool, ns, &fmt, NULL, &as), 0);
-	assert_int_equal(kvmm_seq_create(as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, 4 * tpp, tok), 0);
-	assert_int_equal(kvmm_seq_seal(seq), 4);
-	kvmm_seq_free(seq);
+	assert_int_equal(kvmm_mm_seq_create(as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 4 * tpp, tok), 0);
+	assert_int_equal(kvmm_mm_seq_seal(seq), 4);
+	kvmm_mm_seq_free(seq);
 	assert_int_equal(ns->cached, 4);
 	assert_int_equal(kvmm_pool_nr_free(pool), 12);
 
@@ -970,7 +970,7 @@ static void test_scrub(void **state)
 	pg = kvmm_alloc_page(pool, a, NULL);
 	assert_non_null(pg);
 	assert_int_equal(pool->stat[KVMM_STAT_SCRUB], 0); /* fresh memory is clean */
-	mem = kvmm_frame_addr(pool, kvmm_page_to_frame(pool, pg));
+	mem = kvmm_pool_frame_addr(pool, kvmm_page_to_frame(pool, pg));
 	memset(mem, 0xab, PAGE_SZ);
 	kvmm_free_page(pool, pg, NULL);
 

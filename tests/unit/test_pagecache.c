@@ -91,17 +91,17 @@ static struct kvmm_seq *sealed_seq(struct kvmm_aspace *as, const uint32_t *t, ui
 	struct kvmm_seq *seq;
 	uint32_t b;
 
-	assert_int_equal(kvmm_seq_create(as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, n, t), 0);
+	assert_int_equal(kvmm_mm_seq_create(as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, n, t), 0);
 	for (b = 0; b < seq->nblocks; b++)
-		memset(kvmm_frame_addr(as->pool, kvmm_seq_frame(seq, b)), tag + b, PAGE_SZ);
-	assert_int_equal(kvmm_seq_seal(seq), (int)(n / TPP));
+		memset(kvmm_pool_frame_addr(as->pool, kvmm_mm_seq_frame(seq, b)), tag + b, PAGE_SZ);
+	assert_int_equal(kvmm_mm_seq_seal(seq), (int)(n / TPP));
 	return seq;
 }
 
 static void assert_frame_tag(struct kvmm_pool *pool, uint32_t frame, unsigned char v)
 {
-	const unsigned char *p = kvmm_frame_addr(pool, frame);
+	const unsigned char *p = kvmm_pool_frame_addr(pool, frame);
 
 	assert_non_null(p);
 	assert_int_equal(p[0], v);
@@ -110,8 +110,8 @@ static void assert_frame_tag(struct kvmm_pool *pool, uint32_t frame, unsigned ch
 
 static int lookup(struct kvmm_aspace *as, const uint32_t *t, uint64_t n, struct kvmm_seq **out)
 {
-	assert_int_equal(kvmm_seq_create(as, out), 0);
-	return kvmm_prefix_lookup(*out, t, n);
+	assert_int_equal(kvmm_mm_seq_create(as, out), 0);
+	return kvmm_mm_prefix_lookup(*out, t, n);
 }
 
 /* ---- hits --------------------------------------------------------------------------------- */
@@ -134,9 +134,9 @@ static void test_seal_then_lookup_maps_same_frames(void **state)
 	assert_int_equal(b->nsealed, 3);
 	assert_memory_equal(b->tokens, t, 3 * TPP * sizeof(*t));
 	for (i = 0; i < 3; i++) {
-		uint32_t frame = kvmm_seq_frame(b, i);
+		uint32_t frame = kvmm_mm_seq_frame(b, i);
 
-		assert_int_equal(frame, kvmm_seq_frame(a, i));
+		assert_int_equal(frame, kvmm_mm_seq_frame(a, i));
 		assert_int_equal(kvmm_frame_to_page(f->pool, frame)->refcount, 2);
 		assert_true(b->pte[i] & KVMM_PTE_SEALED);
 		assert_true(b->pte[i] & KVMM_PTE_SHARED);
@@ -150,7 +150,7 @@ static void test_seal_then_lookup_maps_same_frames(void **state)
 	check(f->pool);
 
 	/* the prompt's remainder is appended as usual, into a new page */
-	assert_int_equal(kvmm_seq_append(b, TPP, t + 3 * TPP), 0);
+	assert_int_equal(kvmm_mm_seq_append(b, TPP, t + 3 * TPP), 0);
 	assert_int_equal(b->nblocks, 4);
 	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 0);
 	check(f->pool);
@@ -165,9 +165,9 @@ static void test_lookup_of_cached_pages(void **state)
 	uint32_t f0, f1;
 
 	a = sealed_seq(f->as, t, 2 * TPP, 0x20);
-	f0 = kvmm_seq_frame(a, 0);
-	f1 = kvmm_seq_frame(a, 1);
-	kvmm_seq_free(a);
+	f0 = kvmm_mm_seq_frame(a, 0);
+	f1 = kvmm_mm_seq_frame(a, 1);
+	kvmm_mm_seq_free(a);
 	assert_int_equal(f->ns->cached, 2);
 	assert_int_equal(f->ns->used, 0);
 	assert_int_equal(f->pool->lru.nr_inactive, 2);
@@ -175,8 +175,8 @@ static void test_lookup_of_cached_pages(void **state)
 
 	/* a hit on an unmapped page takes it off the LRU and charges it as used again */
 	assert_int_equal(lookup(f->as, t, 2 * TPP, &b), 2 * TPP);
-	assert_int_equal(kvmm_seq_frame(b, 0), f0);
-	assert_int_equal(kvmm_seq_frame(b, 1), f1);
+	assert_int_equal(kvmm_mm_seq_frame(b, 0), f0);
+	assert_int_equal(kvmm_mm_seq_frame(b, 1), f1);
 	assert_int_equal(f->ns->cached, 0);
 	assert_int_equal(f->ns->used, 2);
 	assert_int_equal(f->pool->lru.nr_inactive, 0);
@@ -201,28 +201,28 @@ static void test_partial_match(void **state)
 	/* differs in the 3rd block: the first two hit */
 	q[2 * TPP + 7]++;
 	assert_int_equal(lookup(f->as, q, 4 * TPP, &b), 2 * TPP);
-	assert_int_equal(kvmm_seq_frame(b, 1), kvmm_seq_frame(a, 1));
+	assert_int_equal(kvmm_mm_seq_frame(b, 1), kvmm_mm_seq_frame(a, 1));
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_MISS], 1);
-	kvmm_seq_free(b);
+	kvmm_mm_seq_free(b);
 
 	/* a later block equal to the cached one does not hit after a miss: keys chain */
 	q[2 * TPP + 7]--;
 	q[TPP]++;
 	assert_int_equal(lookup(f->as, q, 4 * TPP, &b), TPP);
-	kvmm_seq_free(b);
+	kvmm_mm_seq_free(b);
 
 	/* the very first token differs: nothing */
 	q[TPP]--;
 	q[0]++;
 	assert_int_equal(lookup(f->as, q, 4 * TPP, &b), 0);
 	assert_int_equal(b->nblocks, 0);
-	kvmm_seq_free(b);
+	kvmm_mm_seq_free(b);
 
 	/* a prompt shorter than a block, or a truncated prompt, maps whole blocks only */
 	assert_int_equal(lookup(f->as, t, TPP - 1, &b), 0);
-	kvmm_seq_free(b);
+	kvmm_mm_seq_free(b);
 	assert_int_equal(lookup(f->as, t, 3 * TPP - 1, &b), 2 * TPP);
-	kvmm_seq_free(b);
+	kvmm_mm_seq_free(b);
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_COLLIDE], 0);
 	check(f->pool);
 	free(t);
@@ -236,11 +236,11 @@ static void test_lookup_bad_args(void **state)
 	struct kvmm_seq *a, *b;
 
 	a = sealed_seq(f->as, t, TPP, 0x40);
-	assert_int_equal(kvmm_prefix_lookup(NULL, t, TPP), -EINVAL);
-	assert_int_equal(kvmm_prefix_lookup(a, t, TPP), -EINVAL); /* not empty */
-	assert_int_equal(kvmm_seq_create(f->as, &b), 0);
-	assert_int_equal(kvmm_prefix_lookup(b, NULL, TPP), -EINVAL);
-	assert_int_equal(kvmm_prefix_lookup(b, NULL, 0), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(NULL, t, TPP), -EINVAL);
+	assert_int_equal(kvmm_mm_prefix_lookup(a, t, TPP), -EINVAL); /* not empty */
+	assert_int_equal(kvmm_mm_seq_create(f->as, &b), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(b, NULL, TPP), -EINVAL);
+	assert_int_equal(kvmm_mm_prefix_lookup(b, NULL, 0), 0);
 	free(t);
 }
 
@@ -285,36 +285,36 @@ static void test_forced_collision_never_wrong_hit(void **state)
 	sx = sealed_seq(f->as, x, 2 * TPP, 0x60);
 	sy = sealed_seq(f->as, y, 2 * TPP, 0x70);
 	assert_int_equal(kvmm_pagecache_count(f->pool), 4);
-	assert_int_not_equal(kvmm_seq_frame(sx, 1), kvmm_seq_frame(sy, 1));
+	assert_int_not_equal(kvmm_mm_seq_frame(sx, 1), kvmm_mm_seq_frame(sy, 1));
 	check(f->pool);
 
 	assert_int_equal(lookup(f->as, x, 2 * TPP, &q), 2 * TPP);
-	assert_int_equal(kvmm_seq_frame(q, 0), kvmm_seq_frame(sx, 0));
-	assert_int_equal(kvmm_seq_frame(q, 1), kvmm_seq_frame(sx, 1));
-	assert_frame_tag(f->pool, kvmm_seq_frame(q, 0), 0x60);
-	assert_frame_tag(f->pool, kvmm_seq_frame(q, 1), 0x61);
+	assert_int_equal(kvmm_mm_seq_frame(q, 0), kvmm_mm_seq_frame(sx, 0));
+	assert_int_equal(kvmm_mm_seq_frame(q, 1), kvmm_mm_seq_frame(sx, 1));
+	assert_frame_tag(f->pool, kvmm_mm_seq_frame(q, 0), 0x60);
+	assert_frame_tag(f->pool, kvmm_mm_seq_frame(q, 1), 0x61);
 	assert_true(f->pool->stat[KVMM_STAT_CACHE_COLLIDE] > 0);
-	kvmm_seq_free(q);
+	kvmm_mm_seq_free(q);
 
 	assert_int_equal(lookup(f->as, y, 2 * TPP, &q), 2 * TPP);
-	assert_int_equal(kvmm_seq_frame(q, 0), kvmm_seq_frame(sy, 0));
-	assert_int_equal(kvmm_seq_frame(q, 1), kvmm_seq_frame(sy, 1));
-	assert_frame_tag(f->pool, kvmm_seq_frame(q, 1), 0x71);
+	assert_int_equal(kvmm_mm_seq_frame(q, 0), kvmm_mm_seq_frame(sy, 0));
+	assert_int_equal(kvmm_mm_seq_frame(q, 1), kvmm_mm_seq_frame(sy, 1));
+	assert_frame_tag(f->pool, kvmm_mm_seq_frame(q, 1), 0x71);
 	/* x's B has y's tokens and parent key: passed over as stale, not a collision */
 	assert_true(f->pool->stat[KVMM_STAT_CACHE_STALE] > 0);
-	kvmm_seq_free(q);
+	kvmm_mm_seq_free(q);
 
 	/* z = [A, D]: A hits, D collides with every entry and is rejected */
 	z[TPP + 3] = 0xdead;
 	collide = f->pool->stat[KVMM_STAT_CACHE_COLLIDE];
 	assert_int_equal(lookup(f->as, z, 2 * TPP, &q), TPP);
-	assert_int_equal(kvmm_seq_frame(q, 0), kvmm_seq_frame(sx, 0));
+	assert_int_equal(kvmm_mm_seq_frame(q, 0), kvmm_mm_seq_frame(sx, 0));
 	assert_true(f->pool->stat[KVMM_STAT_CACHE_COLLIDE] - collide >= 4);
-	kvmm_seq_free(q);
+	kvmm_mm_seq_free(q);
 
 	/* a block cached nowhere: rejected everywhere, no hit at all */
 	assert_int_equal(lookup(f->as, w, TPP, &q), 0);
-	kvmm_seq_free(q);
+	kvmm_mm_seq_free(q);
 
 	/* cannot change the hash under a populated cache */
 	assert_int_equal(kvmm_pagecache_set_hash_fn(f->pool, NULL), -EBUSY);
@@ -335,9 +335,9 @@ static void test_forced_collision_seal_does_not_dedup_wrong_block(void **state)
 	sx = sealed_seq(f->as, x, TPP, 0x90);
 	sy = sealed_seq(f->as, y, TPP, 0xa0);
 	/* same key, other tokens: both cached side by side, each seq keeps its own page */
-	assert_int_not_equal(kvmm_seq_frame(sx, 0), kvmm_seq_frame(sy, 0));
+	assert_int_not_equal(kvmm_mm_seq_frame(sx, 0), kvmm_mm_seq_frame(sy, 0));
 	assert_int_equal(kvmm_pagecache_count(f->pool), 2);
-	assert_frame_tag(f->pool, kvmm_seq_frame(sy, 0), 0xa0);
+	assert_frame_tag(f->pool, kvmm_mm_seq_frame(sy, 0), 0xa0);
 	check(f->pool);
 	free(x);
 	free(y);
@@ -362,7 +362,7 @@ static void test_namespaces_isolated(void **state)
 	sealed_seq(f->as, t, 2 * TPP, 0xb0);
 	assert_int_equal(lookup(as2, t, 2 * TPP, &q), 0);
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_HIT], 0);
-	kvmm_seq_free(q);
+	kvmm_mm_seq_free(q);
 	/* the same prompt in the other namespace gets its own pages */
 	sealed_seq(as2, t, 2 * TPP, 0xc0);
 	assert_int_equal(kvmm_pagecache_count(f->pool), 4);
@@ -388,7 +388,7 @@ static void test_namespaces_isolated_under_forced_hash(void **state)
 	sealed_seq(f->as, t, TPP, 0xd0);
 	assert_int_equal(lookup(as2, t, TPP, &q), 0);
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_COLLIDE], 1);
-	kvmm_seq_free(q);
+	kvmm_mm_seq_free(q);
 	/* nor does sealing the same block there share the other namespace's page */
 	sealed_seq(as2, t, TPP, 0xe0);
 	assert_int_equal(kvmm_pagecache_count(f->pool), 2);
@@ -410,8 +410,8 @@ static void test_formats_isolated(void **state)
 	assert_int_equal(kvmm_aspace_create(f->pool, f->ns, &fmt2, NULL, &as2), 0);
 	assert_int_not_equal(as2->fmt_id, f->as->fmt_id);
 	sealed_seq(f->as, t, TPP, 0xf0);
-	assert_int_equal(kvmm_seq_create(as2, &q), 0);
-	assert_int_equal(kvmm_prefix_lookup(q, t, (uint64_t)fmt2.tokens_per_page), 0);
+	assert_int_equal(kvmm_mm_seq_create(as2, &q), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(q, t, (uint64_t)fmt2.tokens_per_page), 0);
 	check(f->pool);
 	kvmm_aspace_destroy(as2);
 	free(t);
@@ -427,17 +427,17 @@ static void test_seal_dedups_identical_blocks(void **state)
 	uint32_t i, own[3];
 
 	a = sealed_seq(f->as, t, 3 * TPP, 0x11);
-	assert_int_equal(kvmm_seq_create(f->as, &b), 0);
-	assert_int_equal(kvmm_seq_append(b, 3 * TPP + 2, t), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &b), 0);
+	assert_int_equal(kvmm_mm_seq_append(b, 3 * TPP + 2, t), 0);
 	for (i = 0; i < 3; i++)
-		own[i] = kvmm_seq_frame(b, i);
+		own[i] = kvmm_mm_seq_frame(b, i);
 	assert_int_equal(f->ns->used, 7);
 
 	/* b computed the same prefix itself: sealing maps a's pages and drops b's copies */
-	assert_int_equal(kvmm_seq_seal(b), 3);
+	assert_int_equal(kvmm_mm_seq_seal(b), 3);
 	for (i = 0; i < 3; i++) {
-		assert_int_equal(kvmm_seq_frame(b, i), kvmm_seq_frame(a, i));
-		assert_int_not_equal(kvmm_seq_frame(b, i), own[i]);
+		assert_int_equal(kvmm_mm_seq_frame(b, i), kvmm_mm_seq_frame(a, i));
+		assert_int_not_equal(kvmm_mm_seq_frame(b, i), own[i]);
 		assert_int_equal(kvmm_frame_to_page(f->pool, own[i])->state, KVMM_PAGE_FREE);
 	}
 	assert_int_equal(f->ns->used, 4);
@@ -453,16 +453,16 @@ static void test_fork_then_seal_both_sides(void **state)
 	uint32_t *t = prompt(2, 15);
 	struct kvmm_seq *a, *b;
 
-	assert_int_equal(kvmm_seq_create(f->as, &a), 0);
-	assert_int_equal(kvmm_seq_append(a, 2 * TPP, t), 0);
-	assert_int_equal(kvmm_seq_fork(a, &b), 0);
-	assert_int_equal(kvmm_seq_seal(a), 2);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_mm_seq_append(a, 2 * TPP, t), 0);
+	assert_int_equal(kvmm_mm_seq_fork(a, &b), 0);
+	assert_int_equal(kvmm_mm_seq_seal(a), 2);
 	/* b maps the pages a just sealed; b's view still says unsealed and read-only */
 	assert_false(b->pte[0] & (KVMM_PTE_SEALED | KVMM_PTE_WRITABLE));
 	check(f->pool);
-	assert_int_equal(kvmm_seq_seal(b), 2);
+	assert_int_equal(kvmm_mm_seq_seal(b), 2);
 	assert_true(b->pte[1] & KVMM_PTE_SEALED);
-	assert_int_equal(kvmm_seq_frame(b, 1), kvmm_seq_frame(a, 1));
+	assert_int_equal(kvmm_mm_seq_frame(b, 1), kvmm_mm_seq_frame(a, 1));
 	assert_int_equal(kvmm_pagecache_count(f->pool), 2);
 	assert_int_equal(f->pool->stat[KVMM_STAT_SEAL], 2);
 	check(f->pool);
@@ -482,7 +482,7 @@ static void test_many_entries_grow_table(void **state)
 	check(f->pool);
 	assert_int_equal(lookup(f->as, t, 100 * TPP, &q), 100 * TPP);
 	for (i = 0; i < 100; i++)
-		assert_int_equal(kvmm_seq_frame(q, i), kvmm_seq_frame(a, i));
+		assert_int_equal(kvmm_mm_seq_frame(q, i), kvmm_mm_seq_frame(a, i));
 	free(t);
 }
 
@@ -499,17 +499,17 @@ static struct kvmm_seq *orphaned_sibling(struct fix *f, const uint32_t *t, uint3
 	uint32_t y0;
 
 	y = sealed_seq(f->as, t, TPP, 0x50);
-	y0 = kvmm_seq_frame(y, 0);
-	assert_int_equal(kvmm_seq_create(f->as, &a), 0);
-	assert_int_equal(kvmm_seq_append(a, 2 * TPP, t), 0);
-	assert_int_equal(kvmm_seq_fork(a, &b), 0);
-	*x1 = kvmm_seq_frame(a, 1);
-	assert_int_equal(kvmm_seq_seal(a), 2);
-	assert_int_equal(kvmm_seq_frame(a, 0), y0);
-	assert_int_not_equal(kvmm_seq_frame(b, 0), y0);
-	assert_int_equal(kvmm_seq_frame(b, 1), *x1);
-	kvmm_seq_free(a);
-	kvmm_seq_free(y);
+	y0 = kvmm_mm_seq_frame(y, 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_mm_seq_append(a, 2 * TPP, t), 0);
+	assert_int_equal(kvmm_mm_seq_fork(a, &b), 0);
+	*x1 = kvmm_mm_seq_frame(a, 1);
+	assert_int_equal(kvmm_mm_seq_seal(a), 2);
+	assert_int_equal(kvmm_mm_seq_frame(a, 0), y0);
+	assert_int_not_equal(kvmm_mm_seq_frame(b, 0), y0);
+	assert_int_equal(kvmm_mm_seq_frame(b, 1), *x1);
+	kvmm_mm_seq_free(a);
+	kvmm_mm_seq_free(y);
 	assert_int_equal(kvmm_reclaim(f->pool, NULL, 1), 1);
 	assert_int_equal(kvmm_frame_to_page(f->pool, y0)->state, KVMM_PAGE_FREE);
 	check(f->pool);
@@ -526,15 +526,15 @@ static void test_seal_reparents_block_orphaned_by_eviction(void **state)
 	b = orphaned_sibling(f, t, &x1);
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_ORPHAN], 1);
 	/* B seals: X0 gets a new entry, and X1 - already sealed - must now hang under it */
-	assert_int_equal(kvmm_seq_seal(b), 2);
-	assert_int_equal(kvmm_seq_frame(b, 1), x1);
+	assert_int_equal(kvmm_mm_seq_seal(b), 2);
+	assert_int_equal(kvmm_mm_seq_frame(b, 1), x1);
 	assert_int_equal(kvmm_pagecache_count(f->pool), 2);
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_REPARENT], 1);
 	check(f->pool);
 	/* the longest cached prefix: both blocks, B's own pages */
 	assert_int_equal(lookup(f->as, t, 2 * TPP, &q), 2 * TPP);
-	assert_int_equal(kvmm_seq_frame(q, 0), kvmm_seq_frame(b, 0));
-	assert_int_equal(kvmm_seq_frame(q, 1), x1);
+	assert_int_equal(kvmm_mm_seq_frame(q, 0), kvmm_mm_seq_frame(b, 0));
+	assert_int_equal(kvmm_mm_seq_frame(q, 1), x1);
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_COLLIDE], 0);
 	check(f->pool);
 	free(t);
@@ -550,7 +550,7 @@ static void test_seal_shares_block_recached_over_orphan(void **state)
 	b = orphaned_sibling(f, t, &x1);
 	/* C computes and seals the same prompt again: new entries, the orphan X1 is skipped */
 	c = sealed_seq(f->as, t, 2 * TPP, 0x80);
-	assert_int_not_equal(kvmm_seq_frame(c, 1), x1);
+	assert_int_not_equal(kvmm_mm_seq_frame(c, 1), x1);
 	assert_int_equal(kvmm_pagecache_count(f->pool), 3);
 	/* X1 has the same key and tokens under a dead parent: stale, not a hash collision */
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_STALE], 1);
@@ -558,9 +558,9 @@ static void test_seal_shares_block_recached_over_orphan(void **state)
 	check(f->pool);
 
 	/* B seals: both blocks are shared with C, and X1, mapped by no one now, is freed */
-	assert_int_equal(kvmm_seq_seal(b), 2);
-	assert_int_equal(kvmm_seq_frame(b, 0), kvmm_seq_frame(c, 0));
-	assert_int_equal(kvmm_seq_frame(b, 1), kvmm_seq_frame(c, 1));
+	assert_int_equal(kvmm_mm_seq_seal(b), 2);
+	assert_int_equal(kvmm_mm_seq_frame(b, 0), kvmm_mm_seq_frame(c, 0));
+	assert_int_equal(kvmm_mm_seq_frame(b, 1), kvmm_mm_seq_frame(c, 1));
 	assert_int_equal(kvmm_frame_to_page(f->pool, x1)->state, KVMM_PAGE_FREE);
 	assert_int_equal(kvmm_pagecache_count(f->pool), 2);
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_REPARENT], 0);
@@ -568,8 +568,8 @@ static void test_seal_shares_block_recached_over_orphan(void **state)
 	assert_int_equal(f->ns->cached, 0);
 	check(f->pool);
 	assert_int_equal(lookup(f->as, t, 2 * TPP, &q), 2 * TPP);
-	assert_int_equal(kvmm_seq_frame(q, 1), kvmm_seq_frame(c, 1));
-	assert_frame_tag(f->pool, kvmm_seq_frame(q, 1), 0x81);
+	assert_int_equal(kvmm_mm_seq_frame(q, 1), kvmm_mm_seq_frame(c, 1));
+	assert_frame_tag(f->pool, kvmm_mm_seq_frame(q, 1), 0x81);
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_COLLIDE], 0);
 	check(f->pool);
 	free(t);
@@ -583,18 +583,18 @@ static void test_orphan_loses_protection_and_is_freed_unmapped(void **state)
 	uint32_t x1;
 
 	y = sealed_seq(f->as, t, TPP, 0x50);
-	assert_int_equal(kvmm_seq_create(f->as, &a), 0);
-	assert_int_equal(kvmm_seq_append(a, 2 * TPP, t), 0);
-	assert_int_equal(kvmm_seq_fork(a, &b), 0);
-	x1 = kvmm_seq_frame(a, 1);
-	assert_int_equal(kvmm_seq_seal(a), 2);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_mm_seq_append(a, 2 * TPP, t), 0);
+	assert_int_equal(kvmm_mm_seq_fork(a, &b), 0);
+	x1 = kvmm_mm_seq_frame(a, 1);
+	assert_int_equal(kvmm_mm_seq_seal(a), 2);
 	/* a hit on X1 under Y0 gives it a second chance... */
 	assert_int_equal(lookup(f->as, t, 2 * TPP, &q), 2 * TPP);
-	assert_int_equal(kvmm_seq_frame(q, 1), x1);
+	assert_int_equal(kvmm_mm_seq_frame(q, 1), x1);
 	assert_true(kvmm_frame_to_page(f->pool, x1)->flags & KVMM_PG_REFERENCED);
-	kvmm_seq_free(q);
-	kvmm_seq_free(a);
-	kvmm_seq_free(y);
+	kvmm_mm_seq_free(q);
+	kvmm_mm_seq_free(a);
+	kvmm_mm_seq_free(y);
 	assert_int_equal(kvmm_reclaim(f->pool, NULL, 1), 1);
 	/* ...which it loses when Y0 goes and nothing can reach it any more */
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_ORPHAN], 1);
@@ -602,7 +602,7 @@ static void test_orphan_loses_protection_and_is_freed_unmapped(void **state)
 	assert_false(kvmm_frame_to_page(f->pool, x1)->flags & KVMM_PG_REFERENCED);
 	check(f->pool);
 	/* its last mapper goes: freed at once rather than cached, since it can never be hit */
-	kvmm_seq_free(b);
+	kvmm_mm_seq_free(b);
 	assert_int_equal(kvmm_frame_to_page(f->pool, x1)->state, KVMM_PAGE_FREE);
 	assert_int_equal(kvmm_pagecache_count(f->pool), 0);
 	assert_int_equal(f->ns->used, 0);
@@ -624,22 +624,22 @@ static void test_reparent_under_forced_collision_never_wrong_hit(void **state)
 	memcpy(y + TPP, x + TPP, TPP * sizeof(*y));
 	b = orphaned_sibling(f, x, &x1);
 	sy = sealed_seq(f->as, y, 2 * TPP, 0x70);
-	assert_int_equal(kvmm_seq_seal(b), 2);
-	assert_int_equal(kvmm_seq_frame(b, 1), x1);
+	assert_int_equal(kvmm_mm_seq_seal(b), 2);
+	assert_int_equal(kvmm_mm_seq_frame(b, 1), x1);
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_REPARENT], 1);
 	/* y's B looked like x's under the same parent key: stale, never taken */
 	assert_true(f->pool->stat[KVMM_STAT_CACHE_STALE] > 0);
 	check(f->pool);
 
 	assert_int_equal(lookup(f->as, x, 2 * TPP, &q), 2 * TPP);
-	assert_int_equal(kvmm_seq_frame(q, 0), kvmm_seq_frame(b, 0));
-	assert_int_equal(kvmm_seq_frame(q, 1), x1);
-	kvmm_seq_free(q);
+	assert_int_equal(kvmm_mm_seq_frame(q, 0), kvmm_mm_seq_frame(b, 0));
+	assert_int_equal(kvmm_mm_seq_frame(q, 1), x1);
+	kvmm_mm_seq_free(q);
 	assert_int_equal(lookup(f->as, y, 2 * TPP, &q), 2 * TPP);
-	assert_int_equal(kvmm_seq_frame(q, 0), kvmm_seq_frame(sy, 0));
-	assert_int_equal(kvmm_seq_frame(q, 1), kvmm_seq_frame(sy, 1));
-	assert_frame_tag(f->pool, kvmm_seq_frame(q, 1), 0x71);
-	kvmm_seq_free(q);
+	assert_int_equal(kvmm_mm_seq_frame(q, 0), kvmm_mm_seq_frame(sy, 0));
+	assert_int_equal(kvmm_mm_seq_frame(q, 1), kvmm_mm_seq_frame(sy, 1));
+	assert_frame_tag(f->pool, kvmm_mm_seq_frame(q, 1), 0x71);
+	kvmm_mm_seq_free(q);
 	check(f->pool);
 	free(x);
 	free(y);

@@ -2,7 +2,7 @@
 /*
  * tests/unit/test_pgtable.c - address spaces and sequences (kvmm/pgtable.c): append across
  * page boundaries, truncate, fork with copy-on-write on every side (page contents checked
- * through kvmm_frame_addr), sealing and the PTE flags, -ENOMEM rolling back cleanly, bad
+ * through kvmm_pool_frame_addr), sealing and the PTE flags, -ENOMEM rolling back cleanly, bad
  * arguments, and the namespace charges all of it moves.  Every test ends with
  * kvmm_check_invariants() over the whole pool, then again once every sequence is gone.
  */
@@ -100,7 +100,7 @@ static uint32_t *iota(uint32_t n, uint32_t base)
 
 static struct kvmm_page *block_page(struct kvmm_seq *seq, uint32_t b)
 {
-	uint32_t frame = kvmm_seq_frame(seq, b);
+	uint32_t frame = kvmm_mm_seq_frame(seq, b);
 
 	assert_int_not_equal(frame, KVMM_FRAME_NONE);
 	return kvmm_frame_to_page(seq->as->pool, frame);
@@ -108,7 +108,7 @@ static struct kvmm_page *block_page(struct kvmm_seq *seq, uint32_t b)
 
 static unsigned char *block_addr(struct kvmm_seq *seq, uint32_t b)
 {
-	unsigned char *p = kvmm_frame_addr(seq->as->pool, kvmm_seq_frame(seq, b));
+	unsigned char *p = kvmm_pool_frame_addr(seq->as->pool, kvmm_mm_seq_frame(seq, b));
 
 	assert_non_null(p);
 	return p;
@@ -134,19 +134,19 @@ static void test_append_across_pages(void **state)
 	struct kvmm_seq *seq;
 	uint32_t b, frames[4];
 
-	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
 	assert_int_equal(seq->ntokens, 0);
-	assert_int_equal(kvmm_seq_frame(seq, 0), KVMM_FRAME_NONE);
+	assert_int_equal(kvmm_mm_seq_frame(seq, 0), KVMM_FRAME_NONE);
 
-	assert_int_equal(kvmm_seq_append(seq, 1, t), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 1, t), 0);
 	assert_int_equal(seq->nblocks, 1);
 	assert_int_equal(f->ns->used, 1);
-	assert_int_equal(kvmm_seq_append(seq, 15, t + 1), 0); /* fills page 0 exactly */
+	assert_int_equal(kvmm_mm_seq_append(seq, 15, t + 1), 0); /* fills page 0 exactly */
 	assert_int_equal(seq->nblocks, 1);
 	assert_int_equal(f->ns->used, 1);
-	assert_int_equal(kvmm_seq_append(seq, 1, t + 16), 0); /* crosses into page 1 */
+	assert_int_equal(kvmm_mm_seq_append(seq, 1, t + 16), 0); /* crosses into page 1 */
 	assert_int_equal(seq->nblocks, 2);
-	assert_int_equal(kvmm_seq_append(seq, 40, t + 17), 0); /* 57 tokens: 4 pages */
+	assert_int_equal(kvmm_mm_seq_append(seq, 40, t + 17), 0); /* 57 tokens: 4 pages */
 	assert_int_equal(seq->ntokens, 57);
 	assert_int_equal(seq->nblocks, 4);
 	assert_int_equal(f->ns->used, 4);
@@ -157,7 +157,7 @@ static void test_append_across_pages(void **state)
 		struct kvmm_page *pg = block_page(seq, b);
 		uint64_t pte = seq->pte[b];
 
-		frames[b] = kvmm_seq_frame(seq, b);
+		frames[b] = kvmm_mm_seq_frame(seq, b);
 		assert_int_equal(pg->refcount, 1);
 		assert_int_equal(pg->state, KVMM_PAGE_MAPPED);
 		assert_int_equal(pg->ntokens, b < 3 ? TPP : 57 - 3 * TPP);
@@ -167,11 +167,11 @@ static void test_append_across_pages(void **state)
 	}
 	for (b = 1; b < 4; b++)
 		assert_int_not_equal(frames[b], frames[b - 1]);
-	assert_int_equal(kvmm_seq_frame(seq, 4), KVMM_FRAME_NONE);
+	assert_int_equal(kvmm_mm_seq_frame(seq, 4), KVMM_FRAME_NONE);
 	assert_memory_equal(seq->tokens, t, 57 * sizeof(*t));
 	check(f->pool);
 
-	assert_int_equal(kvmm_seq_append(seq, 0, t), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 0, t), 0);
 	assert_int_equal(seq->ntokens, 57);
 	free(t);
 }
@@ -182,8 +182,8 @@ static void test_append_null_ids_are_zero(void **state)
 	struct kvmm_seq *seq;
 	uint32_t i;
 
-	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, 20, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 20, NULL), 0);
 	for (i = 0; i < 20; i++)
 		assert_int_equal(seq->tokens[i], 0);
 	assert_int_equal(seq->nblocks, 2);
@@ -196,10 +196,10 @@ static void test_append_many_grows_table(void **state)
 	struct kvmm_seq *seq;
 	uint32_t i;
 
-	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
 	/* one token at a time: the arrays double many times underneath */
 	for (i = 0; i < 40 * TPP; i++)
-		assert_int_equal(kvmm_seq_append(seq, 1, t + i), 0);
+		assert_int_equal(kvmm_mm_seq_append(seq, 1, t + i), 0);
 	assert_int_equal(seq->nblocks, 40);
 	assert_true(seq->cap >= 40);
 	assert_memory_equal(seq->tokens, t, 40 * TPP * sizeof(*t));
@@ -213,12 +213,12 @@ static void test_append_through_magazine(void **state)
 	struct fix *f = *state;
 	struct kvmm_seq *seq;
 
-	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, 5 * TPP, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 5 * TPP, NULL), 0);
 	assert_true(f->pool->stat[KVMM_STAT_MAG_HIT] >= 5);
 	check(f->pool);
 	/* freed frames go back to the address space's magazine */
-	kvmm_seq_free(seq);
+	kvmm_mm_seq_free(seq);
 	assert_true(f->mag.count > 0);
 	assert_int_equal(f->ns->used, 0);
 	check(f->pool);
@@ -233,34 +233,34 @@ static void test_truncate(void **state)
 	uint32_t free0 = kvmm_pool_nr_free(f->pool);
 	struct kvmm_seq *seq;
 
-	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, 50, t), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 50, t), 0);
 	assert_int_equal(f->ns->used, 4);
 
-	assert_int_equal(kvmm_seq_truncate(seq, 51), -EINVAL);
+	assert_int_equal(kvmm_mm_seq_truncate(seq, 51), -EINVAL);
 	assert_int_equal(seq->ntokens, 50);
-	assert_int_equal(kvmm_seq_truncate(seq, 50), 0);
+	assert_int_equal(kvmm_mm_seq_truncate(seq, 50), 0);
 	assert_int_equal(f->ns->used, 4);
 
-	assert_int_equal(kvmm_seq_truncate(seq, 33), 0); /* drops block 3, shortens block 2 */
+	assert_int_equal(kvmm_mm_seq_truncate(seq, 33), 0); /* drops block 3, shortens block 2 */
 	assert_int_equal(seq->ntokens, 33);
 	assert_int_equal(seq->nblocks, 3);
 	assert_int_equal(f->ns->used, 3);
 	assert_int_equal(block_page(seq, 2)->ntokens, 1);
-	assert_int_equal(kvmm_seq_frame(seq, 3), KVMM_FRAME_NONE);
+	assert_int_equal(kvmm_mm_seq_frame(seq, 3), KVMM_FRAME_NONE);
 	check(f->pool);
 
-	assert_int_equal(kvmm_seq_truncate(seq, 32), 0); /* exactly two full blocks */
+	assert_int_equal(kvmm_mm_seq_truncate(seq, 32), 0); /* exactly two full blocks */
 	assert_int_equal(seq->nblocks, 2);
 	assert_int_equal(f->ns->used, 2);
 
 	/* growing again writes into fresh pages with the new tokens */
-	assert_int_equal(kvmm_seq_append(seq, 3, t + 40), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 3, t + 40), 0);
 	assert_int_equal(seq->nblocks, 3);
 	assert_memory_equal(seq->tokens + 32, t + 40, 3 * sizeof(*t));
 	assert_int_equal(block_page(seq, 2)->ntokens, 3);
 
-	assert_int_equal(kvmm_seq_truncate(seq, 0), 0);
+	assert_int_equal(kvmm_mm_seq_truncate(seq, 0), 0);
 	assert_int_equal(seq->nblocks, 0);
 	assert_int_equal(f->ns->used, 0);
 	assert_int_equal(kvmm_pool_nr_free(f->pool), free0);
@@ -274,13 +274,13 @@ static void test_truncate_in_partial_then_append_in_place(void **state)
 	struct kvmm_seq *seq;
 	uint32_t frame;
 
-	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, 10, NULL), 0);
-	frame = kvmm_seq_frame(seq, 0);
-	assert_int_equal(kvmm_seq_truncate(seq, 4), 0);
-	assert_int_equal(kvmm_seq_append(seq, 2, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 10, NULL), 0);
+	frame = kvmm_mm_seq_frame(seq, 0);
+	assert_int_equal(kvmm_mm_seq_truncate(seq, 4), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 2, NULL), 0);
 	/* exclusive and unsealed: written in place, no copy */
-	assert_int_equal(kvmm_seq_frame(seq, 0), frame);
+	assert_int_equal(kvmm_mm_seq_frame(seq, 0), frame);
 	assert_int_equal(block_page(seq, 0)->ntokens, 6);
 	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 0);
 }
@@ -294,15 +294,15 @@ static void test_fork_shares_every_page(void **state)
 	struct kvmm_seq *a, *b;
 	uint32_t i;
 
-	assert_int_equal(kvmm_seq_create(f->as, &a), 0);
-	assert_int_equal(kvmm_seq_append(a, 40, t), 0); /* 2 full + 8 tokens */
-	assert_int_equal(kvmm_seq_fork(a, &b), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_mm_seq_append(a, 40, t), 0); /* 2 full + 8 tokens */
+	assert_int_equal(kvmm_mm_seq_fork(a, &b), 0);
 	assert_int_equal(f->as->nr_seqs, 2);
 	assert_int_equal(b->ntokens, 40);
 	assert_int_equal(b->nblocks, 3);
 	assert_memory_equal(b->tokens, t, 40 * sizeof(*t));
 	for (i = 0; i < 3; i++) {
-		assert_int_equal(kvmm_seq_frame(a, i), kvmm_seq_frame(b, i));
+		assert_int_equal(kvmm_mm_seq_frame(a, i), kvmm_mm_seq_frame(b, i));
 		assert_int_equal(block_page(a, i)->refcount, 2);
 		assert_true(a->pte[i] & KVMM_PTE_SHARED);
 		assert_false(a->pte[i] & KVMM_PTE_WRITABLE);
@@ -311,7 +311,7 @@ static void test_fork_shares_every_page(void **state)
 	assert_int_equal(f->ns->used, 3); /* shared pages are charged once */
 	check(f->pool);
 
-	kvmm_seq_free(a);
+	kvmm_mm_seq_free(a);
 	for (i = 0; i < 3; i++)
 		assert_int_equal(block_page(b, i)->refcount, 1);
 	assert_int_equal(f->ns->used, 3);
@@ -326,20 +326,20 @@ static void test_fork_cow_every_side(void **state)
 	uint32_t full, part, fa, fb;
 	uint32_t tok = 99;
 
-	assert_int_equal(kvmm_seq_create(f->as, &a), 0);
-	assert_int_equal(kvmm_seq_append(a, TPP + 4, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_mm_seq_append(a, TPP + 4, NULL), 0);
 	memset(block_addr(a, 0), 0xa0, PAGE_SZ);
 	memset(block_addr(a, 1), 0xa1, PAGE_SZ);
-	full = kvmm_seq_frame(a, 0);
-	part = kvmm_seq_frame(a, 1);
+	full = kvmm_mm_seq_frame(a, 0);
+	part = kvmm_mm_seq_frame(a, 1);
 
-	assert_int_equal(kvmm_seq_fork(a, &b), 0);
-	assert_int_equal(kvmm_seq_fork(a, &c), 0);
+	assert_int_equal(kvmm_mm_seq_fork(a, &b), 0);
+	assert_int_equal(kvmm_mm_seq_fork(a, &c), 0);
 	assert_int_equal(block_page(a, 1)->refcount, 3);
 
 	/* the child writes first: it gets a copy, the others keep the original */
-	assert_int_equal(kvmm_seq_append(b, 1, &tok), 0);
-	fb = kvmm_seq_frame(b, 1);
+	assert_int_equal(kvmm_mm_seq_append(b, 1, &tok), 0);
+	fb = kvmm_mm_seq_frame(b, 1);
 	assert_int_not_equal(fb, part);
 	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 1);
 	assert_page_filled(b, 1, 0xa1);
@@ -351,8 +351,8 @@ static void test_fork_cow_every_side(void **state)
 	assert_page_filled(c, 1, 0xa1);
 
 	/* the parent writes next: still shared with c, so it copies too */
-	assert_int_equal(kvmm_seq_append(a, 1, &tok), 0);
-	fa = kvmm_seq_frame(a, 1);
+	assert_int_equal(kvmm_mm_seq_append(a, 1, &tok), 0);
+	fa = kvmm_mm_seq_frame(a, 1);
 	assert_int_not_equal(fa, part);
 	assert_int_not_equal(fa, fb);
 	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 2);
@@ -363,20 +363,20 @@ static void test_fork_cow_every_side(void **state)
 
 	/* the last holder writes in place */
 	assert_int_equal(kvmm_frame_to_page(f->pool, part)->refcount, 1);
-	assert_int_equal(kvmm_seq_append(c, 1, &tok), 0);
-	assert_int_equal(kvmm_seq_frame(c, 1), part);
+	assert_int_equal(kvmm_mm_seq_append(c, 1, &tok), 0);
+	assert_int_equal(kvmm_mm_seq_frame(c, 1), part);
 	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 2);
 
 	/* the full page was never written: still one frame for all three */
-	assert_int_equal(kvmm_seq_frame(b, 0), full);
-	assert_int_equal(kvmm_seq_frame(c, 0), full);
+	assert_int_equal(kvmm_mm_seq_frame(b, 0), full);
+	assert_int_equal(kvmm_mm_seq_frame(c, 0), full);
 	assert_int_equal(kvmm_frame_to_page(f->pool, full)->refcount, 3);
 	assert_page_filled(c, 0, 0xa0);
 	assert_int_equal(f->ns->used, 4);
 	check(f->pool);
 
 	/* growing past the page boundary after a fork allocates, never copies */
-	assert_int_equal(kvmm_seq_append(b, TPP, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_append(b, TPP, NULL), 0);
 	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 2);
 	assert_int_equal(b->nblocks, 3);
 	check(f->pool);
@@ -387,13 +387,13 @@ static void test_fork_at_page_boundary_no_cow(void **state)
 	struct fix *f = *state;
 	struct kvmm_seq *a, *b;
 
-	assert_int_equal(kvmm_seq_create(f->as, &a), 0);
-	assert_int_equal(kvmm_seq_append(a, 2 * TPP, NULL), 0);
-	assert_int_equal(kvmm_seq_fork(a, &b), 0);
-	assert_int_equal(kvmm_seq_append(a, 1, NULL), 0);
-	assert_int_equal(kvmm_seq_append(b, 1, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_mm_seq_append(a, 2 * TPP, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_fork(a, &b), 0);
+	assert_int_equal(kvmm_mm_seq_append(a, 1, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_append(b, 1, NULL), 0);
 	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 0);
-	assert_int_not_equal(kvmm_seq_frame(a, 2), kvmm_seq_frame(b, 2));
+	assert_int_not_equal(kvmm_mm_seq_frame(a, 2), kvmm_mm_seq_frame(b, 2));
 	assert_int_equal(f->ns->used, 4);
 }
 
@@ -402,10 +402,10 @@ static void test_fork_empty(void **state)
 	struct fix *f = *state;
 	struct kvmm_seq *a, *b;
 
-	assert_int_equal(kvmm_seq_create(f->as, &a), 0);
-	assert_int_equal(kvmm_seq_fork(a, &b), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_mm_seq_fork(a, &b), 0);
 	assert_int_equal(b->ntokens, 0);
-	assert_int_equal(kvmm_seq_append(b, 3, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_append(b, 3, NULL), 0);
 	assert_int_equal(a->ntokens, 0);
 }
 
@@ -418,11 +418,11 @@ static void test_seal_marks_blocks(void **state)
 	struct kvmm_seq *seq;
 	uint32_t b;
 
-	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, 2 * TPP + 5, t), 0);
-	assert_int_equal(kvmm_seq_seal(seq), 2);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 2 * TPP + 5, t), 0);
+	assert_int_equal(kvmm_mm_seq_seal(seq), 2);
 	assert_int_equal(seq->nsealed, 2);
-	assert_int_equal(kvmm_seq_seal(seq), 0);
+	assert_int_equal(kvmm_mm_seq_seal(seq), 0);
 	for (b = 0; b < 2; b++) {
 		struct kvmm_page *pg = block_page(seq, b);
 
@@ -437,8 +437,8 @@ static void test_seal_marks_blocks(void **state)
 	assert_int_equal(f->pool->stat[KVMM_STAT_SEAL], 2);
 	check(f->pool);
 
-	assert_int_equal(kvmm_seq_append(seq, TPP - 5, t + 2 * TPP + 5), 0);
-	assert_int_equal(kvmm_seq_seal(seq), 1);
+	assert_int_equal(kvmm_mm_seq_append(seq, TPP - 5, t + 2 * TPP + 5), 0);
+	assert_int_equal(kvmm_mm_seq_seal(seq), 1);
 	assert_int_equal(seq->nsealed, 3);
 	assert_int_equal(kvmm_pagecache_count(f->pool), 3);
 	check(f->pool);
@@ -452,20 +452,20 @@ static void test_truncate_into_sealed_block_copies(void **state)
 	struct kvmm_seq *seq;
 	uint32_t sealed_frame;
 
-	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, 2 * TPP, t), 0);
-	assert_int_equal(kvmm_seq_seal(seq), 2);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 2 * TPP, t), 0);
+	assert_int_equal(kvmm_mm_seq_seal(seq), 2);
 	memset(block_addr(seq, 1), 0x5e, PAGE_SZ);
-	sealed_frame = kvmm_seq_frame(seq, 1);
+	sealed_frame = kvmm_mm_seq_frame(seq, 1);
 
-	assert_int_equal(kvmm_seq_truncate(seq, TPP + 3), 0);
+	assert_int_equal(kvmm_mm_seq_truncate(seq, TPP + 3), 0);
 	assert_int_equal(seq->nsealed, 1);
 	assert_false(seq->pte[1] & (KVMM_PTE_SEALED | KVMM_PTE_WRITABLE));
 	check(f->pool);
 
 	/* the sealed page is immutable: appending into it copies first */
-	assert_int_equal(kvmm_seq_append(seq, 1, NULL), 0);
-	assert_int_not_equal(kvmm_seq_frame(seq, 1), sealed_frame);
+	assert_int_equal(kvmm_mm_seq_append(seq, 1, NULL), 0);
+	assert_int_not_equal(kvmm_mm_seq_frame(seq, 1), sealed_frame);
 	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 1);
 	assert_page_filled(seq, 1, 0x5e);
 	assert_int_equal(block_page(seq, 1)->ntokens, 4);
@@ -483,10 +483,10 @@ static void test_free_caches_sealed_frees_rest(void **state)
 	uint32_t free0 = kvmm_pool_nr_free(f->pool);
 	struct kvmm_seq *seq;
 
-	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, 3 * TPP + 1, NULL), 0);
-	assert_int_equal(kvmm_seq_seal(seq), 3);
-	kvmm_seq_free(seq);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 3 * TPP + 1, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_seal(seq), 3);
+	kvmm_mm_seq_free(seq);
 	assert_int_equal(f->as->nr_seqs, 0);
 	assert_int_equal(f->ns->used, 0);
 	assert_int_equal(f->ns->cached, 3);
@@ -512,26 +512,26 @@ static void test_enomem_rolls_back(void **state)
 	struct kvmm_seq *a, *b;
 	uint32_t tok = 1;
 
-	assert_int_equal(kvmm_seq_create(f->as, &a), 0);
-	assert_int_equal(kvmm_seq_append(a, 3 * TPP + 2, NULL), 0); /* 4 pages */
+	assert_int_equal(kvmm_mm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_mm_seq_append(a, 3 * TPP + 2, NULL), 0); /* 4 pages */
 	assert_int_equal(kvmm_ns_set_limit(f->ns, 6), 0);
 
 	/* needs 3 more pages, only 2 fit: the first two come back */
 	memcpy(pte, a->pte, 4 * sizeof(*pte));
-	assert_int_equal(kvmm_seq_append(a, 3 * TPP, NULL), -ENOMEM);
+	assert_int_equal(kvmm_mm_seq_append(a, 3 * TPP, NULL), -ENOMEM);
 	assert_seq_same(a, 3 * TPP + 2, pte, 4);
 	assert_int_equal(f->ns->used, 4);
 	assert_true(f->pool->stat[KVMM_STAT_NS_LIMIT_HIT] >= 1);
 	check(f->pool);
 
 	/* COW of the shared partial page plus one new page, at the limit: both undone */
-	assert_int_equal(kvmm_seq_fork(a, &b), 0);
+	assert_int_equal(kvmm_mm_seq_fork(a, &b), 0);
 	memcpy(pte, a->pte, 4 * sizeof(*pte)); /* fork made them SHARED */
 	assert_int_equal(kvmm_ns_set_limit(f->ns, 4), 0);
-	assert_int_equal(kvmm_seq_append(a, 1, &tok), -ENOMEM);
+	assert_int_equal(kvmm_mm_seq_append(a, 1, &tok), -ENOMEM);
 	assert_seq_same(a, 3 * TPP + 2, pte, 4);
 	assert_int_equal(kvmm_ns_set_limit(f->ns, 5), 0);
-	assert_int_equal(kvmm_seq_append(a, TPP, NULL), -ENOMEM); /* COW ok, new page not */
+	assert_int_equal(kvmm_mm_seq_append(a, TPP, NULL), -ENOMEM); /* COW ok, new page not */
 	assert_seq_same(a, 3 * TPP + 2, pte, 4);
 	assert_int_equal(block_page(a, 3)->refcount, 2);
 	assert_int_equal(f->ns->used, 4);
@@ -540,7 +540,7 @@ static void test_enomem_rolls_back(void **state)
 
 	/* room again: the same append now works */
 	assert_int_equal(kvmm_ns_set_limit(f->ns, 6), 0);
-	assert_int_equal(kvmm_seq_append(a, TPP, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_append(a, TPP, NULL), 0);
 	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 1);
 	assert_int_equal(f->ns->used, 6);
 	check(f->pool);
@@ -552,11 +552,11 @@ static void test_enomem_pool_exhausted(void **state)
 	struct kvmm_seq *seq;
 	uint64_t ntok;
 
-	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, NFRAMES * TPP, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, NFRAMES * TPP, NULL), 0);
 	assert_int_equal(kvmm_pool_nr_free(f->pool), 0);
 	ntok = seq->ntokens;
-	assert_int_equal(kvmm_seq_append(seq, 1, NULL), -ENOMEM);
+	assert_int_equal(kvmm_mm_seq_append(seq, 1, NULL), -ENOMEM);
 	assert_int_equal(seq->ntokens, ntok);
 	check(f->pool);
 }
@@ -569,25 +569,25 @@ static void test_bad_args(void **state)
 	struct kvmm_fmt bad = f->fmt;
 	uint64_t saved;
 
-	assert_int_equal(kvmm_seq_create(NULL, &seq), -EINVAL);
-	assert_int_equal(kvmm_seq_create(f->as, NULL), -EINVAL);
-	assert_int_equal(kvmm_seq_append(NULL, 1, NULL), -EINVAL);
-	assert_int_equal(kvmm_seq_truncate(NULL, 0), -EINVAL);
-	assert_int_equal(kvmm_seq_fork(NULL, &seq), -EINVAL);
-	assert_int_equal(kvmm_seq_seal(NULL), -EINVAL);
-	assert_int_equal(kvmm_seq_frame(NULL, 0), KVMM_FRAME_NONE);
+	assert_int_equal(kvmm_mm_seq_create(NULL, &seq), -EINVAL);
+	assert_int_equal(kvmm_mm_seq_create(f->as, NULL), -EINVAL);
+	assert_int_equal(kvmm_mm_seq_append(NULL, 1, NULL), -EINVAL);
+	assert_int_equal(kvmm_mm_seq_truncate(NULL, 0), -EINVAL);
+	assert_int_equal(kvmm_mm_seq_fork(NULL, &seq), -EINVAL);
+	assert_int_equal(kvmm_mm_seq_seal(NULL), -EINVAL);
+	assert_int_equal(kvmm_mm_seq_frame(NULL, 0), KVMM_FRAME_NONE);
 	assert_int_equal(kvmm_aspace_create(f->pool, NULL, &f->fmt, NULL, &as), -EINVAL);
 	bad.page_size = PAGE_SZ * 2;
 	assert_int_equal(kvmm_aspace_create(f->pool, f->ns, &bad, NULL, &as), -EINVAL);
-	kvmm_seq_free(NULL);
+	kvmm_mm_seq_free(NULL);
 	kvmm_aspace_destroy(NULL);
 
 	/* a length whose block count does not fit in 32 bits is refused before anything moves */
-	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, 5, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 5, NULL), 0);
 	saved = seq->ntokens;
 	seq->ntokens = (uint64_t)UINT32_MAX * TPP;
-	assert_int_equal(kvmm_seq_append(seq, TPP, NULL), -EINVAL);
+	assert_int_equal(kvmm_mm_seq_append(seq, TPP, NULL), -EINVAL);
 	seq->ntokens = saved;
 	assert_int_equal(seq->nblocks, 1);
 	assert_int_equal(f->ns->used, 1);
@@ -601,9 +601,9 @@ static void test_aspace_destroy_frees_sequences(void **state)
 
 	assert_int_equal(kvmm_aspace_create(f->pool, f->ns, &f->fmt, NULL, &as), 0);
 	assert_int_not_equal(as->id, f->as->id);
-	assert_int_equal(kvmm_seq_create(as, &a), 0);
-	assert_int_equal(kvmm_seq_append(a, 2 * TPP + 1, NULL), 0);
-	assert_int_equal(kvmm_seq_fork(a, &b), 0);
+	assert_int_equal(kvmm_mm_seq_create(as, &a), 0);
+	assert_int_equal(kvmm_mm_seq_append(a, 2 * TPP + 1, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_fork(a, &b), 0);
 	assert_int_not_equal(a->id, b->id);
 	assert_int_equal(kvmm_ns_destroy(f->ns), -EBUSY);
 	kvmm_aspace_destroy(as);
@@ -628,12 +628,12 @@ static void test_invariants_catch_corruption(void **state)
 	struct kvmm_seq *a, *b;
 	struct kvmm_page *pg, *cached;
 
-	assert_int_equal(kvmm_seq_create(f->as, &a), 0);
-	assert_int_equal(kvmm_seq_append(a, 2 * TPP + 1, NULL), 0);
-	assert_int_equal(kvmm_seq_fork(a, &b), 0);
-	assert_int_equal(kvmm_seq_seal(a), 2);
-	kvmm_seq_free(b);
-	assert_int_equal(kvmm_seq_truncate(a, TPP), 0); /* block 1 now cached */
+	assert_int_equal(kvmm_mm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_mm_seq_append(a, 2 * TPP + 1, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_fork(a, &b), 0);
+	assert_int_equal(kvmm_mm_seq_seal(a), 2);
+	kvmm_mm_seq_free(b);
+	assert_int_equal(kvmm_mm_seq_truncate(a, TPP), 0); /* block 1 now cached */
 	check(f->pool);
 	pg = block_page(a, 0);
 	assert_false(list_empty(&f->pool->lru.inactive));

@@ -91,11 +91,11 @@ static uint32_t cache_block(struct kvmm_aspace *as, uint32_t key)
 	struct kvmm_seq *seq;
 
 	fill_block(t, key);
-	assert_int_equal(kvmm_seq_create(as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, TPP, t), 0);
-	assert_int_equal(kvmm_seq_seal(seq), 1);
-	frame = kvmm_seq_frame(seq, 0);
-	kvmm_seq_free(seq);
+	assert_int_equal(kvmm_mm_seq_create(as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, TPP, t), 0);
+	assert_int_equal(kvmm_mm_seq_seal(seq), 1);
+	frame = kvmm_mm_seq_frame(seq, 0);
+	kvmm_mm_seq_free(seq);
 	assert_int_equal(kvmm_frame_to_page(as->pool, frame)->state, KVMM_PAGE_CACHED);
 	return frame;
 }
@@ -108,11 +108,11 @@ static struct kvmm_seq *hit(struct kvmm_aspace *as, uint32_t key)
 	int ret;
 
 	fill_block(t, key);
-	assert_int_equal(kvmm_seq_create(as, &seq), 0);
-	ret = kvmm_prefix_lookup(seq, t, TPP);
+	assert_int_equal(kvmm_mm_seq_create(as, &seq), 0);
+	ret = kvmm_mm_prefix_lookup(seq, t, TPP);
 	assert_true(ret == 0 || ret == TPP);
 	if (!ret) {
-		kvmm_seq_free(seq);
+		kvmm_mm_seq_free(seq);
 		return NULL;
 	}
 	return seq;
@@ -158,7 +158,7 @@ static void test_reuse_references_then_promotes(void **state)
 	assert_non_null(s1);
 	assert_true(pg->flags & KVMM_PG_REFERENCED);
 	assert_false(pg->flags & (KVMM_PG_ACTIVE | KVMM_PG_LRU));
-	kvmm_seq_free(s1);
+	kvmm_mm_seq_free(s1);
 	/* back on the inactive list, keeping its second chance */
 	assert_true(pg->flags & KVMM_PG_REFERENCED);
 	assert_int_equal(f->pool->lru.nr_inactive, 1);
@@ -171,8 +171,8 @@ static void test_reuse_references_then_promotes(void **state)
 	assert_int_equal(pg->refcount, 2);
 	assert_true(pg->flags & KVMM_PG_ACTIVE);
 	assert_int_equal(f->pool->stat[KVMM_STAT_PGACTIVATE], 1);
-	kvmm_seq_free(s1);
-	kvmm_seq_free(s2);
+	kvmm_mm_seq_free(s1);
+	kvmm_mm_seq_free(s2);
 	assert_int_equal(f->pool->lru.nr_active, 1);
 	assert_int_equal(f->pool->lru.nr_inactive, 0);
 	assert_true(pg->flags & KVMM_PG_LRU);
@@ -218,7 +218,7 @@ static void test_second_chance(void **state)
 
 	a = cache_block(f->as, 1);
 	s = hit(f->as, 1);
-	kvmm_seq_free(s); /* a: inactive, REFERENCED */
+	kvmm_mm_seq_free(s); /* a: inactive, REFERENCED */
 	b = cache_block(f->as, 2);
 	c = cache_block(f->as, 3); /* inactive: c b a(tail) */
 
@@ -256,9 +256,9 @@ static void test_inactive_refilled_from_active_tail(void **state)
 	for (i = 0; i < 4; i++) {
 		fr[i] = cache_block(f->as, i);
 		s = hit(f->as, i);
-		kvmm_seq_free(s);
+		kvmm_mm_seq_free(s);
 		s = hit(f->as, i);
-		kvmm_seq_free(s);
+		kvmm_mm_seq_free(s);
 		assert_true(pg_of(f, fr[i])->flags & KVMM_PG_ACTIVE);
 	}
 	assert_int_equal(f->pool->lru.nr_active, 4);
@@ -280,9 +280,9 @@ static void test_mapped_pages_are_not_reclaimable(void **state)
 	struct fix *f = *state;
 	struct kvmm_seq *seq;
 
-	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, 3 * TPP, NULL), 0);
-	assert_int_equal(kvmm_seq_seal(seq), 3);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 3 * TPP, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_seal(seq), 3);
 	assert_int_equal(kvmm_reclaim(f->pool, NULL, 3), 0);
 	assert_int_equal(kvmm_reclaim(f->pool, f->ns, 3), 0);
 	assert_int_equal(kvmm_reclaim(NULL, NULL, 3), 0);
@@ -324,19 +324,19 @@ static void test_child_evicted_before_parent(void **state)
 
 	for (i = 0; i < 3 * TPP; i++)
 		t[i] = 7000 + i;
-	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, 3 * TPP, t), 0);
-	assert_int_equal(kvmm_seq_seal(seq), 3);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 3 * TPP, t), 0);
+	assert_int_equal(kvmm_mm_seq_seal(seq), 3);
 	for (i = 0; i < 3; i++)
-		fr[i] = kvmm_seq_frame(seq, i);
-	kvmm_seq_free(seq);
+		fr[i] = kvmm_mm_seq_frame(seq, i);
+	kvmm_mm_seq_free(seq);
 
 	/* freed tail first: the last block is the oldest, the first block survives longest */
 	assert_int_equal(kvmm_reclaim(f->pool, NULL, 1), 1);
 	assert_false(is_cached(f, fr[2]));
-	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
-	assert_int_equal(kvmm_prefix_lookup(seq, t, 3 * TPP), 2 * TPP);
-	kvmm_seq_free(seq);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(seq, t, 3 * TPP), 2 * TPP);
+	kvmm_mm_seq_free(seq);
 	check(f->pool);
 }
 
@@ -356,8 +356,8 @@ static void test_ns_limit_reclaims_own_cache_then_enomem(void **state)
 	assert_int_equal(f->ns->cached, 3);
 
 	/* four pages at a limit of four: its own three cached pages make room */
-	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, 4 * TPP, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 4 * TPP, NULL), 0);
 	assert_int_equal(f->ns->used, 4);
 	assert_int_equal(f->ns->cached, 0);
 	for (i = 0; i < 3; i++) {
@@ -368,7 +368,7 @@ static void test_ns_limit_reclaims_own_cache_then_enomem(void **state)
 	check(f->pool);
 
 	/* nothing of its own left to reclaim: -ENOMEM, although the pool has room */
-	assert_int_equal(kvmm_seq_append(seq, 1, NULL), -ENOMEM);
+	assert_int_equal(kvmm_mm_seq_append(seq, 1, NULL), -ENOMEM);
 	assert_int_equal(seq->ntokens, 4 * TPP);
 	assert_true(f->pool->stat[KVMM_STAT_NS_LIMIT_HIT] >= 1);
 	assert_int_equal(f->ns2->cached, 3);
@@ -395,20 +395,20 @@ static void test_min_watermark_reclaims_directly(void **state)
 	/* ns2 leaves 10 pages cached; ns1 maps 18: 4 frames free, at min */
 	for (i = 0; i < 10; i++)
 		cache_block(f->as2, i);
-	assert_int_equal(kvmm_seq_create(f->as, &seq), 0);
-	assert_int_equal(kvmm_seq_append(seq, 18 * TPP, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 18 * TPP, NULL), 0);
 	assert_int_equal(kvmm_pool_nr_free(f->pool), 4);
 	assert_int_equal(f->pool->stat[KVMM_STAT_PGSTEAL], 0);
 
 	/* the next allocation would go under min: it reclaims the cache first */
-	assert_int_equal(kvmm_seq_append(seq, TPP, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, TPP, NULL), 0);
 	assert_true(f->pool->stat[KVMM_STAT_DIRECT_RECLAIM] >= 1);
 	assert_true(f->pool->stat[KVMM_STAT_PGSTEAL] >= 1);
 	assert_true(kvmm_pool_nr_free(f->pool) >= 4);
 	check(f->pool);
 
 	/* keep going: the whole cache is used up, then the reserve, then -ENOMEM */
-	for (n = 0; kvmm_seq_append(seq, TPP, NULL) == 0; n++)
+	for (n = 0; kvmm_mm_seq_append(seq, TPP, NULL) == 0; n++)
 		assert_true(n < 32);
 	assert_int_equal(f->ns2->cached, 0);
 	assert_int_equal(kvmm_pool_nr_free(f->pool), 0);

@@ -9,9 +9,11 @@
  * row t % tokens_per_page of frame table[t / tokens_per_page].  Queries, outputs and new K/V
  * rows are fp32 whatever the page dtype: the kernels convert on read and write.
  *
- * The CPU implementations (kvmm_cpu_*, kernels/cpu/) are single-threaded and reentrant: an
- * engine splits a batch over its own threads.  Each picks its vector code (scalar, AVX2,
- * AVX-512) once, at first use, from what the CPU supports, or from KVMM_KERNEL_ISA.  A CUDA
+ * The CPU implementations (kvmm_cpu_*, kernels/cpu/) are reentrant and single-threaded by
+ * default (an engine may split a batch over its own threads); kvmm_cpu_set_threads() lets
+ * the attention kernels split a batch, and a long context, over a persistent thread pool.
+ * Each picks its vector code (scalar, AVX2, AVX-512) once, at first use, from what the CPU
+ * supports, or from KVMM_KERNEL_ISA.  A CUDA
  * implementation (kernels/cuda/, kvmm_cuda_*) will take the same argument structs.
  * All return 0 or a negative errno (-EINVAL for bad arguments, -ENOMEM, -ENOTSUP).
  * Documentation/kernels/cpu.md has the details, the error bounds and the benchmark.
@@ -103,5 +105,20 @@ bool kvmm_cpu_isa_supported(enum kvmm_cpu_isa isa);
 enum kvmm_cpu_isa kvmm_cpu_isa_get(void);
 /* Force an ISA (tests, benchmarks); -ENOTSUP if unsupported.  Not for use while kernels run. */
 int kvmm_cpu_isa_set(enum kvmm_cpu_isa isa);
+
+/*
+ * Threads the attention kernels use, the caller included (default 1, or KVMM_KERNEL_THREADS
+ * at first use; 0 there means one per online CPU).  With n > 1 a decode batch is split over a
+ * persistent pool of n - 1 workers: sequences among threads, and a long context's blocks among
+ * threads as well (each part's softmax state (max, sum, weighted V) is merged exactly
+ * afterwards); prefill splits its query tiles.  The results do not depend on n beyond fp32
+ * rounding of the merge.  A caller that finds the pool busy (another thread is running a
+ * kernel on it) runs alone, so the kernels stay reentrant.
+ * kvmm_cpu_set_threads(0) picks one per online CPU; 1 stops and joins the workers.  Returns 0
+ * or -EAGAIN (fewer workers could be created).  Not for use while kernels run.
+ */
+#define KVMM_CPU_MAX_THREADS 64
+int kvmm_cpu_set_threads(uint32_t n);
+uint32_t kvmm_cpu_get_threads(void);
 
 #endif /* KVMM_KERNELS_H */

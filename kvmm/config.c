@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "compiler.h"
+#include "generated/autoconf.h"
 #include "log.h"
 #include "kvmm/config.h"
 #include "kvmm/mm.h"
@@ -233,6 +234,8 @@ static const struct {
 	{"foreground", KVMM_CFG_FOREGROUND},
 	{"prefault", KVMM_CFG_PREFAULT},
 	{"max_clients", KVMM_CFG_MAX_CLIENTS},
+	{"metrics", KVMM_CFG_METRICS},
+	{"device", KVMM_CFG_DEVICE},
 };
 
 /* the keys of [namespace]: two units of one setting share a slot (duplicate detection) */
@@ -286,8 +289,12 @@ static int set_daemon(struct kvmm_config *cfg, size_t idx, const char *val, char
 		strcpy(cfg->socket_path, val);
 		return 0;
 	case KVMM_CFG_BACKEND:
-		if (strcmp(val, "host"))
-			return msg(err, len, "unknown backend '%s' (known: host)", val);
+		if (!strcmp(val, "cuda") && !CONFIG_KVMM_CUDA)
+			return msg(err, len,
+				   "backend 'cuda': kvmmd was built without CUDA "
+				   "(CONFIG_KVMM_CUDA=n or no nvcc)");
+		if (strcmp(val, "host") && strcmp(val, "cuda"))
+			return msg(err, len, "unknown backend '%s' (known: host, cuda)", val);
 		strcpy(cfg->backend, val);
 		return 0;
 	case KVMM_CFG_PAGE_SIZE:
@@ -370,6 +377,34 @@ static int set_daemon(struct kvmm_config *cfg, size_t idx, const char *val, char
 			return msg(err, len, "max_clients must be at least 1");
 		cfg->max_clients = (uint32_t)v;
 		return 0;
+	case KVMM_CFG_DEVICE: {
+		char *end;
+		long d;
+
+		errno = 0;
+		d = strtol(val, &end, 10);
+		if (errno || end == val || *end || d < 0 || d > 1023)
+			return msg(err, len, "device '%s' is not a CUDA device number (0-1023)",
+				   val);
+		cfg->device = (int)d;
+		return 0;
+	}
+	case KVMM_CFG_METRICS: {
+		/* IPV4:PORT, or off/no/empty; the listener checks the address itself */
+		const char *colon = strrchr(val, ':');
+
+		if (!val[0] || !strcmp(val, "off") || !strcmp(val, "no")) {
+			cfg->metrics[0] = '\0';
+			return 0;
+		}
+		if (strlen(val) >= sizeof(cfg->metrics) || !colon || colon == val || !colon[1] ||
+		    strspn(colon + 1, "0123456789") != strlen(colon + 1) ||
+		    strtoul(colon + 1, NULL, 10) > 65535)
+			return msg(err, len,
+				   "metrics wants ADDRESS:PORT (e.g. 127.0.0.1:9477) or off");
+		strcpy(cfg->metrics, val);
+		return 0;
+	}
 	case KVMM_CFG_KEY_COUNT:
 		break;
 	}
@@ -1016,6 +1051,8 @@ void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
 	if (cfg->socket_path[0])
 		fprintf(f, "socket = \"%s\"\n", cfg->socket_path);
 	fprintf(f, "backend = %s\n", cfg->backend);
+	if (!strcmp(cfg->backend, "cuda"))
+		fprintf(f, "device = %d\n", cfg->device);
 	print_size(f, "page_size", cfg->page_size);
 	if (cfg->chunk_size)
 		print_size(f, "chunk_size", cfg->chunk_size);
@@ -1031,6 +1068,8 @@ void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
 	fprintf(f, "foreground = %s\n", cfg->foreground ? "yes" : "no");
 	fprintf(f, "prefault = %s\n", cfg->prefault ? "yes" : "no");
 	fprintf(f, "max_clients = %u\n", cfg->max_clients);
+	if (cfg->metrics[0])
+		fprintf(f, "metrics = %s\n", cfg->metrics);
 	for (i = 0; i < cfg->nr_ns; i++) {
 		const struct kvmm_config_ns *ns = &cfg->ns[i];
 

@@ -49,6 +49,8 @@ enum kvmm_config_key {
 	KVMM_CFG_FOREGROUND,
 	KVMM_CFG_PREFAULT,
 	KVMM_CFG_MAX_CLIENTS,
+	KVMM_CFG_METRICS,
+	KVMM_CFG_DEVICE, /* cuda backend: the GPU ordinal */
 	KVMM_CFG_KEY_COUNT,
 };
 
@@ -81,6 +83,7 @@ struct kvmm_config {
 	char file[KVMM_CONFIG_PATH_LEN * 2];	/* the file read, for messages ("" = none) */
 	char socket_path[KVMM_CONFIG_PATH_LEN]; /* "" until finalize picks the default */
 	char backend[16];
+	int device; /* backend cuda: CUDA device ordinal (default 0) */
 	uint64_t page_size;
 	uint64_t chunk_size; /* 0 = the backend's default */
 	uint64_t pool_size;  /* bytes, 0 = unset */
@@ -92,6 +95,7 @@ struct kvmm_config {
 	bool foreground;
 	bool prefault;
 	uint32_t max_clients;
+	char metrics[64]; /* "IPV4:PORT" of the Prometheus /metrics listener, "" = off */
 	struct kvmm_config_ns ns[KVMM_CONFIG_MAX_NS];
 	unsigned int nr_ns;
 	bool daemon_seen;		       /* a [daemon] section was read */

@@ -22,6 +22,7 @@
 #include "compiler.h"
 #include "list.h"
 #include "kvmm/mm.h"
+#include "kvmm/swap.h"
 
 /* per-frame bookkeeping of one check */
 struct frame_seen {
@@ -167,6 +168,9 @@ static int check_seq(struct kvmm_pool *pool, const struct kvmm_seq *seq, struct 
 					    (unsigned long long)seq->id, b);
 			continue;
 		}
+		/* a swapped block: kvmm_swap_check() matches it with its slot */
+		if (kvmm_pte_is_swap(pte))
+			continue;
 		f = kvmm_pte_frame(pte);
 		if (f >= pool->nframes)
 			return fail(why, len, "seq %llu: block %u pte %#llx maps no frame",
@@ -237,7 +241,8 @@ static int check_frames(struct kvmm_pool *pool, const struct frame_seen *seen, c
 					    f);
 			break;
 		case KVMM_PAGE_MAPPED:
-			if (!pg->refcount)
+			/* ... except a frame a swap-in is still reading into (LOCKED) */
+			if (!pg->refcount && !(pg->flags & KVMM_PG_LOCKED))
 				return fail(why, len, "frame %u: mapped by no one", f);
 			if (pg->flags & (KVMM_PG_LRU | KVMM_PG_BUDDY_HEAD))
 				return fail(why, len, "frame %u: mapped with flags %#x", f,
@@ -282,9 +287,10 @@ static int check_frames(struct kvmm_pool *pool, const struct frame_seen *seen, c
 			return fail(why, len, "ns %s: used %u cached %u, recount %u and %u",
 				    ns->name, ns->used, ns->cached, used[i], cached[i]);
 	}
-	if (sealed != kvmm_pagecache_count(pool))
-		return fail(why, len, "%u sealed frames, %u page cache entries", sealed,
-			    kvmm_pagecache_count(pool));
+	/* entries of swapped pages name a slot, not a frame */
+	if (sealed + kvmm_swap_nr_ents(pool) != kvmm_pagecache_count(pool))
+		return fail(why, len, "%u sealed frames + %u swapped, %u page cache entries",
+			    sealed, kvmm_swap_nr_ents(pool), kvmm_pagecache_count(pool));
 	return 0;
 }
 
@@ -343,6 +349,9 @@ int kvmm_check_invariants(struct kvmm_pool *pool, char *why, size_t whylen)
 	if (ret)
 		goto out;
 	ret = kvmm_pagecache_check(pool, why, whylen);
+	if (ret)
+		goto out;
+	ret = kvmm_swap_check(pool, why, whylen);
 	if (ret)
 		goto out;
 	/* with the entries sound: each sequence's sealed blocks are one reachable chain */

@@ -26,7 +26,11 @@
 
 #include "compiler.h"
 #include "log.h"
+#include "generated/autoconf.h"
 #include "kvmm/backend/host.h"
+#if CONFIG_KVMM_CUDA
+#include "kvmm/backend/cuda.h"
+#endif
 #include "kvmm/config.h"
 #include "kvmm/ipc/server.h"
 #include "kvmm/mm.h"
@@ -43,6 +47,9 @@ static struct kvmm_server *volatile the_server;
 
 /* kept for the server's whole life: the pools reach their configuration through it */
 static struct kvmm_host_backend host_backend;
+#if CONFIG_KVMM_CUDA
+static struct kvmm_cuda_backend cuda_backend;
+#endif
 
 enum {
 	OPT_BACKEND = 256,
@@ -57,6 +64,8 @@ enum {
 	OPT_LOG_LEVEL,
 	OPT_PREFAULT,
 	OPT_MAX_CLIENTS,
+	OPT_METRICS,
+	OPT_DEVICE,
 	OPT_PRINT_CONFIG,
 };
 
@@ -76,6 +85,8 @@ static const struct option long_opts[] = {
 	{"foreground", no_argument, NULL, 'f'},
 	{"prefault", no_argument, NULL, OPT_PREFAULT},
 	{"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
+	{"metrics", required_argument, NULL, OPT_METRICS},
+	{"device", required_argument, NULL, OPT_DEVICE},
 	{"namespace", required_argument, NULL, 'n'},
 	{"print-config", no_argument, NULL, OPT_PRINT_CONFIG},
 	{"help", no_argument, NULL, 'h'},
@@ -94,7 +105,8 @@ static void usage(FILE *f)
 		"  -s, --socket PATH        control socket (default "
 		"$XDG_RUNTIME_DIR/kvmm/kvmmd.sock\n"
 		"                           or /run/kvmm/kvmmd.sock)\n"
-		"      --backend NAME       pool memory: host (default)\n"
+		"      --backend NAME       pool memory: host (default) or cuda (GPU memory)\n"
+		"      --device N           cuda backend: the CUDA device (default 0)\n"
 		"      --page-size SIZE     bytes per frame, a power of two >= 4K (default 2M)\n"
 		"      --chunk-size SIZE    bytes per shared memory chunk (default 64M)\n"
 		"      --pool-size SIZE     total pool memory (default 1G), or\n"
@@ -107,6 +119,7 @@ static void usage(FILE *f)
 		"  -f, --foreground         do not daemonize; log to stderr\n"
 		"      --prefault           fault the whole pool in at start\n"
 		"      --max-clients N      connections at most (default %d)\n"
+		"      --metrics ADDR:PORT  serve Prometheus /metrics (loopback; default off)\n"
 		"  -n, --namespace NAME[:AMOUNT[:USER,...]]\n"
 		"                           add or change a namespace: AMOUNT is frames or a size\n"
 		"                           with K/M/G/T; USERs (names or uids) may attach\n"
@@ -165,6 +178,10 @@ static const char *opt_key(int opt)
 		return "prefault";
 	case OPT_MAX_CLIENTS:
 		return "max_clients";
+	case OPT_METRICS:
+		return "metrics";
+	case OPT_DEVICE:
+		return "device";
 	default:
 		return NULL;
 	}
@@ -409,7 +426,15 @@ static void server_config(const struct kvmm_config *cfg, struct kvmm_ns_config *
 	sc->have_admin_gid = cfg->have_admin_gid;
 	sc->backend = &host_backend.ops;
 	sc->chunks = kvmm_host_backend_chunks;
+#if CONFIG_KVMM_CUDA
+	if (!strcmp(cfg->backend, "cuda")) {
+		kvmm_cuda_backend_init(&cuda_backend, cfg->device, cfg->chunk_size);
+		sc->backend = &cuda_backend.ops;
+		sc->chunks = kvmm_cuda_backend_chunks;
+	}
+#endif
 	sc->max_clients = cfg->max_clients;
+	sc->metrics_addr = cfg->metrics;
 	for (i = 0; i < cfg->nr_ns; i++) {
 		const struct kvmm_config_ns *c = &cfg->ns[i];
 
@@ -454,6 +479,18 @@ int main(int argc, char **argv)
 		return EXIT_SUCCESS;
 	}
 
+#if CONFIG_KVMM_CUDA
+	/* no GPU, no driver: say so before anything else happens */
+	if (!strcmp(cfg->backend, "cuda")) {
+		char why[256];
+
+		if (kvmm_cuda_backend_probe(cfg->device, why, sizeof(why))) {
+			fprintf(stderr, "kvmmd: cuda backend on device %d: %s\n", cfg->device, why);
+			free(cfg);
+			return EXIT_FAILURE;
+		}
+	}
+#endif
 	ret = prepare_socket_path(cfg);
 	if (ret) {
 		fprintf(stderr, "kvmmd: socket directory for %s: %s\n", cfg->socket_path,

@@ -37,6 +37,7 @@
 
 struct kvmm_pool;
 struct kvmm_ns;
+struct kvmm_swap; /* kvmm/swap.h */
 
 /* ---- frame metadata ------------------------------------------------------------------ */
 
@@ -107,6 +108,21 @@ struct kvmm_backend_ops {
 	int (*copy)(struct kvmm_backend_ctx *be, uint32_t dst, uint32_t src, uint64_t bytes);
 	/* Zero a frame (scrub before it changes namespace). 0 or -errno. */
 	int (*scrub)(struct kvmm_backend_ctx *be, uint32_t frame);
+	/*
+	 * Swap staging, for memory the host cannot address (cuda backend); NULL when frame_addr
+	 * and memcpy serve.  copy_to_host / copy_from_host start copying whole frames
+	 * frames[i] to / from @host + i * page_size, asynchronously on the backend's own stream
+	 * (so with pinned @host from host_alloc a swap-out overlaps the next step); sync waits
+	 * for every copy started.  host_alloc returns page-aligned, DMA-able (pinned) memory or
+	 * NULL; host_free frees it.  0 or -errno.
+	 */
+	int (*copy_to_host)(struct kvmm_backend_ctx *be, void *host, const uint32_t *frames,
+			    uint32_t nr);
+	int (*copy_from_host)(struct kvmm_backend_ctx *be, const uint32_t *frames, const void *host,
+			      uint32_t nr);
+	int (*sync)(struct kvmm_backend_ctx *be);
+	void *(*host_alloc)(struct kvmm_backend_ctx *be, uint64_t bytes);
+	void (*host_free)(struct kvmm_backend_ctx *be, void *host, uint64_t bytes);
 };
 
 struct kvmm_backend_ctx {
@@ -154,6 +170,14 @@ enum kvmm_stat {
 	KVMM_STAT_DIRECT_RECLAIM, /* allocations that reclaimed directly (under min) */
 	KVMM_STAT_NS_LIMIT_HIT,	  /* allocations that hit a namespace limit */
 	KVMM_STAT_SCRUB,	  /* frames zeroed because they changed namespace */
+	/* swap (kvmm/swap.h, Documentation/mm/swap.md) */
+	KVMM_STAT_SWPOUT,	  /* pages written to a swap tier (swap-out, demotion, move-down) */
+	KVMM_STAT_SWPIN,	  /* pages read back into frames */
+	KVMM_STAT_REFAULT,	  /* swap-ins soon after their swap-out (workingset) */
+	KVMM_STAT_SWAP_FAIL,	  /* swap I/Os or slot allocations that failed */
+	KVMM_STAT_SWAP_DEMOTE,	  /* clean cached pages demoted to a tier (prefix kept) */
+	KVMM_STAT_SWAP_RA,	  /* pages read ahead or prefetched asynchronously */
+	KVMM_STAT_SWAP_CACHE_HIT, /* faults that joined a read already in flight */
 	KVMM_STAT_COUNT,
 };
 
@@ -202,6 +226,7 @@ struct kvmm_pool {
 	uint64_t next_id;		  /* ids of address spaces and sequences (pgtable.c) */
 
 	uint64_t stat[KVMM_STAT_COUNT];
+	struct kvmm_swap *swap; /* swap tiers and swap cache (swapfile.c); NULL: no swapon yet */
 };
 
 int kvmm_pool_create(const struct kvmm_pool_params *params, struct kvmm_pool **out);
@@ -447,9 +472,17 @@ void kvmm_mm_release(struct kvmm_pool *pool);
 /* ---- page cache (pagecache.c) ---------------------------------------------------------- */
 
 /*
- * Map the longest cached prefix of @tokens (n tokens) into the empty sequence @seq: every
- * full block that hits is mapped (refcount + 1) and its token ids verified.  Returns the
- * number of tokens now in @seq (a multiple of tokens_per_page) or -errno.
+ * Map the longest cached run of full blocks of @tokens (n tokens) onto the end of @seq.
+ * @seq must be empty or hold a whole number of pages, all sealed (what an earlier lookup
+ * leaves): @tokens are then the ids that follow the sequence's own, not the whole prompt,
+ * and the walk starts at block seq->nblocks under the cache entry of the sequence's last
+ * block, exactly as a lookup of the whole prompt would reach it.  Every full block that hits
+ * is mapped (refcount + 1), marked accessed and counted sealed; its token ids and its parent
+ * entry are verified.  Returns the sequence's new length in tokens (seq->ntokens: the tokens
+ * it held plus those mapped now, a multiple of tokens_per_page), or -EINVAL (NULL @seq,
+ * NULL @tokens with n > 0, a partial last page or an unsealed block), -EOVERFLOW (the
+ * sequence already holds more than INT_MAX tokens) or -ENOMEM (nothing mapped).  At most
+ * INT_MAX tokens in all are mapped, so the length always fits.
  */
 int kvmm_mm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t n);
 

@@ -45,6 +45,7 @@
 #include "compiler.h"
 #include "list.h"
 #include "kvmm/mm.h"
+#include "kvmm/trace.h"
 
 /* ---- names --------------------------------------------------------------------------- */
 
@@ -89,6 +90,13 @@ static const char *const stat_names[KVMM_STAT_COUNT] = {
 	[KVMM_STAT_DIRECT_RECLAIM] = "direct_reclaim",
 	[KVMM_STAT_NS_LIMIT_HIT] = "ns_limit_hit",
 	[KVMM_STAT_SCRUB] = "scrub",
+	[KVMM_STAT_SWPOUT] = "pswpout",
+	[KVMM_STAT_SWPIN] = "pswpin",
+	[KVMM_STAT_REFAULT] = "workingset_refault",
+	[KVMM_STAT_SWAP_FAIL] = "swap_fail",
+	[KVMM_STAT_SWAP_DEMOTE] = "swap_demote",
+	[KVMM_STAT_SWAP_RA] = "swap_ra",
+	[KVMM_STAT_SWAP_CACHE_HIT] = "swap_cache_hit",
 };
 
 const char *kvmm_stat_name(enum kvmm_stat s)
@@ -479,10 +487,14 @@ struct kvmm_page *kvmm_alloc_page(struct kvmm_pool *pool, struct kvmm_ns *ns,
 	if (ns)
 		ns->used++;
 	pool->stat[KVMM_STAT_ALLOC]++;
+	kvmm_trace_event(KVMM_TR_ALLOC, pool, mag ? mag->owner : 0, ns_id, 0,
+			 kvmm_page_to_frame(pool, pg), 1);
 	return pg;
 
 out_fail:
 	pool->stat[KVMM_STAT_ALLOC_FAIL]++;
+	kvmm_trace_event(KVMM_TR_OOM, pool, mag ? mag->owner : 0, ns ? ns->id : 0, 0,
+			 KVMM_TRACE_NONE, 1);
 	errno = ENOMEM;
 	return NULL;
 }
@@ -518,6 +530,8 @@ void kvmm_free_page(struct kvmm_pool *pool, struct kvmm_page *pg, struct kvmm_ma
 		KVMM_BUG();
 	}
 
+	kvmm_trace_event(KVMM_TR_FREE, pool, mag ? mag->owner : 0, ns ? ns->id : 0, 0,
+			 kvmm_page_to_frame(pool, pg), 1);
 	pg->flags &= KVMM_PG_POISONED;
 	pg->ns_id = 0;
 	pg->ntokens = 0;

@@ -44,6 +44,8 @@
 #include "compiler.h"
 #include "hashtable.h"
 #include "kvmm/mm.h"
+#include "kvmm/swap.h"
+#include "kvmm/trace.h"
 
 /* struct kvmm_cache_ent.flags */
 enum {
@@ -64,7 +66,8 @@ struct kvmm_cache_ent {
 	uint64_t parent_key; /* the parent's key, as hashed into key; 0 for a first block */
 	uint64_t fmt_id;
 	uint32_t depth; /* block index in every sequence that maps it: parent's depth + 1 */
-	uint32_t frame;
+	uint32_t frame; /* KVMM_FRAME_NONE while the page is swapped (swap.h) */
+	uint64_t swap;	/* the swap entry holding the page while swapped, else 0 */
 	uint32_t ntokens;
 	uint16_t ns_id;
 	uint16_t flags;	   /* PC_* */
@@ -230,7 +233,8 @@ static void pc_orphan_subtree(struct kvmm_pool *pool, struct kvmm_cache_ent *roo
 
 	for (ent = root; ent; ent = pc_subtree_next(root, ent)) {
 		ent->flags |= PC_ORPHAN;
-		pool->pages[ent->frame].flags &= ~KVMM_PG_REFERENCED;
+		if (ent->frame != KVMM_FRAME_NONE)
+			pool->pages[ent->frame].flags &= ~KVMM_PG_REFERENCED;
 		pool->stat[KVMM_STAT_CACHE_ORPHAN]++;
 	}
 }
@@ -331,7 +335,13 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 	ent = pc_find(pool, pc, key, as->ns->id, as->fmt_id, parent, tokens, tpp);
 	if (ent) {
 		/* the same block of the same prefix is cached: share it, drop our copy */
-		cached = &pool->pages[ent->frame];
+		if (unlikely(ent->frame == KVMM_FRAME_NONE)) {
+			cached = kvmm_swap_fault_ent(pool, ent, as->mag);
+			if (!cached)
+				return -errno;
+		} else {
+			cached = &pool->pages[ent->frame];
+		}
 		kvmm_page_get(pool, cached);
 		kvmm_mark_page_accessed(pool, cached);
 		seq->pte[block] = kvmm_mm_seq_mk_pte(pool, cached, true);
@@ -365,6 +375,7 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 	ent->fmt_id = as->fmt_id;
 	ent->depth = block;
 	ent->frame = kvmm_page_to_frame(pool, pg);
+	ent->swap = 0;
 	ent->ntokens = tpp;
 	ent->ns_id = as->ns->id;
 	ent->flags = 0;
@@ -378,36 +389,64 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 	pg->ntokens = tpp;
 	seq->pte[block] = kvmm_mm_seq_mk_pte(pool, pg, true);
 	pool->stat[KVMM_STAT_SEAL]++;
+	kvmm_trace_event(KVMM_TR_SEAL, pool, as->mag ? as->mag->owner : 0, as->ns->id, seq->id,
+			 ent->frame, 1);
 	return 0;
 }
 
+/*
+ * The walk continues from the sequence's end: block seq->nblocks, under the entry of its last
+ * block.  That entry is reachable and holds the sequence's own prefix (a live sequence's
+ * sealed blocks form one reachable chain), so continuing from it finds exactly what a walk
+ * of the whole prompt from block 0 would, without re-hashing the blocks already mapped - and
+ * pc_find() still demands the exact parent entry at every step, so a collision cannot slip
+ * in at the seam either.
+ */
 int kvmm_mm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t n)
 {
 	const struct kvmm_cache_ent *parent = NULL;
 	struct kvmm_pagecache *pc;
 	struct kvmm_aspace *as;
 	struct kvmm_pool *pool;
-	uint64_t nfull;
-	uint32_t tpp, b, hits = 0;
+	uint64_t nfull, have;
+	uint32_t tpp, first, b, hits = 0;
 	int ret = 0;
 
-	if (!seq || (n && !tokens) || seq->ntokens || seq->nblocks)
+	if (!seq || (n && !tokens))
 		return -EINVAL;
 	as = seq->as;
 	pool = as->pool;
 	pc = pool->pagecache;
 	tpp = as->fmt.tokens_per_page;
-	/* the result is a token count in an int */
-	nfull = min_t(uint64_t, n / tpp, (uint64_t)INT_MAX / tpp);
+	first = seq->nblocks;
+	/* only a whole number of pages, all sealed, can be continued */
+	if (seq->ntokens != (uint64_t)first * tpp || seq->nsealed != first)
+		return -EINVAL;
+	/* the result is the sequence's length in tokens, in an int */
+	have = seq->ntokens;
+	if (have > INT_MAX)
+		return -EOVERFLOW;
+	nfull = min_t(uint64_t, n / tpp, (uint64_t)INT_MAX / tpp - first);
 	if (!nfull)
-		return 0;
+		return (int)have;
 	if (!pc || !pc->nr) {
 		pool->stat[KVMM_STAT_CACHE_MISS]++;
-		return 0;
+		kvmm_trace_event(KVMM_TR_MISS, pool, as->mag ? as->mag->owner : 0, as->ns->id,
+				 seq->id, KVMM_TRACE_NONE, first);
+		return (int)have;
+	}
+	if (first) {
+		/* sealed in this sequence, so the reachable entry of its prefix */
+		if (kvmm_pte_is_swap(seq->pte[first - 1]))
+			parent = kvmm_swap_slot_ent(pool, seq->pte[first - 1]);
+		else
+			parent = block_page(pool, seq, first - 1)->cache;
+		KVMM_BUG_ON(!parent || (parent->flags & PC_ORPHAN) || parent->depth != first - 1);
 	}
 
 	for (b = 0; b < nfull; b++) {
 		const uint32_t *t = tokens + (size_t)b * tpp;
+		uint32_t blk = first + b;
 		struct kvmm_cache_ent *ent;
 		struct kvmm_page *pg;
 		uint64_t key;
@@ -416,35 +455,50 @@ int kvmm_mm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t
 		ent = pc_find(pool, pc, key, as->ns->id, as->fmt_id, parent, t, tpp);
 		if (!ent) {
 			pool->stat[KVMM_STAT_CACHE_MISS]++;
+			kvmm_trace_event(KVMM_TR_MISS, pool, as->mag ? as->mag->owner : 0,
+					 as->ns->id, seq->id, KVMM_TRACE_NONE, blk);
 			break;
 		}
-		if (unlikely(b >= seq->cap) && kvmm_mm_seq_reserve(seq, b + 1)) {
+		if (unlikely(blk >= seq->cap) && kvmm_mm_seq_reserve(seq, blk + 1)) {
 			/* keep what is mapped; report the failure only if nothing is */
 			if (!hits)
 				ret = -ENOMEM;
 			break;
 		}
-		pg = &pool->pages[ent->frame];
+		if (unlikely(ent->frame == KVMM_FRAME_NONE)) {
+			/* demoted or swapped: fault it back in (swap_state.c) */
+			pg = kvmm_swap_fault_ent(pool, ent, as->mag);
+			if (!pg) {
+				if (!hits)
+					ret = -errno;
+				break;
+			}
+		} else {
+			pg = &pool->pages[ent->frame];
+		}
 		kvmm_page_get(pool, pg);
 		kvmm_mark_page_accessed(pool, pg);
-		seq->pte[b] = kvmm_mm_seq_mk_pte(pool, pg, true);
-		memcpy(seq->tokens + (size_t)b * tpp, t, (size_t)tpp * sizeof(*t));
+		seq->pte[blk] = kvmm_mm_seq_mk_pte(pool, pg, true);
+		memcpy(seq->tokens + (size_t)blk * tpp, t, (size_t)tpp * sizeof(*t));
 		parent = ent;
 		hits++;
 	}
 	pool->stat[KVMM_STAT_CACHE_HIT] += hits;
-	seq->nblocks = hits;
-	seq->nsealed = hits;
-	seq->ntokens = (uint64_t)hits * tpp;
-	return ret ? ret : (int)(hits * tpp);
+	if (hits)
+		kvmm_trace_event(KVMM_TR_HIT, pool, as->mag ? as->mag->owner : 0, as->ns->id,
+				 seq->id, KVMM_TRACE_NONE, hits);
+	seq->nblocks = first + hits;
+	seq->nsealed = first + hits;
+	seq->ntokens = (uint64_t)seq->nblocks * tpp;
+	return ret ? ret : (int)seq->ntokens;
 }
 
-void kvmm_pagecache_remove(struct kvmm_pool *pool, struct kvmm_page *pg)
+static void pc_remove(struct kvmm_pool *pool, struct kvmm_cache_ent *ent)
 {
 	struct kvmm_pagecache *pc = pool->pagecache;
-	struct kvmm_cache_ent *ent = pg->cache, *child, *tmp;
+	struct kvmm_cache_ent *child, *tmp;
 
-	KVMM_BUG_ON(!pc || !ent || !(pg->flags & KVMM_PG_SEALED) || !pc->nr);
+	KVMM_BUG_ON(!pc || !pc->nr);
 	hlist_del(&ent->hnode);
 	pc->nr--;
 	list_del(&ent->sibling);
@@ -455,8 +509,67 @@ void kvmm_pagecache_remove(struct kvmm_pool *pool, struct kvmm_page *pg)
 			pc_orphan_subtree(pool, child);
 	}
 	free(ent);
+}
+
+void kvmm_pagecache_remove(struct kvmm_pool *pool, struct kvmm_page *pg)
+{
+	KVMM_BUG_ON(!pg->cache || !(pg->flags & KVMM_PG_SEALED));
+	pc_remove(pool, pg->cache);
 	pg->cache = NULL;
 	pg->flags &= ~KVMM_PG_SEALED;
+}
+
+/* ---- entries of swapped pages (swap.h) ---------------------------------------------------- */
+
+uint64_t kvmm_pagecache_ent_swap(const struct kvmm_cache_ent *ent)
+{
+	return ent->swap;
+}
+
+uint16_t kvmm_pagecache_ent_ns(const struct kvmm_cache_ent *ent)
+{
+	return ent->ns_id;
+}
+
+bool kvmm_pagecache_ent_orphan(const struct kvmm_cache_ent *ent)
+{
+	return ent->flags & PC_ORPHAN;
+}
+
+void kvmm_pagecache_ent_swapout(struct kvmm_pool *pool, struct kvmm_page *pg, uint64_t swp)
+{
+	struct kvmm_cache_ent *ent = pg->cache;
+
+	KVMM_BUG_ON(!ent || !(pg->flags & KVMM_PG_SEALED) || !swp ||
+		    ent->frame != kvmm_page_to_frame(pool, pg));
+	ent->frame = KVMM_FRAME_NONE;
+	ent->swap = swp;
+	pg->cache = NULL;
+	pg->flags &= ~KVMM_PG_SEALED;
+}
+
+void kvmm_pagecache_ent_swapin(struct kvmm_pool *pool, struct kvmm_cache_ent *ent,
+			       struct kvmm_page *pg, uint64_t swp)
+{
+	KVMM_BUG_ON(ent->frame != KVMM_FRAME_NONE || !ent->swap);
+	if (!pg) {
+		/* moved to another slot */
+		KVMM_BUG_ON(!swp);
+		ent->swap = swp;
+		return;
+	}
+	KVMM_BUG_ON(pg->cache || (pg->flags & KVMM_PG_SEALED));
+	ent->frame = kvmm_page_to_frame(pool, pg);
+	ent->swap = 0;
+	pg->cache = ent;
+	pg->flags = (pg->flags & ~KVMM_PG_DIRTY) | KVMM_PG_SEALED;
+	pg->ntokens = ent->ntokens;
+}
+
+void kvmm_pagecache_remove_ent(struct kvmm_pool *pool, struct kvmm_cache_ent *ent)
+{
+	KVMM_BUG_ON(ent->frame != KVMM_FRAME_NONE);
+	pc_remove(pool, ent);
 }
 
 bool kvmm_pagecache_drop_orphan(struct kvmm_pool *pool, struct kvmm_page *pg)
@@ -500,6 +613,8 @@ static int pc_fail(char *why, size_t len, const struct kvmm_cache_ent *ent, cons
 /* @ent points at a live entry of this cache (its page points back at it). */
 static bool pc_live(const struct kvmm_pool *pool, const struct kvmm_cache_ent *ent)
 {
+	if (ent->frame == KVMM_FRAME_NONE)
+		return ent->swap && kvmm_swap_slot_ent((struct kvmm_pool *)pool, ent->swap) == ent;
 	return ent->frame < pool->nframes && pool->pages[ent->frame].cache == ent;
 }
 
@@ -572,14 +687,25 @@ int kvmm_pagecache_check(struct kvmm_pool *pool, char *why, size_t whylen)
 			count++;
 			if (kvmm_htable_bucket(&pc->ht, ent->key) != &pc->ht.buckets[i])
 				return pc_fail(why, whylen, ent, "in the wrong bucket");
-			if (ent->frame >= pool->nframes)
+			if (ent->frame == KVMM_FRAME_NONE) {
+				/* swapped: the slot names this entry (swapfile.c checks the rest) */
+				if (!pc_live(pool, ent))
+					return pc_fail(why, whylen, ent,
+						       "swapped but its slot does not point back");
+				pg = NULL;
+			} else if (ent->frame >= pool->nframes) {
 				return pc_fail(why, whylen, ent, "frame out of range");
-			pg = &pool->pages[ent->frame];
-			if (pg->cache != ent || !(pg->flags & KVMM_PG_SEALED))
+			} else {
+				pg = &pool->pages[ent->frame];
+				if (ent->swap)
+					return pc_fail(why, whylen, ent, "has a frame and a slot");
+			}
+			if (pg && (pg->cache != ent || !(pg->flags & KVMM_PG_SEALED)))
 				return pc_fail(why, whylen, ent, "its page does not point back");
-			if (pg->state != KVMM_PAGE_MAPPED && pg->state != KVMM_PAGE_CACHED)
+			if (pg && pg->state != KVMM_PAGE_MAPPED && pg->state != KVMM_PAGE_CACHED)
 				return pc_fail(why, whylen, ent, "page neither mapped nor cached");
-			if (pg->ns_id != ent->ns_id || ent->ns_id == 0 || ent->ns_id >= KVMM_MAX_NS)
+			if ((pg && pg->ns_id != ent->ns_id) || ent->ns_id == 0 ||
+			    ent->ns_id >= KVMM_MAX_NS)
 				return pc_fail(why, whylen, ent,
 					       "namespace differs from its page's");
 			ns = pool->ns[ent->ns_id];
@@ -587,7 +713,7 @@ int kvmm_pagecache_check(struct kvmm_pool *pool, char *why, size_t whylen)
 				return pc_fail(why, whylen, ent, "namespace gone");
 			if (!ent->id || ent->id >= pc->next_id)
 				return pc_fail(why, whylen, ent, "bad id");
-			if (!ent->ntokens || pg->ntokens != ent->ntokens)
+			if (!ent->ntokens || (pg && pg->ntokens != ent->ntokens))
 				return pc_fail(why, whylen, ent,
 					       "token count differs from its page's");
 			if (pc_hash(pc, ns, ent->parent_key, ent->fmt_id, ent->tokens,
@@ -622,7 +748,10 @@ int kvmm_pagecache_check_seq(const struct kvmm_seq *seq, char *why, size_t whyle
 		uint32_t f = kvmm_pte_frame(seq->pte[b]);
 		const char *what = NULL;
 
-		ent = f < pool->nframes ? pool->pages[f].cache : NULL;
+		if (kvmm_pte_is_swap(seq->pte[b]))
+			ent = kvmm_swap_slot_ent((struct kvmm_pool *)pool, seq->pte[b]);
+		else
+			ent = f < pool->nframes ? pool->pages[f].cache : NULL;
 		if (!ent)
 			what = "has no cache entry";
 		else if (ent->parent != parent || ent->depth != b || (ent->flags & PC_ORPHAN))

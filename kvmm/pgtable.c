@@ -23,6 +23,7 @@
 #include "compiler.h"
 #include "list.h"
 #include "kvmm/mm.h"
+#include "kvmm/swap.h"
 
 /* ---- page references ------------------------------------------------------------------ */
 
@@ -122,9 +123,12 @@ void kvmm_mm_release(struct kvmm_pool *pool)
 
 	if (!pool)
 		return;
+	/* no read may land in a frame while its sequence goes away */
+	kvmm_swap_poll(pool, true);
 	list_for_each_entry_safe (as, tmp, &pool->aspaces, node)
 		kvmm_aspace_destroy(as);
 	kvmm_pagecache_destroy(pool);
+	kvmm_swap_destroy(pool);
 	kvmm_ns_destroy_all(pool);
 }
 
@@ -252,6 +256,8 @@ static void seq_drop_blocks(struct kvmm_seq *seq, uint32_t from)
 	for (b = seq->nblocks; b-- > from;) {
 		if (kvmm_pte_is_present(seq->pte[b]))
 			kvmm_page_put(pool, seq_page(seq, b), seq->as->mag);
+		else if (kvmm_pte_is_swap(seq->pte[b]))
+			kvmm_swap_pte_drop(pool, seq, b);
 		seq->pte[b] = kvmm_pte_none();
 	}
 }
@@ -308,6 +314,11 @@ int kvmm_mm_seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_i
 
 	/* the last block is partial: write into it only when no one else can see it */
 	in_block = (uint32_t)(seq->ntokens % tpp);
+	if (in_block && kvmm_pte_is_swap(seq->pte[seq->nblocks - 1])) {
+		ret = kvmm_mm_seq_fault(seq, seq->nblocks - 1, 1);
+		if (ret < 0)
+			return ret;
+	}
 	if (in_block) {
 		old = seq_page(seq, seq->nblocks - 1);
 		if (old->refcount > 1 || (old->flags & KVMM_PG_SEALED)) {
@@ -374,6 +385,7 @@ int kvmm_mm_seq_truncate(struct kvmm_seq *seq, uint64_t ntokens)
 {
 	struct kvmm_pool *pool;
 	uint32_t tpp, new_nblocks, in_block;
+	int ret;
 
 	if (!seq || ntokens > seq->ntokens)
 		return -EINVAL;
@@ -382,6 +394,12 @@ int kvmm_mm_seq_truncate(struct kvmm_seq *seq, uint64_t ntokens)
 	pool = seq->as->pool;
 	tpp = seq_tpp(seq);
 	new_nblocks = (uint32_t)DIV_ROUND_UP(ntokens, (uint64_t)tpp);
+	/* the new partial last page is rewritten below: it must be resident */
+	if ((ntokens % tpp) && kvmm_pte_is_swap(seq->pte[new_nblocks - 1])) {
+		ret = kvmm_mm_seq_fault(seq, new_nblocks - 1, 1);
+		if (ret < 0)
+			return ret;
+	}
 
 	seq_drop_blocks(seq, new_nblocks);
 	seq->nblocks = new_nblocks;
@@ -413,6 +431,12 @@ int kvmm_mm_seq_fork(struct kvmm_seq *src, struct kvmm_seq **out)
 	if (!src)
 		return -EINVAL;
 	pool = src->as->pool;
+	/* a shared page is never swapped (swap.h): bring the source's pages back first */
+	if (kvmm_mm_seq_nr_swapped(src)) {
+		ret = kvmm_mm_seq_fault(src, 0, src->nblocks);
+		if (ret < 0)
+			return ret;
+	}
 	seq = seq_alloc(src->as);
 	if (!seq)
 		return -ENOMEM;
@@ -459,6 +483,11 @@ int kvmm_mm_seq_seal(struct kvmm_seq *seq)
 	if (!seq)
 		return -EINVAL;
 	full = (uint32_t)(seq->ntokens / seq_tpp(seq));
+	if (seq->nsealed < full && kvmm_mm_seq_nr_swapped(seq)) {
+		ret = kvmm_mm_seq_fault(seq, seq->nsealed, full - seq->nsealed);
+		if (ret < 0)
+			return ret;
+	}
 	while (seq->nsealed < full) {
 		ret = kvmm_pagecache_seal_block(seq, seq->nsealed);
 		if (ret)

@@ -25,6 +25,8 @@
 #include "compiler.h"
 #include "list.h"
 #include "kvmm/mm.h"
+#include "kvmm/swap.h"
+#include "kvmm/trace.h"
 
 void kvmm_lru_add(struct kvmm_pool *pool, struct kvmm_page *pg)
 {
@@ -80,6 +82,11 @@ static void evict(struct kvmm_pool *pool, struct kvmm_page *pg)
 	/* only unmapped pages are on the LRU, and a pin always comes with a mapping */
 	KVMM_BUG_ON(pg->refcount || pg->pincount);
 	kvmm_lru_del(pool, pg);
+	/* a swap tier with room keeps the prefix: demote instead of dropping (swapfile.c) */
+	if (pool->swap && !kvmm_swap_demote_page(pool, pg)) {
+		pool->stat[KVMM_STAT_PGSTEAL]++;
+		return;
+	}
 	kvmm_pagecache_remove(pool, pg);
 	pg->flags &= ~(KVMM_PG_ACTIVE | KVMM_PG_REFERENCED);
 	/* still CACHED: kvmm_free_page uncharges ns->cached */
@@ -154,5 +161,8 @@ uint32_t kvmm_reclaim(struct kvmm_pool *pool, struct kvmm_ns *ns, uint32_t n)
 		if (freed >= n || !deactivate(pool, ns, n - freed))
 			break;
 	}
+	if (freed)
+		kvmm_trace_event(KVMM_TR_RECLAIM, pool, 0, ns ? ns->id : 0, 0, KVMM_TRACE_NONE,
+				 freed);
 	return freed;
 }

@@ -570,6 +570,11 @@ static int client_hello(struct kvmm_client *c)
 		.features = KVMM_FEAT_HOST_BACKEND | KVMM_FEAT_CUDA_BACKEND |
 			    KVMM_FEAT_PREFIX_CACHE | KVMM_FEAT_FD_PASSING,
 	};
+	const char *no_rings = getenv("KVMM_NO_RINGS");
+
+	/* the data plane unless the user asked for the socket only ($KVMM_NO_RINGS=1) */
+	if (!no_rings || !no_rings[0] || !strcmp(no_rings, "0"))
+		req.features |= KVMM_FEAT_RINGS;
 	struct kvmm_iov part = {&req, sizeof(req)};
 	struct kvmm_hello_rep rep;
 	const struct kvmm_msg_hdr *hdr = (const struct kvmm_msg_hdr *)c->rx;
@@ -611,7 +616,8 @@ static int client_map(struct kvmm_client *c, const struct kvmm_attach_rep *rep, 
 		      unsigned int nr_fds)
 {
 	long sys_page = sysconf(_SC_PAGESIZE);
-	unsigned int first_chunk = rep->shm_size ? 1 : 0;
+	/* with the data plane, its region and its doorbell come before the chunks */
+	unsigned int first_chunk = rep->shm_size ? 2 : 0;
 	uint64_t total;
 	int err = 0;
 
@@ -629,12 +635,17 @@ static int client_map(struct kvmm_client *c, const struct kvmm_attach_rep *rep, 
 		return -EBADMSG;
 
 	if (rep->shm_size) {
+		if (!(c->features & KVMM_FEAT_RINGS) || rep->shm_size > SIZE_MAX)
+			return -EBADMSG;
 		c->shm = mmap(NULL, rep->shm_size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
 		if (c->shm == MAP_FAILED) {
 			c->shm = NULL;
 			return -errno;
 		}
 		c->shm_len = rep->shm_size;
+		err = kvmm_dp_client_setup(c, fds[1], rep->ring_entries, rep->mag_size);
+		if (err)
+			return err;
 	}
 	/* reserve the whole window first so the chunks land side by side */
 	c->base = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -661,7 +672,10 @@ static int client_map(struct kvmm_client *c, const struct kvmm_attach_rep *rep, 
 
 static int client_attach(struct kvmm_client *c, const char *ns, const struct kvmm_format *fmt)
 {
-	struct kvmm_attach_req req = {.fmt = *fmt};
+	struct kvmm_attach_req req = {
+		.fmt = *fmt,
+		.flags = (c->features & KVMM_FEAT_RINGS) ? KVMM_ATTACH_F_RINGS : 0,
+	};
 	struct kvmm_iov part = {&req, sizeof(req)};
 	const struct kvmm_msg_hdr *hdr = (const struct kvmm_msg_hdr *)c->rx;
 	struct kvmm_attach_rep rep;
@@ -741,6 +755,7 @@ out_fds:
 static void client_free(struct kvmm_client *c)
 {
 	kvmm_inflight_fail(c, -ENOTCONN);
+	kvmm_dp_client_free(c);
 	if (c->base)
 		munmap(c->base, c->map_len);
 	if (c->shm)

@@ -174,6 +174,55 @@ unsigned int kvmm_inflight(const kvmm_client_t *client);
 
 #define KVMM_MAX_INFLIGHT 4096
 
+/* ---- Data plane and magazine ---------------------------------------------------------- */
+
+/*
+ * Whether this handle has the shared-memory data plane (rings, block-table mirror, magazine):
+ * 1 or 0. Without it (an older daemon, or $KVMM_NO_RINGS set at attach) every call goes over
+ * the socket and the magazine calls return -EOPNOTSUPP.
+ */
+int kvmm_has_rings(const kvmm_client_t *client);
+
+/*
+ * Take up to n free frames into frames[] from this handle's magazine, without a round trip
+ * while it holds any; an empty magazine is refilled first (one round trip charging up to
+ * kvmm_mag_size() frames to the namespace). A frame taken is this process's until given back:
+ * its memory is kvmm_frame_addr(client, frame), no sequence maps it, and the daemon returns
+ * it to the pool at kvmm_mag_free, detach or death. Returns the number taken (>= 1), or
+ * -EOPNOTSUPP (no data plane), -ENOMEM (the namespace has no frame left), -EINVAL.
+ */
+int kvmm_mag_alloc(kvmm_client_t *client, uint32_t *frames, uint32_t n);
+/*
+ * Give back n frames taken with kvmm_mag_alloc (no round trip unless the return ring is full).
+ * Numbers this handle does not hold are ignored by the daemon. 0 or -EINVAL / -EOPNOTSUPP.
+ */
+int kvmm_mag_free(kvmm_client_t *client, const uint32_t *frames, uint32_t n);
+/* Frames ready in the magazine (taken by the next kvmm_mag_alloc calls without a round trip). */
+uint32_t kvmm_mag_avail(kvmm_client_t *client);
+/* Most frames the magazine holds (given and not given back), 0 without a data plane. */
+uint32_t kvmm_mag_size(const kvmm_client_t *client);
+
+/* ---- CUDA pool (runtime/cuda_map.c; in libkvmm only when built with CUDA) --------------- */
+
+/* A pool's chunks mapped into this process's device address space. Opaque. */
+struct kvmm_cuda_map;
+
+/*
+ * Map a cuda-backend pool on CUDA device @device: import each of the nr_chunks chunk fds
+ * (from the ATTACH reply; each chunk is chunk_size bytes) with cuMemImportFromShareableHandle
+ * and map chunk i at base + i * chunk_size of one reserved range, read-write for the device,
+ * so that frame n is at *devptr + n * page_size, as in the daemon. The fds stay the caller's
+ * (they may be closed after the call). The driver is opened with dlopen; without one, or
+ * without a GPU: -ENODEV (kvmm_cuda_map_why() says why). -EINVAL for bad arguments, -ENOMEM,
+ * -EIO. The device's primary context is current in the calling thread on success.
+ */
+int kvmm_cuda_map_fds(int device, const int *fds, uint32_t nr_chunks, uint64_t chunk_size,
+		      struct kvmm_cuda_map **map, uint64_t *devptr);
+/* Unmap and release (the daemon's memory is unaffected). NULL is ok. */
+void kvmm_cuda_unmap(struct kvmm_cuda_map *map);
+/* Why the last kvmm_cuda_map_fds failed, in words. */
+const char *kvmm_cuda_map_why(void);
+
 /* ---- Errors --------------------------------------------------------------------------- */
 
 /*

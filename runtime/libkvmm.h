@@ -56,6 +56,7 @@ struct kvmm_client {
 	size_t map_len;
 	void *shm; /* the data-plane region, when the daemon sends one */
 	size_t shm_len;
+	struct kvmm_dp_client *dp; /* its rings, mirror and magazine (ring.c); NULL: socket only */
 
 	uint64_t next_seq; /* header seq of the next request, never 0 */
 
@@ -113,6 +114,45 @@ KVMM_INTERNAL int kvmm_cq_push(struct kvmm_client *c, const struct kvmm_cqe *cqe
 
 /* Complete every in-flight request with err (the connection died). */
 KVMM_INTERNAL void kvmm_inflight_fail(struct kvmm_client *c, int err);
+
+/*
+ * seq.c: a batch's block table over the socket (SEQ_BLOCKS), whatever the mirror holds; lock
+ * held. The tests compare the mirror against it.
+ */
+KVMM_INTERNAL int kvmm_block_table_socket(struct kvmm_client *c, const uint64_t *seqs,
+					  uint32_t nr_seqs, int32_t *table, uint32_t max);
+
+/* ---- ring.c: the data plane ------------------------------------------------------------ */
+
+struct kvmm_dp_client;
+
+/*
+ * Check and adopt the region mapped at c->shm (c->shm_len bytes) and the doorbell efd (dup'ed,
+ * the caller keeps its fd). 0 or -EBADMSG / -errno.
+ */
+KVMM_INTERNAL int kvmm_dp_client_setup(struct kvmm_client *c, int efd, uint32_t ring_entries,
+				       uint32_t mag_size);
+KVMM_INTERNAL void kvmm_dp_client_free(struct kvmm_client *c);
+/*
+ * Queue one request (opcode, payload parts) on the SQ without publishing it. 0, -EAGAIN (SQ or
+ * data area full: reap, kick, retry) or -E2BIG (larger than the data area takes).
+ */
+KVMM_INTERNAL int kvmm_ring_queue(struct kvmm_client *c, unsigned int op,
+				  const struct kvmm_iov *parts, unsigned int nr_parts,
+				  uint64_t user_data);
+/* Publish what kvmm_ring_queue queued and ring the doorbell if the daemon sleeps. */
+KVMM_INTERNAL void kvmm_ring_kick(struct kvmm_client *c);
+/* Move the CQEs there are into the completion queue; how many. */
+KVMM_INTERNAL unsigned int kvmm_ring_reap(struct kvmm_client *c);
+/* Wait (spin, then futex) until a CQE arrives or the daemon dies. 0 or -errno. */
+KVMM_INTERNAL int kvmm_ring_wait(struct kvmm_client *c);
+/* SQEs submitted whose CQEs are not reaped yet. */
+KVMM_INTERNAL unsigned int kvmm_ring_inflight(const struct kvmm_client *c);
+/*
+ * Row of seq's block table from the mirror: 0 (row filled, *total its blocks), -E2BIG (row
+ * holds the first max), -ENOENT (not mirrored: ask the socket).
+ */
+KVMM_INTERNAL int kvmm_mirror_row(struct kvmm_client *c, uint64_t seq, int32_t *row, uint32_t max);
 
 /* 0 if the handle can talk to the daemon, else why not. */
 static inline int kvmm_client_usable(const struct kvmm_client *c)

@@ -4,9 +4,10 @@
  * prefix lookup, seal, pin/unpin of a batch and a batch's block table. Each is one request and
  * its reply through the message layer of client.c, except where a call carries more ids than
  * one record holds: appends, lookups and pin batches are then split into several requests
- * (a lookup stops at the first that does not hit in full), and block tables are read with one
- * SEQ_BLOCKS request per sequence, all sent before the first reply is read so that a batch
- * costs one burst rather than a round trip per sequence.
+ * (a lookup stops at the first that does not hit in full), and block tables are read from
+ * the data plane's page-table mirror when there is one, else with one SEQ_BLOCKS request per
+ * sequence, all sent before the first reply is read so that a batch costs one burst rather
+ * than a round trip per sequence.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -238,8 +239,8 @@ static int blocks_take(struct kvmm_client *c, int32_t *row, uint32_t block, uint
 	return 0;
 }
 
-static int block_table_locked(struct kvmm_client *c, const uint64_t *seqs, uint32_t nr_seqs,
-			      int32_t *table, uint32_t max)
+int kvmm_block_table_socket(struct kvmm_client *c, const uint64_t *seqs, uint32_t nr_seqs,
+			    int32_t *table, uint32_t max)
 {
 	uint64_t *tags;
 	uint32_t sent = 0;
@@ -292,6 +293,33 @@ static int block_table_locked(struct kvmm_client *c, const uint64_t *seqs, uint3
 	free(tags);
 	if (err)
 		return err;
+	return ret;
+}
+
+/*
+ * With the data plane, rows come from the page-table mirror without a round trip; a
+ * sequence the mirror does not hold (no slot, too long for its slot, a torn read) is asked
+ * for over the socket.
+ */
+static int block_table_locked(struct kvmm_client *c, const uint64_t *seqs, uint32_t nr_seqs,
+			      int32_t *table, uint32_t max)
+{
+	int ret = kvmm_client_usable(c);
+
+	/* a mirror outlives its daemon: a handle known to be dead reads nothing from it */
+	if (ret)
+		return ret;
+	if (!c->dp || max == 0)
+		return kvmm_block_table_socket(c, seqs, nr_seqs, table, max);
+	for (uint32_t i = 0; i < nr_seqs; i++) {
+		int32_t *row = table + (size_t)i * max;
+		int e = kvmm_mirror_row(c, seqs[i], row, max);
+
+		if (e == -ENOENT)
+			e = kvmm_block_table_socket(c, &seqs[i], 1, row, max);
+		if (e && (!ret || ret == -E2BIG))
+			ret = e;
+	}
 	return ret;
 }
 

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: MIT
 /*
  * runtime/submit.c - asynchronous batched submission: kvmm_submit puts every entry of a batch
- * on the wire back to back without waiting, kvmm_complete reaps the replies as completions.
- * In this version there are no shared-memory rings yet (the daemon grants no
- * KVMM_FEAT_RINGS): the batch is pipelined over the control socket, each entry one request
+ * on the way without waiting, kvmm_complete reaps the answers as completions. With the data
+ * plane (ring.c) a batch is written into the shared submission ring and published with one
+ * tail store and at most one doorbell, and its completions are read from the completion ring:
+ * no system call per entry, none at all while the daemon polls. Without it (an older daemon,
+ * $KVMM_NO_RINGS) the batch is pipelined over the control socket, each entry one request
  * record tagged with its own header seq, and replies are matched back to their entries by
- * that seq, in whatever order they arrive. A 64-sequence step is thus one burst of 64 records
- * and one wait, not 64 round trips; it still costs a system call per record each way, which
- * the rings will remove without changing this API.
+ * that seq, in whatever order they arrive. Entries of one batch run in order on the ring; on
+ * the socket the daemon also handles them in order, one connection being one stream.
  */
 #include <errno.h>
 #include <string.h>
@@ -116,12 +117,21 @@ static int submit_locked(struct kvmm_client *c, const struct kvmm_sqe *sqes, uns
 		uint64_t fixed[2] = {0, 0};
 		unsigned int op, nr_parts;
 
-		if (c->nr_async >= KVMM_MAX_INFLIGHT)
+		if (c->nr_async + kvmm_ring_inflight(c) >= KVMM_MAX_INFLIGHT)
 			break;
 		err = sqe_encode(sqe, &op, parts, &nr_parts, fixed);
-		if (!err)
+		if (!err && c->dp) {
+			err = kvmm_ring_queue(c, op, parts, nr_parts, sqe->user_data);
+			if (err == -EAGAIN) {
+				/* full: let the daemon see what is queued, take what it answered */
+				kvmm_ring_kick(c);
+				kvmm_ring_reap(c);
+				err = kvmm_ring_queue(c, op, parts, nr_parts, sqe->user_data);
+			}
+		} else if (!err) {
 			err = kvmm_msg_send_tagged(c, op, parts, nr_parts, false, sqe->op,
 						   sqe->user_data, NULL);
+		}
 		if (err == -EINVAL || err == -E2BIG) {
 			/* this entry alone is wrong: it completes at once, the batch goes on */
 			struct kvmm_cqe cqe = {.user_data = sqe->user_data, .res = err};
@@ -131,6 +141,8 @@ static int submit_locked(struct kvmm_client *c, const struct kvmm_sqe *sqes, uns
 		if (err)
 			break;
 	}
+	if (c->dp)
+		kvmm_ring_kick(c); /* the whole batch: one tail store, at most one doorbell */
 	return i ? (int)i : err;
 }
 
@@ -163,14 +175,20 @@ static int complete_locked(struct kvmm_client *c, struct kvmm_cqe *cqes, unsigne
 		}
 		if (got >= max)
 			break;
+		if (c->dp && kvmm_ring_reap(c))
+			continue;
 		/* take what is already there without blocking, then block only if short */
 		err = kvmm_msg_pump(c, false);
 		if (err == -EAGAIN) {
 			if (got >= min)
 				break;
-			if (c->nr_async == 0)
+			if (c->nr_async == 0 && kvmm_ring_inflight(c) == 0)
 				break; /* nothing in flight could ever complete */
-			err = kvmm_msg_pump(c, true);
+			/* ring work waits on the CQ futex; socket-only work on the socket */
+			if (kvmm_ring_inflight(c))
+				err = kvmm_ring_wait(c);
+			else
+				err = kvmm_msg_pump(c, true);
 		}
 		if (err && !c->cq_count) {
 			if (got)
@@ -195,7 +213,7 @@ int kvmm_complete(kvmm_client_t *c, struct kvmm_cqe *cqes, unsigned int max, uns
 
 unsigned int kvmm_inflight(const kvmm_client_t *c)
 {
-	unsigned int n = c->nr_async;
+	unsigned int n = c->nr_async + kvmm_ring_inflight(c);
 
 	for (unsigned int i = 0; i < c->cq_count; i++)
 		if (!(c->cq[(c->cq_head + i) % c->cq_cap].flags & KVMM_CQE_F_EVENT))

@@ -8,9 +8,10 @@
 # Idempotent: only missing packages are installed.  Not root: prints the apt command.
 set -eu
 
-# Build and test dependencies.  Later issues add theirs here.
+# Build and test dependencies.  Later issues add theirs here.  tmux and curl: the kvmmctl
+# integration test (top under tmux, /metrics scraped with curl).
 PACKAGES="make gcc clang pkg-config clang-format liburing-dev libjemalloc-dev libcmocka-dev
-libxxhash-dev"
+libxxhash-dev fio tmux curl"
 
 mode=${1:-}
 case "$mode" in

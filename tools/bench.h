@@ -63,5 +63,6 @@ static inline void bench_use_ptr(const void *p)
 /* Suites: 0, or a negative errno after printing why. */
 int bench_suite_core(const struct bench_opts *o);
 int bench_suite_attn(const struct bench_opts *o); /* bench_attn.c */
+int bench_suite_ipc(const struct bench_opts *o);  /* bench_ipc.c: starts ./kvmm/kvmmd */
 
 #endif /* KVMM_TOOLS_BENCH_H */

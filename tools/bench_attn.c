@@ -7,7 +7,8 @@
  * tokens per page (64 KiB pages), 32 query heads (GQA 4).  Two shapes: short, 32 sequences of
  * 512 tokens, and long, one sequence of 32768 tokens (8192 with --quick); each decode step
  * reads every K and V byte of its context once (64 MiB resp. 128 MiB, beyond any cache).
- * Rows, one decode step of the whole batch per iteration, single-threaded:
+ * Rows, one decode step of the whole batch per iteration, each measured twice: on one thread
+ * (".t1") and on N threads (".tN", N = online CPUs or KVMM_BENCH_THREADS; kvmm_cpu_set_threads):
  *
  *   attn.decode_<ctx>.paged    GB/s of KV read, block tables of shuffled frames (the pages of
  *                              a sequence scattered over the pool, as after churn)
@@ -17,8 +18,10 @@
  *                              scattered pages, not of the block-table indirection itself)
  *   attn.decode_<ctx>_mha      the long case read by 8 query heads (no GQA): the least
  *                              arithmetic per KV byte, so the closest to a bandwidth test
- *   baseline stream_read       summing a buffer as large as the long case's KV, 64-bit words,
- *                              four accumulators (what one core can pull from memory)
+ *   baseline stream_read_t<n>  summing a buffer as large as the long case's KV, 64-bit words,
+ *                              four accumulators, on the same number of threads as the row it
+ *                              is compared with, through the same thread pool as the kernel
+ *                              (what n cores can pull from memory, with the same hand-off cost)
  *
  * Paged and contiguous are measured alternately twice and the faster median of each kept, so
  * a noisy neighbour hurts both alike.  The ISA is the kernels' choice (KVMM_KERNEL_ISA to
@@ -29,8 +32,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench.h"
+#include "kernels/cpu/cpu.h" /* kvmm_cpu_pool_run: the stream baseline uses the kernels' pool */
 #include "kernels/kernels.h"
 
 #define KV_HEADS 8
@@ -51,7 +56,10 @@ struct attn_bench {
 	const uint64_t *buf;
 	size_t words;
 	uint64_t sink;
+	uint32_t threads, next; /* threads of the stream baseline, the next block to read */
 };
+
+#define STREAM_BLOCK (1u << 17) /* 64-bit words per block of the threaded stream: 1 MiB */
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 
@@ -84,20 +92,48 @@ static void run_decode(void *arg, uint64_t n)
 	}
 }
 
+static uint64_t sum_words(const uint64_t *buf, size_t words)
+{
+	uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+
+	for (size_t w = 0; w + 4 <= words; w += 4) {
+		s0 += buf[w];
+		s1 += buf[w + 1];
+		s2 += buf[w + 2];
+		s3 += buf[w + 3];
+	}
+	return s0 + s1 + s2 + s3;
+}
+
+/* one participant of the threaded stream: 1 MiB blocks off a shared counter */
+static void stream_worker(void *arg, uint32_t w)
+{
+	struct attn_bench *a = arg;
+	uint64_t sum = 0;
+	uint32_t blk;
+
+	(void)w;
+	while ((size_t)(blk = __atomic_fetch_add(&a->next, 1, __ATOMIC_RELAXED)) * STREAM_BLOCK <
+	       a->words) {
+		size_t off = (size_t)blk * STREAM_BLOCK;
+
+		sum += sum_words(a->buf + off,
+				 a->words - off < STREAM_BLOCK ? a->words - off : STREAM_BLOCK);
+	}
+	__atomic_add_fetch(&a->sink, sum, __ATOMIC_RELAXED);
+}
+
 static void run_stream(void *arg, uint64_t n)
 {
 	struct attn_bench *a = arg;
 
 	for (uint64_t i = 0; i < n; i++) {
-		uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-
-		for (size_t w = 0; w + 4 <= a->words; w += 4) {
-			s0 += a->buf[w];
-			s1 += a->buf[w + 1];
-			s2 += a->buf[w + 2];
-			s3 += a->buf[w + 3];
+		if (a->threads <= 1) {
+			a->sink += sum_words(a->buf, a->words);
+		} else {
+			a->next = 0;
+			kvmm_cpu_pool_run(stream_worker, a, a->threads);
 		}
-		a->sink += s0 + s1 + s2 + s3;
 		bench_use(a->sink);
 	}
 }
@@ -195,6 +231,15 @@ static double gbps(double bytes, double ns)
 	return bytes / ns;
 }
 
+/* N of the threaded rows: KVMM_BENCH_THREADS, else one per online CPU */
+static uint32_t bench_threads(void)
+{
+	const char *env = getenv("KVMM_BENCH_THREADS");
+	long n = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 1 ? 1 : n > KVMM_CPU_MAX_THREADS ? KVMM_CPU_MAX_THREADS : (uint32_t)n;
+}
+
 /* ns per decode step, paged and contiguous, alternately measured, best median of each */
 static void measure_pair(const struct bench_opts *o, struct attn_bench *a, double *paged,
 			 double *contig)
@@ -214,13 +259,74 @@ static void measure_pair(const struct bench_opts *o, struct attn_bench *a, doubl
 	}
 }
 
+struct attn_result {
+	double stream, sp, scn, lp, lcn, mp, mcn; /* GB/s stream; ns per step of each case */
+};
+
+/* Every row on nt threads (the kernels' and the stream baseline's). */
+static int measure_all(const struct bench_opts *o, struct attn_bench *sh, struct attn_bench *lg,
+		       uint32_t nt, struct attn_result *r)
+{
+	struct bench_case sc = {.name = "stream read", .run = run_stream, .arg = lg};
+	int err = kvmm_cpu_set_threads(nt);
+
+	if (err)
+		return err;
+	/* the stream baseline reads the long case's pool: same size, same pages */
+	lg->buf = (const uint64_t *)lg->pool;
+	lg->words = (size_t)lg->nframes * lg->fmt.page_size / 8;
+	lg->threads = nt;
+	r->stream = gbps((double)lg->words * 8, bench_measure(o, &sc));
+	measure_pair(o, sh, &r->sp, &r->scn);
+	measure_pair(o, lg, &r->lp, &r->lcn);
+	/* the same pages read by 8 query heads (no GQA): the least compute per byte */
+	lg->hq = KV_HEADS;
+	measure_pair(o, lg, &r->mp, &r->mcn);
+	lg->hq = Q_HEADS;
+	return sh->err ? sh->err : lg->err;
+}
+
+static void report_all(const struct attn_bench *sh, const struct attn_bench *lg, uint32_t nt,
+		       const struct attn_result *r)
+{
+	/* K and V of every context token, one layer */
+	double sbytes = (double)sh->nseqs * sh->ctx * 2 * sh->fmt.row_bytes;
+	double lbytes = (double)lg->ctx * 2 * lg->fmt.row_bytes;
+	char name[64], base[32], what[128];
+
+	snprintf(base, sizeof(base), "stream_read_t%u", nt);
+	snprintf(name, sizeof(name), "attn.decode_512x32.t%u.paged", nt);
+	bench_report(name, gbps(sbytes, r->sp), "GB/s", "contig", gbps(sbytes, r->scn));
+	bench_report(name, gbps(sbytes, r->sp), "GB/s", base, r->stream);
+	snprintf(name, sizeof(name), "attn.decode_512x32.t%u.step", nt);
+	bench_report(name, r->sp / 1e3, "us", "contig", r->scn / 1e3);
+	snprintf(name, sizeof(name), "attn.decode_%uk.t%u.paged", lg->ctx / 1024, nt);
+	bench_report(name, gbps(lbytes, r->lp), "GB/s", "contig", gbps(lbytes, r->lcn));
+	bench_report(name, gbps(lbytes, r->lp), "GB/s", base, r->stream);
+	snprintf(name, sizeof(name), "attn.decode_%uk.t%u.step", lg->ctx / 1024, nt);
+	bench_report(name, r->lp / 1e3, "us", "contig", r->lcn / 1e3);
+	snprintf(name, sizeof(name), "attn.decode_%uk_mha.t%u.paged", lg->ctx / 1024, nt);
+	bench_report(name, gbps(lbytes, r->mp), "GB/s", "contig", gbps(lbytes, r->mcn));
+	bench_report(name, gbps(lbytes, r->mp), "GB/s", base, r->stream);
+
+	snprintf(what, sizeof(what), "attn paged decode slowdown vs contiguous (512x32, %u thr)",
+		 nt);
+	bench_target(what, (r->sp / r->scn - 1) * 100, 5, true, "%");
+	snprintf(what, sizeof(what), "attn paged decode slowdown vs contiguous (long, %u thr)", nt);
+	bench_target(what, (r->lp / r->lcn - 1) * 100, 5, true, "%");
+	snprintf(what, sizeof(what),
+		 "attn long-context paged decode vs streaming read (%u thr both)", nt);
+	bench_target(what, gbps(lbytes, r->lp) / r->stream * 100, 60, false, "%");
+	snprintf(what, sizeof(what),
+		 "attn long-context paged decode vs streaming read (MHA, %u thr both)", nt);
+	bench_target(what, gbps(lbytes, r->mp) / r->stream * 100, 60, false, "%");
+}
+
 int bench_suite_attn(const struct bench_opts *o)
 {
-	uint32_t long_ctx = o->quick ? 8192 : 32768;
+	uint32_t long_ctx = o->quick ? 8192 : 32768, nt = bench_threads(), saved;
+	struct attn_result r1, rn;
 	struct attn_bench sh, lg;
-	struct bench_case sc = {.name = "stream read", .run = run_stream};
-	double sp, scn, lp, lcn, mp, mcn, stream, sbytes, lbytes;
-	char name[64];
 	int err;
 
 	err = make_shape(&sh, 32, 512, Q_HEADS);
@@ -234,52 +340,23 @@ int bench_suite_attn(const struct bench_opts *o)
 		free_shape(&sh);
 		return err;
 	}
-	printf("attn: isa %s, fp16, %u KV heads x dim %u, %u q heads, %u tokens/page (%llu KiB)\n",
+	printf("attn: isa %s, fp16, %u KV heads x dim %u, %u q heads, %u tokens/page (%llu KiB), "
+	       "1 and %u threads\n",
 	       kvmm_cpu_isa_name(kvmm_cpu_isa_get()), KV_HEADS, HEAD_DIM, Q_HEADS, TPP,
-	       (unsigned long long)(lg.fmt.page_size >> 10));
+	       (unsigned long long)(lg.fmt.page_size >> 10), nt);
 
-	/* the stream baseline reads the long case's pool: same size, same pages */
-	lg.buf = (const uint64_t *)lg.pool;
-	lg.words = (size_t)lg.nframes * lg.fmt.page_size / 8;
-	sc.arg = &lg;
-	stream = gbps((double)lg.words * 8, bench_measure(o, &sc));
-
-	measure_pair(o, &sh, &sp, &scn);
-	measure_pair(o, &lg, &lp, &lcn);
-	/* the same pages read by 8 query heads (no GQA): the least compute per byte */
-	lg.hq = KV_HEADS;
-	measure_pair(o, &lg, &mp, &mcn);
-	lg.hq = Q_HEADS;
-	err = sh.err ? sh.err : lg.err;
+	saved = kvmm_cpu_get_threads();
+	err = measure_all(o, &sh, &lg, 1, &r1);
+	if (!err && nt > 1)
+		err = measure_all(o, &sh, &lg, nt, &rn);
+	kvmm_cpu_set_threads(saved);
 	if (err) {
 		fprintf(stderr, "kvmm-bench attn: decode failed: %s\n", strerror(-err));
 		goto out;
 	}
-	/* K and V of every context token, one layer */
-	sbytes = (double)sh.nseqs * sh.ctx * 2 * sh.fmt.row_bytes;
-	lbytes = (double)lg.ctx * 2 * lg.fmt.row_bytes;
-
-	bench_report("attn.decode_512x32.paged", gbps(sbytes, sp), "GB/s", "contig",
-		     gbps(sbytes, scn));
-	bench_report("attn.decode_512x32.paged", gbps(sbytes, sp), "GB/s", "stream_read", stream);
-	bench_report("attn.decode_512x32.step", sp / 1e3, "us", "contig", scn / 1e3);
-	snprintf(name, sizeof(name), "attn.decode_%uk.paged", long_ctx / 1024);
-	bench_report(name, gbps(lbytes, lp), "GB/s", "contig", gbps(lbytes, lcn));
-	bench_report(name, gbps(lbytes, lp), "GB/s", "stream_read", stream);
-	snprintf(name, sizeof(name), "attn.decode_%uk.step", long_ctx / 1024);
-	bench_report(name, lp / 1e3, "us", "contig", lcn / 1e3);
-	snprintf(name, sizeof(name), "attn.decode_%uk_mha.paged", long_ctx / 1024);
-	bench_report(name, gbps(lbytes, mp), "GB/s", "contig", gbps(lbytes, mcn));
-	bench_report(name, gbps(lbytes, mp), "GB/s", "stream_read", stream);
-
-	bench_target("attn paged decode slowdown vs contiguous (512x32)", (sp / scn - 1) * 100, 5,
-		     true, "%");
-	bench_target("attn paged decode slowdown vs contiguous (long)", (lp / lcn - 1) * 100, 5,
-		     true, "%");
-	bench_target("attn long-context paged decode vs streaming read",
-		     gbps(lbytes, lp) / stream * 100, 60, false, "%");
-	bench_target("attn long-context paged decode vs streaming read (MHA)",
-		     gbps(lbytes, mp) / stream * 100, 60, false, "%");
+	report_all(&sh, &lg, 1, &r1);
+	if (nt > 1)
+		report_all(&sh, &lg, nt, &rn);
 out:
 	free_shape(&sh);
 	free_shape(&lg);

@@ -28,6 +28,8 @@ static const struct bench_suite suites[] = {
 	 bench_suite_core},
 	{"attn", "CPU paged decode attention vs contiguous KV and streaming-read bandwidth",
 	 bench_suite_attn},
+	{"ipc", "client to kvmmd: op round trip, 64-seq step on the rings, magazine alloc",
+	 bench_suite_ipc},
 };
 
 #define NR_SUITES (sizeof(suites) / sizeof(suites[0]))

@@ -24,7 +24,9 @@
  *      (STATUS .. SWAPOFF), events (PREEMPT, SHUTDOWN), features HOST_BACKEND, CUDA_BACKEND,
  *      PREFIX_CACHE, SWAP, RINGS, FD_PASSING, PTE layout v0, kvmm errors EPREEMPTED, ELOST.
  *      Before release: SEQ_BLOCKS (read a sequence's block table over the socket),
- *      attach_rep.nr_frames, SEQ_APPEND carries its token ids, SEAL carries none.
+ *      attach_rep.nr_frames, SEQ_APPEND carries its token ids, SEAL carries none; the data
+ *      plane (KVMM_ATTACH_F_RINGS, struct kvmm_shm_hdr and the ring, mirror and magazine
+ *      areas after it, shm fd then eventfd first in ATTACH's descriptors).
  */
 #ifndef KVMM_UAPI_KVMM_H
 #define KVMM_UAPI_KVMM_H
@@ -827,13 +829,14 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_hello_rep, max_msg, 44);
 
 /*
  * ATTACH joins a namespace with a format. The reply (KVMM_MSG_F_FDS) carries nr_fds
- * descriptors: the client's shared-memory region (rings, page tables, magazine) first, then
- * the pool chunks of the namespace in chunk order, each mapped at base + i * chunk_size.
+ * descriptors: with the data plane (shm_size != 0), the client's shared-memory region (rings,
+ * page tables, magazine) first and its doorbell eventfd second; then the pool chunks of the
+ * namespace in chunk order, each mapped at base + i * chunk_size.
  */
 struct kvmm_attach_req {
 	char ns[KVMM_NAME_LEN]; /* namespace, kvmm_name_check() */
 	struct kvmm_format fmt;
-	uint32_t flags;	       /* none defined in v0: must be zero */
+	uint32_t flags;	       /* KVMM_ATTACH_F_*; others must be zero */
 	uint32_t ring_entries; /* SQ/CQ entries wanted (power of two), 0 = default */
 };
 KVMM_ABI_ASSERT_SIZE(struct kvmm_attach_req, 64);
@@ -1067,6 +1070,287 @@ KVMM_ABI_ASSERT_SIZE(struct kvmm_mag_rep, 8);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_mag_rep, nr_frames, 0);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_mag_rep, nr_held, 4);
 
+/* ---- Data plane: the client's shared-memory region ------------------------------------- */
+
+/*
+ * With KVMM_FEAT_RINGS granted and KVMM_ATTACH_F_RINGS in attach_req.flags, the daemon gives
+ * each attaching client one memfd region (the first descriptor of the ATTACH reply, mapped
+ * MAP_SHARED read-write, attach_rep.shm_size bytes) and an eventfd (the second descriptor),
+ * then the pool chunks. Layout, every offset from the start of the region and a multiple of
+ * KVMM_SHM_ALIGN, all filled by kvmm_shm_layout() and described by struct kvmm_shm_hdr at 0:
+ *
+ *   0              struct kvmm_shm_hdr
+ *   sq_off         struct kvmm_shm_ring       submission ring indexes (client produces)
+ *   sqes_off       ring_entries x struct kvmm_ring_sqe
+ *   data_off       data_size bytes: request payloads the SQEs point at
+ *   cq_off         struct kvmm_shm_ring       completion ring indexes (daemon produces)
+ *   cqes_off       ring_entries x struct kvmm_ring_cqe
+ *   pt_off         pt_slots x struct kvmm_pt_slot        page-table mirror (daemon writes)
+ *   pt_frames_off  pt_slots x pt_max_blocks x int32_t    block-table entries of each slot
+ *   mag_off        struct kvmm_shm_ring       magazine: free frames (daemon produces)
+ *   mag_frames_off mag_size x uint32_t
+ *   ret_off        struct kvmm_shm_ring       frames given back (client produces)
+ *   ret_frames_off mag_size x uint32_t
+ *
+ * Rings: single producer, single consumer, like io_uring's. head and tail are free-running
+ * uint32_t counters (entry i is at index i & (entries - 1)); the producer writes entries,
+ * then publishes tail with a release store; the consumer reads tail with an acquire load,
+ * reads the entries, then publishes head with a release store, which hands the slots back.
+ * tail - head is never above entries; a daemon that sees otherwise (or anything else out of
+ * range in the region) disconnects the client. The daemon never trusts a byte of the region:
+ * it copies an SQE and its payload out before checking them.
+ *
+ * Doorbells. Daemon -> client: the CQ's tail word is a futex. A client that wants to sleep
+ * sets KVMM_CQ_F_WAITING in the CQ's flags, re-reads tail and calls FUTEX_WAIT(tail, seen)
+ * (shared, not FUTEX_PRIVATE_FLAG); the daemon, after publishing tail, wakes the tail word
+ * when that flag is set. Client -> daemon: the daemon's epoll loop cannot wait on a futex,
+ * so it polls every client's SQ on each iteration, spins a short while after the last work,
+ * and before it blocks sets KVMM_SQ_F_NEED_WAKEUP in each SQ's flags and polls once more; a
+ * client that published a new SQ tail and then sees that flag writes 1 to the eventfd.
+ *
+ * Page-table mirror: each sequence of the client may own a slot (the daemon picks slot
+ * (id - 1) % pt_slots when free, else any free one; a sequence gets none when all are
+ * taken). The daemon rewrites a slot under its seqcount (odd while writing) after every
+ * operation that changes the sequence, before it answers the operation, so a client reads
+ * block tables as new as every reply and completion it has seen. A sequence with more than
+ * pt_max_blocks blocks has KVMM_PT_F_OVERFLOW set and only its first pt_max_blocks entries
+ * (read SEQ_BLOCKS for the rest).
+ *
+ * Magazine: MAG_REFILL(n) charges up to n more frames (at most mag_size held) to the client's
+ * namespace and publishes them in the magazine ring; the client pops them without a round
+ * trip. A popped frame belongs to the client (its memory is at base + frame * page_size, not
+ * part of any sequence) until it pushes the number on the return ring; the daemon takes
+ * returned frames back at MAG_DRAIN, MAG_REFILL and on every poll of the client's rings, and
+ * ignores a number it did not hand out. Detach or death returns everything held. v0 cannot
+ * make a popped frame a block of a sequence (appends allocate daemon-side).
+ */
+#define KVMM_SHM_MAGIC 0x48534d4bU /* "KMSH" in memory on little-endian hosts */
+#define KVMM_SHM_VERSION 0
+#define KVMM_SHM_ALIGN 64 /* offsets and ring index words: cache-line aligned */
+
+#define KVMM_ATTACH_F_RINGS (1U << 0) /* attach_req.flags: create the data plane (FEAT_RINGS) */
+#define KVMM_ATTACH_F_ALL_V0 KVMM_ATTACH_F_RINGS
+
+#define KVMM_RING_DEFAULT_ENTRIES 256
+#define KVMM_RING_MIN_ENTRIES 8
+#define KVMM_RING_MAX_ENTRIES 4096
+#define KVMM_RING_DATA_PER_ENTRY 512	/* data_size = entries * this, at least: */
+#define KVMM_RING_DATA_MIN (128 * 1024) /* twice the largest payload */
+#define KVMM_PT_DEFAULT_SLOTS 512
+#define KVMM_PT_DEFAULT_MAX_BLOCKS 512
+#define KVMM_MAG_DEFAULT_SIZE 256
+
+/* Ring flags words. */
+#define KVMM_SQ_F_NEED_WAKEUP (1U << 0) /* SQ flags, set by the daemon: write the eventfd */
+#define KVMM_CQ_F_WAITING (1U << 0)	/* CQ flags, set by the client: FUTEX_WAKE the CQ tail */
+
+/* Indexes of one ring; each word on its own cache line (its writer differs from its neighbours'). */
+struct kvmm_shm_ring {
+	uint32_t head; /* consumer's */
+	uint32_t pad0[15];
+	uint32_t tail; /* producer's; the CQ's is also the daemon -> client futex word */
+	uint32_t pad1[15];
+	uint32_t flags; /* KVMM_SQ_F_* / KVMM_CQ_F_* (written by the side that does not own tail) */
+	uint32_t pad2[15];
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_shm_ring, 192);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_ring, head, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_ring, tail, 64);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_ring, flags, 128);
+
+/*
+ * One submitted operation: op is a memory opcode (PING, SEQ_CREATE .. UNPIN, MAG_REFILL,
+ * MAG_DRAIN; not SEQ_BLOCKS: block tables are in the mirror) and its request payload, exactly
+ * as on the socket (struct + trailing ids), is len bytes at data_off of the data area.
+ */
+struct kvmm_ring_sqe {
+	uint16_t op;	    /* enum kvmm_op */
+	uint16_t flags;	    /* none in v0: must be zero */
+	uint32_t len;	    /* payload bytes, <= KVMM_MSG_PAYLOAD_MAX */
+	uint32_t data_off;  /* offset in the data area; data_off + len <= data_size */
+	uint32_t reserved;  /* must be zero */
+	uint64_t user_data; /* echoed in the CQE */
+	uint64_t reserved2; /* must be zero */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_ring_sqe, 32);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ring_sqe, op, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ring_sqe, flags, 2);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ring_sqe, len, 4);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ring_sqe, data_off, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ring_sqe, reserved, 12);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ring_sqe, user_data, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ring_sqe, reserved2, 24);
+
+/* One completion, in SQ order: the status and the reply payload the socket would carry. */
+struct kvmm_ring_cqe {
+	uint64_t user_data;
+	int32_t res;	 /* 0 or -errno */
+	uint16_t op;	 /* the SQE's op (0 when the SQE was unreadable) */
+	uint16_t flags;	 /* none in v0 */
+	uint8_t rep[16]; /* struct kvmm_*_rep of op when res == 0 (zero-filled, else zeros) */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_ring_cqe, 32);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ring_cqe, user_data, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ring_cqe, res, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ring_cqe, op, 12);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ring_cqe, flags, 14);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ring_cqe, rep, 16);
+
+#define KVMM_PT_F_OVERFLOW (1U << 0) /* more blocks than the slot holds */
+
+/* A page-table mirror slot; its int32_t entries are at pt_frames_off + slot * max * 4. */
+struct kvmm_pt_slot {
+	uint32_t seqcount;  /* odd while the daemon writes (struct kvmm_seqcount) */
+	uint32_t nr_blocks; /* blocks of the sequence */
+	uint64_t seq;	    /* the sequence's id, 0 for a free slot */
+	uint64_t nr_tokens; /* its length */
+	uint32_t flags;	    /* KVMM_PT_F_* */
+	uint32_t reserved;
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_pt_slot, 32);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pt_slot, seqcount, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pt_slot, nr_blocks, 4);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pt_slot, seq, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pt_slot, nr_tokens, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pt_slot, flags, 24);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pt_slot, reserved, 28);
+
+/* At offset 0 of the region: what is where. Written once by the daemon before ATTACH's reply. */
+struct kvmm_shm_hdr {
+	uint32_t magic;	       /* KVMM_SHM_MAGIC */
+	uint16_t version;      /* KVMM_SHM_VERSION */
+	uint16_t hdr_size;     /* sizeof(struct kvmm_shm_hdr) */
+	uint64_t size;	       /* bytes of the region (attach_rep.shm_size) */
+	uint32_t ring_entries; /* SQ and CQ entries, a power of two */
+	uint32_t sqe_size;     /* sizeof(struct kvmm_ring_sqe) */
+	uint32_t cqe_size;     /* sizeof(struct kvmm_ring_cqe) */
+	uint32_t data_size;    /* bytes of the SQ data area */
+	uint64_t sq_off;
+	uint64_t sqes_off;
+	uint64_t data_off;
+	uint64_t cq_off;
+	uint64_t cqes_off;
+	uint64_t pt_off;
+	uint64_t pt_frames_off;
+	uint32_t pt_slots;	/* mirror slots */
+	uint32_t pt_max_blocks; /* entries per slot */
+	uint64_t mag_off;
+	uint64_t mag_frames_off;
+	uint64_t ret_off;
+	uint64_t ret_frames_off;
+	uint32_t mag_size; /* entries of the magazine and return rings; frames held at most */
+	uint32_t reserved;
+	uint64_t reserved2[7];
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_shm_hdr, 192);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, magic, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, version, 4);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, hdr_size, 6);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, size, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, ring_entries, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, sqe_size, 20);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, cqe_size, 24);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, data_size, 28);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, sq_off, 32);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, sqes_off, 40);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, data_off, 48);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, cq_off, 56);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, cqes_off, 64);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, pt_off, 72);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, pt_frames_off, 80);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, pt_slots, 88);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, pt_max_blocks, 92);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, mag_off, 96);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, mag_frames_off, 104);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, ret_off, 112);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, ret_frames_off, 120);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, mag_size, 128);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, reserved, 132);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, reserved2, 136);
+
+static inline uint64_t kvmm_shm_align(uint64_t x)
+{
+	return (x + KVMM_SHM_ALIGN - 1) & ~(uint64_t)(KVMM_SHM_ALIGN - 1);
+}
+
+/*
+ * Fill hdr (all of it) for a region of these sizes; returns its size in bytes, or 0 when a
+ * size is out of range (ring_entries not a power of two in [MIN, MAX] entries, pt_slots,
+ * pt_max_blocks or mag_size 0 or above 65536). The daemon and the checks below share it.
+ */
+static inline uint64_t kvmm_shm_layout(struct kvmm_shm_hdr *h, uint32_t ring_entries,
+				       uint32_t pt_slots, uint32_t pt_max_blocks, uint32_t mag_size)
+{
+	uint64_t off, data;
+
+	if (ring_entries < KVMM_RING_MIN_ENTRIES || ring_entries > KVMM_RING_MAX_ENTRIES ||
+	    (ring_entries & (ring_entries - 1)) != 0)
+		return 0;
+	if (!pt_slots || pt_slots > 65536 || !pt_max_blocks || pt_max_blocks > 65536 || !mag_size ||
+	    mag_size > 65536)
+		return 0;
+	data = (uint64_t)ring_entries * KVMM_RING_DATA_PER_ENTRY;
+	if (data < KVMM_RING_DATA_MIN)
+		data = KVMM_RING_DATA_MIN;
+	*h = (struct kvmm_shm_hdr){0};
+	h->magic = KVMM_SHM_MAGIC;
+	h->version = KVMM_SHM_VERSION;
+	h->hdr_size = (uint16_t)sizeof(*h);
+	h->ring_entries = ring_entries;
+	h->sqe_size = (uint32_t)sizeof(struct kvmm_ring_sqe);
+	h->cqe_size = (uint32_t)sizeof(struct kvmm_ring_cqe);
+	h->data_size = (uint32_t)data;
+	h->pt_slots = pt_slots;
+	h->pt_max_blocks = pt_max_blocks;
+	h->mag_size = mag_size;
+	off = kvmm_shm_align(sizeof(*h));
+	h->sq_off = off;
+	off = kvmm_shm_align(off + sizeof(struct kvmm_shm_ring));
+	h->sqes_off = off;
+	off = kvmm_shm_align(off + (uint64_t)ring_entries * sizeof(struct kvmm_ring_sqe));
+	h->data_off = off;
+	off = kvmm_shm_align(off + data);
+	h->cq_off = off;
+	off = kvmm_shm_align(off + sizeof(struct kvmm_shm_ring));
+	h->cqes_off = off;
+	off = kvmm_shm_align(off + (uint64_t)ring_entries * sizeof(struct kvmm_ring_cqe));
+	h->pt_off = off;
+	off = kvmm_shm_align(off + (uint64_t)pt_slots * sizeof(struct kvmm_pt_slot));
+	h->pt_frames_off = off;
+	off = kvmm_shm_align(off + (uint64_t)pt_slots * pt_max_blocks * sizeof(int32_t));
+	h->mag_off = off;
+	off = kvmm_shm_align(off + sizeof(struct kvmm_shm_ring));
+	h->mag_frames_off = off;
+	off = kvmm_shm_align(off + (uint64_t)mag_size * sizeof(uint32_t));
+	h->ret_off = off;
+	off = kvmm_shm_align(off + sizeof(struct kvmm_shm_ring));
+	h->ret_frames_off = off;
+	off = kvmm_shm_align(off + (uint64_t)mag_size * sizeof(uint32_t));
+	off = (off + 4095) & ~(uint64_t)4095; /* whole pages: it is mmap'ed */
+	h->size = off;
+	return off;
+}
+
+/*
+ * What a client checks before it touches a region of size bytes: 0 when the header is the
+ * one kvmm_shm_layout() makes for its own sizes (so every area lies inside the region),
+ * -EBADMSG otherwise.
+ */
+static inline int kvmm_shm_hdr_check(const struct kvmm_shm_hdr *h, uint64_t size)
+{
+	struct kvmm_shm_hdr want;
+	uint64_t n;
+
+	if (size < sizeof(*h) || h->magic != KVMM_SHM_MAGIC || h->version != KVMM_SHM_VERSION ||
+	    h->hdr_size != sizeof(*h))
+		return -EBADMSG;
+	n = kvmm_shm_layout(&want, h->ring_entries, h->pt_slots, h->pt_max_blocks, h->mag_size);
+	if (!n || n != size || h->size != size)
+		return -EBADMSG;
+	/* the layout is a pure function of the sizes: any other offset is a corrupt header */
+	return __builtin_memcmp(&want, h, sizeof(want)) ? -EBADMSG : 0;
+}
+
 /* ---- Event payloads ------------------------------------------------------------------ */
 
 enum kvmm_preempt_reason {
@@ -1114,6 +1398,16 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_shutdown_event, reason, 4);
 #define KVMM_ADMIN_F_JSON (1U << 0)  /* answer JSON instead of tagged text */
 #define KVMM_ADMIN_F_CLEAR (1U << 1) /* TRACE: empty the buffer after reading */
 #define KVMM_ADMIN_F_ALL_V0 (KVMM_ADMIN_F_JSON | KVMM_ADMIN_F_CLEAR)
+/*
+ * TRACE: subscribe.  The daemon answers at once (status 0, KVMM_MSG_F_MORE, no payload) and
+ * then pushes trace lines to this connection as more replies with the request's seq and
+ * KVMM_MSG_F_MORE, until the connection closes; it never waits for a slow reader (records
+ * that do not fit are dropped and counted).  Admin verbs (the `reserved` field): PAGETABLE
+ * takes the client id there, TRACE a mask of event types (bit 1 << type, 0 = all); every
+ * other verb wants 0.
+ */
+#define KVMM_ADMIN_F_FOLLOW (1U << 2)
+#define KVMM_ADMIN_F_ALL (KVMM_ADMIN_F_ALL_V0 | KVMM_ADMIN_F_FOLLOW)
 
 struct kvmm_admin_req {
 	uint32_t flags; /* KVMM_ADMIN_F_* */

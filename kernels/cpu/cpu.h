@@ -55,6 +55,21 @@ extern const struct kvmm_cpu_ops kvmm_cpu_ops_avx512[KVMM_DTYPE_COUNT];
 /* The table of the ISA in use (isa.c). */
 const struct kvmm_cpu_ops *kvmm_cpu_ops(uint32_t dtype);
 
+/*
+ * Run fn(arg, w) on up to n threads at once (pool.c): the caller as w = 0 and pool workers as
+ * w = 1, 2, ...  Returns how many took part (1 when n <= 1, or the pool is busy with another
+ * caller's job); fn must share its work so that any number of participants finishes it.
+ */
+uint32_t kvmm_cpu_pool_run(void (*fn)(void *arg, uint32_t w), void *arg, uint32_t n);
+
+/*
+ * With threads, a context is split in parts of at least this many bytes of KV (attn.c);
+ * tests lower it to split small contexts.  Not for use while kernels run.
+ */
+extern uint32_t kvmm_cpu_split_min_bytes;
+/* How many chunks ahead attention prefetches the KV rows (0 = none); for tuning. */
+extern uint32_t kvmm_cpu_prefetch_chunks;
+
 static inline float kvmm_u32_to_f32(uint32_t u)
 {
 	float f;

@@ -59,6 +59,7 @@ struct kvmm_ipc_seq {
 	uint32_t nr_pinned;  /* frames in pinned[] */
 	uint32_t *pinned;    /* frames whose pincount the pins raised (set at first PIN) */
 	uint32_t batch_mark; /* scratch of one PIN/UNPIN batch */
+	uint32_t pt_slot;    /* data plane: page-table mirror slot + 1, 0 = none */
 };
 
 struct kvmm_session {
@@ -81,9 +82,20 @@ struct kvmm_session {
 	struct kvmm_htable seqs;
 	uint32_t nr_seqs;
 	uint64_t next_seq;
+	struct kvmm_dp *dp; /* data plane (ring.c), NULL without one */
 
 	uint32_t nr_bad;
 	uint64_t nr_requests;
+
+	/* TRACE subscription (admin.c, kvmm/ipc/obs.h): pushed by the trace pump */
+	bool trace_follow;
+	bool trace_json;
+	uint32_t trace_mask;   /* event types wanted (bit 1 << type), 0 = all */
+	uint32_t trace_client; /* 0 = all */
+	uint64_t trace_req_seq;
+	uint64_t trace_next;	/* next ring record to send */
+	uint64_t trace_lost;	/* overwritten in the ring before we sent them */
+	uint64_t trace_dropped; /* did not fit in the socket: dropped, never waited for */
 };
 
 #define KVMM_SESSION_MAX_SEQS 65536
@@ -104,12 +116,15 @@ struct kvmm_server {
 
 	struct list_head sessions;
 	uint32_t next_client_id;
-	uint64_t start_ns; /* CLOCK_MONOTONIC at create */
+	uint64_t start_ns;	 /* CLOCK_MONOTONIC at create */
+	uint64_t ring_last_work; /* CLOCK_MONOTONIC of the last ring work (spin window) */
 
 	struct kvmm_server_stats stats; /* updated with relaxed atomics (read by other threads) */
 
 	uint8_t *rx; /* KVMM_MSG_MAX bytes */
 	uint8_t *tx; /* KVMM_MSG_MAX bytes */
+
+	struct kvmm_obs *obs; /* trace ring, trace pump and /metrics (kvmm/ipc/obs.h) */
 };
 
 #define KVMM_STAT_INC(srv, field) __atomic_fetch_add(&(srv)->stats.field, 1, __ATOMIC_RELAXED)
@@ -156,6 +171,46 @@ void kvmm_session_handle(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 void kvmm_session_detach(struct kvmm_session *s);
 void kvmm_session_fini(struct kvmm_session *s);
 bool kvmm_session_is_admin(const struct kvmm_session *s);
+
+/*
+ * One memory op (SEQ_*, PREFIX_LOOKUP, SEAL, PIN, UNPIN, MAG_*, SEQ_BLOCKS, PING) of an
+ * attached session with its checked payload @p, from the socket or the ring; pool lock held.
+ * The reply payload goes to @rp (KVMM_MSG_PAYLOAD_MAX bytes), its length to *rlen.  Keeps the
+ * page-table mirror up to date.  0 or -errno.
+ */
+int kvmm_session_mem_op(struct kvmm_session *s, unsigned int op, const void *p, void *rp,
+			size_t *rlen);
+
+/* ---- ring.c: the data plane (uapi/kvmm.h "Data plane") ------------------------------- */
+
+struct kvmm_dp;
+
+/*
+ * Create @s's shared region and doorbell (ring_entries 0 = default), register the doorbell
+ * with the server's epoll (tagged pointer: the session's address | 1) and give back the two
+ * descriptors to pass (still owned by the data plane) and the reply's sizes.  Pool lock held.
+ */
+int kvmm_dp_create(struct kvmm_session *s, uint32_t ring_entries, int fds[2],
+		   struct kvmm_attach_rep *rep);
+/* Return every frame it holds, unmap, close.  Pool lock held; NULL dp is a no-op. */
+void kvmm_dp_destroy(struct kvmm_session *s);
+/*
+ * Consume up to @budget SQEs (fewer when the CQ is full: backpressure), post their CQEs,
+ * take back returned magazine frames, wake a waiting client.  Returns the SQEs consumed, or
+ * -EPROTO when the client corrupted its ring indexes or sent too many bad SQEs (close it).
+ */
+int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget);
+/* Whether the SQ holds entries the daemon could consume now (the CQ has room). */
+bool kvmm_dp_runnable(struct kvmm_session *s);
+/* Whether the SQ holds entries at all (runnable or held back by a full CQ). */
+bool kvmm_dp_pending(struct kvmm_session *s);
+/* Set or clear KVMM_SQ_F_NEED_WAKEUP. */
+void kvmm_dp_need_wakeup(struct kvmm_session *s, bool on);
+/* Mirror hooks, pool lock held: @is changed from block @from on / is going away. */
+void kvmm_dp_seq_update(struct kvmm_session *s, struct kvmm_ipc_seq *is, uint32_t from);
+void kvmm_dp_seq_gone(struct kvmm_session *s, struct kvmm_ipc_seq *is);
+/* MAG_REFILL / MAG_DRAIN (pool lock held); -EOPNOTSUPP without a data plane. */
+int kvmm_dp_mag_op(struct kvmm_session *s, unsigned int op, const void *p, void *rp, size_t *rlen);
 
 /* ---- admin.c ------------------------------------------------------------------------ */
 

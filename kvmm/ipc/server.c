@@ -26,17 +26,22 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "atomic.h"
 #include "compiler.h"
 #include "log.h"
 #include "kvmm/backend/host.h"
 #include "kvmm/ipc/ipc.h"
+#include "kvmm/ipc/obs.h"
 
 #define KVMM_RX_BURST 32  /* records of one client handled per wakeup */
 #define KVMM_RX_MAX_FDS 8 /* descriptors a client may smuggle in one record (closed) */
 #define KVMM_EPOLL_BATCH 64
+#define KVMM_RING_BURST 256	   /* SQEs of one client consumed per loop iteration */
+#define KVMM_RING_SPIN_NS 50000ULL /* keep polling the rings this long after work */
+#define KVMM_RING_BLOCKED_MS 5	   /* re-poll a CQ-full client at least this often */
 
 /* epoll tags for the two non-session fds: any two distinct addresses would do */
-static char tag_listen, tag_stop;
+static char tag_listen, tag_stop, tag_obs;
 
 static uint64_t now_ns(void)
 {
@@ -245,6 +250,12 @@ int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server 
 		goto out_destroy;
 	}
 	ret = epoll_add(srv, srv->stop_fd, EPOLLIN, &tag_stop);
+	if (ret)
+		goto out_destroy;
+	/* observability (trace ring and pump, /metrics): one fd in our set (metrics.c) */
+	ret = kvmm_obs_create(srv);
+	if (!ret)
+		ret = epoll_add(srv, kvmm_obs_fd(srv->obs), EPOLLIN, &tag_obs);
 	if (ret)
 		goto out_destroy;
 	ret = open_socket(srv);
@@ -558,14 +569,86 @@ static void stop_all(struct kvmm_server *srv)
 	kvmm_info("ipc: stopped");
 }
 
+/*
+ * The data plane's share of the loop: consume every client's SQ (a bounded burst each, so
+ * one busy client cannot starve the others), closing a client whose ring is corrupt.  Returns
+ * whether any work was done; *blocked says some SQ holds entries that a full CQ holds back.
+ */
+static bool poll_rings(struct kvmm_server *srv, bool *blocked)
+{
+	struct kvmm_session *s, *tmp;
+	bool busy = false;
+
+	*blocked = false;
+	list_for_each_entry_safe (s, tmp, &srv->sessions, node) {
+		int n;
+
+		if (!s->dp || s->dead)
+			continue;
+		n = kvmm_dp_poll(s, KVMM_RING_BURST);
+		if (n < 0) {
+			KVMM_STAT_INC(srv, disconnect_bad);
+			s->dead = true;
+			session_close(s);
+			continue;
+		}
+		if (n > 0)
+			busy = true;
+		else if (kvmm_dp_pending(s))
+			*blocked = true;
+	}
+	return busy;
+}
+
+/*
+ * How long epoll_wait may sleep.  Spin (0) while the rings were busy within the last
+ * KVMM_RING_SPIN_NS: a cross-core wake-up costs tens of microseconds, a poll a few loads.
+ * Before sleeping, ask every client to ring its doorbell (NEED_WAKEUP), then look once more:
+ * an SQ tail published before the flag was seen must not be slept through.  A client held
+ * back by its own full CQ is looked at again every few milliseconds (it should ring the
+ * doorbell after reaping, but is not trusted to).
+ */
+static int loop_timeout(struct kvmm_server *srv, bool busy, bool blocked, bool *armed)
+{
+	struct kvmm_session *s;
+	uint64_t now = now_ns();
+
+	if (busy)
+		srv->ring_last_work = now;
+	if (busy || now - srv->ring_last_work < KVMM_RING_SPIN_NS)
+		return 0;
+	list_for_each_entry (s, &srv->sessions, node)
+		kvmm_dp_need_wakeup(s, true);
+	*armed = true;
+	/*
+	 * Full barrier: the flag stores must be visible before the SQ tails are loaded again;
+	 * pairs with the client's smp_mb between its tail store and its flag load.
+	 */
+	smp_mb();
+	list_for_each_entry (s, &srv->sessions, node)
+		if (kvmm_dp_runnable(s))
+			return 0;
+	return blocked ? KVMM_RING_BLOCKED_MS : -1;
+}
+
 int kvmm_server_run(struct kvmm_server *srv)
 {
 	struct epoll_event evs[KVMM_EPOLL_BATCH];
+	bool armed = false, busy = false, blocked = false;
+	struct kvmm_session *s;
 
 	if (!srv)
 		return -EINVAL;
 	for (;;) {
-		int i, n = epoll_wait(srv->epoll_fd, evs, KVMM_EPOLL_BATCH, -1);
+		int i, n = epoll_wait(srv->epoll_fd, evs, KVMM_EPOLL_BATCH,
+				      loop_timeout(srv, busy, blocked, &armed));
+
+		if (armed) {
+			/* awake: clients need not ring until we are about to sleep again */
+			list_for_each_entry (s, &srv->sessions, node)
+				kvmm_dp_need_wakeup(s, false);
+			armed = false;
+		}
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -585,8 +668,16 @@ int kvmm_server_run(struct kvmm_server *srv)
 				accept_all(srv);
 				continue;
 			}
+			if (ptr == &tag_obs) {
+				kvmm_obs_event(srv);
+				continue;
+			}
+			/* a doorbell (session | 1): every ring is polled below anyway */
+			if ((uintptr_t)ptr & 1)
+				continue;
 			session_event(ptr, evs[i].events);
 		}
+		busy = poll_rings(srv, &blocked);
 	}
 }
 
@@ -609,6 +700,7 @@ void kvmm_server_destroy(struct kvmm_server *srv)
 		return;
 	list_for_each_entry_safe (s, tmp, &srv->sessions, node)
 		session_close(s);
+	kvmm_obs_destroy(srv);
 	if (srv->listen_fd >= 0)
 		close(srv->listen_fd);
 	if (srv->socket_bound)

@@ -72,7 +72,15 @@ struct kvmm_server_config {
 	const struct kvmm_ns_config *ns;
 	unsigned int nr_ns;   /* >= 1 */
 	uint32_t max_clients; /* 0 = KVMM_SERVER_DEFAULT_MAX_CLIENTS */
+	/*
+	 * Prometheus /metrics on "ADDR:PORT" (IPv4, e.g. "127.0.0.1:9477"; port 0 picks one,
+	 * logged); NULL or "" = off.  kvmm/ipc/metrics.c.
+	 */
+	const char *metrics_addr;
+	uint32_t trace_entries; /* trace ring records, 0 = KVMM_SERVER_DEFAULT_TRACE */
 };
+
+#define KVMM_SERVER_DEFAULT_TRACE 16384
 
 #define KVMM_SERVER_DEFAULT_MAX_CLIENTS 1024
 

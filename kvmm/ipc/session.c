@@ -18,6 +18,7 @@
 #include "compiler.h"
 #include "log.h"
 #include "kvmm/ipc/ipc.h"
+#include "kvmm/trace.h"
 
 static const char *const state_names[KVMM_SESSION_STATE_COUNT] = {
 	[KVMM_SESSION_NEW] = "new",
@@ -123,6 +124,7 @@ static void seq_untrack(struct kvmm_session *s, struct kvmm_ipc_seq *is)
 	if (is->pin_depth)
 		pins_drop(s->as->pool, is, is->pin_depth);
 	kvmm_mm_seq_free(is->seq);
+	kvmm_dp_seq_gone(s, is);
 	kvmm_htable_del(&is->node);
 	s->nr_seqs--;
 	free(is);
@@ -162,11 +164,13 @@ void kvmm_session_detach(struct kvmm_session *s)
 		return;
 	pool = s->as->pool;
 	pthread_mutex_lock(&pool->lock);
+	kvmm_dp_destroy(s); /* first: its magazine frames go back with their hidden sequence */
 	kvmm_htable_for_each_safe (&s->seqs, bkt, tmp, is, node)
 		seq_untrack(s, is);
 	/* frees whatever sequence is left (none) and the address space */
 	kvmm_aspace_destroy(s->as);
 	kvmm_magazine_drain_all(&s->mag);
+	kvmm_trace_event(KVMM_TR_DETACH, pool, s->id, s->ns->ns->id, 0, KVMM_TRACE_NONE, 0);
 	pthread_mutex_unlock(&pool->lock);
 	s->as = NULL;
 	s->ns->nr_clients--;
@@ -189,7 +193,7 @@ static uint64_t supported_features(const struct kvmm_server *srv)
 	uint64_t f = KVMM_FEAT_HOST_BACKEND | KVMM_FEAT_PREFIX_CACHE;
 
 	if (srv->ns[0].nr_chunks)
-		f |= KVMM_FEAT_FD_PASSING;
+		f |= KVMM_FEAT_FD_PASSING | KVMM_FEAT_RINGS;
 	return f;
 }
 
@@ -258,13 +262,21 @@ static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	struct kvmm_ipc_ns *n = NULL;
 	struct kvmm_fmt fmt;
 	struct kvmm_msg_hdr *out;
+	const int *fds;
+	int *all_fds = NULL;
 	unsigned int i;
 	int ret;
 
 	if (s->state == KVMM_SESSION_ATTACHED)
 		return -EEXIST;
 	memcpy(&req, hdr + 1, sizeof(req));
-	if (req.flags || kvmm_name_check(req.ns))
+	if ((req.flags & ~KVMM_ATTACH_F_ALL_V0) || kvmm_name_check(req.ns))
+		return -EINVAL;
+	if ((req.flags & KVMM_ATTACH_F_RINGS) && !(s->features & KVMM_FEAT_RINGS))
+		return -EOPNOTSUPP;
+	if (req.ring_entries &&
+	    (req.ring_entries < KVMM_RING_MIN_ENTRIES || req.ring_entries > KVMM_RING_MAX_ENTRIES ||
+	     (req.ring_entries & (req.ring_entries - 1))))
 		return -EINVAL;
 	for (i = 0; i < srv->nr_ns; i++)
 		if (!memcmp(srv->ns[i].cfg.name, req.ns, KVMM_NAME_LEN))
@@ -296,6 +308,7 @@ static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	s->state = KVMM_SESSION_ATTACHED;
 	n->nr_clients++;
 	KVMM_STAT_INC(srv, attached);
+	kvmm_trace_event(KVMM_TR_ATTACH, n->pool, s->id, n->ns->id, 0, KVMM_TRACE_NONE, 0);
 
 	memset(&rep, 0, sizeof(rep));
 	rep.tokens_per_page = fmt.tokens_per_page;
@@ -303,20 +316,43 @@ static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	rep.chunk_size = n->chunk_size;
 	rep.nr_chunks = n->nr_chunks;
 	rep.ns_id = n->id;
-	rep.shm_size = 0; /* no data plane yet */
 	rep.nr_fds = n->nr_chunks;
-	rep.ring_entries = 0;
-	rep.mag_size = 0; /* the magazine is daemon-side until the shm region exists */
 	rep.nr_frames = n->cfg.nframes;
+	fds = n->fds;
+	/* the data plane: its region and doorbell go first; without it the socket serves all */
+	if ((req.flags & KVMM_ATTACH_F_RINGS) && n->nr_chunks + 2 <= KVMM_SERVER_MAX_CHUNKS) {
+		int dp_fds[2];
+
+		pthread_mutex_lock(&n->pool->lock);
+		ret = kvmm_dp_create(s, req.ring_entries, dp_fds, &rep);
+		pthread_mutex_unlock(&n->pool->lock);
+		all_fds = ret ? NULL : malloc(sizeof(int) * (n->nr_chunks + 2));
+		if (all_fds) {
+			all_fds[0] = dp_fds[0];
+			all_fds[1] = dp_fds[1];
+			memcpy(all_fds + 2, n->fds, sizeof(int) * n->nr_chunks);
+			fds = all_fds;
+			rep.nr_fds += 2;
+		} else {
+			kvmm_warn("ipc: client %u: no data plane (%s)", s->id,
+				  strerror(ret ? -ret : ENOMEM));
+			pthread_mutex_lock(&n->pool->lock);
+			kvmm_dp_destroy(s);
+			pthread_mutex_unlock(&n->pool->lock);
+			memset(&rep.shm_size, 0, sizeof(rep.shm_size));
+			rep.ring_entries = rep.mag_size = 0;
+		}
+	}
 
 	out = (struct kvmm_msg_hdr *)srv->tx;
 	kvmm_msg_hdr_init_reply(out, hdr, sizeof(*out) + sizeof(rep), 0);
 	if (rep.nr_fds)
 		out->flags |= KVMM_MSG_F_FDS;
 	memcpy(out + 1, &rep, sizeof(rep));
-	kvmm_info("ipc: client %u (%.32s, pid %d) attached to %s", s->id, s->name, (int)s->cred.pid,
-		  n->cfg.name);
-	kvmm_session_send(s, out, sizeof(*out) + sizeof(rep), n->fds, rep.nr_fds);
+	kvmm_info("ipc: client %u (%.32s, pid %d) attached to %s%s", s->id, s->name,
+		  (int)s->cred.pid, n->cfg.name, s->dp ? " with rings" : "");
+	kvmm_session_send(s, out, sizeof(*out) + sizeof(rep), fds, rep.nr_fds);
+	free(all_fds);
 	return 0;
 }
 
@@ -470,66 +506,6 @@ static int do_seq_free(struct kvmm_session *s, const void *p)
 	return 0;
 }
 
-/*
- * Continue a lookup on a sequence that already holds k sealed blocks (the earlier part of a
- * prompt too long for one record).  The core walks from block 0 only, so walk the whole
- * prefix (the sequence's own ids, then the new ones) into a scratch sequence and move the
- * blocks past k over: their references pass to @seq as they are; the scratch sequence's
- * extra references on blocks [0, k) are dropped when it is freed.  The re-walked blocks are
- * taken off the hit counter again.  TODO(core): a kvmm_mm_prefix_lookup() that starts at the end
- * of a fully sealed sequence would make this copy and re-hash unnecessary.
- */
-static int lookup_continue(struct kvmm_session *s, struct kvmm_seq *seq, const uint32_t *tokens,
-			   uint32_t n)
-{
-	struct kvmm_pool *pool = s->as->pool;
-	uint32_t tpp = s->as->fmt.tokens_per_page, k = seq->nblocks, h, b;
-	uint64_t have = seq->ntokens;
-	struct kvmm_seq *tmp;
-	uint32_t *all;
-	int ret;
-
-	if (have != (uint64_t)k * tpp || seq->nsealed != k)
-		return -EINVAL; /* only a whole, sealed prefix can be continued */
-	all = malloc((have + n) * sizeof(*all));
-	if (!all)
-		return -ENOMEM;
-	memcpy(all, seq->tokens, have * sizeof(*all));
-	memcpy(all + have, tokens, (size_t)n * sizeof(*all));
-	ret = kvmm_mm_seq_create(s->as, &tmp);
-	if (ret)
-		goto out_free;
-	ret = kvmm_mm_prefix_lookup(tmp, all, have + n);
-	if (ret < 0)
-		goto out_seq;
-	h = tmp->nblocks;
-	pool->stat[KVMM_STAT_CACHE_HIT] -= min_t(uint32_t, h, k);
-	ret = 0;
-	if (h <= k)
-		goto out_seq;
-	ret = kvmm_mm_seq_reserve(seq, h);
-	if (ret)
-		goto out_seq;
-	for (b = k; b < h; b++)
-		seq->pte[b] = tmp->pte[b];
-	memcpy(seq->tokens + have, tmp->tokens + have, (size_t)(h - k) * tpp * sizeof(*all));
-	tmp->nblocks = k; /* the scratch sequence no longer owns blocks [k, h) */
-	tmp->nsealed = min_t(uint32_t, tmp->nsealed, k);
-	tmp->ntokens = have;
-	seq->nblocks = h;
-	seq->nsealed = h;
-	seq->ntokens = (uint64_t)h * tpp;
-out_seq:
-	kvmm_mm_seq_free(tmp);
-	/* the PTEs' SHARED bits follow the final reference counts */
-	for (b = k; b < seq->nblocks; b++)
-		seq->pte[b] = kvmm_mm_seq_mk_pte(
-			pool, kvmm_frame_to_page(pool, kvmm_mm_seq_frame(seq, b)), true);
-out_free:
-	free(all);
-	return ret;
-}
-
 static int do_prefix_lookup(struct kvmm_session *s, const void *p, void *rp, size_t *rlen)
 {
 	struct kvmm_prefix_lookup_req req;
@@ -546,10 +522,12 @@ static int do_prefix_lookup(struct kvmm_session *s, const void *p, void *rp, siz
 	if (ret)
 		return ret;
 	before = is->seq->nblocks;
-	if (is->seq->ntokens)
-		ret = lookup_continue(s, is->seq, tokens, req.nr_tokens);
-	else
-		ret = kvmm_mm_prefix_lookup(is->seq, tokens, req.nr_tokens);
+	/*
+	 * An empty sequence starts a lookup; one holding whole sealed pages (what earlier
+	 * lookups of a prompt too long for one record left) continues it with the ids that
+	 * follow; anything else is -EINVAL.
+	 */
+	ret = kvmm_mm_prefix_lookup(is->seq, tokens, req.nr_tokens);
 	if (ret < 0)
 		return ret;
 	memset(rep, 0, sizeof(*rep));
@@ -703,24 +681,61 @@ static int do_seq_blocks(struct kvmm_session *s, const void *p, void *rp, size_t
 }
 
 /* A memory op of an attached session; the reply payload is built in place in the tx buffer. */
-static void do_mem(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
+/*
+ * Keep the data plane's page-table mirror in step with an op that ran: the sequence it
+ * created or changed is rewritten (an append from its first new block on) before the op is
+ * answered, so a client never reads a table older than a reply it holds.
+ */
+static void mirror_op(struct kvmm_session *s, unsigned int op, const void *p, const void *rp,
+		      int ret)
 {
-	struct kvmm_pool *pool = s->as->pool;
-	const void *p = hdr + 1;
-	void *rp = (struct kvmm_msg_hdr *)s->srv->tx + 1;
-	size_t rlen = 0;
-	int ret;
+	struct kvmm_ipc_seq *is;
+	uint32_t from = 0;
+	uint64_t id;
 
-	pthread_mutex_lock(&pool->lock);
-	switch (hdr->op) {
+	if (!s->dp)
+		return;
+	switch (op) {
 	case KVMM_OP_SEQ_CREATE:
-		ret = do_seq_create(s, p, rp, &rlen);
+	case KVMM_OP_SEQ_FORK:
+		if (ret)
+			return;
+		memcpy(&id, rp, sizeof(id)); /* create and fork replies start with the new id */
 		break;
 	case KVMM_OP_SEQ_APPEND:
-		ret = do_seq_append(s, p, rp, &rlen);
+		if (!ret)
+			memcpy(&from,
+			       (const uint8_t *)rp +
+				       offsetof(struct kvmm_seq_append_rep, first_new_block),
+			       sizeof(from));
+		/* fall through */
+	case KVMM_OP_SEQ_TRUNCATE:
+	case KVMM_OP_PREFIX_LOOKUP:
+	case KVMM_OP_SEAL:
+		memcpy(&id, p, sizeof(id)); /* these requests start with the sequence id */
+		break;
+	default:
+		return; /* SEQ_FREE clears its slot in seq_untrack(); the rest change no table */
+	}
+	is = seq_find(s, id);
+	if (is)
+		kvmm_dp_seq_update(s, is, from);
+}
+
+int kvmm_session_mem_op(struct kvmm_session *s, unsigned int op, const void *p, void *rp,
+			size_t *rlen)
+{
+	int ret;
+
+	switch (op) {
+	case KVMM_OP_SEQ_CREATE:
+		ret = do_seq_create(s, p, rp, rlen);
+		break;
+	case KVMM_OP_SEQ_APPEND:
+		ret = do_seq_append(s, p, rp, rlen);
 		break;
 	case KVMM_OP_SEQ_FORK:
-		ret = do_seq_fork(s, p, rp, &rlen);
+		ret = do_seq_fork(s, p, rp, rlen);
 		break;
 	case KVMM_OP_SEQ_TRUNCATE:
 		ret = do_seq_truncate(s, p);
@@ -729,23 +744,41 @@ static void do_mem(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 		ret = do_seq_free(s, p);
 		break;
 	case KVMM_OP_PREFIX_LOOKUP:
-		ret = do_prefix_lookup(s, p, rp, &rlen);
+		ret = do_prefix_lookup(s, p, rp, rlen);
 		break;
 	case KVMM_OP_SEAL:
 		ret = do_seal(s, p);
 		break;
 	case KVMM_OP_PIN:
 	case KVMM_OP_UNPIN:
-		ret = do_pin(s, p, hdr->op == KVMM_OP_PIN, rp, &rlen);
+		ret = do_pin(s, p, op == KVMM_OP_PIN, rp, rlen);
 		break;
 	case KVMM_OP_SEQ_BLOCKS:
-		ret = do_seq_blocks(s, p, rp, &rlen);
+		ret = do_seq_blocks(s, p, rp, rlen);
+		break;
+	case KVMM_OP_MAG_REFILL:
+	case KVMM_OP_MAG_DRAIN:
+		/* the magazine lives in the data plane: -EOPNOTSUPP without one */
+		ret = kvmm_dp_mag_op(s, op, p, rp, rlen);
 		break;
 	default:
-		/* MAG_REFILL / MAG_DRAIN: the magazine moves to shared memory with the rings */
 		ret = -EOPNOTSUPP;
 		break;
 	}
+	mirror_op(s, op, p, rp, ret);
+	return ret;
+}
+
+/* A memory op of an attached session; the reply payload is built in place in the tx buffer. */
+static void do_mem(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
+{
+	struct kvmm_pool *pool = s->as->pool;
+	void *rp = (struct kvmm_msg_hdr *)s->srv->tx + 1;
+	size_t rlen = 0;
+	int ret;
+
+	pthread_mutex_lock(&pool->lock);
+	ret = kvmm_session_mem_op(s, hdr->op, hdr + 1, rp, &rlen);
 	pthread_mutex_unlock(&pool->lock);
 	kvmm_session_reply(s, hdr, ret, rp, ret ? 0 : rlen);
 }

@@ -94,7 +94,30 @@ static void __attribute__((noreturn)) worker(unsigned int seed)
 		int err;
 
 		if (s) {
-			switch (rand_r(&seed) % 5) {
+			switch (rand_r(&seed) % 7) {
+			case 5: {
+				/* through the data plane: an append on the ring, left in flight */
+				struct kvmm_sqe sqe = {.op = KVMM_SQE_SEQ_APPEND,
+						       .seq = s,
+						       .nr = 1,
+						       .data = tok,
+						       .user_data = s};
+				struct kvmm_cqe cqe;
+
+				itest_tokens(tok, 1, seed);
+				if (kvmm_submit(c, &sqe, 1) == 1 && rand_r(&seed) % 2)
+					kvmm_complete(c, &cqe, 1, 1);
+				break;
+			}
+			case 6: {
+				/* magazine frames, some given back, the rest held until the kill */
+				uint32_t frames[4];
+				int n = kvmm_mag_alloc(c, frames, 4);
+
+				if (n > 1)
+					kvmm_mag_free(c, frames, (uint32_t)n / 2);
+				break;
+			}
 			case 0:
 				kvmm_seq_free(c, s);
 				seqs[slot] = 0;

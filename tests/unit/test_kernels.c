@@ -22,6 +22,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -35,6 +36,7 @@
 #include <cmocka.h>
 
 #include "compiler.h"
+#include "kernels/cpu/cpu.h" /* kvmm_cpu_split_min_bytes, to split small contexts */
 #include "kernels/kernels.h"
 
 /* kernel bound relative to vmax, in fp32 (scores up to a few hundred in the large-q cases) */
@@ -566,6 +568,128 @@ static void test_decode_random(void **state)
 	print_message("decode: worst kernel error %.3g of its bound\n", worst);
 }
 
+/*
+ * Threads: contexts split over 1, 2 and 3 threads (the split minimum lowered so a few hundred
+ * tokens make several parts whose page-aligned boundaries do not divide them evenly), ragged
+ * batches beside them, decode and prefill, every ISA, against the same fp64 reference and
+ * bounds: the merge of partial softmax states must be exact up to fp32 rounding.
+ */
+static void test_threads_random(void **state)
+{
+	static const uint32_t small_tpp[] = {1, 3, 5, 7, 16, 17};
+	uint32_t saved = kvmm_cpu_split_min_bytes;
+	double worst = 0;
+
+	(void)state;
+	kvmm_cpu_split_min_bytes = 0;
+	for (uint32_t nt = 1; nt <= 3; nt++) {
+		assert_int_equal(kvmm_cpu_set_threads(nt), 0);
+		assert_int_equal(kvmm_cpu_get_threads(), nt);
+		for (uint32_t i = 0; i < 16; i++) {
+			uint32_t dt = dtypes[i % 4], nseqs = 1 + rnd(3), ctx[3], qlen[3];
+			bool prefill = i % 4 == 3;
+			size_t rows = 0, nq;
+			struct tcase c;
+			float *q;
+
+			rng_state = base_seed + 3000 + nt * 100 + i;
+			random_shape(&c, dt, 2);
+			make_fmt(&c, c.fmt.layers, c.fmt.kv_heads, c.fmt.head_dim, dt,
+				 c.fmt.group_size, small_tpp[rnd(6)]);
+			for (uint32_t s = 0; s < nseqs; s++) {
+				/* one long context, the others anything (empty included) */
+				ctx[s] = s == 0 ? 97 + rnd(500) : rnd(3) ? rnd(200) : 0;
+				qlen[s] = prefill ? min_t(uint32_t, ctx[s], rnd(20)) : 0;
+				rows += prefill ? qlen[s] : 1;
+			}
+			snprintf(case_desc + strlen(case_desc),
+				 sizeof(case_desc) - strlen(case_desc),
+				 " threads %u tpp %u ctx %u%s", nt, c.fmt.tokens_per_page, ctx[0],
+				 prefill ? " prefill" : "");
+			build_case(&c, nseqs, ctx, prefill ? qlen : NULL);
+			nq = rows * c.hq * c.fmt.head_dim;
+			q = malloc(nq * sizeof(float) + 1);
+			for (size_t j = 0; j < nq; j++)
+				q[j] = rndf(c.qamp);
+			check_rows(&c, q, NULL, prefill, 1.0 / sqrt(c.fmt.head_dim), &worst);
+			free(q);
+			free_case(&c);
+		}
+	}
+	kvmm_cpu_split_min_bytes = saved;
+	assert_int_equal(kvmm_cpu_set_threads(1), 0); /* joins the workers */
+	print_message("threads: worst kernel error %.3g of its bound\n", worst);
+}
+
+struct racer {
+	const struct kvmm_attn_batch *b;
+	const float *q, *want;
+	size_t n;
+	int bad;
+};
+
+static void *race_decode(void *arg)
+{
+	struct racer *r = arg;
+	float *out = malloc(r->n * sizeof(float));
+
+	for (int i = 0; i < 20 && out; i++) {
+		if (kvmm_cpu_paged_decode(r->b, r->q, out) || memcmp(out, r->want, r->n * 4))
+			r->bad++;
+	}
+	if (!out)
+		r->bad++;
+	free(out);
+	return NULL;
+}
+
+/*
+ * Two callers at once with threads on: one owns the pool, the other runs alone; the units do
+ * not depend on who ran them, so both must get bit-identical results.
+ */
+static void test_threads_concurrent(void **state)
+{
+	uint32_t ctx[2] = {400, 150}, saved = kvmm_cpu_split_min_bytes;
+	struct racer r[2];
+	pthread_t t;
+	struct tcase c;
+	float *q, *want;
+	size_t nq;
+
+	(void)state;
+	rng_state = base_seed + 4000;
+	random_shape(&c, KVMM_DTYPE_FP16, 2);
+	make_fmt(&c, c.fmt.layers, c.fmt.kv_heads, c.fmt.head_dim, KVMM_DTYPE_FP16, 0, 5);
+	build_case(&c, 2, ctx, NULL);
+	struct kvmm_attn_batch b = {
+		.kv = {c.pool, &c.fmt, c.layer, c.nframes},
+		.nr_seqs = 2,
+		.num_q_heads = c.hq,
+		.block_tables = c.tables,
+		.max_blocks = c.max_blocks,
+		.ctx_lens = c.ctx,
+	};
+	nq = 2 * (size_t)c.hq * c.fmt.head_dim;
+	q = malloc(nq * sizeof(float));
+	want = malloc(nq * sizeof(float));
+	for (size_t j = 0; j < nq; j++)
+		q[j] = rndf(1.0f);
+	kvmm_cpu_split_min_bytes = 0;
+	assert_int_equal(kvmm_cpu_set_threads(2), 0);
+	assert_int_equal(kvmm_cpu_paged_decode(&b, q, want), 0);
+	for (int i = 0; i < 2; i++)
+		r[i] = (struct racer){.b = &b, .q = q, .want = want, .n = nq};
+	assert_int_equal(pthread_create(&t, NULL, race_decode, &r[1]), 0);
+	race_decode(&r[0]);
+	pthread_join(t, NULL);
+	kvmm_cpu_split_min_bytes = saved;
+	assert_int_equal(kvmm_cpu_set_threads(1), 0);
+	assert_int_equal(r[0].bad + r[1].bad, 0);
+	free(q);
+	free(want);
+	free_case(&c);
+}
+
 static void test_prefill_random(void **state)
 {
 	double worst = 0;
@@ -991,6 +1115,8 @@ int main(void)
 		cmocka_unit_test(test_decode_random),
 		cmocka_unit_test(test_prefill_random),
 		cmocka_unit_test(test_prefill_matches_decode),
+		cmocka_unit_test(test_threads_random),
+		cmocka_unit_test(test_threads_concurrent),
 	};
 
 	return cmocka_run_group_tests_name("kernels", tests, group_setup, NULL);

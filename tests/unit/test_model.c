@@ -4,7 +4,8 @@
  * page cache, LRU and reclaim, namespaces with limits.
  *
  * A seeded generator drives a long run of random operations (create, append, fork, truncate,
- * free, seal, prefix lookup, reclaim, namespace limit changes) on sequences spread over
+ * free, seal, prefix lookup - into a new sequence or continuing a live one -, reclaim,
+ * namespace limit changes) on sequences spread over
  * several namespaces and formats, and a plain reference model follows along: each model
  * sequence is an array of token ids plus the number of leading blocks sealed.  After every
  * operation the touched sequences are compared with the model: length, blocks, token ids,
@@ -103,7 +104,8 @@ struct model {
 	uint64_t prompt_sig[MAX_PROMPT];
 	/* what the run did, printed at the end so a reader sees the coverage */
 	uint64_t n_enomem, n_hit_blocks, n_must_hit, n_lookups, n_cow, n_dedup_seal, n_reclaimed;
-	uint32_t *pte_count; /* full check: PTEs per frame */
+	uint64_t n_cont_lookups, n_cont_hit_blocks; /* lookups continuing a sequence */
+	uint32_t *pte_count;			    /* full check: PTEs per frame */
 };
 
 /* ---- failure reporting -------------------------------------------------------------------- */
@@ -579,6 +581,120 @@ static void op_lookup(struct model *m)
 	}
 }
 
+/*
+ * Extend a prompt that starts with @s's tokens: the rest of a live sequence of its address
+ * space or of a document that starts the same way, then maybe a little noise; or noise
+ * alone.  Returns the prompt's length (at least s->len).
+ */
+static uint32_t make_continuation(struct model *m, const struct mseq *s)
+{
+	uint32_t len = s->len, n = len, k = rnd_below(m, 100), tail = rnd_below(m, 8);
+
+	memcpy(m->prompt, s->tok, len * sizeof(uint32_t));
+	if (k < 45 && m->nseqs) {
+		uint32_t start = rnd_below(m, m->nseqs);
+
+		for (uint32_t i = 0; i < m->nseqs; i++) {
+			const struct mseq *o = m->seqs[(start + i) % m->nseqs];
+
+			if (o == s || o->as != s->as || o->len <= len ||
+			    memcmp(o->tok, s->tok, len * sizeof(uint32_t)))
+				continue;
+			memcpy(m->prompt + len, o->tok + len, (o->len - len) * sizeof(uint32_t));
+			n = o->len;
+			break;
+		}
+	} else if (k < 85) {
+		uint32_t start = rnd_below(m, NR_DOCS);
+
+		for (uint32_t i = 0; i < NR_DOCS && len < DOC_LEN; i++) {
+			const uint32_t *doc = m->docs[(start + i) % NR_DOCS];
+
+			if (memcmp(doc, s->tok, len * sizeof(uint32_t)))
+				continue;
+			n = len + 1 + rnd_below(m, DOC_LEN - len);
+			memcpy(m->prompt + len, doc + len, (n - len) * sizeof(uint32_t));
+			break;
+		}
+	} else {
+		tail += rnd_below(m, 40);
+	}
+	for (uint32_t i = 0; i < tail; i++)
+		m->prompt[n++] = chance(m, 50) ? rnd_below(m, 3) : (uint32_t)rnd(m);
+	sig_fill(m->prompt, m->prompt_sig, 0, n);
+	return n;
+}
+
+/*
+ * Continue a lookup on a live sequence with the ids that follow its own.  A sequence of whole
+ * sealed pages must map what one lookup of its tokens and those ids would: the same bounds as
+ * op_lookup(), and its blocks so far untouched; any other gets -EINVAL and stays as it was.
+ */
+static void op_lookup_continue(struct model *m)
+{
+	struct mseq *s = m->seqs[rnd_below(m, m->nseqs)];
+	uint32_t tpp = seq_fmt(m, s)->tokens_per_page, len = s->len, lower = 0, got, n;
+	bool whole = len % tpp == 0 && s->nsealed == len / tpp;
+	int ret;
+
+	m->opname = "lookup continue";
+	n = make_continuation(m, s);
+	if (!whole) {
+		ret = kvmm_mm_prefix_lookup(s->real, m->prompt + len, n - len);
+		MCHECK(m, ret == -EINVAL, "continuing %u tokens, %u sealed (tpp %u): %d", len,
+		       s->nsealed, tpp, ret);
+		verify_seq(m, s);
+		return;
+	}
+	/* mapped sealed blocks cannot be reclaimed: they must be found (s's own included) */
+	for (uint32_t i = 0; i < m->nseqs; i++) {
+		const struct mseq *o = m->seqs[i];
+		uint32_t b = 0;
+
+		if (o->as != s->as)
+			continue;
+		while (b < o->nsealed && (b + 1) * tpp <= n &&
+		       o->sig[(b + 1) * tpp - 1] == m->prompt_sig[(b + 1) * tpp - 1])
+			b++;
+		if (b > lower)
+			lower = b;
+	}
+
+	ret = kvmm_mm_prefix_lookup(s->real, m->prompt + len, n - len);
+	MCHECK(m, ret >= 0, "continuing %u tokens with %u: %d", len, n - len, ret);
+	got = (uint32_t)ret;
+	MCHECK(m, got % tpp == 0 && got >= len && got <= n,
+	       "continuing %u tokens with %u returned %u (tpp %u)", len, n - len, got, tpp);
+	MCHECK(m, got >= lower * tpp,
+	       "continuation reached %u blocks, but a live sequence maps %u sealed blocks of the "
+	       "prompt",
+	       got / tpp, lower);
+	for (uint32_t b = len / tpp; b < got / tpp; b++)
+		MCHECK(m, keyset_has(&m->sealed, seal_key(s->as, m->prompt_sig[(b + 1) * tpp - 1])),
+		       "continuation hit block %u, whose prefix was never sealed in ns %d format "
+		       "%d",
+		       b, s->as / NR_FMT, s->as % NR_FMT);
+	m->n_cont_lookups++;
+	m->n_cont_hit_blocks += (got - len) / tpp;
+
+	memcpy(s->tok + len, m->prompt + len, (got - len) * sizeof(uint32_t));
+	memcpy(s->sig + len, m->prompt_sig + len, (got - len) * sizeof(uint64_t));
+	s->len = got;
+	s->nsealed = got / tpp;
+	if (s->doc >= 0 &&
+	    (got > DOC_LEN || memcmp(m->docs[s->doc], s->tok, got * sizeof(uint32_t))))
+		s->doc = -1;
+	verify_seq(m, s);
+	/* keep it growable: cut back to whole pages within bounds */
+	if (s->len > max_len(m, s)) {
+		ret = kvmm_mm_seq_truncate(s->real, max_len(m, s));
+		MCHECK(m, ret == 0, "kvmm_mm_seq_truncate(%u): %d", max_len(m, s), ret);
+		s->len = max_len(m, s);
+		s->nsealed = s->len / tpp;
+		verify_seq(m, s);
+	}
+}
+
 static uint32_t cached_of(struct model *m, struct kvmm_ns *ns)
 {
 	return ns ? ns->cached : m->pool->nr_state[KVMM_PAGE_CACHED];
@@ -773,7 +889,8 @@ static void model_run(const struct model_cfg *cfg)
 
 		if (!m->nseqs) {
 			op_create(m);
-		} else if (m->nseqs == MAX_SEQS && (k < 60 || (k >= 390 && k < 460) || k >= 860)) {
+		} else if (m->nseqs == MAX_SEQS &&
+			   (k < 60 || (k >= 390 && k < 460) || (k >= 860 && k < 930))) {
 			op_free(m); /* full: creating ops make room instead */
 		} else if (k < 60) {
 			op_create(m);
@@ -793,26 +910,30 @@ static void model_run(const struct model_cfg *cfg)
 			op_set_limit(m);
 		} else if (k < 860) {
 			op_free(m);
-		} else {
+		} else if (k < 930) {
 			op_lookup(m);
+		} else {
+			op_lookup_continue(m);
 		}
 		if (m->op % FULL_CHECK_EVERY == 0)
 			full_check(m);
 	}
 	full_check(m);
 	print_message("model %s: %" PRIu64 " lookups hit %" PRIu64 " blocks (%" PRIu64
-		      " had to), %" PRIu64 " cow, %" PRIu64 " dedup seals, %" PRIu64
-		      " reclaimed, %" PRIu64 " -ENOMEM, %zu distinct blocks sealed; cow %" PRIu64
-		      " seal %" PRIu64 " hit %" PRIu64 " collide %" PRIu64 " steal %" PRIu64
-		      " direct %" PRIu64 " ns-limit %" PRIu64 "\n",
-		      cfg->name, m->n_lookups, m->n_hit_blocks, m->n_must_hit, m->n_cow,
-		      m->n_dedup_seal, m->n_reclaimed, m->n_enomem, m->sealed.nr,
-		      m->pool->stat[KVMM_STAT_COW], m->pool->stat[KVMM_STAT_SEAL],
+		      " had to), %" PRIu64 " continued lookups hit %" PRIu64 " blocks, %" PRIu64
+		      " cow, %" PRIu64 " dedup seals, %" PRIu64 " reclaimed, %" PRIu64
+		      " -ENOMEM, %zu distinct blocks sealed; cow %" PRIu64 " seal %" PRIu64
+		      " hit %" PRIu64 " collide %" PRIu64 " steal %" PRIu64 " direct %" PRIu64
+		      " ns-limit %" PRIu64 "\n",
+		      cfg->name, m->n_lookups, m->n_hit_blocks, m->n_must_hit, m->n_cont_lookups,
+		      m->n_cont_hit_blocks, m->n_cow, m->n_dedup_seal, m->n_reclaimed, m->n_enomem,
+		      m->sealed.nr, m->pool->stat[KVMM_STAT_COW], m->pool->stat[KVMM_STAT_SEAL],
 		      m->pool->stat[KVMM_STAT_CACHE_HIT], m->pool->stat[KVMM_STAT_CACHE_COLLIDE],
 		      m->pool->stat[KVMM_STAT_PGSTEAL], m->pool->stat[KVMM_STAT_DIRECT_RECLAIM],
 		      m->pool->stat[KVMM_STAT_NS_LIMIT_HIT]);
 	/* the run must have reached the interesting paths, or it proved little */
 	assert_true(m->n_hit_blocks > 0 && m->n_must_hit > 0);
+	assert_true(m->n_cont_lookups > 0 && m->n_cont_hit_blocks > 0);
 	assert_true(m->n_cow > 0);
 	assert_true(m->n_reclaimed > 0 || m->pool->stat[KVMM_STAT_PGSTEAL] > 0);
 	model_teardown(m);

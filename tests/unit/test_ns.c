@@ -19,51 +19,18 @@
 
 #include "compiler.h"
 #include "kvmm/mm.h"
+#include "mm_fixture.h"
 
-#define PAGE_SZ 4096
-#define TPP 16
 #define NFRAMES 64
-
-struct fix {
-	struct kvmm_pool *pool;
-	struct kvmm_fmt fmt;
-};
-
-static void check(struct kvmm_pool *pool)
-{
-	char why[256];
-	int ret = kvmm_check_invariants(pool, why, sizeof(why));
-
-	if (ret)
-		fail_msg("invariants: %s", why);
-}
 
 static int setup(void **state)
 {
-	struct kvmm_pool_params p = {.page_size = PAGE_SZ, .nframes = NFRAMES};
-	struct fix *f = calloc(1, sizeof(*f));
-
-	assert_non_null(f);
-	assert_int_equal(kvmm_pool_create(&p, &f->pool), 0);
-	assert_int_equal(kvmm_fmt_init(&f->fmt, 1, 1, 64, KVMM_DTYPE_FP16, 0, PAGE_SZ), 0);
-	*state = f;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	struct fix *f = *state;
-
-	check(f->pool);
-	kvmm_mm_release(f->pool);
-	kvmm_pool_destroy(f->pool);
-	free(f);
-	return 0;
+	return mmf_setup(state, &(struct mm_fixture_opts){.params.nframes = NFRAMES});
 }
 
 static void test_create_find_destroy(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_ns *a, *b, *c;
 	char name[40];
 
@@ -102,12 +69,12 @@ static void test_create_find_destroy(void **state)
 	assert_int_equal(kvmm_ns_create(f->pool, "delta", 0, 0, &a), 0);
 	assert_int_equal(a->id, 1);
 	assert_int_equal(kvmm_ns_destroy(NULL), -EINVAL);
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 static void test_ids_run_out(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_ns *ns;
 	char name[16];
 	unsigned int i;
@@ -125,7 +92,7 @@ static void test_ids_run_out(void **state)
 
 static void test_secrets_are_random(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_ns *a, *b;
 	uint32_t t[TPP] = {1, 2, 3};
 
@@ -144,12 +111,12 @@ static void assert_charged(struct kvmm_ns *ns, uint32_t used, uint32_t cached)
 {
 	assert_int_equal(ns->used, used);
 	assert_int_equal(ns->cached, cached);
-	check(ns->pool);
+	mmf_check(ns->pool);
 }
 
 static void test_accounting_exact(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_aspace *as, *as_b;
 	struct kvmm_seq *s1, *s2, *s3;
 	struct kvmm_ns *a, *b;
@@ -198,7 +165,7 @@ static void test_accounting_exact(void **state)
 
 static void test_set_limit_drops_own_cache(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_aspace *as;
 	struct kvmm_seq *seq;
 	struct kvmm_ns *a;
@@ -230,7 +197,7 @@ static void test_set_limit_drops_own_cache(void **state)
 
 static void test_destroy_busy_while_mapped(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_aspace *as;
 	struct kvmm_page *pg;
 	struct kvmm_seq *seq;
@@ -259,12 +226,12 @@ static void test_destroy_busy_while_mapped(void **state)
 	assert_null(kvmm_ns_find(f->pool, "a"));
 	assert_int_equal(kvmm_pagecache_count(f->pool), 0);
 	assert_int_equal(kvmm_pool_nr_free(f->pool), NFRAMES);
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 static void test_reused_id_never_sees_old_data(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_aspace *as;
 	struct kvmm_seq *seq;
 	struct kvmm_ns *a, *b;
@@ -299,14 +266,16 @@ static void test_reused_id_never_sees_old_data(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_create_find_destroy, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_ids_run_out, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_secrets_are_random, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_accounting_exact, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_set_limit_drops_own_cache, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_destroy_busy_while_mapped, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_create_find_destroy, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_ids_run_out, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_secrets_are_random, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_accounting_exact, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_set_limit_drops_own_cache, setup,
+						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_destroy_busy_while_mapped, setup,
+						mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_reused_id_never_sees_old_data, setup,
-						teardown),
+						mmf_teardown),
 	};
 
 	return cmocka_run_group_tests_name("ns", tests, NULL, NULL);

@@ -25,8 +25,7 @@
 #include "compiler.h"
 #include "list.h"
 #include "kvmm/mm.h"
-
-#define PAGE_SZ 4096
+#include "mm_fixture.h"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -61,16 +60,6 @@ static void shuffle(struct kvmm_page **v, uint32_t n)
 		v[i - 1] = v[j];
 		v[j] = t;
 	}
-}
-
-static struct kvmm_pool *make_pool(uint32_t nframes)
-{
-	struct kvmm_pool_params p = {.page_size = PAGE_SZ, .nframes = nframes};
-	struct kvmm_pool *pool = NULL;
-
-	assert_int_equal(kvmm_pool_create(&p, &pool), 0);
-	assert_non_null(pool);
-	return pool;
 }
 
 /*
@@ -205,24 +194,13 @@ static void expected_blocks(uint32_t n, uint32_t blocks[KVMM_MAX_ORDER])
 	}
 }
 
-/* The core's own whole-pool check (kvmm/debug.c) must agree. */
-static void check_invariants(struct kvmm_pool *pool)
-{
-	char why[256] = "";
-	int ret = kvmm_check_invariants(pool, why, sizeof(why));
-
-	if (ret)
-		print_message("kvmm_check_invariants: %s\n", why);
-	assert_int_equal(ret, 0);
-}
-
 static void assert_pristine(struct kvmm_pool *pool)
 {
 	uint32_t want[KVMM_MAX_ORDER], got[KVMM_MAX_ORDER];
 	unsigned int o;
 
 	check_pool(pool);
-	check_invariants(pool);
+	mmf_check(pool);
 	expected_blocks(pool->nframes, want);
 	parse_buddyinfo(pool, got);
 	for (o = 0; o < KVMM_MAX_ORDER; o++) {
@@ -316,7 +294,7 @@ static void test_default_watermarks(void **state)
 
 	(void)state;
 	for (i = 0; i < ARRAY_SIZE(cases); i++) {
-		struct kvmm_pool *pool = make_pool(cases[i].n);
+		struct kvmm_pool *pool = mmf_pool(cases[i].n);
 
 		assert_int_equal(pool->wmark_min, cases[i].wmin);
 		assert_int_equal(pool->wmark_low, cases[i].low);
@@ -362,7 +340,7 @@ static void test_backend_errors(void **state)
 
 static void test_frame_addr(void **state)
 {
-	struct kvmm_pool *pool = make_pool(16);
+	struct kvmm_pool *pool = mmf_pool(16);
 	const struct kvmm_backend_ops *ops = pool->be.ops;
 	char *base = kvmm_pool_frame_addr(pool, 0);
 	uint32_t f;
@@ -407,7 +385,7 @@ static void test_initial_blocks(void **state)
 
 	(void)state;
 	for (i = 0; i < ARRAY_SIZE(sizes); i++) {
-		struct kvmm_pool *pool = make_pool(sizes[i]);
+		struct kvmm_pool *pool = mmf_pool(sizes[i]);
 
 		assert_pristine(pool);
 		assert_int_equal(pool->nr_state[KVMM_PAGE_FREE], sizes[i]);
@@ -417,7 +395,7 @@ static void test_initial_blocks(void **state)
 
 	/* spot checks of the expected layout itself */
 	{
-		struct kvmm_pool *pool = make_pool(1000); /* 512+256+128+64+32+8 */
+		struct kvmm_pool *pool = mmf_pool(1000); /* 512+256+128+64+32+8 */
 
 		assert_int_equal(pool->nr_free_blocks[9], 1);
 		assert_int_equal(pool->nr_free_blocks[8], 1);
@@ -429,7 +407,7 @@ static void test_initial_blocks(void **state)
 		assert_int_equal(pool->nr_free_blocks[0], 0);
 		kvmm_pool_destroy(pool);
 
-		pool = make_pool(3077); /* 3 x 1024 + 4 + 1 */
+		pool = mmf_pool(3077); /* 3 x 1024 + 4 + 1 */
 		assert_int_equal(pool->nr_free_blocks[KVMM_MAX_ORDER - 1], 3);
 		assert_int_equal(pool->nr_free_blocks[2], 1);
 		assert_int_equal(pool->nr_free_blocks[0], 1);
@@ -440,7 +418,7 @@ static void test_initial_blocks(void **state)
 /* Allocate every frame (order 0, no magazine), free them in random order, check the pool. */
 static void alloc_all_free_random(uint32_t nframes, uint64_t seed)
 {
-	struct kvmm_pool *pool = make_pool(nframes);
+	struct kvmm_pool *pool = mmf_pool(nframes);
 	struct kvmm_page **v = calloc(nframes, sizeof(*v));
 	uint8_t *taken = calloc(nframes, 1);
 	uint32_t i;
@@ -514,7 +492,7 @@ static void test_split_merge_random(void **state)
 
 static void test_split_order(void **state)
 {
-	struct kvmm_pool *pool = make_pool(1024);
+	struct kvmm_pool *pool = mmf_pool(1024);
 	struct kvmm_page *a, *b;
 
 	(void)state;
@@ -540,7 +518,7 @@ static void test_split_order(void **state)
 
 static void test_higher_order(void **state)
 {
-	struct kvmm_pool *pool = make_pool(1000);
+	struct kvmm_pool *pool = mmf_pool(1000);
 	struct kvmm_page *blk[8];
 	unsigned int i;
 
@@ -586,7 +564,7 @@ static void test_higher_order(void **state)
 
 static void test_magazine_init(void **state)
 {
-	struct kvmm_pool *pool = make_pool(64);
+	struct kvmm_pool *pool = mmf_pool(64);
 	struct kvmm_magazine mag;
 
 	(void)state;
@@ -611,7 +589,7 @@ static void test_magazine_init(void **state)
 
 static void test_magazine_batches(void **state)
 {
-	struct kvmm_pool *pool = make_pool(256);
+	struct kvmm_pool *pool = mmf_pool(256);
 	struct kvmm_magazine mag;
 	struct kvmm_page *pg[16];
 	unsigned int i;
@@ -688,7 +666,7 @@ static void test_magazine_batches(void **state)
 /* An allocation that finds the buddy and its magazine empty takes other magazines' frames. */
 static void test_magazine_steal(void **state)
 {
-	struct kvmm_pool *pool = make_pool(6);
+	struct kvmm_pool *pool = mmf_pool(6);
 	struct kvmm_magazine a, b;
 	struct kvmm_page *pa, *pb[6];
 	unsigned int n = 0;
@@ -771,21 +749,11 @@ static void test_exhaustion(void **state)
 
 /* ---- namespaces ----------------------------------------------------------------------------- */
 
-static struct kvmm_ns *make_ns(struct kvmm_pool *pool, const char *name, uint32_t limit)
-{
-	struct kvmm_ns *ns = NULL;
-
-	assert_int_equal(kvmm_ns_create(pool, name, limit, 0, &ns), 0);
-	assert_non_null(ns);
-	assert_ptr_equal(pool->ns[ns->id], ns);
-	return ns;
-}
-
 static void test_ns_charge_and_limit(void **state)
 {
-	struct kvmm_pool *pool = make_pool(64);
-	struct kvmm_ns *ns = make_ns(pool, "tenant", 4);
-	struct kvmm_ns *other = make_ns(pool, "other", 0);
+	struct kvmm_pool *pool = mmf_pool(64);
+	struct kvmm_ns *ns = mmf_ns(pool, "tenant", 4);
+	struct kvmm_ns *other = mmf_ns(pool, "other", 0);
 	struct kvmm_page *v[5], *o;
 	unsigned int i;
 
@@ -857,8 +825,8 @@ static void test_ns_charge_and_limit(void **state)
 /* The limit is enforced after the namespace's own cache is reclaimed. */
 static void test_ns_limit_reclaims_own_cache(void **state)
 {
-	struct kvmm_pool *pool = make_pool(64);
-	struct kvmm_ns *ns = make_ns(pool, "tenant", 4);
+	struct kvmm_pool *pool = mmf_pool(64);
+	struct kvmm_ns *ns = mmf_ns(pool, "tenant", 4);
 	struct kvmm_aspace *as;
 	struct kvmm_seq *seq;
 	struct kvmm_fmt fmt;
@@ -906,8 +874,8 @@ static void test_ns_limit_reclaims_own_cache(void **state)
 /* Under min, an allocation evicts cached pages itself, just enough to keep the reserve. */
 static void test_direct_reclaim_evicts_cache(void **state)
 {
-	struct kvmm_pool *pool = make_pool(16); /* min 0, low 1, high 2 */
-	struct kvmm_ns *ns = make_ns(pool, "tenant", 0);
+	struct kvmm_pool *pool = mmf_pool(16); /* min 0, low 1, high 2 */
+	struct kvmm_ns *ns = mmf_ns(pool, "tenant", 0);
 	struct kvmm_page *v[16];
 	struct kvmm_aspace *as;
 	struct kvmm_seq *seq;
@@ -959,9 +927,9 @@ static void test_direct_reclaim_evicts_cache(void **state)
 /* A frame is zeroed before it changes namespace, and only then. */
 static void test_scrub(void **state)
 {
-	struct kvmm_pool *pool = make_pool(4);
-	struct kvmm_ns *a = make_ns(pool, "a", 0);
-	struct kvmm_ns *b = make_ns(pool, "b", 0);
+	struct kvmm_pool *pool = mmf_pool(4);
+	struct kvmm_ns *a = mmf_ns(pool, "a", 0);
+	struct kvmm_ns *b = mmf_ns(pool, "b", 0);
 	struct kvmm_page *pg, *again;
 	unsigned char *mem;
 	unsigned int i;
@@ -1006,7 +974,7 @@ static void test_scrub(void **state)
 
 static void test_buddyinfo(void **state)
 {
-	struct kvmm_pool *pool = make_pool(3077);
+	struct kvmm_pool *pool = mmf_pool(3077);
 	uint32_t blocks[KVMM_MAX_ORDER];
 	char buf[KVMM_BUDDYINFO_SIZE];
 	struct kvmm_page *pg;
@@ -1072,7 +1040,7 @@ static void expect_bug(void (*fn)(struct kvmm_pool *pool))
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
-		struct kvmm_pool *pool = make_pool(8);
+		struct kvmm_pool *pool = mmf_pool(8);
 
 		/* the child's report is expected; keep the test output readable */
 		if (!freopen("/dev/null", "w", stderr))
@@ -1143,8 +1111,8 @@ static void test_random_ops(void **state)
 		OPS = 20000
 	};
 	uint64_t seed = test_seed() ^ 0x5bd1e995;
-	struct kvmm_pool *pool = make_pool(NFRAMES);
-	struct kvmm_ns *nss[3] = {NULL, make_ns(pool, "r1", 40), make_ns(pool, "r2", 0)};
+	struct kvmm_pool *pool = mmf_pool(NFRAMES);
+	struct kvmm_ns *nss[3] = {NULL, mmf_ns(pool, "r1", 40), mmf_ns(pool, "r2", 0)};
 	uint32_t model_used[3] = {0};
 	struct kvmm_magazine mags[2];
 	struct kvmm_page *out[NFRAMES];

@@ -25,63 +25,20 @@
 
 #include "compiler.h"
 #include "kvmm/mm.h"
+#include "mm_fixture.h"
 
-#define PAGE_SZ 4096
-#define TPP 16
 #define NFRAMES 128
-
-struct fix {
-	struct kvmm_pool *pool;
-	struct kvmm_ns *ns;
-	struct kvmm_fmt fmt;
-	struct kvmm_aspace *as;
-};
-
-static void check(struct kvmm_pool *pool)
-{
-	char why[256];
-	int ret = kvmm_check_invariants(pool, why, sizeof(why));
-
-	if (ret)
-		fail_msg("invariants: %s", why);
-}
 
 static int setup(void **state)
 {
-	struct kvmm_pool_params p = {.page_size = PAGE_SZ, .nframes = NFRAMES};
-	struct fix *f = calloc(1, sizeof(*f));
-
-	assert_non_null(f);
-	assert_int_equal(kvmm_pool_create(&p, &f->pool), 0);
-	assert_int_equal(kvmm_ns_create(f->pool, "tenant", 0, 0, &f->ns), 0);
-	assert_int_equal(kvmm_fmt_init(&f->fmt, 1, 1, 64, KVMM_DTYPE_FP16, 0, PAGE_SZ), 0);
-	assert_int_equal(f->fmt.tokens_per_page, TPP);
-	assert_int_equal(kvmm_aspace_create(f->pool, f->ns, &f->fmt, NULL, &f->as), 0);
-	*state = f;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	struct fix *f = *state;
-
-	check(f->pool);
-	kvmm_mm_release(f->pool);
-	kvmm_pool_destroy(f->pool);
-	free(f);
-	return 0;
+	return mmf_setup(state,
+			 &(struct mm_fixture_opts){.params.nframes = NFRAMES, .ns = "tenant"});
 }
 
 /* A prompt whose block i holds tokens seed * 1000 + i * TPP + j. */
 static uint32_t *prompt(uint32_t nblocks, uint32_t seed)
 {
-	uint32_t *t = malloc((size_t)nblocks * TPP * sizeof(*t));
-	uint32_t i;
-
-	assert_non_null(t);
-	for (i = 0; i < nblocks * TPP; i++)
-		t[i] = seed * 1000 + i;
-	return t;
+	return mmf_tokens(nblocks * TPP, seed * 1000);
 }
 
 /* A sequence holding @n tokens of @t, sealed, with block i's page filled with byte @tag + i. */
@@ -118,14 +75,14 @@ static int lookup(struct kvmm_aspace *as, const uint32_t *t, uint64_t n, struct 
 
 static void test_seal_then_lookup_maps_same_frames(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = prompt(4, 1);
 	struct kvmm_seq *a, *b;
 	uint32_t i;
 
 	a = sealed_seq(f->as, t, 3 * TPP + 5, 0x10);
 	assert_int_equal(kvmm_pagecache_count(f->pool), 3);
-	check(f->pool);
+	mmf_check(f->pool);
 
 	/* a longer prompt with the same beginning: the 3 full cached blocks come back */
 	assert_int_equal(lookup(f->as, t, 4 * TPP, &b), 3 * TPP);
@@ -147,19 +104,19 @@ static void test_seal_then_lookup_maps_same_frames(void **state)
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_MISS], 1);
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_COLLIDE], 0);
 	assert_int_equal(f->ns->used, 4);
-	check(f->pool);
+	mmf_check(f->pool);
 
 	/* the prompt's remainder is appended as usual, into a new page */
 	assert_int_equal(kvmm_mm_seq_append(b, TPP, t + 3 * TPP), 0);
 	assert_int_equal(b->nblocks, 4);
 	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 0);
-	check(f->pool);
+	mmf_check(f->pool);
 	free(t);
 }
 
 static void test_lookup_of_cached_pages(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = prompt(2, 2);
 	struct kvmm_seq *a, *b;
 	uint32_t f0, f1;
@@ -171,7 +128,7 @@ static void test_lookup_of_cached_pages(void **state)
 	assert_int_equal(f->ns->cached, 2);
 	assert_int_equal(f->ns->used, 0);
 	assert_int_equal(f->pool->lru.nr_inactive, 2);
-	check(f->pool);
+	mmf_check(f->pool);
 
 	/* a hit on an unmapped page takes it off the LRU and charges it as used again */
 	assert_int_equal(lookup(f->as, t, 2 * TPP, &b), 2 * TPP);
@@ -186,13 +143,13 @@ static void test_lookup_of_cached_pages(void **state)
 	assert_true(b->pte[0] & KVMM_PTE_SEALED);
 	assert_false(b->pte[0] & (KVMM_PTE_WRITABLE | KVMM_PTE_SHARED));
 	assert_frame_tag(f->pool, f1, 0x21);
-	check(f->pool);
+	mmf_check(f->pool);
 	free(t);
 }
 
 static void test_partial_match(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = prompt(4, 3), *q = prompt(4, 3);
 	struct kvmm_seq *a, *b;
 
@@ -224,20 +181,22 @@ static void test_partial_match(void **state)
 	assert_int_equal(lookup(f->as, t, 3 * TPP - 1, &b), 2 * TPP);
 	kvmm_mm_seq_free(b);
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_COLLIDE], 0);
-	check(f->pool);
+	mmf_check(f->pool);
 	free(t);
 	free(q);
 }
 
 static void test_lookup_bad_args(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = prompt(1, 4);
 	struct kvmm_seq *a, *b;
 
 	a = sealed_seq(f->as, t, TPP, 0x40);
 	assert_int_equal(kvmm_mm_prefix_lookup(NULL, t, TPP), -EINVAL);
-	assert_int_equal(kvmm_mm_prefix_lookup(a, t, TPP), -EINVAL); /* not empty */
+	assert_int_equal(kvmm_mm_seq_append(a, 1, t), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(a, t, TPP), -EINVAL); /* partial last page */
+	assert_int_equal(kvmm_mm_prefix_lookup(a, NULL, 0), -EINVAL);
 	assert_int_equal(kvmm_mm_seq_create(f->as, &b), 0);
 	assert_int_equal(kvmm_mm_prefix_lookup(b, NULL, TPP), -EINVAL);
 	assert_int_equal(kvmm_mm_prefix_lookup(b, NULL, 0), 0);
@@ -246,13 +205,151 @@ static void test_lookup_bad_args(void **state)
 
 static void test_empty_cache_misses(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = prompt(2, 5);
 	struct kvmm_seq *b;
 
 	assert_int_equal(lookup(f->as, t, 2 * TPP, &b), 0);
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_MISS], 1);
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_HIT], 0);
+	free(t);
+}
+
+/* ---- continuing a lookup -------------------------------------------------------------------- */
+
+/* @q maps exactly the blocks of @ref (same frames, tokens, sealed, mapped by both). */
+static void assert_same_blocks(struct kvmm_seq *q, struct kvmm_seq *ref, uint32_t nblocks)
+{
+	uint32_t i;
+
+	assert_int_equal(q->ntokens, (uint64_t)nblocks * TPP);
+	assert_int_equal(q->nblocks, nblocks);
+	assert_int_equal(q->nsealed, nblocks);
+	assert_memory_equal(q->tokens, ref->tokens, (size_t)nblocks * TPP * sizeof(*q->tokens));
+	for (i = 0; i < nblocks; i++) {
+		assert_int_equal(kvmm_mm_seq_frame(q, i), kvmm_mm_seq_frame(ref, i));
+		assert_true(q->pte[i] & KVMM_PTE_SEALED);
+		assert_true(q->pte[i] & KVMM_PTE_SHARED);
+		assert_false(q->pte[i] & KVMM_PTE_WRITABLE);
+	}
+}
+
+static void test_lookup_continue_equals_full_lookup(void **state)
+{
+	struct mm_fixture *f = *state;
+	uint32_t *t = prompt(6, 22);
+	struct kvmm_seq *a, *full, *q;
+	uint64_t hits;
+	uint32_t i;
+
+	a = sealed_seq(f->as, t, 5 * TPP, 0x12);
+	/* the reference: one lookup of the whole prompt (5 cached blocks, then a miss) */
+	assert_int_equal(lookup(f->as, t, 6 * TPP + 3, &full), 5 * TPP);
+	assert_same_blocks(full, a, 5);
+	hits = f->pool->stat[KVMM_STAT_CACHE_HIT];
+	assert_int_equal(hits, 5);
+
+	/* the same prompt in pieces: each call gets only the ids after the sequence's end */
+	assert_int_equal(lookup(f->as, t, 2 * TPP + 7, &q), 2 * TPP);
+	assert_int_equal(kvmm_mm_prefix_lookup(q, t + 2 * TPP, TPP - 1), 2 * TPP); /* < a page */
+	assert_int_equal(kvmm_mm_prefix_lookup(q, t + 2 * TPP, 0), 2 * TPP);
+	assert_int_equal(kvmm_mm_prefix_lookup(q, t + 2 * TPP, TPP), 3 * TPP);
+	assert_int_equal(kvmm_mm_prefix_lookup(q, t + 3 * TPP, 3 * TPP + 3), 5 * TPP);
+	assert_same_blocks(q, full, 5);
+	for (i = 0; i < 5; i++)
+		assert_frame_tag(f->pool, kvmm_mm_seq_frame(q, i), (unsigned char)(0x12 + i));
+	/* blocks already mapped are neither walked nor counted again */
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_HIT], hits + 5);
+	assert_int_equal(kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(a, 0))->refcount, 3);
+	assert_int_equal(kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(a, 4))->refcount, 3);
+	mmf_check(f->pool);
+
+	/* at the end of what is cached: a miss, the length stays */
+	assert_int_equal(kvmm_mm_prefix_lookup(q, t + 5 * TPP, TPP), 5 * TPP);
+	assert_int_equal(q->nblocks, 5);
+	/* the rest of the prompt is appended as usual and sealed under the chain */
+	assert_int_equal(kvmm_mm_seq_append(q, TPP, t + 5 * TPP), 0);
+	assert_int_equal(kvmm_mm_seq_seal(q), 1);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 6);
+	kvmm_mm_seq_free(full);
+	assert_int_equal(lookup(f->as, t, 6 * TPP, &full), 6 * TPP);
+	assert_same_blocks(full, q, 6);
+	mmf_check(f->pool);
+	free(t);
+}
+
+static void test_lookup_continues_sealed_sequences(void **state)
+{
+	struct mm_fixture *f = *state;
+	uint32_t *t = prompt(4, 23), *u = prompt(4, 23);
+	struct kvmm_seq *a, *b;
+
+	a = sealed_seq(f->as, t, 4 * TPP, 0x22);
+	/* a sequence that computed and sealed the first two blocks itself (deduplicated) */
+	assert_int_equal(kvmm_mm_seq_create(f->as, &b), 0);
+	assert_int_equal(kvmm_mm_seq_append(b, 2 * TPP, t), 0);
+	assert_int_equal(kvmm_mm_seq_seal(b), 2);
+	assert_int_equal(kvmm_mm_prefix_lookup(b, t + 2 * TPP, 2 * TPP), 4 * TPP);
+	assert_same_blocks(b, a, 4);
+	kvmm_mm_seq_free(b);
+
+	/* a truncated to whole pages: its dropped blocks are cached, and come back */
+	assert_int_equal(kvmm_mm_seq_truncate(a, TPP), 0);
+	assert_int_equal(a->nsealed, 1);
+	assert_int_equal(f->ns->cached, 3);
+	assert_int_equal(kvmm_mm_prefix_lookup(a, t + TPP, 3 * TPP), 4 * TPP);
+	assert_int_equal(f->ns->cached, 0);
+	assert_int_equal(f->ns->used, 4);
+	assert_frame_tag(f->pool, kvmm_mm_seq_frame(a, 3), 0x25);
+	mmf_check(f->pool);
+
+	/* the continuation is keyed by the sequence's own chain: other ids miss */
+	assert_int_equal(kvmm_mm_seq_truncate(a, 2 * TPP), 0);
+	u[2 * TPP + 1]++;
+	assert_int_equal(kvmm_mm_prefix_lookup(a, u + 2 * TPP, 2 * TPP), 2 * TPP);
+	/* ... and the ids of block 0 are not block 2's after the first two */
+	assert_int_equal(kvmm_mm_prefix_lookup(a, t, 2 * TPP), 2 * TPP);
+	assert_int_equal(kvmm_mm_prefix_lookup(a, t + 2 * TPP, 2 * TPP), 4 * TPP);
+	mmf_check(f->pool);
+	free(t);
+	free(u);
+}
+
+static void test_lookup_continue_needs_whole_sealed_pages(void **state)
+{
+	struct mm_fixture *f = *state;
+	uint32_t *t = prompt(3, 24);
+	struct kvmm_seq *a, *b;
+	uint64_t hits, misses;
+
+	a = sealed_seq(f->as, t, 3 * TPP, 0x32);
+	hits = f->pool->stat[KVMM_STAT_CACHE_HIT];
+	misses = f->pool->stat[KVMM_STAT_CACHE_MISS];
+
+	/* a full block not sealed yet: its key is not in the chain, nothing can follow it */
+	assert_int_equal(kvmm_mm_seq_create(f->as, &b), 0);
+	assert_int_equal(kvmm_mm_seq_append(b, TPP, t), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(b, t + TPP, 2 * TPP), -EINVAL);
+	/* sealed, then an unsealed tail block */
+	assert_int_equal(kvmm_mm_seq_seal(b), 1);
+	assert_int_equal(kvmm_mm_seq_append(b, TPP, t + TPP), 0);
+	assert_int_equal(b->nsealed, 1);
+	assert_int_equal(kvmm_mm_prefix_lookup(b, t + 2 * TPP, TPP), -EINVAL);
+	/* a partial last page */
+	assert_int_equal(kvmm_mm_seq_truncate(b, TPP + 3), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(b, t + TPP + 3, TPP), -EINVAL);
+	/* nothing changed on the way */
+	assert_int_equal(b->ntokens, TPP + 3);
+	assert_int_equal(b->nblocks, 2);
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_HIT], hits);
+	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_MISS], misses);
+	mmf_check(f->pool);
+
+	/* cut back to the sealed page, it continues */
+	assert_int_equal(kvmm_mm_seq_truncate(b, TPP), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(b, t + TPP, 2 * TPP), 3 * TPP);
+	assert_same_blocks(b, a, 3);
+	mmf_check(f->pool);
 	free(t);
 }
 
@@ -271,7 +368,7 @@ static uint64_t const_hash(const struct kvmm_ns *ns, uint64_t parent_key, uint64
 
 static void test_forced_collision_never_wrong_hit(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *x = prompt(2, 6), *y = prompt(2, 7), *z = prompt(2, 6), *w = prompt(1, 8);
 	struct kvmm_seq *sx, *sy, *q;
 	uint64_t collide;
@@ -286,7 +383,7 @@ static void test_forced_collision_never_wrong_hit(void **state)
 	sy = sealed_seq(f->as, y, 2 * TPP, 0x70);
 	assert_int_equal(kvmm_pagecache_count(f->pool), 4);
 	assert_int_not_equal(kvmm_mm_seq_frame(sx, 1), kvmm_mm_seq_frame(sy, 1));
-	check(f->pool);
+	mmf_check(f->pool);
 
 	assert_int_equal(lookup(f->as, x, 2 * TPP, &q), 2 * TPP);
 	assert_int_equal(kvmm_mm_seq_frame(q, 0), kvmm_mm_seq_frame(sx, 0));
@@ -318,7 +415,7 @@ static void test_forced_collision_never_wrong_hit(void **state)
 
 	/* cannot change the hash under a populated cache */
 	assert_int_equal(kvmm_pagecache_set_hash_fn(f->pool, NULL), -EBUSY);
-	check(f->pool);
+	mmf_check(f->pool);
 	free(x);
 	free(y);
 	free(z);
@@ -327,7 +424,7 @@ static void test_forced_collision_never_wrong_hit(void **state)
 
 static void test_forced_collision_seal_does_not_dedup_wrong_block(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *x = prompt(1, 9), *y = prompt(1, 10);
 	struct kvmm_seq *sx, *sy;
 
@@ -338,16 +435,69 @@ static void test_forced_collision_seal_does_not_dedup_wrong_block(void **state)
 	assert_int_not_equal(kvmm_mm_seq_frame(sx, 0), kvmm_mm_seq_frame(sy, 0));
 	assert_int_equal(kvmm_pagecache_count(f->pool), 2);
 	assert_frame_tag(f->pool, kvmm_mm_seq_frame(sy, 0), 0xa0);
-	check(f->pool);
+	mmf_check(f->pool);
 	free(x);
 	free(y);
+}
+
+static void test_forced_collision_continuation_never_wrong_hit(void **state)
+{
+	struct mm_fixture *f = *state;
+	uint32_t *x = prompt(3, 25), *y = prompt(3, 26), *z = prompt(2, 25);
+	struct kvmm_seq *sx, *sy, *q;
+	uint64_t collide;
+	uint32_t i;
+
+	assert_int_equal(kvmm_pagecache_set_hash_fn(f->pool, const_hash), 0);
+	/* x = [A, B, C] and y = [D, B, C]: every key 42, only the parent entries differ */
+	memcpy(y + TPP, x + TPP, 2 * TPP * sizeof(*y));
+	sx = sealed_seq(f->as, x, 3 * TPP, 0x40);
+	sy = sealed_seq(f->as, y, 3 * TPP, 0x50);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 6);
+
+	/* continuing after A takes x's B and C, after D y's: the seam keeps the parent entry */
+	assert_int_equal(lookup(f->as, x, TPP, &q), TPP);
+	assert_int_equal(kvmm_mm_prefix_lookup(q, x + TPP, 2 * TPP), 3 * TPP);
+	assert_same_blocks(q, sx, 3);
+	for (i = 0; i < 3; i++)
+		assert_frame_tag(f->pool, kvmm_mm_seq_frame(q, i), (unsigned char)(0x40 + i));
+	kvmm_mm_seq_free(q);
+	assert_int_equal(lookup(f->as, y, TPP, &q), TPP);
+	assert_int_equal(kvmm_mm_prefix_lookup(q, y + TPP, TPP), 2 * TPP);
+	assert_int_equal(kvmm_mm_prefix_lookup(q, y + 2 * TPP, TPP), 3 * TPP);
+	assert_same_blocks(q, sy, 3);
+	for (i = 0; i < 3; i++)
+		assert_frame_tag(f->pool, kvmm_mm_seq_frame(q, i), (unsigned char)(0x50 + i));
+	assert_true(f->pool->stat[KVMM_STAT_CACHE_STALE] > 0);
+	kvmm_mm_seq_free(q);
+
+	/* a sequence that sealed D itself continues under y's chain too */
+	assert_int_equal(kvmm_mm_seq_create(f->as, &q), 0);
+	assert_int_equal(kvmm_mm_seq_append(q, TPP, y), 0);
+	assert_int_equal(kvmm_mm_seq_seal(q), 1);
+	assert_int_equal(kvmm_mm_prefix_lookup(q, y + TPP, 2 * TPP), 3 * TPP);
+	assert_same_blocks(q, sy, 3);
+	kvmm_mm_seq_free(q);
+
+	/* [A, E]: E collides with every entry and is rejected */
+	z[TPP + 5] = 0xbeef;
+	collide = f->pool->stat[KVMM_STAT_CACHE_COLLIDE];
+	assert_int_equal(lookup(f->as, z, TPP, &q), TPP);
+	assert_int_equal(kvmm_mm_prefix_lookup(q, z + TPP, TPP), TPP);
+	assert_true(f->pool->stat[KVMM_STAT_CACHE_COLLIDE] - collide >= 5);
+	assert_int_equal(q->nblocks, 1);
+	kvmm_mm_seq_free(q);
+	mmf_check(f->pool);
+	free(x);
+	free(y);
+	free(z);
 }
 
 /* ---- isolation ---------------------------------------------------------------------------------- */
 
 static void test_namespaces_isolated(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = prompt(2, 11);
 	struct kvmm_aspace *as2;
 	struct kvmm_ns *ns2;
@@ -368,14 +518,14 @@ static void test_namespaces_isolated(void **state)
 	assert_int_equal(kvmm_pagecache_count(f->pool), 4);
 	assert_int_equal(f->ns->used, 2);
 	assert_int_equal(ns2->used, 2);
-	check(f->pool);
+	mmf_check(f->pool);
 	kvmm_aspace_destroy(as2);
 	free(t);
 }
 
 static void test_namespaces_isolated_under_forced_hash(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = prompt(1, 12);
 	struct kvmm_aspace *as2;
 	struct kvmm_ns *ns2;
@@ -392,14 +542,14 @@ static void test_namespaces_isolated_under_forced_hash(void **state)
 	/* nor does sealing the same block there share the other namespace's page */
 	sealed_seq(as2, t, TPP, 0xe0);
 	assert_int_equal(kvmm_pagecache_count(f->pool), 2);
-	check(f->pool);
+	mmf_check(f->pool);
 	kvmm_aspace_destroy(as2);
 	free(t);
 }
 
 static void test_formats_isolated(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = prompt(1, 13);
 	struct kvmm_aspace *as2;
 	struct kvmm_fmt fmt2;
@@ -412,7 +562,7 @@ static void test_formats_isolated(void **state)
 	sealed_seq(f->as, t, TPP, 0xf0);
 	assert_int_equal(kvmm_mm_seq_create(as2, &q), 0);
 	assert_int_equal(kvmm_mm_prefix_lookup(q, t, (uint64_t)fmt2.tokens_per_page), 0);
-	check(f->pool);
+	mmf_check(f->pool);
 	kvmm_aspace_destroy(as2);
 	free(t);
 }
@@ -421,7 +571,7 @@ static void test_formats_isolated(void **state)
 
 static void test_seal_dedups_identical_blocks(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = prompt(4, 14);
 	struct kvmm_seq *a, *b;
 	uint32_t i, own[3];
@@ -443,13 +593,13 @@ static void test_seal_dedups_identical_blocks(void **state)
 	assert_int_equal(f->ns->used, 4);
 	assert_int_equal(kvmm_pagecache_count(f->pool), 3);
 	assert_int_equal(f->pool->stat[KVMM_STAT_SEAL], 3);
-	check(f->pool);
+	mmf_check(f->pool);
 	free(t);
 }
 
 static void test_fork_then_seal_both_sides(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = prompt(2, 15);
 	struct kvmm_seq *a, *b;
 
@@ -459,19 +609,19 @@ static void test_fork_then_seal_both_sides(void **state)
 	assert_int_equal(kvmm_mm_seq_seal(a), 2);
 	/* b maps the pages a just sealed; b's view still says unsealed and read-only */
 	assert_false(b->pte[0] & (KVMM_PTE_SEALED | KVMM_PTE_WRITABLE));
-	check(f->pool);
+	mmf_check(f->pool);
 	assert_int_equal(kvmm_mm_seq_seal(b), 2);
 	assert_true(b->pte[1] & KVMM_PTE_SEALED);
 	assert_int_equal(kvmm_mm_seq_frame(b, 1), kvmm_mm_seq_frame(a, 1));
 	assert_int_equal(kvmm_pagecache_count(f->pool), 2);
 	assert_int_equal(f->pool->stat[KVMM_STAT_SEAL], 2);
-	check(f->pool);
+	mmf_check(f->pool);
 	free(t);
 }
 
 static void test_many_entries_grow_table(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = prompt(100, 16);
 	struct kvmm_seq *a, *q;
 	uint32_t i;
@@ -479,7 +629,7 @@ static void test_many_entries_grow_table(void **state)
 	/* 100 chained blocks: more entries than the first table has buckets */
 	a = sealed_seq(f->as, t, 100 * TPP, 0);
 	assert_int_equal(kvmm_pagecache_count(f->pool), 100);
-	check(f->pool);
+	mmf_check(f->pool);
 	assert_int_equal(lookup(f->as, t, 100 * TPP, &q), 100 * TPP);
 	for (i = 0; i < 100; i++)
 		assert_int_equal(kvmm_mm_seq_frame(q, i), kvmm_mm_seq_frame(a, i));
@@ -493,7 +643,7 @@ static void test_many_entries_grow_table(void **state)
  * cached Y0, so X1 is sealed under Y0.  A goes, Y0 is evicted: X1 is orphaned but B still
  * maps it.  Returns B (unsealed, 2 blocks); *x1 is X1's frame.
  */
-static struct kvmm_seq *orphaned_sibling(struct fix *f, const uint32_t *t, uint32_t *x1)
+static struct kvmm_seq *orphaned_sibling(struct mm_fixture *f, const uint32_t *t, uint32_t *x1)
 {
 	struct kvmm_seq *y, *a, *b;
 	uint32_t y0;
@@ -512,13 +662,13 @@ static struct kvmm_seq *orphaned_sibling(struct fix *f, const uint32_t *t, uint3
 	kvmm_mm_seq_free(y);
 	assert_int_equal(kvmm_reclaim(f->pool, NULL, 1), 1);
 	assert_int_equal(kvmm_frame_to_page(f->pool, y0)->state, KVMM_PAGE_FREE);
-	check(f->pool);
+	mmf_check(f->pool);
 	return b;
 }
 
 static void test_seal_reparents_block_orphaned_by_eviction(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = prompt(2, 17);
 	struct kvmm_seq *b, *q;
 	uint32_t x1;
@@ -530,19 +680,19 @@ static void test_seal_reparents_block_orphaned_by_eviction(void **state)
 	assert_int_equal(kvmm_mm_seq_frame(b, 1), x1);
 	assert_int_equal(kvmm_pagecache_count(f->pool), 2);
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_REPARENT], 1);
-	check(f->pool);
+	mmf_check(f->pool);
 	/* the longest cached prefix: both blocks, B's own pages */
 	assert_int_equal(lookup(f->as, t, 2 * TPP, &q), 2 * TPP);
 	assert_int_equal(kvmm_mm_seq_frame(q, 0), kvmm_mm_seq_frame(b, 0));
 	assert_int_equal(kvmm_mm_seq_frame(q, 1), x1);
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_COLLIDE], 0);
-	check(f->pool);
+	mmf_check(f->pool);
 	free(t);
 }
 
 static void test_seal_shares_block_recached_over_orphan(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = prompt(2, 18);
 	struct kvmm_seq *b, *c, *q;
 	uint32_t x1;
@@ -555,7 +705,7 @@ static void test_seal_shares_block_recached_over_orphan(void **state)
 	/* X1 has the same key and tokens under a dead parent: stale, not a hash collision */
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_STALE], 1);
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_COLLIDE], 0);
-	check(f->pool);
+	mmf_check(f->pool);
 
 	/* B seals: both blocks are shared with C, and X1, mapped by no one now, is freed */
 	assert_int_equal(kvmm_mm_seq_seal(b), 2);
@@ -566,18 +716,18 @@ static void test_seal_shares_block_recached_over_orphan(void **state)
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_REPARENT], 0);
 	assert_int_equal(f->ns->used, 2);
 	assert_int_equal(f->ns->cached, 0);
-	check(f->pool);
+	mmf_check(f->pool);
 	assert_int_equal(lookup(f->as, t, 2 * TPP, &q), 2 * TPP);
 	assert_int_equal(kvmm_mm_seq_frame(q, 1), kvmm_mm_seq_frame(c, 1));
 	assert_frame_tag(f->pool, kvmm_mm_seq_frame(q, 1), 0x81);
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_COLLIDE], 0);
-	check(f->pool);
+	mmf_check(f->pool);
 	free(t);
 }
 
 static void test_orphan_loses_protection_and_is_freed_unmapped(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = prompt(2, 19);
 	struct kvmm_seq *y, *a, *b, *q;
 	uint32_t x1;
@@ -600,7 +750,7 @@ static void test_orphan_loses_protection_and_is_freed_unmapped(void **state)
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_ORPHAN], 1);
 	assert_int_equal(kvmm_frame_to_page(f->pool, x1)->state, KVMM_PAGE_MAPPED);
 	assert_false(kvmm_frame_to_page(f->pool, x1)->flags & KVMM_PG_REFERENCED);
-	check(f->pool);
+	mmf_check(f->pool);
 	/* its last mapper goes: freed at once rather than cached, since it can never be hit */
 	kvmm_mm_seq_free(b);
 	assert_int_equal(kvmm_frame_to_page(f->pool, x1)->state, KVMM_PAGE_FREE);
@@ -608,13 +758,13 @@ static void test_orphan_loses_protection_and_is_freed_unmapped(void **state)
 	assert_int_equal(f->ns->used, 0);
 	assert_int_equal(f->ns->cached, 0);
 	assert_int_equal(f->pool->lru.nr_inactive + f->pool->lru.nr_active, 0);
-	check(f->pool);
+	mmf_check(f->pool);
 	free(t);
 }
 
 static void test_reparent_under_forced_collision_never_wrong_hit(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *x = prompt(2, 20), *y = prompt(2, 21);
 	struct kvmm_seq *b, *sy, *q;
 	uint32_t x1;
@@ -629,7 +779,7 @@ static void test_reparent_under_forced_collision_never_wrong_hit(void **state)
 	assert_int_equal(f->pool->stat[KVMM_STAT_CACHE_REPARENT], 1);
 	/* y's B looked like x's under the same parent key: stale, never taken */
 	assert_true(f->pool->stat[KVMM_STAT_CACHE_STALE] > 0);
-	check(f->pool);
+	mmf_check(f->pool);
 
 	assert_int_equal(lookup(f->as, x, 2 * TPP, &q), 2 * TPP);
 	assert_int_equal(kvmm_mm_seq_frame(q, 0), kvmm_mm_seq_frame(b, 0));
@@ -640,7 +790,7 @@ static void test_reparent_under_forced_collision_never_wrong_hit(void **state)
 	assert_int_equal(kvmm_mm_seq_frame(q, 1), kvmm_mm_seq_frame(sy, 1));
 	assert_frame_tag(f->pool, kvmm_mm_seq_frame(q, 1), 0x71);
 	kvmm_mm_seq_free(q);
-	check(f->pool);
+	mmf_check(f->pool);
 	free(x);
 	free(y);
 }
@@ -649,7 +799,7 @@ static void test_reparent_under_forced_collision_never_wrong_hit(void **state)
 
 static void test_key_is_xxh3_of_documented_input(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t tok[300];
 	uint64_t buf[4 + 150];
 	uint32_t i, n;
@@ -678,32 +828,42 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_seal_then_lookup_maps_same_frames, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_lookup_of_cached_pages, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_partial_match, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_lookup_bad_args, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_empty_cache_misses, setup, teardown),
+						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_lookup_of_cached_pages, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_partial_match, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_lookup_bad_args, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_empty_cache_misses, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_lookup_continue_equals_full_lookup, setup,
+						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_lookup_continues_sealed_sequences, setup,
+						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_lookup_continue_needs_whole_sealed_pages,
+						setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_forced_collision_continuation_never_wrong_hit,
+						setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_forced_collision_never_wrong_hit, setup,
-						teardown),
+						mmf_teardown),
 		cmocka_unit_test_setup_teardown(
-			test_forced_collision_seal_does_not_dedup_wrong_block, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_namespaces_isolated, setup, teardown),
+			test_forced_collision_seal_does_not_dedup_wrong_block, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_namespaces_isolated, setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_namespaces_isolated_under_forced_hash, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_formats_isolated, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_seal_dedups_identical_blocks, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_fork_then_seal_both_sides, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_many_entries_grow_table, setup, teardown),
+						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_formats_isolated, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_seal_dedups_identical_blocks, setup,
+						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_fork_then_seal_both_sides, setup,
+						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_many_entries_grow_table, setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_seal_reparents_block_orphaned_by_eviction,
-						setup, teardown),
+						setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_seal_shares_block_recached_over_orphan, setup,
-						teardown),
+						mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_orphan_loses_protection_and_is_freed_unmapped,
-						setup, teardown),
+						setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(
-			test_reparent_under_forced_collision_never_wrong_hit, setup, teardown),
+			test_reparent_under_forced_collision_never_wrong_hit, setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_key_is_xxh3_of_documented_input, setup,
-						teardown),
+						mmf_teardown),
 	};
 
 	return cmocka_run_group_tests_name("pagecache", tests, NULL, NULL);

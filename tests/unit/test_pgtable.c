@@ -20,82 +20,25 @@
 #include "compiler.h"
 #include "list.h"
 #include "kvmm/mm.h"
+#include "mm_fixture.h"
 
-#define PAGE_SZ 4096
-#define TPP 16 /* tokens per page of the test format */
 #define NFRAMES 64
-
-struct fix {
-	struct kvmm_pool *pool;
-	struct kvmm_ns *ns;
-	struct kvmm_fmt fmt;
-	struct kvmm_aspace *as;
-	struct kvmm_magazine mag;
-};
-
-static void check(struct kvmm_pool *pool)
-{
-	char why[256];
-	int ret = kvmm_check_invariants(pool, why, sizeof(why));
-
-	if (ret)
-		fail_msg("invariants: %s", why);
-}
-
-static int fix_setup_n(void **state, uint32_t nframes, bool use_mag)
-{
-	struct kvmm_pool_params p = {.page_size = PAGE_SZ, .nframes = nframes};
-	struct fix *f = calloc(1, sizeof(*f));
-
-	assert_non_null(f);
-	assert_int_equal(kvmm_pool_create(&p, &f->pool), 0);
-	assert_int_equal(kvmm_ns_create(f->pool, "tenant", 0, 0, &f->ns), 0);
-	/* 1 layer, 1 head, dim 64, fp16: 256 bytes a token, 16 tokens in a 4 KiB page */
-	assert_int_equal(kvmm_fmt_init(&f->fmt, 1, 1, 64, KVMM_DTYPE_FP16, 0, PAGE_SZ), 0);
-	assert_int_equal(f->fmt.tokens_per_page, TPP);
-	if (use_mag)
-		assert_int_equal(kvmm_magazine_init(f->pool, &f->mag, 7, 8, 4), 0);
-	assert_int_equal(
-		kvmm_aspace_create(f->pool, f->ns, &f->fmt, use_mag ? &f->mag : NULL, &f->as), 0);
-	*state = f;
-	return 0;
-}
 
 static int setup(void **state)
 {
-	return fix_setup_n(state, NFRAMES, false);
+	return mmf_setup(state,
+			 &(struct mm_fixture_opts){.params.nframes = NFRAMES, .ns = "tenant"});
 }
 
 static int setup_mag(void **state)
 {
-	return fix_setup_n(state, NFRAMES, true);
-}
-
-static int teardown(void **state)
-{
-	struct fix *f = *state;
-
-	check(f->pool);
-	kvmm_aspace_destroy(f->as);
-	check(f->pool);
-	assert_int_equal(f->ns->used, 0);
-	kvmm_magazine_drain_all(&f->mag);
-	check(f->pool);
-	kvmm_mm_release(f->pool);
-	kvmm_pool_destroy(f->pool);
-	free(f);
-	return 0;
+	return mmf_setup(state, &(struct mm_fixture_opts){
+					.params.nframes = NFRAMES, .ns = "tenant", .mag = true});
 }
 
 static uint32_t *iota(uint32_t n, uint32_t base)
 {
-	uint32_t *t = malloc((size_t)n * sizeof(*t) + 1);
-	uint32_t i;
-
-	assert_non_null(t);
-	for (i = 0; i < n; i++)
-		t[i] = base + i;
-	return t;
+	return mmf_tokens(n, base);
 }
 
 static struct kvmm_page *block_page(struct kvmm_seq *seq, uint32_t b)
@@ -129,7 +72,7 @@ static void assert_page_filled(struct kvmm_seq *seq, uint32_t b, unsigned char v
 
 static void test_append_across_pages(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = iota(100, 1000);
 	struct kvmm_seq *seq;
 	uint32_t b, frames[4];
@@ -169,7 +112,7 @@ static void test_append_across_pages(void **state)
 		assert_int_not_equal(frames[b], frames[b - 1]);
 	assert_int_equal(kvmm_mm_seq_frame(seq, 4), KVMM_FRAME_NONE);
 	assert_memory_equal(seq->tokens, t, 57 * sizeof(*t));
-	check(f->pool);
+	mmf_check(f->pool);
 
 	assert_int_equal(kvmm_mm_seq_append(seq, 0, t), 0);
 	assert_int_equal(seq->ntokens, 57);
@@ -178,7 +121,7 @@ static void test_append_across_pages(void **state)
 
 static void test_append_null_ids_are_zero(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_seq *seq;
 	uint32_t i;
 
@@ -191,7 +134,7 @@ static void test_append_null_ids_are_zero(void **state)
 
 static void test_append_many_grows_table(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = iota(40 * TPP, 7);
 	struct kvmm_seq *seq;
 	uint32_t i;
@@ -204,31 +147,31 @@ static void test_append_many_grows_table(void **state)
 	assert_true(seq->cap >= 40);
 	assert_memory_equal(seq->tokens, t, 40 * TPP * sizeof(*t));
 	assert_int_equal(f->ns->used, 40);
-	check(f->pool);
+	mmf_check(f->pool);
 	free(t);
 }
 
 static void test_append_through_magazine(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_seq *seq;
 
 	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
 	assert_int_equal(kvmm_mm_seq_append(seq, 5 * TPP, NULL), 0);
 	assert_true(f->pool->stat[KVMM_STAT_MAG_HIT] >= 5);
-	check(f->pool);
+	mmf_check(f->pool);
 	/* freed frames go back to the address space's magazine */
 	kvmm_mm_seq_free(seq);
 	assert_true(f->mag.count > 0);
 	assert_int_equal(f->ns->used, 0);
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 /* ---- truncate ----------------------------------------------------------------------------- */
 
 static void test_truncate(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = iota(50, 1);
 	uint32_t free0 = kvmm_pool_nr_free(f->pool);
 	struct kvmm_seq *seq;
@@ -248,7 +191,7 @@ static void test_truncate(void **state)
 	assert_int_equal(f->ns->used, 3);
 	assert_int_equal(block_page(seq, 2)->ntokens, 1);
 	assert_int_equal(kvmm_mm_seq_frame(seq, 3), KVMM_FRAME_NONE);
-	check(f->pool);
+	mmf_check(f->pool);
 
 	assert_int_equal(kvmm_mm_seq_truncate(seq, 32), 0); /* exactly two full blocks */
 	assert_int_equal(seq->nblocks, 2);
@@ -264,13 +207,13 @@ static void test_truncate(void **state)
 	assert_int_equal(seq->nblocks, 0);
 	assert_int_equal(f->ns->used, 0);
 	assert_int_equal(kvmm_pool_nr_free(f->pool), free0);
-	check(f->pool);
+	mmf_check(f->pool);
 	free(t);
 }
 
 static void test_truncate_in_partial_then_append_in_place(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_seq *seq;
 	uint32_t frame;
 
@@ -289,7 +232,7 @@ static void test_truncate_in_partial_then_append_in_place(void **state)
 
 static void test_fork_shares_every_page(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = iota(40, 5);
 	struct kvmm_seq *a, *b;
 	uint32_t i;
@@ -309,19 +252,19 @@ static void test_fork_shares_every_page(void **state)
 		assert_true(b->pte[i] & KVMM_PTE_SHARED);
 	}
 	assert_int_equal(f->ns->used, 3); /* shared pages are charged once */
-	check(f->pool);
+	mmf_check(f->pool);
 
 	kvmm_mm_seq_free(a);
 	for (i = 0; i < 3; i++)
 		assert_int_equal(block_page(b, i)->refcount, 1);
 	assert_int_equal(f->ns->used, 3);
-	check(f->pool);
+	mmf_check(f->pool);
 	free(t);
 }
 
 static void test_fork_cow_every_side(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_seq *a, *b, *c;
 	uint32_t full, part, fa, fb;
 	uint32_t tok = 99;
@@ -373,18 +316,18 @@ static void test_fork_cow_every_side(void **state)
 	assert_int_equal(kvmm_frame_to_page(f->pool, full)->refcount, 3);
 	assert_page_filled(c, 0, 0xa0);
 	assert_int_equal(f->ns->used, 4);
-	check(f->pool);
+	mmf_check(f->pool);
 
 	/* growing past the page boundary after a fork allocates, never copies */
 	assert_int_equal(kvmm_mm_seq_append(b, TPP, NULL), 0);
 	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 2);
 	assert_int_equal(b->nblocks, 3);
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 static void test_fork_at_page_boundary_no_cow(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_seq *a, *b;
 
 	assert_int_equal(kvmm_mm_seq_create(f->as, &a), 0);
@@ -399,7 +342,7 @@ static void test_fork_at_page_boundary_no_cow(void **state)
 
 static void test_fork_empty(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_seq *a, *b;
 
 	assert_int_equal(kvmm_mm_seq_create(f->as, &a), 0);
@@ -413,7 +356,7 @@ static void test_fork_empty(void **state)
 
 static void test_seal_marks_blocks(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = iota(3 * TPP, 50);
 	struct kvmm_seq *seq;
 	uint32_t b;
@@ -435,19 +378,19 @@ static void test_seal_marks_blocks(void **state)
 	assert_false(block_page(seq, 2)->flags & KVMM_PG_SEALED);
 	assert_true(seq->pte[2] & KVMM_PTE_WRITABLE);
 	assert_int_equal(f->pool->stat[KVMM_STAT_SEAL], 2);
-	check(f->pool);
+	mmf_check(f->pool);
 
 	assert_int_equal(kvmm_mm_seq_append(seq, TPP - 5, t + 2 * TPP + 5), 0);
 	assert_int_equal(kvmm_mm_seq_seal(seq), 1);
 	assert_int_equal(seq->nsealed, 3);
 	assert_int_equal(kvmm_pagecache_count(f->pool), 3);
-	check(f->pool);
+	mmf_check(f->pool);
 	free(t);
 }
 
 static void test_truncate_into_sealed_block_copies(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t *t = iota(2 * TPP, 1);
 	struct kvmm_seq *seq;
 	uint32_t sealed_frame;
@@ -461,7 +404,7 @@ static void test_truncate_into_sealed_block_copies(void **state)
 	assert_int_equal(kvmm_mm_seq_truncate(seq, TPP + 3), 0);
 	assert_int_equal(seq->nsealed, 1);
 	assert_false(seq->pte[1] & (KVMM_PTE_SEALED | KVMM_PTE_WRITABLE));
-	check(f->pool);
+	mmf_check(f->pool);
 
 	/* the sealed page is immutable: appending into it copies first */
 	assert_int_equal(kvmm_mm_seq_append(seq, 1, NULL), 0);
@@ -473,13 +416,13 @@ static void test_truncate_into_sealed_block_copies(void **state)
 	assert_int_equal(kvmm_frame_to_page(f->pool, sealed_frame)->state, KVMM_PAGE_CACHED);
 	assert_int_equal(f->ns->cached, 1);
 	assert_int_equal(f->ns->used, 2);
-	check(f->pool);
+	mmf_check(f->pool);
 	free(t);
 }
 
 static void test_free_caches_sealed_frees_rest(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t free0 = kvmm_pool_nr_free(f->pool);
 	struct kvmm_seq *seq;
 
@@ -492,7 +435,7 @@ static void test_free_caches_sealed_frees_rest(void **state)
 	assert_int_equal(f->ns->cached, 3);
 	assert_int_equal(f->pool->nr_state[KVMM_PAGE_CACHED], 3);
 	assert_int_equal(kvmm_pool_nr_free(f->pool), free0 - 3);
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 /* ---- errors ----------------------------------------------------------------------------------- */
@@ -507,7 +450,7 @@ static void assert_seq_same(struct kvmm_seq *seq, uint64_t ntokens, const uint64
 
 static void test_enomem_rolls_back(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint64_t pte[8];
 	struct kvmm_seq *a, *b;
 	uint32_t tok = 1;
@@ -522,7 +465,7 @@ static void test_enomem_rolls_back(void **state)
 	assert_seq_same(a, 3 * TPP + 2, pte, 4);
 	assert_int_equal(f->ns->used, 4);
 	assert_true(f->pool->stat[KVMM_STAT_NS_LIMIT_HIT] >= 1);
-	check(f->pool);
+	mmf_check(f->pool);
 
 	/* COW of the shared partial page plus one new page, at the limit: both undone */
 	assert_int_equal(kvmm_mm_seq_fork(a, &b), 0);
@@ -536,19 +479,19 @@ static void test_enomem_rolls_back(void **state)
 	assert_int_equal(block_page(a, 3)->refcount, 2);
 	assert_int_equal(f->ns->used, 4);
 	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 0);
-	check(f->pool);
+	mmf_check(f->pool);
 
 	/* room again: the same append now works */
 	assert_int_equal(kvmm_ns_set_limit(f->ns, 6), 0);
 	assert_int_equal(kvmm_mm_seq_append(a, TPP, NULL), 0);
 	assert_int_equal(f->pool->stat[KVMM_STAT_COW], 1);
 	assert_int_equal(f->ns->used, 6);
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 static void test_enomem_pool_exhausted(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_seq *seq;
 	uint64_t ntok;
 
@@ -558,12 +501,12 @@ static void test_enomem_pool_exhausted(void **state)
 	ntok = seq->ntokens;
 	assert_int_equal(kvmm_mm_seq_append(seq, 1, NULL), -ENOMEM);
 	assert_int_equal(seq->ntokens, ntok);
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 static void test_bad_args(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_aspace *as;
 	struct kvmm_seq *seq;
 	struct kvmm_fmt bad = f->fmt;
@@ -595,7 +538,7 @@ static void test_bad_args(void **state)
 
 static void test_aspace_destroy_frees_sequences(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_aspace *as;
 	struct kvmm_seq *a, *b;
 
@@ -608,7 +551,7 @@ static void test_aspace_destroy_frees_sequences(void **state)
 	assert_int_equal(kvmm_ns_destroy(f->ns), -EBUSY);
 	kvmm_aspace_destroy(as);
 	assert_int_equal(f->ns->used, 0);
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 /* ---- the invariant checker sees corruption --------------------------------------------------- */
@@ -624,7 +567,7 @@ static void expect_unclean(struct kvmm_pool *pool, const char *what)
 
 static void test_invariants_catch_corruption(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_seq *a, *b;
 	struct kvmm_page *pg, *cached;
 
@@ -634,7 +577,7 @@ static void test_invariants_catch_corruption(void **state)
 	assert_int_equal(kvmm_mm_seq_seal(a), 2);
 	kvmm_mm_seq_free(b);
 	assert_int_equal(kvmm_mm_seq_truncate(a, TPP), 0); /* block 1 now cached */
-	check(f->pool);
+	mmf_check(f->pool);
 	pg = block_page(a, 0);
 	assert_false(list_empty(&f->pool->lru.inactive));
 	cached = list_first_entry(&f->pool->lru.inactive, struct kvmm_page, lru);
@@ -671,36 +614,39 @@ static void test_invariants_catch_corruption(void **state)
 	f->pool->nr_free--;
 	expect_unclean(f->pool, "buddy count");
 	f->pool->nr_free++;
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_append_across_pages, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_append_null_ids_are_zero, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_append_many_grows_table, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_append_through_magazine, setup_mag, teardown),
-		cmocka_unit_test_setup_teardown(test_truncate, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_append_across_pages, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_append_null_ids_are_zero, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_append_many_grows_table, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_append_through_magazine, setup_mag,
+						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_truncate, setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_truncate_in_partial_then_append_in_place,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_fork_shares_every_page, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_fork_cow_every_side, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_fork_cow_every_side, setup_mag, teardown),
-		cmocka_unit_test_setup_teardown(test_fork_at_page_boundary_no_cow, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_fork_empty, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_seal_marks_blocks, setup, teardown),
+						setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_fork_shares_every_page, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_fork_cow_every_side, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_fork_cow_every_side, setup_mag, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_fork_at_page_boundary_no_cow, setup,
+						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_fork_empty, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_seal_marks_blocks, setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_truncate_into_sealed_block_copies, setup,
-						teardown),
+						mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_free_caches_sealed_frees_rest, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_enomem_rolls_back, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_enomem_rolls_back, setup_mag, teardown),
-		cmocka_unit_test_setup_teardown(test_enomem_pool_exhausted, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_bad_args, setup, teardown),
+						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_enomem_rolls_back, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_enomem_rolls_back, setup_mag, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_enomem_pool_exhausted, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_bad_args, setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_aspace_destroy_frees_sequences, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_invariants_catch_corruption, setup, teardown),
+						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_invariants_catch_corruption, setup,
+						mmf_teardown),
 	};
 
 	return cmocka_run_group_tests_name("pgtable", tests, NULL, NULL);

@@ -20,42 +20,13 @@
 
 #include "compiler.h"
 #include "kvmm/mm.h"
+#include "mm_fixture.h"
 
-#define PAGE_SZ 4096
-#define TPP 16
 #define NFRAMES 64
-
-struct fix {
-	struct kvmm_pool *pool;
-	struct kvmm_ns *ns;
-	struct kvmm_fmt fmt;
-	struct kvmm_aspace *as;
-	struct kvmm_ns *ns2;
-	struct kvmm_aspace *as2;
-};
-
-static void check(struct kvmm_pool *pool)
-{
-	char why[256];
-	int ret = kvmm_check_invariants(pool, why, sizeof(why));
-
-	if (ret)
-		fail_msg("invariants: %s", why);
-}
 
 static int setup_params(void **state, const struct kvmm_pool_params *p)
 {
-	struct fix *f = calloc(1, sizeof(*f));
-
-	assert_non_null(f);
-	assert_int_equal(kvmm_pool_create(p, &f->pool), 0);
-	assert_int_equal(kvmm_ns_create(f->pool, "one", 0, 0, &f->ns), 0);
-	assert_int_equal(kvmm_ns_create(f->pool, "two", 0, 0, &f->ns2), 0);
-	assert_int_equal(kvmm_fmt_init(&f->fmt, 1, 1, 64, KVMM_DTYPE_FP16, 0, PAGE_SZ), 0);
-	assert_int_equal(kvmm_aspace_create(f->pool, f->ns, &f->fmt, NULL, &f->as), 0);
-	assert_int_equal(kvmm_aspace_create(f->pool, f->ns2, &f->fmt, NULL, &f->as2), 0);
-	*state = f;
-	return 0;
+	return mmf_setup(state, &(struct mm_fixture_opts){.params = *p, .ns = "one", .ns2 = "two"});
 }
 
 static int setup(void **state)
@@ -65,23 +36,9 @@ static int setup(void **state)
 	return setup_params(state, &p);
 }
 
-static int teardown(void **state)
-{
-	struct fix *f = *state;
-
-	check(f->pool);
-	kvmm_mm_release(f->pool);
-	kvmm_pool_destroy(f->pool);
-	free(f);
-	return 0;
-}
-
 static void fill_block(uint32_t *t, uint32_t key)
 {
-	uint32_t i;
-
-	for (i = 0; i < TPP; i++)
-		t[i] = key * 100 + i;
+	mmf_fill(t, TPP, key * 100);
 }
 
 /* Seal one block of prompt @key and unmap it: one CACHED page.  Returns its frame. */
@@ -118,12 +75,12 @@ static struct kvmm_seq *hit(struct kvmm_aspace *as, uint32_t key)
 	return seq;
 }
 
-static struct kvmm_page *pg_of(struct fix *f, uint32_t frame)
+static struct kvmm_page *pg_of(struct mm_fixture *f, uint32_t frame)
 {
 	return kvmm_frame_to_page(f->pool, frame);
 }
 
-static bool is_cached(struct fix *f, uint32_t frame)
+static bool is_cached(struct mm_fixture *f, uint32_t frame)
 {
 	return pg_of(f, frame)->state == KVMM_PAGE_CACHED;
 }
@@ -132,7 +89,7 @@ static bool is_cached(struct fix *f, uint32_t frame)
 
 static void test_unmapped_sealed_page_joins_inactive(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t frame = cache_block(f->as, 1);
 	struct kvmm_page *pg = pg_of(f, frame);
 
@@ -144,12 +101,12 @@ static void test_unmapped_sealed_page_joins_inactive(void **state)
 	assert_ptr_equal(f->pool->lru.inactive.next, &pg->lru);
 	assert_int_equal(f->ns->cached, 1);
 	assert_int_equal(f->ns->used, 0);
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 static void test_reuse_references_then_promotes(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t frame = cache_block(f->as, 1);
 	struct kvmm_page *pg = pg_of(f, frame);
 	struct kvmm_seq *s1, *s2;
@@ -162,7 +119,7 @@ static void test_reuse_references_then_promotes(void **state)
 	/* back on the inactive list, keeping its second chance */
 	assert_true(pg->flags & KVMM_PG_REFERENCED);
 	assert_int_equal(f->pool->lru.nr_inactive, 1);
-	check(f->pool);
+	mmf_check(f->pool);
 
 	/* reused again before reclaim came by: promoted, returns to the active list */
 	s1 = hit(f->as, 1);
@@ -176,14 +133,14 @@ static void test_reuse_references_then_promotes(void **state)
 	assert_int_equal(f->pool->lru.nr_active, 1);
 	assert_int_equal(f->pool->lru.nr_inactive, 0);
 	assert_true(pg->flags & KVMM_PG_LRU);
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 /* ---- reclaim ----------------------------------------------------------------------------- */
 
 static void test_reclaim_evicts_oldest_first(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t fr[5], i;
 
 	for (i = 0; i < 5; i++)
@@ -200,19 +157,19 @@ static void test_reclaim_evicts_oldest_first(void **state)
 	/* the evicted blocks are gone from the cache too */
 	assert_null(hit(f->as, 0));
 	assert_null(hit(f->as, 1));
-	check(f->pool);
+	mmf_check(f->pool);
 
 	/* more than there is: returns what it could */
 	assert_int_equal(kvmm_reclaim(f->pool, NULL, 10), 3);
 	assert_int_equal(kvmm_reclaim(f->pool, NULL, 10), 0);
 	assert_int_equal(f->ns->cached, 0);
 	assert_int_equal(kvmm_pool_nr_free(f->pool), NFRAMES);
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 static void test_second_chance(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t a, b, c;
 	struct kvmm_seq *s;
 
@@ -232,7 +189,7 @@ static void test_second_chance(void **state)
 	assert_int_equal(f->pool->stat[KVMM_STAT_PGACTIVATE], 1);
 	assert_int_equal(f->pool->stat[KVMM_STAT_PGSCAN], 2);
 	assert_int_equal(f->pool->stat[KVMM_STAT_PGSTEAL], 1);
-	check(f->pool);
+	mmf_check(f->pool);
 
 	assert_int_equal(kvmm_reclaim(f->pool, NULL, 1), 1);
 	assert_false(is_cached(f, c));
@@ -243,12 +200,12 @@ static void test_second_chance(void **state)
 	assert_false(is_cached(f, a));
 	assert_int_equal(f->pool->stat[KVMM_STAT_PGDEACTIVATE], 1);
 	assert_int_equal(kvmm_reclaim(f->pool, NULL, 1), 0);
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 static void test_inactive_refilled_from_active_tail(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t fr[4], i;
 	struct kvmm_seq *s;
 
@@ -272,12 +229,12 @@ static void test_inactive_refilled_from_active_tail(void **state)
 	assert_true(pg_of(f, fr[3])->flags & KVMM_PG_ACTIVE);
 	assert_int_equal(f->pool->lru.nr_inactive, 1);
 	assert_int_equal(f->pool->lru.nr_active, 2);
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 static void test_mapped_pages_are_not_reclaimable(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_seq *seq;
 
 	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
@@ -288,12 +245,12 @@ static void test_mapped_pages_are_not_reclaimable(void **state)
 	assert_int_equal(kvmm_reclaim(NULL, NULL, 3), 0);
 	assert_int_equal(f->pool->stat[KVMM_STAT_PGSTEAL], 0);
 	assert_int_equal(f->ns->used, 3);
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 static void test_reclaim_one_namespace(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t a[3], b[3], i;
 
 	for (i = 0; i < 3; i++) {
@@ -313,12 +270,12 @@ static void test_reclaim_one_namespace(void **state)
 	/* pages of others are passed over, not counted as scanned */
 	assert_int_equal(f->pool->stat[KVMM_STAT_PGSCAN], 3);
 	assert_int_equal(kvmm_reclaim(f->pool, f->ns2, 10), 0);
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 static void test_child_evicted_before_parent(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t t[3 * TPP], fr[3], i;
 	struct kvmm_seq *seq;
 
@@ -337,14 +294,14 @@ static void test_child_evicted_before_parent(void **state)
 	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
 	assert_int_equal(kvmm_mm_prefix_lookup(seq, t, 3 * TPP), 2 * TPP);
 	kvmm_mm_seq_free(seq);
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 /* ---- what allocation falls back on --------------------------------------------------------- */
 
 static void test_ns_limit_reclaims_own_cache_then_enomem(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	uint32_t own[3], other[3], i;
 	struct kvmm_seq *seq;
 
@@ -365,14 +322,14 @@ static void test_ns_limit_reclaims_own_cache_then_enomem(void **state)
 		assert_true(is_cached(f, other[i])); /* never another namespace's */
 	}
 	assert_int_equal(f->ns2->cached, 3);
-	check(f->pool);
+	mmf_check(f->pool);
 
 	/* nothing of its own left to reclaim: -ENOMEM, although the pool has room */
 	assert_int_equal(kvmm_mm_seq_append(seq, 1, NULL), -ENOMEM);
 	assert_int_equal(seq->ntokens, 4 * TPP);
 	assert_true(f->pool->stat[KVMM_STAT_NS_LIMIT_HIT] >= 1);
 	assert_int_equal(f->ns2->cached, 3);
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 static int setup_wmark(void **state)
@@ -388,7 +345,7 @@ static int setup_wmark(void **state)
 
 static void test_min_watermark_reclaims_directly(void **state)
 {
-	struct fix *f = *state;
+	struct mm_fixture *f = *state;
 	struct kvmm_seq *seq;
 	uint32_t i, n;
 
@@ -405,7 +362,7 @@ static void test_min_watermark_reclaims_directly(void **state)
 	assert_true(f->pool->stat[KVMM_STAT_DIRECT_RECLAIM] >= 1);
 	assert_true(f->pool->stat[KVMM_STAT_PGSTEAL] >= 1);
 	assert_true(kvmm_pool_nr_free(f->pool) >= 4);
-	check(f->pool);
+	mmf_check(f->pool);
 
 	/* keep going: the whole cache is used up, then the reserve, then -ENOMEM */
 	for (n = 0; kvmm_mm_seq_append(seq, TPP, NULL) == 0; n++)
@@ -413,28 +370,30 @@ static void test_min_watermark_reclaims_directly(void **state)
 	assert_int_equal(f->ns2->cached, 0);
 	assert_int_equal(kvmm_pool_nr_free(f->pool), 0);
 	assert_int_equal(f->ns->used, 32);
-	check(f->pool);
+	mmf_check(f->pool);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_unmapped_sealed_page_joins_inactive, setup,
-						teardown),
+						mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_reuse_references_then_promotes, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_reclaim_evicts_oldest_first, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_second_chance, setup, teardown),
+						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_reclaim_evicts_oldest_first, setup,
+						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_second_chance, setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_inactive_refilled_from_active_tail, setup,
-						teardown),
+						mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_mapped_pages_are_not_reclaimable, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_reclaim_one_namespace, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_child_evicted_before_parent, setup, teardown),
+						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_reclaim_one_namespace, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_child_evicted_before_parent, setup,
+						mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_ns_limit_reclaims_own_cache_then_enomem, setup,
-						teardown),
+						mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_min_watermark_reclaims_directly, setup_wmark,
-						teardown),
+						mmf_teardown),
 	};
 
 	return cmocka_run_group_tests_name("vmscan", tests, NULL, NULL);

@@ -1,0 +1,444 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kernels/cuda/cuda.c - the host side of the CUDA kernels: loading the embedded module into the
+ * chosen device's primary context and launching its kernels.
+ *
+ * kvmm_cuda_init() opens the driver through drv.c (dlopen: nothing here links libcuda), makes
+ * the device's primary context current, loads kvmm_cuda_fatbin with cuModuleLoadData (the
+ * driver picks the SASS for the GPU or JITs the PTX) and looks up every kernel once.  Each
+ * launch wrapper checks what the host can check, turns the struct kvmm_fmt and the argument
+ * struct of kernels/kernels.h into the fixed-layout struct of abi.h (byte offsets computed
+ * here, the same arithmetic as kvmm/format.c's helpers, which libkvmm does not link), and
+ * queues the kernel on the caller's stream.  The context is made current on every call, which
+ * costs a few nanoseconds and lets any thread of the engine launch.  State is process-wide:
+ * one device at a time, set up and torn down under a mutex; launches read it without one
+ * (init must be complete before kernels are launched, and fini only once they are done).
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/cuda/abi.h"
+#include "kernels/cuda/cuda_drv.h"
+#include "kernels/cuda/kvmm_cuda.h"
+
+enum {
+	FN_DECODE,
+	FN_PREFILL,
+	FN_CACHE,
+	FN_PER_DTYPE,
+};
+
+static const char *const dtype_names[KVMM_DTYPE_COUNT] = {
+	[KVMM_DTYPE_FP32] = "fp32",
+	[KVMM_DTYPE_FP16] = "fp16",
+	[KVMM_DTYPE_BF16] = "bf16",
+	[KVMM_DTYPE_INT8] = "int8",
+};
+
+static const char *const fn_prefix[FN_PER_DTYPE] = {"kvmm_decode_", "kvmm_prefill_", "kvmm_cache_"};
+
+static struct {
+	pthread_mutex_t lock;
+	const struct kvmm_cuda_drv *drv;
+	int ordinal; /* -1: not initialized */
+	kvmm_cu_device dev;
+	kvmm_cu_ctx ctx;
+	kvmm_cu_module mod;
+	kvmm_cu_function fn[KVMM_DTYPE_COUNT][FN_PER_DTYPE];
+	kvmm_cu_function copy;
+	int sms; /* for grid sizing: a few blocks per SM keeps a copy busy */
+} cu = {.lock = PTHREAD_MUTEX_INITIALIZER, .ordinal = -1};
+
+bool kvmm_cuda_fatbin_valid(const void *image, size_t bytes)
+{
+	const unsigned char *p = image;
+	uint32_t magic;
+	uint16_t version, hdr;
+	uint64_t fat;
+
+	/* struct { u32 magic; u16 version; u16 header_size; u64 fat_size; } then fat_size bytes */
+	if (!p || bytes < 16)
+		return false;
+	memcpy(&magic, p, 4);
+	memcpy(&version, p + 4, 2);
+	memcpy(&hdr, p + 6, 2);
+	memcpy(&fat, p + 8, 8);
+	return magic == KVMM_CUDA_FATBIN_MAGIC && version == 1 && hdr >= 16 && fat > 0 &&
+	       fat <= bytes - hdr;
+}
+
+const char *kvmm_cuda_why(void)
+{
+	return kvmm_cuda_drv_why();
+}
+
+int kvmm_cuda_device(void)
+{
+	return cu.ordinal;
+}
+
+static int fail(kvmm_cu_result r, const char *what)
+{
+	kvmm_cuda_drv_set_why("%s: %s (CUDA error %d)", what, kvmm_cuda_result_str(r), r);
+	return kvmm_cuda_errno(r);
+}
+
+static void unload_locked(void)
+{
+	if (cu.mod)
+		cu.drv->cuModuleUnload(cu.mod);
+	if (cu.ordinal >= 0)
+		kvmm_cuda_drv_put_device(cu.dev);
+	cu.mod = NULL;
+	cu.ordinal = -1;
+	memset(cu.fn, 0, sizeof(cu.fn));
+	cu.copy = NULL;
+}
+
+static int load_module_locked(void)
+{
+	kvmm_cu_result r;
+	char name[64];
+
+	if (!kvmm_cuda_fatbin_valid(kvmm_cuda_fatbin, kvmm_cuda_fatbin_size)) {
+		kvmm_cuda_drv_set_why("the embedded CUDA fatbin is malformed");
+		return -EIO;
+	}
+	r = cu.drv->cuModuleLoadData(&cu.mod, kvmm_cuda_fatbin);
+	if (r) {
+		cu.mod = NULL;
+		return fail(r, "cuModuleLoadData (kernels built for sm_80, sm_90 and PTX 9.0)");
+	}
+	for (unsigned int dt = KVMM_DTYPE_FP32; dt < KVMM_DTYPE_COUNT; dt++) {
+		for (unsigned int k = 0; k < FN_PER_DTYPE; k++) {
+			snprintf(name, sizeof(name), "%s%s", fn_prefix[k], dtype_names[dt]);
+			r = cu.drv->cuModuleGetFunction(&cu.fn[dt][k], cu.mod, name);
+			if (r)
+				return fail(r, name);
+		}
+	}
+	r = cu.drv->cuModuleGetFunction(&cu.copy, cu.mod, "kvmm_copy_pages");
+	if (r)
+		return fail(r, "kvmm_copy_pages");
+	return 0;
+}
+
+int kvmm_cuda_init(int device)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&cu.lock);
+	if (cu.ordinal >= 0) {
+		ret = cu.ordinal == device ? 0 : -EBUSY;
+		if (!ret)
+			ret = kvmm_cuda_errno(cu.drv->cuCtxSetCurrent(cu.ctx));
+		goto out_unlock;
+	}
+	cu.drv = kvmm_cuda_drv_load();
+	if (!cu.drv) {
+		ret = -ENODEV;
+		goto out_unlock;
+	}
+	ret = kvmm_cuda_drv_get_device(device, &cu.dev, &cu.ctx);
+	if (ret)
+		goto out_unlock;
+	cu.ordinal = device;
+	ret = load_module_locked();
+	if (ret) {
+		unload_locked();
+		goto out_unlock;
+	}
+	cu.sms = 0;
+	if (cu.drv->cuDeviceGetAttribute(&cu.sms, KVMM_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+					 cu.dev) ||
+	    cu.sms <= 0)
+		cu.sms = 32;
+out_unlock:
+	pthread_mutex_unlock(&cu.lock);
+	return ret;
+}
+
+void kvmm_cuda_fini(void)
+{
+	pthread_mutex_lock(&cu.lock);
+	if (cu.ordinal >= 0)
+		unload_locked();
+	pthread_mutex_unlock(&cu.lock);
+}
+
+/* every call: the context current in this thread */
+static int enter(void)
+{
+	kvmm_cu_result r;
+
+	if (cu.ordinal < 0) {
+		kvmm_cuda_drv_set_why("kvmm_cuda_init() has not succeeded");
+		return -ENODEV;
+	}
+	r = cu.drv->cuCtxSetCurrent(cu.ctx);
+	return r ? fail(r, "cuCtxSetCurrent") : 0;
+}
+
+static int launch(kvmm_cu_function fn, unsigned int gx, unsigned int gy, unsigned int gz,
+		  unsigned int threads, void *args, kvmm_cuda_stream_t stream, const char *what)
+{
+	void *params[] = {args};
+	kvmm_cu_result r;
+
+	r = cu.drv->cuLaunchKernel(fn, gx, gy, gz, threads, 1, 1, 0, (struct CUstream_st *)stream,
+				   params, NULL);
+	return r ? fail(r, what) : 0;
+}
+
+/* what a kernel needs of a layer's pages, or -EINVAL / -ENOTSUP */
+static int pages_args(const struct kvmm_kv_pages *kv, struct kvmm_cuda_pages *pg)
+{
+	const struct kvmm_fmt *f = kv ? kv->fmt : NULL;
+
+	if (!f || !kv->base || kv->layer >= f->layers || !f->tokens_per_page || !f->kv_heads ||
+	    !f->head_dim)
+		return -EINVAL;
+	if (f->dtype <= KVMM_DTYPE_NONE || f->dtype >= KVMM_DTYPE_COUNT ||
+	    (f->dtype == KVMM_DTYPE_INT8 && (!f->group_size || f->head_dim % f->group_size)))
+		return -EINVAL;
+	memset(pg, 0, sizeof(*pg));
+	pg->base = (uint64_t)(uintptr_t)kv->base;
+	pg->page_size = f->page_size;
+	pg->k_off = ((uint64_t)kv->layer * 2) * f->slab_bytes;
+	pg->v_off = pg->k_off + f->slab_bytes;
+	if (f->dtype == KVMM_DTYPE_INT8) {
+		pg->ks_off = pg->k_off + f->scale_off;
+		pg->vs_off = pg->v_off + f->scale_off;
+	}
+	pg->row_bytes = f->row_bytes;
+	pg->scale_row_bytes = f->scale_row_bytes;
+	pg->kv_heads = f->kv_heads;
+	pg->head_dim = f->head_dim;
+	pg->gs = f->dtype == KVMM_DTYPE_INT8 ? f->group_size : f->head_dim;
+	pg->tokens_per_page = f->tokens_per_page;
+	pg->nr_frames = kv->nr_frames;
+	return 0;
+}
+
+static int attn_args(const struct kvmm_attn_batch *b, const float *q, float *out, bool prefill,
+		     struct kvmm_cuda_attn_args *a)
+{
+	int ret;
+
+	if (!b || (b->nr_seqs && (!q || !out)))
+		return -EINVAL;
+	ret = pages_args(&b->kv, &a->pg);
+	if (ret)
+		return ret;
+	if (!b->num_q_heads || b->num_q_heads % b->kv.fmt->kv_heads)
+		return -EINVAL;
+	if (b->nr_seqs &&
+	    (!b->block_tables || !b->ctx_lens || !b->max_blocks || (prefill && !b->q_lens)))
+		return -EINVAL;
+	if (b->kv.fmt->head_dim > KVMM_CUDA_MAX_HEAD_DIM)
+		return -ENOTSUP;
+	if (b->nr_seqs > 65535) /* grid y */
+		return -ENOTSUP;
+	a->block_tables = (uint64_t)(uintptr_t)b->block_tables;
+	a->ctx_lens = (uint64_t)(uintptr_t)b->ctx_lens;
+	a->q_lens = (uint64_t)(uintptr_t)b->q_lens;
+	a->q = (uint64_t)(uintptr_t)q;
+	a->out = (uint64_t)(uintptr_t)out;
+	a->nr_seqs = b->nr_seqs;
+	a->num_q_heads = b->num_q_heads;
+	a->max_blocks = b->max_blocks;
+	a->scale = b->scale != 0.0f ? b->scale : 1.0f / sqrtf((float)b->kv.fmt->head_dim);
+	return 0;
+}
+
+int kvmm_cuda_paged_decode(const struct kvmm_attn_batch *b, const float *q, float *out,
+			   kvmm_cuda_stream_t stream)
+{
+	struct kvmm_cuda_attn_args a;
+	int ret;
+
+	ret = attn_args(b, q, out, false, &a);
+	if (ret || !b->nr_seqs)
+		return ret;
+	ret = enter();
+	if (ret)
+		return ret;
+	return launch(cu.fn[b->kv.fmt->dtype][FN_DECODE], b->num_q_heads, b->nr_seqs, 1,
+		      32 * KVMM_CUDA_ATTN_WARPS, &a, stream, "paged decode launch");
+}
+
+int kvmm_cuda_paged_prefill(const struct kvmm_attn_batch *b, uint32_t max_q_len, const float *q,
+			    float *out, kvmm_cuda_stream_t stream)
+{
+	struct kvmm_cuda_attn_args a;
+	uint32_t z;
+	int ret;
+
+	ret = attn_args(b, q, out, true, &a);
+	if (ret || !b->nr_seqs || !max_q_len)
+		return ret;
+	ret = enter();
+	if (ret)
+		return ret;
+	/* a warp per new token; blocks loop when a sequence has more than the grid covers */
+	z = (max_q_len + KVMM_CUDA_ATTN_WARPS - 1) / KVMM_CUDA_ATTN_WARPS;
+	if (z > 65535)
+		z = 65535;
+	return launch(cu.fn[b->kv.fmt->dtype][FN_PREFILL], b->num_q_heads, b->nr_seqs, z,
+		      32 * KVMM_CUDA_ATTN_WARPS, &a, stream, "paged prefill launch");
+}
+
+int kvmm_cuda_reshape_and_cache(const struct kvmm_kv_pages *kv, uint32_t nr_tokens,
+				const int64_t *slots, const float *k, const float *v,
+				kvmm_cuda_stream_t stream)
+{
+	struct kvmm_cuda_cache_args a;
+	int ret;
+
+	memset(&a, 0, sizeof(a));
+	ret = pages_args(kv, &a.pg);
+	if (ret)
+		return ret;
+	if (nr_tokens && (!slots || !k || !v))
+		return -EINVAL;
+	if (!nr_tokens)
+		return 0;
+	if (nr_tokens > 0x7fffffffu) /* grid x */
+		return -ENOTSUP;
+	ret = enter();
+	if (ret)
+		return ret;
+	a.slots = (uint64_t)(uintptr_t)slots;
+	a.k = (uint64_t)(uintptr_t)k;
+	a.v = (uint64_t)(uintptr_t)v;
+	a.nr_tokens = nr_tokens;
+	return launch(cu.fn[kv->fmt->dtype][FN_CACHE], nr_tokens, 1, 1, 128, &a, stream,
+		      "reshape_and_cache launch");
+}
+
+int kvmm_cuda_copy_pages(const struct kvmm_fmt *f, void *dst_base, const void *src_base,
+			 const int32_t *dst, const int32_t *src, uint32_t nr, uint32_t ntokens,
+			 kvmm_cuda_stream_t stream)
+{
+	struct kvmm_cuda_copy_args a;
+	unsigned int gx;
+	int ret;
+
+	if (!f || !f->tokens_per_page || ntokens > f->tokens_per_page || !f->layers)
+		return -EINVAL;
+	if (nr && (!dst_base || !src_base || !dst || !src))
+		return -EINVAL;
+	if (!nr)
+		return 0;
+	if (nr > 65535) /* grid y */
+		return -ENOTSUP;
+	ret = enter();
+	if (ret)
+		return ret;
+	memset(&a, 0, sizeof(a));
+	a.dst_base = (uint64_t)(uintptr_t)dst_base;
+	a.src_base = (uint64_t)(uintptr_t)src_base;
+	a.dst = (uint64_t)(uintptr_t)dst;
+	a.src = (uint64_t)(uintptr_t)src;
+	a.page_size = f->page_size;
+	a.slab_bytes = f->slab_bytes;
+	a.row_bytes = f->row_bytes;
+	a.scale_off = f->scale_off;
+	a.scale_row_bytes = f->scale_row_bytes;
+	a.nslabs = f->layers * 2;
+	a.used = (uint64_t)a.nslabs * f->slab_bytes;
+	a.ntokens = ntokens;
+	a.nr = nr;
+	/*
+	 * Whole pages: enough blocks in all to fill the GPU a few times over, at least one per
+	 * 64 KiB of a page.  Partial: a block per slab.
+	 */
+	if (ntokens) {
+		gx = a.nslabs;
+	} else {
+		uint64_t want = (uint64_t)cu.sms * 8 / nr + 1;
+		uint64_t cap = a.used / (64u << 10) + 1;
+
+		gx = (unsigned int)(want < cap ? want : cap);
+	}
+	return launch(cu.copy, gx, nr, 1, 256, &a, stream, "copy_pages launch");
+}
+
+int kvmm_cuda_malloc(void **dptr, size_t bytes)
+{
+	kvmm_cu_ptr p = 0;
+	kvmm_cu_result r;
+	int ret = enter();
+
+	if (ret)
+		return ret;
+	r = cu.drv->cuMemAlloc(&p, bytes);
+	if (r)
+		return fail(r, "cuMemAlloc");
+	*dptr = (void *)(uintptr_t)p;
+	return 0;
+}
+
+void kvmm_cuda_free(void *dptr)
+{
+	if (dptr && !enter())
+		cu.drv->cuMemFree((kvmm_cu_ptr)(uintptr_t)dptr);
+}
+
+int kvmm_cuda_memcpy_htod(void *dst, const void *src, size_t bytes)
+{
+	int ret = enter();
+	kvmm_cu_result r;
+
+	if (ret)
+		return ret;
+	r = cu.drv->cuMemcpyHtoD((kvmm_cu_ptr)(uintptr_t)dst, src, bytes);
+	return r ? fail(r, "cuMemcpyHtoD") : 0;
+}
+
+int kvmm_cuda_memcpy_dtoh(void *dst, const void *src, size_t bytes)
+{
+	int ret = enter();
+	kvmm_cu_result r;
+
+	if (ret)
+		return ret;
+	r = cu.drv->cuMemcpyDtoH(dst, (kvmm_cu_ptr)(uintptr_t)src, bytes);
+	return r ? fail(r, "cuMemcpyDtoH") : 0;
+}
+
+int kvmm_cuda_memcpy_dtod(void *dst, const void *src, size_t bytes)
+{
+	int ret = enter();
+	kvmm_cu_result r;
+
+	if (ret)
+		return ret;
+	r = cu.drv->cuMemcpyDtoD((kvmm_cu_ptr)(uintptr_t)dst, (kvmm_cu_ptr)(uintptr_t)src, bytes);
+	return r ? fail(r, "cuMemcpyDtoD") : 0;
+}
+
+int kvmm_cuda_memset(void *dst, int byte, size_t bytes)
+{
+	int ret = enter();
+	kvmm_cu_result r;
+
+	if (ret)
+		return ret;
+	r = cu.drv->cuMemsetD8((kvmm_cu_ptr)(uintptr_t)dst, (unsigned char)byte, bytes);
+	return r ? fail(r, "cuMemsetD8") : 0;
+}
+
+int kvmm_cuda_sync(void)
+{
+	int ret = enter();
+	kvmm_cu_result r;
+
+	if (ret)
+		return ret;
+	r = cu.drv->cuCtxSynchronize();
+	return r ? fail(r, "cuCtxSynchronize (a kernel failed)") : 0;
+}

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvmm/ipc/obs.h - kvmmd's observability side, shared by admin.c (the read verbs, TRACE
+ * subscriptions), metrics.c (the trace ring's lifetime, the trace pump timer and the
+ * Prometheus /metrics listener) and server.c (one registration: the obs epoll fd sits in the
+ * server's epoll set, so the observability fds never touch the data plane's dispatch).
+ * Every number kvmmctl, /metrics and `kvmmctl top` show is collected by the snapshot helpers
+ * below, so text, JSON and Prometheus cannot disagree.
+ */
+#ifndef KVMM_IPC_OBS_H
+#define KVMM_IPC_OBS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvmm/mm.h"
+
+#include "list.h"
+
+struct kvmm_server;
+struct kvmm_ipc_ns;
+struct kvmm_trace;
+
+struct kvmm_obs {
+	struct kvmm_trace *trace; /* installed as kvmm_trace_ring while the server lives */
+	uint64_t trace_floor;	  /* TRACE with CLEAR: later dumps start after this record */
+	uint64_t trace_sent;	  /* records pushed to subscribers */
+	uint64_t trace_lost;	  /* overwritten before a subscriber got them */
+	uint64_t trace_dropped;	  /* did not fit a subscriber's socket */
+	uint32_t trace_subscribers;
+
+	int epfd;	   /* the obs epoll set, itself polled by the server */
+	int timerfd;	   /* trace pump tick while there are subscribers */
+	bool ticking;	   /* timerfd armed */
+	int listen_fd;	   /* /metrics, -1 when off */
+	unsigned int port; /* bound port */
+	struct list_head conns;
+	unsigned int nr_conns;
+	uint64_t scrapes;     /* GET /metrics answered */
+	uint64_t http_errors; /* 400 / 404 / 405 / 413 answers */
+};
+
+/* One namespace's numbers, taken under its pool lock. */
+struct kvmm_obs_ns {
+	char name[KVMM_NAME_LEN];
+	uint32_t id;
+	uint64_t frames, free, magazine, mapped, cached, used, limit;
+	uint64_t active, inactive, pagecache, shared, pinned;
+	uint64_t wmark_min, wmark_low, wmark_high;
+	uint64_t clients, chunks;
+	int priority;
+	uint64_t stat[KVMM_STAT_COUNT];
+};
+
+void kvmm_obs_ns_snapshot(struct kvmm_ipc_ns *n, struct kvmm_obs_ns *out);
+
+/* ---- metrics.c ----------------------------------------------------------------------- */
+
+/* Create the trace ring (installed as kvmm_trace_ring), the obs epoll set, the listener. */
+int kvmm_obs_create(struct kvmm_server *srv);
+/* The fd the server polls for EPOLLIN; readiness means: call kvmm_obs_event(). */
+int kvmm_obs_fd(const struct kvmm_obs *obs);
+void kvmm_obs_event(struct kvmm_server *srv);
+void kvmm_obs_destroy(struct kvmm_server *srv);
+/* A TRACE subscription started: make sure the pump timer runs. */
+void kvmm_obs_trace_wake(struct kvmm_server *srv);
+/* The trace ring of this server (NULL when off). */
+struct kvmm_trace *kvmm_obs_trace(const struct kvmm_server *srv);
+/* The bound metrics port (0 when off), for tests and the log. */
+unsigned int kvmm_obs_metrics_port(const struct kvmm_server *srv);
+/* Render the Prometheus text exposition into a malloc'd buffer; 0 or -ENOMEM. */
+int kvmm_obs_metrics_text(struct kvmm_server *srv, char **buf, size_t *len);
+
+/* ---- admin.c ------------------------------------------------------------------------- */
+
+/* Push pending trace records to every subscriber; true while any subscriber remains. */
+bool kvmm_admin_trace_pump(struct kvmm_server *srv);
+
+#endif /* KVMM_IPC_OBS_H */

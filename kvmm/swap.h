@@ -1,0 +1,279 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvmm/swap.h - swap tiers, the swap cache, fault-in and fault injection: the API that the
+ * reclaimer (kvswapd), the daemon's PIN path and its admin verbs build on.
+ *
+ * A pool may have up to KVMM_SWAP_TIER_MAX swap tiers, numbered 1..31 as in a swap PTE
+ * (kvmm_pte_mk_swap(tier, slot)).  A tier is a struct kvmm_swap_ops table (host memory arena:
+ * kvmm_swap_host_ops; swap file through io_uring: kvmm_swap_nvme_ops) plus a slot allocator:
+ * a bitmap of page-size slots grouped in clusters of KVMM_SWAP_CLUSTER slots, so that the
+ * consecutive pages of a sequence land in consecutive slots.  Tiers have priorities: pages go
+ * to the highest-priority tier with room; kvmm_swap_move_down() moves a tier's oldest pages
+ * to the next lower one (host -> NVMe).
+ *
+ * Who may be swapped (Documentation/mm/swap.md):
+ *  - an unpinned page of a sequence that no other sequence maps (refcount 1): its PTE becomes
+ *    a swap PTE (type SWAP, same flags).  Shared pages are never swapped: no reverse map is
+ *    kept; each slot remembers its single (sequence, block) and that is enough for swapoff.
+ *    A sealed page keeps its page-cache entry, which then names the slot instead of a frame.
+ *  - a CACHED page (sealed, unmapped, on the LRU): "demoted" - its entry stays in the page
+ *    cache, naming the slot, so kvmm_mm_prefix_lookup() still finds the prefix and faults the
+ *    page back in synchronously.  Reclaim (kvmm_reclaim) demotes instead of dropping whenever a
+ *    tier has room.
+ *
+ * Swap-out is synchronous and batched.  Fault-in (kvmm_mm_seq_fault) is synchronous and
+ * reads ahead the following swapped blocks of the sequence asynchronously (depth
+ * kvmm_swap_set_readahead, default 2); kvmm_mm_seq_prefetch() is the asynchronous call for
+ * the next step's pages.  A page whose read is in flight sits in the swap cache, found by its
+ * swap entry: a fault on it waits for that read instead of issuing a second one.
+ *
+ * Errors: a failed write leaves the page resident (nothing lost, swap_fail counted, the
+ * caller gets -EIO/-ENOSPC); a failed read leaves the swap PTE in place and the fault returns
+ * -EIO (the next fault retries).  Locking: the pool lock, like the rest of the core (mm.h).
+ */
+#ifndef KVMM_SWAP_H
+#define KVMM_SWAP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "list.h"
+#include "kvmm/mm.h"
+
+#define KVMM_SWAP_CLUSTER 64	/* slots per cluster */
+#define KVMM_SWAP_RA_DEFAULT 2	/* readahead depth (pages after a fault) */
+#define KVMM_SWAP_RA_MAX 64	/* largest accepted readahead depth */
+#define KVMM_SWAP_QD_DEFAULT 32 /* NVMe queue depth (= staging buffers) */
+#define KVMM_SWAP_QD_MAX 4096
+#define KVMM_SWAP_SLOT_NONE UINT64_MAX
+
+struct kvmm_swap_tier;
+
+/* One page of I/O between a host buffer (a frame) and a slot. */
+struct kvmm_swap_io {
+	uint64_t slot;
+	void *buf; /* page_size bytes, host-visible */
+	bool write;
+	int res; /* on completion: 0 or -errno */
+	/* called exactly once on completion, from ops->poll (never from submit) */
+	void (*end_io)(struct kvmm_swap_io *io);
+	void *priv;
+	struct list_head node; /* tier private while in flight */
+};
+
+struct kvmm_swap_tier_params {
+	unsigned int tier;    /* 1..KVMM_SWAP_TIER_MAX, unique in the pool */
+	int priority;	      /* higher is used first */
+	uint64_t size;	      /* bytes, a positive multiple of the pool's page size */
+	const char *path;     /* file tiers: created (or reused) and sized to @size */
+	uint32_t queue_depth; /* file tiers: io_uring entries and staging buffers; 0 = default */
+};
+
+/*
+ * A tier's medium.  The core never knows a tier by name.  submit() starts one page of I/O and
+ * returns 0, -EAGAIN when the tier is out of queue slots (the core polls and retries) or
+ * another -errno (not started); completions are reported by poll() only, which calls each
+ * io->end_io.  poll() with @wait blocks until at least one I/O completes (if any is in flight)
+ * and returns the number completed.  flush() pushes queued submissions to the device.
+ */
+struct kvmm_swap_ops {
+	const char *name;
+	int (*init)(struct kvmm_swap_tier *t, const struct kvmm_swap_tier_params *p);
+	void (*fini)(struct kvmm_swap_tier *t);
+	int (*submit)(struct kvmm_swap_tier *t, struct kvmm_swap_io *io);
+	int (*flush)(struct kvmm_swap_tier *t);
+	int (*poll)(struct kvmm_swap_tier *t, bool wait);
+};
+
+extern const struct kvmm_swap_ops kvmm_swap_host_ops; /* swap_host.c: host-memory arena */
+extern const struct kvmm_swap_ops kvmm_swap_nvme_ops; /* swap_nvme.c: O_DIRECT + io_uring */
+
+/* what one slot holds (a reverse map of exactly one PTE and/or one page-cache entry) */
+struct kvmm_swap_slot {
+	struct kvmm_seq *seq;	    /* the sequence whose PTE names this slot, or NULL */
+	struct kvmm_cache_ent *ent; /* the page-cache entry naming it (sealed page), or NULL */
+	uint64_t swapped_at;	    /* pool swap-out clock at write (refault distance) */
+	uint32_t block;		    /* seq's block */
+	uint32_t ntokens;	    /* the page's ntokens */
+	uint32_t pgflags;	    /* KVMM_PG_ACTIVE / REFERENCED kept across the trip */
+	uint16_t ns_id;		    /* namespace charged when it comes back */
+	uint16_t flags;		    /* SLOT_* (swapfile.c) */
+};
+
+struct kvmm_swap_tier {
+	const struct kvmm_swap_ops *ops;
+	struct kvmm_pool *pool;
+	void *priv;
+	unsigned int id;
+	int priority;
+	uint64_t page_size;
+	uint64_t size;
+	uint64_t nslots;
+	uint64_t nr_used;
+	unsigned long *map; /* used slots */
+	uint32_t nclusters;
+	uint32_t nr_free_clusters;
+	uint16_t *cluster_free; /* free slots per cluster */
+	uint32_t cur_cluster;	/* where runs are taken from next */
+	uint64_t move_cursor;	/* kvmm_swap_move_down() scans from here */
+	struct kvmm_swap_slot *slots;
+	struct list_head node; /* in kvmm_swap.tiers, priority order */
+	char path[KVMM_PATH_LEN];
+	bool direct; /* file tiers: opened with O_DIRECT */
+	/* statistics */
+	uint64_t bytes_out, bytes_in;
+	uint64_t nr_out, nr_in, nr_fail;
+	uint32_t inflight;
+};
+
+/* ---- tiers (swapfile.c) -------------------------------------------------------------- */
+
+/*
+ * swapon: add a tier.  -EINVAL (bad id, size, ops), -EEXIST (id in use), -ENOMEM, or the
+ * medium's error (e.g. -EINVAL when the file system refuses O_DIRECT and the fallback failed).
+ */
+int kvmm_swapon(struct kvmm_pool *pool, const struct kvmm_swap_ops *ops,
+		const struct kvmm_swap_tier_params *params);
+/*
+ * swapoff: empty the tier and remove it.  Each page moves down to the next lower-priority tier
+ * with room; else a sequence's page comes back into a frame and a demoted cached page is
+ * dropped (its prefix is simply no longer cached).  -ENOENT (no such tier), -ENOMEM / -EIO
+ * (a page could not be brought back: the tier stays, with what is left on it).
+ */
+int kvmm_swapoff(struct kvmm_pool *pool, unsigned int tier);
+/* The tier, or NULL. */
+struct kvmm_swap_tier *kvmm_swap_tier_get(struct kvmm_pool *pool, unsigned int tier);
+
+struct kvmm_swap_tier_info {
+	unsigned int tier;
+	int priority;
+	const char *kind; /* ops->name */
+	uint64_t nslots, used;
+	uint64_t bytes_out, bytes_in;
+	uint64_t pages_out, pages_in, failures;
+	bool direct;
+};
+/* Fill @info for tier @tier. 0 or -ENOENT. */
+int kvmm_swap_tier_info(struct kvmm_pool *pool, unsigned int tier,
+			struct kvmm_swap_tier_info *info);
+/* The ids of the active tiers in priority order (highest first); returns how many (<= max). */
+unsigned int kvmm_swap_tiers(struct kvmm_pool *pool, unsigned int *ids, unsigned int max);
+
+/*
+ * Readahead depth: swapped blocks after a faulted range that are read asynchronously
+ * (0 disables; <= KVMM_SWAP_RA_MAX).  0 or -EINVAL.
+ */
+int kvmm_swap_set_readahead(struct kvmm_pool *pool, uint32_t depth);
+
+/* ---- swap-out, demotion, fault-in (swapfile.c, swap_state.c) ----------------------------- */
+
+/*
+ * Swap out blocks [first, first + n) of @seq: every present, unpinned page that only this
+ * sequence maps is written (one batch, consecutive slots when possible) and its frame freed;
+ * others are skipped.  Returns the number swapped out, or -errno when none was and one failed
+ * (-ENOSPC: no tier has room, -EIO: the write failed; the pages stay resident).
+ */
+int kvmm_mm_seq_swap_out(struct kvmm_seq *seq, uint32_t first, uint32_t n);
+/*
+ * Bring swapped blocks [first, first + n) of @seq back into frames, synchronously (waiting for
+ * reads already in flight), then read ahead the next swapped blocks asynchronously.  Returns
+ * the number of pages brought in, or -EIO (a read failed: that block stays swapped) /
+ * -ENOMEM (no frame); pages brought in before the failure stay in.
+ */
+int kvmm_mm_seq_fault(struct kvmm_seq *seq, uint32_t first, uint32_t n);
+/* Start reads of swapped blocks [first, first + n) of @seq; returns the number started. */
+int kvmm_mm_seq_prefetch(struct kvmm_seq *seq, uint32_t first, uint32_t n);
+/* Blocks of @seq now swapped out (PTE type SWAP). */
+uint32_t kvmm_mm_seq_nr_swapped(const struct kvmm_seq *seq);
+/*
+ * Reap completed asynchronous reads and install their pages (@wait: block until everything
+ * in flight has completed).  Returns the number installed.  The daemon calls this from its
+ * loop; every swap call also does it on entry.
+ */
+int kvmm_swap_poll(struct kvmm_pool *pool, bool wait);
+/*
+ * Demote up to @n CACHED pages (of @ns, or any when NULL) from the inactive LRU tail to the
+ * highest-priority tier with room, keeping their page-cache entries.  Returns the number
+ * demoted (0 when no tier or nothing to demote) or -errno when none was and one failed.
+ */
+int kvmm_swap_demote(struct kvmm_pool *pool, struct kvmm_ns *ns, uint32_t n);
+/*
+ * Move up to @n pages of tier @tier to the next lower-priority tier with room (host -> NVMe),
+ * oldest slots first.  Returns the number moved or -errno (-ENOENT: no tier; -ENOSPC: no
+ * lower tier with room).
+ */
+int kvmm_swap_move_down(struct kvmm_pool *pool, unsigned int tier, uint32_t n);
+
+/* ---- fault injection (swapfile.c) ---------------------------------------------------------- */
+
+enum kvmm_fault_mode {
+	KVMM_FAULT_EIO,	   /* the I/O fails with -EIO */
+	KVMM_FAULT_SHORT,  /* a short write or read: half the page moves, -EIO is reported */
+	KVMM_FAULT_ENOSPC, /* the medium is full: -ENOSPC */
+	KVMM_FAULT_MODE_COUNT,
+};
+
+/*
+ * A fault point fails a call when: it is the @nth call since the attribute was set (1 = the
+ * next one; 0 = no such rule), or every @interval-th call (0 = every call) passes the
+ * @probability test (percent, 0 = never) - at most @times failures in all (0 = unlimited).
+ */
+struct kvmm_fault_attr {
+	uint64_t nth;
+	uint32_t interval;
+	uint32_t probability;
+	uint32_t times;
+	enum kvmm_fault_mode mode;
+	uint64_t seed; /* for the probability rule; 0 = a fixed default */
+};
+
+/* Named points: "swap.write", "swap.read", "swap.alloc" (slot allocation: always ENOSPC). */
+#define KVMM_FAULT_POINTS 3
+/* Arm (or with @attr NULL, disarm) a point; resets its call and failure counts. 0/-ENOENT/-EINVAL. */
+int kvmm_swap_fault_set(struct kvmm_pool *pool, const char *point,
+			const struct kvmm_fault_attr *attr);
+/*
+ * The same from text, for config files and the admin verb:
+ *   "swap.write nth=3 mode=short times=1", "swap.read probability=10 interval=2 seed=7",
+ *   "swap.alloc off".  Keys: nth, interval, probability, times, seed, mode=eio|short|enospc.
+ */
+int kvmm_swap_fault_parse(struct kvmm_pool *pool, const char *spec);
+/* Calls seen and failures injected by a point since it was set. 0 or -ENOENT. */
+int kvmm_swap_fault_stats(struct kvmm_pool *pool, const char *point, uint64_t *calls,
+			  uint64_t *failures);
+
+/* ---- internal: used by the rest of the core -------------------------------------------------- */
+
+/* A swap PTE of a sequence goes away (free/truncate): drop the slot's reference. */
+void kvmm_swap_pte_drop(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t block);
+/*
+ * A lookup or seal hit page-cache entry @ent whose page is swapped: bring it into a frame
+ * (charged to the entry's namespace) and return the page (MAPPED by whoever else names the
+ * slot, refcount possibly 0: the caller takes its reference).  NULL with errno on failure.
+ */
+struct kvmm_page *kvmm_swap_fault_ent(struct kvmm_pool *pool, struct kvmm_cache_ent *ent,
+				      struct kvmm_magazine *mag);
+/* The entry the slot named by swap entry @swp belongs to (or NULL): invariant checks. */
+struct kvmm_cache_ent *kvmm_swap_slot_ent(struct kvmm_pool *pool, uint64_t swp);
+/* Reclaim's eviction of a CACHED page: demote it instead when a tier has room. 0 or -errno. */
+int kvmm_swap_demote_page(struct kvmm_pool *pool, struct kvmm_page *pg);
+/* Page-cache entries whose page is swapped (slots naming an entry). */
+uint32_t kvmm_swap_nr_ents(struct kvmm_pool *pool);
+/* Swap side of kvmm_check_invariants(): slots, reverse maps, swap cache. 0 or -EUCLEAN. */
+int kvmm_swap_check(struct kvmm_pool *pool, char *why, size_t whylen);
+/* Pool teardown (kvmm_mm_release): wait for I/O, remove every tier. */
+void kvmm_swap_destroy(struct kvmm_pool *pool);
+
+/* page-cache entries of swapped pages (pagecache.c) */
+uint64_t kvmm_pagecache_ent_swap(const struct kvmm_cache_ent *ent);
+uint16_t kvmm_pagecache_ent_ns(const struct kvmm_cache_ent *ent);
+bool kvmm_pagecache_ent_orphan(const struct kvmm_cache_ent *ent);
+/* @pg's page goes to swap entry @swp: its entry now names the slot, pg is no longer SEALED. */
+void kvmm_pagecache_ent_swapout(struct kvmm_pool *pool, struct kvmm_page *pg, uint64_t swp);
+/* A swapped entry's page is back in @pg (SEALED again), or moved to slot @swp (pg NULL). */
+void kvmm_pagecache_ent_swapin(struct kvmm_pool *pool, struct kvmm_cache_ent *ent,
+			       struct kvmm_page *pg, uint64_t swp);
+/* Remove a swapped entry from the cache (its descendants become orphans). */
+void kvmm_pagecache_remove_ent(struct kvmm_pool *pool, struct kvmm_cache_ent *ent);
+
+#endif /* KVMM_SWAP_H */

@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/swap_host.c - the host-memory swap tier: an anonymous arena of size bytes, one slot
+ * per page, written and read with memcpy.
+ *
+ * It is the first tier below the device pool: demoted cached pages and swapped sequence pages
+ * land here at memory speed, and kvmm_swap_move_down() later moves the cold ones to the NVMe
+ * tier.  The copy happens at submit time; the I/O is only reported complete from poll(), like
+ * every tier's, so that the core's completion handling is the same for all of them.  With the
+ * CUDA backend this arena becomes pinned host memory (cuMemHostAlloc) and the copy a DMA;
+ * nothing above the ops table changes.  Locking: the pool lock.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "compiler.h"
+#include "list.h"
+#include "kvmm/swap.h"
+
+struct host_tier {
+	uint8_t *arena;
+	size_t size;
+	struct list_head done; /* struct kvmm_swap_io.node: copied, not yet reported */
+};
+
+static int host_init(struct kvmm_swap_tier *t, const struct kvmm_swap_tier_params *p)
+{
+	struct host_tier *h;
+
+	if (p->size > SIZE_MAX)
+		return -EINVAL;
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	/* reserved lazily: a large, mostly empty tier costs nothing until it is used */
+	h->arena = mmap(NULL, (size_t)p->size, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (h->arena == MAP_FAILED) {
+		free(h);
+		return -ENOMEM;
+	}
+	h->size = (size_t)p->size;
+	INIT_LIST_HEAD(&h->done);
+	t->priv = h;
+	t->direct = true;
+	return 0;
+}
+
+static void host_fini(struct kvmm_swap_tier *t)
+{
+	struct host_tier *h = t->priv;
+
+	KVMM_WARN_ON(!list_empty(&h->done));
+	munmap(h->arena, h->size);
+	free(h);
+	t->priv = NULL;
+}
+
+static int host_submit(struct kvmm_swap_tier *t, struct kvmm_swap_io *io)
+{
+	struct host_tier *h = t->priv;
+	uint8_t *slot;
+
+	if (io->slot >= t->nslots)
+		return -EINVAL;
+	slot = h->arena + io->slot * t->page_size;
+	if (io->write)
+		memcpy(slot, io->buf, t->page_size);
+	else
+		memcpy(io->buf, slot, t->page_size);
+	io->res = 0;
+	list_add_tail(&io->node, &h->done);
+	return 0;
+}
+
+static int host_flush(struct kvmm_swap_tier *t)
+{
+	(void)t;
+	return 0;
+}
+
+static int host_poll(struct kvmm_swap_tier *t, bool wait)
+{
+	struct host_tier *h = t->priv;
+	int n = 0;
+
+	(void)wait; /* everything submitted is already done */
+	while (!list_empty(&h->done)) {
+		struct kvmm_swap_io *io = list_first_entry(&h->done, struct kvmm_swap_io, node);
+
+		list_del(&io->node);
+		io->end_io(io);
+		n++;
+	}
+	return n;
+}
+
+const struct kvmm_swap_ops kvmm_swap_host_ops = {
+	.name = "host",
+	.init = host_init,
+	.fini = host_fini,
+	.submit = host_submit,
+	.flush = host_flush,
+	.poll = host_poll,
+};

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvmm/swap_internal.h - state shared by swapfile.c (tiers, slots, swap-out, fault injection)
+ * and swap_state.c (swap cache, fault-in, readahead).  Not for use outside kvmm/swap*.c.
+ */
+#ifndef KVMM_SWAP_INTERNAL_H
+#define KVMM_SWAP_INTERNAL_H
+
+#include "hashtable.h"
+#include "list.h"
+#include "kvmm/swap.h"
+
+/* struct kvmm_swap_slot.flags */
+enum {
+	SLOT_READING = 1u << 0, /* an asynchronous read into a frame is in flight (swap cache) */
+};
+
+/* fault point indices */
+enum {
+	FP_WRITE,
+	FP_READ,
+	FP_ALLOC
+};
+
+struct swap_fault {
+	struct kvmm_fault_attr attr;
+	bool armed;
+	uint64_t calls, failures, rng;
+};
+
+/* A read in flight: the swap cache entry of a page on its way back (swap_state.c). */
+struct swap_rd {
+	struct hlist_node hnode; /* in kvmm_swap.cache, by swap entry */
+	struct list_head node;	 /* in kvmm_swap.done once completed */
+	struct kvmm_swap_io io;
+	struct kvmm_swap *sw;
+	struct kvmm_swap_tier *t;
+	struct kvmm_page *pg; /* the frame read into: MAPPED, refcount 0, LOCKED */
+	uint64_t swp;
+	bool done;
+};
+
+struct kvmm_swap {
+	struct kvmm_pool *pool;
+	struct list_head tiers; /* struct kvmm_swap_tier.node, highest priority first */
+	struct kvmm_swap_tier *tier[KVMM_SWAP_TIER_MAX + 1];
+	unsigned int nr_tiers;
+	uint32_t ra_depth;
+	uint64_t clock;		  /* pages swapped out so far: the refault distance clock */
+	struct kvmm_htable cache; /* struct swap_rd by swap entry: reads in flight */
+	struct list_head done;	  /* completed reads not installed yet */
+	uint32_t nr_inflight;	  /* swap_rd records */
+	int busy;		  /* inside a swap operation: nested reclaim must not demote */
+	struct swap_fault fault[KVMM_FAULT_POINTS];
+};
+
+/* the canonical swap entry (no PTE flags) of (tier, slot) */
+static inline uint64_t swp_entry(unsigned int tier, uint64_t slot)
+{
+	return kvmm_pte_mk_swap(tier, slot);
+}
+
+/* swapfile.c */
+struct kvmm_swap_tier *kvmm_swap_decode(struct kvmm_pool *pool, uint64_t swp, uint64_t *slot);
+/* -1: no failure, else the enum kvmm_fault_mode to inject */
+int kvmm_swap_fault_hit(struct kvmm_swap *sw, int point);
+/* Run @n I/Os on @t to completion (fault points applied); each io->res says how it went. */
+void kvmm_swap_io_run(struct kvmm_swap *sw, struct kvmm_swap_tier *t, struct kvmm_swap_io *ios,
+		      uint32_t n);
+void kvmm_swap_slot_release(struct kvmm_swap_tier *t, uint64_t slot);
+void kvmm_swap_count_fail(struct kvmm_swap_tier *t);
+
+/* swap_state.c */
+/* A read of @slot completed into @pg: hand the page to whoever names the slot, free the slot. */
+void kvmm_swap_slot_install(struct kvmm_pool *pool, struct kvmm_swap_tier *t, uint64_t slot,
+			    struct kvmm_page *pg);
+/* Install every completed read (the done list); returns how many were processed. */
+int kvmm_swap_reap(struct kvmm_pool *pool);
+struct swap_rd *kvmm_swap_cache_find(struct kvmm_swap *sw, uint64_t swp);
+/* Wait for @rd to complete and install it (and whatever else completed). */
+void kvmm_swap_cache_wait(struct kvmm_pool *pool, struct swap_rd *rd);
+
+#endif /* KVMM_SWAP_INTERNAL_H */

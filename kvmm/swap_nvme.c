@@ -1,0 +1,251 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/swap_nvme.c - the NVMe swap tier: a swap file opened O_DIRECT and driven through
+ * io_uring (liburing 2.3).
+ *
+ * The file is created (or reused) at the tier's size with fallocate, so a write into any slot
+ * never needs new blocks.  I/O goes through a staging pool of queue_depth page-size buffers,
+ * page aligned as O_DIRECT wants, registered with io_uring_register_buffers() once (so the
+ * kernel pins them once, not per I/O), and the file descriptor is registered too
+ * (IOSQE_FIXED_FILE).  Frames are never handed to the kernel directly: a frame may be device
+ * memory (the CUDA backend), and the staging copy is where a device-to-host DMA goes later.
+ * submit() copies a page into a free staging buffer (writes) and queues an SQE; flush()
+ * submits all queued SQEs with one io_uring_submit() - a batch costs one system call; poll()
+ * reaps CQEs, copies reads out of their buffer and reports each I/O.  A result other than a
+ * whole page is an error: a negative one as it is, a short one (a truncated file, a torn
+ * write) as -EIO.  When every staging buffer is busy, submit() says -EAGAIN and the core
+ * polls before it retries: the queue depth bounds the I/O in flight.
+ *
+ * Fallbacks, each logged once: a file system that refuses O_DIRECT (EINVAL) gets buffered
+ * I/O; a failed buffer or file registration (RLIMIT_MEMLOCK) gets plain READ/WRITE SQEs.
+ * Locking: the pool lock.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "compiler.h"
+#include "log.h"
+#include "kvmm/swap.h"
+
+struct nvme_buf {
+	struct kvmm_swap_io *io; /* the I/O using it, NULL when free */
+	uint8_t *mem;
+	uint32_t idx;
+};
+
+struct nvme_tier {
+	int fd;
+	struct io_uring ring;
+	uint8_t *staging;
+	struct nvme_buf *bufs;
+	uint32_t *free; /* stack of free buffer indices */
+	uint32_t nfree;
+	uint32_t qd;
+	uint32_t queued; /* SQEs not submitted yet */
+	bool fixed_bufs, fixed_file;
+};
+
+static void nvme_free(struct nvme_tier *n)
+{
+	free(n->bufs);
+	free(n->free);
+	free(n->staging);
+	free(n);
+}
+
+static int open_swapfile(struct kvmm_swap_tier *t, const char *path)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_DIRECT, 0600);
+
+	t->direct = true;
+	if (fd < 0 && errno == EINVAL) {
+		kvmm_warn("swap tier %u: %s refuses O_DIRECT, using buffered I/O", t->id, path);
+		t->direct = false;
+		fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	}
+	return fd < 0 ? -errno : fd;
+}
+
+static int nvme_init(struct kvmm_swap_tier *t, const struct kvmm_swap_tier_params *p)
+{
+	struct nvme_tier *n;
+	struct iovec *iov = NULL;
+	uint32_t i;
+	int ret;
+
+	if (!p->path || !p->path[0] || t->page_size % 4096)
+		return -EINVAL;
+	n = calloc(1, sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	n->qd = p->queue_depth ? p->queue_depth : KVMM_SWAP_QD_DEFAULT;
+	n->bufs = calloc(n->qd, sizeof(*n->bufs));
+	n->free = calloc(n->qd, sizeof(*n->free));
+	iov = calloc(n->qd, sizeof(*iov));
+	if (!n->bufs || !n->free || !iov ||
+	    posix_memalign((void **)&n->staging, 4096, (size_t)n->qd * t->page_size)) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	for (i = 0; i < n->qd; i++) {
+		n->bufs[i].mem = n->staging + (size_t)i * t->page_size;
+		n->bufs[i].idx = i;
+		n->free[n->nfree++] = n->qd - 1 - i;
+		iov[i].iov_base = n->bufs[i].mem;
+		iov[i].iov_len = t->page_size;
+	}
+
+	ret = open_swapfile(t, p->path);
+	if (ret < 0)
+		goto out_free;
+	n->fd = ret;
+	if (fallocate(n->fd, 0, 0, (off_t)p->size)) {
+		ret = -errno;
+		/* a file system without fallocate: a sparse file of the size still works */
+		if (ret != -EOPNOTSUPP || ftruncate(n->fd, (off_t)p->size))
+			goto out_close;
+	}
+	ret = io_uring_queue_init(n->qd, &n->ring, 0);
+	if (ret < 0)
+		goto out_close;
+	n->fixed_bufs = !io_uring_register_buffers(&n->ring, iov, n->qd);
+	n->fixed_file = !io_uring_register_files(&n->ring, &n->fd, 1);
+	if (!n->fixed_bufs || !n->fixed_file)
+		kvmm_warn("swap tier %u: io_uring registration failed (buffers %d, file %d)", t->id,
+			  n->fixed_bufs, n->fixed_file);
+	free(iov);
+	t->priv = n;
+	return 0;
+
+out_close:
+	close(n->fd);
+out_free:
+	free(iov);
+	nvme_free(n);
+	return ret;
+}
+
+static void nvme_fini(struct kvmm_swap_tier *t)
+{
+	struct nvme_tier *n = t->priv;
+
+	KVMM_WARN_ON(n->nfree != n->qd);
+	io_uring_queue_exit(&n->ring);
+	close(n->fd);
+	nvme_free(n);
+	t->priv = NULL;
+}
+
+static int nvme_flush(struct kvmm_swap_tier *t)
+{
+	struct nvme_tier *n = t->priv;
+	int ret;
+
+	if (!n->queued)
+		return 0;
+	ret = io_uring_submit(&n->ring);
+	if (ret < 0)
+		return ret;
+	n->queued -= min_t(uint32_t, n->queued, (uint32_t)ret);
+	return 0;
+}
+
+static int nvme_submit(struct kvmm_swap_tier *t, struct kvmm_swap_io *io)
+{
+	struct nvme_tier *n = t->priv;
+	struct io_uring_sqe *sqe;
+	struct nvme_buf *b;
+	int fd = n->fixed_file ? 0 : n->fd;
+	uint64_t off = io->slot * t->page_size;
+
+	if (io->slot >= t->nslots)
+		return -EINVAL;
+	if (!n->nfree)
+		return -EAGAIN;
+	sqe = io_uring_get_sqe(&n->ring);
+	if (!sqe) {
+		nvme_flush(t);
+		sqe = io_uring_get_sqe(&n->ring);
+		if (!sqe)
+			return -EAGAIN;
+	}
+	b = &n->bufs[n->free[--n->nfree]];
+	b->io = io;
+	if (io->write) {
+		memcpy(b->mem, io->buf, t->page_size);
+		if (n->fixed_bufs)
+			io_uring_prep_write_fixed(sqe, fd, b->mem, (unsigned int)t->page_size, off,
+						  (int)b->idx);
+		else
+			io_uring_prep_write(sqe, fd, b->mem, (unsigned int)t->page_size, off);
+	} else {
+		if (n->fixed_bufs)
+			io_uring_prep_read_fixed(sqe, fd, b->mem, (unsigned int)t->page_size, off,
+						 (int)b->idx);
+		else
+			io_uring_prep_read(sqe, fd, b->mem, (unsigned int)t->page_size, off);
+	}
+	if (n->fixed_file)
+		sqe->flags |= IOSQE_FIXED_FILE;
+	io_uring_sqe_set_data(sqe, b);
+	n->queued++;
+	return 0;
+}
+
+static int nvme_poll(struct kvmm_swap_tier *t, bool wait)
+{
+	struct nvme_tier *n = t->priv;
+	int done = 0, ret;
+
+	ret = nvme_flush(t);
+	if (ret < 0)
+		return ret;
+	while (n->nfree < n->qd) {
+		struct io_uring_cqe *cqe;
+		struct kvmm_swap_io *io;
+		struct nvme_buf *b;
+		int res;
+
+		if (wait && !done)
+			ret = io_uring_wait_cqe(&n->ring, &cqe);
+		else
+			ret = io_uring_peek_cqe(&n->ring, &cqe);
+		if (ret == -EAGAIN)
+			break;
+		if (ret == -EINTR)
+			continue;
+		if (ret < 0)
+			return ret;
+		b = io_uring_cqe_get_data(cqe);
+		res = cqe->res;
+		io_uring_cqe_seen(&n->ring, cqe);
+		io = b->io;
+		if (res == (int)t->page_size) {
+			if (!io->write)
+				memcpy(io->buf, b->mem, t->page_size);
+			io->res = 0;
+		} else {
+			/* short: the file was truncated under us, or the write was torn */
+			io->res = res < 0 ? res : -EIO;
+		}
+		b->io = NULL;
+		n->free[n->nfree++] = b->idx;
+		io->end_io(io);
+		done++;
+	}
+	return done;
+}
+
+const struct kvmm_swap_ops kvmm_swap_nvme_ops = {
+	.name = "nvme",
+	.init = nvme_init,
+	.fini = nvme_fini,
+	.submit = nvme_submit,
+	.flush = nvme_flush,
+	.poll = nvme_poll,
+};

@@ -1,0 +1,1087 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/swapfile.c - swap tiers and their slots, swap-out, demotion, move-down, swapoff and
+ * the swap fault points.
+ *
+ * A pool's swap state (struct kvmm_swap, made at the first swapon) holds up to 31 tiers in
+ * priority order.  Each tier is a medium (struct kvmm_swap_ops) and a slot allocator: a
+ * bitmap of page-size slots grouped in clusters of KVMM_SWAP_CLUSTER.  A batch of a
+ * sequence's consecutive pages asks for a run: the current cluster's next free run when it is
+ * long enough, else a wholly free cluster (which then becomes current), else any free slots
+ * (a fragmented tier).  Consecutive slots keep a sequence's pages together on the medium, so
+ * readahead reads neighbours and a swapoff walks a file roughly in order.
+ *
+ * Every used slot names what refers to it (struct kvmm_swap_slot): the one sequence whose PTE
+ * holds the swap entry (only pages with refcount 1 are swapped, so there is never more than
+ * one) and/or the page-cache entry of a sealed page.  That small reverse map is what lets
+ * swapoff and move-down rewrite the references of a slot they move, and what lets a lookup
+ * that faults a demoted page back map it for its sequence too.  A slot is freed when both
+ * references are gone (and no read into it is in flight).
+ *
+ * All I/O here is synchronous and batched (kvmm_swap_io_run): submit everything, flush once,
+ * poll until every I/O of the batch completed; completions of asynchronous reads (readahead,
+ * swap_state.c) that arrive meanwhile only go to the done list and are installed later, so
+ * no page changes under a caller's feet.  While a swap operation runs, sw->busy keeps nested
+ * reclaim (a swap-in's frame allocation under min) from demoting, i.e. from starting I/O
+ * inside I/O.  Locking: the pool lock (mm.h).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bitmap.h"
+#include "compiler.h"
+#include "kvmm/mm.h"
+#include "kvmm/swap.h"
+#include "kvmm/swap_internal.h"
+
+static const char *const fault_names[KVMM_FAULT_POINTS] = {
+	[FP_WRITE] = "swap.write",
+	[FP_READ] = "swap.read",
+	[FP_ALLOC] = "swap.alloc",
+};
+
+#define SWAP_BATCH 64 /* pages per synchronous I/O batch */
+
+/* ---- swap state and tiers -------------------------------------------------------------- */
+
+static struct kvmm_swap *swap_get(struct kvmm_pool *pool)
+{
+	struct kvmm_swap *sw = pool->swap;
+
+	if (sw)
+		return sw;
+	sw = calloc(1, sizeof(*sw));
+	if (!sw)
+		return NULL;
+	if (kvmm_htable_init(&sw->cache, 6)) {
+		free(sw);
+		return NULL;
+	}
+	sw->pool = pool;
+	INIT_LIST_HEAD(&sw->tiers);
+	INIT_LIST_HEAD(&sw->done);
+	sw->ra_depth = KVMM_SWAP_RA_DEFAULT;
+	pool->swap = sw;
+	return sw;
+}
+
+struct kvmm_swap_tier *kvmm_swap_tier_get(struct kvmm_pool *pool, unsigned int tier)
+{
+	if (!pool || !pool->swap || !tier || tier > KVMM_SWAP_TIER_MAX)
+		return NULL;
+	return pool->swap->tier[tier];
+}
+
+struct kvmm_swap_tier *kvmm_swap_decode(struct kvmm_pool *pool, uint64_t swp, uint64_t *slot)
+{
+	struct kvmm_swap_tier *t;
+
+	if (!kvmm_pte_is_swap(swp))
+		return NULL;
+	t = kvmm_swap_tier_get(pool, kvmm_pte_swap_tier(swp));
+	if (!t)
+		return NULL;
+	*slot = kvmm_pte_swap_slot(swp);
+	return *slot < t->nslots ? t : NULL;
+}
+
+static inline uint32_t cluster_size(const struct kvmm_swap_tier *t, uint32_t c)
+{
+	uint64_t start = (uint64_t)c * KVMM_SWAP_CLUSTER;
+
+	return (uint32_t)min_t(uint64_t, KVMM_SWAP_CLUSTER, t->nslots - start);
+}
+
+static void tier_free(struct kvmm_swap_tier *t)
+{
+	free(t->map);
+	free(t->cluster_free);
+	free(t->slots);
+	free(t);
+}
+
+int kvmm_swapon(struct kvmm_pool *pool, const struct kvmm_swap_ops *ops,
+		const struct kvmm_swap_tier_params *p)
+{
+	struct kvmm_swap_tier *t, *pos;
+	struct kvmm_swap *sw;
+	uint32_t c;
+	int ret;
+
+	if (!pool || !ops || !p || !ops->init || !ops->fini || !ops->submit || !ops->flush ||
+	    !ops->poll)
+		return -EINVAL;
+	if (!p->tier || p->tier > KVMM_SWAP_TIER_MAX || !p->size || p->size % pool->page_size ||
+	    p->size / pool->page_size > KVMM_SWAP_SLOT_MAX || p->queue_depth > KVMM_SWAP_QD_MAX)
+		return -EINVAL;
+	if (p->path && strlen(p->path) >= KVMM_PATH_LEN)
+		return -ENAMETOOLONG;
+	/* tiers copy pages through their host address (a device backend needs a DMA hook) */
+	if (!pool->be.ops->frame_addr)
+		return -EOPNOTSUPP;
+	sw = swap_get(pool);
+	if (!sw)
+		return -ENOMEM;
+	if (sw->tier[p->tier])
+		return -EEXIST;
+
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->ops = ops;
+	t->pool = pool;
+	t->id = p->tier;
+	t->priority = p->priority;
+	t->page_size = pool->page_size;
+	t->size = p->size;
+	t->nslots = p->size / pool->page_size;
+	t->nclusters = (uint32_t)DIV_ROUND_UP(t->nslots, (uint64_t)KVMM_SWAP_CLUSTER);
+	t->map = calloc(1, bitmap_size(t->nslots));
+	t->cluster_free = calloc(t->nclusters, sizeof(*t->cluster_free));
+	t->slots = calloc(t->nslots, sizeof(*t->slots));
+	if (!t->map || !t->cluster_free || !t->slots) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	for (c = 0; c < t->nclusters; c++)
+		t->cluster_free[c] = (uint16_t)cluster_size(t, c);
+	t->nr_free_clusters = t->nclusters;
+	if (p->path)
+		snprintf(t->path, sizeof(t->path), "%s", p->path);
+	ret = ops->init(t, p);
+	if (ret)
+		goto out_free;
+
+	/* priority order, highest first; among equals the older tier first */
+	list_for_each_entry (pos, &sw->tiers, node)
+		if (pos->priority < t->priority)
+			break;
+	list_add_tail(&t->node, &pos->node);
+	sw->tier[t->id] = t;
+	sw->nr_tiers++;
+	return 0;
+
+out_free:
+	tier_free(t);
+	return ret;
+}
+
+int kvmm_swap_tier_info(struct kvmm_pool *pool, unsigned int tier, struct kvmm_swap_tier_info *info)
+{
+	struct kvmm_swap_tier *t = kvmm_swap_tier_get(pool, tier);
+
+	if (!t || !info)
+		return -ENOENT;
+	memset(info, 0, sizeof(*info));
+	info->tier = t->id;
+	info->priority = t->priority;
+	info->kind = t->ops->name;
+	info->nslots = t->nslots;
+	info->used = t->nr_used;
+	info->bytes_out = t->bytes_out;
+	info->bytes_in = t->bytes_in;
+	info->pages_out = t->nr_out;
+	info->pages_in = t->nr_in;
+	info->failures = t->nr_fail;
+	info->direct = t->direct;
+	return 0;
+}
+
+unsigned int kvmm_swap_tiers(struct kvmm_pool *pool, unsigned int *ids, unsigned int max)
+{
+	struct kvmm_swap_tier *t;
+	unsigned int n = 0;
+
+	if (!pool || !pool->swap)
+		return 0;
+	list_for_each_entry (t, &pool->swap->tiers, node) {
+		if (n >= max)
+			break;
+		ids[n++] = t->id;
+	}
+	return n;
+}
+
+int kvmm_swap_set_readahead(struct kvmm_pool *pool, uint32_t depth)
+{
+	struct kvmm_swap *sw;
+
+	if (!pool || depth > KVMM_SWAP_RA_MAX)
+		return -EINVAL;
+	sw = swap_get(pool);
+	if (!sw)
+		return -ENOMEM;
+	sw->ra_depth = depth;
+	return 0;
+}
+
+/* ---- slots ------------------------------------------------------------------------------ */
+
+static void slot_take(struct kvmm_swap_tier *t, uint64_t s, uint32_t n)
+{
+	uint64_t i;
+
+	for (i = s; i < s + n; i++) {
+		uint32_t c = (uint32_t)(i / KVMM_SWAP_CLUSTER);
+
+		KVMM_BUG_ON(bitmap_test_bit(t->map, i));
+		bitmap_set_bit(t->map, i);
+		if (t->cluster_free[c]-- == cluster_size(t, c))
+			t->nr_free_clusters--;
+	}
+	t->nr_used += n;
+}
+
+void kvmm_swap_slot_release(struct kvmm_swap_tier *t, uint64_t slot)
+{
+	uint32_t c = (uint32_t)(slot / KVMM_SWAP_CLUSTER);
+
+	KVMM_BUG_ON(!bitmap_test_bit(t->map, slot));
+	bitmap_clear_bit(t->map, slot);
+	memset(&t->slots[slot], 0, sizeof(t->slots[slot]));
+	if (++t->cluster_free[c] == cluster_size(t, c))
+		t->nr_free_clusters++;
+	t->nr_used--;
+}
+
+/* Free slots from @s on, at most @max. */
+static uint32_t run_len(const struct kvmm_swap_tier *t, uint64_t s, uint32_t max)
+{
+	uint64_t busy = find_next_bit(t->map, s + max, s);
+
+	return (uint32_t)(busy - s);
+}
+
+/* A run of up to @want free slots, taken; returns its length (0: the tier is full). */
+static uint32_t slot_alloc_run(struct kvmm_swap_tier *t, uint32_t want, uint64_t *first)
+{
+	uint64_t s, end;
+	uint32_t c, i, len;
+
+	if (t->nr_used >= t->nslots || !want)
+		return 0;
+	want = min_t(uint32_t, want, KVMM_SWAP_CLUSTER);
+	c = t->cur_cluster;
+	end = (uint64_t)c * KVMM_SWAP_CLUSTER + cluster_size(t, c);
+	s = find_next_zero_bit(t->map, end, (uint64_t)c * KVMM_SWAP_CLUSTER);
+	if (s < end) {
+		len = run_len(t, s, (uint32_t)min_t(uint64_t, want, end - s));
+		if (len == want || !t->nr_free_clusters)
+			goto take;
+	}
+	/* a wholly free cluster keeps the run together */
+	for (i = 1; i <= t->nclusters && t->nr_free_clusters; i++) {
+		uint32_t n = (c + i) % t->nclusters;
+
+		if (t->cluster_free[n] == cluster_size(t, n)) {
+			t->cur_cluster = n;
+			s = (uint64_t)n * KVMM_SWAP_CLUSTER;
+			len = min_t(uint32_t, want, cluster_size(t, n));
+			goto take;
+		}
+	}
+	/* fragmented: the first free slots anywhere */
+	s = find_first_zero_bit(t->map, t->nslots);
+	if (s >= t->nslots)
+		return 0;
+	len = run_len(t, s, (uint32_t)min_t(uint64_t, want, t->nslots - s));
+	t->cur_cluster = (uint32_t)(s / KVMM_SWAP_CLUSTER);
+take:
+	slot_take(t, s, len);
+	*first = s;
+	return len;
+}
+
+/*
+ * The tier new pages go to: the highest-priority one with a free slot, other than @skip and,
+ * when @below is set, of a lower priority than it (move-down).
+ */
+static struct kvmm_swap_tier *pick_tier(struct kvmm_swap *sw, const struct kvmm_swap_tier *skip,
+					bool below)
+{
+	struct kvmm_swap_tier *t;
+
+	list_for_each_entry (t, &sw->tiers, node) {
+		if (t == skip || t->nr_used >= t->nslots)
+			continue;
+		if (below && (t->priority > skip->priority ||
+			      (t->priority == skip->priority && t->id < skip->id)))
+			continue;
+		return t;
+	}
+	return NULL;
+}
+
+/* Allocate a run on the best tier; 0 with *err = -ENOSPC when none has room (or injected). */
+static uint32_t alloc_run(struct kvmm_swap *sw, const struct kvmm_swap_tier *skip, bool below,
+			  uint32_t want, struct kvmm_swap_tier **tp, uint64_t *first, int *err)
+{
+	struct kvmm_swap_tier *t;
+	uint32_t got;
+
+	if (kvmm_swap_fault_hit(sw, FP_ALLOC) >= 0) {
+		sw->pool->stat[KVMM_STAT_SWAP_FAIL]++;
+		*err = -ENOSPC;
+		return 0;
+	}
+	t = pick_tier(sw, skip, below);
+	got = t ? slot_alloc_run(t, want, first) : 0;
+	if (!got) {
+		*err = -ENOSPC;
+		return 0;
+	}
+	*tp = t;
+	return got;
+}
+
+/* ---- fault injection ---------------------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
+}
+
+int kvmm_swap_fault_hit(struct kvmm_swap *sw, int point)
+{
+	struct swap_fault *f = &sw->fault[point];
+	const struct kvmm_fault_attr *a = &f->attr;
+	bool hit = false;
+
+	if (likely(!f->armed))
+		return -1;
+	f->calls++;
+	if (a->times && f->failures >= a->times)
+		return -1;
+	if (a->nth && f->calls == a->nth) {
+		hit = true;
+	} else if (a->interval || a->probability) {
+		if (!a->interval || f->calls % a->interval == 0) {
+			f->rng = mix64(f->rng + UINT64_C(0x9e3779b97f4a7c15));
+			/* probability 0 with an interval: every interval-th call */
+			hit = !a->probability || f->rng % 100 < a->probability;
+		}
+	}
+	if (!hit)
+		return -1;
+	f->failures++;
+	return (int)a->mode;
+}
+
+static int fault_index(const char *point)
+{
+	int i;
+
+	for (i = 0; i < KVMM_FAULT_POINTS; i++)
+		if (point && !strcmp(point, fault_names[i]))
+			return i;
+	return -1;
+}
+
+int kvmm_swap_fault_set(struct kvmm_pool *pool, const char *point,
+			const struct kvmm_fault_attr *attr)
+{
+	struct kvmm_swap *sw;
+	struct swap_fault *f;
+	int i;
+
+	if (!pool)
+		return -EINVAL;
+	i = fault_index(point);
+	if (i < 0)
+		return -ENOENT;
+	if (attr && ((unsigned int)attr->mode >= KVMM_FAULT_MODE_COUNT || attr->probability > 100))
+		return -EINVAL;
+	sw = swap_get(pool);
+	if (!sw)
+		return -ENOMEM;
+	f = &sw->fault[i];
+	memset(f, 0, sizeof(*f));
+	if (attr) {
+		f->attr = *attr;
+		f->armed = attr->nth || attr->interval || attr->probability;
+		f->rng = attr->seed ? attr->seed : UINT64_C(0x6b766d6d2d666c74);
+	}
+	return 0;
+}
+
+int kvmm_swap_fault_stats(struct kvmm_pool *pool, const char *point, uint64_t *calls,
+			  uint64_t *failures)
+{
+	int i = fault_index(point);
+
+	if (!pool || i < 0)
+		return -ENOENT;
+	if (calls)
+		*calls = pool->swap ? pool->swap->fault[i].calls : 0;
+	if (failures)
+		*failures = pool->swap ? pool->swap->fault[i].failures : 0;
+	return 0;
+}
+
+static int parse_u64(const char *v, uint64_t *out)
+{
+	char *end;
+
+	if (!*v || *v == '-')
+		return -EINVAL;
+	errno = 0;
+	*out = strtoull(v, &end, 0);
+	return errno || *end ? -EINVAL : 0;
+}
+
+int kvmm_swap_fault_parse(struct kvmm_pool *pool, const char *spec)
+{
+	struct kvmm_fault_attr a = {0};
+	char buf[256], *save = NULL, *tok, *point;
+	bool off = false;
+
+	if (!pool || !spec || strlen(spec) >= sizeof(buf))
+		return -EINVAL;
+	strcpy(buf, spec);
+	point = strtok_r(buf, " \t,", &save);
+	if (!point)
+		return -EINVAL;
+	while ((tok = strtok_r(NULL, " \t,", &save))) {
+		char *eq = strchr(tok, '=');
+		uint64_t v;
+
+		if (!strcmp(tok, "off")) {
+			off = true;
+			continue;
+		}
+		if (!eq)
+			return -EINVAL;
+		*eq++ = '\0';
+		if (!strcmp(tok, "mode")) {
+			if (!strcmp(eq, "eio"))
+				a.mode = KVMM_FAULT_EIO;
+			else if (!strcmp(eq, "short"))
+				a.mode = KVMM_FAULT_SHORT;
+			else if (!strcmp(eq, "enospc"))
+				a.mode = KVMM_FAULT_ENOSPC;
+			else
+				return -EINVAL;
+			continue;
+		}
+		if (parse_u64(eq, &v))
+			return -EINVAL;
+		if (!strcmp(tok, "nth"))
+			a.nth = v;
+		else if (!strcmp(tok, "seed"))
+			a.seed = v;
+		else if (v > UINT32_MAX)
+			return -EINVAL;
+		else if (!strcmp(tok, "interval"))
+			a.interval = (uint32_t)v;
+		else if (!strcmp(tok, "probability"))
+			a.probability = (uint32_t)v;
+		else if (!strcmp(tok, "times"))
+			a.times = (uint32_t)v;
+		else
+			return -EINVAL;
+	}
+	return kvmm_swap_fault_set(pool, point, off ? NULL : &a);
+}
+
+/* ---- synchronous batched I/O -------------------------------------------------------------- */
+
+struct io_batch {
+	uint32_t pending;
+};
+
+static void batch_end_io(struct kvmm_swap_io *io)
+{
+	struct io_batch *b = io->priv;
+
+	b->pending--;
+}
+
+void kvmm_swap_count_fail(struct kvmm_swap_tier *t)
+{
+	t->nr_fail++;
+	t->pool->stat[KVMM_STAT_SWAP_FAIL]++;
+}
+
+void kvmm_swap_io_run(struct kvmm_swap *sw, struct kvmm_swap_tier *t, struct kvmm_swap_io *ios,
+		      uint32_t n)
+{
+	struct io_batch batch = {0};
+	uint32_t i;
+	int ret;
+
+	for (i = 0; i < n; i++) {
+		struct kvmm_swap_io *io = &ios[i];
+		int mode = kvmm_swap_fault_hit(sw, io->write ? FP_WRITE : FP_READ);
+
+		io->end_io = batch_end_io;
+		io->priv = &batch;
+		io->res = 0;
+		if (mode >= 0) {
+			/* a short transfer is an error like any other: the slot is not trusted */
+			io->res = mode == KVMM_FAULT_ENOSPC ? -ENOSPC : -EIO;
+			continue;
+		}
+		while ((ret = t->ops->submit(t, io)) == -EAGAIN) {
+			/* out of queue slots: let some complete */
+			t->ops->flush(t);
+			if (t->ops->poll(t, true) < 0)
+				break;
+		}
+		if (ret) {
+			io->res = ret;
+			continue;
+		}
+		batch.pending++;
+	}
+	t->ops->flush(t);
+	while (batch.pending) {
+		ret = t->ops->poll(t, true);
+		/* a tier whose queue broke cannot tell which I/O finished: nothing sane is left */
+		KVMM_BUG_ON(ret < 0 && ret != -EINTR && ret != -EAGAIN);
+	}
+	for (i = 0; i < n; i++) {
+		if (ios[i].res) {
+			kvmm_swap_count_fail(t);
+		} else if (ios[i].write) {
+			t->nr_out++;
+			t->bytes_out += t->page_size;
+			sw->pool->stat[KVMM_STAT_SWPOUT]++;
+		} else {
+			t->nr_in++;
+			t->bytes_in += t->page_size;
+			sw->pool->stat[KVMM_STAT_SWPIN]++;
+		}
+	}
+}
+
+/* ---- swap-out --------------------------------------------------------------------------------- */
+
+static inline bool swappable(const struct kvmm_page *pg)
+{
+	return pg->state == KVMM_PAGE_MAPPED && pg->refcount == 1 && !pg->pincount &&
+	       !(pg->flags & (KVMM_PG_LOCKED | KVMM_PG_POISONED));
+}
+
+/* Record in slot @s what page @pg was, and detach its page-cache entry to the slot. */
+static void slot_fill(struct kvmm_swap *sw, struct kvmm_swap_tier *t, uint64_t s,
+		      struct kvmm_page *pg, struct kvmm_seq *seq, uint32_t block)
+{
+	struct kvmm_swap_slot *sl = &t->slots[s];
+
+	sl->seq = seq;
+	sl->block = block;
+	sl->ntokens = pg->ntokens;
+	sl->pgflags = pg->flags & (KVMM_PG_ACTIVE | KVMM_PG_REFERENCED);
+	sl->ns_id = pg->ns_id;
+	sl->swapped_at = ++sw->clock;
+	sl->flags = 0;
+	sl->ent = NULL;
+	if (pg->flags & KVMM_PG_SEALED) {
+		sl->ent = pg->cache;
+		kvmm_pagecache_ent_swapout(sw->pool, pg, swp_entry(t->id, s));
+	}
+}
+
+int kvmm_mm_seq_swap_out(struct kvmm_seq *seq, uint32_t first, uint32_t n)
+{
+	struct kvmm_swap_io ios[SWAP_BATCH];
+	uint32_t blocks[SWAP_BATCH];
+	struct kvmm_pool *pool;
+	struct kvmm_swap *sw;
+	uint32_t b, end, done = 0;
+	int err = 0;
+
+	if (!seq)
+		return -EINVAL;
+	pool = seq->as->pool;
+	sw = pool->swap;
+	if (!sw || !sw->nr_tiers)
+		return -ENOSPC;
+	if (first >= seq->nblocks || !n)
+		return 0;
+	end = (uint32_t)min_t(uint64_t, (uint64_t)first + n, seq->nblocks);
+	kvmm_swap_reap(pool);
+	sw->busy++;
+	b = first;
+	while (b < end) {
+		struct kvmm_swap_tier *t;
+		uint32_t want = 0, got, i, k;
+		uint64_t s;
+
+		/* the next candidates, up to a batch */
+		for (; b < end && want < SWAP_BATCH; b++) {
+			uint32_t f = kvmm_pte_frame(seq->pte[b]);
+
+			if (f != KVMM_FRAME_NONE && swappable(&pool->pages[f]))
+				blocks[want++] = b;
+		}
+		if (!want)
+			break;
+		for (i = 0; i < want; i += got) {
+			got = alloc_run(sw, NULL, false, want - i, &t, &s, &err);
+			if (!got)
+				goto out;
+			for (k = 0; k < got; k++) {
+				ios[k].slot = s + k;
+				ios[k].write = true;
+				ios[k].buf = kvmm_pool_frame_addr(
+					pool, kvmm_pte_frame(seq->pte[blocks[i + k]]));
+			}
+			kvmm_swap_io_run(sw, t, ios, got);
+			for (k = 0; k < got; k++) {
+				uint32_t blk = blocks[i + k];
+				struct kvmm_page *pg =
+					kvmm_frame_to_page(pool, kvmm_pte_frame(seq->pte[blk]));
+				uint64_t swp = swp_entry(t->id, s + k);
+
+				if (ios[k].res) {
+					/* nothing lost: the page stays resident, its slot goes */
+					kvmm_swap_slot_release(t, s + k);
+					err = ios[k].res;
+					continue;
+				}
+				slot_fill(sw, t, s + k, pg, seq, blk);
+				seq->pte[blk] = swp | kvmm_pte_flags(seq->pte[blk]);
+				pg->refcount = 0;
+				pg->flags &= ~(KVMM_PG_ACTIVE | KVMM_PG_REFERENCED);
+				kvmm_free_page(pool, pg, seq->as->mag);
+				done++;
+			}
+		}
+	}
+out:
+	sw->busy--;
+	return done ? (int)done : err;
+}
+
+uint32_t kvmm_mm_seq_nr_swapped(const struct kvmm_seq *seq)
+{
+	uint32_t b, n = 0;
+
+	if (!seq)
+		return 0;
+	for (b = 0; b < seq->nblocks; b++)
+		n += !!kvmm_pte_is_swap(seq->pte[b]);
+	return n;
+}
+
+/* ---- demotion of cached pages -------------------------------------------------------------------- */
+
+int kvmm_swap_demote_page(struct kvmm_pool *pool, struct kvmm_page *pg)
+{
+	struct kvmm_swap *sw = pool->swap;
+	struct kvmm_swap_tier *t;
+	struct kvmm_swap_io io;
+	uint64_t s;
+	int err = 0;
+
+	if (!sw || sw->busy || !sw->nr_tiers)
+		return -ENOENT;
+	KVMM_BUG_ON(pg->state != KVMM_PAGE_CACHED || (pg->flags & KVMM_PG_LRU) || !pg->cache);
+	/* an orphan can never be found again: dropping it is all there is to do */
+	if (kvmm_pagecache_ent_orphan(pg->cache))
+		return -ENOENT;
+	sw->busy++;
+	if (!alloc_run(sw, NULL, false, 1, &t, &s, &err))
+		goto out;
+	io.slot = s;
+	io.write = true;
+	io.buf = kvmm_pool_frame_addr(pool, kvmm_page_to_frame(pool, pg));
+	kvmm_swap_io_run(sw, t, &io, 1);
+	if (io.res) {
+		kvmm_swap_slot_release(t, s);
+		err = io.res;
+		goto out;
+	}
+	slot_fill(sw, t, s, pg, NULL, 0);
+	pg->flags &= ~(KVMM_PG_ACTIVE | KVMM_PG_REFERENCED);
+	/* still CACHED: kvmm_free_page uncharges ns->cached */
+	kvmm_free_page(pool, pg, NULL);
+	pool->stat[KVMM_STAT_SWAP_DEMOTE]++;
+out:
+	sw->busy--;
+	return err;
+}
+
+int kvmm_swap_demote(struct kvmm_pool *pool, struct kvmm_ns *ns, uint32_t n)
+{
+	struct kvmm_page *pg, *prev;
+	uint32_t done = 0;
+	int err = 0;
+
+	if (!pool || !pool->swap || !pool->swap->nr_tiers)
+		return 0;
+	kvmm_swap_reap(pool);
+	list_for_each_entry_safe_reverse (pg, prev, &pool->lru.inactive, lru) {
+		if (done >= n)
+			break;
+		if ((ns && pg->ns_id != ns->id) || (pg->flags & KVMM_PG_LOCKED) ||
+		    kvmm_pagecache_ent_orphan(pg->cache))
+			continue;
+		kvmm_lru_del(pool, pg);
+		err = kvmm_swap_demote_page(pool, pg);
+		if (err) {
+			kvmm_lru_add(pool, pg);
+			break;
+		}
+		done++;
+	}
+	return done ? (int)done : (err == -ENOENT ? 0 : err);
+}
+
+/* ---- moving slots between tiers ---------------------------------------------------------------- */
+
+/* Rewrite the references of slot @s of @from to slot @ns of @to and move its record. */
+static void slot_moved(struct kvmm_swap_tier *from, uint64_t s, struct kvmm_swap_tier *to,
+		       uint64_t ns)
+{
+	struct kvmm_swap_slot *sl = &from->slots[s];
+	uint64_t swp = swp_entry(to->id, ns);
+
+	to->slots[ns] = *sl;
+	if (sl->seq)
+		sl->seq->pte[sl->block] = swp | kvmm_pte_flags(sl->seq->pte[sl->block]);
+	if (sl->ent)
+		kvmm_pagecache_ent_swapin(from->pool, sl->ent, NULL, swp);
+	kvmm_swap_slot_release(from, s);
+}
+
+/*
+ * Move up to @n used slots of @t, from its move cursor on, to other tiers (@below: only
+ * lower-priority ones).  Returns the number moved, -ENOSPC when no tier has room, -ENOMEM.
+ */
+static int move_slots(struct kvmm_swap *sw, struct kvmm_swap_tier *t, uint32_t n, bool below)
+{
+	struct kvmm_swap_io rd[SWAP_BATCH], wr[SWAP_BATCH];
+	uint64_t src[SWAP_BATCH];
+	struct kvmm_swap_tier *dst;
+	uint64_t s = t->move_cursor, scanned = 0, d;
+	uint32_t moved = 0;
+	uint8_t *bounce;
+	int err = 0;
+
+	bounce = aligned_alloc(4096, SWAP_BATCH * t->page_size);
+	if (!bounce)
+		return -ENOMEM;
+	sw->busy++;
+	while (moved < n && t->nr_used && scanned < t->nslots) {
+		uint32_t want = 0, got, k;
+
+		/* the next used slots that no read is using */
+		while (want < SWAP_BATCH && want < n - moved && scanned < t->nslots) {
+			if (s >= t->nslots)
+				s = 0;
+			if (!bitmap_test_bit(t->map, s) || (t->slots[s].flags & SLOT_READING)) {
+				/* free, or in use by a read */
+			} else if (!t->slots[s].seq && kvmm_pagecache_ent_orphan(t->slots[s].ent)) {
+				/* a demoted page no lookup can reach any more: drop, don't move */
+				kvmm_pagecache_remove_ent(t->pool, t->slots[s].ent);
+				kvmm_swap_slot_release(t, s);
+			} else {
+				src[want++] = s;
+			}
+			s++;
+			scanned++;
+		}
+		if (!want)
+			break;
+		got = alloc_run(sw, t, below, want, &dst, &d, &err);
+		if (!got)
+			break;
+		for (k = 0; k < got; k++) {
+			rd[k].slot = src[k];
+			rd[k].write = false;
+			rd[k].buf = bounce + (size_t)k * t->page_size;
+		}
+		kvmm_swap_io_run(sw, t, rd, got);
+		for (k = 0; k < got; k++) {
+			wr[k].slot = d + k;
+			wr[k].write = true;
+			wr[k].buf = rd[k].buf;
+		}
+		kvmm_swap_io_run(sw, dst, wr, got);
+		for (k = 0; k < got; k++) {
+			if (rd[k].res || wr[k].res) {
+				kvmm_swap_slot_release(dst, d + k);
+				err = rd[k].res ? rd[k].res : wr[k].res;
+				continue;
+			}
+			slot_moved(t, src[k], dst, d + k);
+			moved++;
+		}
+		/* slots not reached by the run are looked at again */
+		s = src[got - 1] + 1;
+	}
+	t->move_cursor = s;
+	sw->busy--;
+	free(bounce);
+	return moved ? (int)moved : err;
+}
+
+int kvmm_swap_move_down(struct kvmm_pool *pool, unsigned int tier, uint32_t n)
+{
+	struct kvmm_swap_tier *t = kvmm_swap_tier_get(pool, tier);
+
+	if (!t)
+		return -ENOENT;
+	kvmm_swap_reap(pool);
+	return move_slots(pool->swap, t, n, true);
+}
+
+/* ---- swapoff ---------------------------------------------------------------------------------- */
+
+static void tier_remove(struct kvmm_swap *sw, struct kvmm_swap_tier *t)
+{
+	list_del(&t->node);
+	sw->tier[t->id] = NULL;
+	sw->nr_tiers--;
+	t->ops->fini(t);
+	tier_free(t);
+}
+
+int kvmm_swapoff(struct kvmm_pool *pool, unsigned int tier)
+{
+	struct kvmm_swap_tier *t = kvmm_swap_tier_get(pool, tier);
+	struct kvmm_swap *sw;
+	uint64_t s;
+	int ret;
+
+	if (!t)
+		return -ENOENT;
+	sw = pool->swap;
+	/* nothing may be reading from it while it empties */
+	kvmm_swap_poll(pool, true);
+	/* first choice: keep the pages swapped, on the other tiers */
+	while (t->nr_used) {
+		ret = move_slots(sw, t, SWAP_BATCH, false);
+		if (ret <= 0)
+			break;
+	}
+	/* what does not fit elsewhere: sequences' pages come back, cached ones are dropped */
+	for (s = 0; t->nr_used && s < t->nslots; s++) {
+		struct kvmm_swap_slot *sl = &t->slots[s];
+
+		if (!bitmap_test_bit(t->map, s))
+			continue;
+		if (sl->seq) {
+			ret = kvmm_mm_seq_fault(sl->seq, sl->block, 1);
+			if (ret < 0)
+				return ret;
+			/* readahead may have claimed more slots: wait for them too */
+			kvmm_swap_poll(pool, true);
+		} else if (sl->ent) {
+			kvmm_pagecache_remove_ent(pool, sl->ent);
+			kvmm_swap_slot_release(t, s);
+		}
+	}
+	KVMM_BUG_ON(t->nr_used);
+	tier_remove(sw, t);
+	return 0;
+}
+
+/* ---- references going away ---------------------------------------------------------------------- */
+
+void kvmm_swap_pte_drop(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t block)
+{
+	uint64_t s;
+	struct kvmm_swap_tier *t = kvmm_swap_decode(pool, seq->pte[block], &s);
+	struct kvmm_swap_slot *sl;
+
+	KVMM_BUG_ON(!t || !bitmap_test_bit(t->map, s));
+	sl = &t->slots[s];
+	KVMM_BUG_ON(sl->seq != seq || sl->block != block);
+	sl->seq = NULL;
+	/* an orphaned entry can never be hit again: the slot goes with it */
+	if (sl->ent && kvmm_pagecache_ent_orphan(sl->ent)) {
+		kvmm_pagecache_remove_ent(pool, sl->ent);
+		sl->ent = NULL;
+	}
+	/* a read in flight frees it when it completes (swap_state.c) */
+	if (!sl->ent && !(sl->flags & SLOT_READING))
+		kvmm_swap_slot_release(t, s);
+}
+
+struct kvmm_cache_ent *kvmm_swap_slot_ent(struct kvmm_pool *pool, uint64_t swp)
+{
+	uint64_t s;
+	struct kvmm_swap_tier *t = kvmm_swap_decode(pool, swp, &s);
+
+	if (!t || !bitmap_test_bit(t->map, s))
+		return NULL;
+	return t->slots[s].ent;
+}
+
+uint32_t kvmm_swap_nr_ents(struct kvmm_pool *pool)
+{
+	struct kvmm_swap_tier *t;
+	uint32_t n = 0;
+	uint64_t s;
+
+	if (!pool->swap)
+		return 0;
+	list_for_each_entry (t, &pool->swap->tiers, node)
+		for_each_set_bit (s, t->map, t->nslots)
+			n += !!t->slots[s].ent;
+	return n;
+}
+
+/* ---- invariants and teardown ------------------------------------------------------------------- */
+
+__printf(3, 4) static int swap_fail(char *why, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why && len) {
+		va_start(ap, fmt);
+		vsnprintf(why, len, fmt, ap);
+		va_end(ap);
+	}
+	return -EUCLEAN;
+}
+
+static int check_tier(struct kvmm_pool *pool, struct kvmm_swap_tier *t, uint32_t *reading,
+		      char *why, size_t len)
+{
+	uint32_t c, free_clusters = 0;
+	uint64_t s, used = 0;
+
+	for (c = 0; c < t->nclusters; c++) {
+		uint64_t base = (uint64_t)c * KVMM_SWAP_CLUSTER, i;
+		uint32_t nfree = 0;
+
+		for (i = base; i < base + cluster_size(t, c); i++)
+			nfree += !bitmap_test_bit(t->map, i);
+		if (nfree != t->cluster_free[c])
+			return swap_fail(why, len, "swap tier %u cluster %u: %u free, counted %u",
+					 t->id, c, nfree, t->cluster_free[c]);
+		free_clusters += nfree == cluster_size(t, c);
+	}
+	if (free_clusters != t->nr_free_clusters)
+		return swap_fail(why, len, "swap tier %u: %u free clusters, counted %u", t->id,
+				 free_clusters, t->nr_free_clusters);
+	for (s = 0; s < t->nslots; s++) {
+		const struct kvmm_swap_slot *sl = &t->slots[s];
+		uint64_t swp = swp_entry(t->id, s);
+
+		if (!bitmap_test_bit(t->map, s)) {
+			if (sl->seq || sl->ent || sl->flags)
+				return swap_fail(why, len, "swap tier %u slot %llu: free but named",
+						 t->id, (unsigned long long)s);
+			continue;
+		}
+		used++;
+		if (sl->flags & SLOT_READING)
+			++*reading;
+		if (!sl->seq && !sl->ent && !(sl->flags & SLOT_READING))
+			return swap_fail(why, len, "swap tier %u slot %llu: used by no one", t->id,
+					 (unsigned long long)s);
+		if (sl->seq) {
+			uint64_t pte = sl->block < sl->seq->nblocks ? sl->seq->pte[sl->block] : 0;
+
+			if (!kvmm_pte_is_swap(pte) || (pte & ~KVMM_PTE_FLAGS_MASK) != swp)
+				return swap_fail(
+					why, len,
+					"swap tier %u slot %llu: seq %llu block %u does not "
+					"name it",
+					t->id, (unsigned long long)s,
+					(unsigned long long)sl->seq->id, sl->block);
+		}
+		if (sl->ent && kvmm_pagecache_ent_swap(sl->ent) != swp)
+			return swap_fail(why, len, "swap tier %u slot %llu: its entry names %#llx",
+					 t->id, (unsigned long long)s,
+					 (unsigned long long)kvmm_pagecache_ent_swap(sl->ent));
+		if (sl->ns_id >= KVMM_MAX_NS || (sl->ns_id && !pool->ns[sl->ns_id]))
+			return swap_fail(why, len, "swap tier %u slot %llu: namespace %u gone",
+					 t->id, (unsigned long long)s, sl->ns_id);
+	}
+	if (used != t->nr_used)
+		return swap_fail(why, len, "swap tier %u: %llu slots used, counted %llu", t->id,
+				 (unsigned long long)used, (unsigned long long)t->nr_used);
+	return 0;
+}
+
+int kvmm_swap_check(struct kvmm_pool *pool, char *why, size_t len)
+{
+	struct kvmm_swap *sw = pool->swap;
+	struct kvmm_swap_tier *t;
+	struct kvmm_aspace *as;
+	struct swap_rd *rd;
+	uint32_t reading = 0, recs = 0, n = 0;
+	size_t bkt;
+	int ret;
+
+	if (!sw)
+		return 0;
+	list_for_each_entry (t, &sw->tiers, node) {
+		if (sw->tier[t->id] != t)
+			return swap_fail(why, len, "swap tier %u not indexed", t->id);
+		ret = check_tier(pool, t, &reading, why, len);
+		if (ret)
+			return ret;
+		n++;
+	}
+	if (n != sw->nr_tiers)
+		return swap_fail(why, len, "%u swap tiers listed, %u counted", n, sw->nr_tiers);
+	/* every swap PTE names a used slot that names it back */
+	list_for_each_entry (as, &pool->aspaces, node) {
+		const struct kvmm_seq *seq;
+
+		list_for_each_entry (seq, &as->seqs, node) {
+			uint32_t b;
+
+			for (b = 0; b < seq->nblocks; b++) {
+				uint64_t s;
+
+				if (!kvmm_pte_is_swap(seq->pte[b]))
+					continue;
+				t = kvmm_swap_decode(pool, seq->pte[b], &s);
+				if (!t || !bitmap_test_bit(t->map, s) || t->slots[s].seq != seq ||
+				    t->slots[s].block != b)
+					return swap_fail(why, len,
+							 "seq %llu block %u: swap pte %#llx names "
+							 "no slot of it",
+							 (unsigned long long)seq->id, b,
+							 (unsigned long long)seq->pte[b]);
+			}
+		}
+	}
+	/* the swap cache: one record per slot being read, into a locked, unmapped frame */
+	kvmm_htable_for_each (&sw->cache, bkt, rd, hnode) {
+		uint64_t s;
+
+		t = kvmm_swap_decode(pool, rd->swp, &s);
+		if (!t || t != rd->t || !(t->slots[s].flags & SLOT_READING))
+			return swap_fail(why, len, "swap cache: record %#llx names no reading slot",
+					 (unsigned long long)rd->swp);
+		if (rd->pg->state != KVMM_PAGE_MAPPED || rd->pg->refcount ||
+		    !(rd->pg->flags & KVMM_PG_LOCKED))
+			return swap_fail(why, len, "swap cache: frame %u of %#llx is not locked",
+					 kvmm_page_to_frame(pool, rd->pg),
+					 (unsigned long long)rd->swp);
+		recs++;
+	}
+	if (recs != reading || recs != sw->nr_inflight)
+		return swap_fail(why, len, "swap cache: %u records, %u slots reading, %u counted",
+				 recs, reading, sw->nr_inflight);
+	return 0;
+}
+
+void kvmm_swap_destroy(struct kvmm_pool *pool)
+{
+	struct kvmm_swap *sw = pool ? pool->swap : NULL;
+	struct kvmm_swap_tier *t, *tmp;
+
+	if (!sw)
+		return;
+	kvmm_swap_poll(pool, true);
+	list_for_each_entry_safe (t, tmp, &sw->tiers, node)
+		tier_remove(sw, t);
+	kvmm_htable_destroy(&sw->cache);
+	free(sw);
+	pool->swap = NULL;
+}

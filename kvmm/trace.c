@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/trace.c - the trace ring behind kvmm/trace.h.  One global ring (kvmmd installs it;
+ * NULL keeps every tracepoint a single branch).  A writer claims the next record number with
+ * one atomic add, marks the slot busy (seqno 0), fills it and publishes it by storing its
+ * number; it never waits, so a ring nobody reads simply wraps.  A reader copies a slot and
+ * keeps the copy only when the slot's number was the wanted one before and after the copy,
+ * which is how it learns that the ring overwrote records it had not read yet (counted as lost
+ * by kvmm/ipc/admin.c).  kvmmd is single-threaded, so in practice no copy races a write; the
+ * protocol keeps other users (several threads on several pools) correct too.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvmm/trace.h"
+
+struct kvmm_trace *kvmm_trace_ring;
+
+static const char *const type_names[KVMM_TR_TYPE_COUNT] = {
+	[KVMM_TR_ALLOC] = "alloc",	[KVMM_TR_FREE] = "free",      [KVMM_TR_SEAL] = "seal",
+	[KVMM_TR_HIT] = "hit",		[KVMM_TR_MISS] = "miss",      [KVMM_TR_RECLAIM] = "reclaim",
+	[KVMM_TR_SWAPOUT] = "swap-out", [KVMM_TR_SWAPIN] = "swap-in", [KVMM_TR_FAULT] = "fault",
+	[KVMM_TR_OOM] = "oom",		[KVMM_TR_ATTACH] = "attach",  [KVMM_TR_DETACH] = "detach",
+};
+
+const char *kvmm_trace_type_name(unsigned int type)
+{
+	return type < KVMM_TR_TYPE_COUNT ? type_names[type] : "?";
+}
+
+int kvmm_trace_type_from_name(const char *name)
+{
+	unsigned int i;
+
+	for (i = 0; i < KVMM_TR_TYPE_COUNT; i++)
+		if (!strcmp(name, type_names[i]))
+			return (int)i;
+	return -EINVAL;
+}
+
+struct kvmm_trace *kvmm_trace_create(uint32_t nr)
+{
+	struct kvmm_trace *tr;
+	uint32_t n = 64;
+
+	if (nr > (1u << 24)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	while (n < nr)
+		n <<= 1;
+	tr = calloc(1, sizeof(*tr));
+	if (!tr)
+		return NULL;
+	tr->ring = calloc(n, sizeof(*tr->ring));
+	if (!tr->ring) {
+		free(tr);
+		return NULL;
+	}
+	tr->mask = n - 1;
+	return tr;
+}
+
+void kvmm_trace_destroy(struct kvmm_trace *tr)
+{
+	if (!tr)
+		return;
+	free(tr->ring);
+	free(tr);
+}
+
+uint64_t kvmm_trace_head(const struct kvmm_trace *tr)
+{
+	return __atomic_load_n(&tr->head, __ATOMIC_ACQUIRE);
+}
+
+bool kvmm_trace_read(const struct kvmm_trace *tr, uint64_t seqno, struct kvmm_trace_rec *out)
+{
+	const struct kvmm_trace_rec *slot;
+
+	if (!seqno)
+		return false;
+	slot = &tr->ring[(seqno - 1) & tr->mask];
+	/* pairs with the release store of the slot's number in kvmm_trace_write() */
+	if (__atomic_load_n(&slot->seqno, __ATOMIC_ACQUIRE) != seqno)
+		return false;
+	memcpy(out, slot, sizeof(*out));
+	/* the copy must be complete before the number is checked again */
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	if (__atomic_load_n(&slot->seqno, __ATOMIC_RELAXED) != seqno)
+		return false;
+	out->seqno = seqno;
+	return true;
+}
+
+void kvmm_trace_write(struct kvmm_trace *tr, unsigned int type, const void *pool, uint32_t client,
+		      uint16_t ns, uint64_t seq, uint32_t frame, uint64_t count)
+{
+	struct kvmm_trace_rec *slot;
+	struct timespec ts;
+	uint64_t n;
+
+	if (!tr)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	n = __atomic_add_fetch(&tr->head, 1, __ATOMIC_ACQ_REL);
+	slot = &tr->ring[(n - 1) & tr->mask];
+	/* busy first: a reader that sees 0 (or another number) rejects the slot */
+	__atomic_store_n(&slot->seqno, 0, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	slot->ts_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	slot->pool = (uint64_t)(uintptr_t)pool;
+	slot->seq = seq;
+	slot->count = count;
+	slot->client = client;
+	slot->frame = frame;
+	slot->type = (uint16_t)type;
+	slot->ns = ns;
+	slot->pad = 0;
+	/* publish: the fields above are visible before the number a reader checks */
+	__atomic_store_n(&slot->seqno, n, __ATOMIC_RELEASE);
+}

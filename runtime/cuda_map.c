@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: MIT
+/*
+ * runtime/cuda_map.c - libkvmm's side of the cuda backend: mapping a namespace's pool chunks,
+ * received as POSIX fds in the ATTACH reply, into this process's device address space by the
+ * same frame-to-offset rule as the daemon (kvmm/backend/cuda.c) and the host backend: chunk i
+ * at base + i * chunk_size of one reserved range, so frame n is at base + n * page_size.
+ *
+ * Each fd is imported (cuMemImportFromShareableHandle), mapped (cuMemMap) and its handle
+ * released at once: the mapping keeps the memory alive, and unmapping the range later is all
+ * the teardown there is.  Access is granted read-write to the device for the whole range in
+ * one cuMemSetAccess.  The driver comes from kernels/cuda/drv.c (dlopen), so libkvmm starts
+ * on machines without one and this call says -ENODEV there.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "kernels/cuda/cuda_drv.h"
+#include "runtime/kvmm.h"
+
+struct kvmm_cuda_map {
+	const struct kvmm_cuda_drv *d;
+	kvmm_cu_device dev;
+	kvmm_cu_ctx ctx;
+	kvmm_cu_ptr base;
+	uint64_t bytes; /* reserved */
+	uint64_t chunk_size;
+	uint32_t nr_mapped; /* chunks mapped, from chunk 0 */
+};
+
+const char *kvmm_cuda_map_why(void)
+{
+	return kvmm_cuda_drv_why();
+}
+
+static int map_fail(kvmm_cu_result r, const char *what)
+{
+	kvmm_cuda_drv_set_why("%s: %s (CUDA error %d)", what, kvmm_cuda_result_str(r), r);
+	return kvmm_cuda_errno(r);
+}
+
+void kvmm_cuda_unmap(struct kvmm_cuda_map *m)
+{
+	if (!m)
+		return;
+	m->d->cuCtxSetCurrent(m->ctx);
+	for (uint32_t i = 0; i < m->nr_mapped; i++)
+		m->d->cuMemUnmap(m->base + (uint64_t)i * m->chunk_size, m->chunk_size);
+	if (m->base)
+		m->d->cuMemAddressFree(m->base, m->bytes);
+	kvmm_cuda_drv_put_device(m->dev);
+	free(m);
+}
+
+int kvmm_cuda_map_fds(int device, const int *fds, uint32_t nr_chunks, uint64_t chunk_size,
+		      struct kvmm_cuda_map **out, uint64_t *devptr)
+{
+	struct kvmm_cu_mem_access_desc acc = {0};
+	struct kvmm_cuda_map *m;
+	kvmm_cu_result r;
+	int ret;
+
+	if (!fds || !nr_chunks || !chunk_size || !out || !devptr ||
+	    chunk_size > UINT64_MAX / nr_chunks)
+		return -EINVAL;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	ret = kvmm_cuda_drv_get_device(device, &m->dev, &m->ctx);
+	if (ret) {
+		free(m);
+		return ret;
+	}
+	m->d = kvmm_cuda_drv_load();
+	m->chunk_size = chunk_size;
+	m->bytes = chunk_size * nr_chunks;
+	r = m->d->cuMemAddressReserve(&m->base, m->bytes, 0, 0, 0);
+	if (r) {
+		m->base = 0;
+		ret = map_fail(r, "cuMemAddressReserve");
+		goto out_unmap;
+	}
+	for (uint32_t i = 0; i < nr_chunks; i++) {
+		kvmm_cu_mem_handle h = 0;
+
+		if (fds[i] < 0) {
+			ret = -EINVAL;
+			goto out_unmap;
+		}
+		r = m->d->cuMemImportFromShareableHandle(
+			&h, (void *)(uintptr_t)fds[i],
+			KVMM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		if (r) {
+			ret = map_fail(r, "cuMemImportFromShareableHandle");
+			goto out_unmap;
+		}
+		r = m->d->cuMemMap(m->base + (uint64_t)i * chunk_size, chunk_size, 0, h, 0);
+		/* mapped or not, the handle is not needed any more: the mapping holds the memory */
+		m->d->cuMemRelease(h);
+		if (r) {
+			ret = map_fail(r, "cuMemMap (chunk size differs from the daemon's?)");
+			goto out_unmap;
+		}
+		m->nr_mapped = i + 1;
+	}
+	acc.location.type = KVMM_CU_MEM_LOCATION_TYPE_DEVICE;
+	acc.location.id = device;
+	acc.flags = KVMM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	r = m->d->cuMemSetAccess(m->base, m->bytes, &acc, 1);
+	if (r) {
+		ret = map_fail(r, "cuMemSetAccess");
+		goto out_unmap;
+	}
+	*out = m;
+	*devptr = m->base;
+	return 0;
+
+out_unmap:
+	kvmm_cuda_unmap(m);
+	return ret;
+}

@@ -1,0 +1,540 @@
+// SPDX-License-Identifier: MIT
+/*
+ * runtime/ring.c - libkvmm's half of the data plane (uapi/kvmm.h, "Data plane"): the client
+ * end of the submission and completion rings, the doorbells, the page-table mirror reader
+ * and the magazine. kvmm_submit puts each entry's request payload in the SQ data area (a
+ * byte ring: an entry's bytes are free again once the daemon's SQ head has passed it) and
+ * its SQE in the SQ, publishes the whole batch with one tail store and rings the eventfd
+ * only if the daemon said it sleeps; completions are moved from the CQ into the handle's
+ * completion queue, so kvmm_complete hands out ring and socket completions alike. Waiting
+ * spins for a short while (a cross-core wake-up costs far more than a poll) and then sleeps
+ * on the CQ tail futex, waking every few milliseconds to check that the daemon still lives.
+ * Everything read from the region is checked like any daemon message: a corrupt region makes
+ * the handle unusable, never crashes it.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "atomic.h"
+#include "runtime/libkvmm.h"
+
+#define KVMM_RING_SPIN_NS 20000	     /* poll the CQ this long before sleeping */
+#define KVMM_RING_SLEEP_NS 10000000L /* futex timeout: look at the socket this often */
+#define KVMM_MIRROR_TRIES 64	     /* seqcount retries before asking the socket */
+#define KVMM_MAG_REFILL_MIN 64	     /* frames an empty magazine asks for at least */
+
+struct kvmm_dp_client {
+	struct kvmm_shm_hdr hdr; /* checked copy */
+	int efd;
+	uint32_t mask;
+	struct kvmm_shm_ring *sq, *cq, *mag, *ret;
+	struct kvmm_ring_sqe *sqes;
+	uint8_t *data;
+	struct kvmm_ring_cqe *cqes;
+	struct kvmm_pt_slot *pt;
+	int32_t *pt_frames;
+	uint32_t *mag_frames, *ret_frames;
+
+	uint32_t sq_tail;      /* queued (published at kick) */
+	uint32_t sq_published; /* published */
+	uint32_t cq_head;
+	uint64_t data_tail;  /* bytes of the data area handed out, free-running */
+	uint64_t *data_end;  /* per SQ slot: data_tail after its payload */
+	uint64_t *user_data; /* per SQ slot, to fail what is in flight when the daemon dies */
+	uint32_t mag_head, ret_tail;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void *at(struct kvmm_client *c, uint64_t off)
+{
+	return (uint8_t *)c->shm + off;
+}
+
+int kvmm_dp_client_setup(struct kvmm_client *c, int efd, uint32_t ring_entries, uint32_t mag_size)
+{
+	struct kvmm_dp_client *d;
+	struct kvmm_shm_hdr h;
+
+	memcpy(&h, c->shm, sizeof(h));
+	if (kvmm_shm_hdr_check(&h, c->shm_len) || h.ring_entries != ring_entries ||
+	    h.mag_size != mag_size)
+		return -EBADMSG;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	d->hdr = h;
+	d->mask = h.ring_entries - 1;
+	d->data_end = calloc(h.ring_entries, sizeof(*d->data_end));
+	d->user_data = calloc(h.ring_entries, sizeof(*d->user_data));
+	d->efd = dup(efd);
+	if (!d->data_end || !d->user_data || d->efd < 0) {
+		int err = d->efd < 0 ? -errno : -ENOMEM;
+
+		if (d->efd >= 0)
+			close(d->efd);
+		free(d->data_end);
+		free(d->user_data);
+		free(d);
+		return err;
+	}
+	d->sq = at(c, h.sq_off);
+	d->sqes = at(c, h.sqes_off);
+	d->data = at(c, h.data_off);
+	d->cq = at(c, h.cq_off);
+	d->cqes = at(c, h.cqes_off);
+	d->pt = at(c, h.pt_off);
+	d->pt_frames = at(c, h.pt_frames_off);
+	d->mag = at(c, h.mag_off);
+	d->mag_frames = at(c, h.mag_frames_off);
+	d->ret = at(c, h.ret_off);
+	d->ret_frames = at(c, h.ret_frames_off);
+	/* a fresh region: every index starts at 0 (a daemon that says otherwise is not trusted) */
+	d->sq_tail = d->sq_published = READ_ONCE(d->sq->tail);
+	d->cq_head = READ_ONCE(d->cq->head);
+	d->mag_head = READ_ONCE(d->mag->head);
+	d->ret_tail = READ_ONCE(d->ret->tail);
+	c->dp = d;
+	return 0;
+}
+
+void kvmm_dp_client_free(struct kvmm_client *c)
+{
+	struct kvmm_dp_client *d = c->dp;
+
+	if (!d)
+		return;
+	close(d->efd);
+	free(d->data_end);
+	free(d->user_data);
+	free(d);
+	c->dp = NULL;
+}
+
+/* ---- submission ---------------------------------------------------------------------------- */
+
+int kvmm_ring_queue(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *parts,
+		    unsigned int nr_parts, uint64_t user_data)
+{
+	struct kvmm_dp_client *d = c->dp;
+	uint64_t size = d->hdr.data_size, len = 0, off, freed, head_pos;
+	uint32_t head, idx;
+	struct kvmm_ring_sqe *e;
+
+	for (unsigned int i = 0; i < nr_parts; i++)
+		len += parts[i].len;
+	if (len > KVMM_MSG_PAYLOAD_MAX || len > size / 2)
+		return -E2BIG;
+	len = (len + 7) & ~(uint64_t)7;
+	/* acquire: pairs with the daemon's release of the SQ head once it copied those entries */
+	head = smp_load_acquire(&d->sq->head);
+	if ((uint32_t)(d->sq_tail - head) > d->hdr.ring_entries ||
+	    (uint32_t)(d->sq_published - head) > d->hdr.ring_entries)
+		return -EBADMSG;
+	if (d->sq_tail - head >= d->hdr.ring_entries)
+		return -EAGAIN;
+	/* the data the daemon has consumed ends where the last consumed SQE's payload ended */
+	freed = head == d->sq_tail ? d->data_tail : d->data_end[(head - 1) & d->mask];
+	head_pos = freed;
+	off = d->data_tail;
+	/* a payload never wraps: skip to the start of the area when it would */
+	if (off % size + len > size)
+		off += size - off % size;
+	if (off + len - head_pos > size)
+		return -EAGAIN;
+	idx = d->sq_tail & d->mask;
+	for (unsigned int i = 0, pos = (uint32_t)(off % size); i < nr_parts; i++) {
+		if (parts[i].len)
+			memcpy(d->data + pos, parts[i].base, parts[i].len);
+		pos += (uint32_t)parts[i].len;
+	}
+	e = &d->sqes[idx];
+	e->op = (uint16_t)op;
+	e->flags = 0;
+	e->len = 0;
+	for (unsigned int i = 0; i < nr_parts; i++)
+		e->len += (uint32_t)parts[i].len;
+	e->data_off = (uint32_t)(off % size);
+	e->reserved = 0;
+	e->user_data = user_data;
+	e->reserved2 = 0;
+	d->data_tail = off + len;
+	d->data_end[idx] = d->data_tail;
+	d->user_data[idx] = user_data;
+	d->sq_tail++;
+	return 0;
+}
+
+static void doorbell(struct kvmm_dp_client *d)
+{
+	uint64_t one = 1;
+	ssize_t n = write(d->efd, &one, sizeof(one));
+
+	(void)n; /* a full counter (never in practice) already means "wake up" */
+}
+
+void kvmm_ring_kick(struct kvmm_client *c)
+{
+	struct kvmm_dp_client *d = c->dp;
+
+	if (d->sq_published == d->sq_tail)
+		return;
+	/* release: the SQEs and their data are visible before the tail that publishes them */
+	smp_store_release(&d->sq->tail, d->sq_tail);
+	d->sq_published = d->sq_tail;
+	/*
+	 * Full barrier: the tail store must be visible before the NEED_WAKEUP flag is loaded, or
+	 * the daemon could re-check our old tail, sleep, and we would not ring. Pairs with the
+	 * daemon's smp_mb between its flag stores and its last SQ re-check.
+	 */
+	smp_mb();
+	if (READ_ONCE(d->sq->flags) & KVMM_SQ_F_NEED_WAKEUP)
+		doorbell(d);
+}
+
+/* ---- completion ------------------------------------------------------------------------------ */
+
+static void cqe_decode(const struct kvmm_ring_cqe *r, struct kvmm_cqe *cqe)
+{
+	memset(cqe, 0, sizeof(*cqe));
+	cqe->user_data = r->user_data;
+	cqe->res = r->res > 0 ? -EBADMSG : r->res;
+	if (cqe->res)
+		return;
+	switch (r->op) {
+	case KVMM_OP_SEQ_CREATE:
+	case KVMM_OP_SEQ_FORK: {
+		struct kvmm_seq_create_rep rep; /* same layout as kvmm_seq_fork_rep */
+
+		memcpy(&rep, r->rep, sizeof(rep));
+		cqe->seq = rep.seq;
+		cqe->nr_blocks = rep.nr_blocks;
+		break;
+	}
+	case KVMM_OP_SEQ_APPEND: {
+		struct kvmm_seq_append_rep rep;
+
+		memcpy(&rep, r->rep, sizeof(rep));
+		cqe->nr_tokens = rep.nr_tokens;
+		cqe->nr_blocks = rep.nr_blocks;
+		break;
+	}
+	case KVMM_OP_PREFIX_LOOKUP: {
+		struct kvmm_prefix_lookup_rep rep;
+
+		memcpy(&rep, r->rep, sizeof(rep));
+		cqe->nr_tokens = rep.nr_tokens;
+		cqe->nr_blocks = rep.nr_blocks;
+		break;
+	}
+	case KVMM_OP_PIN:
+	case KVMM_OP_UNPIN: {
+		struct kvmm_pin_rep rep;
+
+		memcpy(&rep, r->rep, sizeof(rep));
+		cqe->nr_frames = rep.nr_frames;
+		break;
+	}
+	default:
+		break;
+	}
+}
+
+/* The daemon is gone or broke the ring: everything in flight completes with err. */
+static void ring_fail(struct kvmm_client *c, int err)
+{
+	struct kvmm_dp_client *d = c->dp;
+
+	while (d->cq_head != d->sq_published) {
+		struct kvmm_cqe cqe = {.user_data = d->user_data[d->cq_head & d->mask], .res = err};
+
+		kvmm_cq_push(c, &cqe);
+		d->cq_head++;
+	}
+	d->sq_tail = d->sq_published;
+	if (!c->err)
+		c->err = err;
+}
+
+unsigned int kvmm_ring_reap(struct kvmm_client *c)
+{
+	struct kvmm_dp_client *d = c->dp;
+	unsigned int n = 0;
+	uint32_t tail;
+
+	/* acquire: pairs with the daemon's release of the CQ tail after writing the CQEs */
+	tail = smp_load_acquire(&d->cq->tail);
+	if ((uint32_t)(tail - d->cq_head) > (uint32_t)(d->sq_published - d->cq_head)) {
+		ring_fail(c, -EBADMSG); /* more completions than submissions */
+		return 0;
+	}
+	while (d->cq_head != tail) {
+		struct kvmm_ring_cqe r;
+		struct kvmm_cqe cqe;
+
+		memcpy(&r, &d->cqes[d->cq_head & d->mask], sizeof(r));
+		cqe_decode(&r, &cqe);
+		if (kvmm_cq_push(c, &cqe))
+			break; /* out of memory: leave it in the ring for the next call */
+		d->cq_head++;
+		n++;
+	}
+	if (!n)
+		return 0;
+	/* release: we are done reading those CQEs; the daemon may overwrite them */
+	smp_store_release(&d->cq->head, d->cq_head);
+	/*
+	 * A daemon held back by our full CQ may be asleep on it: ring if it said so. Full
+	 * barrier: the head store before the flag load (pairs with the daemon's smp_mb).
+	 */
+	smp_mb();
+	if (d->sq_published != READ_ONCE(d->sq->head) &&
+	    (READ_ONCE(d->sq->flags) & KVMM_SQ_F_NEED_WAKEUP))
+		doorbell(d);
+	return n;
+}
+
+unsigned int kvmm_ring_inflight(const struct kvmm_client *c)
+{
+	return c->dp ? c->dp->sq_tail - c->dp->cq_head : 0;
+}
+
+static bool cq_has(struct kvmm_dp_client *d)
+{
+	return READ_ONCE(d->cq->tail) != d->cq_head;
+}
+
+int kvmm_ring_wait(struct kvmm_client *c)
+{
+	struct kvmm_dp_client *d = c->dp;
+	uint64_t start = now_ns();
+	unsigned int spins = 0;
+
+	kvmm_ring_kick(c);
+	while (!cq_has(d)) {
+		struct timespec ts = {0, KVMM_RING_SLEEP_NS};
+		uint32_t seen;
+		int err;
+
+		if (++spins < 64 || now_ns() - start < KVMM_RING_SPIN_NS) {
+			cpu_relax();
+			continue;
+		}
+		seen = d->cq_head;
+		WRITE_ONCE(d->cq->flags, KVMM_CQ_F_WAITING);
+		/*
+		 * Full barrier: the WAITING store before the tail re-load, or the daemon could
+		 * publish a tail we do not see and skip the wake (it loads WAITING after its own
+		 * smp_mb). FUTEX_WAIT then compares the tail word atomically with seen.
+		 */
+		smp_mb();
+		if (READ_ONCE(d->cq->tail) == seen)
+			syscall(SYS_futex, &d->cq->tail, FUTEX_WAIT, seen, &ts, NULL, 0);
+		WRITE_ONCE(d->cq->flags, 0);
+		if (cq_has(d) || c->cq_count)
+			break;
+		/* nothing yet: is the daemon still there? (also takes events off the socket) */
+		err = kvmm_msg_pump(c, false);
+		if (err && err != -EAGAIN) {
+			ring_fail(c, -ENOTCONN);
+			return err;
+		}
+	}
+	return 0;
+}
+
+/* ---- page-table mirror ----------------------------------------------------------------------- */
+
+static int slot_read(struct kvmm_dp_client *d, uint32_t k, uint64_t seq, int32_t *row, uint32_t max,
+		     uint32_t *nr_blocks)
+{
+	struct kvmm_pt_slot *slot = &d->pt[k];
+	const int32_t *frames = d->pt_frames + (size_t)k * d->hdr.pt_max_blocks;
+
+	for (unsigned int tries = 0; tries < KVMM_MIRROR_TRIES; tries++) {
+		uint32_t sc, nb, fl, n;
+
+		if (!kvmm_seqcount_try_read_begin((struct kvmm_seqcount *)&slot->seqcount, &sc)) {
+			cpu_relax();
+			continue;
+		}
+		if (READ_ONCE(slot->seq) != seq) {
+			if (!kvmm_seqcount_read_retry((struct kvmm_seqcount *)&slot->seqcount, sc))
+				return -ENOENT;
+			continue;
+		}
+		nb = READ_ONCE(slot->nr_blocks);
+		fl = READ_ONCE(slot->flags);
+		n = nb < max ? nb : max;
+		if (n > d->hdr.pt_max_blocks)
+			n = d->hdr.pt_max_blocks;
+		for (uint32_t b = 0; b < n; b++)
+			row[b] = READ_ONCE(frames[b]);
+		if (kvmm_seqcount_read_retry((struct kvmm_seqcount *)&slot->seqcount, sc))
+			continue;
+		/* stable: now the values may be acted on */
+		if ((fl & KVMM_PT_F_OVERFLOW) && max > d->hdr.pt_max_blocks)
+			return -ENOENT; /* the slot lacks entries the row wants */
+		*nr_blocks = nb;
+		return 0;
+	}
+	return -ENOENT; /* a writer that never finishes (a dead daemon): ask the socket */
+}
+
+int kvmm_mirror_row(struct kvmm_client *c, uint64_t seq, int32_t *row, uint32_t max)
+{
+	struct kvmm_dp_client *d = c->dp;
+	uint32_t n = d->hdr.pt_slots, guess, nb = 0;
+	int err;
+
+	if (!seq)
+		return -ENOENT;
+	guess = (uint32_t)((seq - 1) % n);
+	err = slot_read(d, guess, seq, row, max, &nb);
+	for (uint32_t k = 0; err == -ENOENT && k < n; k++)
+		if (k != guess && READ_ONCE(d->pt[k].seq) == seq)
+			err = slot_read(d, k, seq, row, max, &nb);
+	if (err)
+		return err;
+	for (uint32_t b = nb; b < max; b++)
+		row[b] = KVMM_BLOCK_NONE;
+	return nb > max ? -E2BIG : 0;
+}
+
+/* ---- magazine -------------------------------------------------------------------------------- */
+
+static int mag_call(struct kvmm_client *c, unsigned int op, uint32_t n, struct kvmm_mag_rep *rep)
+{
+	struct kvmm_mag_req req = {.nr_frames = n};
+	struct kvmm_iov part = {&req, sizeof(req)};
+
+	return kvmm_msg_call(c, op, &part, 1, rep, sizeof(*rep));
+}
+
+/* Pop up to n; -EBADMSG when the daemon published more than the ring holds. */
+static int mag_pop(struct kvmm_client *c, uint32_t *frames, uint32_t n)
+{
+	struct kvmm_dp_client *d = c->dp;
+	uint32_t size = d->hdr.mag_size, t, avail, k;
+
+	/* acquire: pairs with the daemon's release of the tail after writing the frame numbers */
+	t = smp_load_acquire(&d->mag->tail);
+	avail = t - d->mag_head;
+	if (avail > size)
+		return -EBADMSG;
+	k = avail < n ? avail : n;
+	for (uint32_t i = 0; i < k; i++) {
+		uint32_t f = READ_ONCE(d->mag_frames[(d->mag_head + i) % size]);
+
+		if (f >= c->nr_frames)
+			return -EBADMSG;
+		frames[i] = f;
+	}
+	d->mag_head += k;
+	/* release: our copies are done before the daemon sees the slots as taken */
+	smp_store_release(&d->mag->head, d->mag_head);
+	return (int)k;
+}
+
+int kvmm_mag_alloc(kvmm_client_t *c, uint32_t *frames, uint32_t n)
+{
+	int ret;
+
+	if (!c || (n && !frames))
+		return -EINVAL;
+	if (!c->dp)
+		return -EOPNOTSUPP;
+	if (!n)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	ret = mag_pop(c, frames, n);
+	if (ret == 0) {
+		struct kvmm_mag_rep rep;
+
+		/* one round trip for a batch: what was asked, at least KVMM_MAG_REFILL_MIN */
+		ret = mag_call(c, KVMM_OP_MAG_REFILL,
+			       n > KVMM_MAG_REFILL_MIN ? n : KVMM_MAG_REFILL_MIN, &rep);
+		if (!ret)
+			ret = mag_pop(c, frames, n);
+		if (ret == 0)
+			ret = -ENOMEM;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int kvmm_mag_free(kvmm_client_t *c, const uint32_t *frames, uint32_t n)
+{
+	struct kvmm_dp_client *d;
+	uint32_t done = 0;
+	int err = 0;
+
+	if (!c || (n && !frames))
+		return -EINVAL;
+	if (!c->dp)
+		return -EOPNOTSUPP;
+	for (uint32_t i = 0; i < n; i++)
+		if (frames[i] >= c->nr_frames)
+			return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	d = c->dp;
+	while (done < n && !err) {
+		uint32_t size = d->hdr.mag_size, head, space, k;
+
+		/* acquire: pairs with the daemon's release of the return head */
+		head = smp_load_acquire(&d->ret->head);
+		if ((uint32_t)(d->ret_tail - head) > size) {
+			err = -EBADMSG;
+			break;
+		}
+		space = size - (d->ret_tail - head);
+		if (!space) {
+			struct kvmm_mag_rep rep;
+
+			/* full: have the daemon take them now (one round trip) */
+			err = mag_call(c, KVMM_OP_MAG_DRAIN, 0, &rep);
+			continue;
+		}
+		k = n - done < space ? n - done : space;
+		for (uint32_t i = 0; i < k; i++)
+			WRITE_ONCE(d->ret_frames[(d->ret_tail + i) % size], frames[done + i]);
+		d->ret_tail += k;
+		done += k;
+		/* release: the numbers are visible before the tail that hands them over */
+		smp_store_release(&d->ret->tail, d->ret_tail);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+uint32_t kvmm_mag_avail(kvmm_client_t *c)
+{
+	uint32_t n;
+
+	if (!c || !c->dp)
+		return 0;
+	n = READ_ONCE(c->dp->mag->tail) - c->dp->mag_head;
+	return n > c->dp->hdr.mag_size ? 0 : n;
+}
+
+uint32_t kvmm_mag_size(const kvmm_client_t *c)
+{
+	return c && c->dp ? c->dp->hdr.mag_size : 0;
+}
+
+int kvmm_has_rings(const kvmm_client_t *c)
+{
+	return c && c->dp ? 1 : 0;
+}

@@ -1,0 +1,688 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/integration/itest_ctl.c - kvmmctl against the real kvmmd: every read verb in text and
+ * JSON (the JSON checked by a small validator here), the admin verbs, trace (a live
+ * subscription and the ring dump), top under tmux, the Prometheus /metrics endpoint scraped
+ * with curl (format checked by our own parser, and by promtool when it is installed), and the
+ * exit codes: 3 without a daemon, 2 for bad arguments, 4 for a caller without permission.
+ * The daemon is started once for the group with --metrics 127.0.0.1:0.  kvmmctl is
+ * ./tools/kvmmctl or $KVMM_KVMMCTL; tests whose helper program (tmux, curl) is missing skip.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "itest.h"
+#include "runtime/kvmm.h"
+
+static char ctl_bin[4096];
+
+static void sleep_ms(unsigned int ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+
+	nanosleep(&ts, NULL);
+}
+
+/*
+ * Run argv (NULL-terminated) with stdout+stderr captured into *out (malloc'd); as @uid when
+ * not -1.  Returns the exit status, or -1 when it died of a signal.
+ */
+static int run(char **out, uid_t uid, const char *const *argv)
+{
+	int pfd[2], status;
+	size_t len = 0, cap = 4096;
+	char *buf = malloc(cap);
+	pid_t pid;
+
+	assert_non_null(buf);
+	assert_int_equal(pipe2(pfd, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		if (uid != (uid_t)-1 && (setgroups(0, NULL) || setgid(uid) || setuid(uid)))
+			_exit(126);
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	close(pfd[1]);
+	for (;;) {
+		ssize_t n;
+
+		if (cap - len < 1024) {
+			cap *= 2;
+			buf = realloc(buf, cap);
+			assert_non_null(buf);
+		}
+		n = read(pfd[0], buf + len, cap - len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	close(pfd[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (out)
+		*out = buf;
+	else
+		free(buf);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* kvmmctl --socket SOCK args... (NULL-terminated) */
+static int ctl(char **out, ...)
+{
+	const char *argv[32];
+	va_list ap;
+	int argc = 0;
+
+	argv[argc++] = ctl_bin;
+	argv[argc++] = "--socket";
+	argv[argc++] = itest_d.sock;
+	va_start(ap, out);
+	while (argc < 31 && (argv[argc] = va_arg(ap, const char *)))
+		argc++;
+	va_end(ap);
+	argv[argc] = NULL;
+	return run(out, (uid_t)-1, argv);
+}
+
+/* ---- a tiny JSON validator: one value, then only white space (or, lines: one per line) --- */
+
+static const char *ws(const char *p)
+{
+	while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
+		p++;
+	return p;
+}
+
+static const char *jvalue(const char *p, int depth);
+
+static const char *jstring(const char *p)
+{
+	if (*p++ != '"')
+		return NULL;
+	while (*p && *p != '"') {
+		if ((unsigned char)*p < 0x20)
+			return NULL;
+		if (*p == '\\') {
+			p++;
+			if (*p == 'u') {
+				for (int i = 1; i <= 4; i++)
+					if (!strchr("0123456789abcdefABCDEF", p[i]) || !p[i])
+						return NULL;
+				p += 4;
+			} else if (!strchr("\"\\/bfnrt", *p) || !*p) {
+				return NULL;
+			}
+		}
+		p++;
+	}
+	return *p == '"' ? p + 1 : NULL;
+}
+
+static const char *jvalue(const char *p, int depth)
+{
+	p = ws(p);
+	if (depth > 32)
+		return NULL;
+	if (*p == '{' || *p == '[') {
+		char close = *p == '{' ? '}' : ']';
+		bool obj = *p == '{';
+
+		p = ws(p + 1);
+		if (*p == close)
+			return p + 1;
+		for (;;) {
+			if (obj) {
+				p = jstring(ws(p));
+				if (!p)
+					return NULL;
+				p = ws(p);
+				if (*p++ != ':')
+					return NULL;
+			}
+			p = jvalue(p, depth + 1);
+			if (!p)
+				return NULL;
+			p = ws(p);
+			if (*p == ',') {
+				p++;
+				continue;
+			}
+			return *p == close ? p + 1 : NULL;
+		}
+	}
+	if (*p == '"')
+		return jstring(p);
+	if (!strncmp(p, "null", 4) || !strncmp(p, "true", 4))
+		return p + 4;
+	if (!strncmp(p, "false", 5))
+		return p + 5;
+	if (*p == '-' || (*p >= '0' && *p <= '9')) {
+		char *end;
+
+		strtod(p, &end);
+		return end == p ? NULL : end;
+	}
+	return NULL;
+}
+
+static bool json_ok(const char *text)
+{
+	const char *p = jvalue(text, 0);
+
+	return p && !*ws(p);
+}
+
+/* JSON Lines: every non-empty line one JSON value */
+static bool json_lines_ok(const char *text)
+{
+	char *dup = strdup(text), *line, *save = NULL;
+	bool ok = true;
+
+	assert_non_null(dup);
+	for (line = strtok_r(dup, "\n", &save); line && ok; line = strtok_r(NULL, "\n", &save))
+		ok = json_ok(line);
+	free(dup);
+	return ok;
+}
+
+/* ---- fixtures ------------------------------------------------------------------------ */
+
+static int setup(void **state)
+{
+	static const char *const extra[] = {"--metrics", "127.0.0.1:0", NULL};
+	const char *env = getenv("KVMM_KVMMCTL");
+
+	(void)state;
+	snprintf(ctl_bin, sizeof(ctl_bin), "%s", env && env[0] ? env : "./tools/kvmmctl");
+	if (!itest_daemon_find(&itest_d) || access(ctl_bin, X_OK)) {
+		fprintf(stderr, "itest_ctl: kvmmd or %s not built\n", ctl_bin);
+		itest_no_daemon = true;
+		return 0;
+	}
+	if (itest_daemon_start(&itest_d, extra))
+		return -1;
+	itest_have_daemon = true;
+	return 0;
+}
+
+/* A client of alpha with one sequence of 3 sealed pages + 5 tokens; its ids in *cid, *sid. */
+static kvmm_client_t *client_with_seq(unsigned long long *cid, uint64_t *sid)
+{
+	kvmm_client_t *c;
+	uint32_t tokens[64];
+	uint64_t len = 0;
+	char *out, *l;
+
+	itest_tokens(tokens, 64, 7);
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &c), 0);
+	assert_int_equal(kvmm_seq_create(c, 0, sid), 0);
+	assert_int_equal(kvmm_seq_append(c, *sid, tokens, 3 * kvmm_tokens_per_page(c) + 5, &len),
+			 0);
+	assert_int_equal(kvmm_seal(c, *sid, 0, 0), 0);
+	/* the client id, from the daemon's own table */
+	assert_int_equal(ctl(&out, "--raw", "seqs", NULL), 0);
+	l = strstr(out, "Seq: ");
+	assert_non_null(l);
+	l = strstr(l, " client=");
+	assert_non_null(l);
+	*cid = strtoull(l + 8, NULL, 10);
+	assert_true(*cid > 0);
+	free(out);
+	return c;
+}
+
+/* ---- tests ---------------------------------------------------------------------------- */
+
+static void test_exit_codes(void **state)
+{
+	const char *argv[] = {ctl_bin, "--socket", "/nonexistent/kvmmd.sock", "status", NULL};
+	char *out;
+
+	(void)state;
+	itest_need_daemon();
+	assert_int_equal(run(&out, (uid_t)-1, argv), 3);
+	assert_non_null(strstr(out, "no daemon"));
+	free(out);
+	assert_int_equal(ctl(NULL, "frobnicate", NULL), 2);
+	assert_int_equal(ctl(NULL, "pagetable", NULL), 2);
+	assert_int_equal(ctl(NULL, "pagetable", "7", NULL), 2); /* no client */
+	assert_int_equal(ctl(NULL, "pagetable", "x:1", NULL), 2);
+	assert_int_equal(ctl(NULL, "limit", "alpha", NULL), 2);
+	assert_int_equal(ctl(NULL, "reclaim", "lots", NULL), 2);
+	assert_int_equal(ctl(NULL, "--event", "bogus", "trace", NULL), 2);
+	assert_int_equal(ctl(NULL, "--bogus-option", "status", NULL), 2);
+	assert_int_equal(ctl(NULL, "status", "extra", NULL), 2);
+	/* a daemon error is 1 */
+	assert_int_equal(ctl(&out, "limit", "nosuch", "10", NULL), 1);
+	assert_non_null(strstr(out, "no namespace"));
+	free(out);
+	assert_int_equal(ctl(NULL, "pagetable", "999:1", NULL), 1);
+}
+
+static void test_permission(void **state)
+{
+	const char *argv[] = {ctl_bin, "--socket", itest_d.sock, "status", NULL};
+	char *out;
+	int rc;
+
+	(void)state;
+	itest_need_daemon();
+	if (geteuid() == 0) {
+		/* nobody must reach the socket to be refused by the daemon, not by the file system */
+		assert_int_equal(chmod(itest_d.dir, 0755), 0);
+		rc = run(&out, 65534, argv);
+	} else {
+		rc = run(&out, (uid_t)-1, argv);
+	}
+	assert_int_equal(rc, 4);
+	assert_non_null(strstr(out, "permission denied"));
+	free(out);
+}
+
+static void test_read_verbs(void **state)
+{
+	static const char *const verbs[] = {"status",	 "meminfo", "vmstat",
+					    "buddyinfo", "clients", "namespaces",
+					    "seqs",	 "lru",	    "swap"};
+	unsigned long long cid;
+	kvmm_client_t *c;
+	char *out, arg[64];
+	uint64_t sid;
+
+	(void)state;
+	itest_need_daemon();
+	c = client_with_seq(&cid, &sid);
+	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
+		assert_int_equal(ctl(&out, verbs[i], NULL), 0);
+		assert_true(strlen(out) > 0);
+		free(out);
+		assert_int_equal(ctl(&out, "--json", verbs[i], NULL), 0);
+		if (!json_ok(out))
+			fail_msg("%s --json is not JSON:\n%s", verbs[i], out);
+		free(out);
+	}
+	/* the tables say what is there */
+	assert_int_equal(ctl(&out, "meminfo", "--frames", NULL), 0);
+	assert_non_null(strstr(out, "namespace"));
+	assert_non_null(strstr(out, "alpha"));
+	free(out);
+	assert_int_equal(ctl(&out, "status", NULL), 0);
+	assert_non_null(strstr(out, "FramesUsed:       4 frames"));
+	free(out);
+	assert_int_equal(ctl(&out, "clients", NULL), 0);
+	assert_non_null(strstr(out, "attached"));
+	assert_non_null(strstr(out, "REQUESTS"));
+	free(out);
+	assert_int_equal(ctl(&out, "--ns", "alpha", "seqs", NULL), 0);
+	assert_non_null(strstr(out, "alpha"));
+	free(out);
+	assert_int_equal(ctl(&out, "--ns", "beta", "--raw", "seqs", NULL), 0);
+	assert_null(strstr(out, "Seq:"));
+	free(out);
+	assert_int_equal(ctl(&out, "--json", "seqs", NULL), 0);
+	assert_non_null(strstr(out, "\"sealed\":3"));
+	free(out);
+	assert_int_equal(ctl(&out, "--json", "vmstat", NULL), 0);
+	assert_non_null(strstr(out, "\"seal\":"));
+	free(out);
+	assert_int_equal(ctl(&out, "swap", NULL), 0);
+	assert_non_null(strstr(out, "no swap tiers"));
+	free(out);
+
+	/* pagetable CLIENT:SEQ and --client ID SEQ */
+	snprintf(arg, sizeof(arg), "%llu:%llu", cid, (unsigned long long)sid);
+	assert_int_equal(ctl(&out, "pagetable", arg, NULL), 0);
+	assert_non_null(strstr(out, "present"));
+	assert_non_null(strstr(out, "BLOCK"));
+	free(out);
+	assert_int_equal(ctl(&out, "--json", "pagetable", arg, NULL), 0);
+	assert_true(json_ok(out));
+	assert_non_null(strstr(out, "\"blocks\":4"));
+	assert_non_null(strstr(out, "\"sealed\":3"));
+	free(out);
+	snprintf(arg, sizeof(arg), "%llu", cid);
+	{
+		char s[32];
+
+		snprintf(s, sizeof(s), "%llu", (unsigned long long)sid);
+		assert_int_equal(ctl(&out, "--client", arg, "--raw", "pagetable", s, NULL), 0);
+		assert_non_null(strstr(out, "Pte: 0 type=present"));
+		free(out);
+	}
+	/* free the sequence: its sealed pages go to the LRU, which lru shows */
+	assert_int_equal(kvmm_seq_free(c, sid), 0);
+	assert_int_equal(ctl(&out, "--raw", "lru", NULL), 0);
+	assert_non_null(strstr(out, "Inactive:         3 pages"));
+	assert_non_null(strstr(out, "list=inactive age=0"));
+	free(out);
+	assert_int_equal(ctl(&out, "namespaces", NULL), 0);
+	assert_non_null(strstr(out, "HIT%"));
+	free(out);
+	kvmm_detach(c);
+}
+
+static void test_admin_verbs(void **state)
+{
+	unsigned long long cid;
+	kvmm_client_t *c;
+	uint64_t sid;
+	char *out;
+	int rc;
+
+	(void)state;
+	itest_need_daemon();
+	c = client_with_seq(&cid, &sid);
+	assert_int_equal(kvmm_seq_free(c, sid), 0);
+	assert_int_equal(ctl(&out, "limit", "alpha", "200", NULL), 0);
+	free(out);
+	assert_int_equal(ctl(&out, "--raw", "--ns", "alpha", "meminfo", NULL), 0);
+	assert_non_null(strstr(out, "Limit:            200 frames"));
+	free(out);
+	assert_int_equal(ctl(&out, "limit", "alpha", "none", NULL), 0);
+	free(out);
+	assert_int_equal(ctl(&out, "reclaim", "1", NULL), 0);
+	assert_non_null(strstr(out, "reclaimed 1 of 1"));
+	free(out);
+	assert_int_equal(ctl(&out, "drop-caches", NULL), 0);
+	assert_non_null(strstr(out, "dropped"));
+	free(out);
+	assert_int_equal(ctl(&out, "--raw", "--ns", "alpha", "meminfo", NULL), 0);
+	assert_non_null(strstr(out, "Cached:           0 frames"));
+	free(out);
+	/* swapon / swapoff: done, or a clear "not supported" from a daemon without it */
+	rc = ctl(&out, "swapon", "1", "1048576", NULL);
+	assert_true(rc == 0 || (rc == 1 && strstr(out, "no swap support")));
+	free(out);
+	rc = ctl(&out, "swapoff", "1", NULL);
+	assert_true(rc == 0 ||
+		    (rc == 1 && (strstr(out, "no swap support") || strstr(out, "No such"))));
+	free(out);
+	kvmm_detach(c);
+}
+
+/* Wait until the daemon reports @n trace subscribers (5 s). */
+static void wait_subscribers(long long n)
+{
+	for (int i = 0; i < 500; i++) {
+		char *t;
+
+		assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_STATUS, &t), 0);
+		if (itest_text_value(t, "TraceSubscribers") == n) {
+			free(t);
+			return;
+		}
+		free(t);
+		sleep_ms(10);
+	}
+	fail_msg("never saw %lld trace subscribers", n);
+}
+
+static void test_trace(void **state)
+{
+	const char *argv[] = {ctl_bin,	"--socket",  itest_d.sock, "trace",
+			      "--json", "--event",   "alloc,seal", "--count",
+			      "3",	"--timeout", "10000",	   NULL};
+	unsigned long long cid;
+	kvmm_client_t *c;
+	int pfd[2], status;
+	char buf[16384];
+	size_t len = 0;
+	uint64_t sid;
+	pid_t pid;
+	char *out;
+
+	(void)state;
+	itest_need_daemon();
+	assert_int_equal(pipe2(pfd, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		dup2(pfd[1], 1);
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	close(pfd[1]);
+	wait_subscribers(1);
+	c = client_with_seq(&cid, &sid); /* allocates 4 frames, seals 3 */
+	for (;;) {
+		ssize_t n = read(pfd[0], buf + len, sizeof(buf) - 1 - len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	close(pfd[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_true(json_lines_ok(buf));
+	assert_non_null(strstr(buf, "\"type\":\"alloc\""));
+	assert_null(strstr(buf, "\"type\":\"attach\"")); /* filtered out */
+	wait_subscribers(0);
+
+	/* the ring still holds them: dump, text and JSON Lines, filtered by client */
+	{
+		char id[24];
+
+		snprintf(id, sizeof(id), "%llu", cid);
+		assert_int_equal(ctl(&out, "trace", "--dump", "--client", id, NULL), 0);
+		assert_non_null(strstr(out, "attach"));
+		assert_non_null(strstr(out, "seal"));
+		free(out);
+		assert_int_equal(ctl(&out, "trace", "--dump", "--json", "--event", "seal", NULL),
+				 0);
+		assert_true(json_lines_ok(out));
+		assert_non_null(strstr(out, "\"type\":\"seal\""));
+		assert_null(strstr(out, "\"type\":\"alloc\""));
+		free(out);
+	}
+	kvmm_detach(c);
+	assert_int_equal(ctl(&out, "trace", "--dump", "--event", "detach", NULL), 0);
+	assert_non_null(strstr(out, "detach"));
+	free(out);
+	/* --clear forgets what it showed */
+	assert_int_equal(ctl(NULL, "trace", "--clear", NULL), 0);
+	assert_int_equal(ctl(&out, "trace", "--dump", "--event", "seal", NULL), 0);
+	assert_null(strstr(out, "seal"));
+	free(out);
+}
+
+static bool have_prog(const char *name)
+{
+	char cmd[256];
+
+	snprintf(cmd, sizeof(cmd), "command -v %s >/dev/null 2>&1", name);
+	return system(cmd) == 0;
+}
+
+static int __attribute__((format(printf, 2, 3))) sh(char **out, const char *fmt, ...)
+{
+	const char *argv[] = {"/bin/sh", "-c", NULL, NULL};
+	char cmd[8192];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	argv[2] = cmd;
+	return run(out, (uid_t)-1, argv);
+}
+
+static void test_top(void **state)
+{
+	char tsock[128], *out = NULL;
+	bool seen = false, gone = false;
+
+	(void)state;
+	itest_need_daemon();
+	if (!have_prog("tmux"))
+		skip();
+	snprintf(tsock, sizeof(tsock), "%s/tmux.sock", itest_d.dir);
+	assert_int_equal(sh(NULL,
+			    "tmux -S %s new-session -d -s top -x 132 -y 40 '%s --socket %s top'",
+			    tsock, ctl_bin, itest_d.sock),
+			 0);
+	for (int i = 0; i < 500 && !seen; i++) {
+		free(out);
+		out = NULL;
+		if (sh(&out, "tmux -S %s capture-pane -p -t top", tsock) == 0)
+			seen = strstr(out, "kvmmctl top") && strstr(out, "NAMESPACE") &&
+			       strstr(out, "alpha") && strstr(out, "hit rate");
+		if (!seen)
+			sleep_ms(10);
+	}
+	if (!seen)
+		fprintf(stderr, "pane:\n%s\n", out ? out : "");
+	free(out);
+	assert_true(seen);
+	assert_int_equal(sh(NULL, "tmux -S %s send-keys -t top q", tsock), 0);
+	for (int i = 0; i < 500 && !gone; i++) {
+		gone = sh(NULL, "tmux -S %s has-session -t top", tsock) != 0;
+		if (!gone)
+			sleep_ms(10);
+	}
+	sh(NULL, "tmux -S %s kill-server", tsock);
+	assert_true(gone);
+}
+
+/* Our check of the text exposition format (the subset we emit). */
+static void check_exposition(const char *text)
+{
+	char *dup = strdup(text), *line, *save = NULL, typed[128] = "";
+	unsigned int samples = 0;
+
+	assert_non_null(dup);
+	for (line = strtok_r(dup, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char name[128], type[32];
+		const char *p = line;
+		size_t n;
+
+		if (sscanf(line, "# TYPE %127s %31s", name, type) == 2) {
+			assert_true(!strcmp(type, "gauge") || !strcmp(type, "counter"));
+			if (!strcmp(type, "counter"))
+				assert_non_null(strstr(name, "_total"));
+			strcpy(typed, name);
+			continue;
+		}
+		if (line[0] == '#') {
+			assert_true(!strncmp(line, "# HELP ", 7));
+			continue;
+		}
+		n = strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_:0123456789");
+		assert_true(n > 0);
+		/* a sample belongs to the family declared just before it */
+		assert_true(strlen(typed) == n && !strncmp(p, typed, n));
+		p += n;
+		if (*p == '{') {
+			p++;
+			while (*p != '}') {
+				n = strspn(p, "abcdefghijklmnopqrstuvwxyz_");
+				assert_true(n > 0 && p[n] == '=' && p[n + 1] == '"');
+				p = strchr(p + n + 2, '"');
+				assert_non_null(p);
+				p++;
+				if (*p == ',')
+					p++;
+				else
+					assert_int_equal(*p, '}');
+			}
+			p++;
+		}
+		assert_int_equal(*p, ' ');
+		{
+			char *end;
+
+			strtod(p + 1, &end);
+			assert_true(end > p + 1 && *end == '\0');
+		}
+		samples++;
+	}
+	assert_true(samples > 20);
+	free(dup);
+}
+
+static void test_metrics(void **state)
+{
+	char *out, *st;
+	long long port;
+
+	(void)state;
+	itest_need_daemon();
+	assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_STATUS, &st), 0);
+	port = itest_text_value(st, "MetricsPort");
+	free(st);
+	assert_true(port > 0);
+	if (!have_prog("curl"))
+		skip();
+	assert_int_equal(sh(&out, "curl -sS -f http://127.0.0.1:%lld/metrics", port), 0);
+	assert_non_null(strstr(out, "kvmm_frames{namespace=\"alpha\",state=\"cached\"}"));
+	assert_non_null(strstr(out, "kvmm_prefix_cache_hits_total{namespace=\"alpha\"}"));
+	assert_non_null(strstr(out, "kvmm_pgscan_total{namespace=\"beta\"}"));
+	check_exposition(out);
+	free(out);
+	if (have_prog("promtool")) {
+		assert_int_equal(sh(&out,
+				    "curl -sS -f http://127.0.0.1:%lld/metrics | promtool "
+				    "check metrics",
+				    port),
+				 0);
+		free(out);
+	}
+	assert_int_equal(sh(&out,
+			    "curl -s -o /dev/null -w '%%{http_code}' "
+			    "http://127.0.0.1:%lld/nothing",
+			    port),
+			 0);
+	assert_string_equal(out, "404");
+	free(out);
+	assert_int_equal(sh(&out,
+			    "curl -s -o /dev/null -w '%%{http_code}' -X POST "
+			    "http://127.0.0.1:%lld/metrics",
+			    port),
+			 0);
+	assert_string_equal(out, "405");
+	free(out);
+	/* the daemon is still fine */
+	assert_int_equal(ctl(NULL, "status", NULL), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_exit_codes),  cmocka_unit_test(test_read_verbs),
+		cmocka_unit_test(test_admin_verbs), cmocka_unit_test(test_trace),
+		cmocka_unit_test(test_top),	    cmocka_unit_test(test_metrics),
+		cmocka_unit_test(test_permission),
+	};
+	int failed;
+
+	signal(SIGPIPE, SIG_IGN);
+	failed = cmocka_run_group_tests_name("itest_ctl", tests, setup, itest_group_teardown);
+	if (itest_no_daemon)
+		return 77;
+	return failed;
+}

@@ -1,0 +1,382 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/integration/itest_ring.c - the data plane against the real kvmmd: batches submitted
+ * through the shared rings complete with the right results in order; block tables read from
+ * the page-table mirror equal the daemon's SEQ_BLOCKS answers through appends, forks with
+ * copy-on-write, truncates and frees; the magazine hands out distinct, writable frames and
+ * takes them back; and hostile clients - one that corrupts its ring indexes, one that fills
+ * its SQ with garbage, one that never reaps its CQ - are disconnected or held back while
+ * another client keeps being served and the daemon lives on.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "atomic.h"
+#include "itest.h"
+#include "runtime/libkvmm.h"
+
+#define NSEQ 64
+
+static kvmm_client_t *attach_ns(const char *ns)
+{
+	kvmm_client_t *c = NULL;
+
+	assert_int_equal(kvmm_attach(itest_d.sock, ns, &itest_fmt, &c), 0);
+	assert_int_equal(kvmm_has_rings(c), 1);
+	return c;
+}
+
+/* Submit n entries and reap their n completions (in SQ order, as the ring runs them). */
+static void run_batch(kvmm_client_t *c, const struct kvmm_sqe *sqes, struct kvmm_cqe *cqes,
+		      unsigned int n)
+{
+	unsigned int got = 0;
+
+	assert_int_equal(kvmm_submit(c, sqes, n), (int)n);
+	while (got < n) {
+		int r = kvmm_complete(c, cqes + got, n - got, n - got);
+
+		assert_true(r > 0);
+		got += (unsigned int)r;
+	}
+	assert_int_equal(kvmm_inflight(c), 0);
+}
+
+static void test_ring_batches(void **state)
+{
+	struct kvmm_sqe sqes[NSEQ];
+	struct kvmm_cqe cqes[NSEQ];
+	uint64_t seqs[NSEQ];
+	uint32_t tok[NSEQ];
+	kvmm_client_t *c;
+
+	(void)state;
+	itest_need_daemon();
+	c = attach_ns(ITEST_NS_B);
+	memset(sqes, 0, sizeof(sqes));
+	for (unsigned int i = 0; i < NSEQ; i++)
+		sqes[i] = (struct kvmm_sqe){.op = KVMM_SQE_SEQ_CREATE, .user_data = 1000 + i};
+	run_batch(c, sqes, cqes, NSEQ);
+	for (unsigned int i = 0; i < NSEQ; i++) {
+		assert_int_equal(cqes[i].user_data, 1000 + i);
+		assert_int_equal(cqes[i].res, 0);
+		assert_true(cqes[i].seq != 0);
+		seqs[i] = cqes[i].seq;
+	}
+	/* 40 steps of one token per sequence: lengths come back right, blocks grow per page */
+	for (unsigned int step = 1; step <= 40; step++) {
+		itest_tokens(tok, NSEQ, step);
+		for (unsigned int i = 0; i < NSEQ; i++)
+			sqes[i] = (struct kvmm_sqe){.op = KVMM_SQE_SEQ_APPEND,
+						    .seq = seqs[i],
+						    .nr = 1,
+						    .data = &tok[i],
+						    .user_data = (uint64_t)step << 32 | i};
+		run_batch(c, sqes, cqes, NSEQ);
+		for (unsigned int i = 0; i < NSEQ; i++) {
+			assert_int_equal(cqes[i].user_data, (uint64_t)step << 32 | i);
+			assert_int_equal(cqes[i].res, 0);
+			assert_int_equal(cqes[i].nr_tokens, step);
+			assert_int_equal(cqes[i].nr_blocks, (step + 15) / 16);
+		}
+	}
+	/* a bad entry fails alone; the batch around it goes on */
+	sqes[0] = (struct kvmm_sqe){.op = KVMM_SQE_SEQ_FREE, .seq = 999999, .user_data = 1};
+	sqes[1] = (struct kvmm_sqe){.op = KVMM_SQE_NOP, .user_data = 2};
+	sqes[2] = (struct kvmm_sqe){
+		.op = KVMM_SQE_SEQ_TRUNCATE, .seq = seqs[0], .arg = 5, .user_data = 3};
+	run_batch(c, sqes, cqes, 3);
+	assert_int_equal(cqes[0].res, -ENOENT);
+	assert_int_equal(cqes[1].res, 0);
+	assert_int_equal(cqes[2].res, 0);
+	assert_int_equal(cqes[2].user_data, 3);
+	/* more entries than the ring holds: kvmm_submit makes room by reaping */
+	{
+		static struct kvmm_sqe many[3 * KVMM_RING_DEFAULT_ENTRIES];
+		static struct kvmm_cqe out[3 * KVMM_RING_DEFAULT_ENTRIES];
+		unsigned int n = 0, got = 0;
+
+		for (unsigned int i = 0; i < 3 * KVMM_RING_DEFAULT_ENTRIES; i++)
+			many[i] = (struct kvmm_sqe){.op = KVMM_SQE_NOP, .user_data = i};
+		while (n < 3 * KVMM_RING_DEFAULT_ENTRIES) {
+			int r = kvmm_submit(c, many + n, 3 * KVMM_RING_DEFAULT_ENTRIES - n);
+
+			if (r == -EAGAIN)
+				r = 0;
+			assert_true(r >= 0);
+			n += (unsigned int)r;
+			if (!r) {
+				int k = kvmm_complete(c, out + got,
+						      3 * KVMM_RING_DEFAULT_ENTRIES - got, 1);
+
+				assert_true(k > 0);
+				got += (unsigned int)k;
+			}
+		}
+		while (got < n) {
+			int k = kvmm_complete(c, out + got, n - got, n - got);
+
+			assert_true(k > 0);
+			got += (unsigned int)k;
+		}
+		for (unsigned int i = 0; i < n; i++)
+			assert_int_equal(out[i].user_data, i); /* in SQ order */
+	}
+	kvmm_detach(c);
+}
+
+/* The mirror's table of every sequence equals the socket's. */
+static void check_tables(kvmm_client_t *c, const uint64_t *seqs, unsigned int n, uint32_t max)
+{
+	int32_t *a = calloc((size_t)n * max, sizeof(int32_t));
+	int32_t *b = calloc((size_t)n * max, sizeof(int32_t));
+	int ra, rb;
+
+	assert_non_null(a);
+	assert_non_null(b);
+	ra = kvmm_block_table(c, seqs, n, a, max);
+	pthread_mutex_lock(&c->lock);
+	rb = kvmm_block_table_socket(c, seqs, n, b, max);
+	pthread_mutex_unlock(&c->lock);
+	assert_int_equal(ra, rb);
+	assert_memory_equal(a, b, (size_t)n * max * sizeof(int32_t));
+	free(a);
+	free(b);
+}
+
+static void test_mirror(void **state)
+{
+	uint32_t tok[600];
+	uint64_t seqs[8], child, hit;
+	int32_t row[4];
+	kvmm_client_t *c;
+
+	(void)state;
+	itest_need_daemon();
+	c = attach_ns(ITEST_NS_B);
+	itest_tokens(tok, 600, 5);
+	for (unsigned int i = 0; i < 6; i++) {
+		assert_int_equal(kvmm_seq_create(c, 0, &seqs[i]), 0);
+		assert_int_equal(kvmm_seq_append(c, seqs[i], tok, 10 + 37 * i, NULL), 0);
+	}
+	check_tables(c, seqs, 6, 64);
+	check_tables(c, seqs, 6, 3); /* short rows: -E2BIG from both */
+	/* fork shares the pages; an append copies the shared partial tail */
+	assert_int_equal(kvmm_seq_fork(c, seqs[2], KVMM_SEQ_ALL_TOKENS, &child), 0);
+	seqs[6] = child;
+	check_tables(c, seqs, 7, 64);
+	assert_int_equal(kvmm_seq_append(c, child, tok, 3, NULL), 0);
+	check_tables(c, seqs, 7, 64);
+	/* seal, look the prompt up into a fresh sequence: the same frames */
+	assert_int_equal(kvmm_seal(c, seqs[5], 0, 0), 0);
+	assert_int_equal(kvmm_seq_create(c, 0, &seqs[7]), 0);
+	assert_int_equal(kvmm_prefix_lookup(c, seqs[7], tok, 10 + 37 * 5, &hit), 0);
+	assert_true(hit >= 16);
+	check_tables(c, seqs, 8, 64);
+	assert_int_equal(kvmm_seq_truncate(c, seqs[4], 17), 0);
+	check_tables(c, seqs, 8, 64);
+	/* a sequence longer than a mirror slot: the rest of its row comes from the socket */
+	{
+		static uint32_t big[16 * (KVMM_PT_DEFAULT_MAX_BLOCKS + 8)];
+		uint64_t s;
+
+		itest_tokens(big, sizeof(big) / sizeof(big[0]), 8);
+		assert_int_equal(kvmm_seq_create(c, 0, &s), 0);
+		assert_int_equal(kvmm_seq_append(c, s, big, sizeof(big) / sizeof(big[0]), NULL), 0);
+		check_tables(c, &s, 1, KVMM_PT_DEFAULT_MAX_BLOCKS + 16);
+		check_tables(c, &s, 1, 100);
+		assert_int_equal(kvmm_seq_free(c, s), 0);
+	}
+	/* a freed sequence is gone from the mirror too */
+	assert_int_equal(kvmm_seq_free(c, seqs[0]), 0);
+	assert_int_equal(kvmm_block_table(c, seqs, 1, row, 4), -ENOENT);
+	check_tables(c, seqs + 1, 7, 64);
+	kvmm_detach(c);
+}
+
+static void test_magazine(void **state)
+{
+	uint32_t frames[300], more[8];
+	kvmm_client_t *c;
+	int n;
+
+	(void)state;
+	itest_need_daemon();
+	c = attach_ns(ITEST_NS_B);
+	assert_true(kvmm_mag_size(c) > 0);
+	assert_int_equal(kvmm_mag_avail(c), 0); /* nothing is charged before it is asked for */
+	n = kvmm_mag_alloc(c, frames, 10);
+	assert_int_equal(n, 10);
+	assert_true(kvmm_mag_avail(c) > 0); /* the refill brought a batch */
+	for (int i = 0; i < n; i++) {
+		unsigned char *p = kvmm_frame_addr(c, frames[i]);
+
+		assert_non_null(p);
+		memset(p, 0xa5, (size_t)kvmm_page_size(c));
+		for (int j = 0; j < i; j++)
+			assert_int_not_equal(frames[i], frames[j]);
+	}
+	/* a sequence never gets a frame the client holds */
+	{
+		uint32_t tok[64];
+		uint64_t s;
+		int32_t row[8];
+
+		itest_tokens(tok, 64, 3);
+		assert_int_equal(kvmm_seq_create(c, 0, &s), 0);
+		assert_int_equal(kvmm_seq_append(c, s, tok, 64, NULL), 0);
+		assert_int_equal(kvmm_block_table(c, &s, 1, row, 8), 0);
+		for (int b = 0; b < 4; b++)
+			for (int i = 0; i < n; i++)
+				assert_int_not_equal(row[b], (int32_t)frames[i]);
+		assert_int_equal(kvmm_seq_free(c, s), 0);
+	}
+	assert_int_equal(kvmm_mag_free(c, frames, (uint32_t)n), 0);
+	/* numbers it does not hold are ignored; bad ones refused */
+	more[0] = 0;
+	assert_int_equal(kvmm_mag_free(c, more, 1), 0);
+	more[0] = kvmm_nr_frames(c);
+	assert_int_equal(kvmm_mag_free(c, more, 1), -EINVAL);
+	/* the whole magazine, given back more than once over: the return ring wraps */
+	for (int round = 0; round < 3; round++) {
+		uint32_t got = 0;
+
+		while (got < kvmm_mag_size(c)) {
+			n = kvmm_mag_alloc(c, frames + got, kvmm_mag_size(c) - got);
+			assert_true(n > 0);
+			got += (uint32_t)n;
+		}
+		assert_int_equal(kvmm_mag_free(c, frames, got), 0);
+	}
+	kvmm_detach(c);
+}
+
+static void sleep_ms(unsigned int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* A well-behaved client does some work while the others misbehave: it must be served. */
+static void good_client_works(kvmm_client_t *g, unsigned int round)
+{
+	struct kvmm_sqe sqe[4];
+	struct kvmm_cqe cqe[4];
+	uint32_t tok[4];
+	uint64_t s;
+
+	assert_int_equal(kvmm_seq_create(g, 0, &s), 0);
+	itest_tokens(tok, 4, round);
+	for (unsigned int i = 0; i < 4; i++)
+		sqe[i] = (struct kvmm_sqe){.op = KVMM_SQE_SEQ_APPEND,
+					   .seq = s,
+					   .nr = 1,
+					   .data = &tok[i],
+					   .user_data = i};
+	run_batch(g, sqe, cqe, 4);
+	assert_int_equal(cqe[3].nr_tokens, 4);
+	assert_int_equal(kvmm_seq_free(g, s), 0);
+}
+
+static void test_hostile(void **state)
+{
+	kvmm_client_t *good, *bad_idx, *garbage, *noreap;
+	struct kvmm_shm_hdr h;
+	struct kvmm_shm_ring *sq, *cq;
+	struct kvmm_ring_sqe *sqes;
+	uint64_t s;
+	int err = 0;
+
+	(void)state;
+	itest_need_daemon();
+	good = attach_ns(ITEST_NS_A);
+	bad_idx = attach_ns(ITEST_NS_A);
+	garbage = attach_ns(ITEST_NS_A);
+	noreap = attach_ns(ITEST_NS_A);
+	good_client_works(good, 1);
+
+	/* 1. an SQ tail far past its head: the daemon closes that client */
+	memcpy(&h, bad_idx->shm, sizeof(h));
+	sq = (struct kvmm_shm_ring *)((char *)bad_idx->shm + h.sq_off);
+	smp_store_release(&sq->tail, READ_ONCE(sq->head) + 100000u);
+	/* no doorbell needed: the daemon polls every ring when anything wakes it */
+	for (int i = 0; i < 100; i++) {
+		err = kvmm_seq_create(bad_idx, 0, &s);
+		if (err)
+			break;
+		kvmm_seq_free(bad_idx, s);
+		sleep_ms(10);
+	}
+	assert_true(err == -ENOTCONN || err == -EPIPE || err == -ECONNRESET);
+	good_client_works(good, 2);
+
+	/* 2. garbage SQEs: each fails on its own, then the client is cut off as a bad peer */
+	memcpy(&h, garbage->shm, sizeof(h));
+	sq = (struct kvmm_shm_ring *)((char *)garbage->shm + h.sq_off);
+	sqes = (struct kvmm_ring_sqe *)((char *)garbage->shm + h.sqes_off);
+	for (uint32_t i = 0; i < 32; i++) {
+		sqes[i].op = (uint16_t)(0x7000 + i);
+		sqes[i].len = 0xffffffffu - i;
+		sqes[i].data_off = 0xfffffff0u;
+		sqes[i].flags = (uint16_t)i;
+		sqes[i].user_data = i;
+	}
+	smp_store_release(&sq->tail, READ_ONCE(sq->head) + 32);
+	err = 0;
+	for (int i = 0; i < 100 && !err; i++) {
+		err = kvmm_seq_create(garbage, 0, &s);
+		sleep_ms(10);
+	}
+	assert_true(err == -ENOTCONN || err == -EPIPE || err == -ECONNRESET);
+	good_client_works(good, 3);
+
+	/* 3. a client that never reaps: its SQ stays full of NOPs, the daemon just stops there */
+	memcpy(&h, noreap->shm, sizeof(h));
+	sq = (struct kvmm_shm_ring *)((char *)noreap->shm + h.sq_off);
+	cq = (struct kvmm_shm_ring *)((char *)noreap->shm + h.cq_off);
+	sqes = (struct kvmm_ring_sqe *)((char *)noreap->shm + h.sqes_off);
+	for (uint32_t i = 0; i < h.ring_entries; i++)
+		sqes[i] = (struct kvmm_ring_sqe){.op = KVMM_OP_PING, .user_data = i};
+	for (int round = 0; round < 4; round++) {
+		/* refill what the daemon consumed; it can take at most one CQ's worth */
+		smp_store_release(&sq->tail, READ_ONCE(sq->head) + h.ring_entries);
+		good_client_works(good, 10 + (unsigned int)round);
+		sleep_ms(5);
+	}
+	assert_int_equal(READ_ONCE(cq->tail) - READ_ONCE(cq->head), h.ring_entries);
+	assert_true(itest_daemon_alive(&itest_d));
+	/* it is still a client: once it reaps, it is served again */
+	smp_store_release(&cq->head, READ_ONCE(cq->tail));
+	good_client_works(good, 20);
+
+	kvmm_detach(noreap);
+	kvmm_detach(garbage);
+	kvmm_detach(bad_idx);
+	kvmm_detach(good);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ring_batches),
+		cmocka_unit_test(test_mirror),
+		cmocka_unit_test(test_magazine),
+		cmocka_unit_test(test_hostile),
+	};
+	int ret;
+
+	ret = cmocka_run_group_tests_name("itest_ring", tests, itest_group_setup,
+					  itest_group_teardown);
+	return ret == 0 && itest_no_daemon ? 77 : ret;
+}

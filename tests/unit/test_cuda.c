@@ -1,0 +1,646 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/unit/test_cuda.c - unit tests for the CUDA kernels (kernels/cuda/), the cuda backend
+ * (kvmm/backend/cuda.c) and libkvmm's mapping of its chunks (runtime/cuda_map.c).
+ *
+ * Everywhere (no GPU needed): the embedded fatbin is there, aligned and well formed; the driver
+ * loader fails with -ENODEV and a reason in words when libcuda is missing, and, when the
+ * toolkit's stub libcuda is installed, resolves every entry point from it (so a misspelt or
+ * wrongly versioned symbol name fails here, not on the first GPU machine) before cuInit says
+ * "stub"; every call checks its host-side arguments before touching the driver.  Each of
+ * those runs in a child process, since the driver state is process-wide.
+ *
+ * With a GPU (device $KVMM_CUDA_DEVICE, default 0): every kernel against the CPU kernels of
+ * kernels/cpu on random inputs (attention within a relative 1e-4 of the CPU result,
+ * reshape_and_cache and copy_pages bit for bit), the backend round trip (staging copies in and
+ * out, copy, scrub) and the chunk fds exported by the backend, imported and mapped in a freshly
+ * exec'd process (CUDA does not survive fork) that checks the pattern and writes back.  Without
+ * a GPU these cases are skipped and say why.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kernels/cuda/cuda_drv.h"
+#include "kernels/cuda/kvmm_cuda.h"
+#include "kvmm/backend/cuda.h"
+#include "runtime/kvmm.h"
+
+#define STUB_LIBCUDA "/usr/local/cuda/lib64/stubs/libcuda.so"
+
+static int gpu_state; /* 0 unknown, 1 usable, -1 not */
+static char gpu_why[512];
+static int device;
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+
+static uint32_t rnd(uint32_t n)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng % n);
+}
+
+static float frand(void)
+{
+	return (float)rnd(1u << 24) / (float)(1u << 23) - 1.0f;
+}
+
+/* ---- without a GPU ---------------------------------------------------------------------- */
+
+static void test_fatbin_embedded(void **state)
+{
+	unsigned char *copy;
+
+	(void)state;
+	assert_true(kvmm_cuda_fatbin_size > 1024);
+	assert_int_equal((uintptr_t)kvmm_cuda_fatbin % 64, 0);
+	assert_true(kvmm_cuda_fatbin_valid(kvmm_cuda_fatbin, kvmm_cuda_fatbin_size));
+	/* the checker is real: a flipped magic, a short buffer, a lying size all fail */
+	copy = malloc(kvmm_cuda_fatbin_size);
+	assert_non_null(copy);
+	memcpy(copy, kvmm_cuda_fatbin, kvmm_cuda_fatbin_size);
+	assert_false(kvmm_cuda_fatbin_valid(copy, 15));
+	assert_false(kvmm_cuda_fatbin_valid(copy, kvmm_cuda_fatbin_size / 2));
+	copy[0] ^= 1;
+	assert_false(kvmm_cuda_fatbin_valid(copy, kvmm_cuda_fatbin_size));
+	free(copy);
+	assert_false(kvmm_cuda_fatbin_valid(NULL, 100));
+}
+
+/* Run fn in a child with KVMM_LIBCUDA=lib; the child's exit status is the result. */
+static int in_child(const char *lib, int (*fn)(void))
+{
+	int status;
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		setenv("KVMM_LIBCUDA", lib, 1);
+		_exit(fn());
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	return WEXITSTATUS(status);
+}
+
+static int child_missing_driver(void)
+{
+	char why[256];
+
+	if (kvmm_cuda_init(0) != -ENODEV || !strstr(kvmm_cuda_why(), "no CUDA driver"))
+		return 1;
+	if (kvmm_cuda_device() != -1)
+		return 2;
+	if (kvmm_cuda_backend_probe(0, why, sizeof(why)) != -ENODEV || !why[0])
+		return 3;
+	/* asked again: the same answer, remembered */
+	if (kvmm_cuda_init(0) != -ENODEV || kvmm_cuda_drv_load() != NULL || errno != ENODEV)
+		return 4;
+	return 0;
+}
+
+static void test_init_without_driver(void **state)
+{
+	(void)state;
+	assert_int_equal(in_child("/nonexistent/libcuda.so.1", child_missing_driver), 0);
+}
+
+static int child_stub_driver(void)
+{
+	/* every symbol resolves from the stub; only cuInit fails (error 34, "stub") */
+	if (kvmm_cuda_init(0) != -ENODEV)
+		return 1;
+	if (!strstr(kvmm_cuda_why(), "cuInit"))
+		return 2;
+	if (strstr(kvmm_cuda_why(), "lacks"))
+		return 3;
+	return 0;
+}
+
+static void test_stub_driver_symbols(void **state)
+{
+	(void)state;
+	if (access(STUB_LIBCUDA, R_OK)) {
+		print_message("skipped: no stub libcuda at %s\n", STUB_LIBCUDA);
+		skip();
+	}
+	assert_int_equal(in_child(STUB_LIBCUDA, child_stub_driver), 0);
+}
+
+static int child_arg_checks(void)
+{
+	struct kvmm_fmt f;
+	struct kvmm_attn_batch b;
+	struct kvmm_kv_pages kv;
+	int32_t tbl[1] = {0};
+	uint32_t len[1] = {1};
+	int64_t slot[1] = {0};
+	float x[8];
+	char base[1];
+	int fds[1] = {3};
+	struct kvmm_cuda_map *m;
+	uint64_t dp;
+
+	if (kvmm_fmt_init(&f, 2, 2, 8, KVMM_DTYPE_FP16, 0, 4096))
+		return 1;
+	memset(&b, 0, sizeof(b));
+	b.kv.base = base;
+	b.kv.fmt = &f;
+	b.nr_seqs = 1;
+	b.num_q_heads = 3; /* not a multiple of kv_heads */
+	b.block_tables = tbl;
+	b.max_blocks = 1;
+	b.ctx_lens = len;
+	if (kvmm_cuda_paged_decode(&b, x, x, NULL) != -EINVAL)
+		return 2;
+	b.num_q_heads = 4;
+	if (kvmm_cuda_paged_prefill(&b, 1, x, x, NULL) != -EINVAL) /* no q_lens */
+		return 3;
+	b.kv.layer = 2;
+	if (kvmm_cuda_paged_decode(&b, x, x, NULL) != -EINVAL)
+		return 4;
+	b.kv.layer = 0;
+	/* all good: only now does the missing driver show */
+	if (kvmm_cuda_paged_decode(&b, x, x, NULL) != -ENODEV)
+		return 5;
+	kv = b.kv;
+	if (kvmm_cuda_reshape_and_cache(&kv, 1, NULL, x, x, NULL) != -EINVAL)
+		return 6;
+	if (kvmm_cuda_reshape_and_cache(&kv, 1, slot, x, x, NULL) != -ENODEV)
+		return 7;
+	if (kvmm_cuda_copy_pages(&f, base, base, tbl, tbl, 1, f.tokens_per_page + 1, NULL) !=
+	    -EINVAL)
+		return 8;
+	if (kvmm_cuda_copy_pages(&f, base, base, tbl, tbl, 0, 0, NULL) != 0) /* nothing to do */
+		return 9;
+	if (kvmm_cuda_map_fds(0, fds, 0, 4096, &m, &dp) != -EINVAL)
+		return 10;
+	if (kvmm_cuda_map_fds(0, fds, 1, 4096, &m, &dp) != -ENODEV || !kvmm_cuda_map_why()[0])
+		return 11;
+	return 0;
+}
+
+static void test_arg_checks(void **state)
+{
+	(void)state;
+	assert_int_equal(in_child("/nonexistent/libcuda.so.1", child_arg_checks), 0);
+}
+
+/* ---- with a GPU ------------------------------------------------------------------------- */
+
+static bool need_gpu(void)
+{
+	if (!gpu_state) {
+		const char *e = getenv("KVMM_CUDA_DEVICE");
+		int ret;
+
+		device = e ? atoi(e) : 0;
+		ret = kvmm_cuda_init(device);
+		gpu_state = ret ? -1 : 1;
+		snprintf(gpu_why, sizeof(gpu_why), "%s", kvmm_cuda_why());
+		if (ret)
+			print_message("GPU cases skipped: %s\n", gpu_why);
+	}
+	return gpu_state == 1;
+}
+
+#define NEED_GPU()               \
+	do {                     \
+		if (!need_gpu()) \
+			skip();  \
+	} while (0)
+
+/* a device copy of n bytes at h */
+static void *dev_from(const void *h, size_t n)
+{
+	void *d = NULL;
+
+	assert_int_equal(kvmm_cuda_malloc(&d, n ? n : 1), 0);
+	if (n)
+		assert_int_equal(kvmm_cuda_memcpy_htod(d, h, n), 0);
+	return d;
+}
+
+struct kcase {
+	struct kvmm_fmt fmt;
+	uint32_t nframes, nr_seqs, max_blocks, num_q_heads;
+	char *pages; /* host pool, written by the CPU kernels */
+	int32_t *tables;
+	uint32_t *ctx, *qlen;
+	float *k, *v; /* the new rows of every token of every sequence */
+	int64_t *slots;
+	uint32_t ntok;
+};
+
+static void kcase_make(struct kcase *c, uint32_t dt)
+{
+	static const uint32_t dims[] = {64, 128, 80, 32};
+	uint32_t dim = dims[rnd(4)], kvh = 1 + rnd(3), gs = dt == KVMM_DTYPE_INT8 ? 16 : 0;
+	uint32_t tpp, nelem, *perm, t = 0;
+
+	assert_int_equal(kvmm_fmt_init(&c->fmt, 2, kvh, dim, dt, gs, (uint64_t)(2 + rnd(8)) * 4096),
+			 0);
+	tpp = c->fmt.tokens_per_page;
+	c->num_q_heads = kvh * (1 + rnd(4));
+	c->nr_seqs = 1 + rnd(5);
+	c->max_blocks = 1 + rnd(6);
+	c->nframes = c->nr_seqs * c->max_blocks + 3;
+	c->pages = calloc(c->nframes, c->fmt.page_size);
+	c->tables = malloc(sizeof(int32_t) * c->nr_seqs * c->max_blocks);
+	c->ctx = malloc(sizeof(uint32_t) * c->nr_seqs);
+	c->qlen = malloc(sizeof(uint32_t) * c->nr_seqs);
+	perm = malloc(sizeof(uint32_t) * c->nframes);
+	assert_true(c->pages && c->tables && c->ctx && c->qlen && perm);
+	/* shuffled frames for the tables; the last 3 stay spare for copy_pages */
+	for (uint32_t i = 0; i < c->nframes; i++)
+		perm[i] = i;
+	for (uint32_t i = c->nframes - 4; i > 0; i--) {
+		uint32_t j = rnd(i + 1), x = perm[i];
+
+		perm[i] = perm[j];
+		perm[j] = x;
+	}
+	for (uint32_t i = 0; i < c->nr_seqs * c->max_blocks; i++)
+		c->tables[i] = (int32_t)perm[i];
+	c->ntok = 0;
+	for (uint32_t s = 0; s < c->nr_seqs; s++) {
+		c->ctx[s] = rnd(c->max_blocks * tpp + 1);
+		c->qlen[s] = c->ctx[s] ? 1 + rnd(c->ctx[s]) : 0;
+		c->ntok += c->ctx[s];
+	}
+	nelem = kvh * dim;
+	c->k = malloc(sizeof(float) * (c->ntok + 1) * nelem);
+	c->v = malloc(sizeof(float) * (c->ntok + 1) * nelem);
+	c->slots = malloc(sizeof(int64_t) * (c->ntok + 1));
+	assert_true(c->k && c->v && c->slots);
+	for (uint64_t i = 0; i < (uint64_t)(c->ntok + 1) * nelem; i++) {
+		c->k[i] = frand();
+		c->v[i] = frand();
+	}
+	for (uint32_t s = 0; s < c->nr_seqs; s++)
+		for (uint32_t p = 0; p < c->ctx[s]; p++)
+			c->slots[t++] = kvmm_kv_slot(
+				&c->fmt, c->tables[s * c->max_blocks + p / tpp], p % tpp);
+	c->slots[c->ntok] = -1; /* a padding token */
+	free(perm);
+}
+
+static void kcase_free(struct kcase *c)
+{
+	free(c->pages);
+	free(c->tables);
+	free(c->ctx);
+	free(c->qlen);
+	free(c->k);
+	free(c->v);
+	free(c->slots);
+}
+
+static void assert_close(const float *got, const float *want, size_t n, const char *what)
+{
+	for (size_t i = 0; i < n; i++) {
+		double tol = 1e-4 * (1.0 + fabs(want[i]));
+
+		if (!(fabs((double)got[i] - want[i]) <= tol))
+			fail_msg("%s: element %zu: GPU %g, CPU %g", what, i, got[i], want[i]);
+	}
+}
+
+static void check_kernels(uint32_t dt, uint32_t layer)
+{
+	struct kcase c;
+	struct kvmm_kv_pages kv;
+	struct kvmm_attn_batch b;
+	uint64_t pool, nq_dec, nq_pre = 0;
+	char *dpages, *back;
+	float *q, *out_cpu, *out_gpu, *dq, *dout;
+	uint32_t maxq = 0;
+
+	kcase_make(&c, dt);
+	pool = (uint64_t)c.nframes * c.fmt.page_size;
+	memset(&kv, 0, sizeof(kv));
+	kv.fmt = &c.fmt;
+	kv.layer = layer;
+	kv.nr_frames = c.nframes;
+
+	/* reshape_and_cache: the same bytes from both */
+	kv.base = c.pages;
+	assert_int_equal(kvmm_cpu_reshape_and_cache(&kv, c.ntok + 1, c.slots, c.k, c.v), 0);
+	dpages = dev_from(NULL, pool);
+	assert_int_equal(kvmm_cuda_memset(dpages, 0, pool), 0);
+	{
+		int64_t *dslots = dev_from(c.slots, sizeof(int64_t) * (c.ntok + 1));
+		size_t kb = sizeof(float) * (c.ntok + 1) * c.fmt.kv_heads * c.fmt.head_dim;
+		float *dk = dev_from(c.k, kb), *dv = dev_from(c.v, kb);
+
+		kv.base = dpages;
+		assert_int_equal(kvmm_cuda_reshape_and_cache(&kv, c.ntok + 1, dslots, dk, dv, NULL),
+				 0);
+		assert_int_equal(kvmm_cuda_sync(), 0);
+		kvmm_cuda_free(dslots);
+		kvmm_cuda_free(dk);
+		kvmm_cuda_free(dv);
+	}
+	back = malloc(pool);
+	assert_non_null(back);
+	assert_int_equal(kvmm_cuda_memcpy_dtoh(back, dpages, pool), 0);
+	assert_memory_equal(back, c.pages, pool);
+
+	/* decode and prefill against the CPU on the same pages */
+	memset(&b, 0, sizeof(b));
+	b.kv = kv;
+	b.nr_seqs = c.nr_seqs;
+	b.num_q_heads = c.num_q_heads;
+	b.max_blocks = c.max_blocks;
+	for (uint32_t s = 0; s < c.nr_seqs; s++) {
+		nq_pre += c.qlen[s];
+		maxq = c.qlen[s] > maxq ? c.qlen[s] : maxq;
+	}
+	nq_dec = c.nr_seqs;
+	{
+		uint64_t rows = (nq_pre > nq_dec ? nq_pre : nq_dec) + 1;
+		size_t qb = sizeof(float) * rows * c.num_q_heads * c.fmt.head_dim;
+		int32_t *dt_ = dev_from(c.tables, sizeof(int32_t) * c.nr_seqs * c.max_blocks);
+		uint32_t *dctx = dev_from(c.ctx, sizeof(uint32_t) * c.nr_seqs);
+		uint32_t *dql = dev_from(c.qlen, sizeof(uint32_t) * c.nr_seqs);
+
+		q = malloc(qb);
+		out_cpu = calloc(1, qb);
+		out_gpu = calloc(1, qb);
+		assert_true(q && out_cpu && out_gpu);
+		for (size_t i = 0; i < qb / sizeof(float); i++)
+			q[i] = 2.0f * frand();
+		dq = dev_from(q, qb);
+		dout = dev_from(out_gpu, qb);
+
+		for (int pre = 0; pre < 2; pre++) {
+			size_t n = (pre ? nq_pre : nq_dec) * c.num_q_heads * c.fmt.head_dim;
+
+			b.kv.base = c.pages;
+			b.block_tables = c.tables;
+			b.ctx_lens = c.ctx;
+			b.q_lens = pre ? c.qlen : NULL;
+			assert_int_equal(pre ? kvmm_cpu_paged_prefill(&b, q, out_cpu)
+					     : kvmm_cpu_paged_decode(&b, q, out_cpu),
+					 0);
+			b.kv.base = dpages;
+			b.block_tables = dt_;
+			b.ctx_lens = dctx;
+			b.q_lens = pre ? dql : NULL;
+			assert_int_equal(pre ? kvmm_cuda_paged_prefill(&b, maxq, dq, dout, NULL)
+					     : kvmm_cuda_paged_decode(&b, dq, dout, NULL),
+					 0);
+			assert_int_equal(kvmm_cuda_sync(), 0);
+			assert_int_equal(kvmm_cuda_memcpy_dtoh(out_gpu, dout, n * sizeof(float)),
+					 0);
+			assert_close(out_gpu, out_cpu, n, pre ? "prefill" : "decode");
+		}
+
+		/* copy_pages, whole and partial, into the spare frames */
+		for (uint32_t nt = 0; nt < 2; nt++) {
+			uint32_t ntokens = nt ? 1 + rnd(c.fmt.tokens_per_page) : 0;
+			int32_t src[3], dst[3];
+			int32_t *dsrc, *ddst;
+
+			for (int i = 0; i < 3; i++) {
+				src[i] = c.tables[rnd(c.nr_seqs * c.max_blocks)];
+				dst[i] = (int32_t)(c.nframes - 3 + i);
+				/* a destination of the CPU-side pool must not be a source */
+				for (uint32_t j = 0; j < c.nr_seqs * c.max_blocks; j++)
+					if (c.tables[j] == dst[i])
+						fail_msg("test bug: spare frame in a table");
+			}
+			dsrc = dev_from(src, sizeof(src));
+			ddst = dev_from(dst, sizeof(dst));
+			assert_int_equal(
+				kvmm_cpu_copy_pages(&c.fmt, c.pages, c.pages, dst, src, 3, ntokens),
+				0);
+			assert_int_equal(kvmm_cuda_copy_pages(&c.fmt, dpages, dpages, ddst, dsrc, 3,
+							      ntokens, NULL),
+					 0);
+			assert_int_equal(kvmm_cuda_sync(), 0);
+			assert_int_equal(kvmm_cuda_memcpy_dtoh(back, dpages, pool), 0);
+			assert_memory_equal(back, c.pages, pool);
+			kvmm_cuda_free(dsrc);
+			kvmm_cuda_free(ddst);
+		}
+		kvmm_cuda_free(dt_);
+		kvmm_cuda_free(dctx);
+		kvmm_cuda_free(dql);
+	}
+	kvmm_cuda_free(dq);
+	kvmm_cuda_free(dout);
+	kvmm_cuda_free(dpages);
+	free(q);
+	free(out_cpu);
+	free(out_gpu);
+	free(back);
+	kcase_free(&c);
+}
+
+static void test_kernels_vs_cpu(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	for (int round = 0; round < 6; round++)
+		for (uint32_t dt = KVMM_DTYPE_FP32; dt < KVMM_DTYPE_COUNT; dt++)
+			check_kernels(dt, (uint32_t)round & 1);
+}
+
+#define BE_FRAMES 6
+#define BE_PAGE (UINT64_C(2) << 20)
+
+static void fill(unsigned char *p, uint64_t n, unsigned seed)
+{
+	for (uint64_t i = 0; i < n; i++)
+		p[i] = (unsigned char)(i * 131 + seed * 7 + (i >> 12));
+}
+
+static void test_backend_round_trip(void **state)
+{
+	struct kvmm_cuda_backend cb;
+	struct kvmm_backend_ctx be = {0};
+	uint32_t frames[BE_FRAMES] = {0, 1, 2, 3, 4, 5}, two[2] = {1, 4};
+	unsigned char *stage, *want;
+	const int *fds;
+	uint32_t nr;
+	uint64_t cs;
+
+	(void)state;
+	NEED_GPU();
+	kvmm_cuda_backend_init(&cb, device, 0);
+	be.ops = &cb.ops;
+	assert_true(kvmm_is_cuda_backend(&be));
+	assert_int_equal(be.ops->init(&be, BE_PAGE, BE_FRAMES), 0);
+	assert_int_equal(kvmm_cuda_backend_chunks(&be, &fds, &nr, &cs), 0);
+	assert_true(nr >= 1 && cs % BE_PAGE == 0 && (uint64_t)nr * cs >= BE_FRAMES * BE_PAGE);
+	assert_true(kvmm_cuda_backend_base(&be) != 0);
+	assert_null(be.ops->frame_addr(&be, 0));
+
+	stage = be.ops->host_alloc(&be, BE_FRAMES * BE_PAGE);
+	want = malloc(BE_FRAMES * BE_PAGE);
+	assert_true(stage && want);
+	fill(want, BE_FRAMES * BE_PAGE, 1);
+	memcpy(stage, want, BE_FRAMES * BE_PAGE);
+	assert_int_equal(be.ops->copy_from_host(&be, frames, stage, BE_FRAMES), 0);
+	assert_int_equal(be.ops->sync(&be), 0);
+	/* copy-on-write: frame 1 -> 4; scrub frame 2 */
+	assert_int_equal(be.ops->copy(&be, 4, 1, BE_PAGE), 0);
+	memcpy(want + 4 * BE_PAGE, want + 1 * BE_PAGE, BE_PAGE);
+	assert_int_equal(be.ops->scrub(&be, 2), 0);
+	memset(want + 2 * BE_PAGE, 0, BE_PAGE);
+	memset(stage, 0xee, BE_FRAMES * BE_PAGE);
+	assert_int_equal(be.ops->copy_to_host(&be, stage, frames, BE_FRAMES), 0);
+	assert_int_equal(be.ops->sync(&be), 0);
+	assert_memory_equal(stage, want, BE_FRAMES * BE_PAGE);
+	/* a frame list in any order lands in list order */
+	assert_int_equal(be.ops->copy_to_host(&be, stage, two, 2), 0);
+	assert_int_equal(be.ops->sync(&be), 0);
+	assert_memory_equal(stage, want + 1 * BE_PAGE, BE_PAGE);
+	assert_memory_equal(stage + BE_PAGE, want + 4 * BE_PAGE, BE_PAGE);
+	/* bad frames are refused */
+	assert_int_equal(be.ops->copy(&be, BE_FRAMES, 0, BE_PAGE), -EINVAL);
+	assert_int_equal(be.ops->scrub(&be, BE_FRAMES), -EINVAL);
+	frames[0] = BE_FRAMES;
+	assert_int_equal(be.ops->copy_to_host(&be, stage, frames, 1), -EINVAL);
+	be.ops->host_free(&be, stage, BE_FRAMES * BE_PAGE);
+	free(want);
+	be.ops->fini(&be);
+}
+
+/*
+ * The importing side runs in a new program image: test_cuda --import-child DEV NR CS FD...
+ * It maps the chunks, checks that every frame holds the daemon's pattern, writes a new one
+ * into frame 0 and exits 0, or a small number saying what went wrong.
+ */
+static int import_child(int argc, char **argv)
+{
+	int dev = atoi(argv[2]), nr = atoi(argv[3]), fds[64];
+	uint64_t cs = strtoull(argv[4], NULL, 10), dp;
+	struct kvmm_cuda_map *m;
+	unsigned char *want, *got;
+
+	if (nr < 1 || nr > 64 || argc != 5 + nr)
+		return 10;
+	for (int i = 0; i < nr; i++)
+		fds[i] = atoi(argv[5 + i]);
+	if (kvmm_cuda_map_fds(dev, fds, (uint32_t)nr, cs, &m, &dp)) {
+		fprintf(stderr, "import child: %s\n", kvmm_cuda_map_why());
+		return 11;
+	}
+	if (kvmm_cuda_init(dev))
+		return 12;
+	want = malloc(BE_FRAMES * BE_PAGE);
+	got = malloc(BE_FRAMES * BE_PAGE);
+	if (!want || !got)
+		return 13;
+	fill(want, BE_FRAMES * BE_PAGE, 2);
+	if (kvmm_cuda_memcpy_dtoh(got, (void *)(uintptr_t)dp, BE_FRAMES * BE_PAGE))
+		return 14;
+	if (memcmp(got, want, BE_FRAMES * BE_PAGE))
+		return 15;
+	fill(want, BE_PAGE, 3);
+	if (kvmm_cuda_memcpy_htod((void *)(uintptr_t)dp, want, BE_PAGE) || kvmm_cuda_sync())
+		return 16;
+	kvmm_cuda_fini();
+	kvmm_cuda_unmap(m);
+	free(want);
+	free(got);
+	return 0;
+}
+
+static void test_export_import(void **state)
+{
+	struct kvmm_cuda_backend cb;
+	struct kvmm_backend_ctx be = {0};
+	uint32_t frames[BE_FRAMES] = {0, 1, 2, 3, 4, 5}, f0 = 0;
+	unsigned char *stage, *want;
+	const int *fds;
+	char *args[5 + 64 + 1], num[5 + 64][24];
+	uint32_t nr;
+	uint64_t cs;
+	int status;
+	pid_t pid;
+
+	(void)state;
+	NEED_GPU();
+	kvmm_cuda_backend_init(&cb, device, 0);
+	be.ops = &cb.ops;
+	assert_int_equal(be.ops->init(&be, BE_PAGE, BE_FRAMES), 0);
+	assert_int_equal(kvmm_cuda_backend_chunks(&be, &fds, &nr, &cs), 0);
+	assert_true(nr <= 64);
+	stage = be.ops->host_alloc(&be, BE_FRAMES * BE_PAGE);
+	want = malloc(BE_FRAMES * BE_PAGE);
+	assert_true(stage && want);
+	fill(stage, BE_FRAMES * BE_PAGE, 2);
+	assert_int_equal(be.ops->copy_from_host(&be, frames, stage, BE_FRAMES), 0);
+	assert_int_equal(be.ops->sync(&be), 0);
+
+	args[0] = "/proc/self/exe";
+	args[1] = "--import-child";
+	snprintf(num[2], sizeof(num[2]), "%d", device);
+	snprintf(num[3], sizeof(num[3]), "%u", nr);
+	snprintf(num[4], sizeof(num[4]), "%llu", (unsigned long long)cs);
+	for (uint32_t i = 0; i < nr; i++)
+		snprintf(num[5 + i], sizeof(num[5 + i]), "%d", fds[i]);
+	for (uint32_t i = 2; i < 5 + nr; i++)
+		args[i] = num[i];
+	args[5 + nr] = NULL;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		/* the fds are close-on-exec in the daemon; the child gets them on purpose */
+		for (uint32_t i = 0; i < nr; i++)
+			fcntl(fds[i], F_SETFD, 0);
+		execv("/proc/self/exe", args);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	/* the child's write is in our frame 0 */
+	assert_int_equal(be.ops->copy_to_host(&be, stage, &f0, 1), 0);
+	assert_int_equal(be.ops->sync(&be), 0);
+	fill(want, BE_PAGE, 3);
+	assert_memory_equal(stage, want, BE_PAGE);
+	be.ops->host_free(&be, stage, BE_FRAMES * BE_PAGE);
+	free(want);
+	be.ops->fini(&be);
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	kvmm_cuda_fini();
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fatbin_embedded),
+		cmocka_unit_test(test_init_without_driver),
+		cmocka_unit_test(test_stub_driver_symbols),
+		cmocka_unit_test(test_arg_checks),
+		cmocka_unit_test(test_kernels_vs_cpu),
+		cmocka_unit_test(test_backend_round_trip),
+		cmocka_unit_test(test_export_import),
+	};
+
+	if (argc >= 2 && !strcmp(argv[1], "--import-child"))
+		return import_child(argc, argv);
+	return cmocka_run_group_tests_name("cuda", tests, NULL, teardown);
+}

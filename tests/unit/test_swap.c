@@ -1,0 +1,890 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/unit/test_swap.c - swap tiers, slots, swap-out, fault-in, demotion, the swap cache,
+ * readahead, swapoff, fault injection and a small randomized model, with invariants checked
+ * after every step.
+ *
+ * Pages are filled with random bytes and must come back identical through every tier.  The
+ * NVMe tier runs on a real swap file in a mkdtemp directory under /tmp (O_DIRECT through
+ * io_uring); when io_uring or the file cannot be set up the NVMe tests skip with the reason.
+ * A "manual" test tier (memory, completions only delivered by a waiting poll) makes reads
+ * stay in flight deterministically, so the swap cache's join is tested without timing.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "compiler.h"
+#include "list.h"
+#include "kvmm/mm.h"
+#include "kvmm/swap.h"
+
+#define PAGE_SZ 4096u
+#define NFRAMES 64u
+#define MAXB 16u
+
+struct fx {
+	struct kvmm_pool *pool;
+	struct kvmm_ns *ns;
+	struct kvmm_fmt fmt;
+	struct kvmm_aspace *as;
+	char dir[64];
+	char path[128];
+	uint64_t rng;
+	uint8_t want[4][MAXB][PAGE_SZ]; /* expected bytes per (seq slot, block) */
+};
+
+static uint64_t rnd(struct fx *f)
+{
+	uint64_t z = (f->rng += UINT64_C(0x9e3779b97f4a7c15));
+
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
+}
+
+static void check_inv(struct kvmm_pool *pool)
+{
+	char why[256];
+	int ret = kvmm_check_invariants(pool, why, sizeof(why));
+
+	if (ret)
+		print_error("invariants: %s\n", why);
+	assert_int_equal(ret, 0);
+}
+
+static int setup(void **state)
+{
+	struct kvmm_pool_params p = {.page_size = PAGE_SZ, .nframes = NFRAMES};
+	struct fx *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return -1;
+	f->rng = 12345;
+	if (kvmm_pool_create(&p, &f->pool) || kvmm_ns_create(f->pool, "t", 0, 0, &f->ns) ||
+	    kvmm_fmt_init(&f->fmt, 1, 1, 16, KVMM_DTYPE_FP32, 0, PAGE_SZ) ||
+	    kvmm_aspace_create(f->pool, f->ns, &f->fmt, NULL, &f->as))
+		return -1;
+	snprintf(f->dir, sizeof(f->dir), "/tmp/kvmm-swap.XXXXXX");
+	if (!mkdtemp(f->dir))
+		return -1;
+	snprintf(f->path, sizeof(f->path), "%s/swapfile", f->dir);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+
+	kvmm_pool_destroy(f->pool);
+	unlink(f->path);
+	rmdir(f->dir);
+	free(f);
+	return 0;
+}
+
+/* a sequence of @nb full blocks of distinct tokens (base..), every page random bytes */
+static struct kvmm_seq *mkseq(struct fx *f, int idx, uint32_t nb, uint32_t base)
+{
+	uint32_t tpp = f->fmt.tokens_per_page, i, b;
+	uint32_t *tok = calloc((size_t)nb * tpp, sizeof(*tok));
+	struct kvmm_seq *seq;
+
+	assert_non_null(tok);
+	for (i = 0; i < nb * tpp; i++)
+		tok[i] = base + i;
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, nb * tpp, tok), 0);
+	for (b = 0; b < nb; b++) {
+		uint8_t *p = kvmm_pool_frame_addr(f->pool, kvmm_mm_seq_frame(seq, b));
+		for (i = 0; i < PAGE_SZ; i += 8) {
+			uint64_t v = rnd(f);
+
+			memcpy(&f->want[idx][b][i], &v, 8);
+		}
+		memcpy(p, f->want[idx][b], PAGE_SZ);
+	}
+	free(tok);
+	return seq;
+}
+
+static void check_bytes(struct fx *f, int idx, struct kvmm_seq *seq, uint32_t from, uint32_t to)
+{
+	uint32_t b;
+
+	for (b = from; b < to; b++) {
+		uint32_t fr = kvmm_mm_seq_frame(seq, b);
+
+		assert_int_not_equal(fr, KVMM_FRAME_NONE);
+		assert_memory_equal(kvmm_pool_frame_addr(f->pool, fr), f->want[idx][b], PAGE_SZ);
+	}
+}
+
+static int add_host(struct fx *f, unsigned int id, int prio, uint32_t slots)
+{
+	struct kvmm_swap_tier_params p = {.tier = id, .priority = prio, .size = slots * PAGE_SZ};
+
+	return kvmm_swapon(f->pool, &kvmm_swap_host_ops, &p);
+}
+
+/* 0, or skip() with the reason when this machine cannot run the tier */
+static int add_nvme(struct fx *f, unsigned int id, int prio, uint32_t slots)
+{
+	struct kvmm_swap_tier_params p = {.tier = id,
+					  .priority = prio,
+					  .size = slots * PAGE_SZ,
+					  .path = f->path,
+					  .queue_depth = 8};
+	int ret = kvmm_swapon(f->pool, &kvmm_swap_nvme_ops, &p);
+
+	if (ret == -ENOSYS || ret == -EPERM || ret == -EOPNOTSUPP) {
+		print_message("nvme tier unavailable here (%s): skipped\n", strerror(-ret));
+		skip();
+	}
+	return ret;
+}
+
+static uint64_t vmstat(struct fx *f, enum kvmm_stat s)
+{
+	return f->pool->stat[s];
+}
+
+/* ---- round trips --------------------------------------------------------------------- */
+
+static void roundtrip(struct fx *f)
+{
+	struct kvmm_seq *seq = mkseq(f, 0, 8, 1);
+	uint32_t free0 = kvmm_pool_nr_free(f->pool), b;
+	uint64_t out0 = vmstat(f, KVMM_STAT_SWPOUT), in0 = vmstat(f, KVMM_STAT_SWPIN);
+
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 8), 8);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), free0 + 8);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(seq), 8);
+	for (b = 0; b < 8; b++) {
+		assert_true(kvmm_pte_is_swap(seq->pte[b]));
+		/* a run: the sequence's consecutive pages got consecutive slots */
+		assert_int_equal(kvmm_pte_swap_slot(seq->pte[b]),
+				 kvmm_pte_swap_slot(seq->pte[0]) + b);
+	}
+	assert_int_equal(vmstat(f, KVMM_STAT_SWPOUT) - out0, 8);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, 8), 8);
+	check_inv(f->pool);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWPIN) - in0, 8);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(seq), 0);
+	check_bytes(f, 0, seq, 0, 8);
+	kvmm_mm_seq_free(seq);
+	check_inv(f->pool);
+}
+
+static void test_host_roundtrip(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_swap_tier_info info;
+
+	assert_int_equal(add_host(f, 1, 10, 32), 0);
+	roundtrip(f);
+	assert_int_equal(kvmm_swap_tier_info(f->pool, 1, &info), 0);
+	assert_string_equal(info.kind, "host");
+	assert_int_equal(info.bytes_out, 8 * PAGE_SZ);
+	assert_int_equal(info.bytes_in, 8 * PAGE_SZ);
+	assert_int_equal(info.used, 0);
+}
+
+static void test_nvme_roundtrip(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_swap_tier_info info;
+	struct stat st;
+
+	assert_int_equal(add_nvme(f, 2, 0, 64), 0);
+	assert_int_equal(stat(f->path, &st), 0);
+	assert_int_equal(st.st_size, 64 * PAGE_SZ);
+	roundtrip(f);
+	assert_int_equal(kvmm_swap_tier_info(f->pool, 2, &info), 0);
+	assert_string_equal(info.kind, "nvme");
+	if (!info.direct)
+		print_message("note: O_DIRECT refused here, buffered fallback used\n");
+	assert_int_equal(info.pages_out, 8);
+	assert_int_equal(info.pages_in, 8);
+}
+
+static void test_swapon_args(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_swap_tier_params p = {.tier = 1, .size = PAGE_SZ};
+	unsigned int ids[4];
+
+	assert_int_equal(add_host(f, 0, 0, 4), -EINVAL);
+	assert_int_equal(add_host(f, 32, 0, 4), -EINVAL);
+	p.size = PAGE_SZ + 1;
+	assert_int_equal(kvmm_swapon(f->pool, &kvmm_swap_host_ops, &p), -EINVAL);
+	assert_int_equal(add_host(f, 3, 1, 4), 0);
+	assert_int_equal(add_host(f, 3, 1, 4), -EEXIST);
+	assert_int_equal(add_host(f, 4, 9, 4), 0);
+	assert_int_equal(kvmm_swap_tiers(f->pool, ids, 4), 2);
+	assert_int_equal(ids[0], 4); /* priority order */
+	assert_int_equal(ids[1], 3);
+	assert_int_equal(kvmm_swapoff(f->pool, 5), -ENOENT);
+	assert_int_equal(kvmm_swapoff(f->pool, 3), 0);
+	assert_int_equal(kvmm_swap_tiers(f->pool, ids, 4), 1);
+	check_inv(f->pool);
+}
+
+/* ---- tiers, move-down, swapoff ------------------------------------------------------------ */
+
+static void test_priority_and_move_down(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_swap_tier_info hi, lo;
+	struct kvmm_seq *seq = mkseq(f, 0, 8, 1);
+
+	assert_int_equal(add_host(f, 1, 10, 4), 0);
+	assert_int_equal(add_host(f, 2, 0, 16), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 8), 8);
+	check_inv(f->pool);
+	kvmm_swap_tier_info(f->pool, 1, &hi);
+	kvmm_swap_tier_info(f->pool, 2, &lo);
+	assert_int_equal(hi.used, 4); /* the high tier fills first */
+	assert_int_equal(lo.used, 4);
+	assert_int_equal(kvmm_swap_move_down(f->pool, 1, 100), 4);
+	check_inv(f->pool);
+	kvmm_swap_tier_info(f->pool, 1, &hi);
+	kvmm_swap_tier_info(f->pool, 2, &lo);
+	assert_int_equal(hi.used, 0);
+	assert_int_equal(lo.used, 8);
+	/* nothing lower than the lowest tier */
+	assert_int_equal(kvmm_swap_move_down(f->pool, 2, 100), -ENOSPC);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, 8), 8);
+	check_bytes(f, 0, seq, 0, 8);
+	check_inv(f->pool);
+}
+
+static void test_swapoff_moves_down(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *seq = mkseq(f, 0, 6, 1);
+	struct kvmm_swap_tier_info lo;
+
+	assert_int_equal(add_host(f, 1, 10, 16), 0);
+	assert_int_equal(add_nvme(f, 2, 0, 16), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 6), 6);
+	assert_int_equal(kvmm_swapoff(f->pool, 1), 0);
+	check_inv(f->pool);
+	kvmm_swap_tier_info(f->pool, 2, &lo);
+	assert_int_equal(lo.used, 6);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(seq), 6);
+	assert_int_equal(kvmm_swapoff(f->pool, 2), 0); /* the last tier: pages come back */
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(seq), 0);
+	check_bytes(f, 0, seq, 0, 6);
+}
+
+static void test_swapoff_no_frames(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *a = mkseq(f, 0, 16, 1);
+	struct kvmm_page *hog[NFRAMES];
+	uint32_t n = 0;
+
+	assert_int_equal(add_host(f, 1, 0, 32), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 16), 16);
+	/* take every frame: swapoff cannot bring the pages back and must keep the tier */
+	while (n < NFRAMES && (hog[n] = kvmm_alloc_page(f->pool, NULL, NULL)))
+		n++;
+	assert_int_equal(kvmm_swapoff(f->pool, 1), -ENOMEM);
+	assert_non_null(kvmm_swap_tier_get(f->pool, 1));
+	while (n)
+		kvmm_free_page(f->pool, hog[--n], NULL);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_swapoff(f->pool, 1), 0);
+	check_bytes(f, 0, a, 0, 16);
+	check_inv(f->pool);
+}
+
+/* ---- shared pages, sealed pages, demotion -------------------------------------------------- */
+
+static void test_shared_not_swapped(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *a = mkseq(f, 0, 4, 1), *b;
+
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_mm_seq_fork(a, &b), 0);
+	/* every page is shared now: nothing to swap */
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 4), 0);
+	kvmm_mm_seq_free(b);
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 4), 4);
+	/* fork of a swapped sequence brings its pages back first */
+	assert_int_equal(kvmm_mm_seq_fork(a, &b), 0);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 0);
+	check_bytes(f, 0, a, 0, 4);
+	check_bytes(f, 0, b, 0, 4);
+	check_inv(f->pool);
+}
+
+static void test_demote_and_lookup(void **state)
+{
+	struct fx *f = *state;
+	uint32_t tpp = f->fmt.tokens_per_page, i;
+	uint32_t tok[6 * 64];
+	struct kvmm_seq *a = mkseq(f, 0, 6, 100), *b;
+	uint32_t nfree;
+
+	for (i = 0; i < 6 * tpp; i++)
+		tok[i] = 100 + i;
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_mm_seq_seal(a), 6);
+	kvmm_mm_seq_free(a); /* six CACHED pages */
+	check_inv(f->pool);
+	nfree = kvmm_pool_nr_free(f->pool);
+	assert_int_equal(kvmm_swap_demote(f->pool, NULL, 3), 3);
+	/* and reclaim demotes too, instead of dropping */
+	assert_int_equal(kvmm_reclaim(f->pool, NULL, 3), 3);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), nfree + 6);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWAP_DEMOTE), 6);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 6); /* the prefix survives */
+	assert_int_equal(kvmm_mm_seq_create(f->as, &b), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(b, tok, 6 * tpp), (int)(6 * tpp));
+	check_inv(f->pool);
+	check_bytes(f, 0, b, 0, 6);
+	assert_true(vmstat(f, KVMM_STAT_REFAULT) >= 6);
+}
+
+static void test_sealed_swapout_shared_by_lookup(void **state)
+{
+	struct fx *f = *state;
+	uint32_t tpp = f->fmt.tokens_per_page, i;
+	uint32_t tok[4 * 64];
+	struct kvmm_seq *a = mkseq(f, 0, 4, 7), *b;
+
+	for (i = 0; i < 4 * tpp; i++)
+		tok[i] = 7 + i;
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_mm_seq_seal(a), 4);
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 4), 4);
+	check_inv(f->pool);
+	/* a lookup faults the pages in, for itself and for @a, whose PTEs are present again */
+	assert_int_equal(kvmm_mm_seq_create(f->as, &b), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(b, tok, 4 * tpp), (int)(4 * tpp));
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 0);
+	for (i = 0; i < 4; i++)
+		assert_int_equal(kvmm_mm_seq_frame(a, i), kvmm_mm_seq_frame(b, i));
+	check_bytes(f, 0, b, 0, 4);
+	/* swap a's sealed blocks again, then a lookup continues past them */
+	kvmm_mm_seq_free(b);
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 4), 4);
+	kvmm_mm_seq_free(a); /* entries stay, naming their slots: demoted */
+	check_inv(f->pool);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 4);
+}
+
+static void test_append_truncate_seal_swapped(void **state)
+{
+	struct fx *f = *state;
+	uint32_t tpp = f->fmt.tokens_per_page;
+	struct kvmm_seq *a = mkseq(f, 0, 4, 1);
+
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	/* a partial tail */
+	assert_int_equal(kvmm_mm_seq_truncate(a, 3 * tpp + 5), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 4), 4);
+	assert_int_equal(kvmm_mm_seq_append(a, 3, NULL), 0); /* faults the tail in */
+	check_inv(f->pool);
+	check_bytes(f, 0, a, 3, 4);
+	assert_int_equal(kvmm_mm_seq_truncate(a, 2 * tpp + 1), 0); /* faults block 2 in */
+	check_inv(f->pool);
+	check_bytes(f, 0, a, 2, 3);
+	/* blocks 0 and 1 never came back; block 2 goes out again */
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 3), 1);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 3);
+	assert_int_equal(kvmm_mm_seq_seal(a), 2); /* faults the blocks to seal in */
+	check_inv(f->pool);
+	check_bytes(f, 0, a, 0, 2);
+	assert_int_equal(kvmm_mm_seq_truncate(a, 0), 0);
+	check_inv(f->pool);
+}
+
+/* ---- the swap cache and readahead, with a tier whose reads stay in flight ------------------- */
+
+struct manual_tier {
+	uint8_t *mem;
+	struct list_head queued;
+};
+
+static int manual_init(struct kvmm_swap_tier *t, const struct kvmm_swap_tier_params *p)
+{
+	struct manual_tier *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return -ENOMEM;
+	m->mem = calloc(1, p->size);
+	if (!m->mem) {
+		free(m);
+		return -ENOMEM;
+	}
+	INIT_LIST_HEAD(&m->queued);
+	t->priv = m;
+	return 0;
+}
+
+static void manual_fini(struct kvmm_swap_tier *t)
+{
+	struct manual_tier *m = t->priv;
+
+	free(m->mem);
+	free(m);
+}
+
+static int manual_submit(struct kvmm_swap_tier *t, struct kvmm_swap_io *io)
+{
+	struct manual_tier *m = t->priv;
+
+	list_add_tail(&io->node, &m->queued);
+	return 0;
+}
+
+static int manual_flush(struct kvmm_swap_tier *t)
+{
+	(void)t;
+	return 0;
+}
+
+/* completes only when asked to wait: reads stay in flight until someone needs them */
+static int manual_poll(struct kvmm_swap_tier *t, bool wait)
+{
+	struct manual_tier *m = t->priv;
+	int n = 0;
+
+	if (!wait)
+		return 0;
+	while (!list_empty(&m->queued)) {
+		struct kvmm_swap_io *io = list_first_entry(&m->queued, struct kvmm_swap_io, node);
+		uint8_t *slot = m->mem + io->slot * t->page_size;
+
+		list_del(&io->node);
+		if (io->write)
+			memcpy(slot, io->buf, t->page_size);
+		else
+			memcpy(io->buf, slot, t->page_size);
+		io->res = 0;
+		io->end_io(io);
+		n++;
+	}
+	return n;
+}
+
+static const struct kvmm_swap_ops manual_ops = {
+	.name = "manual",
+	.init = manual_init,
+	.fini = manual_fini,
+	.submit = manual_submit,
+	.flush = manual_flush,
+	.poll = manual_poll,
+};
+
+static int add_manual(struct fx *f)
+{
+	struct kvmm_swap_tier_params p = {.tier = 5, .size = 32 * PAGE_SZ};
+
+	return kvmm_swapon(f->pool, &manual_ops, &p);
+}
+
+static void test_readahead_joins_in_flight(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *a = mkseq(f, 0, 8, 1);
+
+	assert_int_equal(add_manual(f), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 8), 8);
+	/* default depth 2: faulting block 0 reads 1 and 2 ahead, asynchronously */
+	assert_int_equal(kvmm_mm_seq_fault(a, 0, 1), 1);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWAP_RA), 2);
+	assert_true(kvmm_pte_is_swap(a->pte[1]));
+	check_inv(f->pool); /* two locked frames in the swap cache */
+	/* a fault on block 1 joins its read instead of reading again */
+	assert_int_equal(kvmm_mm_seq_fault(a, 1, 1), 1);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWAP_CACHE_HIT), 1);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_swap_poll(f->pool, true) >= 0, 1);
+	check_inv(f->pool);
+	check_bytes(f, 0, a, 0, 4);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 4);
+}
+
+static void test_prefetch_async(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *a = mkseq(f, 0, 6, 1);
+
+	assert_int_equal(add_manual(f), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 6), 6);
+	assert_int_equal(kvmm_mm_seq_prefetch(a, 0, 6), 6);
+	assert_int_equal(kvmm_mm_seq_prefetch(a, 0, 6), 0); /* already in flight */
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 6);
+	assert_int_equal(kvmm_swap_poll(f->pool, true), 6);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 0);
+	check_inv(f->pool);
+	check_bytes(f, 0, a, 0, 6);
+}
+
+static void test_free_while_reading(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *a = mkseq(f, 0, 6, 1);
+	uint32_t nfree;
+	struct kvmm_swap_tier_info info;
+
+	assert_int_equal(add_manual(f), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 6), 6);
+	nfree = kvmm_pool_nr_free(f->pool);
+	assert_int_equal(kvmm_mm_seq_prefetch(a, 0, 6), 6);
+	kvmm_mm_seq_free(a);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_swap_poll(f->pool, true), 6);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), nfree); /* the frames read into went back */
+	kvmm_swap_tier_info(f->pool, 5, &info);
+	assert_int_equal(info.used, 0);
+}
+
+/* ---- the swap file: full, truncated, unlinked ------------------------------------------------ */
+
+static void test_swapfile_fills(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *a = mkseq(f, 0, 8, 1);
+
+	assert_int_equal(add_nvme(f, 2, 0, 4), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 8), 4);
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 8), -ENOSPC);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_fault(a, 0, 8), 4);
+	check_bytes(f, 0, a, 0, 8);
+	check_inv(f->pool);
+}
+
+static void test_swapfile_truncated(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *a = mkseq(f, 0, 4, 1);
+	struct kvmm_seq *b = mkseq(f, 1, 2, 1000);
+	uint64_t fail0 = vmstat(f, KVMM_STAT_SWAP_FAIL);
+
+	assert_int_equal(add_nvme(f, 2, 0, 16), 0);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 4), 4);
+	assert_int_equal(truncate(f->path, 0), 0);
+	/* reads past the end come back short: -EIO for @a, nothing else changes */
+	assert_int_equal(kvmm_mm_seq_fault(a, 0, 4), -EIO);
+	assert_true(vmstat(f, KVMM_STAT_SWAP_FAIL) > fail0);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 4);
+	check_bytes(f, 1, b, 0, 2);
+	kvmm_mm_seq_free(a);
+	check_inv(f->pool);
+}
+
+static void test_swapfile_unlinked(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *a = mkseq(f, 0, 4, 1);
+
+	assert_int_equal(add_nvme(f, 2, 0, 16), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 4), 4);
+	/* the open file outlives its name */
+	assert_int_equal(unlink(f->path), 0);
+	assert_int_equal(kvmm_mm_seq_fault(a, 0, 4), 4);
+	check_bytes(f, 0, a, 0, 4);
+	check_inv(f->pool);
+}
+
+/* ---- fault injection ----------------------------------------------------------------------------- */
+
+static void write_fault(struct fx *f, enum kvmm_fault_mode mode, int want_err)
+{
+	struct kvmm_fault_attr a = {.nth = 2, .mode = mode};
+	struct kvmm_seq *s = mkseq(f, 0, 4, 1);
+	uint64_t fail0 = vmstat(f, KVMM_STAT_SWAP_FAIL), calls, fails;
+
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_swap_fault_set(f->pool, "swap.write", &a), 0);
+	/* the second write fails: that page stays resident, the others go */
+	assert_int_equal(kvmm_mm_seq_swap_out(s, 0, 4), 3);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWAP_FAIL) - fail0, 1);
+	assert_true(kvmm_pte_is_present(s->pte[1]));
+	assert_int_equal(kvmm_swap_fault_stats(f->pool, "swap.write", &calls, &fails), 0);
+	assert_int_equal(calls, 4);
+	assert_int_equal(fails, 1);
+	check_inv(f->pool);
+	/* every write fails: the caller sees the error, nothing is lost */
+	a.nth = 0;
+	a.interval = 1;
+	assert_int_equal(kvmm_swap_fault_set(f->pool, "swap.write", &a), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(s, 0, 4), want_err);
+	assert_int_equal(kvmm_swap_fault_set(f->pool, "swap.write", NULL), 0);
+	assert_int_equal(kvmm_mm_seq_fault(s, 0, 4), 3);
+	check_bytes(f, 0, s, 0, 4);
+	check_inv(f->pool);
+}
+
+static void test_fault_write_eio(void **state)
+{
+	write_fault(*state, KVMM_FAULT_EIO, -EIO);
+}
+
+static void test_fault_write_short(void **state)
+{
+	write_fault(*state, KVMM_FAULT_SHORT, -EIO);
+}
+
+static void test_fault_write_enospc(void **state)
+{
+	write_fault(*state, KVMM_FAULT_ENOSPC, -ENOSPC);
+}
+
+static void test_fault_alloc(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *s = mkseq(f, 0, 4, 1);
+
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.alloc nth=1"), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(s, 0, 4), -ENOSPC);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(s), 0);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_swap_out(s, 0, 4), 4); /* only the first call failed */
+	check_inv(f->pool);
+}
+
+static void test_fault_read(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *s = mkseq(f, 0, 4, 1), *other = mkseq(f, 1, 2, 500);
+
+	assert_int_equal(add_nvme(f, 2, 0, 16), 0);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(s, 0, 4), 4);
+	assert_int_equal(kvmm_mm_seq_swap_out(other, 0, 2), 2);
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.read nth=1 times=1 mode=eio"), 0);
+	assert_int_equal(kvmm_mm_seq_fault(s, 0, 4), -EIO);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(s), 1); /* only the failed block */
+	/* the other sequence is untouched, and a retry of the failed one works */
+	assert_int_equal(kvmm_mm_seq_fault(other, 0, 2), 2);
+	check_bytes(f, 1, other, 0, 2);
+	assert_int_equal(kvmm_mm_seq_fault(s, 0, 4), 1);
+	check_bytes(f, 0, s, 0, 4);
+	check_inv(f->pool);
+}
+
+static void test_fault_parse(void **state)
+{
+	struct fx *f = *state;
+	uint64_t calls, fails;
+	struct kvmm_seq *s = mkseq(f, 0, 8, 1);
+
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.nope nth=1"), -ENOENT);
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.read nth"), -EINVAL);
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.read mode=bad"), -EINVAL);
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.read probability=101"), -EINVAL);
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.read bogus=1"), -EINVAL);
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, ""), -EINVAL);
+	/* every 2nd write fails, three times at most */
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.write interval=2,times=3"), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(s, 0, 8), 5);
+	kvmm_swap_fault_stats(f->pool, "swap.write", &calls, &fails);
+	assert_int_equal(calls, 8);
+	assert_int_equal(fails, 3);
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.write off"), 0);
+	kvmm_swap_fault_stats(f->pool, "swap.write", &calls, &fails);
+	assert_int_equal(calls, 0);
+	check_inv(f->pool);
+	/* a seeded probability rule is reproducible */
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.read probability=50 seed=3"), 0);
+	kvmm_mm_seq_fault(s, 0, 8);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_swap_fault_set(f->pool, "swap.read", NULL), 0);
+	assert_true(kvmm_mm_seq_fault(s, 0, 8) >= 0);
+	check_bytes(f, 0, s, 0, 8);
+}
+
+static void test_stat_names(void **state)
+{
+	(void)state;
+	assert_string_equal(kvmm_stat_name(KVMM_STAT_SWPOUT), "pswpout");
+	assert_string_equal(kvmm_stat_name(KVMM_STAT_SWPIN), "pswpin");
+	assert_string_equal(kvmm_stat_name(KVMM_STAT_REFAULT), "workingset_refault");
+	assert_string_equal(kvmm_stat_name(KVMM_STAT_SWAP_FAIL), "swap_fail");
+	assert_string_equal(kvmm_stat_name(KVMM_STAT_SWAP_CACHE_HIT), "swap_cache_hit");
+}
+
+/* ---- a small randomized model: swap ops against the expected bytes --------------------------- */
+
+/*
+ * Sequence i always holds the same tokens (1000 * i + 1 ...), nb = 2 + 2i blocks, so a new
+ * incarnation first looks its prefix up: the blocks it hits (resident, demoted or swapped
+ * pages of an earlier incarnation) must hold the bytes written then; the rest are appended and
+ * filled with new random bytes.
+ */
+static struct kvmm_seq *model_create(struct fx *f, int i, uint32_t nb)
+{
+	uint32_t tpp = f->fmt.tokens_per_page, t, b, h = 0;
+	uint32_t tok[8 * 64];
+	struct kvmm_seq *seq;
+	int ret;
+
+	for (t = 0; t < nb * tpp; t++)
+		tok[t] = 1000u * (uint32_t)i + 1 + t;
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	ret = kvmm_mm_prefix_lookup(seq, tok, nb * tpp);
+	assert_true(ret >= 0 || ret == -ENOMEM || ret == -EIO);
+	if (ret > 0)
+		h = (uint32_t)ret / tpp;
+	check_bytes(f, i, seq, 0, h);
+	if (h == nb)
+		return seq;
+	if (kvmm_mm_seq_append(seq, (nb - h) * tpp, tok + h * tpp)) {
+		kvmm_mm_seq_free(seq);
+		return NULL;
+	}
+	for (b = h; b < nb; b++) {
+		for (t = 0; t < PAGE_SZ; t += 8) {
+			uint64_t v = rnd(f);
+
+			memcpy(&f->want[i][b][t], &v, 8);
+		}
+		memcpy(kvmm_pool_frame_addr(f->pool, kvmm_mm_seq_frame(seq, b)), f->want[i][b],
+		       PAGE_SZ);
+	}
+	return seq;
+}
+
+static void test_model(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *s[4] = {0};
+	uint32_t op;
+	int ret;
+
+	assert_int_equal(add_host(f, 1, 10, 12), 0);
+	assert_int_equal(add_manual(f), 0);
+	assert_int_equal(add_nvme(f, 2, 0, 24), 0);
+	for (op = 0; op < 4000; op++) {
+		int i = (int)(rnd(f) % 4);
+		uint32_t nb = 2 + 2 * (uint32_t)i;
+		uint32_t r = (uint32_t)(rnd(f) % 100), first, n;
+
+		if (!s[i]) {
+			s[i] = model_create(f, i, nb);
+			continue;
+		}
+		first = (uint32_t)(rnd(f) % nb);
+		n = 1 + (uint32_t)(rnd(f) % nb);
+		if (r < 30) {
+			ret = kvmm_mm_seq_swap_out(s[i], first, n);
+			assert_true(ret >= 0 || ret == -ENOSPC);
+		} else if (r < 50) {
+			ret = kvmm_mm_seq_fault(s[i], first, n);
+			assert_true(ret >= 0 || ret == -ENOMEM);
+		} else if (r < 60) {
+			assert_true(kvmm_mm_seq_prefetch(s[i], first, n) >= 0);
+		} else if (r < 65) {
+			assert_true(kvmm_swap_move_down(f->pool, 1, n) >= -ENOSPC);
+		} else if (r < 70) {
+			kvmm_swap_poll(f->pool, r & 1);
+		} else if (r < 76) {
+			ret = kvmm_mm_seq_seal(s[i]);
+			assert_true(ret >= 0 || ret == -ENOMEM);
+		} else if (r < 84) {
+			kvmm_mm_seq_free(s[i]);
+			s[i] = NULL;
+		} else if (r < 88) {
+			kvmm_reclaim(f->pool, NULL, n);
+		} else if (r < 92) {
+			assert_true(kvmm_swap_demote(f->pool, NULL, n) >= -ENOSPC);
+		} else {
+			/* everything resident must hold exactly what was written */
+			ret = kvmm_mm_seq_fault(s[i], 0, nb);
+			assert_true(ret >= 0 || ret == -ENOMEM);
+			if (!kvmm_mm_seq_nr_swapped(s[i]))
+				check_bytes(f, i, s[i], 0, nb);
+		}
+		if (op % 16 == 0)
+			check_inv(f->pool);
+	}
+	check_inv(f->pool);
+	kvmm_swap_poll(f->pool, true);
+	for (op = 0; op < 4; op++) {
+		if (!s[op])
+			continue;
+		assert_true(kvmm_mm_seq_fault(s[op], 0, s[op]->nblocks) >= 0);
+		kvmm_swap_poll(f->pool, true);
+		assert_int_equal(kvmm_mm_seq_nr_swapped(s[op]), 0);
+		check_bytes(f, (int)op, s[op], 0, s[op]->nblocks);
+	}
+	check_inv(f->pool);
+	print_message("model: pswpout %llu pswpin %llu demote %llu ra %llu cache_hit %llu "
+		      "refault %llu lookup hits %llu\n",
+		      (unsigned long long)vmstat(f, KVMM_STAT_SWPOUT),
+		      (unsigned long long)vmstat(f, KVMM_STAT_SWPIN),
+		      (unsigned long long)vmstat(f, KVMM_STAT_SWAP_DEMOTE),
+		      (unsigned long long)vmstat(f, KVMM_STAT_SWAP_RA),
+		      (unsigned long long)vmstat(f, KVMM_STAT_SWAP_CACHE_HIT),
+		      (unsigned long long)vmstat(f, KVMM_STAT_REFAULT),
+		      (unsigned long long)vmstat(f, KVMM_STAT_CACHE_HIT));
+	assert_int_equal(kvmm_swapoff(f->pool, 2), 0);
+	assert_int_equal(kvmm_swapoff(f->pool, 1), 0);
+	assert_int_equal(kvmm_swapoff(f->pool, 5), 0);
+	check_inv(f->pool);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_host_roundtrip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_nvme_roundtrip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_swapon_args, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_priority_and_move_down, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_swapoff_moves_down, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_swapoff_no_frames, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_shared_not_swapped, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_demote_and_lookup, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sealed_swapout_shared_by_lookup, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_append_truncate_seal_swapped, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_readahead_joins_in_flight, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_prefetch_async, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_free_while_reading, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_swapfile_fills, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_swapfile_truncated, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_swapfile_unlinked, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fault_write_eio, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fault_write_short, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fault_write_enospc, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fault_alloc, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fault_read, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fault_parse, setup, teardown),
+		cmocka_unit_test(test_stat_names),
+		cmocka_unit_test_setup_teardown(test_model, setup, teardown),
+	};
+
+	return cmocka_run_group_tests_name("swap", tests, NULL, NULL);
+}

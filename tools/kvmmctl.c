@@ -1,0 +1,1142 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tools/kvmmctl.c - the admin's view of kvmmd: every read verb of the protocol (status,
+ * meminfo, vmstat, buddyinfo, clients, namespaces, seqs, pagetable, lru, swap, trace) as a
+ * human table in the manner of free, vmstat and ps, or as the daemon's own JSON (--json), and
+ * the write verbs (limit, drop-caches, reclaim, swapon, swapoff).  It speaks the protocol
+ * directly: HELLO, then one admin request, then the reply records until one comes without
+ * KVMM_MSG_F_MORE (trace follows a subscription until interrupted).  The numbers are the
+ * daemon's: kvmmctl asks for tagged text ("Name:  value" lines and "Record: first k=v" rows)
+ * and only lays it out.  `top` (tools/ctl_top.c) refreshes a summary every second.
+ * Exit codes (Documentation/admin-guide/kvmmctl.md): 0 ok, 1 the daemon answered an error,
+ * 2 bad arguments, 3 no daemon at the socket, 4 no permission.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "tools/kvmmctl.h"
+#include "kvmm/trace.h"
+
+#ifndef KVMM_VERSION
+#define KVMM_VERSION "unknown"
+#endif
+
+struct ctl_opts ctl;
+
+static uint64_t next_seq = 1;
+
+/* ---- errors and exit codes --------------------------------------------------------------- */
+
+void __attribute__((noreturn, format(printf, 2, 3))) ctl_die(int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("kvmmctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(code);
+}
+
+/* The exit code and message for a daemon status. */
+void __attribute__((noreturn)) ctl_die_status(const char *verb, int status)
+{
+	if (status == -EACCES || status == -EPERM)
+		ctl_die(CTL_EXIT_PERM,
+			"%s: permission denied (admin verbs need root or the daemon's "
+			"admin_group)",
+			verb);
+	if (status == -EOPNOTSUPP)
+		ctl_die(CTL_EXIT_DAEMON, "%s: not supported by this daemon", verb);
+	ctl_die(CTL_EXIT_DAEMON, "%s: %s", verb, strerror(-status));
+}
+
+/* ---- protocol ---------------------------------------------------------------------------------- */
+
+static const char *socket_path(void)
+{
+	const char *env;
+	static char buf[108];
+
+	if (ctl.socket)
+		return ctl.socket;
+	env = getenv("KVMM_SOCKET");
+	if (env && env[0])
+		return env;
+	env = getenv("XDG_RUNTIME_DIR");
+	if (env && env[0] == '/' && geteuid() != 0) {
+		snprintf(buf, sizeof(buf), "%s/kvmm/kvmmd.sock", env);
+		return buf;
+	}
+	return "/run/kvmm/kvmmd.sock";
+}
+
+static int recv_rec(int fd, void *buf, size_t len, int timeout_ms)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	ssize_t n;
+	int r;
+
+	do {
+		r = poll(&p, 1, timeout_ms);
+	} while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return -errno;
+	if (!r)
+		return -ETIMEDOUT;
+	do {
+		n = recv(fd, buf, len, 0);
+	} while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	return (int)n;
+}
+
+static int send_req(int fd, unsigned int op, const void *payload, size_t plen, uint64_t *seq)
+{
+	unsigned char buf[KVMM_MSG_HDR_SIZE + 512];
+	struct kvmm_msg_hdr *h = (struct kvmm_msg_hdr *)buf;
+	ssize_t n;
+
+	if (plen > sizeof(buf) - sizeof(*h))
+		return -E2BIG;
+	*seq = next_seq++;
+	kvmm_msg_hdr_init(h, op, (uint32_t)(sizeof(*h) + plen), *seq);
+	memcpy(h + 1, payload, plen);
+	n = send(fd, buf, sizeof(*h) + plen, MSG_NOSIGNAL);
+	return n == (ssize_t)(sizeof(*h) + plen) ? 0 : -errno;
+}
+
+int ctl_connect(void)
+{
+	const char *path = socket_path();
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	unsigned char rep[KVMM_MSG_MAX];
+	const struct kvmm_msg_hdr *rh = (const void *)rep;
+	struct kvmm_hello_req hello;
+	uint64_t seq;
+	int fd, n, ret;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		ctl_die(CTL_EXIT_USAGE, "socket path too long: %s", path);
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		ctl_die(CTL_EXIT_DAEMON, "socket: %s", strerror(errno));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		if (errno == EACCES || errno == EPERM)
+			ctl_die(CTL_EXIT_PERM, "%s: permission denied", path);
+		ctl_die(CTL_EXIT_NODAEMON,
+			"no daemon at %s (%s); is kvmmd running? (--socket, "
+			"KVMM_SOCKET)",
+			path, strerror(errno));
+	}
+	memset(&hello, 0, sizeof(hello));
+	hello.abi_version = KVMM_ABI_VERSION;
+	hello.abi_min = KVMM_ABI_MIN_COMPAT;
+	hello.pid = (uint32_t)getpid();
+	strcpy(hello.name, "kvmmctl");
+	ret = send_req(fd, KVMM_OP_HELLO, &hello, sizeof(hello), &seq);
+	if (ret)
+		ctl_die(CTL_EXIT_NODAEMON, "%s: %s", path, strerror(-ret));
+	for (;;) {
+		n = recv_rec(fd, rep, sizeof(rep), 10000);
+		if (n <= 0)
+			ctl_die(CTL_EXIT_NODAEMON, "%s: no answer to HELLO (%s)", path,
+				n ? strerror(-n) : "connection closed");
+		if (kvmm_msg_hdr_check(rh, (size_t)n) || rh->seq != seq)
+			continue;
+		if (rh->status)
+			ctl_die(CTL_EXIT_DAEMON, "HELLO: %s (protocol version mismatch?)",
+				strerror(-rh->status));
+		return fd;
+	}
+}
+
+int ctl_read(int fd, unsigned int op, uint32_t flags, uint64_t id, uint32_t arg, char **text)
+{
+	struct kvmm_admin_req req;
+	unsigned char *rep = malloc(KVMM_MSG_MAX);
+	const struct kvmm_msg_hdr *rh = (const void *)rep;
+	char *out = NULL;
+	size_t len = 0;
+	uint64_t seq;
+	int ret;
+
+	*text = NULL;
+	if (!rep)
+		return -ENOMEM;
+	memset(&req, 0, sizeof(req));
+	req.flags = flags;
+	req.id = id;
+	req.reserved = arg;
+	if (ctl.ns)
+		strncpy(req.ns, ctl.ns, sizeof(req.ns) - 1);
+	ret = send_req(fd, op, &req, sizeof(req), &seq);
+	while (!ret) {
+		int n = recv_rec(fd, rep, KVMM_MSG_MAX, 10000);
+		size_t plen;
+		char *grown;
+
+		if (n <= 0) {
+			ret = n ? n : -ECONNRESET;
+			break;
+		}
+		if (kvmm_msg_hdr_check(rh, (size_t)n) || rh->seq != seq)
+			continue; /* events */
+		if (rh->status) {
+			ret = rh->status;
+			break;
+		}
+		plen = (size_t)n - KVMM_MSG_HDR_SIZE;
+		grown = realloc(out, len + plen + 1);
+		if (!grown) {
+			ret = -ENOMEM;
+			break;
+		}
+		out = grown;
+		memcpy(out + len, rep + KVMM_MSG_HDR_SIZE, plen);
+		len += plen;
+		out[len] = '\0';
+		if (!(rh->flags & KVMM_MSG_F_MORE))
+			break;
+	}
+	free(rep);
+	if (ret) {
+		free(out);
+		return ret;
+	}
+	*text = out ? out : strdup("");
+	return *text ? 0 : -ENOMEM;
+}
+
+/* A write verb: its reply payload (up to rep_len bytes) in rep. 0 or the status. */
+static int ctl_call(int fd, unsigned int op, const void *req, size_t req_len, void *rep_out,
+		    size_t rep_len)
+{
+	unsigned char rep[KVMM_MSG_HDR_SIZE + 512];
+	const struct kvmm_msg_hdr *rh = (const void *)rep;
+	uint64_t seq;
+	int ret, n;
+
+	ret = send_req(fd, op, req, req_len, &seq);
+	if (ret)
+		return ret;
+	for (;;) {
+		n = recv_rec(fd, rep, sizeof(rep), 60000);
+		if (n <= 0)
+			return n ? n : -ECONNRESET;
+		if (kvmm_msg_hdr_check(rh, (size_t)n) || rh->seq != seq)
+			continue;
+		if (rh->status)
+			return rh->status;
+		if (rep_out)
+			memcpy(rep_out, rh + 1,
+			       (size_t)n - sizeof(*rh) < rep_len ? (size_t)n - sizeof(*rh)
+								 : rep_len);
+		return 0;
+	}
+}
+
+/* ---- parsing the tagged text ------------------------------------------------------------------ */
+
+/* Value of "Tag:   value ..." (first such line after @from), as a number; -1 when absent. */
+long long ctl_tag(const char *text, const char *tag)
+{
+	size_t tl = strlen(tag);
+	const char *p = text;
+
+	while (p && *p) {
+		if (!strncmp(p, tag, tl) && p[tl] == ':')
+			return strtoll(p + tl + 1, NULL, 10);
+		p = strchr(p, '\n');
+		if (p)
+			p++;
+	}
+	return -1;
+}
+
+/* Copy the value of " key=" in one record line (up to the newline) into buf; "" if absent. */
+const char *ctl_kv(const char *line, const char *key, char *buf, size_t len)
+{
+	size_t kl = strlen(key);
+	const char *end = strchr(line, '\n'), *p = line;
+
+	if (!end)
+		end = line + strlen(line);
+	buf[0] = '\0';
+	while ((p = strstr(p, key)) && p < end) {
+		if (p > line && p[-1] == ' ' && p[kl] == '=') {
+			size_t n = strcspn(p + kl + 1, " \n");
+
+			if (n >= len)
+				n = len - 1;
+			memcpy(buf, p + kl + 1, n);
+			buf[n] = '\0';
+			return buf;
+		}
+		p += kl;
+	}
+	return buf;
+}
+
+unsigned long long ctl_kvu(const char *line, const char *key)
+{
+	char b[32];
+
+	return strtoull(ctl_kv(line, key, b, sizeof(b)), NULL, 10);
+}
+
+/* The first word after "Label:" of a record line. */
+const char *ctl_first(const char *line, char *buf, size_t len)
+{
+	const char *p = strchr(line, ':');
+	size_t n;
+
+	buf[0] = '\0';
+	if (!p)
+		return buf;
+	p += strspn(p + 1, " ") + 1;
+	n = strcspn(p, " \n");
+	if (n >= len)
+		n = len - 1;
+	memcpy(buf, p, n);
+	buf[n] = '\0';
+	return buf;
+}
+
+/* Each line of @text starting with "Label:" in turn: for (l = NULL; (l = ctl_next(...));) */
+const char *ctl_next(const char *text, const char *label, const char *prev)
+{
+	size_t ll = strlen(label);
+	const char *p = prev ? strchr(prev, '\n') : text;
+
+	if (prev && p)
+		p++;
+	while (p && *p) {
+		if (!strncmp(p, label, ll) && p[ll] == ':')
+			return p;
+		p = strchr(p, '\n');
+		if (p)
+			p++;
+	}
+	return NULL;
+}
+
+/* Frames as a size: "12.0M" style, or the frame count with --frames. */
+const char *ctl_size(uint64_t frames, uint64_t page_size, char *buf, size_t len)
+{
+	static const char units[] = "BKMGTP";
+	double v = (double)frames * (double)page_size;
+	unsigned int u = 0;
+
+	if (ctl.frames || !page_size) {
+		snprintf(buf, len, "%" PRIu64, frames);
+		return buf;
+	}
+	while (v >= 1024 && u + 1 < sizeof(units) - 1) {
+		v /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%.0f%c", v, units[u]);
+	else
+		snprintf(buf, len, "%.1f%c", v, units[u]);
+	return buf;
+}
+
+/* A namespace name as the protocol wants it (kvmm_name_check() reads the NUL padding too). */
+static bool name_ok(const char *s)
+{
+	char buf[KVMM_NAME_LEN] = {0};
+
+	if (strlen(s) >= sizeof(buf))
+		return false;
+	memcpy(buf, s, strlen(s));
+	return !kvmm_name_check(buf);
+}
+
+/* ---- verbs -------------------------------------------------------------------------------------- */
+
+static char *read_or_die(int fd, const char *verb, unsigned int op, uint32_t flags, uint64_t id,
+			 uint32_t arg)
+{
+	char *text;
+	int ret = ctl_read(fd, op, flags, id, arg, &text);
+
+	if (ret)
+		ctl_die_status(verb, ret);
+	return text;
+}
+
+/* --json and --raw print the daemon's answer as it is. */
+static bool print_verbatim(int fd, const char *verb, unsigned int op, uint64_t id, uint32_t arg)
+{
+	char *text;
+
+	if (!ctl.json && !ctl.raw)
+		return false;
+	text = read_or_die(fd, verb, op, ctl.json ? KVMM_ADMIN_F_JSON : 0, id, arg);
+	fputs(text, stdout);
+	free(text);
+	return true;
+}
+
+static void verb_status(int fd)
+{
+	char *t;
+
+	if (ctl.json) {
+		print_verbatim(fd, "status", KVMM_OP_STATUS, 0, 0);
+		return;
+	}
+	/* tagged text is the human form of status (like /proc/meminfo) */
+	t = read_or_die(fd, "status", KVMM_OP_STATUS, 0, 0, 0);
+	fputs(t, stdout);
+	free(t);
+}
+
+static void verb_meminfo(int fd)
+{
+	const char *l = NULL;
+	char *t;
+
+	if (print_verbatim(fd, "meminfo", KVMM_OP_MEMINFO, 0, 0))
+		return;
+	t = read_or_die(fd, "meminfo", KVMM_OP_MEMINFO, 0, 0, 0);
+	printf("%-16s %9s %9s %9s %9s %9s %9s %9s\n", "namespace", "total", "used", "cached",
+	       "shared", "free", "limit", "avail");
+	while ((l = ctl_next(t, "Namespace", l))) {
+		char name[64], b[7][24];
+		long long ps = ctl_tag(l, "PageSize");
+		uint64_t total = (uint64_t)ctl_tag(l, "Total"), used = (uint64_t)ctl_tag(l, "Used");
+		uint64_t cached = (uint64_t)ctl_tag(l, "Cached");
+		uint64_t nfree = (uint64_t)ctl_tag(l, "Free") + (uint64_t)ctl_tag(l, "Magazines");
+		uint64_t limit = (uint64_t)ctl_tag(l, "Limit");
+		/* available: free plus reclaimable cache, within the limit */
+		uint64_t avail = nfree + cached;
+
+		if (limit < total && limit > used)
+			avail = avail < limit - used ? avail : limit - used;
+		else if (limit <= used)
+			avail = 0;
+		ctl_first(l, name, sizeof(name));
+		printf("%-16s %9s %9s %9s %9s %9s %9s %9s\n", name,
+		       ctl_size(total, (uint64_t)ps, b[0], 24),
+		       ctl_size(used, (uint64_t)ps, b[1], 24),
+		       ctl_size(cached, (uint64_t)ps, b[2], 24),
+		       ctl_size((uint64_t)ctl_tag(l, "Shared"), (uint64_t)ps, b[3], 24),
+		       ctl_size(nfree, (uint64_t)ps, b[4], 24),
+		       ctl_size(limit, (uint64_t)ps, b[5], 24),
+		       ctl_size(avail, (uint64_t)ps, b[6], 24));
+	}
+	free(t);
+}
+
+static void verb_vmstat(int fd)
+{
+	char *t, *line, *save = NULL;
+
+	if (print_verbatim(fd, "vmstat", KVMM_OP_VMSTAT, 0, 0))
+		return;
+	t = read_or_die(fd, "vmstat", KVMM_OP_VMSTAT, 0, 0, 0);
+	printf("%-20s %16s\n", "counter", "value");
+	for (line = strtok_r(t, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *colon = strchr(line, ':');
+
+		if (!colon)
+			continue;
+		*colon = '\0';
+		printf("%-20s %16s\n", line, colon + 1 + strspn(colon + 1, " "));
+	}
+	free(t);
+}
+
+static void verb_buddyinfo(int fd)
+{
+	char *t;
+
+	if (print_verbatim(fd, "buddyinfo", KVMM_OP_BUDDYINFO, 0, 0))
+		return;
+	t = read_or_die(fd, "buddyinfo", KVMM_OP_BUDDYINFO, 0, 0, 0);
+	fputs(t, stdout);
+	free(t);
+}
+
+static void verb_clients(int fd)
+{
+	const char *l = NULL;
+	char *t;
+
+	if (print_verbatim(fd, "clients", KVMM_OP_CLIENTS, ctl.client, 0))
+		return;
+	t = read_or_die(fd, "clients", KVMM_OP_CLIENTS, 0, ctl.client, 0);
+	printf("%6s %-16s %8s %6s %-9s %-16s %6s %8s %10s\n", "ID", "NAME", "PID", "UID", "STATE",
+	       "NAMESPACE", "SEQS", "BLOCKS", "REQUESTS");
+	while ((l = ctl_next(t, "Client", l))) {
+		char id[16], name[40], st[16], ns[40];
+
+		printf("%6s %-16s %8llu %6llu %-9s %-16s %6llu %8llu %10llu\n",
+		       ctl_first(l, id, sizeof(id)), ctl_kv(l, "name", name, sizeof(name)),
+		       ctl_kvu(l, "pid"), ctl_kvu(l, "uid"), ctl_kv(l, "state", st, sizeof(st)),
+		       ctl_kv(l, "ns", ns, sizeof(ns)), ctl_kvu(l, "seqs"), ctl_kvu(l, "blocks"),
+		       ctl_kvu(l, "requests"));
+	}
+	free(t);
+}
+
+static void verb_namespaces(int fd)
+{
+	const char *l = NULL;
+	char *t;
+
+	if (print_verbatim(fd, "namespaces", KVMM_OP_NAMESPACES, 0, 0))
+		return;
+	t = read_or_die(fd, "namespaces", KVMM_OP_NAMESPACES, 0, 0, 0);
+	printf("%-16s %4s %9s %9s %9s %9s %9s %5s %7s %8s %10s %10s\n", "NAMESPACE", "ID", "FRAMES",
+	       "LIMIT", "USED", "CACHED", "SHARED", "PRIO", "CLIENTS", "HIT%", "HITS", "EVICTED");
+	while ((l = ctl_next(t, "Namespace", l))) {
+		char name[40], prio[16];
+		unsigned long long hits = ctl_kvu(l, "hits"), misses = ctl_kvu(l, "misses");
+
+		printf("%-16s %4llu %9llu %9llu %9llu %9llu %9llu %5s %7llu %7.1f%% %10llu "
+		       "%10llu\n",
+		       ctl_first(l, name, sizeof(name)), ctl_kvu(l, "id"), ctl_kvu(l, "frames"),
+		       ctl_kvu(l, "limit"), ctl_kvu(l, "used"), ctl_kvu(l, "cached"),
+		       ctl_kvu(l, "shared"), ctl_kv(l, "priority", prio, sizeof(prio)),
+		       ctl_kvu(l, "clients"),
+		       hits + misses ? 100.0 * (double)hits / (double)(hits + misses) : 0.0, hits,
+		       ctl_kvu(l, "pgsteal"));
+	}
+	free(t);
+}
+
+static void verb_seqs(int fd)
+{
+	const char *l = NULL;
+	char *t;
+
+	if (print_verbatim(fd, "seqs", KVMM_OP_SEQS, ctl.client, 0))
+		return;
+	t = read_or_die(fd, "seqs", KVMM_OP_SEQS, 0, ctl.client, 0);
+	printf("%6s %8s %-16s %10s %8s %8s %8s %8s\n", "CLIENT", "SEQ", "NAMESPACE", "TOKENS",
+	       "BLOCKS", "SEALED", "SHARED", "PINNED");
+	while ((l = ctl_next(t, "Seq", l))) {
+		char id[24], ns[40];
+
+		printf("%6llu %8s %-16s %10llu %8llu %8llu %8llu %8llu\n", ctl_kvu(l, "client"),
+		       ctl_first(l, id, sizeof(id)), ctl_kv(l, "ns", ns, sizeof(ns)),
+		       ctl_kvu(l, "tokens"), ctl_kvu(l, "blocks"), ctl_kvu(l, "sealed"),
+		       ctl_kvu(l, "shared"), ctl_kvu(l, "pinned"));
+	}
+	free(t);
+}
+
+static uint64_t parse_u64(const char *what, const char *s)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || s[0] == '-')
+		ctl_die(CTL_EXIT_USAGE, "%s: not a number: '%s'", what, s);
+	return v;
+}
+
+static void verb_pagetable(int fd, int argc, char **argv)
+{
+	uint64_t client = ctl.client, seq;
+	const char *arg, *colon, *l = NULL;
+	char *t;
+
+	if (argc != 1)
+		ctl_die(CTL_EXIT_USAGE, "usage: kvmmctl pagetable CLIENT:SEQ (or --client ID SEQ)");
+	arg = argv[0];
+	colon = strchr(arg, ':');
+	if (colon) {
+		char c[32];
+
+		if ((size_t)(colon - arg) >= sizeof(c))
+			ctl_die(CTL_EXIT_USAGE, "pagetable: bad CLIENT:SEQ '%s'", arg);
+		memcpy(c, arg, (size_t)(colon - arg));
+		c[colon - arg] = '\0';
+		client = parse_u64("pagetable client", c);
+		seq = parse_u64("pagetable seq", colon + 1);
+	} else {
+		seq = parse_u64("pagetable seq", arg);
+	}
+	if (!client || client > UINT32_MAX || !seq)
+		ctl_die(CTL_EXIT_USAGE, "pagetable: give the client: CLIENT:SEQ or --client ID");
+	if (print_verbatim(fd, "pagetable", KVMM_OP_PAGETABLE, seq, (uint32_t)client))
+		return;
+	t = read_or_die(fd, "pagetable", KVMM_OP_PAGETABLE, 0, seq, (uint32_t)client);
+	printf("client %lld seq %lld (%s...): %lld tokens, %lld blocks, %lld sealed\n",
+	       ctl_tag(t, "Client"), ctl_tag(t, "Seq"), "namespace", ctl_tag(t, "Tokens"),
+	       ctl_tag(t, "Blocks"), ctl_tag(t, "Sealed"));
+	printf("%8s %-8s %10s %-6s %6s %6s %8s\n", "BLOCK", "TYPE", "FRAME", "FLAGS", "REFS",
+	       "PINS", "TOKENS");
+	while ((l = ctl_next(t, "Pte", l))) {
+		char b[16], type[16], frame[24], flags[16];
+
+		ctl_kv(l, "type", type, sizeof(type));
+		if (!strcmp(type, "swap")) {
+			char tier[8], slot[24];
+
+			snprintf(frame, sizeof(frame), "%s:%s",
+				 ctl_kv(l, "tier", tier, sizeof(tier)),
+				 ctl_kv(l, "slot", slot, sizeof(slot)));
+		} else {
+			ctl_kv(l, "frame", frame, sizeof(frame));
+		}
+		printf("%8s %-8s %10s %-6s %6llu %6llu %8llu\n", ctl_first(l, b, sizeof(b)), type,
+		       frame[0] ? frame : "-", ctl_kv(l, "flags", flags, sizeof(flags)),
+		       ctl_kvu(l, "refcount"), ctl_kvu(l, "pincount"), ctl_kvu(l, "tokens"));
+	}
+	printf("flags: W writable, D dirty, S sealed, H shared (copy on write)\n");
+	free(t);
+}
+
+static void verb_lru(int fd)
+{
+	const char *sect = NULL;
+	char *t;
+
+	if (print_verbatim(fd, "lru", KVMM_OP_LRU, ctl.count, 0))
+		return;
+	t = read_or_die(fd, "lru", KVMM_OP_LRU, 0, ctl.count, 0);
+	while ((sect = ctl_next(t, "Namespace", sect))) {
+		const char *next = ctl_next(t, "Namespace", sect), *l = sect;
+		char name[40];
+
+		printf("%s: active %lld (%lld referenced), inactive %lld (%lld referenced); "
+		       "scanned %lld, evicted %lld, activated %lld, deactivated %lld\n",
+		       ctl_first(sect, name, sizeof(name)), ctl_tag(sect, "Active"),
+		       ctl_tag(sect, "ActiveReferenced"), ctl_tag(sect, "Inactive"),
+		       ctl_tag(sect, "InactiveReferenced"), ctl_tag(sect, "Scanned"),
+		       ctl_tag(sect, "Stolen"), ctl_tag(sect, "Activated"),
+		       ctl_tag(sect, "Deactivated"));
+		printf("  %-9s %5s %10s %4s %8s\n", "LIST", "AGE", "FRAME", "REF", "TOKENS");
+		while ((l = ctl_next(l, "Page", l == sect ? NULL : l)) && (!next || l < next)) {
+			char list[16], fr[16];
+
+			printf("  %-9s %5llu %10s %4llu %8llu\n",
+			       ctl_kv(l, "list", list, sizeof(list)), ctl_kvu(l, "age"),
+			       ctl_first(l, fr, sizeof(fr)), ctl_kvu(l, "referenced"),
+			       ctl_kvu(l, "tokens"));
+		}
+	}
+	printf("age: position from the list's tail; 0 on the inactive list is reclaimed next\n");
+	free(t);
+}
+
+static void verb_swap(int fd)
+{
+	const char *l = NULL;
+	char *t;
+
+	if (print_verbatim(fd, "swap", KVMM_OP_SWAP, 0, 0))
+		return;
+	t = read_or_die(fd, "swap", KVMM_OP_SWAP, 0, 0, 0);
+	if (ctl_tag(t, "SwapTiers") <= 0) {
+		printf("no swap tiers\n");
+		free(t);
+		return;
+	}
+	printf("%4s %-16s %-6s %5s %10s %10s %10s %10s %6s\n", "TIER", "NAMESPACE", "KIND", "PRIO",
+	       "SLOTS", "USED", "OUT", "IN", "FAIL");
+	while ((l = ctl_next(t, "Tier", l))) {
+		char id[8], ns[40], kind[16], prio[16];
+
+		printf("%4s %-16s %-6s %5s %10llu %10llu %10llu %10llu %6llu\n",
+		       ctl_first(l, id, sizeof(id)), ctl_kv(l, "ns", ns, sizeof(ns)),
+		       ctl_kv(l, "kind", kind, sizeof(kind)),
+		       ctl_kv(l, "priority", prio, sizeof(prio)), ctl_kvu(l, "slots"),
+		       ctl_kvu(l, "used"), ctl_kvu(l, "pages_out"), ctl_kvu(l, "pages_in"),
+		       ctl_kvu(l, "failures"));
+	}
+	free(t);
+}
+
+/* ---- trace -------------------------------------------------------------------------------------- */
+
+static volatile sig_atomic_t stop_trace;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop_trace = 1;
+}
+
+static uint32_t parse_events(const char *list)
+{
+	char *dup = strdup(list), *tok, *save = NULL;
+	uint32_t mask = 0;
+
+	if (!dup)
+		ctl_die(CTL_EXIT_DAEMON, "out of memory");
+	for (tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		int t = kvmm_trace_type_from_name(tok);
+
+		if (t < 0) {
+			fprintf(stderr, "kvmmctl: unknown event '%s'; events:", tok);
+			for (t = 0; t < KVMM_TR_TYPE_COUNT; t++)
+				fprintf(stderr, " %s", kvmm_trace_type_name((unsigned int)t));
+			fputc('\n', stderr);
+			exit(CTL_EXIT_USAGE);
+		}
+		mask |= 1u << t;
+	}
+	free(dup);
+	return mask;
+}
+
+/* Print trace lines; returns the number of events printed. */
+static uint64_t trace_print(char *text, uint64_t budget)
+{
+	char *line, *save = NULL;
+	uint64_t n = 0;
+
+	for (line = strtok_r(text, "\n", &save); line && n < budget;
+	     line = strtok_r(NULL, "\n", &save)) {
+		char ts[32], type[16], ns[40], frame[16], b[24];
+
+		if (ctl.json) {
+			puts(line);
+			n += line[0] == '{' && strstr(line, "\"seqno\"") != NULL;
+			continue;
+		}
+		if (!strncmp(line, "Lost:", 5)) {
+			printf("# %s (the ring or the socket overflowed)\n", line);
+			continue;
+		}
+		if (strncmp(line, "Event:", 6))
+			continue;
+		printf("%14s %-8s client=%s ns=%s seq=%s frame=%s count=%s\n",
+		       ctl_kv(line, "ts", ts, sizeof(ts)), ctl_kv(line, "type", type, sizeof(type)),
+		       ctl_kv(line, "client", b, sizeof(b)), ctl_kv(line, "ns", ns, sizeof(ns)),
+		       ctl_kv(line, "seq", b + 12, 12), ctl_kv(line, "frame", frame, sizeof(frame)),
+		       ctl_kv(line, "count", ts + 16, 16));
+		n++;
+	}
+	fflush(stdout);
+	return n;
+}
+
+static void verb_trace(int fd)
+{
+	uint32_t flags = ctl.json ? KVMM_ADMIN_F_JSON : 0;
+	uint64_t budget = ctl.count ? ctl.count : UINT64_MAX, seq;
+	struct kvmm_admin_req req;
+	unsigned char *rep;
+	const struct kvmm_msg_hdr *rh;
+	struct sigaction sa;
+	int ret;
+
+	if (ctl.dump || ctl.clear) {
+		char *t = read_or_die(fd, "trace", KVMM_OP_TRACE,
+				      flags | (ctl.clear ? KVMM_ADMIN_F_CLEAR : 0), ctl.client,
+				      ctl.events);
+		trace_print(t, budget);
+		free(t);
+		return;
+	}
+	rep = malloc(KVMM_MSG_MAX + 1);
+	if (!rep)
+		ctl_die(CTL_EXIT_DAEMON, "out of memory");
+	rh = (const void *)rep;
+	memset(&req, 0, sizeof(req));
+	req.flags = flags | KVMM_ADMIN_F_FOLLOW;
+	req.id = ctl.client;
+	req.reserved = ctl.events;
+	ret = send_req(fd, KVMM_OP_TRACE, &req, sizeof(req), &seq);
+	if (ret)
+		ctl_die(CTL_EXIT_NODAEMON, "trace: %s", strerror(-ret));
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	while (!stop_trace && budget) {
+		int n = recv_rec(fd, rep, KVMM_MSG_MAX, ctl.timeout_ms ? ctl.timeout_ms : -1);
+
+		if (n == -ETIMEDOUT || n == -EINTR)
+			break;
+		if (n <= 0) {
+			if (n == 0)
+				ctl_die(CTL_EXIT_DAEMON, "trace: the daemon closed the connection");
+			ctl_die(CTL_EXIT_DAEMON, "trace: %s", strerror(-n));
+		}
+		if (kvmm_msg_hdr_check(rh, (size_t)n))
+			continue;
+		if (rh->op == KVMM_OP_SHUTDOWN)
+			ctl_die(CTL_EXIT_DAEMON, "trace: the daemon is shutting down");
+		if (rh->seq != seq)
+			continue;
+		if (rh->status)
+			ctl_die_status("trace", rh->status);
+		rep[n] = '\0';
+		budget -= trace_print((char *)(rh + 1), budget);
+	}
+	free(rep);
+}
+
+/* ---- write verbs --------------------------------------------------------------------------------- */
+
+static uint64_t parse_size_frames(const char *s)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!strcmp(s, "none") || !strcmp(s, "max"))
+		return KVMM_LIMIT_NONE;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || s[0] == '-')
+		ctl_die(CTL_EXIT_USAGE, "limit: not a size: '%s'", s);
+	if (*end == '\0' || !strcmp(end, "f"))
+		return v; /* frames */
+	ctl_die(CTL_EXIT_USAGE, "limit: give frames (a number) or 'none': '%s'", s);
+}
+
+static void verb_limit(int fd, int argc, char **argv)
+{
+	struct kvmm_limit_req req;
+	int ret;
+
+	if (argc < 2 || argc > 3)
+		ctl_die(CTL_EXIT_USAGE, "usage: kvmmctl limit NAMESPACE FRAMES|none [PRIORITY]");
+	memset(&req, 0, sizeof(req));
+	if (!name_ok(argv[0]))
+		ctl_die(CTL_EXIT_USAGE, "limit: bad namespace name '%s'", argv[0]);
+	strcpy(req.ns, argv[0]);
+	req.max_frames = parse_size_frames(argv[1]);
+	req.valid = KVMM_LIMIT_SET_MAX;
+	if (argc == 3) {
+		char *end;
+		long p = strtol(argv[2], &end, 10);
+
+		if (*end || end == argv[2] || p < INT32_MIN || p > INT32_MAX)
+			ctl_die(CTL_EXIT_USAGE, "limit: bad priority '%s'", argv[2]);
+		req.priority = (int32_t)p;
+		req.valid |= KVMM_LIMIT_SET_PRIORITY;
+	}
+	ret = ctl_call(fd, KVMM_OP_LIMIT, &req, sizeof(req), NULL, 0);
+	if (ret == -ENOENT)
+		ctl_die(CTL_EXIT_DAEMON, "limit: no namespace '%s'", argv[0]);
+	if (ret)
+		ctl_die_status("limit", ret);
+	if (req.max_frames == KVMM_LIMIT_NONE)
+		printf("%s: no limit\n", argv[0]);
+	else
+		printf("%s: limit %" PRIu64 " frames\n", argv[0], (uint64_t)req.max_frames);
+}
+
+static void verb_drop_caches(int fd, int argc, char **argv)
+{
+	struct kvmm_drop_caches_req req = {.flags = KVMM_DROP_F_DEVICE};
+	struct kvmm_reclaim_rep rep = {0};
+	int ret, i;
+
+	for (i = 0; i < argc; i++) {
+		if (!strcmp(argv[i], "swap"))
+			req.flags |= KVMM_DROP_F_SWAP;
+		else if (!strcmp(argv[i], "device"))
+			req.flags |= KVMM_DROP_F_DEVICE;
+		else
+			ctl_die(CTL_EXIT_USAGE, "usage: kvmmctl drop-caches [device] [swap]");
+	}
+	ret = ctl_call(fd, KVMM_OP_DROP_CACHES, &req, sizeof(req), &rep, sizeof(rep));
+	if (ret)
+		ctl_die_status("drop-caches", ret);
+	printf("dropped %" PRIu64 " cached frames\n", (uint64_t)rep.nr_frames);
+}
+
+static void verb_reclaim(int fd, int argc, char **argv)
+{
+	struct kvmm_reclaim_req req = {0};
+	struct kvmm_reclaim_rep rep = {0};
+	int ret;
+
+	if (argc != 1)
+		ctl_die(CTL_EXIT_USAGE, "usage: kvmmctl reclaim FRAMES");
+	req.nr_frames = parse_u64("reclaim", argv[0]);
+	if (!req.nr_frames)
+		ctl_die(CTL_EXIT_USAGE, "reclaim: give at least 1 frame");
+	if (ctl.noswap)
+		req.flags |= KVMM_RECLAIM_F_NOSWAP;
+	ret = ctl_call(fd, KVMM_OP_RECLAIM, &req, sizeof(req), &rep, sizeof(rep));
+	if (ret)
+		ctl_die_status("reclaim", ret);
+	printf("reclaimed %" PRIu64 " of %" PRIu64 " frames\n", (uint64_t)rep.nr_frames,
+	       (uint64_t)req.nr_frames);
+}
+
+static void verb_swapon(int fd, int argc, char **argv, bool on)
+{
+	const char *verb = on ? "swapon" : "swapoff";
+	int ret;
+
+	if (on) {
+		struct kvmm_swapon_req req;
+
+		if (argc < 2 || argc > 4)
+			ctl_die(CTL_EXIT_USAGE,
+				"usage: kvmmctl swapon TIER SIZE_BYTES [PATH] [PRIORITY]");
+		memset(&req, 0, sizeof(req));
+		req.tier = (uint32_t)parse_u64("swapon tier", argv[0]);
+		req.size = parse_u64("swapon size", argv[1]);
+		if (!req.tier || req.tier > KVMM_SWAP_TIER_MAX)
+			ctl_die(CTL_EXIT_USAGE, "swapon: tier must be 1..%u", KVMM_SWAP_TIER_MAX);
+		if (argc >= 3 && strcmp(argv[2], "host")) {
+			if (strlen(argv[2]) >= sizeof(req.path))
+				ctl_die(CTL_EXIT_USAGE, "swapon: path too long");
+			strcpy(req.path, argv[2]);
+		}
+		if (argc == 4)
+			req.priority = (int32_t)strtol(argv[3], NULL, 10);
+		ret = ctl_call(fd, KVMM_OP_SWAPON, &req, sizeof(req), NULL, 0);
+	} else {
+		struct kvmm_swapoff_req req;
+
+		if (argc < 1 || argc > 2)
+			ctl_die(CTL_EXIT_USAGE, "usage: kvmmctl swapoff TIER [PATH]");
+		memset(&req, 0, sizeof(req));
+		req.tier = (uint32_t)parse_u64("swapoff tier", argv[0]);
+		if (argc == 2 && strcmp(argv[1], "host")) {
+			if (strlen(argv[1]) >= sizeof(req.path))
+				ctl_die(CTL_EXIT_USAGE, "swapoff: path too long");
+			strcpy(req.path, argv[1]);
+		}
+		ret = ctl_call(fd, KVMM_OP_SWAPOFF, &req, sizeof(req), NULL, 0);
+	}
+	if (ret == -EOPNOTSUPP)
+		ctl_die(CTL_EXIT_DAEMON,
+			"%s: this daemon has no swap support yet (the request is "
+			"defined but kvmmd answers 'not supported')",
+			verb);
+	if (ret)
+		ctl_die_status(verb, ret);
+	printf("%s: tier %s done\n", verb, argv[0]);
+}
+
+/* ---- main ------------------------------------------------------------------------------------------ */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: kvmmctl [OPTIONS] VERB [ARGS]\n"
+		"Inspect and administer kvmmd.\n"
+		"\n"
+		"Read verbs (human tables; --json for the daemon's JSON):\n"
+		"  status                 daemon and pool summary\n"
+		"  meminfo                frames per namespace, like free(1)\n"
+		"  vmstat                 event counters\n"
+		"  buddyinfo              free blocks per order\n"
+		"  clients                connections, like ps(1)\n"
+		"  namespaces             namespaces, limits, hit rates\n"
+		"  seqs [--client ID]     sequences and what they map\n"
+		"  pagetable CLIENT:SEQ   one sequence's page table\n"
+		"  lru [--count N]        LRU lists, the oldest N pages of each\n"
+		"  swap                   swap tiers\n"
+		"  trace                  stream trace events (--event, --client, --dump, "
+		"--clear)\n"
+		"  top                    live view, refreshed every second (q quits)\n"
+		"Admin verbs:\n"
+		"  limit NS FRAMES|none [PRIORITY]   set a namespace's limit\n"
+		"  drop-caches [device] [swap]       drop every unmapped cached page\n"
+		"  reclaim FRAMES [--noswap]         reclaim up to FRAMES cached frames\n"
+		"  swapon TIER SIZE [PATH|host] [PRIO], swapoff TIER [PATH]\n"
+		"\n"
+		"Options:\n"
+		"  -s, --socket PATH   the daemon's socket (default $KVMM_SOCKET, else\n"
+		"                      /run/kvmm/kvmmd.sock)\n"
+		"  -j, --json          JSON (trace: JSON Lines)\n"
+		"  -r, --raw           the daemon's tagged text as it is\n"
+		"  -n, --ns NAME       only this namespace\n"
+		"  -c, --client ID     only this client (seqs, clients, trace, pagetable)\n"
+		"  -e, --event LIST    trace: only these events (comma separated)\n"
+		"      --count N       trace: stop after N events; lru: pages shown per list;\n"
+		"                      top: refresh N times\n"
+		"      --timeout MS    trace: stop when no event comes for MS milliseconds\n"
+		"      --dump          trace: print what the ring holds and exit\n"
+		"      --clear         trace: like --dump, then forget those events\n"
+		"      --frames        sizes in frames, not bytes\n"
+		"      --noswap        reclaim: drop cache only, swap nothing out\n"
+		"  -h, --help, -V, --version\n"
+		"\n"
+		"Exit status: 0 ok, 1 the daemon answered an error, 2 bad arguments, 3 no daemon,\n"
+		"4 permission denied.\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"socket", required_argument, NULL, 's'},
+		{"json", no_argument, NULL, 'j'},
+		{"raw", no_argument, NULL, 'r'},
+		{"ns", required_argument, NULL, 'n'},
+		{"client", required_argument, NULL, 'c'},
+		{"event", required_argument, NULL, 'e'},
+		{"count", required_argument, NULL, 1},
+		{"timeout", required_argument, NULL, 2},
+		{"dump", no_argument, NULL, 3},
+		{"clear", no_argument, NULL, 4},
+		{"frames", no_argument, NULL, 5},
+		{"noswap", no_argument, NULL, 6},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *verb;
+	char **vargv;
+	int opt, fd, vargc;
+
+	/* GNU getopt permutes: options may come before or after the verb and its arguments */
+	while ((opt = getopt_long(argc, argv, "s:jrn:c:e:hV", opts, NULL)) != -1) {
+		switch (opt) {
+		case 's':
+			ctl.socket = optarg;
+			break;
+		case 'j':
+			ctl.json = true;
+			break;
+		case 'r':
+			ctl.raw = true;
+			break;
+		case 'n':
+			if (!name_ok(optarg))
+				ctl_die(CTL_EXIT_USAGE, "bad namespace name '%s'", optarg);
+			ctl.ns = optarg;
+			break;
+		case 'c':
+			ctl.client = parse_u64("--client", optarg);
+			if (ctl.client > UINT32_MAX)
+				ctl_die(CTL_EXIT_USAGE, "--client: no such client id");
+			break;
+		case 'e':
+			ctl.events = parse_events(optarg);
+			break;
+		case 1:
+			ctl.count = parse_u64("--count", optarg);
+			break;
+		case 2:
+			ctl.timeout_ms = (int)parse_u64("--timeout", optarg);
+			break;
+		case 3:
+			ctl.dump = true;
+			break;
+		case 4:
+			ctl.clear = true;
+			break;
+		case 5:
+			ctl.frames = true;
+			break;
+		case 6:
+			ctl.noswap = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("kvmmctl %s (kvmm ABI %d)\n", KVMM_VERSION, KVMM_ABI_VERSION);
+			return 0;
+		default:
+			fputs("Try 'kvmmctl --help' for more information.\n", stderr);
+			return CTL_EXIT_USAGE;
+		}
+	}
+	if (optind >= argc) {
+		usage(stderr);
+		return CTL_EXIT_USAGE;
+	}
+	verb = argv[optind];
+	vargv = argv + optind + 1;
+	vargc = argc - optind - 1;
+	{
+		if (!strcmp(verb, "help")) {
+			usage(stdout);
+			return 0;
+		}
+		/* check the verb and its arity before connecting: bad arguments are exit 2 */
+		{
+			static const struct {
+				const char *name;
+				int min, max;
+			} verbs[] = {
+				{"status", 0, 0},    {"meminfo", 0, 0},	    {"vmstat", 0, 0},
+				{"buddyinfo", 0, 0}, {"clients", 0, 0},	    {"namespaces", 0, 0},
+				{"seqs", 0, 0},	     {"pagetable", 1, 1},   {"lru", 0, 0},
+				{"swap", 0, 0},	     {"trace", 0, 0},	    {"top", 0, 0},
+				{"limit", 2, 3},     {"drop-caches", 0, 2}, {"reclaim", 1, 1},
+				{"swapon", 2, 4},    {"swapoff", 1, 2},
+			};
+			size_t k;
+
+			for (k = 0; k < sizeof(verbs) / sizeof(verbs[0]); k++)
+				if (!strcmp(verbs[k].name, verb))
+					break;
+			if (k == sizeof(verbs) / sizeof(verbs[0])) {
+				fprintf(stderr, "kvmmctl: unknown verb '%s'\n", verb);
+				fputs("Try 'kvmmctl --help' for more information.\n", stderr);
+				return CTL_EXIT_USAGE;
+			}
+			if (vargc < verbs[k].min || vargc > verbs[k].max)
+				ctl_die(CTL_EXIT_USAGE,
+					"%s: wrong number of arguments (see --help)", verb);
+			if (ctl.json && ctl.raw)
+				ctl_die(CTL_EXIT_USAGE, "--json and --raw exclude each other");
+		}
+		fd = ctl_connect();
+		if (!strcmp(verb, "status"))
+			verb_status(fd);
+		else if (!strcmp(verb, "meminfo"))
+			verb_meminfo(fd);
+		else if (!strcmp(verb, "vmstat"))
+			verb_vmstat(fd);
+		else if (!strcmp(verb, "buddyinfo"))
+			verb_buddyinfo(fd);
+		else if (!strcmp(verb, "clients"))
+			verb_clients(fd);
+		else if (!strcmp(verb, "namespaces"))
+			verb_namespaces(fd);
+		else if (!strcmp(verb, "seqs"))
+			verb_seqs(fd);
+		else if (!strcmp(verb, "pagetable"))
+			verb_pagetable(fd, vargc, vargv);
+		else if (!strcmp(verb, "lru"))
+			verb_lru(fd);
+		else if (!strcmp(verb, "swap"))
+			verb_swap(fd);
+		else if (!strcmp(verb, "trace"))
+			verb_trace(fd);
+		else if (!strcmp(verb, "top"))
+			ctl_top(fd);
+		else if (!strcmp(verb, "limit"))
+			verb_limit(fd, vargc, vargv);
+		else if (!strcmp(verb, "drop-caches"))
+			verb_drop_caches(fd, vargc, vargv);
+		else if (!strcmp(verb, "reclaim"))
+			verb_reclaim(fd, vargc, vargv);
+		else if (!strcmp(verb, "swapon"))
+			verb_swapon(fd, vargc, vargv, true);
+		else if (!strcmp(verb, "swapoff"))
+			verb_swapon(fd, vargc, vargv, false);
+		close(fd);
+	}
+	return fflush(stdout) ? CTL_EXIT_DAEMON : 0;
+}

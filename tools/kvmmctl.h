@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/kvmmctl.h - what the files of kvmmctl share: the options, the exit codes, the
+ * protocol calls (kvmmctl.c) and the tagged-text helpers that top (ctl_top.c) uses too.
+ */
+#ifndef KVMM_TOOLS_KVMMCTL_H
+#define KVMM_TOOLS_KVMMCTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "uapi/kvmm.h"
+
+/* exit codes (documented in kvmmctl(8)) */
+enum {
+	CTL_EXIT_OK = 0,
+	CTL_EXIT_DAEMON = 1,   /* the daemon answered an error (or a local failure) */
+	CTL_EXIT_USAGE = 2,    /* bad arguments */
+	CTL_EXIT_NODAEMON = 3, /* no daemon at the socket (missing, refused, no answer) */
+	CTL_EXIT_PERM = 4,     /* -EACCES / -EPERM */
+};
+
+struct ctl_opts {
+	const char *socket;
+	const char *ns;
+	uint64_t client;
+	uint64_t count;
+	uint32_t events; /* trace: event mask, 0 = all */
+	int timeout_ms;
+	bool json, raw, dump, clear, frames, noswap;
+};
+
+extern struct ctl_opts ctl;
+
+void __attribute__((noreturn, format(printf, 2, 3))) ctl_die(int code, const char *fmt, ...);
+void __attribute__((noreturn)) ctl_die_status(const char *verb, int status);
+/* Connect and HELLO; exits with the right code when that fails.  The fd. */
+int ctl_connect(void);
+/* A read verb's whole answer (malloc'd, NUL-terminated) in *text.  0 or the status. */
+int ctl_read(int fd, unsigned int op, uint32_t flags, uint64_t id, uint32_t arg, char **text);
+
+long long ctl_tag(const char *text, const char *tag);
+const char *ctl_kv(const char *line, const char *key, char *buf, size_t len);
+unsigned long long ctl_kvu(const char *line, const char *key);
+const char *ctl_first(const char *line, char *buf, size_t len);
+const char *ctl_next(const char *text, const char *label, const char *prev);
+const char *ctl_size(uint64_t frames, uint64_t page_size, char *buf, size_t len);
+
+/* kvmmctl top (ctl_top.c) */
+void ctl_top(int fd);
+
+#endif /* KVMM_TOOLS_KVMMCTL_H */

@@ -25,10 +25,9 @@ template <int DT> struct attn_state {
 
 /* fold tokens t0, t0 + step, ... < t1 of the sequence with block table table into st */
 template <int DT>
-__device__ __forceinline__ void attend_range(const struct kvmm_cuda_pages &pg,
-					     const int32_t *table, uint32_t h, const float *qr,
-					     uint32_t t0, uint32_t t1, uint32_t step,
-					     attn_state<DT> &st)
+__device__ __forceinline__ void attend_range(const struct kvmm_cuda_pages &pg, const int32_t *table,
+					     uint32_t h, const float *qr, uint32_t t0, uint32_t t1,
+					     uint32_t step, attn_state<DT> &st)
 {
 	const uint32_t lane = threadIdx.x & 31, dim = pg.head_dim;
 	const uint64_t hb = (uint64_t)h * dim * elem_size<DT>::v;
@@ -108,8 +107,7 @@ __device__ __forceinline__ uint32_t clamp_len(const struct kvmm_cuda_attn_args &
 	return n > cap ? (uint32_t)cap : n;
 }
 
-template <int DT>
-__device__ __forceinline__ void decode_body(const struct kvmm_cuda_attn_args &a)
+template <int DT> __device__ __forceinline__ void decode_body(const struct kvmm_cuda_attn_args &a)
 {
 	__shared__ float sm[KVMM_CUDA_ATTN_WARPS], sl[KVMM_CUDA_ATTN_WARPS];
 	__shared__ float sacc[KVMM_CUDA_ATTN_WARPS][KVMM_CUDA_MAX_HEAD_DIM];
@@ -155,8 +153,7 @@ __device__ __forceinline__ void decode_body(const struct kvmm_cuda_attn_args &a)
 	}
 }
 
-template <int DT>
-__device__ __forceinline__ void prefill_body(const struct kvmm_cuda_attn_args &a)
+template <int DT> __device__ __forceinline__ void prefill_body(const struct kvmm_cuda_attn_args &a)
 {
 	__shared__ uint64_t qstart;
 	const uint32_t seq = blockIdx.y, hq = blockIdx.x, warp = threadIdx.x >> 5;
@@ -193,16 +190,16 @@ __device__ __forceinline__ void prefill_body(const struct kvmm_cuda_attn_args &a
 	}
 }
 
-#define KVMM_ATTN_KERNELS(name, dt)                                                           \
-	extern "C" __global__ void __launch_bounds__(32 * KVMM_CUDA_ATTN_WARPS)                 \
-		kvmm_decode_##name(const struct kvmm_cuda_attn_args a)                          \
-	{                                                                                       \
-		decode_body<dt>(a);                                                             \
-	}                                                                                       \
-	extern "C" __global__ void __launch_bounds__(32 * KVMM_CUDA_ATTN_WARPS)                 \
-		kvmm_prefill_##name(const struct kvmm_cuda_attn_args a)                         \
-	{                                                                                       \
-		prefill_body<dt>(a);                                                            \
+#define KVMM_ATTN_KERNELS(name, dt)                                             \
+	extern "C" __global__ void __launch_bounds__(32 * KVMM_CUDA_ATTN_WARPS) \
+		kvmm_decode_##name(const struct kvmm_cuda_attn_args a)          \
+	{                                                                       \
+		decode_body<dt>(a);                                             \
+	}                                                                       \
+	extern "C" __global__ void __launch_bounds__(32 * KVMM_CUDA_ATTN_WARPS) \
+		kvmm_prefill_##name(const struct kvmm_cuda_attn_args a)         \
+	{                                                                       \
+		prefill_body<dt>(a);                                            \
 	}
 
 KVMM_ATTN_KERNELS(fp32, DT_FP32)

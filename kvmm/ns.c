@@ -20,6 +20,7 @@
 #include "compiler.h"
 #include "hash.h"
 #include "kvmm/mm.h"
+#include "kvmm/swap.h"
 
 /* Fill @buf from the kernel's CSPRNG; getrandom() may return short reads or EINTR. */
 static int fill_random(void *buf, size_t len)
@@ -150,6 +151,8 @@ int kvmm_ns_destroy(struct kvmm_ns *ns)
 		kvmm_reclaim(pool, ns, ns->cached);
 	if (KVMM_WARN_ON(ns->cached))
 		return -EBUSY;
+	/* its demoted (swapped) cached pages go too: nothing may name a dead namespace */
+	kvmm_swap_drop_ns(pool, ns);
 
 	for (f = 0; f < pool->nframes; f++)
 		if (pool->pages[f].data_ns == ns->id)

@@ -257,6 +257,8 @@ struct kvmm_page *kvmm_swap_fault_ent(struct kvmm_pool *pool, struct kvmm_cache_
 struct kvmm_cache_ent *kvmm_swap_slot_ent(struct kvmm_pool *pool, uint64_t swp);
 /* Reclaim's eviction of a CACHED page: demote it instead when a tier has room. 0 or -errno. */
 int kvmm_swap_demote_page(struct kvmm_pool *pool, struct kvmm_page *pg);
+/* Namespace teardown (no address space left): drop its demoted pages and their slots. */
+void kvmm_swap_drop_ns(struct kvmm_pool *pool, struct kvmm_ns *ns);
 /* Page-cache entries whose page is swapped (slots naming an entry). */
 uint32_t kvmm_swap_nr_ents(struct kvmm_pool *pool);
 /* Swap side of kvmm_check_invariants(): slots, reverse maps, swap cache. 0 or -EUCLEAN. */

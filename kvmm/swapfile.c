@@ -906,6 +906,29 @@ void kvmm_swap_pte_drop(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t b
 		kvmm_swap_slot_release(t, s);
 }
 
+void kvmm_swap_drop_ns(struct kvmm_pool *pool, struct kvmm_ns *ns)
+{
+	struct kvmm_swap_tier *t;
+	uint64_t s;
+
+	if (!pool || !pool->swap || !ns)
+		return;
+	/* reads in flight land first (their pages are then cached and already reclaimed) */
+	kvmm_swap_poll(pool, true);
+	list_for_each_entry (t, &pool->swap->tiers, node) {
+		for_each_set_bit (s, t->map, t->nslots) {
+			struct kvmm_swap_slot *sl = &t->slots[s];
+
+			if (sl->ns_id != ns->id)
+				continue;
+			KVMM_BUG_ON(sl->seq); /* no address space of the namespace is left */
+			if (sl->ent)
+				kvmm_pagecache_remove_ent(pool, sl->ent);
+			kvmm_swap_slot_release(t, s);
+		}
+	}
+}
+
 struct kvmm_cache_ent *kvmm_swap_slot_ent(struct kvmm_pool *pool, uint64_t swp)
 {
 	uint64_t s;

@@ -61,6 +61,19 @@ static __always_inline float hsum8(__m256 v)
 #define vset1(x) _mm256_set1_ps(x)
 #define vhsum(v) hsum8(v)
 
+/* dst[0..3] = horizontal sums of a, b, c, d (as in attn_avx512.c, one lane fewer) */
+static __always_inline void vhsum4(float *dst, __m256 a, __m256 b, __m256 c, __m256 d)
+{
+	__m256 x = _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
+	__m256 y = _mm256_add_ps(_mm256_unpacklo_ps(c, d), _mm256_unpackhi_ps(c, d));
+	__m256 z = _mm256_add_ps(_mm256_shuffle_ps(x, y, 0x44), _mm256_shuffle_ps(x, y, 0xee));
+
+	_mm_storeu_ps(dst, _mm_add_ps(_mm256_castps256_ps128(z), _mm256_extractf128_ps(z, 1)));
+}
+
+/* sixteen ymm registers: 2 queries x 4 rows of sums, 4 K rows, a query */
+#define QK_QB 2
+
 #include "kernels/cpu/attn_vec.h"
 
 static __always_inline __m256 exp8(__m256 x)

@@ -8,11 +8,16 @@
  *   vec  VW               the vector type and its width in floats
  *   vload_kv(dt, p, left) VW elements of dtype dt at p widened to fp32, zeros past left
  *   vloadf(p) vstoref(p, v) vfma(a, b, c) vmul(a, b) vzero() vset1(x) vhsum(v)
+ *   vhsum4(dst, a, b, c, d)   dst[0..3] = the horizontal sums of a, b, c, d
+ *   QK_QB                 queries per block of the scores loop (registers: QK_QB * 4 sums)
  *
  * Grouped-query attention is where a CPU decode kernel wins or loses: the NQ (up to 4)
  * queries that share a KV head are done together, so each K or V vector is loaded and
- * converted once and feeds NQ FMAs.  Scores go one K row at a time (NQ dot products, one
- * horizontal sum each); weighted sums go one vector of dims at a time over all the chunk's
+ * converted once and feeds NQ FMAs.  Scores go four K rows at a time: 4 * NQ dot products
+ * in registers, each query vector loaded once per four rows, and the horizontal sums of a
+ * query's four rows done together by one transpose-and-add tree (vhsum4), which is a third
+ * of the shuffles of four separate sums and one store; a tail of under four rows goes one
+ * row at a time.  Weighted sums go one vector of dims at a time over all the chunk's
  * V rows, the NQ accumulators staying in registers.  For int8 each group of gs elements is
  * scaled by its token's scale as it is loaded.  NQ is a compile-time constant in every
  * instance (the switch at the bottom), so the small loops over queries unroll.
@@ -21,6 +26,9 @@
 #define KVMM_KERNELS_CPU_ATTN_VEC_H
 
 #define QB 4 /* queries per block */
+#ifndef QK_QB
+#define QK_QB QB
+#endif
 
 static __always_inline const void *elem(uint32_t dt, const void *row, uint32_t i)
 {
@@ -96,27 +104,77 @@ static __always_inline void pv_block(uint32_t dt, uint32_t NQ, float *acc, uint6
 	}
 }
 
+/* the same as qk_block, four rows at a time (then qk_block for the last n % 4) */
+static __always_inline void qk_block4(uint32_t dt, uint32_t NQ, const float *q, uint64_t qstride,
+				      const void *row, uint64_t stride, const float *sc,
+				      uint64_t sstride, uint32_t n, uint32_t dim, uint32_t gs,
+				      float *s, uint64_t sq)
+{
+	uint32_t t = 0, i, u;
+
+	if (dt != KVMM_DTYPE_INT8)
+		gs = dim;
+	for (; t + 4 <= n; t += 4) {
+		const char *r = (const char *)row + t * stride;
+		vec sum[QB][4]; /* NQ <= QK_QB of them used */
+
+		_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++)
+			_Pragma("GCC unroll 4") for (u = 0; u < 4; u++) sum[i][u] = vzero();
+		for (uint32_t g0 = 0; g0 < dim; g0 += gs) {
+			vec sv[4];
+
+			if (dt == KVMM_DTYPE_INT8)
+				_Pragma("GCC unroll 4") for (u = 0; u < 4; u++) sv[u] =
+					vset1(row_scale(sc, sstride, t + u, g0 / gs));
+			for (uint32_t d = g0; d < g0 + gs; d += VW) {
+				vec kv[4];
+
+				_Pragma("GCC unroll 4") for (u = 0; u < 4; u++)
+				{
+					kv[u] = vload_kv(dt, elem(dt, r + u * stride, d),
+							 g0 + gs - d);
+					if (dt == KVMM_DTYPE_INT8)
+						kv[u] = vmul(kv[u], sv[u]);
+				}
+				_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++)
+				{
+					vec qv = vloadf(q + i * qstride + d);
+
+					_Pragma("GCC unroll 4") for (u = 0; u < 4; u++) sum[i][u] =
+						vfma(qv, kv[u], sum[i][u]);
+				}
+			}
+		}
+		_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++)
+			vhsum4(s + i * sq + t, sum[i][0], sum[i][1], sum[i][2], sum[i][3]);
+	}
+	if (t < n) /* sc is NULL unless int8: no offset on a null pointer */
+		qk_block(dt, NQ, q, qstride, (const char *)row + t * stride, stride,
+			 sc ? (const float *)((const char *)sc + t * sstride) : NULL, sstride,
+			 n - t, dim, gs, s + t, sq);
+}
+
 static __always_inline void qk_body(uint32_t dt, const float *q, uint64_t qstride, uint32_t nq,
 				    const void *row, uint64_t stride, const float *sc,
 				    uint64_t sstride, uint32_t n, uint32_t dim, uint32_t gs,
 				    float *s, uint64_t sq)
 {
-	for (uint32_t b = 0; b < nq; b += QB) {
+	for (uint32_t b = 0; b < nq; b += QK_QB) {
 		const float *qb = q + b * qstride;
 		float *sb = s + b * sq;
 
-		switch (nq - b >= QB ? QB : nq - b) {
+		switch (nq - b >= QK_QB ? QK_QB : nq - b) {
 		case 4:
-			qk_block(dt, 4, qb, qstride, row, stride, sc, sstride, n, dim, gs, sb, sq);
+			qk_block4(dt, 4, qb, qstride, row, stride, sc, sstride, n, dim, gs, sb, sq);
 			break;
 		case 3:
-			qk_block(dt, 3, qb, qstride, row, stride, sc, sstride, n, dim, gs, sb, sq);
+			qk_block4(dt, 3, qb, qstride, row, stride, sc, sstride, n, dim, gs, sb, sq);
 			break;
 		case 2:
-			qk_block(dt, 2, qb, qstride, row, stride, sc, sstride, n, dim, gs, sb, sq);
+			qk_block4(dt, 2, qb, qstride, row, stride, sc, sstride, n, dim, gs, sb, sq);
 			break;
 		default:
-			qk_block(dt, 1, qb, qstride, row, stride, sc, sstride, n, dim, gs, sb, sq);
+			qk_block4(dt, 1, qb, qstride, row, stride, sc, sstride, n, dim, gs, sb, sq);
 			break;
 		}
 	}

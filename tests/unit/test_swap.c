@@ -365,6 +365,33 @@ static void test_demote_and_lookup(void **state)
 	assert_true(vmstat(f, KVMM_STAT_REFAULT) >= 6);
 }
 
+static void test_ns_destroy_drops_demoted(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_ns *ns2;
+	struct kvmm_aspace *as2;
+	struct kvmm_seq *a;
+	struct kvmm_swap_tier_info info;
+	uint32_t tok[4 * 64], i;
+
+	for (i = 0; i < 4 * f->fmt.tokens_per_page; i++)
+		tok[i] = 9 + i;
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_ns_create(f->pool, "other", 0, 0, &ns2), 0);
+	assert_int_equal(kvmm_aspace_create(f->pool, ns2, &f->fmt, NULL, &as2), 0);
+	assert_int_equal(kvmm_mm_seq_create(as2, &a), 0);
+	assert_int_equal(kvmm_mm_seq_append(a, 4 * f->fmt.tokens_per_page, tok), 0);
+	assert_int_equal(kvmm_mm_seq_seal(a), 4);
+	kvmm_aspace_destroy(as2);
+	assert_int_equal(kvmm_swap_demote(f->pool, ns2, 4), 4);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_ns_destroy(ns2), 0);
+	check_inv(f->pool);
+	kvmm_swap_tier_info(f->pool, 1, &info);
+	assert_int_equal(info.used, 0);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 0);
+}
+
 static void test_sealed_swapout_shared_by_lookup(void **state)
 {
 	struct fx *f = *state;
@@ -867,6 +894,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_swapoff_no_frames, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shared_not_swapped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_demote_and_lookup, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ns_destroy_drops_demoted, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sealed_swapout_shared_by_lookup, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_append_truncate_seal_swapped, setup, teardown),

@@ -583,6 +583,96 @@ int kvmm_config_set_ns(struct kvmm_config *cfg, const char *spec, char *err, siz
 	return 0;
 }
 
+/* ---- [swap] keys ------------------------------------------------------------------------- */
+
+/* "PATH:SIZE[:PRIO]"; the path may not hold a ':' */
+static int parse_swap_file(struct kvmm_config_swap *sw, const char *v, char *err, size_t len)
+{
+	char buf[KVMM_PATH_LEN + 64], *size, *prio, *end;
+	long pr = 5;
+	int ret;
+
+	if (strlen(v) >= sizeof(buf))
+		return msg(err, len, "too long");
+	strcpy(buf, v);
+	size = strchr(buf, ':');
+	if (!size || size == buf)
+		return msg(err, len, "expected PATH:SIZE[:PRIO], got '%s'", v);
+	*size++ = '\0';
+	prio = strchr(size, ':');
+	if (prio) {
+		*prio++ = '\0';
+		errno = 0;
+		pr = strtol(prio, &end, 10);
+		if (errno || end == prio || *end || pr < -32768 || pr > 32767)
+			return msg(err, len, "'%s' is not a priority", prio);
+	}
+	if (strlen(buf) >= sizeof(sw->file))
+		return msg(err, len, "path too long");
+	ret = parse_bytes(size, &sw->file_size, err, len);
+	if (ret)
+		return ret;
+	if (!sw->file_size)
+		return msg(err, len, "swap_file size must not be 0");
+	strcpy(sw->file, buf);
+	sw->file_prio = (int)pr;
+	return 0;
+}
+
+int kvmm_config_set_swap(struct kvmm_config *cfg, const char *key, const char *value, char *err,
+			 size_t errlen)
+{
+	struct kvmm_config_swap *sw = &cfg->swap;
+	char k[64];
+	uint64_t n;
+	int ret;
+
+	if (strlen(key) >= sizeof(k)) {
+		msg(err, errlen, "unknown key");
+		return -ENOENT;
+	}
+	norm_key(k, sizeof(k), key);
+	if (!strcmp(k, "swap_host"))
+		return parse_bytes(value, &sw->host_size, err, errlen);
+	if (!strcmp(k, "swap_file"))
+		return parse_swap_file(sw, value, err, errlen);
+	if (!strcmp(k, "swap_queue_depth")) {
+		ret = parse_count(value, 4096, &n, err, errlen);
+		if (!ret)
+			sw->queue_depth = (uint32_t)n;
+		return ret;
+	}
+	if (!strcmp(k, "prefetch")) {
+		ret = parse_count(value, 64, &n, err, errlen);
+		if (!ret)
+			sw->prefetch = (uint32_t)n;
+		return ret;
+	}
+	if (!strcmp(k, "kswapd")) {
+		if (parse_bool(value, &sw->kswapd))
+			return msg(err, errlen, "'%s' is not yes or no", value);
+		return 0;
+	}
+	if (!strcmp(k, "fault")) {
+		/* POINT:SPEC -> "POINT SPEC" as kvmm_swap_fault_parse() reads it */
+		const char *colon = strchr(value, ':');
+		int w;
+
+		if (sw->nr_fault == KVMM_CONFIG_MAX_FAULTS)
+			return msg(err, errlen, "at most %d fault lines", KVMM_CONFIG_MAX_FAULTS);
+		if (!colon || colon == value)
+			return msg(err, errlen, "expected POINT:SPEC, got '%s'", value);
+		w = snprintf(sw->fault[sw->nr_fault], KVMM_CONFIG_FAULT_LEN, "%.*s %s",
+			     (int)(colon - value), value, colon + 1);
+		if (w < 0 || w >= KVMM_CONFIG_FAULT_LEN)
+			return msg(err, errlen, "too long");
+		sw->nr_fault++;
+		return 0;
+	}
+	msg(err, errlen, "unknown key '%s' in [swap]", k);
+	return -ENOENT;
+}
+
 /* ---- the file ------------------------------------------------------------------------ */
 
 struct parser {
@@ -591,6 +681,7 @@ struct parser {
 	unsigned int lineno;
 	struct kvmm_config_ns *ns; /* current [namespace] section */
 	bool in_daemon;		   /* in [daemon] */
+	bool in_swap;		   /* in [swap] */
 	char *err;
 	size_t errlen;
 };
@@ -661,6 +752,15 @@ static int parse_section(struct parser *p, char *line)
 	in = trim(line + 1);
 	p->ns = NULL;
 	p->in_daemon = false;
+	p->in_swap = false;
+	if (!strcmp(in, "swap")) {
+		if (cfg->swap.section_line)
+			return line_err(p, "duplicate section [swap] (first at line %u)",
+					cfg->swap.section_line);
+		cfg->swap.section_line = p->lineno;
+		p->in_swap = true;
+		return 0;
+	}
 	if (!strcmp(in, "daemon")) {
 		if (cfg->daemon_seen)
 			return line_err(p, "duplicate section [daemon] (first at line %u)",
@@ -684,7 +784,8 @@ static int parse_section(struct parser *p, char *line)
 	}
 	if (!strcmp(in, "namespace"))
 		return line_err(p, "[namespace] needs a name: [namespace NAME]");
-	return line_err(p, "unknown section [%s] (known: [daemon], [namespace NAME])", in);
+	return line_err(p, "unknown section [%s] (known: [daemon], [namespace NAME], [swap])",
+			in);
 }
 
 static int parse_line(struct parser *p, char *line)
@@ -726,6 +827,14 @@ static int parse_line(struct parser *p, char *line)
 		if (ret)
 			return line_err(p, "%s: %s", key, m);
 		*seen = p->lineno;
+		return 0;
+	}
+	if (p->in_swap) {
+		ret = kvmm_config_set_swap(p->cfg, key, v, m, sizeof(m));
+		if (ret == -ENOENT)
+			return line_err(p, "%s", m);
+		if (ret)
+			return line_err(p, "%s: %s", key, m);
 		return 0;
 	}
 	if (p->ns) {
@@ -845,6 +954,8 @@ void kvmm_config_init(struct kvmm_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	strcpy(cfg->backend, "host");
+	cfg->swap.prefetch = 2;
+	cfg->swap.kswapd = true;
 	cfg->page_size = KVMM_CONFIG_DEFAULT_PAGE_SIZE;
 	cfg->log_level = KVMM_LOG_DEFAULT_LEVEL;
 	cfg->max_clients = KVMM_CONFIG_DEFAULT_MAX_CLIENTS;
@@ -1085,5 +1196,22 @@ void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
 		fprintf(f, "priority = %d\n", ns->priority);
 		print_ids(f, "uids", (const uint32_t *)ns->uids, ns->nr_uids);
 		print_ids(f, "gids", (const uint32_t *)ns->gids, ns->nr_gids);
+	}
+	fprintf(f, "\n[swap]\n");
+	if (cfg->swap.host_size)
+		print_size(f, "swap_host", cfg->swap.host_size);
+	if (cfg->swap.file[0])
+		fprintf(f, "swap_file = \"%s:%llu:%d\"\n", cfg->swap.file,
+			(unsigned long long)cfg->swap.file_size, cfg->swap.file_prio);
+	if (cfg->swap.queue_depth)
+		fprintf(f, "swap_queue_depth = %u\n", cfg->swap.queue_depth);
+	fprintf(f, "prefetch = %u\n", cfg->swap.prefetch);
+	fprintf(f, "kswapd = %s\n", cfg->swap.kswapd ? "yes" : "no");
+	for (i = 0; i < cfg->swap.nr_fault; i++) {
+		const char *sp = strchr(cfg->swap.fault[i], ' ');
+
+		if (sp)
+			fprintf(f, "fault = \"%.*s:%s\"\n", (int)(sp - cfg->swap.fault[i]),
+				cfg->swap.fault[i], sp + 1);
 	}
 }

@@ -79,6 +79,22 @@ struct kvmm_config_ns {
 	unsigned int line[KVMM_CFG_NS_KEY_COUNT]; /* where each key was set; 0: not in the file */
 };
 
+/* [swap]: tiers, readahead and fault points of every namespace pool (kvmmd.md "[swap]") */
+#define KVMM_CONFIG_MAX_FAULTS 4
+#define KVMM_CONFIG_FAULT_LEN 224
+struct kvmm_config_swap {
+	uint64_t host_size;	  /* swap_host = SIZE: host tier bytes per pool, 0 = none */
+	char file[KVMM_PATH_LEN]; /* swap_file = PATH:SIZE[:PRIO]; "" = none */
+	uint64_t file_size;
+	int file_prio;		 /* default 5 (the host tier is 10) */
+	uint32_t queue_depth;	 /* swap_queue_depth = N, 0 = default */
+	uint32_t prefetch;	 /* prefetch = N (readahead depth), default 2 */
+	bool kswapd;		 /* kswapd = yes|no, default yes */
+	char fault[KVMM_CONFIG_MAX_FAULTS][KVMM_CONFIG_FAULT_LEN]; /* fault = POINT:SPEC */
+	unsigned int nr_fault;
+	unsigned int section_line;
+};
+
 struct kvmm_config {
 	char file[KVMM_CONFIG_PATH_LEN * 2];	/* the file read, for messages ("" = none) */
 	char socket_path[KVMM_CONFIG_PATH_LEN]; /* "" until finalize picks the default */
@@ -98,6 +114,7 @@ struct kvmm_config {
 	char metrics[64]; /* "IPV4:PORT" of the Prometheus /metrics listener, "" = off */
 	struct kvmm_config_ns ns[KVMM_CONFIG_MAX_NS];
 	unsigned int nr_ns;
+	struct kvmm_config_swap swap;
 	bool daemon_seen;		       /* a [daemon] section was read */
 	unsigned int daemon_line;	       /* its header line */
 	unsigned int line[KVMM_CFG_KEY_COUNT]; /* where each key was set; 0: not in the file */
@@ -152,6 +169,14 @@ int kvmm_config_default_socket(char *buf, size_t len);
  * followed by "B" or "iB").  0 or -EINVAL (not a size, overflow).
  */
 int kvmm_config_parse_size(const char *s, uint64_t *out);
+
+/*
+ * One [swap] key as the file gives it ("swap_host", "64M"), for kvmmd --swap KEY=VALUE.
+ * Keys: swap_host, swap_file, swap_queue_depth, prefetch, kswapd, fault (may repeat).
+ * -EINVAL (bad value) or -ENOENT (unknown key).
+ */
+int kvmm_config_set_swap(struct kvmm_config *cfg, const char *key, const char *value, char *err,
+			 size_t errlen);
 
 /* Write the effective configuration in the file's own syntax (kvmmd --print-config). */
 void kvmm_config_print(const struct kvmm_config *cfg, FILE *f);

@@ -67,6 +67,7 @@ enum {
 	OPT_METRICS,
 	OPT_DEVICE,
 	OPT_PRINT_CONFIG,
+	OPT_SWAP,
 };
 
 static const struct option long_opts[] = {
@@ -89,6 +90,7 @@ static const struct option long_opts[] = {
 	{"device", required_argument, NULL, OPT_DEVICE},
 	{"namespace", required_argument, NULL, 'n'},
 	{"print-config", no_argument, NULL, OPT_PRINT_CONFIG},
+	{"swap", required_argument, NULL, OPT_SWAP},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
 	{NULL, 0, NULL, 0},
@@ -120,6 +122,9 @@ static void usage(FILE *f)
 		"      --prefault           fault the whole pool in at start\n"
 		"      --max-clients N      connections at most (default %d)\n"
 		"      --metrics ADDR:PORT  serve Prometheus /metrics (loopback; default off)\n"
+		"      --swap KEY=VALUE     a [swap] setting: swap_host=SIZE,\n"
+		"                           swap_file=PATH:SIZE[:PRIO], swap_queue_depth=N,\n"
+		"                           prefetch=N, kswapd=yes|no, fault=POINT:SPEC\n"
 		"  -n, --namespace NAME[:AMOUNT[:USER,...]]\n"
 		"                           add or change a namespace: AMOUNT is frames or a size\n"
 		"                           with K/M/G/T; USERs (names or uids) may attach\n"
@@ -268,9 +273,22 @@ static void load_config(const struct args *a, struct kvmm_config *cfg)
 	for (i = 0; i < a->nr_flags; i++) {
 		const struct flag *f = &a->flags[i];
 
-		if (f->opt == 'n')
+		if (f->opt == 'n') {
 			ret = kvmm_config_set_ns(cfg, f->arg, err, sizeof(err));
-		else
+		} else if (f->opt == OPT_SWAP) {
+			/* --swap KEY=VALUE: one [swap] line */
+			char key[64];
+			const char *eq = strchr(f->arg, '=');
+
+			if (!eq || eq == f->arg || (size_t)(eq - f->arg) >= sizeof(key)) {
+				snprintf(err, sizeof(err), "expected KEY=VALUE");
+				ret = -EINVAL;
+			} else {
+				memcpy(key, f->arg, (size_t)(eq - f->arg));
+				key[eq - f->arg] = '\0';
+				ret = kvmm_config_set_swap(cfg, key, eq + 1, err, sizeof(err));
+			}
+		} else
 			ret = kvmm_config_set(cfg, opt_key(f->opt), f->arg, err, sizeof(err));
 		if (ret)
 			die_usage("--%s %s: %s", opt_name(f->opt), f->arg, err);
@@ -451,6 +469,19 @@ static void server_config(const struct kvmm_config *cfg, struct kvmm_ns_config *
 	}
 	sc->ns = ns;
 	sc->nr_ns = cfg->nr_ns;
+	/* [swap] */
+	BUILD_BUG_ON(KVMM_SERVER_MAX_FAULTS != KVMM_CONFIG_MAX_FAULTS);
+	BUILD_BUG_ON(KVMM_FAULT_SPEC_LEN != KVMM_CONFIG_FAULT_LEN);
+	sc->swap.host_size = cfg->swap.host_size;
+	memcpy(sc->swap.file, cfg->swap.file, sizeof(sc->swap.file));
+	sc->swap.file_size = cfg->swap.file_size;
+	sc->swap.file_prio = cfg->swap.file_prio;
+	sc->swap.queue_depth = cfg->swap.queue_depth;
+	sc->swap.prefetch = cfg->swap.prefetch;
+	sc->swap.prefetch_set = true;
+	sc->swap.no_kswapd = !cfg->swap.kswapd;
+	memcpy(sc->swap.fault, cfg->swap.fault, sizeof(sc->swap.fault));
+	sc->swap.nr_fault = cfg->swap.nr_fault;
 }
 
 int main(int argc, char **argv)

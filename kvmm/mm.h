@@ -38,6 +38,23 @@
 struct kvmm_pool;
 struct kvmm_ns;
 struct kvmm_swap; /* kvmm/swap.h */
+struct kvmm_seq;
+struct kvmm_kswapd; /* kswapd.c */
+
+/*
+ * What the owner of a pool (kvmmd) wants to hear from reclaim, all called with the pool lock
+ * held and from whatever thread reclaims (kvswapd included), so a hook must only record and
+ * never call back into the core.  Any hook may be NULL.
+ *   seq_changed  reclaim rewrote PTEs of @seq from block @from on (swap-out): mirrors of the
+ *                page table are stale.
+ *   oom          nothing is left to reclaim: @victim (lowest priority, then youngest) should
+ *                be preempted to give back @nr_frames frames.  The core marks it
+ *                KVMM_SEQ_F_PREEMPTED and never reports it again; freeing it is the owner's.
+ */
+struct kvmm_mm_hooks {
+	void (*seq_changed)(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t from);
+	void (*oom)(struct kvmm_pool *pool, struct kvmm_seq *victim, uint32_t nr_frames);
+};
 
 /* ---- frame metadata ------------------------------------------------------------------ */
 
@@ -178,6 +195,12 @@ enum kvmm_stat {
 	KVMM_STAT_SWAP_DEMOTE,	  /* clean cached pages demoted to a tier (prefix kept) */
 	KVMM_STAT_SWAP_RA,	  /* pages read ahead or prefetched asynchronously */
 	KVMM_STAT_SWAP_CACHE_HIT, /* faults that joined a read already in flight */
+	/* reclaim policy (vmscan.c, kswapd.c, Documentation/mm/reclaim.md) */
+	KVMM_STAT_KSWAPD_WAKE,	  /* kvswapd wake-ups (free went under low) */
+	KVMM_STAT_KSWAPD_STEAL,	  /* frames kvswapd freed */
+	KVMM_STAT_SWAP_MOVEDOWN,  /* pages moved down a tier to make room on the top one */
+	KVMM_STAT_SEQ_SWAPOUT,	  /* sequence pages swapped out by reclaim */
+	KVMM_STAT_OOM,		  /* OOM: a victim sequence was reported for preemption */
 	KVMM_STAT_COUNT,
 };
 
@@ -227,6 +250,12 @@ struct kvmm_pool {
 
 	uint64_t stat[KVMM_STAT_COUNT];
 	struct kvmm_swap *swap; /* swap tiers and swap cache (swapfile.c); NULL: no swapon yet */
+
+	/* reclaim policy (vmscan.c, kswapd.c) */
+	const struct kvmm_mm_hooks *hooks; /* the owner's callbacks, NULL: none */
+	void *hooks_priv;
+	struct kvmm_kswapd *kswapd; /* background reclaimer, NULL: none (kswapd.c) */
+	uint32_t reclaim_nest;	    /* inside kvmm_shrink(): no nested sequence swap-out */
 };
 
 int kvmm_pool_create(const struct kvmm_pool_params *params, struct kvmm_pool **out);
@@ -438,6 +467,14 @@ struct kvmm_seq {
 	uint64_t *pte;	  /* uapi PTE encoding per logical block */
 	uint32_t *tokens; /* token ids, cap * tokens_per_page */
 	int priority;
+	uint32_t flags; /* KVMM_SEQ_F_* */
+	void *priv;	/* the owner's cookie (kvmmd: its struct kvmm_ipc_seq) */
+};
+
+/* struct kvmm_seq.flags */
+enum {
+	KVMM_SEQ_F_NORECLAIM = 1u << 0, /* never swapped out by reclaim (a hidden magazine seq) */
+	KVMM_SEQ_F_PREEMPTED = 1u << 1, /* reported to the oom hook: its KV is about to go */
 };
 
 int kvmm_aspace_create(struct kvmm_pool *pool, struct kvmm_ns *ns, const struct kvmm_fmt *fmt,
@@ -537,6 +574,38 @@ void kvmm_pagecache_destroy(struct kvmm_pool *pool);
  * the active tail when it runs short.  Returns the number evicted (0: nothing reclaimable).
  */
 uint32_t kvmm_reclaim(struct kvmm_pool *pool, struct kvmm_ns *ns, uint32_t n);
+/*
+ * The whole reclaim order (Documentation/mm/reclaim.md): free up to @n frames by (1) cached
+ * pages - demoted to the highest swap tier with room, after that tier made room by moving its
+ * oldest pages down (host -> NVMe), else dropped - then, unless KVMM_SHRINK_NOSWAP, (2)
+ * whole sequences swapped out, lowest namespace priority, then lowest sequence priority,
+ * then youngest first; pinned, shared and NORECLAIM pages stay.  Returns the frames freed.
+ * Nested calls (a swap I/O's own allocation) only drop cache.
+ */
+#define KVMM_SHRINK_NOSWAP (1u << 0)
+uint32_t kvmm_shrink(struct kvmm_pool *pool, uint32_t n, unsigned int flags);
+/*
+ * Out of memory after reclaim: pick a victim (no pinned page preferred; lowest namespace
+ * priority, lowest sequence priority, youngest), mark it PREEMPTED, count KVMM_STAT_OOM and
+ * report it to hooks->oom.  Returns it, or NULL when there is none to pick.
+ */
+struct kvmm_seq *kvmm_out_of_memory(struct kvmm_pool *pool);
+/* Frames of @seq that are resident (present PTEs). */
+uint32_t kvmm_seq_nr_resident(const struct kvmm_seq *seq);
+
+/* ---- kvswapd (kswapd.c) ---------------------------------------------------------------- */
+
+/*
+ * A background thread per pool that keeps free frames between the low and high watermarks:
+ * woken (kvmm_wakeup_kswapd, by an allocation that leaves free < low) it runs kvmm_shrink()
+ * in batches under pool->lock until free >= high or nothing more can go, then sleeps on a
+ * condition variable tied to pool->lock.  0 or -errno.  Stop it before the pool goes.
+ */
+int kvmm_kswapd_start(struct kvmm_pool *pool);
+void kvmm_kswapd_stop(struct kvmm_pool *pool);
+/* Pool lock held: wake kvswapd if it runs and free < low (cheap when already awake). */
+void kvmm_wakeup_kswapd(struct kvmm_pool *pool);
+
 /* Put a CACHED page on the LRU: the active list when it has KVMM_PG_ACTIVE, else inactive. */
 void kvmm_lru_add(struct kvmm_pool *pool, struct kvmm_page *pg);
 /* Take a page off its LRU list. */

@@ -97,6 +97,11 @@ static const char *const stat_names[KVMM_STAT_COUNT] = {
 	[KVMM_STAT_SWAP_DEMOTE] = "swap_demote",
 	[KVMM_STAT_SWAP_RA] = "swap_ra",
 	[KVMM_STAT_SWAP_CACHE_HIT] = "swap_cache_hit",
+	[KVMM_STAT_KSWAPD_WAKE] = "kswapd_wake",
+	[KVMM_STAT_KSWAPD_STEAL] = "kswapd_steal",
+	[KVMM_STAT_SWAP_MOVEDOWN] = "swap_movedown",
+	[KVMM_STAT_SEQ_SWAPOUT] = "seq_swapout",
+	[KVMM_STAT_OOM] = "oom",
 };
 
 const char *kvmm_stat_name(enum kvmm_stat s)
@@ -417,7 +422,8 @@ static void direct_reclaim(struct kvmm_pool *pool)
 	uint32_t want = pool->wmark_min + 1 - free;
 
 	pool->stat[KVMM_STAT_DIRECT_RECLAIM]++;
-	kvmm_reclaim(pool, NULL, clamp_t(uint32_t, want, 1, KVMM_RECLAIM_BATCH));
+	/* the whole reclaim order: cache (demote or drop), then sequences swapped out */
+	kvmm_shrink(pool, clamp_t(uint32_t, want, 1, KVMM_RECLAIM_BATCH), 0);
 }
 
 /* Nothing in the buddy nor in @mag: take back other magazines' frames and try once more. */
@@ -464,9 +470,14 @@ struct kvmm_page *kvmm_alloc_page(struct kvmm_pool *pool, struct kvmm_ns *ns,
 	pg = mag ? mag_pop(mag) : buddy_take(pool, 0, KVMM_PAGE_MAPPED);
 	if (unlikely(!pg)) {
 		pg = alloc_slow(pool, mag);
-		if (!pg)
+		if (!pg) {
+			/* reclaim found nothing: ask the owner to preempt a victim (vmscan.c) */
+			kvmm_out_of_memory(pool);
 			goto out_fail;
+		}
 	}
+	if (unlikely(pool->kswapd && kvmm_pool_nr_free(pool) < pool->wmark_low))
+		kvmm_wakeup_kswapd(pool);
 
 	if (unlikely(pg->data_ns != ns_id && pg->data_ns != KVMM_NS_CLEAN) &&
 	    scrub_frame(pool, pg)) {
@@ -691,6 +702,7 @@ void kvmm_pool_destroy(struct kvmm_pool *pool)
 {
 	if (!pool)
 		return;
+	kvmm_kswapd_stop(pool); /* no reclaimer may run while the pool goes */
 	/* address spaces, the page cache and namespaces first: they point into the frames */
 	kvmm_mm_release(pool);
 	pool->be.ops->fini(&pool->be);

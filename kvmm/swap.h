@@ -244,6 +244,8 @@ int kvmm_swap_fault_stats(struct kvmm_pool *pool, const char *point, uint64_t *c
 
 /* ---- internal: used by the rest of the core -------------------------------------------------- */
 
+/* Inside a swap operation (I/O running): reclaim must not start swap I/O of its own. */
+bool kvmm_swap_busy(const struct kvmm_pool *pool);
 /* A swap PTE of a sequence goes away (free/truncate): drop the slot's reference. */
 void kvmm_swap_pte_drop(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t block);
 /*

@@ -659,6 +659,11 @@ out:
 	return done ? (int)done : err;
 }
 
+bool kvmm_swap_busy(const struct kvmm_pool *pool)
+{
+	return pool->swap && pool->swap->busy;
+}
+
 uint32_t kvmm_mm_seq_nr_swapped(const struct kvmm_seq *seq)
 {
 	uint32_t b, n = 0;

@@ -21,6 +21,22 @@
  * or it is being destroyed): pages of others are passed over and not counted as scanned.
  * kvmm_reclaim() returns 0 only when nothing (of that namespace) is cached at all, which
  * is when the allocator reports -ENOMEM.  Locking: the pool lock (mm.h).
+ *
+ * kvmm_shrink() is the whole reclaim order on top of that (Documentation/mm/reclaim.md),
+ * used by direct reclaim under min and by kvswapd (kswapd.c) between low and high:
+ *   1. cached pages: the eviction above demotes a page to the highest-priority swap tier
+ *      with room, so its prefix survives; when that tier is full, its oldest pages first move
+ *      down to the next tier (host -> NVMe) so the top tier keeps taking the newest; with no
+ *      tier, or no room anywhere, the page is dropped;
+ *   2. sequences: unpinned pages that only one sequence maps, whole sequences at a time (a
+ *      step needs all of a sequence, so half of one is worth nothing), lowest namespace
+ *      priority, then lowest sequence priority, then youngest (highest id) first, the way a
+ *      scheduler preempts the request that arrived last;
+ *   3. nothing left: kvmm_out_of_memory() picks a victim the same way (preferring one that
+ *      is not pinned for the running step) and reports it to the pool owner's oom hook;
+ *      the allocation that got there fails with -ENOMEM.
+ * Swap I/O never nests: inside a swap operation (a fault-in's frame allocation) or inside
+ * kvmm_shrink() itself, only step 1's dropping runs.
  */
 #include "compiler.h"
 #include "list.h"
@@ -165,4 +181,165 @@ uint32_t kvmm_reclaim(struct kvmm_pool *pool, struct kvmm_ns *ns, uint32_t n)
 		kvmm_trace_event(KVMM_TR_RECLAIM, pool, 0, ns ? ns->id : 0, 0, KVMM_TRACE_NONE,
 				 freed);
 	return freed;
+}
+
+/* ---- the reclaim order: cache, tiers, sequences, OOM ----------------------------------- */
+
+static inline int ns_prio(struct kvmm_seq *seq)
+{
+	return seq->as->ns ? seq->as->ns->priority : 0;
+}
+
+/* Whether @a should go before @b: lower namespace priority, lower priority, younger. */
+static bool seq_before(struct kvmm_seq *a, struct kvmm_seq *b)
+{
+	if (!b)
+		return true;
+	if (ns_prio(a) != ns_prio(b))
+		return ns_prio(a) < ns_prio(b);
+	if (a->priority != b->priority)
+		return a->priority < b->priority;
+	return a->id > b->id;
+}
+
+static inline struct kvmm_page *pte_page(struct kvmm_pool *pool, uint64_t pte)
+{
+	uint32_t f = kvmm_pte_frame(pte);
+
+	return f == KVMM_FRAME_NONE ? NULL : kvmm_frame_to_page(pool, f);
+}
+
+uint32_t kvmm_seq_nr_resident(const struct kvmm_seq *seq)
+{
+	uint32_t b, n = 0;
+
+	for (b = 0; b < seq->nblocks; b++)
+		n += kvmm_pte_frame(seq->pte[b]) != KVMM_FRAME_NONE;
+	return n;
+}
+
+/* A page swap-out would take: mapped by this sequence alone, unpinned, not in I/O. */
+static bool seq_swappable(struct kvmm_pool *pool, const struct kvmm_seq *seq)
+{
+	uint32_t b;
+
+	if (seq->flags & (KVMM_SEQ_F_NORECLAIM | KVMM_SEQ_F_PREEMPTED))
+		return false;
+	for (b = 0; b < seq->nblocks; b++) {
+		struct kvmm_page *pg = pte_page(pool, seq->pte[b]);
+
+		if (pg && pg->refcount == 1 && !pg->pincount &&
+		    !(pg->flags & (KVMM_PG_LOCKED | KVMM_PG_POISONED)))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The top tier is short of @n free slots: move its oldest pages down (host -> NVMe), so that
+ * what is reclaimed now lands on the fastest tier.  Only with two tiers or more.
+ */
+static void make_tier_room(struct kvmm_pool *pool, uint32_t n)
+{
+	struct kvmm_swap_tier_info ti;
+	unsigned int ids[2];
+	uint64_t room;
+	int ret;
+
+	if (kvmm_swap_tiers(pool, ids, 2) < 2 || kvmm_swap_tier_info(pool, ids[0], &ti))
+		return;
+	room = ti.nslots - ti.used;
+	if (room >= n)
+		return;
+	ret = kvmm_swap_move_down(pool, ids[0], (uint32_t)(n - room));
+	if (ret > 0)
+		pool->stat[KVMM_STAT_SWAP_MOVEDOWN] += (uint64_t)ret;
+}
+
+/* Swap out whole sequences, victims in reclaim order, until @want frames were freed. */
+static uint32_t shrink_seqs(struct kvmm_pool *pool, uint32_t want)
+{
+	uint32_t freed = 0;
+
+	while (freed < want) {
+		struct kvmm_seq *seq, *victim = NULL;
+		struct kvmm_aspace *as;
+		int ret;
+
+		list_for_each_entry (as, &pool->aspaces, node)
+			list_for_each_entry (seq, &as->seqs, node)
+				if (seq_before(seq, victim) && seq_swappable(pool, seq))
+					victim = seq;
+		if (!victim)
+			break;
+		make_tier_room(pool, kvmm_seq_nr_resident(victim));
+		ret = kvmm_mm_seq_swap_out(victim, 0, victim->nblocks);
+		if (ret <= 0)
+			break; /* no room on any tier, or the write failed: nothing lost, stop */
+		pool->stat[KVMM_STAT_SEQ_SWAPOUT] += (uint64_t)ret;
+		kvmm_trace_event(KVMM_TR_SWAPOUT, pool, 0, victim->as->ns ? victim->as->ns->id : 0,
+				 victim->id, KVMM_TRACE_NONE, (uint64_t)ret);
+		if (pool->hooks && pool->hooks->seq_changed)
+			pool->hooks->seq_changed(pool, victim, 0);
+		/* each page's frame went to the buddy or the owner's magazine: both are free */
+		freed += (uint32_t)ret;
+	}
+	return freed;
+}
+
+uint32_t kvmm_shrink(struct kvmm_pool *pool, uint32_t n, unsigned int flags)
+{
+	bool swap_ok;
+	uint32_t freed;
+
+	if (!pool || !n)
+		return 0;
+	swap_ok = pool->swap && !kvmm_swap_busy(pool) && !pool->reclaim_nest &&
+		  kvmm_swap_tiers(pool, (unsigned int[1]){0}, 1);
+	pool->reclaim_nest++;
+	if (swap_ok && pool->lru.nr_active + pool->lru.nr_inactive)
+		make_tier_room(pool, n);
+	freed = kvmm_reclaim(pool, NULL, n);
+	if (freed < n && swap_ok && !(flags & KVMM_SHRINK_NOSWAP))
+		freed += shrink_seqs(pool, n - freed);
+	pool->reclaim_nest--;
+	return freed;
+}
+
+struct kvmm_seq *kvmm_out_of_memory(struct kvmm_pool *pool)
+{
+	struct kvmm_seq *seq, *victim = NULL;
+	bool victim_pinned = true;
+	struct kvmm_aspace *as;
+
+	list_for_each_entry (as, &pool->aspaces, node) {
+		list_for_each_entry (seq, &as->seqs, node) {
+			bool pinned = false;
+			uint32_t b;
+
+			if (!seq->nblocks || (seq->flags & (KVMM_SEQ_F_NORECLAIM | KVMM_SEQ_F_PREEMPTED)))
+				continue;
+			for (b = 0; b < seq->nblocks && !pinned; b++) {
+				struct kvmm_page *pg = pte_page(pool, seq->pte[b]);
+
+				pinned = pg && pg->pincount;
+			}
+			/* a sequence the running step needs goes last */
+			if (victim && pinned && !victim_pinned)
+				continue;
+			if ((victim && !pinned && victim_pinned) || seq_before(seq, victim)) {
+				victim = seq;
+				victim_pinned = pinned;
+			}
+		}
+	}
+	if (!victim)
+		return NULL;
+	victim->flags |= KVMM_SEQ_F_PREEMPTED;
+	pool->stat[KVMM_STAT_OOM]++;
+	kvmm_trace_event(KVMM_TR_OOM, pool, 0, victim->as->ns ? victim->as->ns->id : 0, victim->id,
+			 KVMM_TRACE_NONE, kvmm_seq_nr_resident(victim));
+	if (pool->hooks && pool->hooks->oom)
+		pool->hooks->oom(pool, victim, kvmm_seq_nr_resident(victim));
+	return victim;
 }

@@ -7,28 +7,32 @@
  * tokens per page (64 KiB pages), 32 query heads (GQA 4).  Two shapes: short, 32 sequences of
  * 512 tokens, and long, one sequence of 32768 tokens (8192 with --quick); each decode step
  * reads every K and V byte of its context once (64 MiB resp. 128 MiB, beyond any cache).
- * Rows, one decode step of the whole batch per iteration, each measured twice: on one thread
- * (".t1") and on N threads (".tN", N = online CPUs or KVMM_BENCH_THREADS; kvmm_cpu_set_threads):
+ * Rows, one decode step of the whole batch per iteration, each set measured on one thread
+ * (".t1") and on N threads (".tN": N = online CPUs, or KVMM_BENCH_THREADS; the kernels get
+ * kvmm_cpu_set_threads(N)):
  *
- *   attn.decode_<ctx>.paged    GB/s of KV read, block tables of shuffled frames (the pages of
- *                              a sequence scattered over the pool, as after churn)
- *   baseline contig            the same kernel with block tables of consecutive frames, so
- *                              the KV of a sequence is one contiguous run of memory (the
- *                              kernel still walks it page by page: this isolates the cost of
- *                              scattered pages, not of the block-table indirection itself)
- *   attn.decode_<ctx>_mha      the long case read by 8 query heads (no GQA): the least
- *                              arithmetic per KV byte, so the closest to a bandwidth test
- *   baseline stream_read_t<n>  summing a buffer as large as the long case's KV, 64-bit words,
- *                              four accumulators, on the same number of threads as the row it
- *                              is compared with, through the same thread pool as the kernel
- *                              (what n cores can pull from memory, with the same hand-off cost)
+ *   attn.decode_<ctx>.tN.paged  GB/s of KV read, block tables of shuffled frames (the pages
+ *                               of a sequence scattered over the pool, as after churn)
+ *   baseline contig             the same kernel with block tables of consecutive frames, so
+ *                               the KV of a sequence is one contiguous run of memory (the
+ *                               kernel still walks it page by page: this isolates the cost
+ *                               of scattered pages, not of the block-table indirection)
+ *   attn.decode_<ctx>_mha...    the long case read by 8 query heads (no GQA): the least
+ *                               arithmetic per KV byte, so the closest to a bandwidth test
+ *   baseline stream_read_tN     summing a buffer as large as the long case's KV, 64-bit
+ *                               words, four accumulators, on the same number of threads as
+ *                               the rows it is compared with, through the kernels' own pool
+ *                               (what N cores pull from memory, with the same hand-off cost)
  *
  * Paged and contiguous are measured alternately twice and the faster median of each kept, so
- * a noisy neighbour hurts both alike.  The ISA is the kernels' choice (KVMM_KERNEL_ISA to
- * force one).  Targets, printed never asserted: paged at most 5 % slower than contiguous, and
- * long-context paged decode at least 60 % of the streaming-read bandwidth.
+ * a noisy neighbour hurts both alike; the stream baseline is measured before and after the
+ * kernel rows of its thread count and the faster kept.  The ISA is the kernels' choice
+ * (KVMM_KERNEL_ISA to force one).  Targets, printed never asserted: paged at most 5 % slower
+ * than contiguous, and long-context paged decode at least 60 % of the streaming-read
+ * bandwidth (each thread count against the stream of the same thread count).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -283,6 +287,8 @@ static int measure_all(const struct bench_opts *o, struct attn_bench *sh, struct
 	lg->hq = KV_HEADS;
 	measure_pair(o, lg, &r->mp, &r->mcn);
 	lg->hq = Q_HEADS;
+	/* the stream again, after the kernels, and the faster kept, as for paged and contig */
+	r->stream = fmax(r->stream, gbps((double)lg->words * 8, bench_measure(o, &sc)));
 	return sh->err ? sh->err : lg->err;
 }
 

@@ -934,6 +934,32 @@ static void verb_swapon(int fd, int argc, char **argv, bool on)
 	printf("%s: tier %s done\n", verb, argv[0]);
 }
 
+/* fault POINT [KEY=VALUE...|off]: arm a swap fault point (--ns: one namespace, else all) */
+static void verb_fault(int fd, int argc, char **argv)
+{
+	struct kvmm_fault_inject_req req;
+	size_t len = 0;
+	int i, ret;
+
+	memset(&req, 0, sizeof(req));
+	if (ctl.ns)
+		strncpy(req.ns, ctl.ns, sizeof(req.ns) - 1);
+	for (i = 0; i < argc; i++) {
+		size_t n = strlen(argv[i]);
+
+		if (len + n + 2 > sizeof(req.spec))
+			ctl_die(CTL_EXIT_USAGE, "fault: specification too long");
+		if (i)
+			req.spec[len++] = ' ';
+		memcpy(req.spec + len, argv[i], n);
+		len += n;
+	}
+	ret = ctl_call(fd, KVMM_OP_FAULT_INJECT, &req, sizeof(req), NULL, 0);
+	if (ret)
+		ctl_die_status("fault", ret);
+	printf("fault: %s\n", req.spec);
+}
+
 /* ---- main ------------------------------------------------------------------------------------------ */
 
 static void usage(FILE *f)
@@ -961,6 +987,7 @@ static void usage(FILE *f)
 		"  drop-caches [device] [swap]       drop every unmapped cached page\n"
 		"  reclaim FRAMES [--noswap]         reclaim up to FRAMES cached frames\n"
 		"  swapon TIER SIZE [PATH|host] [PRIO], swapoff TIER [PATH]\n"
+		"  fault POINT [nth=N interval=N probability=P times=N mode=eio|short|enospc|off]\n"
 		"\n"
 		"Options:\n"
 		"  -s, --socket PATH   the daemon's socket (default $KVMM_SOCKET, else\n"
@@ -1083,7 +1110,7 @@ int main(int argc, char **argv)
 				{"seqs", 0, 0},	     {"pagetable", 1, 1},   {"lru", 0, 0},
 				{"swap", 0, 0},	     {"trace", 0, 0},	    {"top", 0, 0},
 				{"limit", 2, 3},     {"drop-caches", 0, 2}, {"reclaim", 1, 1},
-				{"swapon", 2, 4},    {"swapoff", 1, 2},
+				{"swapon", 2, 4},    {"swapoff", 1, 2},	    {"fault", 1, 8},
 			};
 			size_t k;
 
@@ -1136,6 +1163,8 @@ int main(int argc, char **argv)
 			verb_swapon(fd, vargc, vargv, true);
 		else if (!strcmp(verb, "swapoff"))
 			verb_swapon(fd, vargc, vargv, false);
+		else if (!strcmp(verb, "fault"))
+			verb_fault(fd, vargc, vargv);
 		close(fd);
 	}
 	return fflush(stdout) ? CTL_EXIT_DAEMON : 0;

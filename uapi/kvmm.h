@@ -251,6 +251,7 @@ enum kvmm_op {
 	KVMM_OP_MAG_REFILL = 0x0109,	/* struct kvmm_mag_req -> struct kvmm_mag_rep */
 	KVMM_OP_MAG_DRAIN = 0x010a,	/* struct kvmm_mag_req -> struct kvmm_mag_rep */
 	KVMM_OP_SEQ_BLOCKS = 0x010b,	/* kvmm_seq_blocks_req -> _rep + int32_t blocks */
+	KVMM_OP_PREFETCH = 0x010c,	/* struct kvmm_pin_req + seq ids -> struct kvmm_pin_rep */
 
 	/* admin: read verbs take struct kvmm_admin_req and answer text or JSON */
 	KVMM_OP_STATUS = 0x0200,
@@ -270,6 +271,7 @@ enum kvmm_op {
 	KVMM_OP_RECLAIM = 0x020d,     /* struct kvmm_reclaim_req -> struct kvmm_reclaim_rep */
 	KVMM_OP_SWAPON = 0x020e,      /* struct kvmm_swapon_req -> no payload */
 	KVMM_OP_SWAPOFF = 0x020f,     /* struct kvmm_swapoff_req -> no payload */
+	KVMM_OP_FAULT_INJECT = 0x0210, /* struct kvmm_fault_inject_req -> no payload */
 
 	/* events */
 	KVMM_OP_PREEMPT = 0x0300,  /* struct kvmm_preempt_event */
@@ -285,8 +287,8 @@ enum kvmm_op {
 #define KVMM_OP_EVENT_BASE 0x0300U
 /* The last opcode of each range in this version (they move when a version appends ops). */
 #define KVMM_OP_SESSION_LAST KVMM_OP_PING
-#define KVMM_OP_MEM_LAST KVMM_OP_SEQ_BLOCKS
-#define KVMM_OP_ADMIN_LAST KVMM_OP_SWAPOFF
+#define KVMM_OP_MEM_LAST KVMM_OP_PREFETCH
+#define KVMM_OP_ADMIN_LAST KVMM_OP_FAULT_INJECT
 #define KVMM_OP_EVENT_LAST KVMM_OP_SHUTDOWN
 
 static inline unsigned int kvmm_op_base(unsigned int op)
@@ -353,6 +355,8 @@ static inline const char *kvmm_op_name(unsigned int op)
 		return "mag_drain";
 	case KVMM_OP_SEQ_BLOCKS:
 		return "seq_blocks";
+	case KVMM_OP_PREFETCH:
+		return "prefetch";
 	case KVMM_OP_STATUS:
 		return "status";
 	case KVMM_OP_MEMINFO:
@@ -385,6 +389,8 @@ static inline const char *kvmm_op_name(unsigned int op)
 		return "swapon";
 	case KVMM_OP_SWAPOFF:
 		return "swapoff";
+	case KVMM_OP_FAULT_INJECT:
+		return "fault_inject";
 	case KVMM_OP_PREEMPT:
 		return "preempt";
 	case KVMM_OP_SHUTDOWN:
@@ -1050,6 +1056,13 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_rep, nr_frames, 0);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_rep, nr_swapin, 4);
 
 /*
+ * PREFETCH takes a PIN batch (struct kvmm_pin_req + nr_seqs uint64_t ids): start reading
+ * back, asynchronously, the swapped pages of the sequences the next step will run, and answer
+ * at once with struct kvmm_pin_rep (nr_frames 0, nr_swapin = reads started).  Nothing is
+ * pinned; the PIN that follows finds the pages resident or waits for their reads.
+ */
+
+/*
  * MAG_REFILL asks for pre-charged free frames in the client's magazine (in shared memory);
  * MAG_DRAIN hands frames back (nr_frames 0 = all). Frames travel through the magazine, not
  * the message.
@@ -1494,6 +1507,20 @@ KVMM_ABI_ASSERT_SIZE(struct kvmm_swapoff_req, 264);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapoff_req, tier, 0);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapoff_req, reserved, 4);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapoff_req, path, 8);
+
+/*
+ * FAULT_INJECT arms (or with "POINT off" disarms) a swap fault point in the pool of namespace
+ * ns (all zero: every namespace).  spec is NUL-terminated text:
+ * "swap.write nth=3 mode=short times=1" (kvmm/swap.h kvmm_swap_fault_parse()).
+ */
+#define KVMM_FAULT_SPEC_LEN 224
+struct kvmm_fault_inject_req {
+	char ns[KVMM_NAME_LEN];
+	char spec[KVMM_FAULT_SPEC_LEN];
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_fault_inject_req, 256);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_fault_inject_req, ns, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_fault_inject_req, spec, 32);
 
 #ifdef __cplusplus
 }

@@ -43,6 +43,9 @@ struct attn_ctx {
 	uint32_t tile;	/* query vectors per pass */
 	uint32_t begin; /* first token of the pass (a split context's part) */
 	float *part;	/* NULL: finish into out; else the part's state: acc rows, m, l */
+	/* the pass this thread runs next (NULL table: none), prefetched at the end of this one */
+	const int32_t *next_table;
+	uint32_t next_begin, next_end;
 
 	/* scratch, tile rows each */
 	float *qs;  /* scaled queries */
@@ -154,8 +157,10 @@ static void tile_set(struct attn_ctx *c, uint32_t j, const float *q, uint32_t h,
  * sequence is anywhere in the pool, so no hardware prefetcher can guess it, but the block
  * table says where it is.  The range is requested a slice at a time, between the heads'
  * computations, so the prefetches never pile up beyond what the core can keep in flight.
- * Two chunks ahead (kvmm_cpu_prefetch_chunks) beat one by 5-10 % out of cache on the dev VM;
- * none at all halves the out-of-cache rate.
+ * Measured on the dev VM (AMD EPYC, out of cache): no prefetch halves the rate; two chunks
+ * ahead (kvmm_cpu_prefetch_chunks) beat one by 5-10 %; slices twice per run (after the
+ * scores and after the sums) beat once per run by about 20 %, smaller bursts the miss
+ * buffers can take; prefetcht0 was no worse than prefetcht1 there.
  */
 struct prefetch {
 	const char *k, *v;
@@ -167,8 +172,8 @@ static void prefetch_some(struct prefetch *pf)
 	uint64_t end = min_t(uint64_t, pf->done + pf->slice, pf->bytes);
 
 	for (uint64_t o = pf->done; o < end; o += 64) {
-		__builtin_prefetch(pf->k + o, 0, 2);
-		__builtin_prefetch(pf->v + o, 0, 2);
+		__builtin_prefetch(pf->k + o, 0, 3);
+		__builtin_prefetch(pf->v + o, 0, 3);
 	}
 	pf->done = end;
 }
@@ -206,7 +211,8 @@ static void attend(struct attn_ctx *c, const int32_t *table, uint32_t nq)
 	const struct kvmm_cpu_ops *ops = c->ops;
 	uint64_t head_bytes = (uint64_t)c->dim * f->elem_bytes;
 	uint64_t head_sbytes = (uint64_t)(c->dim / c->gs) * KVMM_FMT_SCALE_BYTES;
-	uint32_t tpp = f->tokens_per_page, maxlim = 0, t0, tp, j;
+	uint32_t tpp = f->tokens_per_page, maxlim = 0, t0, tp, plim, j;
+	const int32_t *ptab;
 	struct prefetch pf = {0};
 
 	for (j = 0; j < nq; j++)
@@ -228,16 +234,24 @@ static void attend(struct attn_ctx *c, const int32_t *table, uint32_t nq)
 		pf.bytes = pf.done = 0;
 		/* the chunk kvmm_cpu_prefetch_chunks ahead (of n tokens; clipped to its page) */
 		tp = t0 + kvmm_cpu_prefetch_chunks * n;
-		if (kvmm_cpu_prefetch_chunks && tp < maxlim) {
+		ptab = table;
+		plim = maxlim;
+		if (tp >= maxlim && c->next_table) {
+			/* past the end: the first chunks of the pass this thread runs next */
+			tp = c->next_begin + (tp - maxlim);
+			ptab = c->next_table;
+			plim = c->next_end;
+		}
+		if (kvmm_cpu_prefetch_chunks && tp < plim) {
 			uint32_t nrow = tp % tpp;
-			const char *np = c->base + (uint64_t)table[tp / tpp] * f->page_size;
-			uint32_t nn = min_t(uint32_t, min_t(uint32_t, n, tpp - nrow), maxlim - tp);
+			const char *np = c->base + (uint64_t)ptab[tp / tpp] * f->page_size;
+			uint32_t nn = min_t(uint32_t, min_t(uint32_t, n, tpp - nrow), plim - tp);
 
 			pf.k = np + c->k_off + nrow * f->row_bytes;
 			pf.v = np + c->v_off + nrow * f->row_bytes;
 			pf.bytes = (uint64_t)nn * f->row_bytes;
-			/* spread over the kv heads' runs, whole cache lines */
-			pf.slice = (pf.bytes / f->kv_heads + 127) / 64 * 64;
+			/* spread over the kv heads' runs, twice per run, whole cache lines */
+			pf.slice = (pf.bytes / (2 * f->kv_heads) + 127) / 64 * 64;
 		}
 		if (f->dtype == KVMM_DTYPE_INT8) {
 			ks = page + c->ks_off + row * f->scale_row_bytes;
@@ -258,6 +272,7 @@ static void attend(struct attn_ctx *c, const int32_t *table, uint32_t nq)
 				f->row_bytes, ks ? (const float *)(ks + h * head_sbytes) : NULL,
 				f->scale_row_bytes, nj, c->dim, c->gs, c->s + (size_t)j * c->chunk,
 				c->chunk);
+			prefetch_some(&pf);
 			for (uint32_t i = j; i < e; i++)
 				softmax_step(c, i, nj);
 			ops->pv(c->acc + (size_t)j * c->dpad, c->dpad, c->s + (size_t)j * c->chunk,
@@ -373,11 +388,26 @@ static void attn_worker(void *arg, uint32_t w)
 		__atomic_store_n(&job->err, -ENOMEM, __ATOMIC_RELAXED);
 		return;
 	}
-	while ((i = __atomic_fetch_add(&job->next, 1, __ATOMIC_RELAXED)) < job->nr_units) {
+	/* claim one unit ahead, so the end of each prefetches the start of the next */
+	i = __atomic_fetch_add(&job->next, 1, __ATOMIC_RELAXED);
+	while (i < job->nr_units) {
+		uint32_t nx = __atomic_fetch_add(&job->next, 1, __ATOMIC_RELAXED);
+
+		c.next_table = NULL;
+		if (nx < job->nr_units) {
+			const struct attn_unit *u = &job->units[nx];
+			const struct kvmm_attn_batch *b = job->b;
+
+			c.next_table = b->block_tables + (uint64_t)u->seq * b->max_blocks;
+			c.next_begin = job->prefill ? 0 : u->begin;
+			c.next_end = job->prefill ? b->ctx_lens[u->seq] - b->q_lens[u->seq] + u->end
+						  : u->end;
+		}
 		if (job->prefill)
 			prefill_unit(&c, job, &job->units[i]);
 		else
 			decode_unit(&c, job, &job->units[i]);
+		i = nx;
 	}
 	ctx_fini(&c);
 }
@@ -388,6 +418,7 @@ static int run_job(struct attn_job *job, uint32_t nthreads)
 	kvmm_cpu_pool_run(attn_worker, job, min_t(uint32_t, nthreads, job->nr_units));
 	if (__atomic_load_n(&job->next, __ATOMIC_RELAXED) < job->nr_units)
 		return -ENOMEM; /* every participant failed to allocate */
+	/* (a participant that claimed a unit runs it: claims past the end are harmless) */
 	return __atomic_load_n(&job->err, __ATOMIC_RELAXED);
 }
 

@@ -71,8 +71,9 @@ static __always_inline void vhsum4(float *dst, __m256 a, __m256 b, __m256 c, __m
 	_mm_storeu_ps(dst, _mm_add_ps(_mm256_castps256_ps128(z), _mm256_extractf128_ps(z, 1)));
 }
 
-/* sixteen ymm registers: 2 queries x 4 rows of sums, 4 K rows, a query */
+/* sixteen ymm registers: 2 queries x 4 rows of sums, 4 K rows, a query; 4 x 2 V sums */
 #define QK_QB 2
+#define PV_DB 2
 
 #include "kernels/cpu/attn_vec.h"
 

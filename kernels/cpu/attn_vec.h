@@ -29,6 +29,9 @@
 #ifndef QK_QB
 #define QK_QB QB
 #endif
+#ifndef PV_DB
+#define PV_DB 4 /* vectors of dims per pass of the weighted sums (registers: QB * PV_DB) */
+#endif
 
 static __always_inline const void *elem(uint32_t dt, const void *row, uint32_t i)
 {
@@ -82,7 +85,43 @@ static __always_inline void pv_block(uint32_t dt, uint32_t NQ, float *acc, uint6
 	if (dt != KVMM_DTYPE_INT8)
 		gs = dim;
 	for (uint32_t g0 = 0; g0 < dim; g0 += gs) {
-		for (uint32_t d = g0; d < g0 + gs; d += VW) {
+		uint32_t d = g0;
+
+		/*
+		 * PV_DB vectors of dims at a time, their NQ * PV_DB sums in registers: each
+		 * weight is broadcast once per PV_DB vectors instead of once per vector.
+		 */
+		for (; d + PV_DB * VW <= g0 + gs; d += PV_DB * VW) {
+			vec a[QB][PV_DB];
+			uint32_t i, k;
+
+			_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++)
+				_Pragma("GCC unroll 4") for (k = 0; k < PV_DB; k++) a[i][k] =
+					vloadf(acc + i * astride + d + k * VW);
+			for (uint32_t t = 0; t < n; t++) {
+				const char *r = (const char *)row + t * stride;
+				vec vv[PV_DB];
+
+				_Pragma("GCC unroll 4") for (k = 0; k < PV_DB; k++)
+				{
+					vv[k] = vload_kv(dt, elem(dt, r, d + k * VW), VW);
+					if (dt == KVMM_DTYPE_INT8)
+						vv[k] = vmul(vv[k], vset1(row_scale(sc, sstride, t,
+										    g0 / gs)));
+				}
+				_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++)
+				{
+					vec pb = vset1(p[i * sp + t]);
+
+					_Pragma("GCC unroll 4") for (k = 0; k < PV_DB; k++)
+						a[i][k] = vfma(pb, vv[k], a[i][k]);
+				}
+			}
+			_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++)
+				_Pragma("GCC unroll 4") for (k = 0; k < PV_DB; k++)
+					vstoref(acc + i * astride + d + k * VW, a[i][k]);
+		}
+		for (; d < g0 + gs; d += VW) {
 			vec a[QB];
 			uint32_t i;
 

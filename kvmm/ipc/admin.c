@@ -12,8 +12,8 @@
  * sessions and the server's counters.  TRACE dumps the trace ring or, with
  * KVMM_ADMIN_F_FOLLOW, subscribes the connection: kvmm_admin_trace_pump() then pushes new
  * records to it without ever waiting (metrics.c ticks it).  Write verbs (LIMIT, DROP_CACHES,
- * RECLAIM) act on the namespaces' pools under their locks; SWAPON and SWAPOFF answer
- * -EOPNOTSUPP until swap tiers exist.
+ * RECLAIM) act on the namespaces' pools under their locks; SWAPON, SWAPOFF and FAULT_INJECT
+ * go through swapd.c.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -1230,6 +1230,75 @@ static uint64_t reclaim_all(struct kvmm_server *srv, uint64_t want)
 	return done;
 }
 
+/*
+ * SWAPON / SWAPOFF act on every namespace pool (their requests carry no namespace); a file
+ * tier gets one file per pool, PATH.NS, when there are several (swapd.c).  SWAPON stops at
+ * the first pool that fails; SWAPOFF reports the first failure but tries every pool, and
+ * -ENOENT only when no pool had the tier.
+ */
+static int do_swapon(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
+{
+	struct kvmm_swapon_req req;
+	unsigned int i;
+	int ret = 0;
+
+	memcpy(&req, hdr + 1, sizeof(req));
+	for (i = 0; i < s->srv->nr_ns && !ret; i++)
+		ret = kvmm_swapd_swapon(s->srv, &s->srv->ns[i], &req);
+	if (!ret)
+		kvmm_notice("ipc: client %u: swapon tier %u", s->id, req.tier);
+	return ret;
+}
+
+static int do_swapoff(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
+{
+	struct kvmm_swapoff_req req;
+	unsigned int i, found = 0;
+	int ret = 0;
+
+	memcpy(&req, hdr + 1, sizeof(req));
+	if (req.reserved)
+		return -EINVAL;
+	for (i = 0; i < s->srv->nr_ns; i++) {
+		int r = kvmm_swapd_swapoff(s->srv, &s->srv->ns[i], req.tier);
+
+		if (r != -ENOENT)
+			found++;
+		if (r && r != -ENOENT && !ret)
+			ret = r;
+	}
+	if (!found)
+		return -ENOENT;
+	if (!ret)
+		kvmm_notice("ipc: client %u: swapoff tier %u", s->id, req.tier);
+	return ret;
+}
+
+/* FAULT_INJECT: the request's namespace, or every one when it is empty. */
+static int do_fault_inject(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
+{
+	struct kvmm_fault_inject_req req;
+	struct kvmm_ipc_ns *one, *n;
+	int ret;
+
+	memcpy(&req, hdr + 1, sizeof(req));
+	if (!memchr(req.spec, '\0', sizeof(req.spec)) || !memchr(req.ns, '\0', sizeof(req.ns)))
+		return -EINVAL;
+	ret = select_ns(s->srv, req.ns, &one);
+	if (ret)
+		return ret;
+	for_each_selected(s->srv, n, one)
+	{
+		pthread_mutex_lock(&n->pool->lock);
+		ret = kvmm_swap_fault_parse(n->pool, req.spec);
+		pthread_mutex_unlock(&n->pool->lock);
+		if (ret)
+			return ret;
+	}
+	kvmm_notice("ipc: client %u: fault %s", s->id, req.spec);
+	return 0;
+}
+
 void kvmm_admin_handle(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 {
 	struct kvmm_reclaim_rep rep;
@@ -1282,8 +1351,16 @@ void kvmm_admin_handle(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 		kvmm_session_reply(s, hdr, 0, &rep, sizeof(rep));
 		return;
 	}
+	case KVMM_OP_SWAPON:
+		ret = do_swapon(s, hdr);
+		break;
+	case KVMM_OP_SWAPOFF:
+		ret = do_swapoff(s, hdr);
+		break;
+	case KVMM_OP_FAULT_INJECT:
+		ret = do_fault_inject(s, hdr);
+		break;
 	default:
-		/* SWAPON, SWAPOFF: no swap tiers in this build */
 		ret = -EOPNOTSUPP;
 		break;
 	}

@@ -60,6 +60,10 @@ struct kvmm_ipc_seq {
 	uint32_t *pinned;    /* frames whose pincount the pins raised (set at first PIN) */
 	uint32_t batch_mark; /* scratch of one PIN/UNPIN batch */
 	uint32_t pt_slot;    /* data plane: page-table mirror slot + 1, 0 = none */
+	struct kvmm_session *sess; /* its session (reclaim's hooks find it through seq->priv) */
+	bool preempted;		   /* OOM victim: ops on it get -KVMM_EPREEMPTED (swapd.c) */
+	bool preempt_sent;	   /* the PREEMPT event went out */
+	uint32_t preempt_frames;   /* frames it held when chosen */
 };
 
 struct kvmm_session {
@@ -86,6 +90,7 @@ struct kvmm_session {
 
 	uint32_t nr_bad;
 	uint64_t nr_requests;
+	bool preempt_pending; /* a sequence was chosen as OOM victim: event to send (swapd.c) */
 
 	/* TRACE subscription (admin.c, kvmm/ipc/obs.h): pushed by the trace pump */
 	bool trace_follow;
@@ -125,6 +130,7 @@ struct kvmm_server {
 	uint8_t *tx; /* KVMM_MSG_MAX bytes */
 
 	struct kvmm_obs *obs; /* trace ring, trace pump and /metrics (kvmm/ipc/obs.h) */
+	int preempt_pending;  /* some session has a PREEMPT to send (atomic, swapd.c) */
 };
 
 #define KVMM_STAT_INC(srv, field) __atomic_fetch_add(&(srv)->stats.field, 1, __ATOMIC_RELAXED)
@@ -211,6 +217,19 @@ void kvmm_dp_seq_update(struct kvmm_session *s, struct kvmm_ipc_seq *is, uint32_
 void kvmm_dp_seq_gone(struct kvmm_session *s, struct kvmm_ipc_seq *is);
 /* MAG_REFILL / MAG_DRAIN (pool lock held); -EOPNOTSUPP without a data plane. */
 int kvmm_dp_mag_op(struct kvmm_session *s, unsigned int op, const void *p, void *rp, size_t *rlen);
+
+/* ---- swapd.c: swap tiers, kvswapd, OOM preemption ---------------------------------------- */
+
+/* At create, per namespace pool: hooks, the configured tiers and fault points, kvswapd. */
+int kvmm_swapd_setup(struct kvmm_server *srv, struct kvmm_ipc_ns *n);
+/* Loop: send pending PREEMPT events, free victims that are not pinned. Cheap when none. */
+void kvmm_swapd_preempt_run(struct kvmm_server *srv);
+/* Admin verbs (the pool locks are taken inside): 0 or -errno. */
+int kvmm_swapd_swapon(struct kvmm_server *srv, struct kvmm_ipc_ns *n,
+		      const struct kvmm_swapon_req *req);
+int kvmm_swapd_swapoff(struct kvmm_server *srv, struct kvmm_ipc_ns *n, unsigned int tier);
+/* Rewrite every mirrored table of the namespace's sessions (after a swapoff). */
+void kvmm_swapd_mirror_all(struct kvmm_server *srv, struct kvmm_ipc_ns *n);
 
 /* ---- admin.c ------------------------------------------------------------------------ */
 

@@ -76,6 +76,7 @@ int kvmm_ipc_check_payload(unsigned int op, const void *payload, size_t plen)
 		return exact(plen, sizeof(struct kvmm_seal_req));
 	case KVMM_OP_PIN:
 	case KVMM_OP_UNPIN:
+	case KVMM_OP_PREFETCH:
 		if (plen < sizeof(struct kvmm_pin_req))
 			return -EBADMSG;
 		memcpy(&n32, (const uint8_t *)payload + offsetof(struct kvmm_pin_req, nr_seqs),
@@ -108,6 +109,8 @@ int kvmm_ipc_check_payload(unsigned int op, const void *payload, size_t plen)
 		return exact(plen, sizeof(struct kvmm_swapon_req));
 	case KVMM_OP_SWAPOFF:
 		return exact(plen, sizeof(struct kvmm_swapoff_req));
+	case KVMM_OP_FAULT_INJECT:
+		return exact(plen, sizeof(struct kvmm_fault_inject_req));
 	default:
 		return -EOPNOTSUPP;
 	}

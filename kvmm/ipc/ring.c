@@ -136,6 +136,8 @@ int kvmm_dp_create(struct kvmm_session *s, uint32_t ring_entries, int fds[2],
 	ret = kvmm_mm_seq_create(s->as, &dp->mag_seq);
 	if (ret)
 		goto out_free;
+	/* the client may be writing into a popped frame at any time: never swap these out */
+	dp->mag_seq->flags |= KVMM_SEQ_F_NORECLAIM;
 	{
 		/*
 		 * Edge-triggered, tagged with the session's address | 1: server.c never

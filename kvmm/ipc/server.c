@@ -108,6 +108,10 @@ static int create_pools(struct kvmm_server *srv)
 				     n->cfg.priority, &n->ns);
 		if (ret)
 			return ret;
+		/* reclaim hooks, swap tiers, fault points, kvswapd (swapd.c) */
+		ret = kvmm_swapd_setup(srv, n);
+		if (ret)
+			return ret;
 		if (!chunks && kvmm_is_host_backend(&n->pool->be))
 			chunks = kvmm_host_backend_chunks;
 		if (chunks) {
@@ -678,6 +682,8 @@ int kvmm_server_run(struct kvmm_server *srv)
 			session_event(ptr, evs[i].events);
 		}
 		busy = poll_rings(srv, &blocked);
+		/* OOM victims chosen during this round: free them, tell their clients */
+		kvmm_swapd_preempt_run(srv);
 	}
 }
 
@@ -698,6 +704,9 @@ void kvmm_server_destroy(struct kvmm_server *srv)
 
 	if (!srv)
 		return;
+	/* background reclaimers first: nothing may reclaim while sessions go */
+	for (i = 0; srv->ns && i < srv->nr_ns; i++)
+		kvmm_kswapd_stop(srv->ns[i].pool);
 	list_for_each_entry_safe (s, tmp, &srv->sessions, node)
 		session_close(s);
 	kvmm_obs_destroy(srv);

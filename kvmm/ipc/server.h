@@ -51,6 +51,25 @@ typedef int (*kvmm_backend_chunks_fn)(struct kvmm_backend_ctx *be, const int **f
 /* At most this many chunk fds per namespace (the kernel's SCM_MAX_FD is 253 per message). */
 #define KVMM_SERVER_MAX_CHUNKS 253
 
+/*
+ * Swap of every namespace pool (Documentation/admin-guide/kvmmd.md "[swap]"): a host tier of
+ * host_size bytes (priority 10) and a file tier (priority file_prio, default 5) of file_size
+ * bytes at file, or at file.NS for each namespace when there are several; kvswapd per pool.
+ */
+#define KVMM_SERVER_MAX_FAULTS 4
+struct kvmm_server_swap {
+	uint64_t host_size;	  /* bytes per namespace pool, 0 = no host tier */
+	char file[KVMM_PATH_LEN]; /* "" = no file tier */
+	uint64_t file_size;
+	int file_prio;
+	uint32_t queue_depth; /* file tier io_uring depth, 0 = default */
+	uint32_t prefetch;    /* readahead depth after a fault, with prefetch_set (else 2) */
+	bool prefetch_set;
+	bool no_kswapd;	      /* tests: no background reclaimer */
+	char fault[KVMM_SERVER_MAX_FAULTS][KVMM_FAULT_SPEC_LEN]; /* armed at start */
+	unsigned int nr_fault;
+};
+
 struct kvmm_server_config {
 	const char *socket_path;
 	uint64_t page_size;
@@ -78,6 +97,7 @@ struct kvmm_server_config {
 	 */
 	const char *metrics_addr;
 	uint32_t trace_entries; /* trace ring records, 0 = KVMM_SERVER_DEFAULT_TRACE */
+	struct kvmm_server_swap swap;
 };
 
 #define KVMM_SERVER_DEFAULT_TRACE 16384

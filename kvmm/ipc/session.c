@@ -18,6 +18,7 @@
 #include "compiler.h"
 #include "log.h"
 #include "kvmm/ipc/ipc.h"
+#include "kvmm/swap.h"
 #include "kvmm/trace.h"
 
 static const char *const state_names[KVMM_SESSION_STATE_COUNT] = {
@@ -95,6 +96,8 @@ static struct kvmm_ipc_seq *seq_track(struct kvmm_session *s, struct kvmm_seq *s
 		return NULL;
 	is->id = s->next_seq++;
 	is->seq = seq;
+	is->sess = s;
+	seq->priv = is; /* reclaim's hooks (swapd.c) find the session through it */
 	kvmm_htable_add(&s->seqs, &is->node, is->id);
 	s->nr_seqs++;
 	return is;
@@ -364,9 +367,122 @@ static int lookup(struct kvmm_session *s, uint64_t id, bool change, struct kvmm_
 
 	if (!is)
 		return -ENOENT;
+	/* an OOM victim's KV is gone (or going): only SEQ_FREE still works (swapd.c) */
+	if (is->preempted)
+		return -KVMM_EPREEMPTED;
 	if (change && is->pin_depth)
 		return -EBUSY;
 	*out = is;
+	return 0;
+}
+
+/*
+ * PIN's fault-in: every swapped page of the batch's sequences comes back before the frames
+ * are recorded and pinned.  Room is made first, in reclaim order, with the batch's resident
+ * pages held by a temporary pin so that making room never swaps out what the step needs;
+ * the reads themselves allocate with nested reclaim limited to dropping cache (swap.h).
+ * Returns the pages brought in, or -EIO (a read failed: that sequence stays swapped, the
+ * PIN fails, others are untouched), -ENOMEM (no room: an OOM victim was reported) or
+ * -KVMM_EPREEMPTED.
+ */
+static int pin_fault_in(struct kvmm_session *s, const uint8_t *ids, uint32_t nr)
+{
+	struct kvmm_pool *pool = s->as->pool;
+	uint32_t i, b, need = 0, got = 0;
+	int ret = 0;
+
+	for (i = 0; i < nr; i++) {
+		struct kvmm_ipc_seq *is;
+		uint64_t id;
+
+		memcpy(&id, ids + (size_t)i * sizeof(id), sizeof(id));
+		is = seq_find(s, id);
+		if (!is)
+			continue; /* the caller reports -ENOENT */
+		if (is->preempted)
+			return -KVMM_EPREEMPTED;
+		need += kvmm_mm_seq_nr_swapped(is->seq);
+	}
+	if (!need)
+		return 0;
+	if (kvmm_pool_nr_free(pool) < need + pool->wmark_min) {
+		uint32_t want = need + pool->wmark_min - kvmm_pool_nr_free(pool);
+
+		for (i = 0; i < nr; i++) {
+			struct kvmm_ipc_seq *is;
+			uint64_t id;
+
+			memcpy(&id, ids + (size_t)i * sizeof(id), sizeof(id));
+			is = seq_find(s, id);
+			for (b = 0; is && b < is->seq->nblocks; b++)
+				if (kvmm_pte_is_present(is->seq->pte[b]))
+					kvmm_frame_to_page(pool, kvmm_pte_frame(is->seq->pte[b]))
+						->pincount++;
+		}
+		kvmm_shrink(pool, want, 0);
+		for (i = 0; i < nr; i++) {
+			struct kvmm_ipc_seq *is;
+			uint64_t id;
+
+			memcpy(&id, ids + (size_t)i * sizeof(id), sizeof(id));
+			is = seq_find(s, id);
+			for (b = 0; is && b < is->seq->nblocks; b++)
+				if (kvmm_pte_is_present(is->seq->pte[b]))
+					kvmm_frame_to_page(pool, kvmm_pte_frame(is->seq->pte[b]))
+						->pincount--;
+		}
+	}
+	for (i = 0; i < nr && !ret; i++) {
+		struct kvmm_ipc_seq *is;
+		uint64_t id;
+		int r;
+
+		memcpy(&id, ids + (size_t)i * sizeof(id), sizeof(id));
+		is = seq_find(s, id);
+		if (!is || !kvmm_mm_seq_nr_swapped(is->seq))
+			continue;
+		r = kvmm_mm_seq_fault(is->seq, 0, is->seq->nblocks);
+		if (r < 0) {
+			ret = r;
+			if (r == -ENOMEM)
+				kvmm_out_of_memory(pool);
+		} else {
+			got += (uint32_t)r;
+		}
+		kvmm_trace_event(KVMM_TR_FAULT, pool, s->id, s->ns->ns->id, is->seq->id,
+				 KVMM_TRACE_NONE, r < 0 ? 0 : (uint64_t)r);
+		kvmm_dp_seq_update(s, is, 0);
+	}
+	return ret ? ret : (int)got;
+}
+
+/* PREFETCH: start the reads of the batch's swapped pages; nothing waits, nothing is pinned. */
+static int do_prefetch(struct kvmm_session *s, const void *p, void *rp, size_t *rlen)
+{
+	struct kvmm_pin_req req;
+	struct kvmm_pin_rep *rep = rp;
+	const uint8_t *ids = (const uint8_t *)p + sizeof(req);
+	uint32_t i, started = 0;
+
+	memcpy(&req, p, sizeof(req));
+	if (req.flags)
+		return -EINVAL;
+	for (i = 0; i < req.nr_seqs; i++) {
+		struct kvmm_ipc_seq *is;
+		uint64_t id;
+		int ret;
+
+		memcpy(&id, ids + (size_t)i * sizeof(id), sizeof(id));
+		ret = lookup(s, id, false, &is);
+		if (ret)
+			return ret;
+		ret = kvmm_mm_seq_prefetch(is->seq, 0, is->seq->nblocks);
+		if (ret > 0)
+			started += (uint32_t)ret;
+	}
+	rep->nr_frames = 0;
+	rep->nr_swapin = started;
+	*rlen = sizeof(*rep);
 	return 0;
 }
 
@@ -499,6 +615,12 @@ static int do_seq_free(struct kvmm_session *s, const void *p)
 	int ret;
 
 	memcpy(&req, p, sizeof(req));
+	is = seq_find(s, req.seq);
+	/* a preempted sequence may always be freed (even pinned: its pins go with it) */
+	if (is && is->preempted) {
+		seq_untrack(s, is);
+		return 0;
+	}
 	ret = lookup(s, req.seq, true, &is);
 	if (ret)
 		return ret;
@@ -580,12 +702,19 @@ static int do_pin(struct kvmm_session *s, const void *p, bool pin, void *rp, siz
 	struct kvmm_pool *pool = s->as->pool;
 	const uint8_t *ids = (const uint8_t *)p + sizeof(req);
 	struct kvmm_ipc_seq **v;
-	uint32_t i, j, frames = 0;
+	uint32_t i, j, frames = 0, nr_swapin = 0;
 	int ret = 0;
 
 	memcpy(&req, p, sizeof(req));
 	if (req.flags)
 		return -EINVAL;
+	if (pin) {
+		ret = pin_fault_in(s, ids, req.nr_seqs);
+		if (ret < 0)
+			return ret;
+		nr_swapin = (uint32_t)ret;
+		ret = 0;
+	}
 	v = calloc(req.nr_seqs ? req.nr_seqs : 1, sizeof(*v));
 	if (!v)
 		return -ENOMEM;
@@ -596,6 +725,10 @@ static int do_pin(struct kvmm_session *s, const void *p, bool pin, void *rp, siz
 		v[i] = seq_find(s, id);
 		if (!v[i]) {
 			ret = -ENOENT;
+			goto out_marks;
+		}
+		if (pin && v[i]->preempted) {
+			ret = -KVMM_EPREEMPTED;
 			goto out_marks;
 		}
 		if (!pin && v[i]->batch_mark >= v[i]->pin_depth) {
@@ -645,7 +778,7 @@ out_marks:
 	if (ret)
 		return ret;
 	rep->nr_frames = frames;
-	rep->nr_swapin = 0;
+	rep->nr_swapin = nr_swapin;
 	*rlen = sizeof(*rep);
 	return 0;
 }
@@ -755,6 +888,9 @@ int kvmm_session_mem_op(struct kvmm_session *s, unsigned int op, const void *p, 
 		break;
 	case KVMM_OP_SEQ_BLOCKS:
 		ret = do_seq_blocks(s, p, rp, rlen);
+		break;
+	case KVMM_OP_PREFETCH:
+		ret = do_prefetch(s, p, rp, rlen);
 		break;
 	case KVMM_OP_MAG_REFILL:
 	case KVMM_OP_MAG_DRAIN:

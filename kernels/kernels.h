@@ -13,8 +13,8 @@
  * default (an engine may split a batch over its own threads); kvmm_cpu_set_threads() lets
  * the attention kernels split a batch, and a long context, over a persistent thread pool.
  * Each picks its vector code (scalar, AVX2, AVX-512) once, at first use, from what the CPU
- * supports, or from KVMM_KERNEL_ISA.  A CUDA
- * implementation (kernels/cuda/, kvmm_cuda_*) will take the same argument structs.
+ * supports, or from KVMM_KERNEL_ISA.  A CUDA implementation (kernels/cuda/, kvmm_cuda_*)
+ * takes the same argument structs.
  * All return 0 or a negative errno (-EINVAL for bad arguments, -ENOMEM, -ENOTSUP).
  * Documentation/kernels/cpu.md has the details, the error bounds and the benchmark.
  */

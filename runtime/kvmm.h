@@ -108,6 +108,15 @@ int kvmm_pin(kvmm_client_t *client, const uint64_t *seqs, uint32_t nr_seqs, uint
 int kvmm_unpin(kvmm_client_t *client, const uint64_t *seqs, uint32_t nr_seqs, uint32_t *nr_frames);
 
 /*
+ * Start bringing back, asynchronously, the swapped pages of the nr_seqs sequences the next
+ * step will run (kvmmd reads them while this step computes); returns once the reads are
+ * started.  *nr_started (may be NULL) receives the pages whose reads began.  The PIN of the
+ * next step waits for whatever has not arrived.  -KVMM_EPREEMPTED for a preempted sequence.
+ */
+int kvmm_prefetch(kvmm_client_t *client, const uint64_t *seqs, uint32_t nr_seqs,
+		  uint32_t *nr_started);
+
+/*
  * Fill a batch's block table, the int32 frame numbers attention kernels index: row i (at
  * table + i * max_blocks_per_seq) holds the frames of seqs[i]'s blocks, then KVMM_BLOCK_NONE
  * up to the end of the row. Returns -E2BIG when a sequence has more blocks than a row holds

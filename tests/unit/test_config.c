@@ -386,7 +386,7 @@ static void test_bad_lines(void **state)
 		{"[daemon]\nframes =\n", NAME ":2: empty value for 'frames'"},
 		{"[daemon\n", NAME ":1: section header without ']'"},
 		{"[server]\n",
-		 NAME ":1: unknown section [server] (known: [daemon], [namespace NAME])"},
+		 NAME ":1: unknown section [server] (known: [daemon], [namespace NAME], [swap])"},
 		{"[namespace]\n", NAME ":1: [namespace] needs a name: [namespace NAME]"},
 		{"[namespace a/b]\n", NAME ":1: bad namespace name 'a/b' (use A-Z a-z 0-9 . _ -)"},
 		{"[namespace aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa]\n",

@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/kswapd.c - kvswapd, the background reclaimer of one pool.
+ *
+ * Direct reclaim (page_alloc.c, under the min watermark) makes the allocating request pay
+ * for reclaim, swap I/O included.  kvswapd keeps that rare: an allocation that leaves fewer
+ * than wmark_low frames free wakes it, and it runs kvmm_shrink() - the whole reclaim order of
+ * vmscan.c - in batches of KVMM_RECLAIM_BATCH until wmark_high frames are free or nothing more
+ * can go.  It holds pool->lock for one batch at a time and lets go between batches, so the
+ * daemon's loop (which takes the same lock around every core call) waits at most one batch.
+ * It sleeps on a condition variable tied to pool->lock: kvmm_wakeup_kswapd() is called with
+ * the lock held, so a wake-up can never fall between its check and its wait.  A pass that
+ * freed nothing (everything pinned, every tier full) backs off for KSWAPD_BACKOFF_MS before
+ * it listens to wake-ups again, instead of spinning on allocations that keep waking it.
+ * Counters: KVMM_STAT_KSWAPD_WAKE, KVMM_STAT_KSWAPD_STEAL (vmstat).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "compiler.h"
+#include "log.h"
+#include "kvmm/mm.h"
+
+#define KSWAPD_BACKOFF_MS 10
+
+struct kvmm_kswapd {
+	struct kvmm_pool *pool;
+	pthread_t thread;
+	pthread_cond_t wait; /* with pool->lock */
+	bool woken;	     /* a wake-up not yet acted on */
+	bool stop;
+	uint64_t backoff_until; /* CLOCK_MONOTONIC ns: wake-ups before this are ignored */
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void kvmm_wakeup_kswapd(struct kvmm_pool *pool)
+{
+	struct kvmm_kswapd *k = pool->kswapd;
+
+	if (!k || k->woken || kvmm_pool_nr_free(pool) >= pool->wmark_low)
+		return;
+	if (k->backoff_until && mono_ns() < k->backoff_until)
+		return;
+	k->woken = true;
+	pthread_cond_signal(&k->wait);
+}
+
+/* One wake-up's work, pool lock held: shrink to the high watermark.  Returns frames freed. */
+static uint64_t balance(struct kvmm_kswapd *k)
+{
+	struct kvmm_pool *pool = k->pool;
+	uint64_t total = 0;
+
+	while (!k->stop) {
+		uint32_t free = kvmm_pool_nr_free(pool), got;
+
+		if (free >= pool->wmark_high)
+			break;
+		got = kvmm_shrink(pool, min_t(uint32_t, pool->wmark_high - free, KVMM_RECLAIM_BATCH),
+				  0);
+		pool->stat[KVMM_STAT_KSWAPD_STEAL] += got;
+		total += got;
+		if (!got)
+			break;
+		/* let the daemon's loop in between batches */
+		pthread_mutex_unlock(&pool->lock);
+		sched_yield();
+		pthread_mutex_lock(&pool->lock);
+	}
+	return total;
+}
+
+static void *kswapd_main(void *arg)
+{
+	struct kvmm_kswapd *k = arg;
+	struct kvmm_pool *pool = k->pool;
+
+	pthread_mutex_lock(&pool->lock);
+	while (!k->stop) {
+		if (!k->woken) {
+			pthread_cond_wait(&k->wait, &pool->lock);
+			continue;
+		}
+		k->woken = false;
+		pool->stat[KVMM_STAT_KSWAPD_WAKE]++;
+		if (!balance(k) && kvmm_pool_nr_free(pool) < pool->wmark_high)
+			k->backoff_until = mono_ns() + KSWAPD_BACKOFF_MS * 1000000ull;
+		else
+			k->backoff_until = 0;
+	}
+	pthread_mutex_unlock(&pool->lock);
+	return NULL;
+}
+
+int kvmm_kswapd_start(struct kvmm_pool *pool)
+{
+	struct kvmm_kswapd *k;
+	int ret;
+
+	if (!pool)
+		return -EINVAL;
+	if (pool->kswapd)
+		return -EEXIST;
+	k = calloc(1, sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	k->pool = pool;
+	ret = -pthread_cond_init(&k->wait, NULL);
+	if (ret)
+		goto out_free;
+	pthread_mutex_lock(&pool->lock);
+	pool->kswapd = k;
+	pthread_mutex_unlock(&pool->lock);
+	ret = -pthread_create(&k->thread, NULL, kswapd_main, k);
+	if (ret)
+		goto out_unhook;
+	return 0;
+
+out_unhook:
+	pthread_mutex_lock(&pool->lock);
+	pool->kswapd = NULL;
+	pthread_mutex_unlock(&pool->lock);
+	pthread_cond_destroy(&k->wait);
+out_free:
+	free(k);
+	return ret;
+}
+
+void kvmm_kswapd_stop(struct kvmm_pool *pool)
+{
+	struct kvmm_kswapd *k;
+
+	if (!pool || !pool->kswapd)
+		return;
+	k = pool->kswapd;
+	pthread_mutex_lock(&pool->lock);
+	k->stop = true;
+	pthread_cond_signal(&k->wait);
+	pthread_mutex_unlock(&pool->lock);
+	pthread_join(k->thread, NULL);
+	pthread_mutex_lock(&pool->lock);
+	pool->kswapd = NULL;
+	pthread_mutex_unlock(&pool->lock);
+	pthread_cond_destroy(&k->wait);
+	free(k);
+}

@@ -1,0 +1,318 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/integration/itest_swap.c - swap with the real kvmmd: the test namespace "alpha"
+ * (ITEST_NS_FRAMES frames) gets a host tier and an NVMe swap file in a temporary directory
+ * (--swap swap_host=... --swap swap_file=...), kvswapd on, and real libkvmm clients whose
+ * sequences hold more than the pool:
+ *   - pages written while pinned come back identical after being swapped out (PIN faults
+ *     them in and reports it in vmstat);
+ *   - a sealed prefix pushed out of the pool is demoted, and a later lookup still hits it
+ *     with identical bytes;
+ *   - the FAULT_INJECT admin verb makes one sequence's PIN fail with -EIO while another's
+ *     works, nothing is lost (the next PIN brings the same bytes) and swap_fail counts it;
+ *   - SWAPOFF of the host tier with pages on it, then SWAPON again;
+ *   - OOM: with every tier full, the lowest-priority sequence's client gets a PREEMPT event,
+ *     and the sequence's ops answer -KVMM_EPREEMPTED until it is freed.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "runtime/kvmm.h"
+#include "tests/integration/itest.h"
+
+#define MAXB 256 /* block-table row */
+
+static struct itest_daemon d;
+static bool have_daemon;
+static char swapdir[64], swapfile[128], hostarg[64], filearg[192];
+
+static int setup(void **state)
+{
+	const char *extra[] = {"--swap", hostarg, "--swap", filearg, NULL};
+
+	(void)state;
+	if (!itest_daemon_find(&d))
+		return 0;
+	snprintf(swapdir, sizeof(swapdir), "/tmp/kvmm-itswap.XXXXXX");
+	if (!mkdtemp(swapdir))
+		return -1;
+	snprintf(swapfile, sizeof(swapfile), "%s/swapfile", swapdir);
+	/* 64 host slots and 256 file slots per namespace pool */
+	snprintf(hostarg, sizeof(hostarg), "swap_host=%u", 64 * ITEST_PAGE_SIZE);
+	snprintf(filearg, sizeof(filearg), "swap_file=%s:%u", swapfile, 256 * ITEST_PAGE_SIZE);
+	if (itest_daemon_start(&d, extra))
+		return -1;
+	have_daemon = true;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char p[192];
+	int ret = 0;
+
+	(void)state;
+	if (have_daemon)
+		ret = itest_daemon_stop(&d) == 0 ? 0 : -1;
+	have_daemon = false;
+	snprintf(p, sizeof(p), "%s.%s", swapfile, ITEST_NS_A);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s.%s", swapfile, ITEST_NS_B);
+	unlink(p);
+	if (swapdir[0])
+		rmdir(swapdir);
+	return ret;
+}
+
+static void need(void)
+{
+	if (!have_daemon)
+		skip();
+}
+
+static kvmm_client_t *attach(void)
+{
+	kvmm_client_t *c = NULL;
+
+	assert_int_equal(kvmm_attach(d.sock, ITEST_NS_A, &itest_fmt, &c), 0);
+	return c;
+}
+
+static uint8_t byte_at(uint64_t tag, uint32_t block, uint32_t i)
+{
+	uint64_t z = tag * 0x9e3779b97f4a7c15ull ^ ((uint64_t)block << 32 | i);
+
+	z ^= z >> 31;
+	z *= 0xbf58476d1ce4e5b9ull;
+	z ^= z >> 29;
+	return (uint8_t)z;
+}
+
+/* PIN seq, then write (@write) or compare its pages with @tag's bytes, then UNPIN. */
+static int touch(kvmm_client_t *c, uint64_t seq, uint64_t tag, bool write)
+{
+	int32_t table[MAXB];
+	uint64_t ps = kvmm_page_size(c);
+	uint32_t b, i, frames;
+	int ret = kvmm_pin(c, &seq, 1, &frames);
+
+	if (ret)
+		return ret;
+	assert_int_equal(kvmm_block_table(c, &seq, 1, table, MAXB), 0);
+	for (b = 0; b < MAXB && table[b] != KVMM_BLOCK_NONE; b++) {
+		uint8_t *p = kvmm_frame_addr(c, (uint32_t)table[b]);
+
+		for (i = 0; i < ps; i += 61) {
+			if (write)
+				p[i] = byte_at(tag, b, i);
+			else if (p[i] != byte_at(tag, b, i))
+				fail_msg("seq %llu block %u byte %u differs",
+					 (unsigned long long)seq, b, i);
+		}
+	}
+	assert_int_equal(kvmm_unpin(c, &seq, 1, NULL), 0);
+	return 0;
+}
+
+static uint64_t mkseq(kvmm_client_t *c, int prio, uint32_t blocks, unsigned int p)
+{
+	uint32_t n = blocks * kvmm_tokens_per_page(c), *t = malloc(n * sizeof(*t));
+	uint64_t seq;
+
+	assert_non_null(t);
+	itest_tokens(t, n, p);
+	assert_int_equal(kvmm_seq_create(c, prio, &seq), 0);
+	assert_int_equal(kvmm_seq_append(c, seq, t, n, NULL), 0);
+	free(t);
+	return seq;
+}
+
+static long long vmstat(const char *name)
+{
+	char *text = NULL;
+	long long v;
+
+	assert_int_equal(itest_admin_text(&d, KVMM_OP_VMSTAT, &text), 0);
+	v = itest_text_value(text, name);
+	free(text);
+	return v;
+}
+
+/* Three sequences of 120 pages in a 256-frame pool: every one comes back identical. */
+static void test_swap_roundtrip(void **state)
+{
+	kvmm_client_t *c;
+	uint64_t s[3];
+	int i, round;
+
+	(void)state;
+	need();
+	c = attach();
+	for (i = 0; i < 3; i++) {
+		s[i] = mkseq(c, 0, 120, 100 + i);
+		assert_int_equal(touch(c, s[i], 1000 + i, true), 0);
+	}
+	for (round = 0; round < 2; round++)
+		for (i = 0; i < 3; i++)
+			assert_int_equal(touch(c, s[i], 1000 + i, false), 0);
+	assert_true(vmstat("seq_swapout") > 0);
+	assert_true(vmstat("pswpin") > 0);
+	for (i = 0; i < 3; i++)
+		assert_int_equal(kvmm_seq_free(c, s[i]), 0);
+	kvmm_detach(c);
+}
+
+/* A sealed prefix pushed out of the pool is demoted; a later lookup hits identical bytes. */
+static void test_prefix_demoted(void **state)
+{
+	uint32_t tpp, n, *t;
+	uint64_t p, big, l, hit = 0;
+	long long demoted;
+	kvmm_client_t *c;
+
+	(void)state;
+	need();
+	c = attach();
+	tpp = kvmm_tokens_per_page(c);
+	n = 4 * tpp;
+	t = malloc(n * sizeof(*t));
+	assert_non_null(t);
+	itest_tokens(t, n, 7);
+	demoted = vmstat("swap_demote");
+	p = mkseq(c, 0, 4, 7);
+	assert_int_equal(touch(c, p, 77, true), 0);
+	assert_int_equal(kvmm_seal(c, p, 0, 0), 0);
+	assert_int_equal(kvmm_seq_free(c, p), 0); /* its pages stay cached */
+	big = mkseq(c, 0, 250, 8);		  /* the pool is full: the cache goes first */
+	assert_true(vmstat("swap_demote") > demoted);
+	assert_int_equal(kvmm_seq_create(c, 0, &l), 0);
+	assert_int_equal(kvmm_prefix_lookup(c, l, t, n, &hit), 0);
+	assert_int_equal(hit, n);
+	assert_int_equal(touch(c, l, 77, false), 0);
+	assert_int_equal(kvmm_seq_free(c, l), 0);
+	assert_int_equal(kvmm_seq_free(c, big), 0);
+	free(t);
+	kvmm_detach(c);
+}
+
+/* swap.read fails once: that sequence's PIN is -EIO, another's works, nothing is lost. */
+static void test_fault_inject(void **state)
+{
+	struct kvmm_fault_inject_req req;
+	long long fails;
+	kvmm_client_t *c;
+	uint64_t x, y, z;
+
+	(void)state;
+	need();
+	c = attach();
+	x = mkseq(c, -5, 100, 20); /* lowest priority: swapped out first */
+	assert_int_equal(touch(c, x, 2000, true), 0);
+	y = mkseq(c, 0, 200, 21);
+	assert_int_equal(touch(c, y, 2001, true), 0);
+	/* room for x again, so that its fault-in is the first read after the fault is armed */
+	assert_int_equal(kvmm_seq_free(c, y), 0);
+	z = mkseq(c, 0, 10, 22);
+	assert_int_equal(touch(c, z, 2002, true), 0);
+	fails = vmstat("swap_fail");
+	memset(&req, 0, sizeof(req));
+	strcpy(req.ns, ITEST_NS_A);
+	strcpy(req.spec, "swap.read nth=1 times=1");
+	assert_int_equal(itest_admin_call(&d, KVMM_OP_FAULT_INJECT, &req, sizeof(req), NULL, 0), 0);
+	assert_int_equal(touch(c, x, 2000, false), -EIO);
+	assert_int_equal(touch(c, z, 2002, false), 0);
+	assert_int_equal(touch(c, x, 2000, false), 0);
+	assert_true(vmstat("swap_fail") > fails);
+	/* a bad specification is refused */
+	strcpy(req.spec, "swap.nosuch nth=1");
+	assert_int_not_equal(
+		itest_admin_call(&d, KVMM_OP_FAULT_INJECT, &req, sizeof(req), NULL, 0), 0);
+	/* SWAPOFF of the host tier with pages on it, then SWAPON it again */
+	y = mkseq(c, 0, 200, 21); /* x goes back to the tiers */
+	assert_int_equal(touch(c, y, 2001, true), 0);
+	{
+		struct kvmm_swapoff_req off = {.tier = 1};
+		struct kvmm_swapon_req on = {.tier = 1, .priority = 10,
+					     .size = 64 * ITEST_PAGE_SIZE};
+
+		assert_int_equal(
+			itest_admin_call(&d, KVMM_OP_SWAPOFF, &off, sizeof(off), NULL, 0), 0);
+		assert_int_equal(
+			itest_admin_call(&d, KVMM_OP_SWAPOFF, &off, sizeof(off), NULL, 0),
+			-ENOENT);
+		assert_int_equal(touch(c, x, 2000, false), 0);
+		assert_int_equal(touch(c, y, 2001, false), 0);
+		assert_int_equal(itest_admin_call(&d, KVMM_OP_SWAPON, &on, sizeof(on), NULL, 0),
+				 0);
+	}
+	assert_int_equal(touch(c, z, 2002, false), 0);
+	assert_int_equal(kvmm_seq_free(c, x), 0);
+	assert_int_equal(kvmm_seq_free(c, y), 0);
+	assert_int_equal(kvmm_seq_free(c, z), 0);
+	kvmm_detach(c);
+}
+
+/* Every tier full: the lowest-priority sequence's client is told to preempt it. */
+static void test_oom_preempt(void **state)
+{
+	uint32_t tpp, *t, n;
+	kvmm_client_t *c;
+	uint64_t v, w;
+	int ret = 0, i, tries;
+	bool got = false;
+
+	(void)state;
+	need();
+	c = attach();
+	tpp = kvmm_tokens_per_page(c);
+	v = mkseq(c, -10, 50, 30);
+	assert_int_equal(kvmm_seq_create(c, 0, &w), 0);
+	n = 32 * tpp;
+	t = calloc(n, sizeof(*t));
+	assert_non_null(t);
+	/* 256 frames + 320 slots: 700 pages cannot fit */
+	for (i = 0; i < 22 && !ret; i++)
+		ret = kvmm_seq_append(c, w, t, n, NULL);
+	assert_int_equal(ret, -ENOMEM);
+	for (tries = 0; tries < 200 && !got; tries++) {
+		struct kvmm_cqe cqe[4];
+		int k, nr = kvmm_complete(c, cqe, 4, 0);
+
+		for (k = 0; k < nr; k++)
+			if ((cqe[k].flags & KVMM_CQE_F_EVENT) && cqe[k].seq == v) {
+				assert_int_equal(cqe[k].res, -KVMM_EPREEMPTED);
+				got = true;
+			}
+		if (!got)
+			usleep(5000);
+	}
+	assert_true(got);
+	assert_true(vmstat("oom") >= 1);
+	assert_int_equal(kvmm_seq_append(c, v, t, tpp, NULL), -KVMM_EPREEMPTED);
+	assert_int_equal(kvmm_seq_free(c, v), 0);
+	assert_int_equal(kvmm_seq_free(c, w), 0);
+	free(t);
+	kvmm_detach(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_swap_roundtrip),
+		cmocka_unit_test(test_prefix_demoted),
+		cmocka_unit_test(test_fault_inject),
+		cmocka_unit_test(test_oom_preempt),
+	};
+	int ret = cmocka_run_group_tests_name("itest_swap", tests, setup, teardown);
+
+	return !have_daemon && !ret && !swapdir[0] ? 77 : ret;
+}

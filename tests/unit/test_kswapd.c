@@ -1,0 +1,410 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/unit/test_kswapd.c - the reclaim order (vmscan.c kvmm_shrink: cache demoted or
+ * dropped, the top tier making room by moving down, then whole sequences swapped out by
+ * priority and age), direct reclaim under min, the OOM victim and its hook, and kvswapd
+ * (kswapd.c) between the low and high watermarks.  Host-memory tiers only (the NVMe tier is
+ * test_swap's); every page holds random bytes that must come back identical, and the pool's
+ * invariants are checked after each step.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "kvmm/mm.h"
+#include "kvmm/swap.h"
+
+#define PG 4096u
+#define NF 32u
+
+struct kfx {
+	struct kvmm_pool *pool;
+	struct kvmm_ns *ns;
+	struct kvmm_fmt fmt;
+	struct kvmm_aspace *as;
+	uint64_t rng;
+	/* the oom hook's record */
+	struct kvmm_seq *oom_victim;
+	uint32_t oom_calls, oom_frames;
+	uint32_t changed_calls;
+};
+
+static struct kfx *hook_fx;
+
+static void on_oom(struct kvmm_pool *pool, struct kvmm_seq *victim, uint32_t nr)
+{
+	(void)pool;
+	hook_fx->oom_victim = victim;
+	hook_fx->oom_frames = nr;
+	hook_fx->oom_calls++;
+}
+
+static void on_changed(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t from)
+{
+	(void)pool;
+	(void)seq;
+	(void)from;
+	hook_fx->changed_calls++;
+}
+
+static const struct kvmm_mm_hooks hooks = {.seq_changed = on_changed, .oom = on_oom};
+
+static void inv(struct kvmm_pool *pool)
+{
+	char why[256];
+	int ret = kvmm_check_invariants(pool, why, sizeof(why));
+
+	if (ret)
+		print_error("invariants: %s\n", why);
+	assert_int_equal(ret, 0);
+}
+
+static int setup(void **state)
+{
+	struct kvmm_pool_params p = {
+		.page_size = PG, .nframes = NF, .wmark_min = 2, .wmark_low = 4, .wmark_high = 8};
+	struct kfx *f = calloc(1, sizeof(*f));
+
+	if (!f || kvmm_pool_create(&p, &f->pool) || kvmm_ns_create(f->pool, "t", 0, 0, &f->ns) ||
+	    kvmm_fmt_init(&f->fmt, 1, 1, 16, KVMM_DTYPE_FP32, 0, PG) ||
+	    kvmm_aspace_create(f->pool, f->ns, &f->fmt, NULL, &f->as))
+		return -1;
+	f->rng = 42;
+	f->pool->hooks = &hooks;
+	hook_fx = f;
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct kfx *f = *state;
+
+	inv(f->pool);
+	kvmm_pool_destroy(f->pool);
+	free(f);
+	return 0;
+}
+
+static uint8_t byte_of(uint64_t seed, uint32_t block, uint32_t i)
+{
+	uint64_t z = seed * 0x9e3779b97f4a7c15ull + block * 0xbf58476d1ce4e5b9ull + i;
+
+	z ^= z >> 29;
+	z *= 0x94d049bb133111ebull;
+	return (uint8_t)(z >> 32);
+}
+
+static void fill(struct kfx *f, struct kvmm_seq *seq, uint64_t seed)
+{
+	uint32_t b, i;
+
+	for (b = 0; b < seq->nblocks; b++) {
+		uint8_t *p = kvmm_pool_frame_addr(f->pool, kvmm_mm_seq_frame(seq, b));
+
+		for (i = 0; i < PG; i++)
+			p[i] = byte_of(seed, b, i);
+	}
+}
+
+static void same(struct kfx *f, struct kvmm_seq *seq, uint64_t seed)
+{
+	uint32_t b, i;
+
+	for (b = 0; b < seq->nblocks; b++) {
+		uint32_t fr = kvmm_mm_seq_frame(seq, b);
+		uint8_t *p;
+
+		assert_int_not_equal(fr, KVMM_FRAME_NONE);
+		p = kvmm_pool_frame_addr(f->pool, fr);
+		for (i = 0; i < PG; i++)
+			if (p[i] != byte_of(seed, b, i))
+				fail_msg("block %u byte %u differs", b, i);
+	}
+}
+
+static uint32_t *toks(uint32_t n, uint32_t base)
+{
+	uint32_t *t = malloc(n * sizeof(*t));
+	uint32_t i;
+
+	assert_non_null(t);
+	for (i = 0; i < n; i++)
+		t[i] = base + i;
+	return t;
+}
+
+/* A sequence of @nb full pages of tokens base.., filled with @seed's bytes. */
+static struct kvmm_seq *mkseq(struct kfx *f, uint32_t nb, uint32_t base, int prio, uint64_t seed)
+{
+	uint32_t tpp = f->fmt.tokens_per_page, *t = toks(nb * tpp, base);
+	struct kvmm_seq *seq;
+
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	seq->priority = prio;
+	assert_int_equal(kvmm_mm_seq_append(seq, nb * tpp, t), 0);
+	fill(f, seq, seed);
+	free(t);
+	return seq;
+}
+
+/* @nb sealed pages of tokens base.. left CACHED (their sequence freed). */
+static void mkcache(struct kfx *f, uint32_t nb, uint32_t base, uint64_t seed)
+{
+	struct kvmm_seq *seq = mkseq(f, nb, base, 0, seed);
+
+	assert_int_equal(kvmm_mm_seq_seal(seq), (int)nb);
+	kvmm_mm_seq_free(seq);
+}
+
+static int host_tier(struct kfx *f, unsigned int id, int prio, uint32_t slots)
+{
+	struct kvmm_swap_tier_params p = {.tier = id, .priority = prio, .size = slots * PG};
+
+	return kvmm_swapon(f->pool, &kvmm_swap_host_ops, &p);
+}
+
+/* No tier: cache is dropped, sequences are never touched. */
+static void test_no_tier_drops_cache(void **state)
+{
+	struct kfx *f = *state;
+	struct kvmm_seq *s = mkseq(f, 4, 1000, 0, 1);
+
+	mkcache(f, 4, 0, 2);
+	assert_int_equal(kvmm_shrink(f->pool, 10, 0), 4);
+	assert_int_equal(f->pool->stat[KVMM_STAT_SWAP_DEMOTE], 0);
+	assert_int_equal(f->pool->stat[KVMM_STAT_SEQ_SWAPOUT], 0);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 0);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(s), 0);
+	inv(f->pool);
+	kvmm_mm_seq_free(s);
+}
+
+/* With a tier: cache first (demoted, still found by lookup with identical bytes). */
+static void test_cache_demoted_before_seqs(void **state)
+{
+	struct kfx *f = *state;
+	uint32_t tpp = f->fmt.tokens_per_page, *t = toks(4 * tpp, 0);
+	struct kvmm_seq *s = mkseq(f, 4, 1000, 0, 1), *l;
+
+	assert_int_equal(host_tier(f, 1, 10, 16), 0);
+	mkcache(f, 4, 0, 2);
+	assert_int_equal(kvmm_shrink(f->pool, 4, 0), 4);
+	assert_int_equal(f->pool->stat[KVMM_STAT_SWAP_DEMOTE], 4);
+	assert_int_equal(f->pool->stat[KVMM_STAT_SEQ_SWAPOUT], 0);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(s), 0);
+	inv(f->pool);
+	/* the prefix survives */
+	assert_int_equal(kvmm_mm_seq_create(f->as, &l), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(l, t, 4 * tpp), (int)(4 * tpp));
+	same(f, l, 2);
+	inv(f->pool);
+	/* then sequences: the whole of one */
+	assert_int_equal(kvmm_shrink(f->pool, 1, 0), 4);
+	assert_true(f->pool->stat[KVMM_STAT_SEQ_SWAPOUT] == 4);
+	assert_int_equal(hook_fx->changed_calls, 1);
+	inv(f->pool);
+	free(t);
+	kvmm_mm_seq_free(l);
+	kvmm_mm_seq_free(s);
+}
+
+/* Victims: lowest priority, then youngest; pinned pages stay; bytes come back identical. */
+static void test_seq_order(void **state)
+{
+	struct kfx *f = *state;
+	struct kvmm_seq *a, *b, *c, *d;
+
+	assert_int_equal(host_tier(f, 1, 10, 24), 0);
+	a = mkseq(f, 2, 0, 0, 11);
+	b = mkseq(f, 2, 100, 5, 12);
+	c = mkseq(f, 2, 200, 0, 13);
+	d = mkseq(f, 2, 300, -1, 14);
+	kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(d, 0))->pincount++;
+	/* d has the lowest priority but one page is pinned: only its other page goes */
+	assert_int_equal(kvmm_shrink(f->pool, 1, 0), 1);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(d), 1);
+	/* then c (priority 0, younger than a), then a, then b */
+	assert_int_equal(kvmm_shrink(f->pool, 1, 0), 2);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(c), 2);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 0);
+	assert_int_equal(kvmm_shrink(f->pool, 2, 0), 2);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 2);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 0);
+	assert_int_equal(kvmm_shrink(f->pool, 2, KVMM_SHRINK_NOSWAP), 0);
+	inv(f->pool);
+	kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(d, 0))->pincount--;
+	assert_int_equal(kvmm_mm_seq_fault(a, 0, 2), 2);
+	assert_int_equal(kvmm_mm_seq_fault(c, 0, 2), 2);
+	assert_int_equal(kvmm_mm_seq_fault(d, 0, 2), 1);
+	same(f, a, 11);
+	same(f, b, 12);
+	same(f, c, 13);
+	same(f, d, 14);
+	inv(f->pool);
+	kvmm_mm_seq_free(a);
+	kvmm_mm_seq_free(b);
+	kvmm_mm_seq_free(c);
+	kvmm_mm_seq_free(d);
+}
+
+/* The top tier full: its oldest pages move down so the newest land on top. */
+static void test_move_down(void **state)
+{
+	struct kfx *f = *state;
+	struct kvmm_swap_tier_info top, low;
+	struct kvmm_seq *a, *b;
+
+	assert_int_equal(host_tier(f, 1, 10, 4), 0);
+	assert_int_equal(host_tier(f, 2, 5, 16), 0);
+	a = mkseq(f, 4, 0, 0, 21);
+	b = mkseq(f, 4, 100, 1, 22);
+	assert_int_equal(kvmm_shrink(f->pool, 4, 0), 4); /* a fills the top tier */
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 4);
+	assert_int_equal(kvmm_shrink(f->pool, 4, 0), 4); /* b: a moves down first */
+	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 4);
+	assert_int_equal(f->pool->stat[KVMM_STAT_SWAP_MOVEDOWN], 4);
+	assert_int_equal(kvmm_swap_tier_info(f->pool, 1, &top), 0);
+	assert_int_equal(kvmm_swap_tier_info(f->pool, 2, &low), 0);
+	assert_int_equal(top.used, 4);
+	assert_int_equal(low.used, 4);
+	inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_fault(a, 0, 4), 4);
+	assert_int_equal(kvmm_mm_seq_fault(b, 0, 4), 4);
+	same(f, a, 21);
+	same(f, b, 22);
+	kvmm_mm_seq_free(a);
+	kvmm_mm_seq_free(b);
+}
+
+/* An allocation under min reclaims directly in the same order, swapping a sequence out. */
+static void test_direct_reclaim_swaps(void **state)
+{
+	struct kfx *f = *state;
+	struct kvmm_seq *a, *b;
+	uint32_t nsw;
+
+	assert_int_equal(host_tier(f, 1, 10, 32), 0);
+	a = mkseq(f, NF - 4, 0, 0, 31); /* leaves 4 free: at low, above min */
+	b = mkseq(f, 4, 10000, 1, 32);	/* takes the rest: every one past min reclaims */
+	assert_true(f->pool->stat[KVMM_STAT_DIRECT_RECLAIM] > 0);
+	assert_true(kvmm_mm_seq_nr_swapped(a) > 0);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 0);
+	assert_int_equal(f->pool->stat[KVMM_STAT_OOM], 0);
+	inv(f->pool);
+	kvmm_mm_seq_free(b);
+	nsw = kvmm_mm_seq_nr_swapped(a);
+	assert_int_equal(kvmm_mm_seq_fault(a, 0, a->nblocks), (int)nsw);
+	same(f, a, 31);
+	inv(f->pool);
+	kvmm_mm_seq_free(a);
+}
+
+/* Nothing left: the victim is reported (unpinned first, lowest priority, youngest). */
+static void test_oom_victim(void **state)
+{
+	struct kfx *f = *state;
+	struct kvmm_seq *a, *b, *c, *d;
+	uint32_t tpp = f->fmt.tokens_per_page;
+
+	a = mkseq(f, 8, 0, 0, 1);
+	b = mkseq(f, 8, 100, 0, 2);
+	c = mkseq(f, 8, 200, -3, 3); /* lowest priority, but pinned */
+	d = mkseq(f, 8, 300, 2, 4);
+	kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(c, 0))->pincount++;
+	assert_int_equal(kvmm_mm_seq_append(a, tpp, NULL), -ENOMEM);
+	assert_int_equal(hook_fx->oom_calls, 1);
+	assert_ptr_equal(hook_fx->oom_victim, b);
+	assert_int_equal(hook_fx->oom_frames, 8);
+	assert_true(b->flags & KVMM_SEQ_F_PREEMPTED);
+	assert_int_equal(f->pool->stat[KVMM_STAT_OOM], 1);
+	/* reported once: the next failure names the next victim */
+	assert_int_equal(kvmm_mm_seq_append(a, tpp, NULL), -ENOMEM);
+	assert_ptr_equal(hook_fx->oom_victim, a);
+	assert_int_equal(kvmm_mm_seq_append(d, tpp, NULL), -ENOMEM);
+	assert_ptr_equal(hook_fx->oom_victim, d);
+	/* only the pinned one is left */
+	assert_int_equal(kvmm_mm_seq_append(d, tpp, NULL), -ENOMEM);
+	assert_ptr_equal(hook_fx->oom_victim, c);
+	assert_int_equal(kvmm_mm_seq_append(d, tpp, NULL), -ENOMEM);
+	assert_int_equal(hook_fx->oom_calls, 4);
+	kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(c, 0))->pincount--;
+	inv(f->pool);
+	kvmm_mm_seq_free(a);
+	kvmm_mm_seq_free(b);
+	kvmm_mm_seq_free(c);
+	kvmm_mm_seq_free(d);
+}
+
+static uint32_t nr_free_locked(struct kvmm_pool *pool)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&pool->lock);
+	n = kvmm_pool_nr_free(pool);
+	pthread_mutex_unlock(&pool->lock);
+	return n;
+}
+
+/* kvswapd: an allocation under low wakes it; it reclaims up to high and sleeps. */
+static void test_kswapd(void **state)
+{
+	struct kfx *f = *state;
+	struct kvmm_seq *s;
+	uint64_t wakes;
+	int i;
+
+	assert_int_equal(host_tier(f, 1, 10, 32), 0);
+	assert_int_equal(kvmm_kswapd_start(f->pool), 0);
+	assert_int_equal(kvmm_kswapd_start(f->pool), -EEXIST);
+	pthread_mutex_lock(&f->pool->lock);
+	mkcache(f, 12, 0, 5);
+	s = mkseq(f, NF - 12 - 5, 1000, 0, 6); /* leaves 5 free: not under low yet */
+	assert_int_equal(f->pool->stat[KVMM_STAT_KSWAPD_WAKE], 0);
+	assert_int_equal(kvmm_mm_seq_append(s, f->fmt.tokens_per_page, NULL), 0); /* 4 < low? no */
+	assert_int_equal(kvmm_mm_seq_append(s, f->fmt.tokens_per_page, NULL), 0); /* 3 < 4 */
+	pthread_mutex_unlock(&f->pool->lock);
+	/* wait (bounded) for it to bring free back to high */
+	for (i = 0; i < 5000 && nr_free_locked(f->pool) < 8; i++) {
+		struct timespec ts = {0, 1000000};
+
+		nanosleep(&ts, NULL);
+	}
+	pthread_mutex_lock(&f->pool->lock);
+	wakes = f->pool->stat[KVMM_STAT_KSWAPD_WAKE];
+	assert_true(wakes >= 1);
+	assert_true(kvmm_pool_nr_free(f->pool) >= 8);
+	assert_true(f->pool->stat[KVMM_STAT_KSWAPD_STEAL] >= 5);
+	/* cache first: the sequence was not touched, the cache was demoted */
+	assert_int_equal(kvmm_mm_seq_nr_swapped(s), 0);
+	assert_true(f->pool->stat[KVMM_STAT_SWAP_DEMOTE] >= 5);
+	inv(f->pool);
+	kvmm_mm_seq_free(s);
+	pthread_mutex_unlock(&f->pool->lock);
+	kvmm_kswapd_stop(f->pool);
+	assert_null(f->pool->kswapd);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_no_tier_drops_cache, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cache_demoted_before_seqs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_seq_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_move_down, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_direct_reclaim_swaps, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_oom_victim, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_kswapd, setup, teardown),
+	};
+
+	return cmocka_run_group_tests_name("kswapd", tests, NULL, NULL);
+}

@@ -784,8 +784,7 @@ static int parse_section(struct parser *p, char *line)
 	}
 	if (!strcmp(in, "namespace"))
 		return line_err(p, "[namespace] needs a name: [namespace NAME]");
-	return line_err(p, "unknown section [%s] (known: [daemon], [namespace NAME], [swap])",
-			in);
+	return line_err(p, "unknown section [%s] (known: [daemon], [namespace NAME], [swap])", in);
 }
 
 static int parse_line(struct parser *p, char *line)

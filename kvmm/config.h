@@ -86,10 +86,10 @@ struct kvmm_config_swap {
 	uint64_t host_size;	  /* swap_host = SIZE: host tier bytes per pool, 0 = none */
 	char file[KVMM_PATH_LEN]; /* swap_file = PATH:SIZE[:PRIO]; "" = none */
 	uint64_t file_size;
-	int file_prio;		 /* default 5 (the host tier is 10) */
-	uint32_t queue_depth;	 /* swap_queue_depth = N, 0 = default */
-	uint32_t prefetch;	 /* prefetch = N (readahead depth), default 2 */
-	bool kswapd;		 /* kswapd = yes|no, default yes */
+	int file_prio;	      /* default 5 (the host tier is 10) */
+	uint32_t queue_depth; /* swap_queue_depth = N, 0 = default */
+	uint32_t prefetch;    /* prefetch = N (readahead depth), default 2 */
+	bool kswapd;	      /* kswapd = yes|no, default yes */
 	char fault[KVMM_CONFIG_MAX_FAULTS][KVMM_CONFIG_FAULT_LEN]; /* fault = POINT:SPEC */
 	unsigned int nr_fault;
 	unsigned int section_line;

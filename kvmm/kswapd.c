@@ -66,8 +66,8 @@ static uint64_t balance(struct kvmm_kswapd *k)
 
 		if (free >= pool->wmark_high)
 			break;
-		got = kvmm_shrink(pool, min_t(uint32_t, pool->wmark_high - free, KVMM_RECLAIM_BATCH),
-				  0);
+		got = kvmm_shrink(pool,
+				  min_t(uint32_t, pool->wmark_high - free, KVMM_RECLAIM_BATCH), 0);
 		pool->stat[KVMM_STAT_KSWAPD_STEAL] += got;
 		total += got;
 		if (!got)

@@ -196,11 +196,11 @@ enum kvmm_stat {
 	KVMM_STAT_SWAP_RA,	  /* pages read ahead or prefetched asynchronously */
 	KVMM_STAT_SWAP_CACHE_HIT, /* faults that joined a read already in flight */
 	/* reclaim policy (vmscan.c, kswapd.c, Documentation/mm/reclaim.md) */
-	KVMM_STAT_KSWAPD_WAKE,	  /* kvswapd wake-ups (free went under low) */
-	KVMM_STAT_KSWAPD_STEAL,	  /* frames kvswapd freed */
-	KVMM_STAT_SWAP_MOVEDOWN,  /* pages moved down a tier to make room on the top one */
-	KVMM_STAT_SEQ_SWAPOUT,	  /* sequence pages swapped out by reclaim */
-	KVMM_STAT_OOM,		  /* OOM: a victim sequence was reported for preemption */
+	KVMM_STAT_KSWAPD_WAKE,	 /* kvswapd wake-ups (free went under low) */
+	KVMM_STAT_KSWAPD_STEAL,	 /* frames kvswapd freed */
+	KVMM_STAT_SWAP_MOVEDOWN, /* pages moved down a tier to make room on the top one */
+	KVMM_STAT_SEQ_SWAPOUT,	 /* sequence pages swapped out by reclaim */
+	KVMM_STAT_OOM,		 /* OOM: a victim sequence was reported for preemption */
 	KVMM_STAT_COUNT,
 };
 
@@ -485,6 +485,26 @@ void kvmm_aspace_destroy(struct kvmm_aspace *as);
 int kvmm_mm_seq_create(struct kvmm_aspace *as, struct kvmm_seq **out);
 /* Append n tokens (ids may be NULL = zeros); allocates pages as needed; COW on shared tail. */
 int kvmm_mm_seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_ids);
+/*
+ * Append n tokens like kvmm_mm_seq_append(), but the blocks past the old last block are the
+ * caller's @pages, in order, instead of fresh allocations: exactly one per new block, each
+ * MAPPED with refcount 0, pincount 0, unsealed, on no list and charged to the sequence's
+ * namespace (what kvmm_alloc_page() or kvmm_mm_seq_unmap_tail() hands out).  A shared or
+ * sealed partial last block is still copied into a page allocated here.  -EINVAL (a count
+ * or a page not as described, a page given twice), -ENOMEM, or a fault's error; on error
+ * nothing changed and the pages are still the caller's.  kvmmd adopts the frames a client
+ * took from its magazine (and already wrote) this way.
+ */
+int kvmm_mm_seq_append_pages(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_ids,
+			     struct kvmm_page *const *pages, uint32_t nr_pages);
+/*
+ * Unmap the last @nr blocks without freeing their pages: each must be resident, unsealed and
+ * mapped only there (refcount 1, not pinned), else -EINVAL and nothing changes.  Their pages
+ * go to pages[0..nr) in block order, MAPPED with refcount 0 and still charged: the caller
+ * maps them again (kvmm_mm_seq_append_pages) or frees them (kvmm_free_page) before it drops
+ * the pool lock.  The sequence keeps whole blocks: ntokens becomes nblocks * tokens_per_page.
+ */
+int kvmm_mm_seq_unmap_tail(struct kvmm_seq *seq, uint32_t nr, struct kvmm_page **pages);
 int kvmm_mm_seq_truncate(struct kvmm_seq *seq, uint64_t ntokens);
 int kvmm_mm_seq_fork(struct kvmm_seq *src, struct kvmm_seq **out);
 void kvmm_mm_seq_free(struct kvmm_seq *seq);

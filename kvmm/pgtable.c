@@ -285,7 +285,36 @@ static void free_unused(struct kvmm_pool *pool, struct list_head *pages, struct 
 	}
 }
 
-int kvmm_mm_seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_ids)
+/*
+ * Caller-supplied pages for the new blocks (kvmm_mm_seq_append_pages): each must be what
+ * kvmm_alloc_page() returns for this sequence's namespace and nobody maps yet, and none may
+ * be given twice (refcount is borrowed as the "seen" mark, and put back).
+ */
+static int check_given_pages(struct kvmm_seq *seq, struct kvmm_page *const *pages, uint32_t nr)
+{
+	struct kvmm_pool *pool = seq->as->pool;
+	uint32_t i;
+	int ret = 0;
+
+	for (i = 0; i < nr; i++) {
+		struct kvmm_page *pg = pages[i];
+
+		if (!pg || pg < pool->pages || pg >= pool->pages + pool->nframes ||
+		    pg->state != KVMM_PAGE_MAPPED || pg->refcount || pg->pincount || pg->cache ||
+		    (pg->flags & (KVMM_PG_SEALED | KVMM_PG_LRU | KVMM_PG_LOCKED)) ||
+		    pg->ns_id != seq->as->ns->id) {
+			ret = -EINVAL;
+			break;
+		}
+		pg->refcount = 1;
+	}
+	while (i--)
+		pages[i]->refcount = 0;
+	return ret;
+}
+
+static int seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_ids,
+		      struct kvmm_page *const *given, uint32_t nr_given)
 {
 	struct kvmm_aspace *as;
 	struct kvmm_pool *pool;
@@ -298,7 +327,7 @@ int kvmm_mm_seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_i
 	if (!seq)
 		return -EINVAL;
 	if (!n)
-		return 0;
+		return given && nr_given ? -EINVAL : 0;
 	as = seq->as;
 	pool = as->pool;
 	tpp = seq_tpp(seq);
@@ -307,6 +336,14 @@ int kvmm_mm_seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_i
 	if (new_nblocks64 > UINT32_MAX)
 		return -EINVAL;
 	new_nblocks = (uint32_t)new_nblocks64;
+	if (given) {
+		/* exactly one page per block past the end, before anything changes */
+		if (nr_given != new_nblocks - seq->nblocks)
+			return -EINVAL;
+		ret = check_given_pages(seq, given, nr_given);
+		if (ret)
+			return ret;
+	}
 
 	ret = kvmm_mm_seq_reserve(seq, new_nblocks);
 	if (ret)
@@ -334,7 +371,7 @@ int kvmm_mm_seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_i
 			}
 		}
 	}
-	for (b = seq->nblocks; b < new_nblocks; b++) {
+	for (b = seq->nblocks; !given && b < new_nblocks; b++) {
 		pg = kvmm_alloc_page(pool, as->ns, as->mag);
 		if (!pg) {
 			ret = -errno;
@@ -353,8 +390,12 @@ int kvmm_mm_seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_i
 		pool->stat[KVMM_STAT_COW]++;
 	}
 	for (b = seq->nblocks; b < new_nblocks; b++) {
-		pg = list_first_entry(&fresh, struct kvmm_page, lru);
-		list_del_init(&pg->lru);
+		if (given) {
+			pg = given[b - seq->nblocks];
+		} else {
+			pg = list_first_entry(&fresh, struct kvmm_page, lru);
+			list_del_init(&pg->lru);
+		}
 		kvmm_page_get(pool, pg);
 		seq->pte[b] = kvmm_mm_seq_mk_pte(pool, pg, false);
 	}
@@ -379,6 +420,54 @@ out_free:
 	if (cow)
 		kvmm_free_page(pool, cow, as->mag);
 	return ret;
+}
+
+int kvmm_mm_seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_ids)
+{
+	return seq_append(seq, n, token_ids, NULL, 0);
+}
+
+int kvmm_mm_seq_append_pages(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_ids,
+			     struct kvmm_page *const *pages, uint32_t nr_pages)
+{
+	if (!pages && nr_pages)
+		return -EINVAL;
+	/* a NULL array with no page is an append that maps no new block */
+	return seq_append(seq, n, token_ids, pages ? pages : (struct kvmm_page *const[]){NULL},
+			  nr_pages);
+}
+
+int kvmm_mm_seq_unmap_tail(struct kvmm_seq *seq, uint32_t nr, struct kvmm_page **pages)
+{
+	uint32_t b, from;
+
+	if (!seq || nr > seq->nblocks || (nr && !pages))
+		return -EINVAL;
+	if (!nr)
+		return 0;
+	from = seq->nblocks - nr;
+	/* all or nothing: every block must be a private, resident, unsealed page */
+	for (b = from; b < seq->nblocks; b++) {
+		struct kvmm_page *pg;
+
+		if (!kvmm_pte_is_present(seq->pte[b]))
+			return -EINVAL;
+		pg = seq_page(seq, b);
+		if (pg->refcount != 1 || pg->pincount || (pg->flags & KVMM_PG_SEALED))
+			return -EINVAL;
+	}
+	for (b = from; b < seq->nblocks; b++) {
+		struct kvmm_page *pg = seq_page(seq, b);
+
+		/* kvmm_page_put() without the free: still MAPPED and charged, now the caller's */
+		pg->refcount = 0;
+		pages[b - from] = pg;
+		seq->pte[b] = kvmm_pte_none();
+	}
+	seq->nblocks = from;
+	seq->ntokens = (uint64_t)from * seq_tpp(seq);
+	seq->nsealed = min_t(uint32_t, seq->nsealed, from);
+	return 0;
 }
 
 int kvmm_mm_seq_truncate(struct kvmm_seq *seq, uint64_t ntokens)

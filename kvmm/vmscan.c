@@ -317,7 +317,8 @@ struct kvmm_seq *kvmm_out_of_memory(struct kvmm_pool *pool)
 			bool pinned = false;
 			uint32_t b;
 
-			if (!seq->nblocks || (seq->flags & (KVMM_SEQ_F_NORECLAIM | KVMM_SEQ_F_PREEMPTED)))
+			if (!seq->nblocks ||
+			    (seq->flags & (KVMM_SEQ_F_NORECLAIM | KVMM_SEQ_F_PREEMPTED)))
 				continue;
 			for (b = 0; b < seq->nblocks && !pinned; b++) {
 				struct kvmm_page *pg = pte_page(pool, seq->pte[b]);

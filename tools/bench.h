@@ -64,5 +64,6 @@ static inline void bench_use_ptr(const void *p)
 int bench_suite_core(const struct bench_opts *o);
 int bench_suite_attn(const struct bench_opts *o); /* bench_attn.c */
 int bench_suite_ipc(const struct bench_opts *o);  /* bench_ipc.c: starts ./kvmm/kvmmd */
+int bench_suite_swap(const struct bench_opts *o); /* bench_swap.c: tiers, fio, replay */
 
 #endif /* KVMM_TOOLS_BENCH_H */

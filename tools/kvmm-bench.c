@@ -30,6 +30,8 @@ static const struct bench_suite suites[] = {
 	 bench_suite_attn},
 	{"ipc", "client to kvmmd: op round trip, 64-seq step on the rings, magazine alloc",
 	 bench_suite_ipc},
+	{"swap", "swap tiers: host vs memcpy, NVMe vs fio; 2x oversubscribed decode replay",
+	 bench_suite_swap},
 };
 
 #define NR_SUITES (sizeof(suites) / sizeof(suites[0]))

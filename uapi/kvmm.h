@@ -266,11 +266,11 @@ enum kvmm_op {
 	KVMM_OP_SWAP = 0x0209,
 	KVMM_OP_TRACE = 0x020a, /* admin_req.flags may carry KVMM_ADMIN_F_CLEAR */
 	/* admin: write verbs */
-	KVMM_OP_LIMIT = 0x020b,	      /* struct kvmm_limit_req -> no payload */
-	KVMM_OP_DROP_CACHES = 0x020c, /* struct kvmm_drop_caches_req -> kvmm_reclaim_rep */
-	KVMM_OP_RECLAIM = 0x020d,     /* struct kvmm_reclaim_req -> struct kvmm_reclaim_rep */
-	KVMM_OP_SWAPON = 0x020e,      /* struct kvmm_swapon_req -> no payload */
-	KVMM_OP_SWAPOFF = 0x020f,     /* struct kvmm_swapoff_req -> no payload */
+	KVMM_OP_LIMIT = 0x020b,	       /* struct kvmm_limit_req -> no payload */
+	KVMM_OP_DROP_CACHES = 0x020c,  /* struct kvmm_drop_caches_req -> kvmm_reclaim_rep */
+	KVMM_OP_RECLAIM = 0x020d,      /* struct kvmm_reclaim_req -> struct kvmm_reclaim_rep */
+	KVMM_OP_SWAPON = 0x020e,       /* struct kvmm_swapon_req -> no payload */
+	KVMM_OP_SWAPOFF = 0x020f,      /* struct kvmm_swapoff_req -> no payload */
 	KVMM_OP_FAULT_INJECT = 0x0210, /* struct kvmm_fault_inject_req -> no payload */
 
 	/* events */

@@ -65,7 +65,7 @@ struct kvmm_server_swap {
 	uint32_t queue_depth; /* file tier io_uring depth, 0 = default */
 	uint32_t prefetch;    /* readahead depth after a fault, with prefetch_set (else 2) */
 	bool prefetch_set;
-	bool no_kswapd;	      /* tests: no background reclaimer */
+	bool no_kswapd; /* tests: no background reclaimer */
 	char fault[KVMM_SERVER_MAX_FAULTS][KVMM_FAULT_SPEC_LEN]; /* armed at start */
 	unsigned int nr_fault;
 };

@@ -234,25 +234,23 @@ static void test_fault_inject(void **state)
 	assert_true(vmstat("swap_fail") > fails);
 	/* a bad specification is refused */
 	strcpy(req.spec, "swap.nosuch nth=1");
-	assert_int_not_equal(
-		itest_admin_call(&d, KVMM_OP_FAULT_INJECT, &req, sizeof(req), NULL, 0), 0);
+	assert_int_not_equal(itest_admin_call(&d, KVMM_OP_FAULT_INJECT, &req, sizeof(req), NULL, 0),
+			     0);
 	/* SWAPOFF of the host tier with pages on it, then SWAPON it again */
 	y = mkseq(c, 0, 200, 21); /* x goes back to the tiers */
 	assert_int_equal(touch(c, y, 2001, true), 0);
 	{
 		struct kvmm_swapoff_req off = {.tier = 1};
-		struct kvmm_swapon_req on = {.tier = 1, .priority = 10,
-					     .size = 64 * ITEST_PAGE_SIZE};
+		struct kvmm_swapon_req on = {
+			.tier = 1, .priority = 10, .size = 64 * ITEST_PAGE_SIZE};
 
-		assert_int_equal(
-			itest_admin_call(&d, KVMM_OP_SWAPOFF, &off, sizeof(off), NULL, 0), 0);
-		assert_int_equal(
-			itest_admin_call(&d, KVMM_OP_SWAPOFF, &off, sizeof(off), NULL, 0),
-			-ENOENT);
+		assert_int_equal(itest_admin_call(&d, KVMM_OP_SWAPOFF, &off, sizeof(off), NULL, 0),
+				 0);
+		assert_int_equal(itest_admin_call(&d, KVMM_OP_SWAPOFF, &off, sizeof(off), NULL, 0),
+				 -ENOENT);
 		assert_int_equal(touch(c, x, 2000, false), 0);
 		assert_int_equal(touch(c, y, 2001, false), 0);
-		assert_int_equal(itest_admin_call(&d, KVMM_OP_SWAPON, &on, sizeof(on), NULL, 0),
-				 0);
+		assert_int_equal(itest_admin_call(&d, KVMM_OP_SWAPON, &on, sizeof(on), NULL, 0), 0);
 	}
 	assert_int_equal(touch(c, z, 2002, false), 0);
 	assert_int_equal(kvmm_seq_free(c, x), 0);

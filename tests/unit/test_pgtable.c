@@ -36,6 +36,12 @@ static int setup_mag(void **state)
 					.params.nframes = NFRAMES, .ns = "tenant", .mag = true});
 }
 
+static int setup2(void **state)
+{
+	return mmf_setup(state, &(struct mm_fixture_opts){
+					.params.nframes = NFRAMES, .ns = "tenant", .ns2 = "other"});
+}
+
 static uint32_t *iota(uint32_t n, uint32_t base)
 {
 	return mmf_tokens(n, base);
@@ -165,6 +171,117 @@ static void test_append_through_magazine(void **state)
 	assert_true(f->mag.count > 0);
 	assert_int_equal(f->ns->used, 0);
 	mmf_check(f->pool);
+}
+
+/* ---- adopting pages (kvmmd's magazine frames) ------------------------------------------- */
+
+/*
+ * A holder sequence gives up its last pages (unmap_tail) and another sequence maps them as
+ * its new blocks (append_pages): the bytes written into them before stay, the charge does
+ * not move, and a page that is not the caller's to give is refused with nothing changed.
+ */
+static void test_append_pages_adopts(void **state)
+{
+	struct mm_fixture *f = *state;
+	struct kvmm_seq *hold, *seq;
+	struct kvmm_page *pg[3];
+	uint32_t *t = iota(2 * TPP + 3, 100);
+	uint32_t used, frames[3], i;
+
+	assert_int_equal(kvmm_mm_seq_create(f->as, &hold), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(hold, 4 * TPP, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 3, t), 0);
+	used = f->ns->used;
+	/* the "client" writes its KV into the last three pages of the holder */
+	for (i = 0; i < 3; i++) {
+		frames[i] = kvmm_mm_seq_frame(hold, 1 + i);
+		memset(kvmm_pool_frame_addr(f->pool, frames[i]), 0xa0 + i, PAGE_SZ);
+	}
+	assert_int_equal(kvmm_mm_seq_unmap_tail(hold, 3, pg), 0);
+	assert_int_equal(hold->nblocks, 1);
+	assert_int_equal(hold->ntokens, TPP);
+	for (i = 0; i < 3; i++) {
+		assert_int_equal(kvmm_page_to_frame(f->pool, pg[i]), frames[i]);
+		assert_int_equal(pg[i]->refcount, 0);
+		assert_int_equal(pg[i]->state, KVMM_PAGE_MAPPED);
+	}
+	assert_int_equal(f->ns->used, used); /* still charged */
+
+	/* wrong count: 2 * TPP more tokens after 3 need 2 new blocks, not 3 */
+	assert_int_equal(kvmm_mm_seq_append_pages(seq, 2 * TPP, t + 3, pg, 3), -EINVAL);
+	/* the same page twice */
+	{
+		struct kvmm_page *dup[2] = {pg[0], pg[0]};
+
+		assert_int_equal(kvmm_mm_seq_append_pages(seq, 2 * TPP, t + 3, dup, 2), -EINVAL);
+	}
+	/* a page somebody maps */
+	{
+		struct kvmm_page *mapped[2] = {pg[0], block_page(hold, 0)};
+
+		assert_int_equal(kvmm_mm_seq_append_pages(seq, 2 * TPP, t + 3, mapped, 2),
+				 -EINVAL);
+	}
+	assert_int_equal(seq->ntokens, 3);
+	assert_int_equal(seq->nblocks, 1);
+	for (i = 0; i < 3; i++)
+		assert_int_equal(pg[i]->refcount, 0);
+
+	/* 3 + 2 * TPP tokens: the partial block fills in place, two new blocks adopt pg[0..1] */
+	assert_int_equal(kvmm_mm_seq_append_pages(seq, 2 * TPP, t + 3, pg, 2), 0);
+	assert_int_equal(seq->nblocks, 3);
+	assert_int_equal(seq->ntokens, 2 * TPP + 3);
+	assert_int_equal(kvmm_mm_seq_frame(seq, 1), frames[0]);
+	assert_int_equal(kvmm_mm_seq_frame(seq, 2), frames[1]);
+	assert_page_filled(seq, 1, 0xa0);
+	assert_page_filled(seq, 2, 0xa1);
+	assert_true(seq->pte[1] & KVMM_PTE_WRITABLE);
+	assert_int_equal(block_page(seq, 2)->ntokens, 3);
+	assert_memory_equal(seq->tokens, t, (2 * TPP + 3) * sizeof(uint32_t));
+	/* the third goes back to the holder; charges never moved */
+	assert_int_equal(kvmm_mm_seq_append_pages(hold, TPP, NULL, &pg[2], 1), 0);
+	assert_int_equal(kvmm_mm_seq_frame(hold, 1), frames[2]);
+	assert_int_equal(f->ns->used, used);
+	mmf_check(f->pool);
+
+	/* a shared tail is refused by unmap_tail, nothing changes */
+	{
+		struct kvmm_seq *child;
+		struct kvmm_page *one;
+
+		assert_int_equal(kvmm_mm_seq_fork(hold, &child), 0);
+		assert_int_equal(kvmm_mm_seq_unmap_tail(hold, 1, &one), -EINVAL);
+		assert_int_equal(hold->nblocks, 2);
+		kvmm_mm_seq_free(child);
+	}
+	assert_int_equal(kvmm_mm_seq_unmap_tail(hold, 0, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_unmap_tail(hold, 3, pg), -EINVAL); /* more than it has */
+	assert_int_equal(kvmm_mm_seq_append_pages(seq, TPP, NULL, NULL, 1), -EINVAL);
+	mmf_check(f->pool);
+	kvmm_mm_seq_free(hold);
+	kvmm_mm_seq_free(seq);
+	assert_int_equal(f->ns->used, 0);
+	free(t);
+}
+
+/* A page of another namespace is refused. */
+static void test_append_pages_other_ns(void **state)
+{
+	struct mm_fixture *f = *state;
+	struct kvmm_seq *a, *b;
+	struct kvmm_page *pg;
+
+	assert_int_equal(kvmm_mm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as2, &b), 0);
+	assert_int_equal(kvmm_mm_seq_append(b, TPP, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_unmap_tail(b, 1, &pg), 0);
+	assert_int_equal(kvmm_mm_seq_append_pages(a, 1, NULL, &pg, 1), -EINVAL);
+	assert_int_equal(a->nblocks, 0);
+	assert_int_equal(kvmm_mm_seq_append_pages(b, TPP, NULL, &pg, 1), 0);
+	mmf_check(f->pool);
+	kvmm_mm_seq_free(a);
+	kvmm_mm_seq_free(b);
 }
 
 /* ---- truncate ----------------------------------------------------------------------------- */
@@ -625,6 +742,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_append_many_grows_table, setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_append_through_magazine, setup_mag,
 						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_append_pages_adopts, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_append_pages_adopts, setup_mag, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_append_pages_other_ns, setup2, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_truncate, setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_truncate_in_partial_then_append_in_place,
 						setup, mmf_teardown),

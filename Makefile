@@ -126,6 +126,10 @@ endif
 
 # ---- the tree ---------------------------------------------------------------------------
 kbuild-top := lib kvmm runtime kernels tools tests
+# clean and mrproper must know every product, CUDA-only ones included, whatever .config says
+ifeq ($(config-needed),)
+KVMM_HAVE_CUDA := y
+endif
 include $(srctree)/scripts/Makefile.build
 
 quiet_cmd_cc = CC      $@
@@ -190,7 +194,7 @@ format:
 
 clean:
 	$(Q)find . \( -name '*.o' -o -name '.*.o.d' -o -name '*.a' -o -name '*.so' -o -name '*.so.[0-9]*' \
-		-o -name '*.fatbin' \) -type f -delete
+		-o -name '*.fatbin' \) \( -type f -o -type l \) -delete
 	$(Q)rm -f $(all-progs) $(all-tests) $(all-libs) $(all-extra)
 	$(Q)rm -f $(flags-stamp)
 

@@ -43,6 +43,7 @@
 
 #include "compiler.h"
 #include "hashtable.h"
+#include "kmalloc.h"
 #include "kvmm/mm.h"
 #include "kvmm/swap.h"
 #include "kvmm/trace.h"
@@ -360,7 +361,7 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 		return 0;
 	}
 
-	ent = malloc(sizeof(*ent) + (size_t)tpp * sizeof(*tokens));
+	ent = kvmm_malloc(sizeof(*ent) + (size_t)tpp * sizeof(*tokens));
 	if (!ent)
 		return -ENOMEM;
 	ent->key = key;
@@ -508,7 +509,7 @@ static void pc_remove(struct kvmm_pool *pool, struct kvmm_cache_ent *ent)
 		if (!(child->flags & PC_ORPHAN))
 			pc_orphan_subtree(pool, child);
 	}
-	free(ent);
+	kvmm_free(ent);
 }
 
 void kvmm_pagecache_remove(struct kvmm_pool *pool, struct kvmm_page *pg)
@@ -788,7 +789,7 @@ void kvmm_pagecache_destroy(struct kvmm_pool *pool)
 			hlist_del(&ent->hnode);
 			if (ent->frame < pool->nframes && pool->pages[ent->frame].cache == ent)
 				pool->pages[ent->frame].cache = NULL;
-			free(ent);
+			kvmm_free(ent);
 		}
 	}
 	kvmm_htable_destroy(&pc->ht);

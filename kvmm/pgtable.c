@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "compiler.h"
+#include "kmalloc.h"
 #include "list.h"
 #include "kvmm/mm.h"
 #include "kvmm/swap.h"
@@ -191,7 +192,7 @@ int kvmm_mm_seq_reserve(struct kvmm_seq *seq, uint32_t nblocks)
 	while (cap < nblocks)
 		cap = cap > UINT32_MAX / 2 ? UINT32_MAX : cap * 2;
 
-	pte = realloc(seq->pte, array_size(cap, sizeof(*pte)));
+	pte = kvmm_realloc(seq->pte, array_size(cap, sizeof(*pte)));
 	if (!pte)
 		return -ENOMEM;
 	seq->pte = pte;
@@ -201,7 +202,7 @@ int kvmm_mm_seq_reserve(struct kvmm_seq *seq, uint32_t nblocks)
 	bytes = array_size(array_size(cap, tpp), sizeof(*tokens));
 	if (bytes == SIZE_MAX)
 		return -EINVAL;
-	tokens = realloc(seq->tokens, bytes);
+	tokens = kvmm_realloc(seq->tokens, bytes);
 	if (!tokens)
 		return -ENOMEM;
 	seq->tokens = tokens;
@@ -211,7 +212,7 @@ int kvmm_mm_seq_reserve(struct kvmm_seq *seq, uint32_t nblocks)
 
 static struct kvmm_seq *seq_alloc(struct kvmm_aspace *as)
 {
-	struct kvmm_seq *seq = calloc(1, sizeof(*seq));
+	struct kvmm_seq *seq = kvmm_calloc(1, sizeof(*seq));
 
 	if (!seq)
 		return NULL;
@@ -269,9 +270,9 @@ void kvmm_mm_seq_free(struct kvmm_seq *seq)
 	seq_drop_blocks(seq, 0);
 	list_del(&seq->node);
 	seq->as->nr_seqs--;
-	free(seq->pte);
-	free(seq->tokens);
-	free(seq);
+	kvmm_free(seq->pte);
+	kvmm_free(seq->tokens);
+	kvmm_free(seq);
 }
 
 /* Give back pages taken by a failed append (refcount 0, never mapped). */
@@ -553,9 +554,9 @@ int kvmm_mm_seq_fork(struct kvmm_seq *src, struct kvmm_seq **out)
 	return 0;
 
 out_free:
-	free(seq->pte);
-	free(seq->tokens);
-	free(seq);
+	kvmm_free(seq->pte);
+	kvmm_free(seq->tokens);
+	kvmm_free(seq);
 	return ret;
 }
 

@@ -33,6 +33,7 @@
 
 #include "bitmap.h"
 #include "compiler.h"
+#include "kmalloc.h"
 #include "kvmm/mm.h"
 #include "kvmm/swap.h"
 #include "kvmm/swap_internal.h"
@@ -53,11 +54,11 @@ static struct kvmm_swap *swap_get(struct kvmm_pool *pool)
 
 	if (sw)
 		return sw;
-	sw = calloc(1, sizeof(*sw));
+	sw = kvmm_calloc(1, sizeof(*sw));
 	if (!sw)
 		return NULL;
 	if (kvmm_htable_init(&sw->cache, 6)) {
-		free(sw);
+		kvmm_free(sw);
 		return NULL;
 	}
 	sw->pool = pool;
@@ -97,10 +98,10 @@ static inline uint32_t cluster_size(const struct kvmm_swap_tier *t, uint32_t c)
 
 static void tier_free(struct kvmm_swap_tier *t)
 {
-	free(t->map);
-	free(t->cluster_free);
-	free(t->slots);
-	free(t);
+	kvmm_free(t->map);
+	kvmm_free(t->cluster_free);
+	kvmm_free(t->slots);
+	kvmm_free(t);
 }
 
 int kvmm_swapon(struct kvmm_pool *pool, const struct kvmm_swap_ops *ops,
@@ -128,7 +129,7 @@ int kvmm_swapon(struct kvmm_pool *pool, const struct kvmm_swap_ops *ops,
 	if (sw->tier[p->tier])
 		return -EEXIST;
 
-	t = calloc(1, sizeof(*t));
+	t = kvmm_calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
 	t->ops = ops;
@@ -139,9 +140,9 @@ int kvmm_swapon(struct kvmm_pool *pool, const struct kvmm_swap_ops *ops,
 	t->size = p->size;
 	t->nslots = p->size / pool->page_size;
 	t->nclusters = (uint32_t)DIV_ROUND_UP(t->nslots, (uint64_t)KVMM_SWAP_CLUSTER);
-	t->map = calloc(1, bitmap_size(t->nslots));
-	t->cluster_free = calloc(t->nclusters, sizeof(*t->cluster_free));
-	t->slots = calloc(t->nslots, sizeof(*t->slots));
+	t->map = kvmm_calloc(1, bitmap_size(t->nslots));
+	t->cluster_free = kvmm_calloc(t->nclusters, sizeof(*t->cluster_free));
+	t->slots = kvmm_calloc(t->nslots, sizeof(*t->slots));
 	if (!t->map || !t->cluster_free || !t->slots) {
 		ret = -ENOMEM;
 		goto out_free;
@@ -1110,6 +1111,6 @@ void kvmm_swap_destroy(struct kvmm_pool *pool)
 	list_for_each_entry_safe (t, tmp, &sw->tiers, node)
 		tier_remove(sw, t);
 	kvmm_htable_destroy(&sw->cache);
-	free(sw);
+	kvmm_free(sw);
 	pool->swap = NULL;
 }

@@ -2,7 +2,8 @@
 /*
  * runtime/client.c - a libkvmm handle's connection to kvmmd: connecting, HELLO (version
  * negotiation), ATTACH (receiving the namespace's pool chunks as SCM_RIGHTS descriptors and
- * mapping them so that frame n is at base + n * page_size), detaching, and the message layer
+ * mapping them so that frame n is at base + n * page_size; a cuda-backend pool is mapped on the
+ * GPU by cuda_map.c instead), detaching, and the message layer
  * every other call uses. The layer sends one SOCK_SEQPACKET record per request with
  * MSG_NOSIGNAL (a dead daemon is an error code, never SIGPIPE) and MSG_DONTWAIT: when the
  * socket is full it polls for both directions and keeps receiving while it waits, because the
@@ -608,6 +609,11 @@ static int client_hello(struct kvmm_client *c)
 	c->max_msg = rep.max_msg;
 	if (c->max_msg && c->max_msg < 4096)
 		return -EBADMSG; /* too small for our fixed structs plus some ids */
+	/* a daemon before backends were reported (NONE) has host memory */
+	c->backend = rep.backend == KVMM_BACKEND_NONE ? KVMM_BACKEND_HOST : rep.backend;
+	if (c->backend >= KVMM_BACKEND_COUNT)
+		return -EPROTO; /* pool memory of a kind this libkvmm cannot map */
+	c->nr_devices = rep.nr_devices;
 	return 0;
 }
 
@@ -647,6 +653,11 @@ static int client_map(struct kvmm_client *c, const struct kvmm_attach_rep *rep, 
 		if (err)
 			return err;
 	}
+	/* GPU memory: the chunks are imported on the device, not mmap()ed (cuda_map.c) */
+	if (c->backend == KVMM_BACKEND_CUDA) {
+		err = kvmm_client_cuda_map(c, fds + first_chunk, rep->nr_chunks, rep->chunk_size);
+		goto out_sizes;
+	}
 	/* reserve the whole window first so the chunks land side by side */
 	c->base = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (c->base == MAP_FAILED) {
@@ -664,6 +675,7 @@ static int client_map(struct kvmm_client *c, const struct kvmm_attach_rep *rep, 
 			break;
 		}
 	}
+out_sizes:
 	c->chunk_size = rep->chunk_size;
 	c->nr_chunks = rep->nr_chunks;
 	c->nr_frames = rep->nr_frames ? rep->nr_frames : (uint32_t)(total / c->page_size);
@@ -756,6 +768,7 @@ static void client_free(struct kvmm_client *c)
 {
 	kvmm_inflight_fail(c, -ENOTCONN);
 	kvmm_dp_client_free(c);
+	kvmm_client_cuda_unmap(c);
 	if (c->base)
 		munmap(c->base, c->map_len);
 	if (c->shm)
@@ -855,7 +868,8 @@ uint32_t kvmm_nr_frames(const kvmm_client_t *c)
 void *kvmm_frame_addr(const kvmm_client_t *c, uint32_t frame)
 {
 	if (!c || !c->base || frame >= c->nr_frames) {
-		errno = EINVAL;
+		/* a cuda-backend pool is not in host memory: kvmm_frame_devptr() */
+		errno = c && c->cuda ? EOPNOTSUPP : EINVAL;
 		return NULL;
 	}
 	return (char *)c->base + (size_t)frame * c->page_size;

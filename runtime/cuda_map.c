@@ -9,14 +9,20 @@
  * released at once: the mapping keeps the memory alive, and unmapping the range later is all
  * the teardown there is.  Access is granted read-write to the device for the whole range in
  * one cuMemSetAccess.  The driver comes from kernels/cuda/drv.c (dlopen), so libkvmm starts
- * on machines without one and this call says -ENODEV there.
+ * on machines without one and this call says -ENODEV there.  kvmm_attach (client.c) calls in
+ * here when HELLO says the daemon's pools are in GPU memory (KVMM_BACKEND_CUDA), and
+ * kvmm_frame_devptr() hands out the device addresses.  The file is built in every libkvmm: in
+ * a build without CUDA (no nvcc) the same calls exist and fail with -ENODEV, saying so.
  */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "generated/autoconf.h"
+#include "runtime/libkvmm.h"
+
+#if CONFIG_KVMM_CUDA
 #include "kernels/cuda/cuda_drv.h"
-#include "runtime/kvmm.h"
 
 struct kvmm_cuda_map {
 	const struct kvmm_cuda_drv *d;
@@ -118,4 +124,83 @@ int kvmm_cuda_map_fds(int device, const int *fds, uint32_t nr_chunks, uint64_t c
 out_unmap:
 	kvmm_cuda_unmap(m);
 	return ret;
+}
+
+#else /* !CONFIG_KVMM_CUDA */
+
+const char *kvmm_cuda_map_why(void)
+{
+	return "libkvmm was built without CUDA (CONFIG_KVMM_CUDA=n or no nvcc): it cannot map a "
+	       "cuda-backend pool";
+}
+
+void kvmm_cuda_unmap(struct kvmm_cuda_map *m)
+{
+	(void)m; /* never handed out */
+}
+
+int kvmm_cuda_map_fds(int device, const int *fds, uint32_t nr_chunks, uint64_t chunk_size,
+		      struct kvmm_cuda_map **out, uint64_t *devptr)
+{
+	(void)device;
+	if (!fds || !nr_chunks || !chunk_size || !out || !devptr)
+		return -EINVAL;
+	return -ENODEV;
+}
+
+#endif /* CONFIG_KVMM_CUDA */
+
+/* $KVMM_CUDA_DEVICE: an ordinal of this process (CUDA_VISIBLE_DEVICES applies), default 0. */
+static int cuda_device_env(int *device)
+{
+	const char *env = getenv("KVMM_CUDA_DEVICE");
+	char *end;
+	long v;
+
+	*device = 0;
+	if (!env || !env[0])
+		return 0;
+	errno = 0;
+	v = strtol(env, &end, 10);
+	if (errno || *end || v < 0 || v > 1023)
+		return -EINVAL;
+	*device = (int)v;
+	return 0;
+}
+
+int kvmm_client_cuda_map(struct kvmm_client *c, const int *fds, uint32_t nr_chunks,
+			 uint64_t chunk_size)
+{
+	uint64_t devptr = 0;
+	int device, err;
+
+	err = cuda_device_env(&device);
+	if (err)
+		return err;
+	err = kvmm_cuda_map_fds(device, fds, nr_chunks, chunk_size, &c->cuda, &devptr);
+	if (err) {
+		c->cuda = NULL;
+		return err;
+	}
+	c->cuda_device = device;
+	c->devbase = devptr;
+	return 0;
+}
+
+void kvmm_client_cuda_unmap(struct kvmm_client *c)
+{
+	if (!c->cuda)
+		return;
+	kvmm_cuda_unmap(c->cuda);
+	c->cuda = NULL;
+	c->devbase = 0;
+}
+
+uint64_t kvmm_frame_devptr(const kvmm_client_t *c, uint32_t frame)
+{
+	if (!c || !c->cuda || frame >= c->nr_frames) {
+		errno = c && !c->cuda && c->base ? EOPNOTSUPP : EINVAL;
+		return 0;
+	}
+	return c->devbase + (uint64_t)frame * c->page_size;
 }

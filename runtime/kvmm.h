@@ -42,7 +42,8 @@ typedef struct kvmm_client kvmm_client_t;
  * $XDG_RUNTIME_DIR/kvmm/kvmmd.sock if XDG_RUNTIME_DIR is set, else /run/kvmm/kvmmd.sock.
  * On success *out is the new handle. Errors: -EINVAL (bad name or format), -ENOENT /
  * -ECONNREFUSED (no daemon there), -EPROTO (no common ABI version), -EACCES (namespace not
- * open to this uid/gid), -EBADMSG (the daemon sent something malformed), -ENOMEM.
+ * open to this uid/gid), -EBADMSG (the daemon sent something malformed), -ENOMEM, -ENODEV (the
+ * pool is in GPU memory and cannot be mapped here: kvmm_cuda_map_why() says why).
  */
 int kvmm_attach(const char *socket_path, const char *ns, const struct kvmm_format *fmt,
 		kvmm_client_t **out);
@@ -58,8 +59,21 @@ uint32_t kvmm_tokens_per_page(const kvmm_client_t *client);
 uint32_t kvmm_bytes_per_token(const kvmm_client_t *client);
 /* Frames this handle maps (the namespace's pool). */
 uint32_t kvmm_nr_frames(const kvmm_client_t *client);
-/* Address of frame in this process, or NULL (errno EINVAL) if it is not a frame we map. */
+/*
+ * Address of frame in this process, or NULL (errno EINVAL) if it is not a frame we map. A pool
+ * in GPU memory (a daemon with --backend cuda) has no host address: NULL, errno EOPNOTSUPP;
+ * use kvmm_frame_devptr().
+ */
 void *kvmm_frame_addr(const kvmm_client_t *client, uint32_t frame);
+/*
+ * Device address (a CUdeviceptr, valid in the CUDA context of the device the pool was mapped
+ * on) of frame for a cuda-backend pool: the pool's base + frame * page size, the same frame in
+ * every process of the namespace. 0 with errno EOPNOTSUPP for a pool in host memory, EINVAL
+ * for a frame past the pool. kvmm_attach maps such a pool on device $KVMM_CUDA_DEVICE (an
+ * ordinal of this process, default 0) and fails with -ENODEV when it cannot (no CUDA driver,
+ * no GPU, or libkvmm built without CUDA): kvmm_cuda_map_why() then says which.
+ */
+uint64_t kvmm_frame_devptr(const kvmm_client_t *client, uint32_t frame);
 
 /* ---- Sequences ------------------------------------------------------------------------ */
 
@@ -71,6 +85,20 @@ int kvmm_seq_create(kvmm_client_t *client, int priority, uint64_t *seq);
  */
 int kvmm_seq_append(kvmm_client_t *client, uint64_t seq, const uint32_t *tokens, uint32_t n,
 		    uint64_t *len);
+/*
+ * kvmm_seq_append whose new pages are frames this handle took with kvmm_mag_alloc, so the
+ * engine can write their KV before (or while) the daemon processes the append: frames[i]
+ * becomes block B + i of seq, where B is its block count before the call (its length rounded
+ * up to whole pages), and nr_frames must be exactly the number of blocks the append adds.
+ * Each frame must be one this handle took and has neither given back nor named before, each
+ * named once; it then belongs to the sequence (freed with it, never given back). A shared
+ * partial last page is still copied into a page the daemon chooses. -EINVAL (a frame that is
+ * not this handle's to give, a wrong count: nothing changes), -EOPNOTSUPP (no data plane),
+ * and what kvmm_seq_append returns. Asynchronously: KVMM_SQE_SEQ_APPEND with arg = nr_frames
+ * and frames.
+ */
+int kvmm_seq_append_frames(kvmm_client_t *client, uint64_t seq, const uint32_t *tokens, uint32_t n,
+			   const uint32_t *frames, uint32_t nr_frames, uint64_t *len);
 /*
  * New sequence *child sharing parent's first nr_tokens tokens (KVMM_SEQ_ALL_TOKENS: all of
  * them); a shared partial last page is copied on the first write.
@@ -131,7 +159,7 @@ int kvmm_block_table(kvmm_client_t *client, const uint64_t *seqs, uint32_t nr_se
 enum kvmm_sqe_op {
 	KVMM_SQE_NOP = 0,	/* a round trip (PING); completes with res 0 */
 	KVMM_SQE_SEQ_CREATE,	/* arg: priority                       -> cqe.seq */
-	KVMM_SQE_SEQ_APPEND,	/* seq, tokens, nr                     -> cqe.nr_tokens */
+	KVMM_SQE_SEQ_APPEND,	/* seq, tokens, nr [, arg: frames, frames] -> cqe.nr_tokens */
 	KVMM_SQE_SEQ_FORK,	/* seq (parent), arg: tokens to share  -> cqe.seq (child) */
 	KVMM_SQE_SEQ_TRUNCATE,	/* seq, arg: new length */
 	KVMM_SQE_SEQ_FREE,	/* seq */
@@ -150,6 +178,8 @@ struct kvmm_sqe {
 	uint64_t arg;	    /* see enum kvmm_sqe_op */
 	const void *data;   /* uint32_t token ids or uint64_t sequence ids; copied at submit */
 	uint64_t user_data; /* echoed in the completion */
+	/* APPEND: arg magazine frames for its new blocks (kvmm_seq_append_frames); copied */
+	const uint32_t *frames;
 };
 
 #define KVMM_CQE_F_EVENT (1U << 0) /* not a completion: an event (PREEMPT) from the daemon */
@@ -197,13 +227,19 @@ int kvmm_has_rings(const kvmm_client_t *client);
  * while it holds any; an empty magazine is refilled first (one round trip charging up to
  * kvmm_mag_size() frames to the namespace). A frame taken is this process's until given back:
  * its memory is kvmm_frame_addr(client, frame), no sequence maps it, and the daemon returns
- * it to the pool at kvmm_mag_free, detach or death. Returns the number taken (>= 1), or
- * -EOPNOTSUPP (no data plane), -ENOMEM (the namespace has no frame left), -EINVAL.
+ * it to the pool at kvmm_mag_free, detach or death, unless it names it in an append
+ * (kvmm_seq_append_frames), which makes it a page of that sequence. A take is a few loads and
+ * one compare-and-swap in shared memory, without a lock or a system call; after the first
+ * refill the daemon tops the magazine up on its own when it runs low, so later calls rarely
+ * wait. Returns the number taken (>= 1), or -EOPNOTSUPP (no data plane), -ENOMEM (the
+ * namespace has no frame left), -EINVAL.
  */
 int kvmm_mag_alloc(kvmm_client_t *client, uint32_t *frames, uint32_t n);
 /*
- * Give back n frames taken with kvmm_mag_alloc (no round trip unless the return ring is full).
- * Numbers this handle does not hold are ignored by the daemon. 0 or -EINVAL / -EOPNOTSUPP.
+ * Give back n frames taken with kvmm_mag_alloc (no round trip unless the return ring stays
+ * full). They go back into this handle's magazine (still charged to the namespace) for later
+ * takes. Numbers this handle does not hold are ignored by the daemon. 0 or -EINVAL /
+ * -EOPNOTSUPP.
  */
 int kvmm_mag_free(kvmm_client_t *client, const uint32_t *frames, uint32_t n);
 /* Frames ready in the magazine (taken by the next kvmm_mag_alloc calls without a round trip). */
@@ -211,7 +247,7 @@ uint32_t kvmm_mag_avail(kvmm_client_t *client);
 /* Most frames the magazine holds (given and not given back), 0 without a data plane. */
 uint32_t kvmm_mag_size(const kvmm_client_t *client);
 
-/* ---- CUDA pool (runtime/cuda_map.c; in libkvmm only when built with CUDA) --------------- */
+/* ---- CUDA pool (runtime/cuda_map.c; -ENODEV in a libkvmm built without CUDA) ----------- */
 
 /* A pool's chunks mapped into this process's device address space. Opaque. */
 struct kvmm_cuda_map;

@@ -44,6 +44,8 @@ struct kvmm_client {
 	uint64_t page_size;
 	uint32_t client_id;
 	uint32_t max_msg;
+	uint16_t backend;    /* enum kvmm_backend of the pool: host (mmap) or cuda (device) */
+	uint32_t nr_devices; /* devices mirroring each frame */
 
 	/* from ATTACH */
 	uint32_t tokens_per_page;
@@ -54,7 +56,11 @@ struct kvmm_client {
 	uint32_t nr_frames; /* frames mapped at base */
 	void *base;	    /* frame n at base + n * page_size */
 	size_t map_len;
-	void *shm; /* the data-plane region, when the daemon sends one */
+	/* cuda backend (cuda_map.c): the chunks are mapped on a GPU instead; base stays NULL */
+	struct kvmm_cuda_map *cuda;
+	uint64_t devbase; /* CUdeviceptr of frame 0 */
+	int cuda_device;  /* the ordinal in this process ($KVMM_CUDA_DEVICE, default 0) */
+	void *shm;	  /* the data-plane region, when the daemon sends one */
 	size_t shm_len;
 	struct kvmm_dp_client *dp; /* its rings, mirror and magazine (ring.c); NULL: socket only */
 
@@ -153,6 +159,18 @@ KVMM_INTERNAL unsigned int kvmm_ring_inflight(const struct kvmm_client *c);
  * holds the first max), -ENOENT (not mirrored: ask the socket).
  */
 KVMM_INTERNAL int kvmm_mirror_row(struct kvmm_client *c, uint64_t seq, int32_t *row, uint32_t max);
+
+/* ---- cuda_map.c: a cuda-backend pool ---------------------------------------------------- */
+
+/*
+ * Map the nr_chunks chunk fds of a cuda-backend pool on the GPU ($KVMM_CUDA_DEVICE, default
+ * 0): c->cuda, c->devbase, c->cuda_device. The fds stay the caller's. 0, or -ENODEV (no
+ * driver, no GPU, or libkvmm built without CUDA; kvmm_cuda_map_why() says which) / -errno.
+ */
+KVMM_INTERNAL int kvmm_client_cuda_map(struct kvmm_client *c, const int *fds, uint32_t nr_chunks,
+				       uint64_t chunk_size);
+/* Undo kvmm_client_cuda_map (nothing when there is no device mapping). */
+KVMM_INTERNAL void kvmm_client_cuda_unmap(struct kvmm_client *c);
 
 /* 0 if the handle can talk to the daemon, else why not. */
 static inline int kvmm_client_usable(const struct kvmm_client *c)

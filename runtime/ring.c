@@ -17,6 +17,7 @@
 #include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@
 #define KVMM_RING_SLEEP_NS 10000000L /* futex timeout: look at the socket this often */
 #define KVMM_MIRROR_TRIES 64	     /* seqcount retries before asking the socket */
 #define KVMM_MAG_REFILL_MIN 64	     /* frames an empty magazine asks for at least */
+#define KVMM_MAG_WAIT_NS 200000	     /* an empty magazine waits this long for a top-up */
 
 struct kvmm_dp_client {
 	struct kvmm_shm_hdr hdr; /* checked copy */
@@ -47,7 +49,8 @@ struct kvmm_dp_client {
 	uint64_t data_tail;  /* bytes of the data area handed out, free-running */
 	uint64_t *data_end;  /* per SQ slot: data_tail after its payload */
 	uint64_t *user_data; /* per SQ slot, to fail what is in flight when the daemon dies */
-	uint32_t mag_head, ret_tail;
+	uint32_t ret_tail;
+	bool mag_auto; /* a MAG_REFILL succeeded: the daemon now tops the magazine up itself */
 };
 
 static uint64_t now_ns(void)
@@ -104,7 +107,6 @@ int kvmm_dp_client_setup(struct kvmm_client *c, int efd, uint32_t ring_entries, 
 	/* a fresh region: every index starts at 0 (a daemon that says otherwise is not trusted) */
 	d->sq_tail = d->sq_published = READ_ONCE(d->sq->tail);
 	d->cq_head = READ_ONCE(d->cq->head);
-	d->mag_head = READ_ONCE(d->mag->head);
 	d->ret_tail = READ_ONCE(d->ret->tail);
 	c->dp = d;
 	return 0;
@@ -223,7 +225,8 @@ static void cqe_decode(const struct kvmm_ring_cqe *r, struct kvmm_cqe *cqe)
 		cqe->nr_blocks = rep.nr_blocks;
 		break;
 	}
-	case KVMM_OP_SEQ_APPEND: {
+	case KVMM_OP_SEQ_APPEND:
+	case KVMM_OP_SEQ_APPEND_FRAMES: {
 		struct kvmm_seq_append_rep rep;
 
 		memcpy(&rep, r->rep, sizeof(rep));
@@ -329,7 +332,15 @@ int kvmm_ring_wait(struct kvmm_client *c)
 		int err;
 
 		if (++spins < 64 || now_ns() - start < KVMM_RING_SPIN_NS) {
-			cpu_relax();
+			/*
+			 * Yield now and then: when the daemon runs on this CPU (the scheduler
+			 * likes to put two processes that wake each other together), a pure
+			 * spin would keep it off the CPU for the whole spin window.
+			 */
+			if (spins % 16 == 0)
+				sched_yield();
+			else
+				cpu_relax();
 			continue;
 		}
 		seen = d->cq_head;
@@ -423,29 +434,70 @@ static int mag_call(struct kvmm_client *c, unsigned int op, uint32_t n, struct k
 	return kvmm_msg_call(c, op, &part, 1, rep, sizeof(*rep));
 }
 
-/* Pop up to n; -EBADMSG when the daemon published more than the ring holds. */
+/*
+ * Pop up to n: a few loads and one compare-and-swap of the shared head, no lock and no
+ * system call (the daemon may move the head too, to take frames back: the CAS makes every
+ * published frame go to exactly one side).  Crossing under the low mark rings the doorbell
+ * when the daemon sleeps, so its top-up runs before the magazine is empty.  Returns the
+ * frames taken (0: empty), or -EBADMSG when the daemon published nonsense.
+ */
 static int mag_pop(struct kvmm_client *c, uint32_t *frames, uint32_t n)
 {
 	struct kvmm_dp_client *d = c->dp;
-	uint32_t size = d->hdr.mag_size, t, avail, k;
+	uint32_t size = d->hdr.mag_size, low = KVMM_MAG_LOW_MARK(size);
 
-	/* acquire: pairs with the daemon's release of the tail after writing the frame numbers */
-	t = smp_load_acquire(&d->mag->tail);
-	avail = t - d->mag_head;
-	if (avail > size)
-		return -EBADMSG;
-	k = avail < n ? avail : n;
-	for (uint32_t i = 0; i < k; i++) {
-		uint32_t f = READ_ONCE(d->mag_frames[(d->mag_head + i) % size]);
+	for (;;) {
+		uint32_t h = READ_ONCE(d->mag->head), t, avail, k;
 
-		if (f >= c->nr_frames)
+		/* acquire: pairs with the daemon's release of the tail after writing the numbers */
+		t = smp_load_acquire(&d->mag->tail);
+		avail = t - h;
+		if (avail > size)
 			return -EBADMSG;
-		frames[i] = f;
+		if (!avail)
+			return 0;
+		k = avail < n ? avail : n;
+		for (uint32_t i = 0; i < k; i++) {
+			uint32_t f = READ_ONCE(d->mag_frames[(h + i) % size]);
+
+			if (f >= c->nr_frames)
+				return -EBADMSG;
+			frames[i] = f;
+		}
+		/* release: our copies are done before the daemon sees the slots as taken */
+		if (!__atomic_compare_exchange_n(&d->mag->head, &h, h + k, false, __ATOMIC_RELEASE,
+						 __ATOMIC_RELAXED))
+			continue; /* another thread, or the daemon draining: read again */
+		if (avail >= low && avail - k < low && d->mag_auto) {
+			/* full barrier: the head store before the flag load (as kvmm_ring_kick) */
+			smp_mb();
+			if (READ_ONCE(d->sq->flags) & KVMM_SQ_F_NEED_WAKEUP)
+				doorbell(d);
+		}
+		return (int)k;
 	}
-	d->mag_head += k;
-	/* release: our copies are done before the daemon sees the slots as taken */
-	smp_store_release(&d->mag->head, d->mag_head);
-	return (int)k;
+}
+
+/* Empty: give the daemon's own top-up a moment (waking it if it sleeps) before asking. */
+static int mag_wait_topup(struct kvmm_client *c, uint32_t *frames, uint32_t n)
+{
+	struct kvmm_dp_client *d = c->dp;
+	uint64_t start;
+	int ret;
+
+	if (!d->mag_auto)
+		return 0;
+	smp_mb();
+	if (READ_ONCE(d->sq->flags) & KVMM_SQ_F_NEED_WAKEUP)
+		doorbell(d);
+	start = now_ns();
+	do {
+		ret = mag_pop(c, frames, n);
+		if (ret)
+			return ret;
+		sched_yield(); /* the daemon may share this CPU */
+	} while (now_ns() - start < KVMM_MAG_WAIT_NS);
+	return 0;
 }
 
 int kvmm_mag_alloc(kvmm_client_t *c, uint32_t *frames, uint32_t n)
@@ -458,14 +510,19 @@ int kvmm_mag_alloc(kvmm_client_t *c, uint32_t *frames, uint32_t n)
 		return -EOPNOTSUPP;
 	if (!n)
 		return 0;
+	ret = mag_pop(c, frames, n); /* the fast path: no lock */
+	if (ret)
+		return ret;
 	pthread_mutex_lock(&c->lock);
-	ret = mag_pop(c, frames, n);
+	ret = mag_wait_topup(c, frames, n);
 	if (ret == 0) {
 		struct kvmm_mag_rep rep;
 
 		/* one round trip for a batch: what was asked, at least KVMM_MAG_REFILL_MIN */
 		ret = mag_call(c, KVMM_OP_MAG_REFILL,
 			       n > KVMM_MAG_REFILL_MIN ? n : KVMM_MAG_REFILL_MIN, &rep);
+		if (!ret)
+			c->dp->mag_auto = true;
 		if (!ret)
 			ret = mag_pop(c, frames, n);
 		if (ret == 0)
@@ -502,8 +559,18 @@ int kvmm_mag_free(kvmm_client_t *c, const uint32_t *frames, uint32_t n)
 		space = size - (d->ret_tail - head);
 		if (!space) {
 			struct kvmm_mag_rep rep;
+			uint64_t start = now_ns();
 
-			/* full: have the daemon take them now (one round trip) */
+			/* full: the daemon takes returns on every poll; wake it and let it run */
+			smp_mb();
+			if (READ_ONCE(d->sq->flags) & KVMM_SQ_F_NEED_WAKEUP)
+				doorbell(d);
+			while (READ_ONCE(d->ret->head) == head &&
+			       now_ns() - start < KVMM_MAG_WAIT_NS)
+				sched_yield();
+			if (READ_ONCE(d->ret->head) != head)
+				continue;
+			/* still full: have the daemon take them now (one round trip) */
 			err = mag_call(c, KVMM_OP_MAG_DRAIN, 0, &rep);
 			continue;
 		}
@@ -515,6 +582,17 @@ int kvmm_mag_free(kvmm_client_t *c, const uint32_t *frames, uint32_t n)
 		/* release: the numbers are visible before the tail that hands them over */
 		smp_store_release(&d->ret->tail, d->ret_tail);
 	}
+	/*
+	 * A daemon that sleeps with the magazine under its low mark may be waiting for these to
+	 * top it up: wake it (full barrier: the tail store before the flag load).
+	 */
+	if (!err && n && d->mag_auto &&
+	    READ_ONCE(d->mag->tail) - READ_ONCE(d->mag->head) <
+		    KVMM_MAG_LOW_MARK(d->hdr.mag_size)) {
+		smp_mb();
+		if (READ_ONCE(d->sq->flags) & KVMM_SQ_F_NEED_WAKEUP)
+			doorbell(d);
+	}
 	pthread_mutex_unlock(&c->lock);
 	return err;
 }
@@ -525,7 +603,7 @@ uint32_t kvmm_mag_avail(kvmm_client_t *c)
 
 	if (!c || !c->dp)
 		return 0;
-	n = READ_ONCE(c->dp->mag->tail) - c->dp->mag_head;
+	n = READ_ONCE(c->dp->mag->tail) - READ_ONCE(c->dp->mag->head);
 	return n > c->dp->hdr.mag_size ? 0 : n;
 }
 

@@ -78,6 +78,67 @@ int kvmm_seq_append(kvmm_client_t *c, uint64_t seq, const uint32_t *tokens, uint
 	return LOCKED(c, seq_append_locked(c, seq, tokens, n, len));
 }
 
+/*
+ * An append into magazine frames. One record when the ids and frames fit; otherwise the
+ * sequence's length is asked first (an empty append) so that each part names exactly the
+ * frames of the blocks it adds.
+ */
+static int seq_append_frames_locked(struct kvmm_client *c, uint64_t seq, const uint32_t *tokens,
+				    uint32_t n, const uint32_t *frames, uint32_t nr_frames,
+				    uint64_t *len)
+{
+	size_t per = ids_per_msg(c, sizeof(struct kvmm_seq_append_frames_req), sizeof(uint32_t));
+	uint64_t tpp = c->tokens_per_page, cur = 0;
+	struct kvmm_seq_append_rep rep = {0};
+	uint32_t done = 0, fdone = 0;
+	int err;
+
+	if (!c->dp)
+		return -EOPNOTSUPP;
+	if ((uint64_t)n + nr_frames > per) {
+		err = seq_append_locked(c, seq, NULL, 0, &cur);
+		if (err)
+			return err;
+	}
+	do {
+		uint32_t k = n - done, f = nr_frames - fdone;
+		struct kvmm_seq_append_frames_req req;
+		struct kvmm_iov parts[3];
+
+		if ((uint64_t)k + f > per) {
+			/* blocks this part adds: ceil((cur + k) / tpp) - ceil(cur / tpp) <= k/tpp + 1 */
+			k = (uint32_t)(per - per / (tpp + 1) - 1);
+			if (k > n - done)
+				k = n - done;
+			f = (uint32_t)((cur + k + tpp - 1) / tpp - (cur + tpp - 1) / tpp);
+			if (f > nr_frames - fdone)
+				return -EINVAL; /* fewer frames than the blocks it needs */
+		}
+		req = (struct kvmm_seq_append_frames_req){
+			.seq = seq, .nr_tokens = k, .nr_frames = f};
+		parts[0] = (struct kvmm_iov){&req, sizeof(req)};
+		parts[1] = (struct kvmm_iov){tokens + done, k * sizeof(uint32_t)};
+		parts[2] = (struct kvmm_iov){frames + fdone, f * sizeof(uint32_t)};
+		err = kvmm_msg_call(c, KVMM_OP_SEQ_APPEND_FRAMES, parts, 3, &rep, sizeof(rep));
+		if (err)
+			return err;
+		done += k;
+		fdone += f;
+		cur = rep.nr_tokens;
+	} while (done < n);
+	if (len)
+		*len = rep.nr_tokens;
+	return 0;
+}
+
+int kvmm_seq_append_frames(kvmm_client_t *c, uint64_t seq, const uint32_t *tokens, uint32_t n,
+			   const uint32_t *frames, uint32_t nr_frames, uint64_t *len)
+{
+	if (!c || (n && !tokens) || (nr_frames && !frames))
+		return -EINVAL;
+	return LOCKED(c, seq_append_frames_locked(c, seq, tokens, n, frames, nr_frames, len));
+}
+
 int kvmm_seq_fork(kvmm_client_t *c, uint64_t parent, uint64_t nr_tokens, uint64_t *child)
 {
 	struct kvmm_seq_fork_req req = {.seq = parent, .nr_tokens = nr_tokens};

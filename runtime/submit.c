@@ -38,7 +38,19 @@ static int sqe_encode(const struct kvmm_sqe *sqe, unsigned int *op, struct kvmm_
 	case KVMM_SQE_PREFIX_LOOKUP:
 		if (sqe->nr && !sqe->data)
 			return -EINVAL;
-		if (sqe->op == KVMM_SQE_SEQ_APPEND) {
+		if (sqe->op == KVMM_SQE_SEQ_APPEND && sqe->arg) {
+			/* into magazine frames: token ids, then the frames */
+			struct kvmm_seq_append_frames_req r = {.seq = sqe->seq,
+							       .nr_tokens = sqe->nr,
+							       .nr_frames = (uint32_t)sqe->arg};
+
+			if (!sqe->frames || sqe->arg > UINT32_MAX)
+				return -EINVAL;
+			*op = KVMM_OP_SEQ_APPEND_FRAMES;
+			memcpy(fixed, &r, sizeof(r));
+			parts[2] =
+				(struct kvmm_iov){sqe->frames, (size_t)sqe->arg * sizeof(uint32_t)};
+		} else if (sqe->op == KVMM_SQE_SEQ_APPEND) {
 			struct kvmm_seq_append_req r = {.seq = sqe->seq, .nr_tokens = sqe->nr};
 
 			*op = KVMM_OP_SEQ_APPEND;
@@ -50,7 +62,7 @@ static int sqe_encode(const struct kvmm_sqe *sqe, unsigned int *op, struct kvmm_
 			memcpy(fixed, &r, sizeof(r));
 		}
 		parts[1] = (struct kvmm_iov){sqe->data, (size_t)sqe->nr * sizeof(uint32_t)};
-		*nr_parts = 2;
+		*nr_parts = *op == KVMM_OP_SEQ_APPEND_FRAMES ? 3 : 2;
 		break;
 	case KVMM_SQE_SEQ_FORK: {
 		struct kvmm_seq_fork_req r = {.seq = sqe->seq, .nr_tokens = sqe->arg};
@@ -113,7 +125,7 @@ static int submit_locked(struct kvmm_client *c, const struct kvmm_sqe *sqes, uns
 		return err;
 	for (i = 0; i < n; i++) {
 		const struct kvmm_sqe *sqe = &sqes[i];
-		struct kvmm_iov parts[2];
+		struct kvmm_iov parts[KVMM_IOV_MAX];
 		uint64_t fixed[2] = {0, 0};
 		unsigned int op, nr_parts;
 

@@ -8,25 +8,28 @@
  * back with kvmm_mm_seq_fault(), timed, best of a few rounds.
  *   - host tier against memcpy of the same bytes (target: >= 80 % of memcpy);
  *   - NVMe tier (a swap file in the temporary directory, O_DIRECT, io_uring, queue depth 32)
- *     against fio on the same file system with the same block size (= page size) and depth:
- *     a sequential write, then a sequential read, ioengine=io_uring, direct=1, parsed from
- *     --output-format=json (target: >= 90 % of fio).  Without fio that row says skipped.
+ *     against fio doing the same: each round, a fresh file on the same file system, the same
+ *     bytes written then read in page-sized blocks, registered buffers and file, batched
+ *     submission; best of the same number of rounds each (target: >= 90 % of fio).  Without
+ *     fio that row says skipped.
  *   - the replay: sequences that together hold twice the pool, decoded in batches that fit;
- *     each batch runs a quantum of steps (pin - read every page as attention would - append
- *     one token - unpin) and is then descheduled.  Bringing a batch in (PIN's fault-in, room
- *     made by kvmm_shrink() with the batch held) is what the oversubscribed run pays; the
- *     baseline is the same workload on a pool big enough for all (target: >= 90 %).
+ *     each batch runs a quantum of decode steps (kvmm_cpu_paged_decode over its pinned
+ *     pages, one appended token per sequence) while a second thread, playing kvmmd, brings
+ *     the next batch in (kvmm_shrink() holding it, kvmm_mm_seq_fault()).  The baseline is
+ *     the identical program on a pool big enough for all (target: >= 90 %).
  * The temporary directory is $TMPDIR (default /tmp); --quick shrinks every size.  Targets are
  * printed, never asserted.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "compiler.h"
+#include "kernels/kernels.h"
 #include "kvmm/mm.h"
 #include "kvmm/swap.h"
 #include "tools/bench.h"
@@ -154,7 +157,11 @@ static double fio_bw(const char *json, const char *section)
 	return strtod(p + 1, NULL) / 1e9;
 }
 
-/* Run fio (write then read, sequential, O_DIRECT, io_uring); 0 GB/s when it is missing. */
+/*
+ * Run fio once on a fresh file: write then read, sequential, O_DIRECT, io_uring, block size
+ * @bs, @size bytes, queue depth QD, preallocated with fallocate like the swap file, with
+ * what the tier also uses: registered buffers and file, submission batched up to QD.
+ */
 static int run_fio(const char *dir, uint64_t bs, uint64_t size, double *wr, double *rd)
 {
 	char cmd[1024], *buf;
@@ -168,11 +175,17 @@ static int run_fio(const char *dir, uint64_t bs, uint64_t size, double *wr, doub
 	buf = malloc(cap);
 	if (!buf)
 		return -ENOMEM;
+	/* a fresh file every run, as the swap tier's */
+	snprintf(cmd, sizeof(cmd), "%s/fio.dat", dir);
+	unlink(cmd);
 	snprintf(cmd, sizeof(cmd),
 		 "fio --output-format=json --ioengine=io_uring --direct=1 --iodepth=%d "
-		 "--bs=%llu --size=%llu --filename=%s/fio.dat --name=w --rw=write "
+		 "--fixedbufs --registerfiles --iodepth_batch_submit=%d "
+		 "--iodepth_batch_complete_max=%d --fallocate=native --bs=%llu --size=%llu "
+		 "--filename=%s/fio.dat --name=w "
+		 "--rw=write "
 		 "--name=r --stonewall --rw=read 2>/dev/null",
-		 QD, (unsigned long long)bs, (unsigned long long)size, dir);
+		 QD, QD, QD, (unsigned long long)bs, (unsigned long long)size, dir);
 	f = popen(cmd, "r");
 	if (!f) {
 		free(buf);
@@ -204,12 +217,45 @@ static int run_fio(const char *dir, uint64_t bs, uint64_t size, double *wr, doub
 	return 0;
 }
 
+/*
+ * One NVMe round: a fresh swap file (swapon creates it with fallocate), a sequence of @blocks
+ * random pages swapped out (written) and faulted back in (read) once, the file removed.
+ */
+static int nvme_round(struct sw_env *e, uint64_t page, uint32_t nframes, uint32_t blocks,
+		      const char *path, double *out, double *in)
+{
+	struct kvmm_swap_tier_params p = {
+		.tier = 2, .priority = 5, .size = page * nframes, .path = path, .queue_depth = QD};
+	struct kvmm_seq *seq;
+	uint32_t b;
+	int ret;
+
+	unlink(path);
+	ret = env_init(e, page, nframes);
+	if (ret)
+		return ret;
+	ret = kvmm_swapon(e->pool, &kvmm_swap_nvme_ops, &p);
+	seq = ret ? NULL : mkseq(e, blocks);
+	if (!seq) {
+		env_fini(e);
+		unlink(path);
+		return ret ? ret : -ENOMEM;
+	}
+	for (b = 0; b < blocks; b++)
+		fill_random(kvmm_pool_frame_addr(e->pool, kvmm_mm_seq_frame(seq, b)), page, b);
+	ret = tier_trip(e, seq, 1, out, in);
+	env_fini(e);
+	unlink(path);
+	return ret;
+}
+
 static int bench_tiers(const struct bench_opts *o, const char *dir)
 {
 	uint64_t page = o->quick ? (256u << 10) : (1u << 20);
 	uint32_t nframes = o->quick ? 64 : 256, blocks = nframes - 8;
-	int rounds = o->quick ? 2 : 4, ret;
-	double out, in, mc, fw, fr;
+	int rounds = o->quick ? 2 : 4, ret, r;
+	double out, in, mc, fw = 0, fr = 0;
+	bool fio_missing = false;
 	char path[512];
 	struct sw_env e;
 	struct kvmm_seq *seq;
@@ -243,36 +289,31 @@ static int bench_tiers(const struct bench_opts *o, const char *dir)
 	bench_target("host tier swap-out >= 80% of memcpy", out / mc * 100, 80, false, "%");
 	bench_target("host tier swap-in >= 80% of memcpy", in / mc * 100, 80, false, "%");
 
-	/* NVMe tier: a swap file beside fio's file */
-	ret = env_init(&e, page, nframes);
-	if (ret)
-		return ret;
+	/*
+	 * NVMe tier against fio, doing the same thing: each round, ours then fio's, creates a
+	 * fresh file in the same directory, writes blocks * page bytes in page-sized blocks at
+	 * queue depth QD (O_DIRECT, io_uring) and reads them back; the best round of each is
+	 * reported.  Interleaving the rounds exposes both to the same swings of the disk.
+	 */
 	snprintf(path, sizeof(path), "%s/swapfile", dir);
-	{
-		struct kvmm_swap_tier_params p = {.tier = 2,
-						  .priority = 5,
-						  .size = page * nframes,
-						  .path = path,
-						  .queue_depth = QD};
+	for (r = 0; r < rounds; r++) {
+		double o1, i1, w1 = 0, r1 = 0;
 
-		ret = kvmm_swapon(e.pool, &kvmm_swap_nvme_ops, &p);
+		ret = nvme_round(&e, page, nframes, blocks, path, &o1, &i1);
+		if (ret) {
+			fprintf(stderr, "kvmm-bench swap: NVMe tier in %s: %s\n", dir,
+				strerror(-ret));
+			return 0;
+		}
+		out = r ? max_t(double, out, o1) : o1;
+		in = r ? max_t(double, in, i1) : i1;
+		if (!fio_missing &&
+		    (run_fio(dir, page, (uint64_t)blocks * page, &w1, &r1) || !w1 || !r1))
+			fio_missing = true;
+		fw = max_t(double, fw, w1);
+		fr = max_t(double, fr, r1);
 	}
-	seq = ret ? NULL : mkseq(&e, blocks);
-	if (!seq) {
-		fprintf(stderr, "kvmm-bench swap: NVMe tier in %s: %s\n", dir,
-			strerror(ret ? -ret : ENOMEM));
-		env_fini(&e);
-		unlink(path);
-		return 0;
-	}
-	for (b = 0; b < blocks; b++)
-		fill_random(kvmm_pool_frame_addr(e.pool, kvmm_mm_seq_frame(seq, b)), page, b);
-	ret = tier_trip(&e, seq, rounds, &out, &in);
-	env_fini(&e);
-	unlink(path);
-	if (ret)
-		return ret;
-	if (run_fio(dir, page, (uint64_t)blocks * page, &fw, &fr) || !fw || !fr) {
+	if (fio_missing) {
 		printf("fio: not available (make deps installs it): NVMe rows without baseline "
 		       "(skipped)\n");
 		bench_report("swap nvme tier: out (fio skipped)", out, "GB/s", "fio write", 0);
@@ -292,111 +333,253 @@ struct replay {
 	uint32_t nseqs, blocks, batch, quantum, turns;
 };
 
-/* What PIN does in kvmmd (session.c): make room holding the batch, fault in, then pin. */
-static int bring_in(struct sw_env *e, struct kvmm_seq **b, uint32_t n)
+/*
+ * The replay's state.  The main thread is the engine: it computes a step of the running
+ * batch (kvmm_cpu_paged_decode over its pinned pages, no pool lock needed) and appends a
+ * token per sequence.  A second thread plays kvmmd's part: asked for the next batch, it
+ * makes room and faults it in (what PIN and PREFETCH do in the daemon), one sequence per
+ * lock hold so the engine's appends never wait for a whole batch's copy.
+ */
+struct rp {
+	const struct replay *r;
+	struct sw_env e;
+	struct kvmm_seq **seqs;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int64_t want;  /* batch index to bring in next, -1 none */
+	int64_t ready; /* last batch brought in */
+	bool stop;
+	int err;
+};
+
+static struct kvmm_seq **rp_batch(struct rp *x, uint64_t idx)
 {
-	uint32_t i, k, need = 0;
+	return x->seqs + (size_t)(idx % (x->r->nseqs / x->r->batch)) * x->r->batch;
+}
+
+static void seq_pin(struct kvmm_pool *pool, struct kvmm_seq *seq, int d)
+{
+	uint32_t k;
+
+	for (k = 0; k < seq->nblocks; k++)
+		if (kvmm_mm_seq_frame(seq, k) != KVMM_FRAME_NONE)
+			kvmm_frame_to_page(pool, kvmm_mm_seq_frame(seq, k))->pincount += d;
+}
+
+/* Bring a batch in, one sequence per lock hold; room is made holding that sequence. */
+static int bring_in(struct rp *x, struct kvmm_seq **b)
+{
+	struct kvmm_pool *pool = x->e.pool;
+	uint32_t i, j, need;
+	int ret = 0;
+
+	for (i = 0; i < x->r->batch && !ret; i++) {
+		pthread_mutex_lock(&pool->lock);
+		need = kvmm_mm_seq_nr_swapped(b[i]);
+		if (need && kvmm_pool_nr_free(pool) < need + pool->wmark_min) {
+			/* the whole batch is held: room for one must not evict another */
+			for (j = 0; j < x->r->batch; j++)
+				seq_pin(pool, b[j], 1);
+			kvmm_shrink(pool, need + pool->wmark_min - kvmm_pool_nr_free(pool), 0);
+			for (j = 0; j < x->r->batch; j++)
+				seq_pin(pool, b[j], -1);
+		}
+		if (need)
+			ret = kvmm_mm_seq_fault(b[i], 0, b[i]->nblocks);
+		pthread_mutex_unlock(&pool->lock);
+	}
+	return ret < 0 ? ret : 0;
+}
+
+static void *rp_thread(void *arg)
+{
+	struct rp *x = arg;
+	int64_t idx;
 	int ret;
 
-	for (i = 0; i < n; i++)
-		need += kvmm_mm_seq_nr_swapped(b[i]);
-	if (need && kvmm_pool_nr_free(e->pool) < need + e->pool->wmark_min) {
-		for (i = 0; i < n; i++)
-			for (k = 0; k < b[i]->nblocks; k++)
-				if (kvmm_mm_seq_frame(b[i], k) != KVMM_FRAME_NONE)
-					kvmm_frame_to_page(e->pool, kvmm_mm_seq_frame(b[i], k))
-						->pincount++;
-		kvmm_shrink(e->pool, need + e->pool->wmark_min - kvmm_pool_nr_free(e->pool), 0);
-		for (i = 0; i < n; i++)
-			for (k = 0; k < b[i]->nblocks; k++)
-				if (kvmm_mm_seq_frame(b[i], k) != KVMM_FRAME_NONE)
-					kvmm_frame_to_page(e->pool, kvmm_mm_seq_frame(b[i], k))
-						->pincount--;
+	pthread_mutex_lock(&x->mu);
+	for (;;) {
+		while (!x->stop && x->want < 0)
+			pthread_cond_wait(&x->cv, &x->mu);
+		if (x->stop)
+			break;
+		idx = x->want;
+		x->want = -1;
+		pthread_mutex_unlock(&x->mu);
+		ret = bring_in(x, rp_batch(x, (uint64_t)idx));
+		pthread_mutex_lock(&x->mu);
+		if (ret)
+			x->err = ret;
+		x->ready = idx;
+		pthread_cond_broadcast(&x->cv);
 	}
-	for (i = 0; i < n; i++) {
-		ret = kvmm_mm_seq_fault(b[i], 0, b[i]->nblocks);
-		if (ret < 0)
+	pthread_mutex_unlock(&x->mu);
+	return NULL;
+}
+
+static void rp_ask(struct rp *x, int64_t idx)
+{
+	pthread_mutex_lock(&x->mu);
+	x->want = idx;
+	pthread_cond_broadcast(&x->cv);
+	pthread_mutex_unlock(&x->mu);
+}
+
+static int rp_wait(struct rp *x, int64_t idx)
+{
+	int err;
+
+	pthread_mutex_lock(&x->mu);
+	while (x->ready < idx && !x->err)
+		pthread_cond_wait(&x->cv, &x->mu);
+	err = x->err;
+	pthread_mutex_unlock(&x->mu);
+	return err;
+}
+
+/*
+ * @turns turns from turn @t0: each waits for its batch (asked for during the previous turn),
+ * pins it, asks for the next one, then runs a quantum of decode steps and unpins.  Returns
+ * the tokens decoded or a negative errno.
+ */
+static int64_t rp_turns(struct rp *x, uint64_t t0, uint32_t turns, int32_t *tables, float *q,
+			float *out)
+{
+	const struct replay *r = x->r;
+	struct kvmm_pool *pool = x->e.pool;
+	uint32_t maxb = r->blocks + r->turns + 2, s, k, step;
+	uint32_t ctx[64];
+	int64_t tokens = 0;
+	uint64_t t;
+	int ret;
+
+	for (t = t0; t < t0 + turns; t++) {
+		struct kvmm_seq **b = rp_batch(x, t);
+		struct kvmm_attn_batch ab = {.kv = {.base = kvmm_pool_frame_addr(pool, 0),
+						    .fmt = &x->e.fmt,
+						    .nr_frames = pool->nframes},
+					     .nr_seqs = r->batch,
+					     .num_q_heads = 32,
+					     .block_tables = tables,
+					     .max_blocks = maxb,
+					     .ctx_lens = ctx};
+
+		ret = rp_wait(x, (int64_t)t);
+		/* what the prefetch could not keep in (pool too tight) is faulted in now, as PIN */
+		if (!ret)
+			ret = bring_in(x, b);
+		if (ret)
 			return ret;
-	}
-	return 0;
-}
-
-static void pin_batch(struct sw_env *e, struct kvmm_seq **b, uint32_t n, int d)
-{
-	uint32_t i, k;
-
-	for (i = 0; i < n; i++)
-		for (k = 0; k < b[i]->nblocks; k++)
-			kvmm_frame_to_page(e->pool, kvmm_mm_seq_frame(b[i], k))->pincount += d;
-}
-
-/* Tokens per second of the replay on a pool of @nframes (with a host tier when @swap). */
-static double replay_run(const struct replay *r, uint64_t page, uint32_t nframes, bool swap)
-{
-	struct kvmm_seq **seqs;
-	struct sw_env e;
-	uint64_t t0, tokens = 0, sum = 0;
-	uint32_t i, t, s, k, q;
-	double tps = 0;
-
-	if (env_init(&e, page, nframes))
-		return 0;
-	if (swap) {
-		struct kvmm_swap_tier_params p = {.tier = 1,
-						  .priority = 10,
-						  .size = page * (uint64_t)r->nseqs *
-							  (r->blocks + 16)};
-
-		if (kvmm_swapon(e.pool, &kvmm_swap_host_ops, &p))
-			goto out;
-	}
-	seqs = calloc(r->nseqs, sizeof(*seqs));
-	if (!seqs)
-		goto out;
-	for (i = 0; i < r->nseqs; i++) {
-		seqs[i] = mkseq(&e, r->blocks);
-		if (!seqs[i])
-			goto out_seqs;
-	}
-	t0 = bench_now_ns();
-	for (t = 0; t < r->turns; t++) {
-		struct kvmm_seq **b = seqs + (size_t)(t % (r->nseqs / r->batch)) * r->batch;
-
-		if (bring_in(&e, b, r->batch))
-			goto out_seqs;
-		/* the batch stays pinned for its quantum, as an engine keeps its running batch */
-		pin_batch(&e, b, r->batch, 1);
-		for (q = 0; q < r->quantum; q++) {
-			/* the step's attention reads every page of the batch once */
-			for (s = 0; s < r->batch; s++)
-				for (k = 0; k < b[s]->nblocks; k++) {
-					const uint64_t *p = kvmm_pool_frame_addr(
-						e.pool, kvmm_mm_seq_frame(b[s], k));
-					size_t w;
-
-					for (w = 0; w < page / 8; w += 8)
-						sum += p[w];
-				}
-			/* each sequence of the batch decodes one token (a new page is pinned too) */
+		pthread_mutex_lock(&pool->lock);
+		for (s = 0; s < r->batch; s++)
+			seq_pin(pool, b[s], 1);
+		pthread_mutex_unlock(&pool->lock);
+		/* the next step's batch comes in while this one computes */
+		rp_ask(x, (int64_t)t + 1);
+		for (step = 0; step < r->quantum; step++) {
+			for (s = 0; s < r->batch; s++) {
+				ctx[s] = (uint32_t)b[s]->ntokens;
+				for (k = 0; k < b[s]->nblocks && k < maxb; k++)
+					tables[s * maxb + k] = (int32_t)kvmm_mm_seq_frame(b[s], k);
+			}
+			if (kvmm_cpu_paged_decode(&ab, q, out)) {
+				ret = -EIO;
+				goto out_unpin;
+			}
+			/* each sequence decodes one token; a new page is pinned with the batch */
+			pthread_mutex_lock(&pool->lock);
 			for (s = 0; s < r->batch; s++) {
 				uint32_t nb = b[s]->nblocks;
 
-				if (kvmm_mm_seq_append(b[s], 1, NULL))
-					goto out_seqs;
+				ret = kvmm_mm_seq_append(b[s], 1, NULL);
+				if (ret) {
+					pthread_mutex_unlock(&pool->lock);
+					goto out_unpin;
+				}
 				if (b[s]->nblocks != nb)
-					kvmm_frame_to_page(e.pool, kvmm_mm_seq_frame(b[s], nb))
+					kvmm_frame_to_page(pool, kvmm_mm_seq_frame(b[s], nb))
 						->pincount++;
 				tokens++;
 			}
+			pthread_mutex_unlock(&pool->lock);
 		}
-		pin_batch(&e, b, r->batch, -1);
+		pthread_mutex_lock(&pool->lock);
+		for (s = 0; s < r->batch; s++)
+			seq_pin(pool, b[s], -1);
+		pthread_mutex_unlock(&pool->lock);
 	}
-	bench_use(sum);
-	tps = (double)tokens / ((double)(bench_now_ns() - t0) / 1e9);
-out_seqs:
-	free(seqs);
+	return tokens;
+
+out_unpin:
+	pthread_mutex_lock(&pool->lock);
+	for (s = 0; s < r->batch; s++)
+		seq_pin(pool, rp_batch(x, t)[s], -1);
+	pthread_mutex_unlock(&pool->lock);
+	return ret;
+}
+
+/*
+ * Tokens per second of the replay on a pool of @nframes.  Both runs are the same program: a
+ * host tier is on in both (unused when everything fits), and a warm-up pass over every
+ * batch, untimed, faults in the pool and the host tier's arena before the clock starts.
+ */
+static double replay_run(const struct replay *r, uint64_t page, uint32_t nframes)
+{
+	uint32_t maxb = r->blocks + r->turns + 2, nbatches = r->nseqs / r->batch, i;
+	struct kvmm_swap_tier_params p = {
+		.tier = 1, .priority = 10, .size = page * (uint64_t)r->nseqs * maxb};
+	struct rp x = {.r = r, .want = -1, .ready = -1};
+	int32_t *tables = NULL;
+	float *q = NULL, *out = NULL;
+	int64_t tokens;
+	uint64_t t0;
+	double tps = 0;
+
+	if (r->batch > 64 || env_init(&x.e, page, nframes))
+		return 0;
+	if (kvmm_swapon(x.e.pool, &kvmm_swap_host_ops, &p))
+		goto out;
+	x.seqs = calloc(r->nseqs, sizeof(*x.seqs));
+	tables = calloc((size_t)r->batch * maxb, sizeof(*tables));
+	q = calloc((size_t)r->batch * 32 * x.e.fmt.head_dim, sizeof(*q));
+	out = calloc((size_t)r->batch * 32 * x.e.fmt.head_dim, sizeof(*out));
+	if (!x.seqs || !tables || !q || !out)
+		goto out;
+	for (i = 0; i < r->batch * 32 * x.e.fmt.head_dim; i++)
+		q[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+	for (i = 0; i < r->nseqs; i++) {
+		x.seqs[i] = mkseq(&x.e, r->blocks);
+		if (!x.seqs[i])
+			goto out;
+	}
+	pthread_mutex_init(&x.mu, NULL);
+	pthread_cond_init(&x.cv, NULL);
+	if (pthread_create(&x.thread, NULL, rp_thread, &x))
+		goto out;
+	rp_ask(&x, 0);
+	/* warm-up: every batch once, untimed */
+	tokens = rp_turns(&x, 0, nbatches, tables, q, out);
+	if (tokens >= 0) {
+		t0 = bench_now_ns();
+		tokens = rp_turns(&x, nbatches, r->turns, tables, q, out);
+		if (tokens > 0)
+			tps = (double)tokens / ((double)(bench_now_ns() - t0) / 1e9);
+	}
+	/* the thread finishes what it is bringing in (the batch after the last), then stops */
+	pthread_mutex_lock(&x.mu);
+	x.stop = true;
+	pthread_cond_broadcast(&x.cv);
+	pthread_mutex_unlock(&x.mu);
+	pthread_join(x.thread, NULL);
+	if (tokens < 0 || x.err)
+		tps = 0;
 out:
-	env_fini(&e);
+	free(out);
+	free(q);
+	free(tables);
+	free(x.seqs);
+	env_fini(&x.e);
 	return tps;
 }
 
@@ -404,16 +587,29 @@ static int bench_replay(const struct bench_opts *o)
 {
 	uint64_t page = 64u << 10;
 	/*
-	 * 16 sequences of 32 pages (16 tokens each) = 512 pages over a 256-frame pool; batches
-	 * of 4 (128 pages) run a quantum of 16 steps each turn: one new page per sequence a turn.
+	 * 16 sequences of 32 pages (16 tokens each) = 512 pages, twice the 256-frame pool;
+	 * batches of 2 sequences run a quantum of 16 decode steps a turn, so the running batch
+	 * and the next one (with their growth) fit together.
 	 */
 	struct replay r = {
-		.nseqs = 16, .blocks = 32, .batch = 4, .quantum = 16, .turns = o->quick ? 16 : 32};
-	uint32_t grow = r.turns / (r.nseqs / r.batch) + 2, all = r.nseqs * (r.blocks + grow);
+		.nseqs = 16, .blocks = 32, .batch = 2, .quantum = 16, .turns = o->quick ? 16 : 64};
+	uint32_t maxb = r.blocks + r.turns + 2;
 	double over, full;
+	int i;
 
-	full = replay_run(&r, page, all + all / 8, false);
-	over = replay_run(&r, page, r.nseqs * r.blocks / 2, true);
+	/* alternated, best of each: a noisy neighbour (2-core VMs) hurts both alike */
+	full = over = 0;
+	for (i = 0; i < (o->quick ? 1 : 3); i++) {
+		double f = replay_run(&r, page, r.nseqs * maxb + 64);
+		double v = replay_run(&r, page, r.nseqs * r.blocks / 2);
+
+		if (!f || !v) {
+			full = over = 0;
+			break;
+		}
+		full = max_t(double, full, f);
+		over = max_t(double, over, v);
+	}
 	if (!full || !over) {
 		fprintf(stderr, "kvmm-bench swap: the replay failed\n");
 		return -EIO;

@@ -26,7 +26,9 @@
  *      Before release: SEQ_BLOCKS (read a sequence's block table over the socket),
  *      attach_rep.nr_frames, SEQ_APPEND carries its token ids, SEAL carries none; the data
  *      plane (KVMM_ATTACH_F_RINGS, struct kvmm_shm_hdr and the ring, mirror and magazine
- *      areas after it, shm fd then eventfd first in ATTACH's descriptors).
+ *      areas after it, shm fd then eventfd first in ATTACH's descriptors); PREFETCH;
+ *      SEQ_APPEND_FRAMES (append into frames popped from the magazine) and the magazine
+ *      head moved by compare-and-swap on both sides, daemon top-ups below the low mark.
  */
 #ifndef KVMM_UAPI_KVMM_H
 #define KVMM_UAPI_KVMM_H
@@ -252,6 +254,7 @@ enum kvmm_op {
 	KVMM_OP_MAG_DRAIN = 0x010a,	/* struct kvmm_mag_req -> struct kvmm_mag_rep */
 	KVMM_OP_SEQ_BLOCKS = 0x010b,	/* kvmm_seq_blocks_req -> _rep + int32_t blocks */
 	KVMM_OP_PREFETCH = 0x010c,	/* struct kvmm_pin_req + seq ids -> struct kvmm_pin_rep */
+	KVMM_OP_SEQ_APPEND_FRAMES = 0x010d, /* _append_frames_req + ids + frames -> _append_rep */
 
 	/* admin: read verbs take struct kvmm_admin_req and answer text or JSON */
 	KVMM_OP_STATUS = 0x0200,
@@ -287,7 +290,7 @@ enum kvmm_op {
 #define KVMM_OP_EVENT_BASE 0x0300U
 /* The last opcode of each range in this version (they move when a version appends ops). */
 #define KVMM_OP_SESSION_LAST KVMM_OP_PING
-#define KVMM_OP_MEM_LAST KVMM_OP_PREFETCH
+#define KVMM_OP_MEM_LAST KVMM_OP_SEQ_APPEND_FRAMES
 #define KVMM_OP_ADMIN_LAST KVMM_OP_FAULT_INJECT
 #define KVMM_OP_EVENT_LAST KVMM_OP_SHUTDOWN
 
@@ -357,6 +360,8 @@ static inline const char *kvmm_op_name(unsigned int op)
 		return "seq_blocks";
 	case KVMM_OP_PREFETCH:
 		return "prefetch";
+	case KVMM_OP_SEQ_APPEND_FRAMES:
+		return "seq_append_frames";
 	case KVMM_OP_STATUS:
 		return "status";
 	case KVMM_OP_MEMINFO:
@@ -928,6 +933,27 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_append_rep, nr_tokens, 0);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_append_rep, nr_blocks, 8);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_append_rep, first_new_block, 12);
 
+/*
+ * SEQ_APPEND_FRAMES: SEQ_APPEND whose new blocks are frames the client took from its
+ * magazine (data plane only), so it can write their KV before the daemon has seen the
+ * append.  nr_tokens uint32_t token ids follow the struct, then nr_frames uint32_t frame
+ * numbers (the record is exactly 32 + 16 + 4 * (nr_tokens + nr_frames) bytes).  nr_frames
+ * must be the number of blocks past the sequence's last one that the append maps, and
+ * frames[i] becomes the first of them + i.  Every frame must be one this client popped from
+ * its magazine and has not given back nor named before, each named once: else -EINVAL and
+ * nothing changes.  A shared partial last block is still copied into a daemon-chosen frame.
+ * The reply is struct kvmm_seq_append_rep.
+ */
+struct kvmm_seq_append_frames_req {
+	uint64_t seq;
+	uint32_t nr_tokens; /* tokens to add at the end */
+	uint32_t nr_frames; /* frames that follow the token ids */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_seq_append_frames_req, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_append_frames_req, seq, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_append_frames_req, nr_tokens, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_append_frames_req, nr_frames, 12);
+
 /* SEQ_FORK shares the parent's first nr_tokens; the partial last page is copy-on-write. */
 struct kvmm_seq_fork_req {
 	uint64_t seq;	    /* parent */
@@ -1132,10 +1158,18 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_mag_rep, nr_held, 4);
  * Magazine: MAG_REFILL(n) charges up to n more frames (at most mag_size held) to the client's
  * namespace and publishes them in the magazine ring; the client pops them without a round
  * trip. A popped frame belongs to the client (its memory is at base + frame * page_size, not
- * part of any sequence) until it pushes the number on the return ring; the daemon takes
- * returned frames back at MAG_DRAIN, MAG_REFILL and on every poll of the client's rings, and
- * ignores a number it did not hand out. Detach or death returns everything held. v0 cannot
- * make a popped frame a block of a sequence (appends allocate daemon-side).
+ * part of any sequence) until it pushes the number on the return ring or names it in a
+ * SEQ_APPEND_FRAMES, which makes it a block of that sequence. The magazine's consumer index
+ * (head) is moved with a compare-and-swap, by the client to pop and by the daemon to take
+ * published frames back (MAG_DRAIN), so each published frame is popped or retracted exactly
+ * once. After the first MAG_REFILL the daemon keeps the ring topped up on its own: whenever
+ * fewer than KVMM_MAG_LOW_MARK(mag_size) frames are ready it publishes more (returned frames
+ * first, then new ones), from its loop, without a request; a client whose pop leaves fewer
+ * than the mark writes the eventfd if KVMM_SQ_F_NEED_WAKEUP is set. Returned frames stay
+ * charged to the namespace, cached in the magazine for the next pop; MAG_DRAIN gives back
+ * every frame the client does not hold (and stops the top-ups until the next MAG_REFILL);
+ * the daemon ignores a returned number it did not hand out. Detach or death returns
+ * everything held.
  */
 #define KVMM_SHM_MAGIC 0x48534d4bU /* "KMSH" in memory on little-endian hosts */
 #define KVMM_SHM_VERSION 0
@@ -1152,6 +1186,7 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_mag_rep, nr_held, 4);
 #define KVMM_PT_DEFAULT_SLOTS 512
 #define KVMM_PT_DEFAULT_MAX_BLOCKS 512
 #define KVMM_MAG_DEFAULT_SIZE 256
+#define KVMM_MAG_LOW_MARK(size) ((size) / 4) /* the daemon tops up below this many ready */
 
 /* Ring flags words. */
 #define KVMM_SQ_F_NEED_WAKEUP (1U << 0) /* SQ flags, set by the daemon: write the eventfd */

@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "compiler.h"
+#include "kmalloc.h"
 #include "log.h"
 #include "kvmm/ipc/ipc.h"
 #include "kvmm/ipc/obs.h"
@@ -399,6 +400,32 @@ void kvmm_obs_ns_snapshot(struct kvmm_ipc_ns *n, struct kvmm_obs_ns *out)
 
 /* ---- read verbs ------------------------------------------------------------------------------ */
 
+/*
+ * The daemon's metadata allocator (include/kmalloc.h): its own jemalloc arena, or libc in a
+ * sanitizer build.  Printed by STATUS and MEMINFO (JSON keys kmalloc_*).
+ */
+static void kmalloc_out(struct out *o)
+{
+	struct kvmm_kmalloc_stats km;
+	int ret = kvmm_kmalloc_stats(&km);
+
+	out_str(o, "KmallocBackend", km.backend);
+	if (ret) {
+		out_s64(o, "KmallocError", ret, NULL);
+		return;
+	}
+	out_u64(o, "KmallocArena", km.arena, NULL);
+	out_u64(o, "KmallocAllocs", km.nr_allocs, NULL);
+	out_u64(o, "KmallocFrees", km.nr_frees, NULL);
+	out_u64(o, "KmallocAllocated", km.allocated, "bytes");
+	out_u64(o, "KmallocActive", km.active, "bytes");
+	out_u64(o, "KmallocResident", km.resident, "bytes");
+	out_u64(o, "KmallocMetadata", km.metadata, "bytes");
+	out_u64(o, "KmallocTotalAllocated", km.total_allocated, "bytes");
+	out_u64(o, "KmallocTotalResident", km.total_resident, "bytes");
+	out_u64(o, "KmallocTotalMetadata", km.total_metadata, "bytes");
+}
+
 static void status_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct out *o)
 {
 	struct kvmm_server_stats st;
@@ -461,6 +488,7 @@ static void status_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct 
 		out_u64(o, "MetricsPort", srv->obs->port, NULL);
 		out_u64(o, "MetricsScrapes", srv->obs->scrapes, NULL);
 	}
+	kmalloc_out(o);
 }
 
 static void meminfo_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct out *o)
@@ -494,6 +522,7 @@ static void meminfo_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct
 		out_sect_end(o);
 	}
 	out_list_end(o);
+	kmalloc_out(o);
 }
 
 static void vmstat_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct out *o)
@@ -1208,7 +1237,12 @@ static int do_limit(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 }
 
 /* Reclaim up to @want cached frames over every pool; the count freed. */
-static uint64_t reclaim_all(struct kvmm_server *srv, uint64_t want)
+/*
+ * Free up to @want frames over the namespace pools: cache only (kvmm_reclaim: DROP_CACHES,
+ * RECLAIM with KVMM_RECLAIM_F_NOSWAP) or, with @full, the whole reclaim order (kvmm_shrink:
+ * cache first, then whole sequences swapped out to a tier).
+ */
+static uint64_t reclaim_all(struct kvmm_server *srv, uint64_t want, bool full)
 {
 	uint64_t done = 0;
 	unsigned int i;
@@ -1218,8 +1252,8 @@ static uint64_t reclaim_all(struct kvmm_server *srv, uint64_t want)
 
 		pthread_mutex_lock(&pool->lock);
 		while (done < want) {
-			uint32_t n = kvmm_reclaim(
-				pool, NULL, (uint32_t)min_t(uint64_t, want - done, UINT32_MAX));
+			uint32_t m = (uint32_t)min_t(uint64_t, want - done, UINT32_MAX);
+			uint32_t n = full ? kvmm_shrink(pool, m, 0) : kvmm_reclaim(pool, NULL, m);
 
 			if (!n)
 				break;
@@ -1333,7 +1367,7 @@ void kvmm_admin_handle(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 		rep.nr_frames = 0;
 		/* no swap tiers yet: KVMM_DROP_F_SWAP alone drops nothing */
 		if (req.flags & KVMM_DROP_F_DEVICE)
-			rep.nr_frames = reclaim_all(s->srv, UINT64_MAX);
+			rep.nr_frames = reclaim_all(s->srv, UINT64_MAX, false);
 		kvmm_notice("ipc: client %u dropped %" PRIu64 " cached frames", s->id,
 			    rep.nr_frames);
 		kvmm_session_reply(s, hdr, 0, &rep, sizeof(rep));
@@ -1347,7 +1381,8 @@ void kvmm_admin_handle(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 			kvmm_session_reply(s, hdr, -EINVAL, NULL, 0);
 			return;
 		}
-		rep.nr_frames = reclaim_all(s->srv, req.nr_frames);
+		rep.nr_frames =
+			reclaim_all(s->srv, req.nr_frames, !(req.flags & KVMM_RECLAIM_F_NOSWAP));
 		kvmm_session_reply(s, hdr, 0, &rep, sizeof(rep));
 		return;
 	}

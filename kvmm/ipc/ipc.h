@@ -55,11 +55,11 @@ struct kvmm_ipc_seq {
 	struct hlist_node node; /* in session->seqs, keyed by id */
 	uint64_t id;		/* per session, from 1, never reused in the session */
 	struct kvmm_seq *seq;
-	uint32_t pin_depth;  /* PINs not yet UNPINned */
-	uint32_t nr_pinned;  /* frames in pinned[] */
-	uint32_t *pinned;    /* frames whose pincount the pins raised (set at first PIN) */
-	uint32_t batch_mark; /* scratch of one PIN/UNPIN batch */
-	uint32_t pt_slot;    /* data plane: page-table mirror slot + 1, 0 = none */
+	uint32_t pin_depth;	   /* PINs not yet UNPINned */
+	uint32_t nr_pinned;	   /* frames in pinned[] */
+	uint32_t *pinned;	   /* frames whose pincount the pins raised (set at first PIN) */
+	uint32_t batch_mark;	   /* scratch of one PIN/UNPIN batch */
+	uint32_t pt_slot;	   /* data plane: page-table mirror slot + 1, 0 = none */
 	struct kvmm_session *sess; /* its session (reclaim's hooks find it through seq->priv) */
 	bool preempted;		   /* OOM victim: ops on it get -KVMM_EPREEMPTED (swapd.c) */
 	bool preempt_sent;	   /* the PREEMPT event went out */
@@ -202,11 +202,12 @@ int kvmm_dp_create(struct kvmm_session *s, uint32_t ring_entries, int fds[2],
 void kvmm_dp_destroy(struct kvmm_session *s);
 /*
  * Consume up to @budget SQEs (fewer when the CQ is full: backpressure), post their CQEs,
- * take back returned magazine frames, wake a waiting client.  Returns the SQEs consumed, or
- * -EPROTO when the client corrupted its ring indexes or sent too many bad SQEs (close it).
+ * follow the magazine (pops, returns, top-up below the low mark), wake a waiting client.
+ * Returns the work done (SQEs consumed plus magazine frames moved; 0 = idle), or -EPROTO
+ * when the client corrupted its ring indexes or sent too many bad SQEs (close it).
  */
 int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget);
-/* Whether the SQ holds entries the daemon could consume now (the CQ has room). */
+/* Whether the daemon has work there now: SQ entries the CQ has room for, or magazine work. */
 bool kvmm_dp_runnable(struct kvmm_session *s);
 /* Whether the SQ holds entries at all (runnable or held back by a full CQ). */
 bool kvmm_dp_pending(struct kvmm_session *s);
@@ -217,6 +218,13 @@ void kvmm_dp_seq_update(struct kvmm_session *s, struct kvmm_ipc_seq *is, uint32_
 void kvmm_dp_seq_gone(struct kvmm_session *s, struct kvmm_ipc_seq *is);
 /* MAG_REFILL / MAG_DRAIN (pool lock held); -EOPNOTSUPP without a data plane. */
 int kvmm_dp_mag_op(struct kvmm_session *s, unsigned int op, const void *p, void *rp, size_t *rlen);
+/*
+ * SEQ_APPEND_FRAMES (pool lock held): append @n tokens (@ids) to @seq with the @nr_frames
+ * frames the client named as its new blocks, each checked to be one it popped from its
+ * magazine (-EINVAL otherwise, also without a data plane); nothing changes on error.
+ */
+int kvmm_dp_append_frames(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t n,
+			  const uint32_t *ids, const uint32_t *frames, uint32_t nr_frames);
 
 /* ---- swapd.c: swap tiers, kvswapd, OOM preemption ---------------------------------------- */
 

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "compiler.h"
+#include "kmalloc.h"
 #include "log.h"
 #include "kvmm/ipc/ipc.h"
 #include "kvmm/ipc/obs.h"
@@ -281,6 +282,7 @@ int kvmm_obs_metrics_text(struct kvmm_server *srv, char **out, size_t *outlen)
 {
 	struct kvmm_obs_ns *snap;
 	struct kvmm_server_stats st;
+	struct kvmm_kmalloc_stats km;
 	struct buf b = {0};
 	unsigned int i, k;
 	static const char *const states[] = {"free", "magazine", "mapped", "cached"};
@@ -362,6 +364,14 @@ int kvmm_obs_metrics_text(struct kvmm_server *srv, char **out, size_t *outlen)
 		    srv->obs->trace_dropped);
 	SRV_COUNTER("kvmm_metrics_scrapes_total", "GET /metrics answered.", srv->obs->scrapes);
 #undef SRV_COUNTER
+	if (!kvmm_kmalloc_stats(&km)) {
+		family(&b, "kvmm_kmalloc_bytes", "gauge",
+		       "kvmmd's metadata allocator (jemalloc arena or libc) by kind.");
+		bprintf(&b, "kvmm_kmalloc_bytes{kind=\"allocated\"} %" PRIu64 "\n", km.allocated);
+		bprintf(&b, "kvmm_kmalloc_bytes{kind=\"active\"} %" PRIu64 "\n", km.active);
+		bprintf(&b, "kvmm_kmalloc_bytes{kind=\"resident\"} %" PRIu64 "\n", km.resident);
+		bprintf(&b, "kvmm_kmalloc_bytes{kind=\"metadata\"} %" PRIu64 "\n", km.metadata);
+	}
 	free(snap);
 	if (b.oom) {
 		free(b.p);

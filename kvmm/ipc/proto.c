@@ -57,6 +57,15 @@ int kvmm_ipc_check_payload(unsigned int op, const void *payload, size_t plen)
 		       (const uint8_t *)payload + offsetof(struct kvmm_seq_append_req, nr_tokens),
 		       sizeof(n64));
 		return exact_array(plen, sizeof(struct kvmm_seq_append_req), n64, sizeof(uint32_t));
+	case KVMM_OP_SEQ_APPEND_FRAMES: {
+		struct kvmm_seq_append_frames_req r;
+
+		if (plen < sizeof(r))
+			return -EBADMSG;
+		memcpy(&r, payload, sizeof(r));
+		return exact_array(plen, sizeof(r), (uint64_t)r.nr_tokens + r.nr_frames,
+				   sizeof(uint32_t));
+	}
 	case KVMM_OP_SEQ_FORK:
 		return exact(plen, sizeof(struct kvmm_seq_fork_req));
 	case KVMM_OP_SEQ_TRUNCATE:

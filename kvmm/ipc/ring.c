@@ -18,7 +18,14 @@
  * space: they are charged to the namespace and mapped by one PTE each, which keeps every pool
  * invariant, and teardown (kvmm_aspace_destroy) returns them like any sequence's pages.
  * Which of them the client has popped is tracked privately, from the magazine head it
- * publishes, so a returned number is taken back only if it was handed out and popped.
+ * publishes, so a returned number is taken back only if it was handed out and popped, and an
+ * APPEND that names frames for its new blocks (SEQ_APPEND_FRAMES) is refused unless every
+ * one is a frame this client popped: those pages then move from the hidden sequence to the
+ * client's (kvmm_mm_seq_unmap_tail, kvmm_mm_seq_append_pages), their charge unchanged, with
+ * whatever the client already wrote in them.  After the client's first MAG_REFILL the daemon
+ * tops the ring up itself, from every poll, whenever fewer than KVMM_MAG_LOW_MARK frames are
+ * ready: returned frames first (they stay charged, cached for the next pop), then new ones in
+ * one batch.  A frame index lookup is a hash probe, never a scan.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -56,12 +63,18 @@ struct kvmm_dp {
 
 	uint64_t *slot_seq; /* mirror slot -> sequence id (0 free), private */
 
-	/* magazine: held[i] is the frame of block i of mag_seq; popped[i] if the client has it */
+	/* magazine: held[i] is the frame of block i of mag_seq, state[i] its MAG_* state */
 	struct kvmm_seq *mag_seq;
 	uint32_t *held;
-	uint8_t *popped;
+	uint8_t *state;
 	uint32_t nr_held;
+	uint32_t *hash; /* frame -> index + 1 in held[], open addressing */
+	uint32_t hash_mask;
+	uint32_t *spare; /* frames held but neither published nor popped (a stack) */
+	uint32_t nr_spare;
 	uint32_t *published; /* private copy of the magazine ring's entries */
+	bool mag_auto;	     /* keep it topped up (after the client's first MAG_REFILL) */
+	bool mag_starved;    /* the last top-up stayed under the low mark */
 };
 
 /* ---- creation ------------------------------------------------------------------------- */
@@ -94,9 +107,15 @@ int kvmm_dp_create(struct kvmm_session *s, uint32_t ring_entries, int fds[2],
 	dp->mask = ring_entries - 1;
 	dp->slot_seq = calloc(dp->hdr.pt_slots, sizeof(*dp->slot_seq));
 	dp->held = calloc(dp->hdr.mag_size, sizeof(*dp->held));
-	dp->popped = calloc(dp->hdr.mag_size, sizeof(*dp->popped));
+	dp->state = calloc(dp->hdr.mag_size, sizeof(*dp->state));
+	dp->spare = calloc(dp->hdr.mag_size, sizeof(*dp->spare));
 	dp->published = calloc(dp->hdr.mag_size, sizeof(*dp->published));
-	if (!dp->slot_seq || !dp->held || !dp->popped || !dp->published) {
+	/* at most half full: short probe chains */
+	for (dp->hash_mask = 1; dp->hash_mask < 2 * dp->hdr.mag_size; dp->hash_mask *= 2)
+		;
+	dp->hash = calloc(dp->hash_mask, sizeof(*dp->hash));
+	dp->hash_mask--;
+	if (!dp->slot_seq || !dp->held || !dp->state || !dp->spare || !dp->published || !dp->hash) {
 		ret = -ENOMEM;
 		goto out_free;
 	}
@@ -170,7 +189,9 @@ out_free:
 		close(dp->efd);
 	free(dp->slot_seq);
 	free(dp->held);
-	free(dp->popped);
+	free(dp->state);
+	free(dp->spare);
+	free(dp->hash);
 	free(dp->published);
 	free(dp);
 	return ret;
@@ -192,7 +213,9 @@ void kvmm_dp_destroy(struct kvmm_session *s)
 	close(dp->memfd);
 	free(dp->slot_seq);
 	free(dp->held);
-	free(dp->popped);
+	free(dp->state);
+	free(dp->spare);
+	free(dp->hash);
 	free(dp->published);
 	free(dp);
 }
@@ -269,36 +292,143 @@ void kvmm_dp_seq_gone(struct kvmm_session *s, struct kvmm_ipc_seq *is)
 
 /* ---- magazine ----------------------------------------------------------------------------- */
 
-static int held_find(struct kvmm_dp *dp, uint32_t frame, bool popped)
-{
-	uint32_t i;
+/*
+ * Held frames: index i of held[] is block i of the hidden sequence.  A held frame is SPARE
+ * (the daemon's: returned by the client, or new), PUBLISHED (in the magazine ring, not yet
+ * popped) or POPPED (the client's).  hash[] finds a frame's index (open addressing, linear
+ * probing, slots hold index + 1), so following the client's head, taking returns and
+ * checking the frames an append names cost O(1) per frame, not a scan of held[].
+ */
+enum {
+	MAG_SPARE,
+	MAG_PUBLISHED,
+	MAG_POPPED,
+	MAG_NAMED /* by the append being checked */
+};
 
-	for (i = 0; i < dp->nr_held; i++)
-		if (dp->held[i] == frame && dp->popped[i] == popped)
-			return (int)i;
-	return -1;
+static uint32_t fhash_home(const struct kvmm_dp *dp, uint32_t frame)
+{
+	return (frame * 2654435761u) & dp->hash_mask;
 }
 
-/* Give back held frame i: move it to the hidden sequence's last block and truncate that. */
-static void held_release(struct kvmm_session *s, uint32_t i)
+/* Slot of @frame in hash[], or UINT32_MAX. */
+static uint32_t fhash_slot(const struct kvmm_dp *dp, uint32_t frame)
+{
+	uint32_t k = fhash_home(dp, frame);
+
+	for (;;) {
+		uint32_t v = dp->hash[k];
+
+		if (!v)
+			return UINT32_MAX;
+		if (dp->held[v - 1] == frame)
+			return k;
+		k = (k + 1) & dp->hash_mask;
+	}
+}
+
+/* Index in held[] of @frame, or -1 when the magazine does not hold it. */
+static int held_find(const struct kvmm_dp *dp, uint32_t frame)
+{
+	uint32_t k = fhash_slot(dp, frame);
+
+	return k == UINT32_MAX ? -1 : (int)dp->hash[k] - 1;
+}
+
+static void fhash_add(struct kvmm_dp *dp, uint32_t frame, uint32_t i)
+{
+	uint32_t k = fhash_home(dp, frame);
+
+	while (dp->hash[k])
+		k = (k + 1) & dp->hash_mask;
+	dp->hash[k] = i + 1;
+}
+
+/* Remove @frame (present), shifting the probe chain back so no tombstone is needed. */
+static void fhash_del(struct kvmm_dp *dp, uint32_t frame)
+{
+	uint32_t i = fhash_slot(dp, frame), j = i;
+
+	dp->hash[i] = 0;
+	for (;;) {
+		uint32_t k;
+
+		j = (j + 1) & dp->hash_mask;
+		if (!dp->hash[j])
+			return;
+		k = fhash_home(dp, dp->held[dp->hash[j] - 1]);
+		/* an entry whose home lies cyclically in (i, j] is still reachable: leave it */
+		if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+			continue;
+		dp->hash[i] = dp->hash[j];
+		dp->hash[j] = 0;
+		i = j;
+	}
+}
+
+/*
+ * Take held frame i out of the magazine's books and make it the hidden sequence's last
+ * block (where the core can unmap it): the last entry moves into its place.
+ */
+static void held_to_last(struct kvmm_session *s, uint32_t i)
 {
 	struct kvmm_dp *dp = s->dp;
 	struct kvmm_seq *seq = dp->mag_seq;
 	uint32_t last = dp->nr_held - 1;
 	uint64_t pte;
 
-	pte = seq->pte[i];
-	seq->pte[i] = seq->pte[last];
-	seq->pte[last] = pte;
-	dp->held[i] = dp->held[last];
-	dp->popped[i] = dp->popped[last];
+	fhash_del(dp, dp->held[i]);
+	if (i != last) {
+		uint32_t k = fhash_slot(dp, dp->held[last]); /* before held[] changes under it */
+
+		pte = seq->pte[i];
+		seq->pte[i] = seq->pte[last];
+		seq->pte[last] = pte;
+		dp->held[i] = dp->held[last];
+		dp->state[i] = dp->state[last];
+		dp->hash[k] = i + 1;
+	}
 	dp->nr_held--;
-	kvmm_mm_seq_truncate(seq, (uint64_t)dp->nr_held * s->as->fmt.tokens_per_page);
+}
+
+/* Give back held frame i to the pool (truncating the hidden sequence frees it). */
+static void held_release(struct kvmm_session *s, uint32_t i)
+{
+	struct kvmm_dp *dp = s->dp;
+
+	held_to_last(s, i);
+	kvmm_mm_seq_truncate(dp->mag_seq, (uint64_t)dp->nr_held * s->as->fmt.tokens_per_page);
+}
+
+/* Add the hidden sequence's blocks [nr_held, nblocks) to the books as @state. */
+static void held_add_new(struct kvmm_dp *dp, uint8_t state)
+{
+	while (dp->nr_held < dp->mag_seq->nblocks) {
+		uint32_t i = dp->nr_held++;
+
+		dp->held[i] = kvmm_mm_seq_frame(dp->mag_seq, i);
+		dp->state[i] = state;
+		fhash_add(dp, dp->held[i], i);
+		if (state == MAG_SPARE)
+			dp->spare[dp->nr_spare++] = dp->held[i];
+	}
+}
+
+static void publish(struct kvmm_dp *dp, uint32_t i)
+{
+	uint32_t size = dp->hdr.mag_size, f = dp->held[i];
+
+	dp->state[i] = MAG_PUBLISHED;
+	dp->published[dp->mag_tail % size] = f;
+	WRITE_ONCE(dp->mag_frames[dp->mag_tail % size], f);
+	dp->mag_tail++;
 }
 
 /*
- * Follow the client's magazine head (frames it popped) and take back what it returned.
- * Returns the frames taken back, or -EPROTO for an index out of range.
+ * Follow the client's magazine head (frames it popped) and take back what it returned: a
+ * returned frame becomes a spare, published again by the next fill (it stays charged: the
+ * magazine caches up to mag_size frames per client).  Returns the frames that moved, or
+ * -EPROTO for an index out of range.
  */
 static int mag_poll(struct kvmm_session *s)
 {
@@ -309,57 +439,140 @@ static int mag_poll(struct kvmm_session *s)
 	h = smp_load_acquire(&dp->mag->head);
 	if ((uint32_t)(h - dp->mag_head) > (uint32_t)(dp->mag_tail - dp->mag_head))
 		return -EPROTO; /* popped more than was published */
-	for (; dp->mag_head != h; dp->mag_head++) {
-		int i = held_find(dp, dp->published[dp->mag_head % size], false);
+	for (; dp->mag_head != h; dp->mag_head++, n++) {
+		int i = held_find(dp, dp->published[dp->mag_head % size]);
 
-		if (i >= 0)
-			dp->popped[i] = 1;
+		if (i >= 0 && dp->state[i] == MAG_PUBLISHED)
+			dp->state[i] = MAG_POPPED;
 	}
 	/* acquire: pairs with the client's release of the return tail after writing the entries */
 	t = smp_load_acquire(&dp->ret->tail);
 	if ((uint32_t)(t - dp->ret_head) > size)
 		return -EPROTO;
 	for (; dp->ret_head != t; dp->ret_head++) {
-		int i = held_find(dp, READ_ONCE(dp->ret_frames[dp->ret_head % size]), true);
+		int i = held_find(dp, READ_ONCE(dp->ret_frames[dp->ret_head % size]));
 
-		if (i >= 0) {
-			held_release(s, (uint32_t)i);
+		/* a number it does not hold (or twice) is ignored */
+		if (i >= 0 && dp->state[i] == MAG_POPPED) {
+			dp->state[i] = MAG_SPARE;
+			dp->spare[dp->nr_spare++] = dp->held[i];
 			n++;
 		}
 	}
 	/* release: the return slots may be reused once we stopped reading them */
 	smp_store_release(&dp->ret->head, dp->ret_head);
+	if (n)
+		dp->mag_starved = false;
 	return (int)n;
 }
 
-static int mag_refill(struct kvmm_session *s, uint32_t want, uint32_t *moved)
+/*
+ * Publish up to @want more frames: spares first, then new frames charged to the namespace
+ * (one append of the hidden sequence for the whole batch; page by page if that fails), never
+ * more than mag_size held.  @background: a top-up nobody asked for, which must not push the
+ * pool into reclaim, so it takes no new frame once free frames are under the low mark.
+ * Returns the frames published (0 with *err set when none could be).
+ */
+static uint32_t mag_fill(struct kvmm_session *s, uint32_t want, bool background, int *err)
 {
 	struct kvmm_dp *dp = s->dp;
-	uint32_t tpp = s->as->fmt.tokens_per_page, size = dp->hdr.mag_size;
-	int ret = 0;
+	struct kvmm_pool *pool = s->as->pool;
+	uint32_t tpp = s->as->fmt.tokens_per_page, size = dp->hdr.mag_size, moved = 0, room;
 
-	*moved = 0;
-	if (!want || want > size - dp->nr_held)
-		want = size - dp->nr_held;
-	while (*moved < want) {
-		uint32_t f;
+	*err = 0;
+	room = size - (dp->mag_tail - dp->mag_head);
+	want = min_t(uint32_t, want, room);
+	while (moved < want && dp->nr_spare) {
+		int i = held_find(dp, dp->spare[--dp->nr_spare]);
 
-		/* one page at a time: a failure leaves whole pages and a consistent count */
-		ret = kvmm_mm_seq_append(dp->mag_seq, tpp, NULL);
-		if (ret)
-			break;
-		f = kvmm_mm_seq_frame(dp->mag_seq, dp->nr_held);
-		dp->held[dp->nr_held] = f;
-		dp->popped[dp->nr_held] = 0;
-		dp->nr_held++;
-		dp->published[dp->mag_tail % size] = f;
-		WRITE_ONCE(dp->mag_frames[dp->mag_tail % size], f);
-		dp->mag_tail++;
-		(*moved)++;
+		if (i >= 0 && dp->state[i] == MAG_SPARE) {
+			publish(dp, (uint32_t)i);
+			moved++;
+		}
 	}
-	/* release: the frame numbers above are visible before the tail that publishes them */
-	smp_store_release(&dp->mag->tail, dp->mag_tail);
-	return *moved ? 0 : ret;
+	while (moved < want && dp->nr_held < size) {
+		uint32_t k = min_t(uint32_t, want - moved, size - dp->nr_held), first;
+		int ret;
+
+		if (background && kvmm_pool_nr_free(pool) < pool->wmark_low + k)
+			break;
+		ret = kvmm_mm_seq_append(dp->mag_seq, k * tpp, NULL);
+		if (ret && k > 1)
+			ret = kvmm_mm_seq_append(dp->mag_seq, tpp, NULL); /* one page at a time */
+		if (ret) {
+			*err = ret;
+			break;
+		}
+		first = dp->nr_held;
+		held_add_new(dp, MAG_PUBLISHED);
+		for (; first < dp->nr_held; first++, moved++)
+			publish(dp, first);
+	}
+	if (moved)
+		/* release: the frame numbers above are visible before the tail that publishes them */
+		smp_store_release(&dp->mag->tail, dp->mag_tail);
+	return moved;
+}
+
+/* The daemon's own top-up, from every poll: below the low mark, fill the ring again. */
+static uint32_t mag_topup(struct kvmm_session *s)
+{
+	struct kvmm_dp *dp = s->dp;
+	uint32_t size = dp->hdr.mag_size, moved;
+	int err;
+
+	if (!dp->mag_auto || dp->mag_starved ||
+	    dp->mag_tail - dp->mag_head >= KVMM_MAG_LOW_MARK(size))
+		return 0;
+	moved = mag_fill(s, size, true, &err);
+	/* not back above the mark: wait for the client to move before trying again */
+	dp->mag_starved = dp->mag_tail - dp->mag_head < KVMM_MAG_LOW_MARK(size);
+	return moved;
+}
+
+/*
+ * Give back up to @want frames (0: all) the client does not hold: spares, then published
+ * ones, taken back from the ring by moving its head with the same compare-and-swap the
+ * client pops with, so a frame is either popped by the client or retracted, never both.
+ */
+static uint32_t mag_drain(struct kvmm_session *s, uint32_t want)
+{
+	struct kvmm_dp *dp = s->dp;
+	uint32_t size = dp->hdr.mag_size, n = 0;
+
+	if (!want)
+		want = UINT32_MAX;
+	while (n < want && dp->nr_spare) {
+		int i = held_find(dp, dp->spare[--dp->nr_spare]);
+
+		if (i >= 0 && dp->state[i] == MAG_SPARE) {
+			held_release(s, (uint32_t)i);
+			n++;
+		}
+	}
+	for (int tries = 0; n < want && tries < 8; tries++) {
+		uint32_t h = dp->mag_head, k = min_t(uint32_t, want - n, dp->mag_tail - h);
+
+		if (!k)
+			break;
+		if (!__atomic_compare_exchange_n(&dp->mag->head, &h, h + k, false, __ATOMIC_ACQ_REL,
+						 __ATOMIC_ACQUIRE)) {
+			/* the client popped meanwhile: account for it and try again */
+			if (mag_poll(s) < 0)
+				break;
+			continue;
+		}
+		for (; dp->mag_head != h + k; dp->mag_head++) {
+			int i = held_find(dp, dp->published[dp->mag_head % size]);
+
+			if (i >= 0 && dp->state[i] == MAG_PUBLISHED) {
+				held_release(s, (uint32_t)i);
+				n++;
+			}
+		}
+	}
+	dp->mag_auto = false; /* drained on purpose: no top-up until the next refill */
+	return n;
 }
 
 int kvmm_dp_mag_op(struct kvmm_session *s, unsigned int op, const void *p, void *rp, size_t *rlen)
@@ -377,16 +590,74 @@ int kvmm_dp_mag_op(struct kvmm_session *s, unsigned int op, const void *p, void 
 	if (ret < 0)
 		return -EINVAL;
 	if (op == KVMM_OP_MAG_REFILL) {
-		ret = mag_refill(s, req.nr_frames, &rep.nr_frames);
-		if (ret)
+		rep.nr_frames =
+			mag_fill(s, req.nr_frames ? req.nr_frames : UINT32_MAX, false, &ret);
+		if (!rep.nr_frames && ret)
 			return ret;
+		/* from now on the daemon keeps it topped up without being asked */
+		s->dp->mag_auto = true;
+		s->dp->mag_starved = false;
 	} else {
-		rep.nr_frames = (uint32_t)ret;
+		rep.nr_frames = mag_drain(s, req.nr_frames);
 	}
 	rep.nr_held = s->dp->nr_held;
 	memcpy(rp, &rep, sizeof(rep));
 	*rlen = sizeof(rep);
 	return 0;
+}
+
+int kvmm_dp_append_frames(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t n,
+			  const uint32_t *ids, const uint32_t *frames, uint32_t nr_frames)
+{
+	struct kvmm_dp *dp = s->dp;
+	struct kvmm_page *stack[64], **pages = stack;
+	uint32_t tpp = s->as->fmt.tokens_per_page, i;
+	int ret = 0;
+
+	if (!dp)
+		return -EINVAL; /* no magazine: no frame can be in it */
+	/* the client popped them just before: catch up with its head first */
+	if (mag_poll(s) < 0)
+		return -EINVAL;
+	/* every frame must be one this client popped, named once: mark them as we check */
+	for (i = 0; i < nr_frames; i++) {
+		int k = held_find(dp, frames[i]);
+
+		if (k < 0 || dp->state[k] != MAG_POPPED) {
+			ret = -EINVAL;
+			break;
+		}
+		dp->state[k] = MAG_NAMED; /* a second mention fails the test above */
+	}
+	while (i--)
+		dp->state[held_find(dp, frames[i])] = MAG_POPPED;
+	if (ret)
+		return ret;
+	if (nr_frames > ARRAY_SIZE(stack)) {
+		pages = malloc(sizeof(*pages) * nr_frames);
+		if (!pages)
+			return -ENOMEM;
+	}
+	for (i = 0; i < nr_frames; i++) {
+		held_to_last(s, (uint32_t)held_find(dp, frames[i]));
+		ret = kvmm_mm_seq_unmap_tail(dp->mag_seq, 1, &pages[i]);
+		KVMM_BUG_ON(ret); /* a NORECLAIM, unshared, unsealed page of ours */
+	}
+	ret = kvmm_mm_seq_append_pages(seq, n, ids, pages, nr_frames);
+	if (ret) {
+		/*
+		 * Back into the hidden sequence, still popped: it only shrank, so its arrays
+		 * have room and it holds whole pages (no copy-on-write): this cannot fail.
+		 */
+		int r = kvmm_mm_seq_append_pages(dp->mag_seq, nr_frames * tpp, NULL, pages,
+						 nr_frames);
+
+		KVMM_BUG_ON(r);
+		held_add_new(dp, MAG_POPPED);
+	}
+	if (pages != stack)
+		free(pages);
+	return ret;
 }
 
 /* ---- rings --------------------------------------------------------------------------------- */
@@ -404,10 +675,23 @@ bool kvmm_dp_pending(struct kvmm_session *s)
 	return dp && READ_ONCE(dp->sq->tail) != dp->sq_head;
 }
 
+/* Work for the magazine: the client popped or returned frames, or a top-up is due. */
+static bool mag_pending(const struct kvmm_dp *dp)
+{
+	return READ_ONCE(dp->mag->head) != dp->mag_head ||
+	       READ_ONCE(dp->ret->tail) != dp->ret_head ||
+	       (dp->mag_auto && !dp->mag_starved &&
+		dp->mag_tail - dp->mag_head < KVMM_MAG_LOW_MARK(dp->hdr.mag_size));
+}
+
 bool kvmm_dp_runnable(struct kvmm_session *s)
 {
 	struct kvmm_dp *dp = s->dp;
 
+	if (!dp)
+		return false;
+	if (mag_pending(dp))
+		return true;
 	if (!kvmm_dp_pending(s))
 		return false;
 	return (uint32_t)(dp->cq_tail - READ_ONCE(dp->cq->head)) < dp->hdr.ring_entries;
@@ -425,6 +709,7 @@ static bool ring_op_ok(unsigned int op)
 	case KVMM_OP_PING:
 	case KVMM_OP_SEQ_CREATE:
 	case KVMM_OP_SEQ_APPEND:
+	case KVMM_OP_SEQ_APPEND_FRAMES:
 	case KVMM_OP_SEQ_FORK:
 	case KVMM_OP_SEQ_TRUNCATE:
 	case KVMM_OP_SEQ_FREE:
@@ -471,7 +756,7 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 {
 	struct kvmm_dp *dp = s->dp;
 	struct kvmm_pool *pool;
-	uint32_t entries, tail, cq_head, avail, room, n, i;
+	uint32_t entries, tail, cq_head, avail, room, n, i, moved = 0;
 	int ret;
 
 	if (!dp)
@@ -490,9 +775,14 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 	}
 	room = entries - (dp->cq_tail - cq_head);
 	n = min_t(uint32_t, min_t(uint32_t, avail, room), budget);
+	/* an idle client costs a few loads per loop iteration, not the pool lock */
+	if (!n && !mag_pending(dp))
+		return 0;
 
 	pthread_mutex_lock(&pool->lock);
 	ret = mag_poll(s);
+	if (ret > 0)
+		moved = (uint32_t)ret;
 	for (i = 0; i < n && ret >= 0; i++) {
 		struct kvmm_ring_sqe e;
 		struct kvmm_ring_cqe cqe;
@@ -516,6 +806,9 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 		dp->cq_tail++;
 		dp->sq_head++;
 	}
+	/* after the step's appends took their frames: top the magazine up in the same pass */
+	if (ret >= 0)
+		moved += mag_topup(s);
 	pthread_mutex_unlock(&pool->lock);
 	if (ret < 0) {
 		kvmm_warn("ipc: client %u: bad ring (magazine indexes or %u bad entries)", s->id,
@@ -523,7 +816,7 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 		return -EPROTO;
 	}
 	if (!i)
-		return 0;
+		return moved ? 1 : 0;
 	/* release: we are done reading these SQEs and their data; the client may reuse them */
 	smp_store_release(&dp->sq->head, dp->sq_head);
 	/*
@@ -539,5 +832,5 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 	smp_mb();
 	if (READ_ONCE(dp->cq->flags) & KVMM_CQ_F_WAITING)
 		futex_wake(&dp->cq->tail);
-	return (int)i;
+	return (int)(i + moved);
 }

@@ -17,6 +17,7 @@
 #include "generated/autoconf.h"
 #include "compiler.h"
 #include "log.h"
+#include "kmalloc.h"
 #include "kvmm/ipc/ipc.h"
 #include "kvmm/swap.h"
 #include "kvmm/trace.h"
@@ -90,7 +91,7 @@ static struct kvmm_ipc_seq *seq_find(struct kvmm_session *s, uint64_t id)
 
 static struct kvmm_ipc_seq *seq_track(struct kvmm_session *s, struct kvmm_seq *seq)
 {
-	struct kvmm_ipc_seq *is = calloc(1, sizeof(*is));
+	struct kvmm_ipc_seq *is = kvmm_calloc(1, sizeof(*is));
 
 	if (!is)
 		return NULL;
@@ -115,7 +116,7 @@ static void pins_drop(struct kvmm_pool *pool, struct kvmm_ipc_seq *is, uint32_t 
 	}
 	is->pin_depth -= times;
 	if (!is->pin_depth) {
-		free(is->pinned);
+		kvmm_free(is->pinned);
 		is->pinned = NULL;
 		is->nr_pinned = 0;
 	}
@@ -130,7 +131,7 @@ static void seq_untrack(struct kvmm_session *s, struct kvmm_ipc_seq *is)
 	kvmm_dp_seq_gone(s, is);
 	kvmm_htable_del(&is->node);
 	s->nr_seqs--;
-	free(is);
+	kvmm_free(is);
 }
 
 /* Debug builds: the pool must be consistent after every teardown. */
@@ -191,9 +192,26 @@ void kvmm_session_fini(struct kvmm_session *s)
 
 /* ---- session ops ------------------------------------------------------------------------ */
 
+/*
+ * The backend the namespace pools really use (kvmmd gives every pool the same one).  By name,
+ * because kvmm/backend/cuda.c is not linked into a build without CUDA; anything else the
+ * host can address (host, or mmap in tests) is the host backend to a client.
+ */
+static enum kvmm_backend pools_backend(const struct kvmm_server *srv)
+{
+	const struct kvmm_backend_ops *ops = srv->cfg.backend;
+
+	if (ops && ops->name && !strcmp(ops->name, "cuda"))
+		return KVMM_BACKEND_CUDA;
+	return KVMM_BACKEND_HOST;
+}
+
 static uint64_t supported_features(const struct kvmm_server *srv)
 {
-	uint64_t f = KVMM_FEAT_HOST_BACKEND | KVMM_FEAT_PREFIX_CACHE;
+	uint64_t f = KVMM_FEAT_PREFIX_CACHE;
+
+	f |= pools_backend(srv) == KVMM_BACKEND_CUDA ? KVMM_FEAT_CUDA_BACKEND
+						     : KVMM_FEAT_HOST_BACKEND;
 
 	if (srv->ns[0].nr_chunks)
 		f |= KVMM_FEAT_FD_PASSING | KVMM_FEAT_RINGS;
@@ -213,14 +231,14 @@ static void do_hello(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	memset(&rep, 0, sizeof(rep));
 	rep.abi_version = KVMM_ABI_VERSION;
 	rep.abi_min = KVMM_ABI_MIN_COMPAT;
-	rep.backend = KVMM_BACKEND_HOST;
+	rep.backend = pools_backend(srv);
 	rep.features_supported = supported_features(srv);
 	rep.page_size = srv->cfg.page_size;
 	for (i = 0; i < srv->nr_ns; i++)
 		frames += srv->ns[i].cfg.nframes;
 	rep.nr_frames = (uint32_t)min_t(uint64_t, frames, UINT32_MAX);
 	rep.client_id = s->id;
-	rep.nr_devices = 1;
+	rep.nr_devices = 1; /* host memory, or the one GPU of --device: no mirroring yet */
 	rep.max_msg = KVMM_MSG_MAX;
 
 	if (s->state != KVMM_SESSION_NEW) {
@@ -524,24 +542,33 @@ out_free:
 	return ret;
 }
 
-static int do_seq_append(struct kvmm_session *s, const void *p, void *rp, size_t *rlen)
+static int do_seq_append(struct kvmm_session *s, unsigned int op, const void *p, void *rp,
+			 size_t *rlen)
 {
 	struct kvmm_seq_append_req req;
+	struct kvmm_seq_append_frames_req freq = {0};
 	struct kvmm_seq_append_rep *rep = rp;
+	const uint32_t *ids = (const uint32_t *)((const uint8_t *)p + sizeof(req));
 	struct kvmm_ipc_seq *is;
 	uint32_t old_blocks, old_tail = KVMM_FRAME_NONE, first;
 	int ret;
 
 	memcpy(&req, p, sizeof(req));
+	if (op == KVMM_OP_SEQ_APPEND_FRAMES)
+		memcpy(&freq, p, sizeof(freq)); /* same seq field; counts are 32-bit here */
 	ret = lookup(s, req.seq, true, &is);
 	if (ret)
 		return ret;
 	old_blocks = is->seq->nblocks;
 	if (old_blocks)
 		old_tail = kvmm_mm_seq_frame(is->seq, old_blocks - 1);
-	/* proto.c checked that nr_tokens ids follow, so it fits in one record */
-	ret = kvmm_mm_seq_append(is->seq, (uint32_t)req.nr_tokens,
-				 (const uint32_t *)((const uint8_t *)p + sizeof(req)));
+	/* proto.c checked that the ids (and frames) follow, so they fit in one record */
+	if (op == KVMM_OP_SEQ_APPEND_FRAMES)
+		/* the new blocks are frames the client popped from its magazine (ring.c) */
+		ret = kvmm_dp_append_frames(s, is->seq, freq.nr_tokens, ids, ids + freq.nr_tokens,
+					    freq.nr_frames);
+	else
+		ret = kvmm_mm_seq_append(is->seq, (uint32_t)req.nr_tokens, ids);
 	if (ret)
 		return ret;
 	first = old_blocks;
@@ -740,7 +767,7 @@ static int do_pin(struct kvmm_session *s, const void *p, bool pin, void *rp, siz
 		if (pin && !v[i]->pin_depth && !v[i]->pinned && v[i]->seq->nblocks) {
 			struct kvmm_seq *seq = v[i]->seq;
 
-			v[i]->pinned = malloc((size_t)seq->nblocks * sizeof(uint32_t));
+			v[i]->pinned = kvmm_malloc((size_t)seq->nblocks * sizeof(uint32_t));
 			if (!v[i]->pinned) {
 				ret = -ENOMEM;
 				goto out_marks;
@@ -769,7 +796,7 @@ out_marks:
 		v[i]->batch_mark = 0;
 		/* a failed PIN gives back the frame lists it made */
 		if (ret && !v[i]->pin_depth && v[i]->pinned) {
-			free(v[i]->pinned);
+			kvmm_free(v[i]->pinned);
 			v[i]->pinned = NULL;
 			v[i]->nr_pinned = 0;
 		}
@@ -836,6 +863,7 @@ static void mirror_op(struct kvmm_session *s, unsigned int op, const void *p, co
 		memcpy(&id, rp, sizeof(id)); /* create and fork replies start with the new id */
 		break;
 	case KVMM_OP_SEQ_APPEND:
+	case KVMM_OP_SEQ_APPEND_FRAMES:
 		if (!ret)
 			memcpy(&from,
 			       (const uint8_t *)rp +
@@ -865,7 +893,8 @@ int kvmm_session_mem_op(struct kvmm_session *s, unsigned int op, const void *p, 
 		ret = do_seq_create(s, p, rp, rlen);
 		break;
 	case KVMM_OP_SEQ_APPEND:
-		ret = do_seq_append(s, p, rp, rlen);
+	case KVMM_OP_SEQ_APPEND_FRAMES:
+		ret = do_seq_append(s, op, p, rp, rlen);
 		break;
 	case KVMM_OP_SEQ_FORK:
 		ret = do_seq_fork(s, p, rp, rlen);

@@ -268,6 +268,183 @@ static void sleep_ms(unsigned int ms)
 		;
 }
 
+/* The daemon's block table of seq (over the socket, not the mirror). */
+static void socket_row(kvmm_client_t *c, uint64_t seq, int32_t *row, uint32_t max)
+{
+	pthread_mutex_lock(&c->lock);
+	assert_int_equal(kvmm_block_table_socket(c, &seq, 1, row, max), 0);
+	pthread_mutex_unlock(&c->lock);
+}
+
+static void fill_frame(kvmm_client_t *c, uint32_t frame, unsigned char v)
+{
+	unsigned char *p = kvmm_frame_addr(c, frame);
+
+	assert_non_null(p);
+	memset(p, v, (size_t)kvmm_page_size(c));
+}
+
+static void assert_frame_filled(kvmm_client_t *c, uint32_t frame, unsigned char v)
+{
+	const unsigned char *p = kvmm_frame_addr(c, frame);
+
+	assert_non_null(p);
+	for (size_t i = 0; i < kvmm_page_size(c); i += 997)
+		assert_int_equal(p[i], v);
+}
+
+/*
+ * Frames popped from the magazine become the pages of a sequence: KV written into them
+ * before the append is in the sequence's pages after it, on the socket and on the ring; a
+ * frame that is not the client's to give (never popped, already a page, another client's)
+ * or a wrong count is -EINVAL and nothing changes.
+ */
+static void test_magazine_append(void **state)
+{
+	const uint32_t tpp = 16; /* itest_fmt */
+	uint32_t fr[8], tok[3 * 16], other_fr;
+	int32_t row[8];
+	uint64_t s, len = 0;
+	kvmm_client_t *c, *other;
+
+	(void)state;
+	itest_need_daemon();
+	c = attach_ns(ITEST_NS_B);
+	other = attach_ns(ITEST_NS_B);
+	assert_int_equal(kvmm_tokens_per_page(c), tpp);
+	itest_tokens(tok, 3 * tpp, 7);
+	assert_int_equal(kvmm_mag_alloc(c, fr, 8), 8);
+	assert_int_equal(kvmm_mag_alloc(other, &other_fr, 1), 1);
+	for (int i = 0; i < 8; i++)
+		fill_frame(c, fr[i], (unsigned char)(0x10 + i));
+	assert_int_equal(kvmm_seq_create(c, 0, &s), 0);
+
+	/* socket: 2 pages' worth of tokens into fr[0], fr[1], written before the append */
+	assert_int_equal(kvmm_seq_append_frames(c, s, tok, 2 * tpp, fr, 2, &len), 0);
+	assert_int_equal(len, 2 * tpp);
+	socket_row(c, s, row, 8);
+	assert_int_equal(row[0], (int32_t)fr[0]);
+	assert_int_equal(row[1], (int32_t)fr[1]);
+	assert_int_equal(row[2], KVMM_BLOCK_NONE);
+	assert_frame_filled(c, fr[0], 0x10);
+	assert_frame_filled(c, fr[1], 0x11);
+
+	/* refused, nothing changes: a frame already a page, a wrong count, twice the same, a
+	 * frame of another client, a frame nobody popped, no frame at all */
+	assert_int_equal(kvmm_seq_append_frames(c, s, tok, tpp, &fr[0], 1, NULL), -EINVAL);
+	assert_int_equal(kvmm_seq_append_frames(c, s, tok, tpp, &fr[2], 2, NULL), -EINVAL);
+	{
+		uint32_t twice[2] = {fr[2], fr[2]};
+
+		assert_int_equal(kvmm_seq_append_frames(c, s, tok, 2 * tpp, twice, 2, NULL),
+				 -EINVAL);
+	}
+	assert_int_equal(kvmm_seq_append_frames(c, s, tok, tpp, &other_fr, 1, NULL), -EINVAL);
+	{
+		uint32_t never = 0;
+
+		while (never == fr[0] || never == fr[1] || never == fr[2] || never == other_fr)
+			never++;
+		assert_int_equal(kvmm_seq_append_frames(c, s, tok, tpp, &never, 1, NULL), -EINVAL);
+	}
+	assert_int_equal(kvmm_seq_append_frames(c, s, tok, tpp, NULL, 0, NULL), -EINVAL);
+	assert_int_equal(kvmm_seq_append(c, s, NULL, 0, &len), 0);
+	assert_int_equal(len, 2 * tpp);
+	socket_row(c, s, row, 8);
+	assert_int_equal(row[2], KVMM_BLOCK_NONE);
+
+	/* ring: one token opens block 2 in fr[2]; 15 more fill it with no new frame */
+	{
+		struct kvmm_sqe sqe[2] = {
+			{.op = KVMM_SQE_SEQ_APPEND,
+			 .seq = s,
+			 .nr = 1,
+			 .data = tok,
+			 .arg = 1,
+			 .frames = &fr[2],
+			 .user_data = 1},
+			{.op = KVMM_SQE_SEQ_APPEND,
+			 .seq = s,
+			 .nr = tpp - 1,
+			 .data = tok,
+			 .user_data = 2},
+		};
+		struct kvmm_cqe cqe[2];
+
+		run_batch(c, sqe, cqe, 2);
+		assert_int_equal(cqe[0].res, 0);
+		assert_int_equal(cqe[0].nr_tokens, 2 * tpp + 1);
+		assert_int_equal(cqe[0].nr_blocks, 3);
+		assert_int_equal(cqe[1].res, 0);
+		assert_int_equal(cqe[1].nr_tokens, 3 * tpp);
+		/* and a bad one on the ring fails alone */
+		sqe[0] = (struct kvmm_sqe){.op = KVMM_SQE_SEQ_APPEND,
+					   .seq = s,
+					   .nr = 1,
+					   .data = tok,
+					   .arg = 1,
+					   .frames = &fr[2],
+					   .user_data = 3};
+		run_batch(c, sqe, cqe, 1);
+		assert_int_equal(cqe[0].res, -EINVAL);
+	}
+	assert_int_equal(kvmm_block_table(c, &s, 1, row, 8), 0); /* the mirror agrees */
+	assert_int_equal(row[2], (int32_t)fr[2]);
+	assert_frame_filled(c, fr[2], 0x12);
+	/* the frames now belong to the sequence: giving them back is ignored, freeing frees */
+	assert_int_equal(kvmm_mag_free(c, fr, 3), 0);
+	assert_int_equal(kvmm_seq_append(c, s, NULL, 0, &len), 0);
+	assert_int_equal(len, 3 * tpp);
+	socket_row(c, s, row, 8);
+	assert_int_equal(row[0], (int32_t)fr[0]);
+	assert_int_equal(kvmm_seq_free(c, s), 0);
+	assert_int_equal(kvmm_mag_free(c, fr + 3, 5), 0);
+	kvmm_detach(other);
+	kvmm_detach(c);
+}
+
+/* Only loads: wait for the daemon's loop to make at least @want frames ready. */
+static uint32_t wait_avail(kvmm_client_t *c, uint32_t want)
+{
+	uint32_t avail = 0;
+
+	for (int i = 0; i < 1000 && (avail = kvmm_mag_avail(c)) < want; i++)
+		sleep_ms(2);
+	return avail;
+}
+
+/* After the first refill the daemon keeps the magazine topped up without being asked. */
+static void test_magazine_topup(void **state)
+{
+	static uint32_t fr[KVMM_MAG_DEFAULT_SIZE];
+	kvmm_client_t *c;
+	uint32_t size, low, got;
+
+	(void)state;
+	itest_need_daemon();
+	c = attach_ns(ITEST_NS_B);
+	size = kvmm_mag_size(c);
+	low = KVMM_MAG_LOW_MARK(size);
+	assert_true(size <= KVMM_MAG_DEFAULT_SIZE && low > 0);
+	/* the one round trip: a refill of a small batch (64 frames), one taken */
+	assert_int_equal(kvmm_mag_alloc(c, fr, 1), 1);
+	got = 1;
+	/* the daemon fills the whole ring on its own, far beyond what was asked */
+	assert_int_equal(wait_avail(c, size - got), size - got);
+	/* take frames until fewer than the low mark are ready: no request is made */
+	while (kvmm_mag_avail(c) >= low) {
+		assert_int_equal(kvmm_mag_alloc(c, fr + got, 1), 1);
+		got++;
+	}
+	assert_true(got <= size);
+	/* it holds all it may (mag_size): the top-up waits for frames to come back */
+	assert_int_equal(kvmm_mag_free(c, fr, got), 0);
+	/* returned frames are published again (cached, still charged), without a request */
+	assert_true(wait_avail(c, low) >= low);
+	assert_true(kvmm_mag_avail(c) <= size);
+	kvmm_detach(c);
+}
+
 /* A well-behaved client does some work while the others misbehave: it must be served. */
 static void good_client_works(kvmm_client_t *g, unsigned int round)
 {
@@ -369,10 +546,9 @@ static void test_hostile(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_ring_batches),
-		cmocka_unit_test(test_mirror),
-		cmocka_unit_test(test_magazine),
-		cmocka_unit_test(test_hostile),
+		cmocka_unit_test(test_ring_batches),   cmocka_unit_test(test_mirror),
+		cmocka_unit_test(test_magazine),       cmocka_unit_test(test_magazine_append),
+		cmocka_unit_test(test_magazine_topup), cmocka_unit_test(test_hostile),
 	};
 	int ret;
 

@@ -489,6 +489,21 @@ static void test_proto_payload_sizes(void **state)
 	memcpy(buf, &ar, sizeof(ar));
 	assert_int_equal(kvmm_ipc_check_payload(KVMM_OP_SEQ_APPEND, buf, 16 + 12), -EBADMSG);
 
+	{
+		/* SEQ_APPEND_FRAMES: the token ids, then the frames, exactly */
+		struct kvmm_seq_append_frames_req fr = {.seq = 1, .nr_tokens = 3, .nr_frames = 2};
+
+		memcpy(buf, &fr, sizeof(fr));
+		assert_int_equal(kvmm_ipc_check_payload(KVMM_OP_SEQ_APPEND_FRAMES, buf, 16 + 20),
+				 0);
+		assert_int_equal(kvmm_ipc_check_payload(KVMM_OP_SEQ_APPEND_FRAMES, buf, 16 + 12),
+				 -EBADMSG);
+		assert_int_equal(kvmm_ipc_check_payload(KVMM_OP_SEQ_APPEND_FRAMES, buf, 16 + 24),
+				 -EBADMSG);
+		assert_int_equal(kvmm_ipc_check_payload(KVMM_OP_SEQ_APPEND_FRAMES, buf, 12),
+				 -EBADMSG);
+	}
+
 	memcpy(buf, &pr, sizeof(pr));
 	assert_int_equal(kvmm_ipc_check_payload(KVMM_OP_PIN, buf, 8 + 16), 0);
 	assert_int_equal(kvmm_ipc_check_payload(KVMM_OP_UNPIN, buf, 8 + 8), -EBADMSG);

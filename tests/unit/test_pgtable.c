@@ -220,8 +220,7 @@ static void test_append_pages_adopts(void **state)
 	{
 		struct kvmm_page *mapped[2] = {pg[0], block_page(hold, 0)};
 
-		assert_int_equal(kvmm_mm_seq_append_pages(seq, 2 * TPP, t + 3, mapped, 2),
-				 -EINVAL);
+		assert_int_equal(kvmm_mm_seq_append_pages(seq, 2 * TPP, t + 3, mapped, 2), -EINVAL);
 	}
 	assert_int_equal(seq->ntokens, 3);
 	assert_int_equal(seq->nblocks, 1);

@@ -357,6 +357,7 @@ static const struct op_case op_cases[] = {
 	{KVMM_OP_MAG_DRAIN, 0x010a, "mag_drain"},
 	{KVMM_OP_SEQ_BLOCKS, 0x010b, "seq_blocks"},
 	{KVMM_OP_PREFETCH, 0x010c, "prefetch"},
+	{KVMM_OP_SEQ_APPEND_FRAMES, 0x010d, "seq_append_frames"},
 	{KVMM_OP_STATUS, 0x0200, "status"},
 	{KVMM_OP_MEMINFO, 0x0201, "meminfo"},
 	{KVMM_OP_VMSTAT, 0x0202, "vmstat"},
@@ -407,7 +408,7 @@ static void test_op_values_and_names(void **state)
 	}
 	assert_int_equal(KVMM_OP_REPLY, 0x8000);
 	assert_int_equal(KVMM_OP_SESSION_LAST, KVMM_OP_PING);
-	assert_int_equal(KVMM_OP_MEM_LAST, KVMM_OP_PREFETCH);
+	assert_int_equal(KVMM_OP_MEM_LAST, KVMM_OP_SEQ_APPEND_FRAMES);
 	assert_int_equal(KVMM_OP_ADMIN_LAST, KVMM_OP_FAULT_INJECT);
 	assert_int_equal(KVMM_OP_EVENT_LAST, KVMM_OP_SHUTDOWN);
 }
@@ -445,7 +446,7 @@ static void test_op_name_exhaustive(void **state)
 
 	assert_string_equal(kvmm_op_name(KVMM_OP_NONE), "?");
 	assert_string_equal(kvmm_op_name(0x0006), "?");
-	assert_string_equal(kvmm_op_name(0x010d), "?");
+	assert_string_equal(kvmm_op_name(0x010e), "?");
 	assert_string_equal(kvmm_op_name(0x0211), "?");
 	assert_string_equal(kvmm_op_name(0x0302), "?");
 	assert_string_equal(kvmm_op_name(0x0400), "?");

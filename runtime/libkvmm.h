@@ -115,6 +115,11 @@ KVMM_INTERNAL int kvmm_msg_pump(struct kvmm_client *c, bool block);
 /* Payload bytes one request may carry with this daemon. */
 KVMM_INTERNAL size_t kvmm_msg_payload_max(const struct kvmm_client *c);
 
+/* PIN, UNPIN or PREFETCH of a batch, split into records (seq.c); caller holds c->lock. */
+KVMM_INTERNAL int kvmm_seq_batch_locked(struct kvmm_client *c, unsigned int op,
+					const uint64_t *seqs, uint32_t nr_seqs, uint32_t *done,
+					struct kvmm_pin_rep *sum);
+
 /* Append a completion to the queue (the queue grows; events are dropped when it is full). */
 KVMM_INTERNAL int kvmm_cq_push(struct kvmm_client *c, const struct kvmm_cqe *cqe);
 

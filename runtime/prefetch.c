@@ -13,29 +13,16 @@
 
 int kvmm_prefetch(kvmm_client_t *c, const uint64_t *seqs, uint32_t nr_seqs, uint32_t *nr_started)
 {
-	uint32_t done = 0, started = 0;
-	size_t per;
-	int err = 0;
+	struct kvmm_pin_rep sum;
+	uint32_t done;
+	int err;
 
 	if (!c || (nr_seqs && !seqs))
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
-	per = (kvmm_msg_payload_max(c) - sizeof(struct kvmm_pin_req)) / sizeof(uint64_t);
-	while (done < nr_seqs) {
-		uint32_t k = nr_seqs - done > per ? (uint32_t)per : nr_seqs - done;
-		struct kvmm_pin_req req = {.nr_seqs = k};
-		struct kvmm_iov parts[2] = {{&req, sizeof(req)},
-					    {seqs + done, k * sizeof(uint64_t)}};
-		struct kvmm_pin_rep rep;
-
-		err = kvmm_msg_call(c, KVMM_OP_PREFETCH, parts, 2, &rep, sizeof(rep));
-		if (err)
-			break;
-		started += rep.nr_swapin;
-		done += k;
-	}
+	err = kvmm_seq_batch_locked(c, KVMM_OP_PREFETCH, seqs, nr_seqs, &done, &sum);
 	pthread_mutex_unlock(&c->lock);
 	if (!err && nr_started)
-		*nr_started = started;
+		*nr_started = sum.nr_swapin;
 	return err;
 }

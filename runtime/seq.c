@@ -227,45 +227,52 @@ int kvmm_seal(kvmm_client_t *c, uint64_t seq, uint32_t block, uint32_t nr_blocks
 }
 
 /*
+ * Send op (PIN, UNPIN or PREFETCH) for seqs[0..nr_seqs), one record's worth of ids at a time;
+ * stop at the first error.  *done (ids the daemon accepted) and the reply sums are set either
+ * way.  The caller holds c->lock.
+ */
+int kvmm_seq_batch_locked(struct kvmm_client *c, unsigned int op, const uint64_t *seqs,
+			  uint32_t nr_seqs, uint32_t *done, struct kvmm_pin_rep *sum)
+{
+	size_t per = ids_per_msg(c, sizeof(struct kvmm_pin_req), sizeof(uint64_t));
+	int err = 0;
+
+	*done = 0;
+	sum->nr_frames = sum->nr_swapin = 0;
+	while (*done < nr_seqs) {
+		uint32_t k = nr_seqs - *done > per ? (uint32_t)per : nr_seqs - *done;
+		struct kvmm_pin_req req = {.nr_seqs = k};
+		struct kvmm_iov parts[2] = {{&req, sizeof(req)},
+					    {seqs + *done, k * sizeof(uint64_t)}};
+		struct kvmm_pin_rep rep;
+
+		err = kvmm_msg_call(c, op, parts, 2, &rep, sizeof(rep));
+		if (err)
+			break;
+		sum->nr_frames += rep.nr_frames;
+		sum->nr_swapin += rep.nr_swapin;
+		*done += k;
+	}
+	return err;
+}
+
+/*
  * PIN and UNPIN of a batch larger than one record: each part is all or nothing on the daemon,
  * so a failing part undoes the parts before it (pin) to keep the whole call all or nothing.
  */
 static int pin_locked(struct kvmm_client *c, unsigned int op, const uint64_t *seqs,
 		      uint32_t nr_seqs, uint32_t *nr_frames)
 {
-	size_t per = ids_per_msg(c, sizeof(struct kvmm_pin_req), sizeof(uint64_t));
-	uint32_t done = 0, frames = 0;
-	int err = 0;
+	struct kvmm_pin_rep sum, undo_sum;
+	uint32_t done, undone;
+	int err;
 
-	while (done < nr_seqs) {
-		uint32_t k = nr_seqs - done > per ? (uint32_t)per : nr_seqs - done;
-		struct kvmm_pin_req req = {.nr_seqs = k};
-		struct kvmm_iov parts[2] = {{&req, sizeof(req)},
-					    {seqs + done, k * sizeof(uint64_t)}};
-		struct kvmm_pin_rep rep;
-
-		err = kvmm_msg_call(c, op, parts, 2, &rep, sizeof(rep));
-		if (err)
-			break;
-		frames += rep.nr_frames;
-		done += k;
-	}
-	if (err && op == KVMM_OP_PIN && done) {
-		uint32_t undone = 0;
-
-		while (undone < done) {
-			uint32_t k = done - undone > per ? (uint32_t)per : done - undone;
-			struct kvmm_pin_req req = {.nr_seqs = k};
-			struct kvmm_iov parts[2] = {{&req, sizeof(req)},
-						    {seqs + undone, k * sizeof(uint64_t)}};
-
-			if (kvmm_msg_call(c, KVMM_OP_UNPIN, parts, 2, NULL, 0))
-				break; /* the connection is gone: so are the pins */
-			undone += k;
-		}
-	}
+	err = kvmm_seq_batch_locked(c, op, seqs, nr_seqs, &done, &sum);
+	/* if the undo fails the connection is gone, and so are the pins */
+	if (err && op == KVMM_OP_PIN && done)
+		kvmm_seq_batch_locked(c, KVMM_OP_UNPIN, seqs, done, &undone, &undo_sum);
 	if (!err && nr_frames)
-		*nr_frames = frames;
+		*nr_frames = sum.nr_frames;
 	return err;
 }
 

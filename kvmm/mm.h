@@ -195,6 +195,7 @@ enum kvmm_stat {
 	KVMM_STAT_SWAP_DEMOTE,	  /* clean cached pages demoted to a tier (prefix kept) */
 	KVMM_STAT_SWAP_RA,	  /* pages read ahead or prefetched asynchronously */
 	KVMM_STAT_SWAP_CACHE_HIT, /* faults that joined a read already in flight */
+	KVMM_STAT_SWAP_DROP,	  /* demoted cached pages dropped from swap (drop_caches) */
 	/* reclaim policy (vmscan.c, kswapd.c, Documentation/mm/reclaim.md) */
 	KVMM_STAT_KSWAPD_WAKE,	 /* kvswapd wake-ups (free went under low) */
 	KVMM_STAT_KSWAPD_STEAL,	 /* frames kvswapd freed */

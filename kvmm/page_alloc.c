@@ -97,6 +97,7 @@ static const char *const stat_names[KVMM_STAT_COUNT] = {
 	[KVMM_STAT_SWAP_DEMOTE] = "swap_demote",
 	[KVMM_STAT_SWAP_RA] = "swap_ra",
 	[KVMM_STAT_SWAP_CACHE_HIT] = "swap_cache_hit",
+	[KVMM_STAT_SWAP_DROP] = "swap_drop",
 	[KVMM_STAT_KSWAPD_WAKE] = "kswapd_wake",
 	[KVMM_STAT_KSWAPD_STEAL] = "kswapd_steal",
 	[KVMM_STAT_SWAP_MOVEDOWN] = "swap_movedown",

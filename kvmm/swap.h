@@ -259,6 +259,12 @@ struct kvmm_page *kvmm_swap_fault_ent(struct kvmm_pool *pool, struct kvmm_cache_
 struct kvmm_cache_ent *kvmm_swap_slot_ent(struct kvmm_pool *pool, uint64_t swp);
 /* Reclaim's eviction of a CACHED page: demote it instead when a tier has room. 0 or -errno. */
 int kvmm_swap_demote_page(struct kvmm_pool *pool, struct kvmm_page *pg);
+/*
+ * drop_caches for swap (DROP_CACHES with KVMM_DROP_F_SWAP): drop every demoted page (cached,
+ * no sequence names its slot): its page-cache entry and slot go.  Sequences' swapped pages
+ * are data and stay.  Returns the number dropped (counted in swap_drop).
+ */
+uint32_t kvmm_swap_drop_cached(struct kvmm_pool *pool);
 /* Namespace teardown (no address space left): drop its demoted pages and their slots. */
 void kvmm_swap_drop_ns(struct kvmm_pool *pool, struct kvmm_ns *ns);
 /* Page-cache entries whose page is swapped (slots naming an entry). */

@@ -935,6 +935,33 @@ void kvmm_swap_drop_ns(struct kvmm_pool *pool, struct kvmm_ns *ns)
 	}
 }
 
+uint32_t kvmm_swap_drop_cached(struct kvmm_pool *pool)
+{
+	struct kvmm_swap_tier *t;
+	uint32_t n = 0;
+	uint64_t s;
+
+	if (!pool || !pool->swap)
+		return 0;
+	list_for_each_entry (t, &pool->swap->tiers, node) {
+		for_each_set_bit (s, t->map, t->nslots) {
+			struct kvmm_swap_slot *sl = &t->slots[s];
+
+			/*
+			 * a sequence's swapped page is its data, not cache: it stays; a slot
+			 * being read is left to the read (it installs or frees it)
+			 */
+			if (sl->seq || !sl->ent || (sl->flags & SLOT_READING))
+				continue;
+			kvmm_pagecache_remove_ent(pool, sl->ent);
+			kvmm_swap_slot_release(t, s);
+			n++;
+		}
+	}
+	pool->stat[KVMM_STAT_SWAP_DROP] += n;
+	return n;
+}
+
 struct kvmm_cache_ent *kvmm_swap_slot_ent(struct kvmm_pool *pool, uint64_t swp)
 {
 	uint64_t s;

@@ -1264,6 +1264,22 @@ static uint64_t reclaim_all(struct kvmm_server *srv, uint64_t want, bool full)
 	return done;
 }
 
+/* DROP_CACHES swap: the demoted cached pages of every namespace pool; the count dropped. */
+static uint64_t drop_swap_all(struct kvmm_server *srv)
+{
+	uint64_t done = 0;
+	unsigned int i;
+
+	for (i = 0; i < srv->nr_ns; i++) {
+		struct kvmm_pool *pool = srv->ns[i].pool;
+
+		pthread_mutex_lock(&pool->lock);
+		done += kvmm_swap_drop_cached(pool);
+		pthread_mutex_unlock(&pool->lock);
+	}
+	return done;
+}
+
 /*
  * SWAPON / SWAPOFF act on every namespace pool (their requests carry no namespace); a file
  * tier gets one file per pool, PATH.NS, when there are several (swapd.c).  SWAPON stops at
@@ -1365,10 +1381,12 @@ void kvmm_admin_handle(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 			return;
 		}
 		rep.nr_frames = 0;
-		/* no swap tiers yet: KVMM_DROP_F_SWAP alone drops nothing */
+		/* device first: what it demotes instead of dropping goes with the swap pass */
 		if (req.flags & KVMM_DROP_F_DEVICE)
 			rep.nr_frames = reclaim_all(s->srv, UINT64_MAX, false);
-		kvmm_notice("ipc: client %u dropped %" PRIu64 " cached frames", s->id,
+		if (req.flags & KVMM_DROP_F_SWAP)
+			rep.nr_frames += drop_swap_all(s->srv);
+		kvmm_notice("ipc: client %u dropped %" PRIu64 " cached pages", s->id,
 			    rep.nr_frames);
 		kvmm_session_reply(s, hdr, 0, &rep, sizeof(rep));
 		return;

@@ -504,12 +504,33 @@ static int do_prefetch(struct kvmm_session *s, const void *p, void *rp, size_t *
 	return 0;
 }
 
+/*
+ * The end of SEQ_CREATE and SEQ_FORK: ret is how setting up the new sequence went; on
+ * success it is tracked and its id returned in *id, on any failure it is freed.
+ */
+static int track_new_seq(struct kvmm_session *s, struct kvmm_seq *seq, int ret, uint64_t *id)
+{
+	struct kvmm_ipc_seq *is = NULL;
+
+	if (!ret) {
+		is = seq_track(s, seq);
+		if (!is)
+			ret = -ENOMEM;
+	}
+	if (ret) {
+		kvmm_mm_seq_free(seq);
+		return ret;
+	}
+	*id = is->id;
+	return 0;
+}
+
 static int do_seq_create(struct kvmm_session *s, const void *p, void *rp, size_t *rlen)
 {
 	struct kvmm_seq_create_req req;
 	struct kvmm_seq_create_rep *rep = rp;
-	struct kvmm_ipc_seq *is;
 	struct kvmm_seq *seq;
+	uint64_t id;
 	int ret;
 
 	memcpy(&req, p, sizeof(req));
@@ -523,23 +544,14 @@ static int do_seq_create(struct kvmm_session *s, const void *p, void *rp, size_t
 	if (ret)
 		return ret;
 	seq->priority = req.priority;
-	ret = kvmm_mm_seq_append(seq, (uint32_t)req.nr_tokens, NULL);
+	ret = track_new_seq(s, seq, kvmm_mm_seq_append(seq, (uint32_t)req.nr_tokens, NULL), &id);
 	if (ret)
-		goto out_free;
-	is = seq_track(s, seq);
-	if (!is) {
-		ret = -ENOMEM;
-		goto out_free;
-	}
+		return ret;
 	memset(rep, 0, sizeof(*rep));
-	rep->seq = is->id;
+	rep->seq = id;
 	rep->nr_blocks = seq->nblocks;
 	*rlen = sizeof(*rep);
 	return 0;
-
-out_free:
-	kvmm_mm_seq_free(seq);
-	return ret;
 }
 
 static int do_seq_append(struct kvmm_session *s, unsigned int op, const void *p, void *rp,
@@ -586,8 +598,9 @@ static int do_seq_fork(struct kvmm_session *s, const void *p, void *rp, size_t *
 {
 	struct kvmm_seq_fork_req req;
 	struct kvmm_seq_fork_rep *rep = rp;
-	struct kvmm_ipc_seq *is, *child;
+	struct kvmm_ipc_seq *is;
 	struct kvmm_seq *seq;
+	uint64_t id;
 	int ret;
 
 	memcpy(&req, p, sizeof(req));
@@ -601,25 +614,16 @@ static int do_seq_fork(struct kvmm_session *s, const void *p, void *rp, size_t *
 	ret = kvmm_mm_seq_fork(is->seq, &seq);
 	if (ret)
 		return ret;
-	if (req.nr_tokens != KVMM_SEQ_ALL_TOKENS) {
+	if (req.nr_tokens != KVMM_SEQ_ALL_TOKENS)
 		ret = kvmm_mm_seq_truncate(seq, req.nr_tokens);
-		if (ret)
-			goto out_free;
-	}
-	child = seq_track(s, seq);
-	if (!child) {
-		ret = -ENOMEM;
-		goto out_free;
-	}
+	ret = track_new_seq(s, seq, ret, &id);
+	if (ret)
+		return ret;
 	memset(rep, 0, sizeof(*rep));
-	rep->seq = child->id;
+	rep->seq = id;
 	rep->nr_blocks = seq->nblocks;
 	*rlen = sizeof(*rep);
 	return 0;
-
-out_free:
-	kvmm_mm_seq_free(seq);
-	return ret;
 }
 
 static int do_seq_truncate(struct kvmm_session *s, const void *p)

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "runtime/kvmm.h"
+#include "tools/demo_workload.h"
 
 /* The demo model: 4 layers, 2 KV heads of 64, fp16 (2 KiB of KV per token). */
 #define AGENT_LAYERS 4
@@ -33,39 +34,10 @@
 struct agent {
 	kvmm_client_t *c;
 	uint32_t tpp;
-	uint32_t *hist;
-	uint64_t len, cap;
+	struct demo_hist h; /* the conversation so far */
 	uint64_t rng;
 	uint64_t looked_up, hit;
 };
-
-static uint32_t next_token(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return (uint32_t)((*s * 0x2545f4914f6cdd1dull) >> 40) % 50000u;
-}
-
-static int push(struct agent *a, uint32_t tok)
-{
-	if (a->len == a->cap) {
-		uint64_t ncap = a->cap ? a->cap * 2 : 4096;
-		uint32_t *n = realloc(a->hist, ncap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		a->hist = n;
-		a->cap = ncap;
-	}
-	a->hist[a->len++] = tok;
-	return 0;
-}
-
-static uint8_t kv_byte(uint32_t tok, uint64_t pos)
-{
-	return (uint8_t)(tok * 131u + pos * 7u + 1u);
-}
 
 /* Byte offsets of a token's K row in layer 0 and V row in the last layer, in its page. */
 static void kv_offsets(const struct agent *a, uint32_t slot, uint64_t off[2])
@@ -91,7 +63,7 @@ static int kv_rw(struct agent *a, uint64_t seq, uint64_t from, uint64_t to, int 
 	ret = kvmm_block_table(a->c, &seq, 1, table, nblocks);
 	for (uint64_t pos = from; !ret && pos < to; pos++) {
 		uint8_t *page = kvmm_frame_addr(a->c, (uint32_t)table[pos / a->tpp]);
-		uint8_t want = kv_byte(a->hist[pos], pos);
+		uint8_t want = demo_kv_byte(a->h.tok[pos], pos);
 		uint64_t off[2];
 
 		if (!page) {
@@ -119,20 +91,20 @@ static int open_request(struct agent *a, uint64_t *seq)
 	ret = kvmm_seq_create(a->c, 0, seq);
 	if (ret)
 		return ret;
-	ret = kvmm_prefix_lookup(a->c, *seq, a->hist, a->len, &nhit);
+	ret = kvmm_prefix_lookup(a->c, *seq, a->h.tok, a->h.len, &nhit);
 	if (ret)
 		return ret;
-	a->looked_up += a->len;
+	a->looked_up += a->h.len;
 	a->hit += nhit;
 	ret = kv_rw(a, *seq, 0, nhit, 1);
 	if (ret) {
 		fprintf(stderr, "kvmm-agent: KV bytes of a cached page are wrong\n");
 		return ret;
 	}
-	ret = kvmm_seq_append(a->c, *seq, a->hist + nhit, (uint32_t)(a->len - nhit), NULL);
+	ret = kvmm_seq_append(a->c, *seq, a->h.tok + nhit, (uint32_t)(a->h.len - nhit), NULL);
 	if (ret)
 		return ret;
-	return kv_rw(a, *seq, nhit, a->len, 0);
+	return kv_rw(a, *seq, nhit, a->h.len, 0);
 }
 
 static int turn(struct agent *a, unsigned int user, unsigned int reply)
@@ -141,19 +113,19 @@ static int turn(struct agent *a, unsigned int user, unsigned int reply)
 	int ret;
 
 	for (unsigned int i = 0; i < user; i++) {
-		ret = push(a, next_token(&a->rng));
+		ret = demo_hist_push(&a->h, demo_next_token(&a->rng));
 		if (ret)
 			return ret;
 	}
 	ret = open_request(a, &seq);
 	for (unsigned int i = 0; !ret && i < reply; i++) {
-		uint32_t tok = next_token(&a->rng);
+		uint32_t tok = demo_next_token(&a->rng);
 
-		ret = push(a, tok);
+		ret = demo_hist_push(&a->h, tok);
 		if (!ret)
 			ret = kvmm_seq_append(a->c, seq, &tok, 1, NULL);
 		if (!ret)
-			ret = kv_rw(a, seq, a->len - 1, a->len, 0);
+			ret = kv_rw(a, seq, a->h.len - 1, a->h.len, 0);
 	}
 	if (!ret)
 		ret = kvmm_seal(a->c, seq, 0, 0);
@@ -163,7 +135,7 @@ static int turn(struct agent *a, unsigned int user, unsigned int reply)
 
 static int report(struct agent *a, const char *path, uint64_t seq)
 {
-	uint32_t nblocks = (uint32_t)((a->len + a->tpp - 1) / a->tpp);
+	uint32_t nblocks = (uint32_t)((a->h.len + a->tpp - 1) / a->tpp);
 	int32_t *table = malloc(nblocks * sizeof(*table));
 	char tmp[4096];
 	FILE *f;
@@ -182,7 +154,7 @@ static int report(struct agent *a, const char *path, uint64_t seq)
 	}
 	fprintf(f, "looked_up %llu\nhit %llu\ntokens %llu\nblocks %u\n",
 		(unsigned long long)a->looked_up, (unsigned long long)a->hit,
-		(unsigned long long)a->len, nblocks);
+		(unsigned long long)a->h.len, nblocks);
 	for (uint32_t i = 0; i < nblocks; i++)
 		fprintf(f, "frame %d\n", table[i]);
 	if (fclose(f))
@@ -294,7 +266,7 @@ int main(int argc, char **argv)
 	a.tpp = kvmm_tokens_per_page(a.c);
 	a.rng = 0x9e3779b97f4a7c15ull * (id + 1);
 	for (unsigned int i = 0; i < system; i++) {
-		ret = push(&a, next_token(&seed));
+		ret = demo_hist_push(&a.h, demo_next_token(&seed));
 		if (ret)
 			goto out;
 	}
@@ -323,6 +295,6 @@ out:
 	if (ret)
 		fprintf(stderr, "kvmm-agent %u: %s\n", id, kvmm_strerror(ret));
 	kvmm_detach(a.c);
-	free(a.hist);
+	free(a.h.tok);
 	return ret ? 1 : 0;
 }

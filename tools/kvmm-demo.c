@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "kvmm/mm.h"
+#include "tools/demo_workload.h"
 
 struct demo_opts {
 	unsigned int agents;
@@ -34,41 +35,9 @@ struct demo_opts {
 };
 
 struct agent {
-	uint32_t *hist; /* the agent's conversation so far: token ids */
-	uint64_t len;
-	uint64_t cap;
+	struct demo_hist h; /* the conversation so far */
 	uint64_t rng;
 };
-
-/* A small deterministic generator (xorshift64*): the demo is reproducible. */
-static uint32_t next_token(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return (uint32_t)((*s * 0x2545f4914f6cdd1dull) >> 40) % 50000u;
-}
-
-static int hist_push(struct agent *a, uint32_t tok)
-{
-	if (a->len == a->cap) {
-		uint64_t ncap = a->cap ? a->cap * 2 : 1024;
-		uint32_t *n = realloc(a->hist, ncap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		a->hist = n;
-		a->cap = ncap;
-	}
-	a->hist[a->len++] = tok;
-	return 0;
-}
-
-/* The KV "value" a model would write for token @tok at position @pos: a byte pattern. */
-static uint8_t kv_byte(uint32_t tok, uint64_t pos)
-{
-	return (uint8_t)(tok * 131u + pos * 7u + 1u);
-}
 
 /* Write token @pos's KV bytes (first byte of its K row in layer 0 and the last layer). */
 static void write_kv(struct kvmm_pool *pool, const struct kvmm_seq *seq, uint64_t pos, uint32_t tok)
@@ -78,8 +47,8 @@ static void write_kv(struct kvmm_pool *pool, const struct kvmm_seq *seq, uint64_
 	uint32_t slot = (uint32_t)(pos % fmt->tokens_per_page);
 	uint8_t *page = kvmm_pool_frame_addr(pool, kvmm_mm_seq_frame(seq, block));
 
-	page[kvmm_fmt_offset(fmt, 0, 0, slot)] = kv_byte(tok, pos);
-	page[kvmm_fmt_offset(fmt, fmt->layers - 1, 1, slot)] = kv_byte(tok, pos);
+	page[kvmm_fmt_offset(fmt, 0, 0, slot)] = demo_kv_byte(tok, pos);
+	page[kvmm_fmt_offset(fmt, fmt->layers - 1, 1, slot)] = demo_kv_byte(tok, pos);
 }
 
 static int check_kv(struct kvmm_pool *pool, const struct kvmm_seq *seq, const uint32_t *toks,
@@ -92,9 +61,9 @@ static int check_kv(struct kvmm_pool *pool, const struct kvmm_seq *seq, const ui
 		uint32_t slot = (uint32_t)(pos % fmt->tokens_per_page);
 		uint8_t *page = kvmm_pool_frame_addr(pool, kvmm_mm_seq_frame(seq, block));
 
-		if (page[kvmm_fmt_offset(fmt, 0, 0, slot)] != kv_byte(toks[pos], pos) ||
+		if (page[kvmm_fmt_offset(fmt, 0, 0, slot)] != demo_kv_byte(toks[pos], pos) ||
 		    page[kvmm_fmt_offset(fmt, fmt->layers - 1, 1, slot)] !=
-			    kv_byte(toks[pos], pos)) {
+			    demo_kv_byte(toks[pos], pos)) {
 			fprintf(stderr, "kvmm-demo: wrong KV bytes at token %llu\n",
 				(unsigned long long)pos);
 			return -EIO;
@@ -112,44 +81,44 @@ static int run_turn(struct kvmm_pool *pool, struct kvmm_aspace *as, struct agent
 	int ret, mapped;
 
 	for (unsigned int i = 0; i < o->user_tokens; i++) {
-		ret = hist_push(a, next_token(&a->rng));
+		ret = demo_hist_push(&a->h, demo_next_token(&a->rng));
 		if (ret)
 			return ret;
 	}
-	prompt_len = a->len;
+	prompt_len = a->h.len;
 
 	ret = kvmm_mm_seq_create(as, &seq);
 	if (ret)
 		return ret;
-	mapped = kvmm_mm_prefix_lookup(seq, a->hist, prompt_len);
+	mapped = kvmm_mm_prefix_lookup(seq, a->h.tok, prompt_len);
 	if (mapped < 0) {
 		ret = mapped;
 		goto out_free;
 	}
 	*looked_up += prompt_len;
 	*hit += (uint64_t)mapped;
-	ret = check_kv(pool, seq, a->hist, (uint64_t)mapped);
+	ret = check_kv(pool, seq, a->h.tok, (uint64_t)mapped);
 	if (ret)
 		goto out_free;
 
 	/* prefill: the part of the prompt that missed, in one append */
-	ret = kvmm_mm_seq_append(seq, (uint32_t)(prompt_len - (uint64_t)mapped), a->hist + mapped);
+	ret = kvmm_mm_seq_append(seq, (uint32_t)(prompt_len - (uint64_t)mapped), a->h.tok + mapped);
 	if (ret)
 		goto out_free;
 	for (uint64_t pos = (uint64_t)mapped; pos < prompt_len; pos++)
-		write_kv(pool, seq, pos, a->hist[pos]);
+		write_kv(pool, seq, pos, a->h.tok[pos]);
 
 	/* decode: one token per step */
 	for (unsigned int i = 0; i < o->reply_tokens; i++) {
-		uint32_t tok = next_token(&a->rng);
+		uint32_t tok = demo_next_token(&a->rng);
 
-		ret = hist_push(a, tok);
+		ret = demo_hist_push(&a->h, tok);
 		if (ret)
 			goto out_free;
 		ret = kvmm_mm_seq_append(seq, 1, &tok);
 		if (ret)
 			goto out_free;
-		write_kv(pool, seq, a->len - 1, tok);
+		write_kv(pool, seq, a->h.len - 1, tok);
 	}
 	ret = kvmm_mm_seq_seal(seq);
 	if (ret > 0)
@@ -251,7 +220,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	for (unsigned int i = 0; i < o.system_tokens; i++)
-		system[i] = next_token(&seed);
+		system[i] = demo_next_token(&seed);
 
 	printf("kvmm-demo: %u agents, %u turns each, system prompt %u tokens, %u user + %u reply "
 	       "tokens per turn\n",
@@ -266,7 +235,7 @@ int main(int argc, char **argv)
 			goto out_err;
 		agents[i].rng = 0x9e3779b97f4a7c15ull * (i + 1);
 		for (unsigned int t = 0; t < o.system_tokens; t++) {
-			ret = hist_push(&agents[i], system[t]);
+			ret = demo_hist_push(&agents[i].h, system[t]);
 			if (ret)
 				goto out_err;
 		}
@@ -287,7 +256,7 @@ int main(int argc, char **argv)
 	}
 
 	for (unsigned int i = 0; i < o.agents; i++)
-		private_frames += (agents[i].len + fmt.tokens_per_page - 1) / fmt.tokens_per_page;
+		private_frames += (agents[i].h.len + fmt.tokens_per_page - 1) / fmt.tokens_per_page;
 
 	{
 		uint64_t used = pool->nr_state[KVMM_PAGE_MAPPED] + pool->nr_state[KVMM_PAGE_CACHED];
@@ -317,7 +286,7 @@ out:
 		if (as[i])
 			kvmm_aspace_destroy(as[i]);
 	for (unsigned int i = 0; agents && i < o.agents; i++)
-		free(agents[i].hist);
+		free(agents[i].h.tok);
 	free(agents);
 	free(as);
 	free(system);

@@ -218,6 +218,57 @@ static void test_cache_demoted_before_seqs(void **state)
 	kvmm_mm_seq_free(s);
 }
 
+/*
+ * drop_caches swap: demoted cached pages leave the tier and the page cache; a sequence's
+ * swapped pages (sealed or not) stay, and its sealed prefix is still found.
+ */
+static void test_drop_cached(void **state)
+{
+	struct kfx *f = *state;
+	uint32_t tpp = f->fmt.tokens_per_page, *t = toks(4 * tpp, 0), *t2 = toks(3 * tpp, 500);
+	struct kvmm_seq *s = mkseq(f, 3, 500, 0, 31), *u = mkseq(f, 2, 900, 0, 32), *l;
+	struct kvmm_swap_tier_info ti;
+
+	assert_int_equal(kvmm_swap_drop_cached(f->pool), 0); /* no tier: nothing */
+	assert_int_equal(host_tier(f, 1, 10, 16), 0);
+	mkcache(f, 4, 0, 2);
+	assert_int_equal(kvmm_swap_demote(f->pool, NULL, 8), 4);
+	assert_int_equal(kvmm_mm_seq_seal(s), 3);
+	assert_int_equal(kvmm_mm_seq_swap_out(s, 0, 3), 3);
+	assert_int_equal(kvmm_mm_seq_swap_out(u, 0, 2), 2);
+	assert_int_equal(kvmm_swap_tier_info(f->pool, 1, &ti), 0);
+	assert_int_equal(ti.used, 9);
+	inv(f->pool);
+
+	assert_int_equal(kvmm_swap_drop_cached(f->pool), 4);
+	assert_int_equal(f->pool->stat[KVMM_STAT_SWAP_DROP], 4);
+	assert_int_equal(kvmm_swap_tier_info(f->pool, 1, &ti), 0);
+	assert_int_equal(ti.used, 5);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(s), 3);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(u), 2);
+	inv(f->pool);
+	assert_int_equal(kvmm_swap_drop_cached(f->pool), 0); /* nothing left to drop */
+
+	/* the dropped prefix is gone; the swapped sealed sequence's prefix is still found */
+	assert_int_equal(kvmm_mm_seq_create(f->as, &l), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(l, t, 4 * tpp), 0);
+	kvmm_mm_seq_free(l);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &l), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(l, t2, 3 * tpp), (int)(3 * tpp));
+	same(f, l, 31);
+	inv(f->pool);
+	kvmm_mm_seq_free(l);
+	assert_int_equal(kvmm_mm_seq_fault(s, 0, 3), 3);
+	assert_int_equal(kvmm_mm_seq_fault(u, 0, 2), 2);
+	same(f, s, 31);
+	same(f, u, 32);
+	inv(f->pool);
+	free(t);
+	free(t2);
+	kvmm_mm_seq_free(s);
+	kvmm_mm_seq_free(u);
+}
+
 /* Victims: lowest priority, then youngest; pinned pages stay; bytes come back identical. */
 static void test_seq_order(void **state)
 {
@@ -399,6 +450,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_no_tier_drops_cache, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cache_demoted_before_seqs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_drop_cached, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_seq_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_move_down, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_direct_reclaim_swaps, setup, teardown),

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -337,8 +338,9 @@ struct replay {
  * The replay's state.  The main thread is the engine: it computes a step of the running
  * batch (kvmm_cpu_paged_decode over its pinned pages, no pool lock needed) and appends a
  * token per sequence.  A second thread plays kvmmd's part: asked for the next batch, it
- * makes room and faults it in (what PIN and PREFETCH do in the daemon), one sequence per
- * lock hold so the engine's appends never wait for a whole batch's copy.
+ * makes room and faults it in (what PIN and PREFETCH do in the daemon), a few pages per lock
+ * hold, each hold right after one of the engine's appends (bring_in()), so that the engine's
+ * appends rarely wait for a copy.
  */
 struct rp {
 	const struct replay *r;
@@ -347,8 +349,10 @@ struct rp {
 	pthread_t thread;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	int64_t want;  /* batch index to bring in next, -1 none */
-	int64_t ready; /* last batch brought in */
+	int64_t want;	/* batch index to bring in next, -1 none */
+	int64_t ready;	/* last batch brought in */
+	uint64_t steps; /* engine steps appended (atomic): see after_step() */
+	uint32_t slack; /* frames kept free for the running batch's growth over a quantum */
 	bool stop;
 	int err;
 };
@@ -367,27 +371,56 @@ static void seq_pin(struct kvmm_pool *pool, struct kvmm_seq *seq, int d)
 			kvmm_frame_to_page(pool, kvmm_mm_seq_frame(seq, k))->pincount += d;
 }
 
-/* Bring a batch in, one sequence per lock hold; room is made holding that sequence. */
-static int bring_in(struct rp *x, struct kvmm_seq **b)
+/*
+ * Wait (prefetch thread) until the engine has just appended a step, so that the lock hold
+ * that follows overlaps its next attention step instead of delaying its next append.
+ * Bounded: a stalled engine (waiting for this very batch) is not waited for long.
+ */
+static void after_step(struct rp *x)
+{
+	uint64_t s0 = __atomic_load_n(&x->steps, __ATOMIC_ACQUIRE);
+	int spins = 0;
+
+	while (spins++ < 20000 && __atomic_load_n(&x->steps, __ATOMIC_ACQUIRE) == s0)
+		sched_yield();
+}
+
+/*
+ * Bring a batch in.  For each sequence, one lock hold makes room - for it and for the running
+ * batch's growth over a quantum (@slack frames), so that the engine's appends do not reclaim
+ * directly and evict what was just brought in - then its pages come in RP_CHUNK blocks per
+ * hold.  The prefetch thread (@prefetch) times its holds right after the engine's appends;
+ * the engine's own synchronous call (what PIN does) does not wait.
+ */
+#define RP_CHUNK 8
+static int bring_in(struct rp *x, struct kvmm_seq **b, uint32_t slack, bool prefetch)
 {
 	struct kvmm_pool *pool = x->e.pool;
-	uint32_t i, j, need;
+	uint32_t i, j, need, k;
 	int ret = 0;
 
-	for (i = 0; i < x->r->batch && !ret; i++) {
+	for (i = 0; i < x->r->batch && ret >= 0; i++) {
+		if (prefetch)
+			after_step(x);
 		pthread_mutex_lock(&pool->lock);
 		need = kvmm_mm_seq_nr_swapped(b[i]);
-		if (need && kvmm_pool_nr_free(pool) < need + pool->wmark_min) {
+		if (need && kvmm_pool_nr_free(pool) < need + pool->wmark_min + slack) {
 			/* the whole batch is held: room for one must not evict another */
 			for (j = 0; j < x->r->batch; j++)
 				seq_pin(pool, b[j], 1);
-			kvmm_shrink(pool, need + pool->wmark_min - kvmm_pool_nr_free(pool), 0);
+			kvmm_shrink(pool, need + pool->wmark_min + slack - kvmm_pool_nr_free(pool),
+				    0);
 			for (j = 0; j < x->r->batch; j++)
 				seq_pin(pool, b[j], -1);
 		}
-		if (need)
-			ret = kvmm_mm_seq_fault(b[i], 0, b[i]->nblocks);
 		pthread_mutex_unlock(&pool->lock);
+		for (k = 0; need && k < b[i]->nblocks && ret >= 0; k += RP_CHUNK) {
+			if (prefetch)
+				after_step(x);
+			pthread_mutex_lock(&pool->lock);
+			ret = kvmm_mm_seq_fault(b[i], k, RP_CHUNK);
+			pthread_mutex_unlock(&pool->lock);
+		}
 	}
 	return ret < 0 ? ret : 0;
 }
@@ -407,7 +440,7 @@ static void *rp_thread(void *arg)
 		idx = x->want;
 		x->want = -1;
 		pthread_mutex_unlock(&x->mu);
-		ret = bring_in(x, rp_batch(x, (uint64_t)idx));
+		ret = bring_in(x, rp_batch(x, (uint64_t)idx), x->slack, true);
 		pthread_mutex_lock(&x->mu);
 		if (ret)
 			x->err = ret;
@@ -468,7 +501,7 @@ static int64_t rp_turns(struct rp *x, uint64_t t0, uint32_t turns, int32_t *tabl
 		ret = rp_wait(x, (int64_t)t);
 		/* what the prefetch could not keep in (pool too tight) is faulted in now, as PIN */
 		if (!ret)
-			ret = bring_in(x, b);
+			ret = bring_in(x, b, 0, false);
 		if (ret)
 			return ret;
 		pthread_mutex_lock(&pool->lock);
@@ -503,6 +536,7 @@ static int64_t rp_turns(struct rp *x, uint64_t t0, uint32_t turns, int32_t *tabl
 				tokens++;
 			}
 			pthread_mutex_unlock(&pool->lock);
+			__atomic_add_fetch(&x->steps, 1, __ATOMIC_RELEASE);
 		}
 		pthread_mutex_lock(&pool->lock);
 		for (s = 0; s < r->batch; s++)
@@ -555,6 +589,7 @@ static double replay_run(const struct replay *r, uint64_t page, uint32_t nframes
 	}
 	pthread_mutex_init(&x.mu, NULL);
 	pthread_cond_init(&x.cv, NULL);
+	x.slack = r->batch * (DIV_ROUND_UP(r->quantum, x.e.fmt.tokens_per_page) + 1);
 	if (pthread_create(&x.thread, NULL, rp_thread, &x))
 		goto out;
 	rp_ask(&x, 0);

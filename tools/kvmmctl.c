@@ -848,10 +848,11 @@ static void verb_limit(int fd, int argc, char **argv)
 
 static void verb_drop_caches(int fd, int argc, char **argv)
 {
-	struct kvmm_drop_caches_req req = {.flags = KVMM_DROP_F_DEVICE};
+	struct kvmm_drop_caches_req req = {0};
 	struct kvmm_reclaim_rep rep = {0};
 	int ret, i;
 
+	/* what is named, or the device pool alone */
 	for (i = 0; i < argc; i++) {
 		if (!strcmp(argv[i], "swap"))
 			req.flags |= KVMM_DROP_F_SWAP;
@@ -860,10 +861,12 @@ static void verb_drop_caches(int fd, int argc, char **argv)
 		else
 			ctl_die(CTL_EXIT_USAGE, "usage: kvmmctl drop-caches [device] [swap]");
 	}
+	if (!req.flags)
+		req.flags = KVMM_DROP_F_DEVICE;
 	ret = ctl_call(fd, KVMM_OP_DROP_CACHES, &req, sizeof(req), &rep, sizeof(rep));
 	if (ret)
 		ctl_die_status("drop-caches", ret);
-	printf("dropped %" PRIu64 " cached frames\n", (uint64_t)rep.nr_frames);
+	printf("dropped %" PRIu64 " cached pages\n", (uint64_t)rep.nr_frames);
 }
 
 static void verb_reclaim(int fd, int argc, char **argv)
@@ -896,8 +899,11 @@ static void verb_swapon(int fd, int argc, char **argv, bool on)
 
 		if (argc < 2 || argc > 4)
 			ctl_die(CTL_EXIT_USAGE,
-				"usage: kvmmctl swapon TIER SIZE_BYTES [PATH] [PRIORITY]");
+				"usage: kvmmctl swapon TIER SIZE_BYTES [PATH|host] [PRIORITY] "
+				"[--ns NS]");
 		memset(&req, 0, sizeof(req));
+		if (ctl.ns)
+			strncpy(req.ns, ctl.ns, sizeof(req.ns) - 1);
 		req.tier = (uint32_t)parse_u64("swapon tier", argv[0]);
 		req.size = parse_u64("swapon size", argv[1]);
 		if (!req.tier || req.tier > KVMM_SWAP_TIER_MAX)
@@ -914,8 +920,10 @@ static void verb_swapon(int fd, int argc, char **argv, bool on)
 		struct kvmm_swapoff_req req;
 
 		if (argc < 1 || argc > 2)
-			ctl_die(CTL_EXIT_USAGE, "usage: kvmmctl swapoff TIER [PATH]");
+			ctl_die(CTL_EXIT_USAGE, "usage: kvmmctl swapoff TIER [PATH] [--ns NS]");
 		memset(&req, 0, sizeof(req));
+		if (ctl.ns)
+			strncpy(req.ns, ctl.ns, sizeof(req.ns) - 1);
 		req.tier = (uint32_t)parse_u64("swapoff tier", argv[0]);
 		if (argc == 2 && strcmp(argv[1], "host")) {
 			if (strlen(argv[1]) >= sizeof(req.path))
@@ -931,7 +939,7 @@ static void verb_swapon(int fd, int argc, char **argv, bool on)
 			verb);
 	if (ret)
 		ctl_die_status(verb, ret);
-	printf("%s: tier %s done\n", verb, argv[0]);
+	printf("%s: tier %s done%s%s\n", verb, argv[0], ctl.ns ? " in " : "", ctl.ns ? ctl.ns : "");
 }
 
 /* fault POINT [KEY=VALUE...|off]: arm a swap fault point (--ns: one namespace, else all) */
@@ -984,9 +992,11 @@ static void usage(FILE *f)
 		"  top                    live view, refreshed every second (q quits)\n"
 		"Admin verbs:\n"
 		"  limit NS FRAMES|none [PRIORITY]   set a namespace's limit\n"
-		"  drop-caches [device] [swap]       drop every unmapped cached page\n"
+		"  drop-caches [device] [swap]       drop unmapped cached pages (device: the\n"
+		"                                    pool, the default; swap: demoted ones)\n"
 		"  reclaim FRAMES [--noswap]         reclaim up to FRAMES cached frames\n"
-		"  swapon TIER SIZE [PATH|host] [PRIO], swapoff TIER [PATH]\n"
+		"  swapon TIER SIZE [PATH|host] [PRIO], swapoff TIER [PATH]   (--ns NS: one\n"
+		"                                    namespace, else all)\n"
 		"  fault POINT [nth=N interval=N probability=P times=N mode=eio|short|enospc|off]\n"
 		"\n"
 		"Options:\n"

@@ -1519,29 +1519,39 @@ struct kvmm_reclaim_rep {
 KVMM_ABI_ASSERT_SIZE(struct kvmm_reclaim_rep, 8);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_reclaim_rep, nr_frames, 0);
 
-/* SWAPON adds a swap tier: host memory (path empty) or a file on NVMe. */
+/*
+ * SWAPON adds a swap tier: host memory (path empty) or a file on NVMe, to the pool of
+ * namespace @ns, or of every namespace when @ns is empty.
+ */
 struct kvmm_swapon_req {
 	uint32_t tier;	  /* 1..KVMM_SWAP_TIER_MAX */
 	int32_t priority; /* higher is used first */
 	uint64_t size;	  /* bytes, a multiple of page_size */
 	char path[KVMM_PATH_LEN];
+	char ns[KVMM_NAME_LEN]; /* empty: every namespace */
 };
-KVMM_ABI_ASSERT_SIZE(struct kvmm_swapon_req, 272);
+KVMM_ABI_ASSERT_SIZE(struct kvmm_swapon_req, 304);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapon_req, tier, 0);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapon_req, priority, 4);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapon_req, size, 8);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapon_req, path, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapon_req, ns, 272);
 
-/* SWAPOFF brings a tier's pages back (or drops clean cached ones) and removes it. */
+/*
+ * SWAPOFF brings a tier's pages back (or drops clean cached ones) and removes it, from the
+ * pool of namespace @ns or of every namespace when @ns is empty.
+ */
 struct kvmm_swapoff_req {
 	uint32_t tier;
 	uint32_t reserved;
 	char path[KVMM_PATH_LEN]; /* must match SWAPON's, empty for host */
+	char ns[KVMM_NAME_LEN];	  /* empty: every namespace */
 };
-KVMM_ABI_ASSERT_SIZE(struct kvmm_swapoff_req, 264);
+KVMM_ABI_ASSERT_SIZE(struct kvmm_swapoff_req, 296);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapoff_req, tier, 0);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapoff_req, reserved, 4);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapoff_req, path, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_swapoff_req, ns, 264);
 
 /*
  * FAULT_INJECT arms (or with "POINT off" disarms) a swap fault point in the pool of namespace

@@ -842,8 +842,7 @@ static void lru_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, uint64_t s
 }
 
 /*
- * Swap tiers, per namespace pool (kvmm/swap.h).  SWAPON / SWAPOFF are not wired to the
- * protocol yet, so a daemon normally shows none: "SwapTiers: 0" and an empty list.
+ * Swap tiers, per namespace pool (kvmm/swap.h): from config (--swap) or SWAPON.
  */
 static void swap_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct out *o)
 {
@@ -1281,36 +1280,50 @@ static uint64_t drop_swap_all(struct kvmm_server *srv)
 }
 
 /*
- * SWAPON / SWAPOFF act on every namespace pool (their requests carry no namespace); a file
- * tier gets one file per pool, PATH.NS, when there are several (swapd.c).  SWAPON stops at
- * the first pool that fails; SWAPOFF reports the first failure but tries every pool, and
- * -ENOENT only when no pool had the tier.
+ * SWAPON / SWAPOFF act on the request's namespace pool, or every one when its ns is empty; a
+ * file tier gets one file per pool, PATH.NS, when there are several namespaces (swapd.c).
+ * SWAPON stops at the first pool that fails; SWAPOFF reports the first failure but tries
+ * every selected pool, and -ENOENT only when none had the tier.
  */
 static int do_swapon(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 {
 	struct kvmm_swapon_req req;
-	unsigned int i;
-	int ret = 0;
+	struct kvmm_ipc_ns *one, *n;
+	int ret;
 
 	memcpy(&req, hdr + 1, sizeof(req));
-	for (i = 0; i < s->srv->nr_ns && !ret; i++)
-		ret = kvmm_swapd_swapon(s->srv, &s->srv->ns[i], &req);
-	if (!ret)
-		kvmm_notice("ipc: client %u: swapon tier %u", s->id, req.tier);
-	return ret;
+	if (!memchr(req.ns, '\0', sizeof(req.ns)))
+		return -EINVAL;
+	ret = select_ns(s->srv, req.ns, &one);
+	if (ret)
+		return ret;
+	for_each_selected(s->srv, n, one)
+	{
+		ret = kvmm_swapd_swapon(s->srv, n, &req);
+		if (ret)
+			return ret;
+	}
+	kvmm_notice("ipc: client %u: swapon tier %u%s%s", s->id, req.tier, one ? " in " : "",
+		    one ? one->cfg.name : "");
+	return 0;
 }
 
 static int do_swapoff(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 {
 	struct kvmm_swapoff_req req;
-	unsigned int i, found = 0;
+	struct kvmm_ipc_ns *one, *n;
+	unsigned int found = 0;
 	int ret = 0;
 
 	memcpy(&req, hdr + 1, sizeof(req));
-	if (req.reserved)
+	if (req.reserved || !memchr(req.ns, '\0', sizeof(req.ns)))
 		return -EINVAL;
-	for (i = 0; i < s->srv->nr_ns; i++) {
-		int r = kvmm_swapd_swapoff(s->srv, &s->srv->ns[i], req.tier);
+	ret = select_ns(s->srv, req.ns, &one);
+	if (ret)
+		return ret;
+	for_each_selected(s->srv, n, one)
+	{
+		int r = kvmm_swapd_swapoff(s->srv, n, req.tier);
 
 		if (r != -ENOENT)
 			found++;
@@ -1320,7 +1333,8 @@ static int do_swapoff(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	if (!found)
 		return -ENOENT;
 	if (!ret)
-		kvmm_notice("ipc: client %u: swapoff tier %u", s->id, req.tier);
+		kvmm_notice("ipc: client %u: swapoff tier %u%s%s", s->id, req.tier,
+			    one ? " in " : "", one ? one->cfg.name : "");
 	return ret;
 }
 

@@ -422,6 +422,87 @@ static void test_admin_verbs(void **state)
 	kvmm_detach(c);
 }
 
+static long long vmstat_value(const char *name)
+{
+	char *text = NULL;
+	long long v;
+
+	assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_VMSTAT, &text), 0);
+	v = itest_text_value(text, name);
+	free(text);
+	return v;
+}
+
+/*
+ * swapon/swapoff --ns: a tier added to alpha is not in beta; drop-caches swap drops alpha's
+ * demoted cache (and only that: the tier then holds nothing).
+ */
+static void test_swap_ns(void **state)
+{
+	unsigned long long cid, dropped = 0;
+	long long demoted, drops;
+	kvmm_client_t *c;
+	uint64_t sid;
+	char *out, *p;
+	int rc;
+
+	(void)state;
+	itest_need_daemon();
+	rc = ctl(&out, "swapon", "1", "1048576", "host", "5", "--ns", "alpha", NULL);
+	if (rc == 1 && strstr(out, "no swap support")) {
+		free(out);
+		skip();
+	}
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(out, "in alpha"));
+	free(out);
+	assert_int_equal(ctl(&out, "--json", "swap", NULL), 0);
+	assert_true(json_ok(out));
+	assert_non_null(strstr(out, "\"alpha\""));
+	assert_null(strstr(out, "\"beta\""));
+	free(out);
+	assert_int_equal(ctl(&out, "--ns", "beta", "swap", NULL), 0);
+	assert_non_null(strstr(out, "no swap tiers"));
+	free(out);
+	/* an unknown namespace; a tier beta does not have */
+	assert_int_equal(ctl(&out, "swapon", "2", "1048576", "--ns", "nosuch", NULL), 1);
+	free(out);
+	assert_int_equal(ctl(&out, "swapoff", "1", "--ns", "beta", NULL), 1);
+	assert_non_null(strstr(out, "No such"));
+	free(out);
+
+	/* alpha's cache is demoted to the tier by reclaim, then dropped from it */
+	c = client_with_seq(&cid, &sid);
+	assert_int_equal(kvmm_seq_free(c, sid), 0); /* 3 sealed pages stay cached */
+	demoted = vmstat_value("swap_demote");
+	drops = vmstat_value("swap_drop");
+	assert_int_equal(ctl(&out, "--noswap", "reclaim", "100000", NULL), 0);
+	free(out);
+	assert_true(vmstat_value("swap_demote") >= demoted + 3);
+	assert_int_equal(ctl(&out, "drop-caches", "swap", NULL), 0);
+	p = strstr(out, "dropped ");
+	assert_non_null(p);
+	dropped = strtoull(p + 8, NULL, 10);
+	free(out);
+	assert_true(dropped >= 3);
+	assert_int_equal(vmstat_value("swap_drop"), drops + (long long)dropped);
+	assert_int_equal(ctl(&out, "--raw", "--ns", "alpha", "swap", NULL), 0);
+	p = strstr(out, " used=");
+	assert_non_null(p);
+	assert_int_equal(strtoull(p + 6, NULL, 10), 0);
+	free(out);
+	assert_int_equal(ctl(&out, "drop-caches", "swap", NULL), 0);
+	assert_non_null(strstr(out, "dropped 0 "));
+	free(out);
+	kvmm_detach(c);
+
+	assert_int_equal(ctl(&out, "swapoff", "1", "--ns", "alpha", NULL), 0);
+	free(out);
+	assert_int_equal(ctl(&out, "swap", NULL), 0);
+	assert_non_null(strstr(out, "no swap tiers"));
+	free(out);
+}
+
 /* Wait until the daemon reports @n trace subscribers (5 s). */
 static void wait_subscribers(long long n)
 {
@@ -674,9 +755,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_exit_codes),  cmocka_unit_test(test_read_verbs),
-		cmocka_unit_test(test_admin_verbs), cmocka_unit_test(test_trace),
-		cmocka_unit_test(test_top),	    cmocka_unit_test(test_metrics),
-		cmocka_unit_test(test_permission),
+		cmocka_unit_test(test_admin_verbs), cmocka_unit_test(test_swap_ns),
+		cmocka_unit_test(test_trace),	    cmocka_unit_test(test_top),
+		cmocka_unit_test(test_metrics),	    cmocka_unit_test(test_permission),
 	};
 	int failed;
 

@@ -258,7 +258,8 @@ static void test_drop_cached(void **state)
 	same(f, l, 31);
 	inv(f->pool);
 	kvmm_mm_seq_free(l);
-	assert_int_equal(kvmm_mm_seq_fault(s, 0, 3), 3);
+	/* the lookup's fault-in mapped the pages back for s too */
+	assert_int_equal(kvmm_mm_seq_nr_swapped(s), 0);
 	assert_int_equal(kvmm_mm_seq_fault(u, 0, 2), 2);
 	same(f, s, 31);
 	same(f, u, 32);

@@ -80,8 +80,8 @@ static const struct size_case size_cases[] = {
 	SIZE_CASE(struct kvmm_drop_caches_req, 8),
 	SIZE_CASE(struct kvmm_reclaim_req, 16),
 	SIZE_CASE(struct kvmm_reclaim_rep, 8),
-	SIZE_CASE(struct kvmm_swapon_req, 272),
-	SIZE_CASE(struct kvmm_swapoff_req, 264),
+	SIZE_CASE(struct kvmm_swapon_req, 304),
+	SIZE_CASE(struct kvmm_swapoff_req, 296),
 	SIZE_CASE(struct kvmm_seq_blocks_req, 16),
 	SIZE_CASE(struct kvmm_seq_blocks_rep, 16),
 };
@@ -231,9 +231,11 @@ static const struct offset_case offset_cases[] = {
 	OFF(struct kvmm_swapon_req, priority, 4),
 	OFF(struct kvmm_swapon_req, size, 8),
 	OFF(struct kvmm_swapon_req, path, 16),
+	OFF(struct kvmm_swapon_req, ns, 272),
 	OFF(struct kvmm_swapoff_req, tier, 0),
 	OFF(struct kvmm_swapoff_req, reserved, 4),
 	OFF(struct kvmm_swapoff_req, path, 8),
+	OFF(struct kvmm_swapoff_req, ns, 264),
 };
 
 static void test_field_offsets(void **state)
@@ -265,8 +267,8 @@ static void test_no_hidden_padding(void **state)
 			 KVMM_NAME_LEN + sizeof(struct kvmm_format) + 2 * 4);
 	assert_int_equal(sizeof(struct kvmm_attach_rep), 8 * 4 + 2 * 8);
 	assert_int_equal(sizeof(struct kvmm_limit_req), KVMM_NAME_LEN + 2 * 8 + 2 * 4);
-	assert_int_equal(sizeof(struct kvmm_swapon_req), 4 + 4 + 8 + KVMM_PATH_LEN);
-	assert_int_equal(sizeof(struct kvmm_swapoff_req), 4 + 4 + KVMM_PATH_LEN);
+	assert_int_equal(sizeof(struct kvmm_swapon_req), 4 + 4 + 8 + KVMM_PATH_LEN + KVMM_NAME_LEN);
+	assert_int_equal(sizeof(struct kvmm_swapoff_req), 4 + 4 + KVMM_PATH_LEN + KVMM_NAME_LEN);
 	assert_int_equal(sizeof(struct kvmm_admin_req), 4 + 4 + 8 + KVMM_NAME_LEN);
 }
 

@@ -10,8 +10,10 @@ set -eu
 
 # Build and test dependencies.  Later issues add theirs here.  tmux and curl: the kvmmctl
 # integration test (top under tmux, /metrics scraped with curl).
+# fio: the swap benchmark's baseline; tmux: drives `kvmmctl top` in a test; curl and
+# prometheus (for promtool): scrape and check kvmmd's /metrics in a test.
 PACKAGES="make gcc clang pkg-config clang-format liburing-dev libjemalloc-dev libcmocka-dev
-libxxhash-dev fio tmux curl"
+libxxhash-dev fio tmux curl prometheus"
 
 mode=${1:-}
 case "$mode" in

@@ -6,8 +6,10 @@
  * for reclaim, swap I/O included.  kvswapd keeps that rare: an allocation that leaves fewer
  * than wmark_low frames free wakes it, and it runs kvmm_shrink() - the whole reclaim order of
  * vmscan.c - in batches of KVMM_RECLAIM_BATCH until wmark_high frames are free or nothing more
- * can go.  It holds pool->lock for one batch at a time and lets go between batches, so the
- * daemon's loop (which takes the same lock around every core call) waits at most one batch.
+ * can go.  Sequences go out by asynchronous write-back (KVMM_SHRINK_ASYNC): the batch is
+ * chosen under the lock, and kvmm_swap_writeback() copies it with the lock let go.  It holds
+ * pool->lock for one batch at a time and lets go between batches, so the daemon's loop (which
+ * takes the same lock around every core call) waits at most for the choosing of one batch.
  * It sleeps on a condition variable tied to pool->lock: kvmm_wakeup_kswapd() is called with
  * the lock held, so a wake-up can never fall between its check and its wait.  A pass that
  * freed nothing (everything pinned, every tier full) backs off for KSWAPD_BACKOFF_MS before
@@ -23,6 +25,7 @@
 #include "compiler.h"
 #include "log.h"
 #include "kvmm/mm.h"
+#include "kvmm/swap.h"
 
 #define KSWAPD_BACKOFF_MS 10
 
@@ -66,8 +69,14 @@ static uint64_t balance(struct kvmm_kswapd *k)
 
 		if (free >= pool->wmark_high)
 			break;
+		/*
+		 * Sequences go out asynchronously: the copies run with the lock let go
+		 * (kvmm_swap_writeback), so the daemon's loop is not held up by them.
+		 */
 		got = kvmm_shrink(pool,
-				  min_t(uint32_t, pool->wmark_high - free, KVMM_RECLAIM_BATCH), 0);
+				  min_t(uint32_t, pool->wmark_high - free, KVMM_RECLAIM_BATCH),
+				  KVMM_SHRINK_ASYNC);
+		kvmm_swap_writeback(pool, true);
 		pool->stat[KVMM_STAT_KSWAPD_STEAL] += got;
 		total += got;
 		if (!got)

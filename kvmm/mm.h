@@ -78,6 +78,10 @@ enum {
 	KVMM_PG_BUDDY_HEAD = 1u << 5, /* head frame of a free buddy block (order valid) */
 	KVMM_PG_POISONED = 1u << 6,   /* backend reported an error: never hand out */
 	KVMM_PG_LOCKED = 1u << 7,     /* I/O in flight (swap, later) */
+	/* swap-out write in flight (with LOCKED): the frame is freed only when it completes */
+	KVMM_PG_WRITEBACK = 1u << 8,
+	/* touched during writeback (mapped, unmapped, written): the write completes, page stays */
+	KVMM_PG_WB_CANCEL = 1u << 9,
 };
 
 struct kvmm_cache_ent; /* page-cache side record of a sealed page (pagecache.c) */
@@ -98,6 +102,13 @@ struct kvmm_page {
 	uint16_t spare16;
 	uint32_t spare;
 };
+
+/* A page under writeback was used or changed: its swap-out is cancelled at completion. */
+static inline void kvmm_page_wb_touch(struct kvmm_page *pg)
+{
+	if (pg->flags & KVMM_PG_WRITEBACK)
+		pg->flags |= KVMM_PG_WB_CANCEL;
+}
 
 _Static_assert(sizeof(struct kvmm_page) <= 64, "struct kvmm_page must fit in 64 bytes");
 
@@ -604,6 +615,12 @@ uint32_t kvmm_reclaim(struct kvmm_pool *pool, struct kvmm_ns *ns, uint32_t n);
  * Nested calls (a swap I/O's own allocation) only drop cache.
  */
 #define KVMM_SHRINK_NOSWAP (1u << 0)
+/*
+ * Swap sequences out asynchronously (kvmm_mm_seq_swap_out_async): the pages counted are under
+ * writeback, their frames free only once kvmm_swap_writeback() (or kvmm_swap_poll) completes
+ * them.  For kvswapd and other callers that can let go of the lock; direct reclaim is sync.
+ */
+#define KVMM_SHRINK_ASYNC (1u << 1)
 uint32_t kvmm_shrink(struct kvmm_pool *pool, uint32_t n, unsigned int flags);
 /*
  * Out of memory after reclaim: pick a victim (no pinned page preferred; lowest namespace

@@ -142,6 +142,9 @@ int kvmm_ns_destroy(struct kvmm_ns *ns)
 	if (!ns || !ns->pool || ns->id == 0 || ns->id >= KVMM_MAX_NS || ns->pool->ns[ns->id] != ns)
 		return -EINVAL;
 	pool = ns->pool;
+	/* a swap-out write of a freed sequence's page holds its frame until it completes */
+	if (ns->used && pool->swap)
+		kvmm_swap_poll(pool, true);
 	if (ns->used)
 		return -EBUSY;
 	list_for_each_entry (as, &pool->aspaces, node)

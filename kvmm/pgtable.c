@@ -49,6 +49,7 @@ void kvmm_page_get(struct kvmm_pool *pool, struct kvmm_page *pg)
 		}
 	}
 	KVMM_BUG_ON(pg->state != KVMM_PAGE_MAPPED);
+	kvmm_page_wb_touch(pg);
 	pg->refcount++;
 }
 
@@ -57,7 +58,11 @@ void kvmm_page_put(struct kvmm_pool *pool, struct kvmm_page *pg, struct kvmm_mag
 	struct kvmm_ns *ns;
 
 	KVMM_BUG_ON(pg->state != KVMM_PAGE_MAPPED || !pg->refcount);
+	kvmm_page_wb_touch(pg);
 	if (--pg->refcount)
+		return;
+	/* a swap-out write still reads the frame: its completion finishes this put */
+	if (pg->flags & KVMM_PG_WRITEBACK)
 		return;
 	/* an orphaned sealed page can never be hit again (pagecache.c): free it like a dirty one */
 	if (!(pg->flags & KVMM_PG_SEALED) || kvmm_pagecache_drop_orphan(pool, pg)) {
@@ -359,6 +364,8 @@ static int seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_id
 	}
 	if (in_block) {
 		old = seq_page(seq, seq->nblocks - 1);
+		/* written in place below: a swap-out in flight must not free it */
+		kvmm_page_wb_touch(old);
 		if (old->refcount > 1 || (old->flags & KVMM_PG_SEALED)) {
 			cow = kvmm_alloc_page(pool, as->ns, as->mag);
 			if (!cow)
@@ -454,7 +461,8 @@ int kvmm_mm_seq_unmap_tail(struct kvmm_seq *seq, uint32_t nr, struct kvmm_page *
 		if (!kvmm_pte_is_present(seq->pte[b]))
 			return -EINVAL;
 		pg = seq_page(seq, b);
-		if (pg->refcount != 1 || pg->pincount || (pg->flags & KVMM_PG_SEALED))
+		if (pg->refcount != 1 || pg->pincount ||
+		    (pg->flags & (KVMM_PG_SEALED | KVMM_PG_LOCKED)))
 			return -EINVAL;
 	}
 	for (b = from; b < seq->nblocks; b++) {
@@ -501,6 +509,7 @@ int kvmm_mm_seq_truncate(struct kvmm_seq *seq, uint64_t ntokens)
 	if (in_block) {
 		struct kvmm_page *pg = seq_page(seq, new_nblocks - 1);
 
+		kvmm_page_wb_touch(pg);
 		if (pg->refcount == 1 && !(pg->flags & KVMM_PG_SEALED))
 			pg->ntokens = in_block;
 		seq->pte[new_nblocks - 1] = kvmm_mm_seq_mk_pte(pool, pg, false);

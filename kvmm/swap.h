@@ -21,11 +21,14 @@
  *    page back in synchronously.  Reclaim (kvmm_reclaim) demotes instead of dropping whenever a
  *    tier has room.
  *
- * Swap-out is synchronous and batched.  Fault-in (kvmm_mm_seq_fault) is synchronous and
- * reads ahead the following swapped blocks of the sequence asynchronously (depth
- * kvmm_swap_set_readahead, default 2); kvmm_mm_seq_prefetch() is the asynchronous call for
- * the next step's pages.  A page whose read is in flight sits in the swap cache, found by its
- * swap entry: a fault on it waits for that read instead of issuing a second one.
+ * Swap-out is synchronous and batched, or asynchronous (write-back: the page stays mapped,
+ * LOCKED | WRITEBACK, until its write completes; memory tiers are copied without the pool
+ * lock by kvmm_swap_writeback; a page touched meanwhile stays resident).  Fault-in
+ * (kvmm_mm_seq_fault) is synchronous and reads ahead the following swapped blocks of the
+ * sequence asynchronously (depth kvmm_swap_set_readahead, default 2); kvmm_mm_seq_prefetch()
+ * is the asynchronous call for the next step's pages.  A page whose read is in flight sits in
+ * the swap cache, found by its swap entry: a fault on it waits for that read instead of
+ * issuing a second one.
  *
  * Errors: a failed write leaves the page resident (nothing lost, swap_fail counted, the
  * caller gets -EIO/-ENOSPC); a failed read leaves the swap PTE in place and the fault returns
@@ -83,6 +86,11 @@ struct kvmm_swap_ops {
 	int (*submit)(struct kvmm_swap_tier *t, struct kvmm_swap_io *io);
 	int (*flush)(struct kvmm_swap_tier *t);
 	int (*poll)(struct kvmm_swap_tier *t, bool wait);
+	/*
+	 * Optional, memory tiers: the host address of @slot.  The core then copies swap-out
+	 * writes itself, without the pool lock (kvmm_swap_writeback), instead of submit().
+	 */
+	void *(*slot_addr)(struct kvmm_swap_tier *t, uint64_t slot);
 };
 
 extern const struct kvmm_swap_ops kvmm_swap_host_ops; /* swap_host.c: host-memory arena */
@@ -124,6 +132,8 @@ struct kvmm_swap_tier {
 	uint64_t bytes_out, bytes_in;
 	uint64_t nr_out, nr_in, nr_fail;
 	uint32_t inflight;
+	uint32_t nr_wb;	   /* swap-out writes in flight to this tier */
+	uint32_t nr_wb_io; /* of them, submitted and not completed by the medium */
 };
 
 /* ---- tiers (swapfile.c) -------------------------------------------------------------- */
@@ -175,6 +185,23 @@ int kvmm_swap_set_readahead(struct kvmm_pool *pool, uint32_t depth);
  */
 int kvmm_mm_seq_swap_out(struct kvmm_seq *seq, uint32_t first, uint32_t n);
 /*
+ * Asynchronous write-back: start swapping out blocks [first, first + n) of @seq (the same
+ * pages as kvmm_mm_seq_swap_out).  Slots are taken and the writes started; each page stays
+ * mapped, LOCKED and WRITEBACK, until the write completes in kvmm_swap_writeback() or
+ * kvmm_swap_poll(): then its PTE becomes a swap PTE and its frame is freed.  A page touched
+ * meanwhile (mapped again, unmapped, appended to, truncated, faulted, pinned) or whose write
+ * failed stays resident and its slot is freed.  Returns the pages put under writeback, or
+ * -errno when none was (-ENOSPC: no tier has room).
+ */
+int kvmm_mm_seq_swap_out_async(struct kvmm_seq *seq, uint32_t first, uint32_t n);
+/*
+ * Complete the write-backs started so far.  Called with pool->lock held; with @unlock it lets
+ * go of the lock while it copies pages into memory tiers (host), and takes it again; other
+ * tiers' writes are waited for under the lock.  Then installs what completed.  Returns the
+ * frames freed by write-back.  Write-backs another thread is copying are left to it.
+ */
+int kvmm_swap_writeback(struct kvmm_pool *pool, bool unlock);
+/*
  * Bring swapped blocks [first, first + n) of @seq back into frames, synchronously (waiting for
  * reads already in flight), then read ahead the next swapped blocks asynchronously.  Returns
  * the number of pages brought in, or -EIO (a read failed: that block stays swapped) /
@@ -186,9 +213,11 @@ int kvmm_mm_seq_prefetch(struct kvmm_seq *seq, uint32_t first, uint32_t n);
 /* Blocks of @seq now swapped out (PTE type SWAP). */
 uint32_t kvmm_mm_seq_nr_swapped(const struct kvmm_seq *seq);
 /*
- * Reap completed asynchronous reads and install their pages (@wait: block until everything
- * in flight has completed).  Returns the number installed.  The daemon calls this from its
- * loop; every swap call also does it on entry.
+ * Reap completed asynchronous reads and writes and install their pages (@wait: block until
+ * everything in flight has completed, copying pending write-backs under the lock).  Returns
+ * the number of pages installed plus frames freed by write-back.  The daemon calls this from
+ * its loop; every swap call also installs completed reads on entry (write-backs complete only
+ * here, in kvmm_swap_writeback() and in swapoff/teardown).
  */
 int kvmm_swap_poll(struct kvmm_pool *pool, bool wait);
 /*

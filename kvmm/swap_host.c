@@ -6,7 +6,9 @@
  * It is the first tier below the device pool: demoted cached pages and swapped sequence pages
  * land here at memory speed, and kvmm_swap_move_down() later moves the cold ones to the NVMe
  * tier.  The copy happens at submit time; the I/O is only reported complete from poll(), like
- * every tier's, so that the core's completion handling is the same for all of them.  With the
+ * every tier's, so that the core's completion handling is the same for all of them.
+ * Swap-out write-back does not go through submit(): slot_addr() gives the core the slot's
+ * address and the core copies into it with the pool lock let go (kvmm_swap_writeback).  With the
  * CUDA backend this arena becomes pinned host memory (cuMemHostAlloc) and the copy a DMA;
  * nothing above the ops table changes.  Locking: the pool lock.
  */
@@ -75,6 +77,13 @@ static int host_submit(struct kvmm_swap_tier *t, struct kvmm_swap_io *io)
 	return 0;
 }
 
+static void *host_slot_addr(struct kvmm_swap_tier *t, uint64_t slot)
+{
+	struct host_tier *h = t->priv;
+
+	return h->arena + slot * t->page_size;
+}
+
 static int host_flush(struct kvmm_swap_tier *t)
 {
 	(void)t;
@@ -104,4 +113,5 @@ const struct kvmm_swap_ops kvmm_swap_host_ops = {
 	.submit = host_submit,
 	.flush = host_flush,
 	.poll = host_poll,
+	.slot_addr = host_slot_addr,
 };

@@ -13,6 +13,7 @@
 /* struct kvmm_swap_slot.flags */
 enum {
 	SLOT_READING = 1u << 0, /* an asynchronous read into a frame is in flight (swap cache) */
+	SLOT_WRITING = 1u << 1, /* a swap-out write (struct swap_wb) is filling it */
 };
 
 /* fault point indices */
@@ -40,6 +41,23 @@ struct swap_rd {
 	bool done;
 };
 
+/*
+ * A swap-out write in flight (asynchronous write-back, swapfile.c).  The page stays mapped by
+ * its sequence, LOCKED | WRITEBACK; the slot is SLOT_WRITING and names nobody until the
+ * write completes and the PTE is switched to it (or the write is cancelled).
+ */
+struct swap_wb {
+	struct list_head all;  /* kvmm_swap.wb_all: every record in flight (invariants) */
+	struct list_head node; /* kvmm_swap.wb_copy, a copier's private list, or wb_done */
+	struct kvmm_swap_io io;
+	struct kvmm_swap_tier *t;
+	struct kvmm_page *pg;
+	struct kvmm_seq *seq; /* valid while the page was not touched (KVMM_PG_WB_CANCEL) */
+	void *dst;	      /* memory tiers: where the copy goes (ops->slot_addr) */
+	uint32_t block;
+	uint32_t ntokens; /* at submission: a change means the page was written */
+};
+
 struct kvmm_swap {
 	struct kvmm_pool *pool;
 	struct list_head tiers; /* struct kvmm_swap_tier.node, highest priority first */
@@ -51,6 +69,11 @@ struct kvmm_swap {
 	struct list_head done;	  /* completed reads not installed yet */
 	uint32_t nr_inflight;	  /* swap_rd records */
 	int busy;		  /* inside a swap operation: nested reclaim must not demote */
+	struct list_head wb_all;  /* swap_wb in flight, all states */
+	struct list_head wb_copy; /* swap_wb of memory tiers waiting for their copy */
+	struct list_head wb_done; /* swap_wb whose write completed, not yet finished */
+	uint32_t nr_wb;		  /* swap_wb records in flight, all states */
+	uint32_t nr_wb_copying;	  /* of them, being copied by a thread without the lock */
 	struct swap_fault fault[KVMM_FAULT_POINTS];
 };
 
@@ -69,6 +92,9 @@ void kvmm_swap_io_run(struct kvmm_swap *sw, struct kvmm_swap_tier *t, struct kvm
 		      uint32_t n);
 void kvmm_swap_slot_release(struct kvmm_swap_tier *t, uint64_t slot);
 void kvmm_swap_count_fail(struct kvmm_swap_tier *t);
+
+/* Finish every completed write-back (wb_done); returns the frames freed. */
+uint32_t kvmm_swap_wb_reap(struct kvmm_pool *pool);
 
 /* swap_state.c */
 /* A read of @slot completed into @pg: hand the page to whoever names the slot, free the slot. */

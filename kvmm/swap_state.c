@@ -118,6 +118,7 @@ int kvmm_swap_poll(struct kvmm_pool *pool, bool wait)
 {
 	struct kvmm_swap *sw;
 	struct kvmm_swap_tier *t;
+	int n;
 
 	if (!pool || !pool->swap)
 		return 0;
@@ -127,7 +128,9 @@ int kvmm_swap_poll(struct kvmm_pool *pool, bool wait)
 		while (wait && t->inflight)
 			t->ops->poll(t, true);
 	}
-	return kvmm_swap_reap(pool);
+	/* waiting: pending write-back copies are done here, under the lock */
+	n = wait ? kvmm_swap_writeback(pool, false) : (int)kvmm_swap_wb_reap(pool);
+	return n + kvmm_swap_reap(pool);
 }
 
 void kvmm_swap_cache_wait(struct kvmm_pool *pool, struct swap_rd *rd)
@@ -284,8 +287,13 @@ int kvmm_mm_seq_fault(struct kvmm_seq *seq, uint32_t first, uint32_t n)
 			struct kvmm_swap_tier *bt;
 			struct swap_rd *rd;
 
-			if (!kvmm_pte_is_swap(swp))
+			if (!kvmm_pte_is_swap(swp)) {
+				/* wanted now: a swap-out in flight keeps the page resident */
+				if (kvmm_pte_is_present(swp))
+					kvmm_page_wb_touch(
+						kvmm_frame_to_page(pool, kvmm_pte_frame(swp)));
 				continue;
+			}
 			rd = kvmm_swap_cache_find(sw, swp);
 			if (rd) {
 				/* join the read in flight */

@@ -18,14 +18,19 @@
  * that faults a demoted page back map it for its sequence too.  A slot is freed when both
  * references are gone (and no read into it is in flight).
  *
- * All I/O here is synchronous and batched (kvmm_swap_io_run): submit everything, flush once,
- * poll until every I/O of the batch completed; completions of asynchronous reads (readahead,
- * swap_state.c) that arrive meanwhile only go to the done list and are installed later, so
- * no page changes under a caller's feet.  While a swap operation runs, sw->busy keeps nested
+ * Synchronous I/O here is batched (kvmm_swap_io_run): submit everything, flush once, poll
+ * until every I/O of the batch completed.  Sequence swap-out can also be asynchronous
+ * (write-back: kvmm_mm_seq_swap_out_async, kvmm_swap_writeback): the pages stay mapped and
+ * LOCKED while their writes run, memory tiers are copied with the pool lock let go, and the
+ * PTEs switch to their slots only when the writes complete (see the section below).
+ * Completions of asynchronous reads (readahead, swap_state.c) and writes that arrive during a
+ * synchronous batch only go to their done lists and are installed later, so no page changes
+ * under a caller's feet.  While a swap operation runs, sw->busy keeps nested
  * reclaim (a swap-in's frame allocation under min) from demoting, i.e. from starting I/O
  * inside I/O.  Locking: the pool lock (mm.h).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +69,9 @@ static struct kvmm_swap *swap_get(struct kvmm_pool *pool)
 	sw->pool = pool;
 	INIT_LIST_HEAD(&sw->tiers);
 	INIT_LIST_HEAD(&sw->done);
+	INIT_LIST_HEAD(&sw->wb_all);
+	INIT_LIST_HEAD(&sw->wb_copy);
+	INIT_LIST_HEAD(&sw->wb_done);
 	sw->ra_depth = KVMM_SWAP_RA_DEFAULT;
 	pool->swap = sw;
 	return sw;
@@ -660,6 +668,228 @@ out:
 	return done ? (int)done : err;
 }
 
+/* ---- asynchronous write-back ------------------------------------------------------------ */
+
+/*
+ * A swap-out in flight keeps its page mapped (LOCKED | WRITEBACK) and its slot SLOT_WRITING,
+ * named by nobody.  Memory tiers (ops->slot_addr) are copied by kvmm_swap_writeback() with the
+ * pool lock dropped; other tiers get an ordinary submit() whose end_io queues the record.
+ * Completion (wb_finish, under the lock) switches the PTE to the slot and frees the frame -
+ * unless the page was touched meanwhile (KVMM_PG_WB_CANCEL: kvmm_page_get/put, an append or
+ * truncate into it, a fault), is pinned, was written (ntokens changed) or the write failed:
+ * then the page simply stays resident and the slot is freed.  A put that dropped the last
+ * reference during the write left the page MAPPED with refcount 0; the completion finishes it.
+ */
+static void wb_end_io(struct kvmm_swap_io *io)
+{
+	struct swap_wb *wb = io->priv;
+
+	wb->t->inflight--;
+	wb->t->nr_wb_io--;
+	list_add_tail(&wb->node, &wb->t->pool->swap->wb_done);
+}
+
+/* Finish a completed write-back; true when its frame was freed. */
+static bool wb_finish(struct kvmm_pool *pool, struct swap_wb *wb)
+{
+	struct kvmm_swap *sw = pool->swap;
+	struct kvmm_swap_tier *t = wb->t;
+	struct kvmm_page *pg = wb->pg;
+	struct kvmm_seq *seq = wb->seq;
+	uint64_t s = wb->io.slot;
+	bool cancel;
+
+	list_del(&wb->node);
+	list_del(&wb->all);
+	sw->nr_wb--;
+	t->nr_wb--;
+	cancel = wb->io.res || (pg->flags & KVMM_PG_WB_CANCEL) || pg->refcount != 1 ||
+		 pg->pincount || pg->ntokens != wb->ntokens;
+	pg->flags &= ~(KVMM_PG_LOCKED | KVMM_PG_WRITEBACK | KVMM_PG_WB_CANCEL);
+	if (wb->io.res)
+		kvmm_swap_count_fail(t);
+	if (cancel) {
+		/* nothing lost: the page stays where it is (resident, dirty), the slot goes */
+		t->slots[s].flags = 0;
+		kvmm_swap_slot_release(t, s);
+		if (!pg->refcount) {
+			/* its last mapper went away during the write: finish that put now */
+			pg->refcount = 1;
+			kvmm_page_put(pool, pg, NULL);
+		}
+		free(wb);
+		return false;
+	}
+	t->nr_out++;
+	t->bytes_out += t->page_size;
+	pool->stat[KVMM_STAT_SWPOUT]++;
+	pool->stat[KVMM_STAT_SEQ_SWAPOUT]++;
+	KVMM_BUG_ON(wb->block >= seq->nblocks ||
+		    kvmm_pte_frame(seq->pte[wb->block]) != kvmm_page_to_frame(pool, pg));
+	slot_fill(sw, t, s, pg, seq, wb->block);
+	seq->pte[wb->block] = swp_entry(t->id, s) | kvmm_pte_flags(seq->pte[wb->block]);
+	pg->refcount = 0;
+	pg->flags &= ~(KVMM_PG_ACTIVE | KVMM_PG_REFERENCED);
+	kvmm_free_page(pool, pg, seq->as->mag);
+	if (pool->hooks && pool->hooks->seq_changed)
+		pool->hooks->seq_changed(pool, seq, wb->block);
+	free(wb);
+	return true;
+}
+
+uint32_t kvmm_swap_wb_reap(struct kvmm_pool *pool)
+{
+	struct kvmm_swap *sw = pool->swap;
+	uint32_t n = 0;
+
+	if (!sw)
+		return 0;
+	while (!list_empty(&sw->wb_done))
+		n += wb_finish(pool, list_first_entry(&sw->wb_done, struct swap_wb, node));
+	return n;
+}
+
+/* Start one page's write-back into slot @s of @t. */
+static int wb_start(struct kvmm_swap *sw, struct kvmm_swap_tier *t, uint64_t s,
+		    struct kvmm_seq *seq, uint32_t block)
+{
+	struct kvmm_pool *pool = sw->pool;
+	struct kvmm_page *pg = kvmm_frame_to_page(pool, kvmm_pte_frame(seq->pte[block]));
+	struct swap_wb *wb;
+	int mode, ret;
+
+	wb = calloc(1, sizeof(*wb));
+	if (!wb)
+		return -ENOMEM;
+	wb->t = t;
+	wb->pg = pg;
+	wb->seq = seq;
+	wb->block = block;
+	wb->ntokens = pg->ntokens;
+	wb->io.slot = s;
+	wb->io.write = true;
+	wb->io.buf = kvmm_pool_frame_addr(pool, kvmm_page_to_frame(pool, pg));
+	wb->io.end_io = wb_end_io;
+	wb->io.priv = wb;
+	mode = kvmm_swap_fault_hit(sw, FP_WRITE);
+	if (mode >= 0) {
+		/* injected: completes at once as failed (a short write is not trusted either) */
+		wb->io.res = mode == KVMM_FAULT_ENOSPC ? -ENOSPC : -EIO;
+		list_add_tail(&wb->node, &sw->wb_done);
+	} else if (t->ops->slot_addr) {
+		wb->dst = t->ops->slot_addr(t, s);
+		list_add_tail(&wb->node, &sw->wb_copy);
+	} else {
+		while ((ret = t->ops->submit(t, &wb->io)) == -EAGAIN) {
+			t->ops->flush(t);
+			if (t->ops->poll(t, true) < 0)
+				break;
+		}
+		if (ret) {
+			free(wb);
+			return ret;
+		}
+		t->inflight++;
+		t->nr_wb_io++;
+	}
+	t->slots[s].flags = SLOT_WRITING;
+	t->slots[s].ns_id = pg->ns_id;
+	pg->flags |= KVMM_PG_LOCKED | KVMM_PG_WRITEBACK;
+	list_add_tail(&wb->all, &sw->wb_all);
+	sw->nr_wb++;
+	t->nr_wb++;
+	return 0;
+}
+
+int kvmm_mm_seq_swap_out_async(struct kvmm_seq *seq, uint32_t first, uint32_t n)
+{
+	struct kvmm_swap_tier *t;
+	struct kvmm_pool *pool;
+	struct kvmm_swap *sw;
+	uint32_t b, end, started = 0;
+	int err = 0;
+
+	if (!seq)
+		return -EINVAL;
+	pool = seq->as->pool;
+	sw = pool->swap;
+	if (!sw || !sw->nr_tiers)
+		return -ENOSPC;
+	if (first >= seq->nblocks || !n)
+		return 0;
+	end = (uint32_t)min_t(uint64_t, (uint64_t)first + n, seq->nblocks);
+	b = first;
+	while (b < end && !err) {
+		uint32_t blocks[SWAP_BATCH], want = 0, got, k;
+		uint64_t s;
+
+		for (; b < end && want < SWAP_BATCH; b++) {
+			uint32_t f = kvmm_pte_frame(seq->pte[b]);
+
+			if (f != KVMM_FRAME_NONE && swappable(&pool->pages[f]))
+				blocks[want++] = b;
+		}
+		for (k = 0; k < want; k += got) {
+			got = alloc_run(sw, NULL, false, want - k, &t, &s, &err);
+			if (!got)
+				break;
+			for (uint32_t i = 0; i < got; i++) {
+				int ret = wb_start(sw, t, s + i, seq, blocks[k + i]);
+
+				if (ret) {
+					/* not started: this and the rest of the run go back */
+					while (i < got)
+						kvmm_swap_slot_release(t, s + i++);
+					err = ret;
+					break;
+				}
+				started++;
+			}
+			if (err)
+				break;
+		}
+	}
+	list_for_each_entry (t, &sw->tiers, node)
+		if (t->nr_wb)
+			t->ops->flush(t);
+	return started ? (int)started : err;
+}
+
+int kvmm_swap_writeback(struct kvmm_pool *pool, bool unlock)
+{
+	struct kvmm_swap *sw = pool ? pool->swap : NULL;
+	struct kvmm_swap_tier *t;
+	struct swap_wb *wb;
+	LIST_HEAD(mine);
+	uint32_t n = 0;
+
+	if (!sw)
+		return 0;
+	/* take the pending copies: their pages and slots are ours until they are finished */
+	list_splice_init(&sw->wb_copy, &mine);
+	list_for_each_entry (wb, &mine, node)
+		n++;
+	sw->nr_wb_copying += n;
+	if (unlock && n)
+		pthread_mutex_unlock(&pool->lock);
+	list_for_each_entry (wb, &mine, node)
+		memcpy(wb->dst, wb->io.buf, wb->t->page_size);
+	if (unlock && n)
+		pthread_mutex_lock(&pool->lock);
+	sw->nr_wb_copying -= n;
+	list_splice_tail_init(&mine, &sw->wb_done);
+	/* submitted writes: wait under the lock (the ring is not shared across threads) */
+	list_for_each_entry (t, &sw->tiers, node) {
+		if (t->ops->slot_addr || !t->nr_wb)
+			continue;
+		t->ops->flush(t);
+		t->ops->poll(t, false);
+		while (t->nr_wb_io && t->ops->poll(t, true) >= 0)
+			;
+	}
+	return (int)kvmm_swap_wb_reap(pool);
+}
+
 bool kvmm_swap_busy(const struct kvmm_pool *pool)
 {
 	return pool->swap && pool->swap->busy;
@@ -782,8 +1012,9 @@ static int move_slots(struct kvmm_swap *sw, struct kvmm_swap_tier *t, uint32_t n
 		while (want < SWAP_BATCH && want < n - moved && scanned < t->nslots) {
 			if (s >= t->nslots)
 				s = 0;
-			if (!bitmap_test_bit(t->map, s) || (t->slots[s].flags & SLOT_READING)) {
-				/* free, or in use by a read */
+			if (!bitmap_test_bit(t->map, s) ||
+			    (t->slots[s].flags & (SLOT_READING | SLOT_WRITING))) {
+				/* free, or in use by a read or a write-back */
 			} else if (!t->slots[s].seq && kvmm_pagecache_ent_orphan(t->slots[s].ent)) {
 				/* a demoted page no lookup can reach any more: drop, don't move */
 				kvmm_pagecache_remove_ent(t->pool, t->slots[s].ent);
@@ -860,8 +1091,10 @@ int kvmm_swapoff(struct kvmm_pool *pool, unsigned int tier)
 	if (!t)
 		return -ENOENT;
 	sw = pool->swap;
-	/* nothing may be reading from it while it empties */
+	/* nothing may be reading from it or writing to it while it empties */
 	kvmm_swap_poll(pool, true);
+	if (t->nr_wb)
+		return -EBUSY; /* another thread is copying into it without the lock: retry */
 	/* first choice: keep the pages swapped, on the other tiers */
 	while (t->nr_used) {
 		ret = move_slots(sw, t, SWAP_BATCH, false);
@@ -925,7 +1158,7 @@ void kvmm_swap_drop_ns(struct kvmm_pool *pool, struct kvmm_ns *ns)
 		for_each_set_bit (s, t->map, t->nslots) {
 			struct kvmm_swap_slot *sl = &t->slots[s];
 
-			if (sl->ns_id != ns->id)
+			if (sl->ns_id != ns->id || (sl->flags & SLOT_WRITING))
 				continue;
 			KVMM_BUG_ON(sl->seq); /* no address space of the namespace is left */
 			if (sl->ent)
@@ -1001,7 +1234,7 @@ __printf(3, 4) static int swap_fail(char *why, size_t len, const char *fmt, ...)
 }
 
 static int check_tier(struct kvmm_pool *pool, struct kvmm_swap_tier *t, uint32_t *reading,
-		      char *why, size_t len)
+		      uint32_t *writing, char *why, size_t len)
 {
 	uint32_t c, free_clusters = 0;
 	uint64_t s, used = 0;
@@ -1033,6 +1266,14 @@ static int check_tier(struct kvmm_pool *pool, struct kvmm_swap_tier *t, uint32_t
 		used++;
 		if (sl->flags & SLOT_READING)
 			++*reading;
+		if (sl->flags & SLOT_WRITING) {
+			++*writing;
+			if (sl->seq || sl->ent || (sl->flags & SLOT_READING))
+				return swap_fail(why, len,
+						 "swap tier %u slot %llu: being written but named",
+						 t->id, (unsigned long long)s);
+			continue;
+		}
 		if (!sl->seq && !sl->ent && !(sl->flags & SLOT_READING))
 			return swap_fail(why, len, "swap tier %u slot %llu: used by no one", t->id,
 					 (unsigned long long)s);
@@ -1067,7 +1308,8 @@ int kvmm_swap_check(struct kvmm_pool *pool, char *why, size_t len)
 	struct kvmm_swap_tier *t;
 	struct kvmm_aspace *as;
 	struct swap_rd *rd;
-	uint32_t reading = 0, recs = 0, n = 0;
+	struct swap_wb *wb;
+	uint32_t reading = 0, writing = 0, recs = 0, n = 0, f, wbpages = 0;
 	size_t bkt;
 	int ret;
 
@@ -1076,7 +1318,7 @@ int kvmm_swap_check(struct kvmm_pool *pool, char *why, size_t len)
 	list_for_each_entry (t, &sw->tiers, node) {
 		if (sw->tier[t->id] != t)
 			return swap_fail(why, len, "swap tier %u not indexed", t->id);
-		ret = check_tier(pool, t, &reading, why, len);
+		ret = check_tier(pool, t, &reading, &writing, why, len);
 		if (ret)
 			return ret;
 		n++;
@@ -1124,6 +1366,35 @@ int kvmm_swap_check(struct kvmm_pool *pool, char *why, size_t len)
 	if (recs != reading || recs != sw->nr_inflight)
 		return swap_fail(why, len, "swap cache: %u records, %u slots reading, %u counted",
 				 recs, reading, sw->nr_inflight);
+	/* write-back: one record per slot being written, from a locked, mapped page */
+	recs = 0;
+	list_for_each_entry (wb, &sw->wb_all, all) {
+		uint64_t s = wb->io.slot;
+
+		if (sw->tier[wb->t->id] != wb->t || s >= wb->t->nslots ||
+		    !bitmap_test_bit(wb->t->map, s) || !(wb->t->slots[s].flags & SLOT_WRITING))
+			return swap_fail(why, len,
+					 "write-back: tier %u slot %llu is not being written",
+					 wb->t->id, (unsigned long long)s);
+		if (wb->pg->state != KVMM_PAGE_MAPPED ||
+		    (wb->pg->flags & (KVMM_PG_LOCKED | KVMM_PG_WRITEBACK)) !=
+			    (KVMM_PG_LOCKED | KVMM_PG_WRITEBACK))
+			return swap_fail(why, len, "write-back: frame %u is not under writeback",
+					 kvmm_page_to_frame(pool, wb->pg));
+		recs++;
+	}
+	for (f = 0; f < pool->nframes; f++) {
+		const struct kvmm_page *pg = &pool->pages[f];
+
+		if (pg->flags & KVMM_PG_WRITEBACK)
+			wbpages++;
+		else if (pg->flags & KVMM_PG_WB_CANCEL)
+			return swap_fail(why, len, "frame %u: write-back cancelled but none", f);
+	}
+	if (recs != writing || recs != wbpages || recs != sw->nr_wb || sw->nr_wb_copying > recs)
+		return swap_fail(why, len,
+				 "write-back: %u records, %u slots writing, %u pages, %u counted",
+				 recs, writing, wbpages, sw->nr_wb);
 	return 0;
 }
 
@@ -1135,6 +1406,7 @@ void kvmm_swap_destroy(struct kvmm_pool *pool)
 	if (!sw)
 		return;
 	kvmm_swap_poll(pool, true);
+	KVMM_BUG_ON(sw->nr_wb); /* no other thread may run on a pool being torn down */
 	list_for_each_entry_safe (t, tmp, &sw->tiers, node)
 		tier_remove(sw, t);
 	kvmm_htable_destroy(&sw->cache);

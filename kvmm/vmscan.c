@@ -256,8 +256,11 @@ static void make_tier_room(struct kvmm_pool *pool, uint32_t n)
 		pool->stat[KVMM_STAT_SWAP_MOVEDOWN] += (uint64_t)ret;
 }
 
-/* Swap out whole sequences, victims in reclaim order, until @want frames were freed. */
-static uint32_t shrink_seqs(struct kvmm_pool *pool, uint32_t want)
+/*
+ * Swap out whole sequences, victims in reclaim order, until @want frames were freed (or, with
+ * @async, put under writeback: kvmm_swap_writeback() frees them).
+ */
+static uint32_t shrink_seqs(struct kvmm_pool *pool, uint32_t want, bool async)
 {
 	uint32_t freed = 0;
 
@@ -273,14 +276,20 @@ static uint32_t shrink_seqs(struct kvmm_pool *pool, uint32_t want)
 		if (!victim)
 			break;
 		make_tier_room(pool, kvmm_seq_nr_resident(victim));
-		ret = kvmm_mm_seq_swap_out(victim, 0, victim->nblocks);
+		if (async)
+			ret = kvmm_mm_seq_swap_out_async(victim, 0, victim->nblocks);
+		else
+			ret = kvmm_mm_seq_swap_out(victim, 0, victim->nblocks);
 		if (ret <= 0)
 			break; /* no room on any tier, or the write failed: nothing lost, stop */
-		pool->stat[KVMM_STAT_SEQ_SWAPOUT] += (uint64_t)ret;
 		kvmm_trace_event(KVMM_TR_SWAPOUT, pool, 0, victim->as->ns ? victim->as->ns->id : 0,
 				 victim->id, KVMM_TRACE_NONE, (uint64_t)ret);
-		if (pool->hooks && pool->hooks->seq_changed)
-			pool->hooks->seq_changed(pool, victim, 0);
+		/* async: seq_swapout is counted, and the mirror told, as each write completes */
+		if (!async) {
+			pool->stat[KVMM_STAT_SEQ_SWAPOUT] += (uint64_t)ret;
+			if (pool->hooks && pool->hooks->seq_changed)
+				pool->hooks->seq_changed(pool, victim, 0);
+		}
 		/* each page's frame went to the buddy or the owner's magazine: both are free */
 		freed += (uint32_t)ret;
 	}
@@ -301,7 +310,7 @@ uint32_t kvmm_shrink(struct kvmm_pool *pool, uint32_t n, unsigned int flags)
 		make_tier_room(pool, n);
 	freed = kvmm_reclaim(pool, NULL, n);
 	if (freed < n && swap_ok && !(flags & KVMM_SHRINK_NOSWAP))
-		freed += shrink_seqs(pool, n - freed);
+		freed += shrink_seqs(pool, n - freed, flags & KVMM_SHRINK_ASYNC);
 	pool->reclaim_nest--;
 	return freed;
 }

@@ -15,8 +15,9 @@
  *   - the replay: sequences that together hold twice the pool, decoded in batches that fit;
  *     each batch runs a quantum of decode steps (kvmm_cpu_paged_decode over its pinned
  *     pages, one appended token per sequence) while a second thread, playing kvmmd, brings
- *     the next batch in (kvmm_shrink() holding it, kvmm_mm_seq_fault()).  The baseline is
- *     the identical program on a pool big enough for all (target: >= 90 %).
+ *     the next batch in (kvmm_shrink() with asynchronous write-back: the victims' pages are
+ *     copied out with the pool lock let go, kvmm_swap_writeback(); then kvmm_mm_seq_fault()).
+ *     The baseline is the identical program on a pool big enough for all (target: >= 90 %).
  * The temporary directory is $TMPDIR (default /tmp); --quick shrinks every size.  Targets are
  * printed, never asserted.
  */
@@ -349,10 +350,11 @@ struct rp {
 	pthread_t thread;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	int64_t want;	/* batch index to bring in next, -1 none */
-	int64_t ready;	/* last batch brought in */
-	uint64_t steps; /* engine steps appended (atomic): see after_step() */
-	uint32_t slack; /* frames kept free for the running batch's growth over a quantum */
+	int64_t want;	    /* batch index to bring in next, -1 none */
+	int64_t ready;	    /* last batch brought in */
+	uint64_t steps;	    /* engine steps appended (atomic): see after_step() */
+	int engine_waiting; /* the engine waits for a batch (atomic): no step will come */
+	uint32_t slack;	    /* frames kept free for the running batch's growth over a quantum */
 	bool stop;
 	int err;
 };
@@ -366,22 +368,30 @@ static void seq_pin(struct kvmm_pool *pool, struct kvmm_seq *seq, int d)
 {
 	uint32_t k;
 
-	for (k = 0; k < seq->nblocks; k++)
-		if (kvmm_mm_seq_frame(seq, k) != KVMM_FRAME_NONE)
-			kvmm_frame_to_page(pool, kvmm_mm_seq_frame(seq, k))->pincount += d;
+	for (k = 0; k < seq->nblocks; k++) {
+		struct kvmm_page *pg;
+
+		if (kvmm_mm_seq_frame(seq, k) == KVMM_FRAME_NONE)
+			continue;
+		pg = kvmm_frame_to_page(pool, kvmm_mm_seq_frame(seq, k));
+		/* a pinned page is wanted: a swap-out write in flight keeps it (as kvmmd's PIN) */
+		kvmm_page_wb_touch(pg);
+		pg->pincount += d;
+	}
 }
 
 /*
  * Wait (prefetch thread) until the engine has just appended a step, so that the lock hold
  * that follows overlaps its next attention step instead of delaying its next append.
- * Bounded: a stalled engine (waiting for this very batch) is not waited for long.
+ * Not at all while the engine waits for this very batch (no step will come), and bounded.
  */
 static void after_step(struct rp *x)
 {
 	uint64_t s0 = __atomic_load_n(&x->steps, __ATOMIC_ACQUIRE);
 	int spins = 0;
 
-	while (spins++ < 20000 && __atomic_load_n(&x->steps, __ATOMIC_ACQUIRE) == s0)
+	while (spins++ < 20000 && __atomic_load_n(&x->steps, __ATOMIC_ACQUIRE) == s0 &&
+	       !__atomic_load_n(&x->engine_waiting, __ATOMIC_ACQUIRE))
 		sched_yield();
 }
 
@@ -409,9 +419,14 @@ static int bring_in(struct rp *x, struct kvmm_seq **b, uint32_t slack, bool pref
 			for (j = 0; j < x->r->batch; j++)
 				seq_pin(pool, b[j], 1);
 			kvmm_shrink(pool, need + pool->wmark_min + slack - kvmm_pool_nr_free(pool),
-				    0);
+				    KVMM_SHRINK_ASYNC);
 			for (j = 0; j < x->r->batch; j++)
 				seq_pin(pool, b[j], -1);
+			/*
+			 * the victims' pages are under writeback: copied with the lock let
+			 * go (the engine appends meanwhile), then their frames are freed
+			 */
+			kvmm_swap_writeback(pool, true);
 		}
 		pthread_mutex_unlock(&pool->lock);
 		for (k = 0; need && k < b[i]->nblocks && ret >= 0; k += RP_CHUNK) {
@@ -464,8 +479,10 @@ static int rp_wait(struct rp *x, int64_t idx)
 	int err;
 
 	pthread_mutex_lock(&x->mu);
+	__atomic_store_n(&x->engine_waiting, 1, __ATOMIC_RELEASE);
 	while (x->ready < idx && !x->err)
 		pthread_cond_wait(&x->cv, &x->mu);
+	__atomic_store_n(&x->engine_waiting, 0, __ATOMIC_RELEASE);
 	err = x->err;
 	pthread_mutex_unlock(&x->mu);
 	return err;

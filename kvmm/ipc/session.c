@@ -786,8 +786,13 @@ static int do_pin(struct kvmm_session *s, const void *p, bool pin, void *rp, siz
 	}
 	for (i = 0; i < req.nr_seqs; i++) {
 		if (pin) {
-			for (j = 0; j < v[i]->nr_pinned; j++)
-				kvmm_frame_to_page(pool, v[i]->pinned[j])->pincount++;
+			for (j = 0; j < v[i]->nr_pinned; j++) {
+				struct kvmm_page *pg = kvmm_frame_to_page(pool, v[i]->pinned[j]);
+
+				/* wanted by the step: a swap-out write in flight keeps it */
+				kvmm_page_wb_touch(pg);
+				pg->pincount++;
+			}
 			v[i]->pin_depth++;
 			frames += v[i]->nr_pinned;
 		} else {

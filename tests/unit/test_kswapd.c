@@ -446,6 +446,51 @@ static void test_kswapd(void **state)
 	assert_null(f->pool->kswapd);
 }
 
+/*
+ * kvswapd with no cache left: it swaps a sequence out by asynchronous write-back, copying
+ * with the lock let go, while this thread keeps appending to (and reading) another one.
+ */
+static void test_kswapd_writeback(void **state)
+{
+	struct kfx *f = *state;
+	struct kvmm_seq *victim, *busy;
+	uint32_t tpp = f->fmt.tokens_per_page;
+	int i;
+
+	assert_int_equal(host_tier(f, 1, 10, 64), 0);
+	pthread_mutex_lock(&f->pool->lock);
+	victim = mkseq(f, 20, 0, 0, 7); /* the lower priority goes first */
+	busy = mkseq(f, 8, 1000, 1, 9); /* 4 frames left: at low */
+	pthread_mutex_unlock(&f->pool->lock);
+	assert_int_equal(kvmm_kswapd_start(f->pool), 0);
+	for (i = 0; i < 2000 && nr_free_locked(f->pool) < 8; i++) {
+		pthread_mutex_lock(&f->pool->lock);
+		/* append and truncate back: the tail page churns while kvswapd works */
+		if (kvmm_pool_nr_free(f->pool) > 2)
+			assert_int_equal(kvmm_mm_seq_append(busy, tpp, NULL), 0);
+		inv(f->pool);
+		assert_int_equal(kvmm_mm_seq_truncate(busy, 8ull * tpp), 0);
+		pthread_mutex_unlock(&f->pool->lock);
+		sched_yield();
+	}
+	kvmm_kswapd_stop(f->pool);
+	pthread_mutex_lock(&f->pool->lock);
+	kvmm_swap_poll(f->pool, true);
+	inv(f->pool);
+	assert_true(kvmm_pool_nr_free(f->pool) >= 8);
+	assert_true(kvmm_mm_seq_nr_swapped(victim) > 0);
+	assert_true(f->pool->stat[KVMM_STAT_SEQ_SWAPOUT] > 0);
+	assert_int_equal(kvmm_mm_seq_fault(busy, 0, busy->nblocks) >= 0, 1);
+	same(f, busy, 9);
+	assert_true(kvmm_mm_seq_fault(victim, 0, victim->nblocks) >= 0);
+	kvmm_swap_poll(f->pool, true);
+	same(f, victim, 7);
+	inv(f->pool);
+	kvmm_mm_seq_free(victim);
+	kvmm_mm_seq_free(busy);
+	pthread_mutex_unlock(&f->pool->lock);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -457,6 +502,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_direct_reclaim_swaps, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_oom_victim, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kswapd, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_kswapd_writeback, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("kswapd", tests, NULL, NULL);

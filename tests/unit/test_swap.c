@@ -11,6 +11,7 @@
  * stay in flight deterministically, so the swap cache's join is tested without timing.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -642,6 +643,253 @@ static void test_swapfile_unlinked(void **state)
 	check_inv(f->pool);
 }
 
+/* ---- asynchronous write-back ------------------------------------------------------------------ */
+
+static uint64_t tier_used(struct fx *f, unsigned int id)
+{
+	struct kvmm_swap_tier_info ti;
+
+	assert_int_equal(kvmm_swap_tier_info(f->pool, id, &ti), 0);
+	return ti.used;
+}
+
+static bool under_wb(struct fx *f, struct kvmm_seq *seq, uint32_t b)
+{
+	uint32_t fr = kvmm_mm_seq_frame(seq, b);
+
+	return fr != KVMM_FRAME_NONE &&
+	       (kvmm_frame_to_page(f->pool, fr)->flags & KVMM_PG_WRITEBACK);
+}
+
+/* host (copied by the core without the lock) and manual (submitted) tiers alike */
+static void wb_roundtrip(struct fx *f, unsigned int id)
+{
+	struct kvmm_seq *seq = mkseq(f, 0, 8, 1);
+	uint32_t free0 = kvmm_pool_nr_free(f->pool), b;
+	uint64_t out0 = vmstat(f, KVMM_STAT_SWPOUT);
+
+	assert_int_equal(kvmm_mm_seq_swap_out_async(seq, 0, 8), 8);
+	check_inv(f->pool);
+	/* in flight: still mapped, locked, under writeback; slots taken; no frame freed yet */
+	for (b = 0; b < 8; b++) {
+		assert_true(kvmm_pte_is_present(seq->pte[b]));
+		assert_true(under_wb(f, seq, b));
+	}
+	assert_int_equal(kvmm_pool_nr_free(f->pool), free0);
+	assert_int_equal(tier_used(f, id), 8);
+	/* nor are they taken twice */
+	assert_int_equal(kvmm_mm_seq_swap_out_async(seq, 0, 8), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 8), 0);
+	kvmm_swap_poll(f->pool, false);
+	check_inv(f->pool);
+	/* lock held as kvswapd does: kvmm_swap_writeback lets go of it for the copies */
+	pthread_mutex_lock(&f->pool->lock);
+	assert_int_equal(kvmm_swap_writeback(f->pool, true), 8);
+	pthread_mutex_unlock(&f->pool->lock);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(seq), 8);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), free0 + 8);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWPOUT) - out0, 8);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, 8), 8);
+	check_bytes(f, 0, seq, 0, 8);
+	kvmm_mm_seq_free(seq);
+	check_inv(f->pool);
+	assert_int_equal(tier_used(f, id), 0);
+}
+
+static void test_wb_host(void **state)
+{
+	struct fx *f = *state;
+
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	wb_roundtrip(f, 1);
+}
+
+static void test_wb_submitted(void **state)
+{
+	struct fx *f = *state;
+
+	assert_int_equal(add_manual(f), 0);
+	wb_roundtrip(f, 5);
+}
+
+static void test_wb_nvme(void **state)
+{
+	struct fx *f = *state;
+
+	assert_int_equal(add_nvme(f, 2, 0, 16), 0);
+	wb_roundtrip(f, 2);
+}
+
+/* a fault on pages under writeback keeps them: nothing is swapped, nothing read back */
+static void test_wb_fault_during(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *seq = mkseq(f, 0, 4, 1);
+	uint64_t in0 = vmstat(f, KVMM_STAT_SWPIN);
+
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out_async(seq, 0, 4), 4);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 1, 2), 0);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_swap_writeback(f->pool, false), 2);
+	check_inv(f->pool);
+	assert_true(kvmm_pte_is_swap(seq->pte[0]));
+	assert_true(kvmm_pte_is_present(seq->pte[1]) && kvmm_pte_is_present(seq->pte[2]));
+	assert_true(kvmm_pte_is_swap(seq->pte[3]));
+	assert_false(under_wb(f, seq, 1) || under_wb(f, seq, 2));
+	assert_int_equal(tier_used(f, 1), 2);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWPIN), in0);
+	check_bytes(f, 0, seq, 1, 3);
+	/* a pinned page is not taken from under a step either */
+	kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(seq, 1))->pincount++;
+	assert_int_equal(kvmm_mm_seq_swap_out_async(seq, 2, 1), 1);
+	kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(seq, 2))->pincount++;
+	assert_int_equal(kvmm_swap_writeback(f->pool, false), 0);
+	assert_true(kvmm_pte_is_present(seq->pte[2]));
+	kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(seq, 1))->pincount--;
+	kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(seq, 2))->pincount--;
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, 4), 2);
+	check_bytes(f, 0, seq, 0, 4);
+	check_inv(f->pool);
+}
+
+/* freed while its pages are being written: the frames go when the writes complete */
+static void test_wb_free_during(void **state)
+{
+	struct fx *f = *state;
+	uint32_t free0 = kvmm_pool_nr_free(f->pool);
+	struct kvmm_seq *seq = mkseq(f, 0, 4, 1), *b;
+	uint32_t tpp = f->fmt.tokens_per_page, i;
+	uint32_t tok[4 * 64];
+
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out_async(seq, 0, 4), 4);
+	kvmm_mm_seq_free(seq);
+	check_inv(f->pool); /* four MAPPED frames with no mapper, LOCKED */
+	assert_int_equal(kvmm_pool_nr_free(f->pool), free0 - 4);
+	kvmm_swap_poll(f->pool, true);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), free0);
+	assert_int_equal(tier_used(f, 1), 0);
+
+	/* a sealed page freed during its write becomes cached, still found by lookup */
+	seq = mkseq(f, 0, 2, 1);
+	assert_int_equal(kvmm_mm_seq_seal(seq), 2);
+	assert_int_equal(kvmm_mm_seq_swap_out_async(seq, 0, 2), 2);
+	kvmm_mm_seq_free(seq);
+	assert_int_equal(kvmm_swap_writeback(f->pool, false), 0);
+	check_inv(f->pool);
+	assert_int_equal(tier_used(f, 1), 0);
+	for (i = 0; i < 2 * tpp; i++)
+		tok[i] = 1 + i;
+	assert_int_equal(kvmm_mm_seq_create(f->as, &b), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(b, tok, 2 * tpp), (int)(2 * tpp));
+	check_bytes(f, 0, b, 0, 2);
+	check_inv(f->pool);
+}
+
+/* a namespace whose last address space went during a write can still be destroyed */
+static void test_wb_ns_destroy(void **state)
+{
+	struct fx *f = *state;
+	uint32_t free0 = kvmm_pool_nr_free(f->pool);
+	struct kvmm_aspace *as;
+	struct kvmm_seq *seq;
+	struct kvmm_ns *ns;
+
+	assert_int_equal(add_manual(f), 0);
+	assert_int_equal(kvmm_ns_create(f->pool, "wb", 0, 0, &ns), 0);
+	assert_int_equal(kvmm_aspace_create(f->pool, ns, &f->fmt, NULL, &as), 0);
+	assert_int_equal(kvmm_mm_seq_create(as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 3 * f->fmt.tokens_per_page, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out_async(seq, 0, 3), 3);
+	kvmm_aspace_destroy(as);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_ns_destroy(ns), 0);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), free0);
+	assert_int_equal(tier_used(f, 5), 0);
+}
+
+/* truncate during writeback: the dropped block is freed at completion, the cut one stays */
+static void test_wb_truncate_during(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *seq = mkseq(f, 0, 4, 1);
+	uint32_t tpp = f->fmt.tokens_per_page;
+	uint8_t *p;
+
+	assert_int_equal(add_manual(f), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out_async(seq, 0, 4), 4);
+	assert_int_equal(kvmm_mm_seq_truncate(seq, 2 * tpp + 1), 0);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_swap_writeback(f->pool, false), 2);
+	check_inv(f->pool);
+	assert_true(kvmm_pte_is_swap(seq->pte[0]) && kvmm_pte_is_swap(seq->pte[1]));
+	assert_true(kvmm_pte_is_present(seq->pte[2]));
+	assert_int_equal(tier_used(f, 5), 2);
+	/* appending into the cut page while a new write is in flight cancels that one too */
+	assert_int_equal(kvmm_mm_seq_swap_out_async(seq, 2, 1), 1);
+	assert_int_equal(kvmm_mm_seq_append(seq, 1, NULL), 0);
+	p = kvmm_pool_frame_addr(f->pool, kvmm_mm_seq_frame(seq, 2));
+	p[PAGE_SZ - 1] ^= 0x5a; /* the engine writes the new token's KV */
+	f->want[0][2][PAGE_SZ - 1] ^= 0x5a;
+	assert_int_equal(kvmm_swap_writeback(f->pool, false), 0);
+	assert_true(kvmm_pte_is_present(seq->pte[2]));
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, 3), 2);
+	check_bytes(f, 0, seq, 0, 3);
+	check_inv(f->pool);
+}
+
+/* a failed write: the page stays resident and dirty, its slot is freed, nothing is lost */
+static void test_wb_write_error(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_fault_attr a = {.nth = 2, .mode = KVMM_FAULT_EIO};
+	struct kvmm_seq *seq = mkseq(f, 0, 4, 1);
+	uint64_t fail0 = vmstat(f, KVMM_STAT_SWAP_FAIL), pte1 = seq->pte[1];
+
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_swap_fault_set(f->pool, "swap.write", &a), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out_async(seq, 0, 4), 4);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_swap_writeback(f->pool, false), 3);
+	check_inv(f->pool);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWAP_FAIL) - fail0, 1);
+	assert_int_equal(seq->pte[1], pte1);
+	assert_true(seq->pte[1] & KVMM_PTE_DIRTY);
+	assert_false(under_wb(f, seq, 1));
+	assert_int_equal(tier_used(f, 1), 3);
+	assert_int_equal(kvmm_swap_fault_set(f->pool, "swap.write", NULL), 0);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, 4), 3);
+	check_bytes(f, 0, seq, 0, 4);
+	check_inv(f->pool);
+}
+
+/* a fork or a lookup that maps a page under writeback keeps it; swapoff waits for writes */
+static void test_wb_shared_and_swapoff(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *seq = mkseq(f, 0, 4, 1), *c;
+
+	assert_int_equal(add_manual(f), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out_async(seq, 0, 4), 4);
+	assert_int_equal(kvmm_mm_seq_fork(seq, &c), 0);
+	kvmm_mm_seq_free(c);
+	assert_int_equal(kvmm_swap_writeback(f->pool, false), 0);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(seq), 0);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_swap_out_async(seq, 0, 4), 4);
+	/* nobody else is copying: swapoff completes the writes, then brings the pages back */
+	assert_int_equal(kvmm_swapoff(f->pool, 5), 0);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(seq), 0);
+	check_inv(f->pool);
+	check_bytes(f, 0, seq, 0, 4);
+}
+
 /* ---- fault injection ----------------------------------------------------------------------------- */
 
 static void write_fault(struct fx *f, enum kvmm_fault_mode mode, int want_err)
@@ -825,9 +1073,15 @@ static void test_model(void **state)
 		}
 		first = (uint32_t)(rnd(f) % nb);
 		n = 1 + (uint32_t)(rnd(f) % nb);
-		if (r < 30) {
+		if (r < 18) {
 			ret = kvmm_mm_seq_swap_out(s[i], first, n);
 			assert_true(ret >= 0 || ret == -ENOSPC);
+		} else if (r < 30) {
+			/* asynchronous write-back, finished later by writeback/poll (or not yet) */
+			ret = kvmm_mm_seq_swap_out_async(s[i], first, n);
+			assert_true(ret >= 0 || ret == -ENOSPC);
+			if (r & 1)
+				assert_true(kvmm_swap_writeback(f->pool, false) >= 0);
 		} else if (r < 50) {
 			ret = kvmm_mm_seq_fault(s[i], first, n);
 			assert_true(ret >= 0 || ret == -ENOMEM);
@@ -843,8 +1097,11 @@ static void test_model(void **state)
 		} else if (r < 84) {
 			kvmm_mm_seq_free(s[i]);
 			s[i] = NULL;
-		} else if (r < 88) {
+		} else if (r < 86) {
 			kvmm_reclaim(f->pool, NULL, n);
+		} else if (r < 88) {
+			/* kvswapd's order, write-back included */
+			kvmm_shrink(f->pool, n, (r & 1) ? KVMM_SHRINK_ASYNC : 0);
 		} else if (r < 92) {
 			assert_true(kvmm_swap_demote(f->pool, NULL, n) >= -ENOSPC);
 		} else {
@@ -904,6 +1161,15 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_swapfile_fills, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_swapfile_truncated, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_swapfile_unlinked, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wb_host, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wb_submitted, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wb_nvme, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wb_fault_during, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wb_free_during, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wb_truncate_during, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wb_ns_destroy, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wb_write_error, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wb_shared_and_swapoff, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fault_write_eio, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fault_write_short, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fault_write_enospc, setup, teardown),

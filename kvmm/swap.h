@@ -52,10 +52,16 @@
 
 struct kvmm_swap_tier;
 
-/* One page of I/O between a host buffer (a frame) and a slot. */
+/*
+ * One page of I/O between a frame and a slot.  @buf is the frame's host address; NULL when
+ * the pool's backend stages swap through its copy_to_host / copy_from_host hooks (memory the
+ * host cannot address: the CUDA backend), and then @frame names the frame.  Tiers move the
+ * bytes with kvmm_swap_io_to_host() / kvmm_swap_io_from_host(), which serve both cases.
+ */
 struct kvmm_swap_io {
 	uint64_t slot;
-	void *buf; /* page_size bytes, host-visible */
+	void *buf;	/* page_size bytes, host-visible, or NULL: staged (@frame) */
+	uint32_t frame; /* the pool frame, when @buf is NULL */
 	bool write;
 	int res; /* on completion: 0 or -errno */
 	/* called exactly once on completion, from ops->poll (never from submit) */
@@ -92,6 +98,26 @@ struct kvmm_swap_ops {
 	 */
 	void *(*slot_addr)(struct kvmm_swap_tier *t, uint64_t slot);
 };
+
+/*
+ * For tiers: copy @io's page into host memory @host (a swap-out) or from @host into it (a
+ * swap-in): memcpy for a host-mapped frame, else the backend's copy_to_host / copy_from_host,
+ * followed by its sync when @sync (else the caller syncs with kvmm_swap_io_sync before @host
+ * is used or reused).  0 or -errno (-EOPNOTSUPP: neither a host address nor hooks).
+ */
+int kvmm_swap_io_to_host(struct kvmm_swap_tier *t, const struct kvmm_swap_io *io, void *host,
+			 bool sync);
+int kvmm_swap_io_from_host(struct kvmm_swap_tier *t, const struct kvmm_swap_io *io,
+			   const void *host, bool sync);
+/* Wait for the staging copies started on @t's pool backend (no-op without hooks). 0/-errno. */
+int kvmm_swap_io_sync(struct kvmm_swap_tier *t);
+/*
+ * For tiers: host memory for an arena or staging buffers, pinned (DMA-able) through the
+ * backend's host_alloc when it has one, else NULL (the tier allocates its own).  Free with
+ * kvmm_swap_host_free() only what kvmm_swap_host_alloc() returned.
+ */
+void *kvmm_swap_host_alloc(struct kvmm_swap_tier *t, uint64_t bytes);
+void kvmm_swap_host_free(struct kvmm_swap_tier *t, void *mem, uint64_t bytes);
 
 extern const struct kvmm_swap_ops kvmm_swap_host_ops; /* swap_host.c: host-memory arena */
 extern const struct kvmm_swap_ops kvmm_swap_nvme_ops; /* swap_nvme.c: O_DIRECT + io_uring */

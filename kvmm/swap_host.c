@@ -8,9 +8,11 @@
  * tier.  The copy happens at submit time; the I/O is only reported complete from poll(), like
  * every tier's, so that the core's completion handling is the same for all of them.
  * Swap-out write-back does not go through submit(): slot_addr() gives the core the slot's
- * address and the core copies into it with the pool lock let go (kvmm_swap_writeback).  With the
- * CUDA backend this arena becomes pinned host memory (cuMemHostAlloc) and the copy a DMA;
- * nothing above the ops table changes.  Locking: the pool lock.
+ * address and the core copies into it with the pool lock let go (kvmm_swap_writeback).  On a
+ * backend whose frames the host cannot address (CUDA) the page moves straight between the
+ * frame and its arena slot through the backend's copy_to_host / copy_from_host hooks (a DMA),
+ * and the arena is pinned host memory from its host_alloc when that succeeds (else the same
+ * anonymous mapping, which the DMA then stages through).  Locking: the pool lock.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@
 struct host_tier {
 	uint8_t *arena;
 	size_t size;
+	bool pinned;	       /* from kvmm_swap_host_alloc(), not mmap */
 	struct list_head done; /* struct kvmm_swap_io.node: copied, not yet reported */
 };
 
@@ -36,9 +39,12 @@ static int host_init(struct kvmm_swap_tier *t, const struct kvmm_swap_tier_param
 	h = calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
+	h->arena = kvmm_swap_host_alloc(t, p->size);
+	h->pinned = h->arena != NULL;
 	/* reserved lazily: a large, mostly empty tier costs nothing until it is used */
-	h->arena = mmap(NULL, (size_t)p->size, PROT_READ | PROT_WRITE,
-			MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (!h->pinned)
+		h->arena = mmap(NULL, (size_t)p->size, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (h->arena == MAP_FAILED) {
 		free(h);
 		return -ENOMEM;
@@ -55,7 +61,10 @@ static void host_fini(struct kvmm_swap_tier *t)
 	struct host_tier *h = t->priv;
 
 	KVMM_WARN_ON(!list_empty(&h->done));
-	munmap(h->arena, h->size);
+	if (h->pinned)
+		kvmm_swap_host_free(t, h->arena, h->size);
+	else
+		munmap(h->arena, h->size);
 	free(h);
 	t->priv = NULL;
 }
@@ -64,14 +73,17 @@ static int host_submit(struct kvmm_swap_tier *t, struct kvmm_swap_io *io)
 {
 	struct host_tier *h = t->priv;
 	uint8_t *slot;
+	int ret;
 
 	if (io->slot >= t->nslots)
 		return -EINVAL;
 	slot = h->arena + io->slot * t->page_size;
 	if (io->write)
-		memcpy(slot, io->buf, t->page_size);
+		ret = kvmm_swap_io_to_host(t, io, slot, true);
 	else
-		memcpy(io->buf, slot, t->page_size);
+		ret = kvmm_swap_io_from_host(t, io, slot, true);
+	if (ret)
+		return ret;
 	io->res = 0;
 	list_add_tail(&io->node, &h->done);
 	return 0;

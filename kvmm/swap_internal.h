@@ -83,6 +83,19 @@ static inline uint64_t swp_entry(unsigned int tier, uint64_t slot)
 	return kvmm_pte_mk_swap(tier, slot);
 }
 
+/* Does @pool's backend stage swap through copy_to_host / copy_from_host? */
+static inline bool swap_staged(const struct kvmm_pool *pool)
+{
+	return pool->be.ops->copy_to_host && pool->be.ops->copy_from_host;
+}
+
+/* Point @io at frame @frame: its host address, or (staged backends) NULL and the frame. */
+static inline void swap_io_frame(struct kvmm_pool *pool, struct kvmm_swap_io *io, uint32_t frame)
+{
+	io->frame = frame;
+	io->buf = swap_staged(pool) ? NULL : kvmm_pool_frame_addr(pool, frame);
+}
+
 /* swapfile.c */
 struct kvmm_swap_tier *kvmm_swap_decode(struct kvmm_pool *pool, uint64_t swp, uint64_t *slot);
 /* -1: no failure, else the enum kvmm_fault_mode to inject */

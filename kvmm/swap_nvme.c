@@ -8,10 +8,13 @@
  * page aligned as O_DIRECT wants, registered with io_uring_register_buffers() once (so the
  * kernel pins them once, not per I/O), and the file descriptor is registered too
  * (IOSQE_FIXED_FILE).  Frames are never handed to the kernel directly: a frame may be device
- * memory (the CUDA backend), and the staging copy is where a device-to-host DMA goes later.
- * submit() copies a page into a free staging buffer (writes) and queues an SQE; flush()
- * submits all queued SQEs with one io_uring_submit() - a batch costs one system call; poll()
- * reaps CQEs, copies reads out of their buffer and reports each I/O.  A result other than a
+ * memory (the CUDA backend), and the staging copy is where its device-to-host DMA goes: the
+ * backend's copy_to_host / copy_from_host hooks move the page (kvmm_swap_io_to_host), and the
+ * staging pool is then pinned host memory from its host_alloc when that succeeds.
+ * submit() copies a page into a free staging buffer (writes; a staged copy is only started)
+ * and queues an SQE; flush() waits for started staging copies (the backend's sync) and submits
+ * all queued SQEs with one io_uring_submit() - a batch costs one system call; poll() reaps
+ * CQEs, copies reads out of their buffer (synchronously) and reports each I/O.  A result other than a
  * whole page is an error: a negative one as it is, a short one (a truncated file, a torn
  * write) as -EIO.  When every staging buffer is busy, submit() says -EAGAIN and the core
  * polls before it retries: the queue depth bounds the I/O in flight.
@@ -47,14 +50,20 @@ struct nvme_tier {
 	uint32_t nfree;
 	uint32_t qd;
 	uint32_t queued; /* SQEs not submitted yet */
+	uint64_t staging_size;
 	bool fixed_bufs, fixed_file;
+	bool pinned;	/* staging from kvmm_swap_host_alloc() */
+	bool need_sync; /* staging copies started, not waited for */
 };
 
-static void nvme_free(struct nvme_tier *n)
+static void nvme_free(struct kvmm_swap_tier *t, struct nvme_tier *n)
 {
 	free(n->bufs);
 	free(n->free);
-	free(n->staging);
+	if (n->pinned)
+		kvmm_swap_host_free(t, n->staging, n->staging_size);
+	else
+		free(n->staging);
 	free(n);
 }
 
@@ -87,8 +96,11 @@ static int nvme_init(struct kvmm_swap_tier *t, const struct kvmm_swap_tier_param
 	n->bufs = calloc(n->qd, sizeof(*n->bufs));
 	n->free = calloc(n->qd, sizeof(*n->free));
 	iov = calloc(n->qd, sizeof(*iov));
+	n->staging_size = (uint64_t)n->qd * t->page_size;
+	n->staging = kvmm_swap_host_alloc(t, n->staging_size);
+	n->pinned = n->staging != NULL;
 	if (!n->bufs || !n->free || !iov ||
-	    posix_memalign((void **)&n->staging, 4096, (size_t)n->qd * t->page_size)) {
+	    (!n->pinned && posix_memalign((void **)&n->staging, 4096, n->staging_size))) {
 		ret = -ENOMEM;
 		goto out_free;
 	}
@@ -126,7 +138,7 @@ out_close:
 	close(n->fd);
 out_free:
 	free(iov);
-	nvme_free(n);
+	nvme_free(t, n);
 	return ret;
 }
 
@@ -137,7 +149,7 @@ static void nvme_fini(struct kvmm_swap_tier *t)
 	KVMM_WARN_ON(n->nfree != n->qd);
 	io_uring_queue_exit(&n->ring);
 	close(n->fd);
-	nvme_free(n);
+	nvme_free(t, n);
 	t->priv = NULL;
 }
 
@@ -148,6 +160,13 @@ static int nvme_flush(struct kvmm_swap_tier *t)
 
 	if (!n->queued)
 		return 0;
+	if (n->need_sync) {
+		/* the writes must not reach the device before their pages reach staging */
+		ret = kvmm_swap_io_sync(t);
+		if (ret < 0)
+			return ret;
+		n->need_sync = false;
+	}
 	ret = io_uring_submit(&n->ring);
 	if (ret < 0)
 		return ret;
@@ -162,11 +181,21 @@ static int nvme_submit(struct kvmm_swap_tier *t, struct kvmm_swap_io *io)
 	struct nvme_buf *b;
 	int fd = n->fixed_file ? 0 : n->fd;
 	uint64_t off = io->slot * t->page_size;
+	int ret;
 
 	if (io->slot >= t->nslots)
 		return -EINVAL;
 	if (!n->nfree)
 		return -EAGAIN;
+	/* the top free buffer: taken below only once an SQE is there for it */
+	b = &n->bufs[n->free[n->nfree - 1]];
+	if (io->write) {
+		/* a staged copy is waited for in flush(), once for the batch */
+		ret = kvmm_swap_io_to_host(t, io, b->mem, false);
+		if (ret)
+			return ret;
+		n->need_sync |= !io->buf;
+	}
 	sqe = io_uring_get_sqe(&n->ring);
 	if (!sqe) {
 		nvme_flush(t);
@@ -174,10 +203,9 @@ static int nvme_submit(struct kvmm_swap_tier *t, struct kvmm_swap_io *io)
 		if (!sqe)
 			return -EAGAIN;
 	}
-	b = &n->bufs[n->free[--n->nfree]];
+	n->nfree--;
 	b->io = io;
 	if (io->write) {
-		memcpy(b->mem, io->buf, t->page_size);
 		if (n->fixed_bufs)
 			io_uring_prep_write_fixed(sqe, fd, b->mem, (unsigned int)t->page_size, off,
 						  (int)b->idx);
@@ -226,9 +254,8 @@ static int nvme_poll(struct kvmm_swap_tier *t, bool wait)
 		io_uring_cqe_seen(&n->ring, cqe);
 		io = b->io;
 		if (res == (int)t->page_size) {
-			if (!io->write)
-				memcpy(io->buf, b->mem, t->page_size);
-			io->res = 0;
+			/* back into the frame before the buffer is reused or the page is used */
+			io->res = io->write ? 0 : kvmm_swap_io_from_host(t, io, b->mem, true);
 		} else {
 			/* short: the file was truncated under us, or the write was torn */
 			io->res = res < 0 ? res : -EIO;

@@ -198,7 +198,7 @@ static int read_async(struct kvmm_pool *pool, uint64_t swp, struct kvmm_magazine
 	rd->swp = swp;
 	rd->io.slot = s;
 	rd->io.write = false;
-	rd->io.buf = kvmm_pool_frame_addr(pool, kvmm_page_to_frame(pool, rd->pg));
+	swap_io_frame(pool, &rd->io, kvmm_page_to_frame(pool, rd->pg));
 	rd->io.end_io = rd_end_io;
 	rd->io.priv = rd;
 	while ((ret = t->ops->submit(t, &rd->io)) == -EAGAIN) {
@@ -316,7 +316,7 @@ int kvmm_mm_seq_fault(struct kvmm_seq *seq, uint32_t first, uint32_t n)
 			}
 			ios[nr].slot = s;
 			ios[nr].write = false;
-			ios[nr].buf = kvmm_pool_frame_addr(pool, kvmm_page_to_frame(pool, pgs[nr]));
+			swap_io_frame(pool, &ios[nr], kvmm_page_to_frame(pool, pgs[nr]));
 			blocks[nr++] = b;
 		}
 		if (!nr)
@@ -376,7 +376,7 @@ struct kvmm_page *kvmm_swap_fault_ent(struct kvmm_pool *pool, struct kvmm_cache_
 		return NULL;
 	io.slot = s;
 	io.write = false;
-	io.buf = kvmm_pool_frame_addr(pool, kvmm_page_to_frame(pool, pg));
+	swap_io_frame(pool, &io, kvmm_page_to_frame(pool, pg));
 	kvmm_swap_io_run(sw, t, &io, 1);
 	if (io.res) {
 		kvmm_free_page(pool, pg, mag);

@@ -128,8 +128,8 @@ int kvmm_swapon(struct kvmm_pool *pool, const struct kvmm_swap_ops *ops,
 		return -EINVAL;
 	if (p->path && strlen(p->path) >= KVMM_PATH_LEN)
 		return -ENAMETOOLONG;
-	/* tiers copy pages through their host address (a device backend needs a DMA hook) */
-	if (!pool->be.ops->frame_addr)
+	/* tiers copy pages through their host address, or through the backend's staging hooks */
+	if (!pool->be.ops->frame_addr && !swap_staged(pool))
 		return -EOPNOTSUPP;
 	sw = swap_get(pool);
 	if (!sw)
@@ -497,6 +497,68 @@ int kvmm_swap_fault_parse(struct kvmm_pool *pool, const char *spec)
 	return kvmm_swap_fault_set(pool, point, off ? NULL : &a);
 }
 
+/* ---- moving page bytes: host-mapped frames or the backend's staging hooks ------------------ */
+
+int kvmm_swap_io_sync(struct kvmm_swap_tier *t)
+{
+	struct kvmm_backend_ctx *be = &t->pool->be;
+
+	return swap_staged(t->pool) && be->ops->sync ? be->ops->sync(be) : 0;
+}
+
+int kvmm_swap_io_to_host(struct kvmm_swap_tier *t, const struct kvmm_swap_io *io, void *host,
+			 bool sync)
+{
+	struct kvmm_backend_ctx *be = &t->pool->be;
+	int ret;
+
+	if (io->buf) {
+		memcpy(host, io->buf, t->page_size);
+		return 0;
+	}
+	if (!swap_staged(t->pool))
+		return -EOPNOTSUPP;
+	ret = be->ops->copy_to_host(be, host, &io->frame, 1);
+	if (!ret && sync)
+		ret = kvmm_swap_io_sync(t);
+	return ret;
+}
+
+int kvmm_swap_io_from_host(struct kvmm_swap_tier *t, const struct kvmm_swap_io *io,
+			   const void *host, bool sync)
+{
+	struct kvmm_backend_ctx *be = &t->pool->be;
+	int ret;
+
+	if (io->buf) {
+		memcpy(io->buf, host, t->page_size);
+		return 0;
+	}
+	if (!swap_staged(t->pool))
+		return -EOPNOTSUPP;
+	ret = be->ops->copy_from_host(be, &io->frame, host, 1);
+	if (!ret && sync)
+		ret = kvmm_swap_io_sync(t);
+	return ret;
+}
+
+void *kvmm_swap_host_alloc(struct kvmm_swap_tier *t, uint64_t bytes)
+{
+	struct kvmm_backend_ctx *be = &t->pool->be;
+
+	if (!be->ops->host_alloc || !be->ops->host_free)
+		return NULL;
+	return be->ops->host_alloc(be, bytes);
+}
+
+void kvmm_swap_host_free(struct kvmm_swap_tier *t, void *mem, uint64_t bytes)
+{
+	struct kvmm_backend_ctx *be = &t->pool->be;
+
+	if (mem)
+		be->ops->host_free(be, mem, bytes);
+}
+
 /* ---- synchronous batched I/O -------------------------------------------------------------- */
 
 struct io_batch {
@@ -638,8 +700,8 @@ int kvmm_mm_seq_swap_out(struct kvmm_seq *seq, uint32_t first, uint32_t n)
 			for (k = 0; k < got; k++) {
 				ios[k].slot = s + k;
 				ios[k].write = true;
-				ios[k].buf = kvmm_pool_frame_addr(
-					pool, kvmm_pte_frame(seq->pte[blocks[i + k]]));
+				swap_io_frame(pool, &ios[k],
+					      kvmm_pte_frame(seq->pte[blocks[i + k]]));
 			}
 			kvmm_swap_io_run(sw, t, ios, got);
 			for (k = 0; k < got; k++) {
@@ -768,7 +830,7 @@ static int wb_start(struct kvmm_swap *sw, struct kvmm_swap_tier *t, uint64_t s,
 	wb->ntokens = pg->ntokens;
 	wb->io.slot = s;
 	wb->io.write = true;
-	wb->io.buf = kvmm_pool_frame_addr(pool, kvmm_page_to_frame(pool, pg));
+	swap_io_frame(pool, &wb->io, kvmm_page_to_frame(pool, pg));
 	wb->io.end_io = wb_end_io;
 	wb->io.priv = wb;
 	mode = kvmm_swap_fault_hit(sw, FP_WRITE);
@@ -862,10 +924,19 @@ int kvmm_swap_writeback(struct kvmm_pool *pool, bool unlock)
 	struct swap_wb *wb;
 	LIST_HEAD(mine);
 	uint32_t n = 0;
+	bool staged;
+	int ret;
 
 	if (!sw)
 		return 0;
-	/* take the pending copies: their pages and slots are ours until they are finished */
+	/*
+	 * Take the pending copies: their pages and slots are ours until they are finished.  A
+	 * staging backend's copies are started and waited for under the lock (its stream is
+	 * the pool's, like every other backend call); memcpy runs without it.
+	 */
+	staged = swap_staged(pool);
+	if (staged)
+		unlock = false;
 	list_splice_init(&sw->wb_copy, &mine);
 	list_for_each_entry (wb, &mine, node)
 		n++;
@@ -873,7 +944,13 @@ int kvmm_swap_writeback(struct kvmm_pool *pool, bool unlock)
 	if (unlock && n)
 		pthread_mutex_unlock(&pool->lock);
 	list_for_each_entry (wb, &mine, node)
-		memcpy(wb->dst, wb->io.buf, wb->t->page_size);
+		wb->io.res = kvmm_swap_io_to_host(wb->t, &wb->io, wb->dst, false);
+	if (staged && n) {
+		ret = pool->be.ops->sync ? pool->be.ops->sync(&pool->be) : 0;
+		list_for_each_entry (wb, &mine, node)
+			if (!wb->io.res)
+				wb->io.res = ret;
+	}
 	if (unlock && n)
 		pthread_mutex_lock(&pool->lock);
 	sw->nr_wb_copying -= n;
@@ -927,7 +1004,7 @@ int kvmm_swap_demote_page(struct kvmm_pool *pool, struct kvmm_page *pg)
 		goto out;
 	io.slot = s;
 	io.write = true;
-	io.buf = kvmm_pool_frame_addr(pool, kvmm_page_to_frame(pool, pg));
+	swap_io_frame(pool, &io, kvmm_page_to_frame(pool, pg));
 	kvmm_swap_io_run(sw, t, &io, 1);
 	if (io.res) {
 		kvmm_swap_slot_release(t, s);

@@ -208,11 +208,12 @@ enum kvmm_stat {
 	KVMM_STAT_SWAP_CACHE_HIT, /* faults that joined a read already in flight */
 	KVMM_STAT_SWAP_DROP,	  /* demoted cached pages dropped from swap (drop_caches) */
 	/* reclaim policy (vmscan.c, kswapd.c, Documentation/mm/reclaim.md) */
-	KVMM_STAT_KSWAPD_WAKE,	 /* kvswapd wake-ups (free went under low) */
-	KVMM_STAT_KSWAPD_STEAL,	 /* frames kvswapd freed */
-	KVMM_STAT_SWAP_MOVEDOWN, /* pages moved down a tier to make room on the top one */
-	KVMM_STAT_SEQ_SWAPOUT,	 /* sequence pages swapped out by reclaim */
-	KVMM_STAT_OOM,		 /* OOM: a victim sequence was reported for preemption */
+	KVMM_STAT_KSWAPD_WAKE,	  /* kvswapd wake-ups (free went under low) */
+	KVMM_STAT_KSWAPD_STEAL,	  /* frames kvswapd freed */
+	KVMM_STAT_SWAP_MOVEDOWN,  /* pages moved down a tier to make room on the top one */
+	KVMM_STAT_SEQ_SWAPOUT,	  /* sequence pages swapped out by reclaim */
+	KVMM_STAT_OOM,		  /* OOM: a victim sequence was reported for preemption */
+	KVMM_STAT_SHRINKER_FREED, /* frames owners' shrinkers gave back (client magazines) */
 	KVMM_STAT_COUNT,
 };
 
@@ -268,6 +269,7 @@ struct kvmm_pool {
 	void *hooks_priv;
 	struct kvmm_kswapd *kswapd; /* background reclaimer, NULL: none (kswapd.c) */
 	uint32_t reclaim_nest;	    /* inside kvmm_shrink(): no nested sequence swap-out */
+	struct list_head shrinkers; /* struct kvmm_shrinker.node (shrinker.c) */
 };
 
 int kvmm_pool_create(const struct kvmm_pool_params *params, struct kvmm_pool **out);
@@ -622,6 +624,29 @@ uint32_t kvmm_reclaim(struct kvmm_pool *pool, struct kvmm_ns *ns, uint32_t n);
  */
 #define KVMM_SHRINK_ASYNC (1u << 1)
 uint32_t kvmm_shrink(struct kvmm_pool *pool, uint32_t n, unsigned int flags);
+
+/*
+ * Shrinkers (shrinker.c): frames an owner of the pool keeps charged but idle - kvmmd's client
+ * magazines - and gives back when reclaim asks.  kvmm_shrink() runs them after the cache and
+ * before it swaps sequences out; a namespace at its limit runs them for its own charges before
+ * it fails an allocation.  ->scan gives back up to @want frames charged to @ns (NULL: any
+ * namespace) and returns how many it freed; it runs with the pool lock held, from whatever
+ * thread reclaims (kvswapd included), may free pages through the core but must never
+ * allocate, and must return 0 while its owner is in the middle of changing what it would
+ * free (reclaim can start inside that owner's own allocation).  Registration and removal
+ * need the pool lock.  The list is walked round-robin: each run starts after the shrinker
+ * that was asked first last time, so no owner is always the first to pay.
+ */
+struct kvmm_shrinker {
+	struct list_head node; /* in pool->shrinkers */
+	uint32_t (*scan)(struct kvmm_shrinker *sh, struct kvmm_ns *ns, uint32_t want);
+	uint64_t nr_freed; /* frames this one gave back, for its owner's statistics */
+};
+
+void kvmm_register_shrinker(struct kvmm_pool *pool, struct kvmm_shrinker *sh);
+void kvmm_unregister_shrinker(struct kvmm_pool *pool, struct kvmm_shrinker *sh);
+uint32_t kvmm_run_shrinkers(struct kvmm_pool *pool, struct kvmm_ns *ns, uint32_t want);
+
 /*
  * Out of memory after reclaim: pick a victim (no pinned page preferred; lowest namespace
  * priority, lowest sequence priority, youngest), mark it PREEMPTED, count KVMM_STAT_OOM and

@@ -103,6 +103,7 @@ static const char *const stat_names[KVMM_STAT_COUNT] = {
 	[KVMM_STAT_SWAP_MOVEDOWN] = "swap_movedown",
 	[KVMM_STAT_SEQ_SWAPOUT] = "seq_swapout",
 	[KVMM_STAT_OOM] = "oom",
+	[KVMM_STAT_SHRINKER_FREED] = "shrinker_freed",
 };
 
 const char *kvmm_stat_name(enum kvmm_stat s)
@@ -401,7 +402,8 @@ static inline void mag_push(struct kvmm_magazine *mag, struct kvmm_page *pg)
 
 /*
  * The namespace would go past its limit: evict its own cached pages first, since those are
- * the ones it is entitled to replace.  True when there is room afterwards.
+ * the ones it is entitled to replace, then its clients' idle magazine frames (shrinker.c).
+ * True when there is room afterwards.
  */
 static bool ns_make_room(struct kvmm_pool *pool, struct kvmm_ns *ns)
 {
@@ -409,6 +411,12 @@ static bool ns_make_room(struct kvmm_pool *pool, struct kvmm_ns *ns)
 
 	if (charged >= ns->limit)
 		kvmm_reclaim(pool, ns, (uint32_t)(charged + 1 - ns->limit));
+	/* then what its own clients park in their magazines (shrinker.c) */
+	charged = (uint64_t)ns->used + ns->cached;
+	if (charged >= ns->limit)
+		kvmm_run_shrinkers(
+			pool, ns,
+			(uint32_t)min_t(uint64_t, charged + 1 - ns->limit, KVMM_RECLAIM_BATCH));
 	return (uint64_t)ns->used + ns->cached < ns->limit;
 }
 
@@ -667,6 +675,7 @@ int kvmm_pool_create(const struct kvmm_pool_params *params, struct kvmm_pool **o
 	INIT_LIST_HEAD(&pool->lru.active);
 	INIT_LIST_HEAD(&pool->lru.inactive);
 	INIT_LIST_HEAD(&pool->aspaces);
+	INIT_LIST_HEAD(&pool->shrinkers);
 
 	for (f = 0; f < pool->nframes; f++) {
 		struct kvmm_page *pg = &pool->pages[f];

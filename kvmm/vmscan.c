@@ -28,6 +28,7 @@
  *      with room, so its prefix survives; when that tier is full, its oldest pages first move
  *      down to the next tier (host -> NVMe) so the top tier keeps taking the newest; with no
  *      tier, or no room anywhere, the page is dropped;
+ *   1b. the owner's idle frames: registered shrinkers (shrinker.c; kvmmd's client magazines);
  *   2. sequences: unpinned pages that only one sequence maps, whole sequences at a time (a
  *      step needs all of a sequence, so half of one is worth nothing), lowest namespace
  *      priority, then lowest sequence priority, then youngest (highest id) first, the way a
@@ -309,6 +310,9 @@ uint32_t kvmm_shrink(struct kvmm_pool *pool, uint32_t n, unsigned int flags)
 	if (swap_ok && pool->lru.nr_active + pool->lru.nr_inactive)
 		make_tier_room(pool, n);
 	freed = kvmm_reclaim(pool, NULL, n);
+	/* frames the owner parks idle (client magazines) before anything someone uses */
+	if (freed < n)
+		freed += kvmm_run_shrinkers(pool, NULL, n - freed);
 	if (freed < n && swap_ok && !(flags & KVMM_SHRINK_NOSWAP))
 		freed += shrink_seqs(pool, n - freed, flags & KVMM_SHRINK_ASYNC);
 	pool->reclaim_nest--;

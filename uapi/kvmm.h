@@ -1169,7 +1169,9 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_mag_rep, nr_held, 4);
  * charged to the namespace, cached in the magazine for the next pop; MAG_DRAIN gives back
  * every frame the client does not hold (and stops the top-ups until the next MAG_REFILL);
  * the daemon ignores a returned number it did not hand out. Detach or death returns
- * everything held.
+ * everything held. Under memory pressure the daemon takes unpopped frames back by itself
+ * (the same compare-and-swap on head), before it swaps sequences out; a client then finds
+ * its magazine empty and asks with MAG_REFILL.
  */
 #define KVMM_SHM_MAGIC 0x48534d4bU /* "KMSH" in memory on little-endian hosts */
 #define KVMM_SHM_VERSION 0

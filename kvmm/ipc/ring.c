@@ -75,7 +75,17 @@ struct kvmm_dp {
 	uint32_t *published; /* private copy of the magazine ring's entries */
 	bool mag_auto;	     /* keep it topped up (after the client's first MAG_REFILL) */
 	bool mag_starved;    /* the last top-up stayed under the low mark */
+	/*
+	 * Reclaim takes idle magazine frames back through this (mag_shrink); mag_busy is set
+	 * while mag_seq itself is being changed, when reclaim (started by that very change's
+	 * allocation) must leave it alone.  Both under the pool lock, like all of the above.
+	 */
+	struct kvmm_shrinker shrinker;
+	struct kvmm_session *s;
+	bool mag_busy;
 };
+
+static uint32_t mag_shrink(struct kvmm_shrinker *sh, struct kvmm_ns *ns, uint32_t want);
 
 /* ---- creation ------------------------------------------------------------------------- */
 
@@ -172,6 +182,9 @@ int kvmm_dp_create(struct kvmm_session *s, uint32_t ring_entries, int fds[2],
 			goto out_free;
 		}
 	}
+	dp->s = s;
+	dp->shrinker.scan = mag_shrink;
+	kvmm_register_shrinker(s->as->pool, &dp->shrinker);
 	s->dp = dp;
 	fds[0] = dp->memfd;
 	fds[1] = dp->efd;
@@ -204,6 +217,7 @@ void kvmm_dp_destroy(struct kvmm_session *s)
 	if (!dp)
 		return;
 	s->dp = NULL;
+	kvmm_unregister_shrinker(s->as->pool, &dp->shrinker);
 	/* the magazine's frames go back with their hidden sequence */
 	kvmm_mm_seq_free(dp->mag_seq);
 	/* the client still holds the eventfd: take it out of epoll before closing ours */
@@ -496,9 +510,11 @@ static uint32_t mag_fill(struct kvmm_session *s, uint32_t want, bool background,
 
 		if (background && kvmm_pool_nr_free(pool) < pool->wmark_low + k)
 			break;
+		dp->mag_busy = true; /* the append may reclaim: not from this magazine */
 		ret = kvmm_mm_seq_append(dp->mag_seq, k * tpp, NULL);
 		if (ret && k > 1)
 			ret = kvmm_mm_seq_append(dp->mag_seq, tpp, NULL); /* one page at a time */
+		dp->mag_busy = false;
 		if (ret) {
 			*err = ret;
 			break;
@@ -531,17 +547,15 @@ static uint32_t mag_topup(struct kvmm_session *s)
 }
 
 /*
- * Give back up to @want frames (0: all) the client does not hold: spares, then published
- * ones, taken back from the ring by moving its head with the same compare-and-swap the
- * client pops with, so a frame is either popped by the client or retracted, never both.
+ * Give back up to @want frames the client does not hold: spares, then published ones, taken
+ * back from the ring by moving its head with the same compare-and-swap the client pops with,
+ * so a frame is either popped by the client or retracted, never both.
  */
-static uint32_t mag_drain(struct kvmm_session *s, uint32_t want)
+static uint32_t mag_take_back(struct kvmm_session *s, uint32_t want)
 {
 	struct kvmm_dp *dp = s->dp;
 	uint32_t size = dp->hdr.mag_size, n = 0;
 
-	if (!want)
-		want = UINT32_MAX;
 	while (n < want && dp->nr_spare) {
 		int i = held_find(dp, dp->spare[--dp->nr_spare]);
 
@@ -571,7 +585,38 @@ static uint32_t mag_drain(struct kvmm_session *s, uint32_t want)
 			}
 		}
 	}
-	dp->mag_auto = false; /* drained on purpose: no top-up until the next refill */
+	return n;
+}
+
+/* MAG_DRAIN: up to @want frames (0: all), and no top-up until the next MAG_REFILL. */
+static uint32_t mag_drain(struct kvmm_session *s, uint32_t want)
+{
+	uint32_t n = mag_take_back(s, want ? want : UINT32_MAX);
+
+	s->dp->mag_auto = false; /* drained on purpose */
+	return n;
+}
+
+/*
+ * Reclaim's request (shrinker.c): the frames parked in this client's magazine are idle, so
+ * they go before any cached prefix or decoding sequence.  Popped frames are the client's and
+ * stay.  Top-ups go on afterwards, but only once the client has moved (mag_starved) and only
+ * with frames above the low watermark (mag_fill's background rule), so a magazine never takes
+ * back what reclaim just freed; a client that finds its magazine empty asks with MAG_REFILL.
+ */
+static uint32_t mag_shrink(struct kvmm_shrinker *sh, struct kvmm_ns *ns, uint32_t want)
+{
+	struct kvmm_dp *dp = container_of(sh, struct kvmm_dp, shrinker);
+	struct kvmm_session *s = dp->s;
+	uint32_t n;
+
+	if (dp->mag_busy || (ns && s->as->ns != ns))
+		return 0;
+	n = mag_take_back(s, want);
+	if (n) {
+		dp->mag_starved = true;
+		kvmm_debug("ipc: client %u: reclaim took %u magazine frames back", s->id, n);
+	}
 	return n;
 }
 
@@ -638,6 +683,7 @@ int kvmm_dp_append_frames(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t
 		if (!pages)
 			return -ENOMEM;
 	}
+	dp->mag_busy = true; /* the append may reclaim: not from this magazine */
 	for (i = 0; i < nr_frames; i++) {
 		held_to_last(s, (uint32_t)held_find(dp, frames[i]));
 		ret = kvmm_mm_seq_unmap_tail(dp->mag_seq, 1, &pages[i]);
@@ -655,6 +701,7 @@ int kvmm_dp_append_frames(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t
 		KVMM_BUG_ON(r);
 		held_add_new(dp, MAG_POPPED);
 	}
+	dp->mag_busy = false;
 	if (pages != stack)
 		free(pages);
 	return ret;

@@ -4,7 +4,7 @@
  * through the shared rings complete with the right results in order; block tables read from
  * the page-table mirror equal the daemon's SEQ_BLOCKS answers through appends, forks with
  * copy-on-write, truncates and frees; the magazine hands out distinct, writable frames and
- * takes them back; and hostile clients - one that corrupts its ring indexes, one that fills
+ * takes them back, and gives its idle frames up to reclaim; and hostile clients - one that corrupts its ring indexes, one that fills
  * its SQ with garbage, one that never reaps its CQ - are disconnected or held back while
  * another client keeps being served and the daemon lives on.
  */
@@ -445,6 +445,73 @@ static void test_magazine_topup(void **state)
 	kvmm_detach(c);
 }
 
+static long long vmstat(const char *name)
+{
+	char *text = NULL;
+	long long v;
+
+	assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_VMSTAT, &text), 0);
+	v = itest_text_value(text, name);
+	free(text);
+	return v;
+}
+
+/*
+ * Frames parked in a magazine are the first thing reclaim takes once the cache is gone: a
+ * client whose magazine holds most of a namespace does not make another client's long
+ * sequence fail.  Frames it popped stay its own, untouched, and its next allocation gets new
+ * ones with a refill.
+ */
+static void test_magazine_reclaim(void **state)
+{
+	static uint32_t tok[(ITEST_NS_FRAMES - 24) * 16];
+	uint32_t fr[200], held, got, n = sizeof(tok) / sizeof(tok[0]);
+	long long freed0;
+	kvmm_client_t *c, *big;
+	uint64_t s;
+
+	(void)state;
+	itest_need_daemon();
+	c = attach_ns(ITEST_NS_A);
+	/* 200 frames popped, one kept, the rest given back: they stay charged, published again */
+	for (got = 0; got < 200;) {
+		int r = kvmm_mag_alloc(c, fr + got, 200 - got);
+
+		assert_true(r > 0);
+		got += (uint32_t)r;
+	}
+	fill_frame(c, fr[0], 0x5a);
+	assert_int_equal(kvmm_mag_free(c, fr + 1, 199), 0);
+	held = wait_avail(c, 150);
+	assert_true(held >= 150);
+	freed0 = vmstat("shrinker_freed");
+
+	big = attach_ns(ITEST_NS_A);
+	itest_tokens(tok, n, 11);
+	assert_int_equal(kvmm_seq_create(big, 0, &s), 0);
+	/* more pages than are free beside the magazine: its frames are taken back */
+	assert_int_equal(kvmm_seq_append(big, s, tok, n, NULL), 0);
+	assert_true(kvmm_mag_avail(c) < held);
+	assert_true(vmstat("shrinker_freed") > freed0);
+	assert_int_equal(vmstat("oom"), 0);
+	assert_frame_filled(c, fr[0], 0x5a);
+	assert_int_equal(kvmm_seq_free(big, s), 0);
+	kvmm_detach(big);
+
+	/* the magazine still works: emptied, it refills with a round trip */
+	for (got = 1; got < 16;) {
+		int r = kvmm_mag_alloc(c, fr + got, 16 - got);
+
+		assert_true(r > 0);
+		got += (uint32_t)r;
+	}
+	for (int i = 1; i < 16; i++)
+		assert_int_not_equal(fr[i], fr[0]);
+	assert_frame_filled(c, fr[0], 0x5a);
+	assert_int_equal(kvmm_mag_free(c, fr, 16), 0);
+	kvmm_detach(c);
+}
+
 /* A well-behaved client does some work while the others misbehave: it must be served. */
 static void good_client_works(kvmm_client_t *g, unsigned int round)
 {
@@ -548,7 +615,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ring_batches),   cmocka_unit_test(test_mirror),
 		cmocka_unit_test(test_magazine),       cmocka_unit_test(test_magazine_append),
-		cmocka_unit_test(test_magazine_topup), cmocka_unit_test(test_hostile),
+		cmocka_unit_test(test_magazine_topup), cmocka_unit_test(test_magazine_reclaim),
+		cmocka_unit_test(test_hostile),
 	};
 	int ret;
 

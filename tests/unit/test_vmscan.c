@@ -5,7 +5,7 @@
  * REFERENCED and a second reuse promotes, reclaim evicts from the inactive tail giving
  * referenced pages a second chance, refills the inactive list from the active tail, is
  * restricted to one namespace when asked, and is what a namespace limit and the min
- * watermark fall back on before -ENOMEM.  Every test ends with kvmm_check_invariants().
+ * watermark fall back on before -ENOMEM, as are the owner's shrinkers (kvmm/shrinker.c).  Every test ends with kvmm_check_invariants().
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -373,6 +373,117 @@ static void test_min_watermark_reclaims_directly(void **state)
 	mmf_check(f->pool);
 }
 
+/* ---- shrinkers: frames an owner parks (kvmm/shrinker.c) ------------------------------------- */
+
+struct test_shrinker {
+	struct kvmm_shrinker sh;
+	struct kvmm_ns *ns;
+	struct kvmm_seq *seq; /* the parked frames, held as a hidden sequence's pages (kvmmd) */
+	uint32_t calls;
+	bool busy;
+};
+
+static uint32_t test_scan(struct kvmm_shrinker *sh, struct kvmm_ns *ns, uint32_t want)
+{
+	struct test_shrinker *t = container_of(sh, struct test_shrinker, sh);
+	uint32_t n;
+
+	t->calls++;
+	if (t->busy || (ns && ns != t->ns))
+		return 0;
+	n = min_t(uint32_t, want, t->seq->nblocks);
+	kvmm_mm_seq_truncate(t->seq, (uint64_t)(t->seq->nblocks - n) * TPP);
+	return n;
+}
+
+static void ts_init(struct test_shrinker *t, struct kvmm_aspace *as, uint32_t n)
+{
+	memset(t, 0, sizeof(*t));
+	t->ns = as->ns;
+	t->sh.scan = test_scan;
+	assert_int_equal(kvmm_mm_seq_create(as, &t->seq), 0);
+	t->seq->flags |= KVMM_SEQ_F_NORECLAIM;
+	assert_int_equal(kvmm_mm_seq_append(t->seq, n * TPP, NULL), 0);
+	kvmm_register_shrinker(as->pool, &t->sh);
+}
+
+static void ts_fini(struct test_shrinker *t)
+{
+	kvmm_unregister_shrinker(t->seq->as->pool, &t->sh);
+	kvmm_mm_seq_free(t->seq);
+}
+
+/*
+ * Under min with nothing cached, reclaim asks the shrinkers before anything fails, taking
+ * turns so neither always pays first; a busy one gives nothing and is not held against it;
+ * only when they have nothing left does an allocation fail.
+ */
+static void test_shrinkers_before_enomem(void **state)
+{
+	struct mm_fixture *f = *state;
+	struct test_shrinker a, b;
+	struct kvmm_seq *seq;
+	uint32_t n;
+
+	/* b is asked first (registered first), but busy */
+	ts_init(&b, f->as2, 10);
+	ts_init(&a, f->as, 10);
+	b.busy = true;
+	assert_int_equal(kvmm_pool_nr_free(f->pool), 12);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	/* 8 pages leave 4 free: at min, nothing reclaimed yet */
+	assert_int_equal(kvmm_mm_seq_append(seq, 8 * TPP, NULL), 0);
+	assert_int_equal(f->pool->stat[KVMM_STAT_SHRINKER_FREED], 0);
+	/* the next takes the reserve down: the shrinkers are asked, b is busy, a pays */
+	assert_int_equal(kvmm_mm_seq_append(seq, TPP, NULL), 0);
+	assert_true(a.seq->nblocks < 10);
+	assert_int_equal(b.seq->nblocks, 10);
+	assert_true(b.calls >= 1);
+	assert_true(kvmm_pool_nr_free(f->pool) >= 4);
+	mmf_check(f->pool);
+
+	/* b is free to give now: both pay, in turns, then the pool runs dry */
+	b.busy = false;
+	for (n = 0; kvmm_mm_seq_append(seq, TPP, NULL) == 0; n++)
+		assert_true(n < 32);
+	assert_int_equal(a.seq->nblocks, 0);
+	assert_int_equal(b.seq->nblocks, 0);
+	assert_int_equal(a.sh.nr_freed, 10);
+	assert_int_equal(b.sh.nr_freed, 10);
+	assert_int_equal(f->pool->stat[KVMM_STAT_SHRINKER_FREED], 20);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), 0);
+	assert_int_equal(f->ns->used, 32);
+	mmf_check(f->pool);
+	ts_fini(&a);
+	ts_fini(&b);
+	kvmm_mm_seq_free(seq);
+}
+
+/* A namespace at its limit asks only for its own charges, after its own cache. */
+static void test_shrinkers_at_ns_limit(void **state)
+{
+	struct mm_fixture *f = *state;
+	struct test_shrinker a, b;
+	struct kvmm_seq *seq;
+
+	ts_init(&b, f->as2, 6);
+	ts_init(&a, f->as, 6);
+	assert_int_equal(kvmm_ns_set_limit(f->ns, 10), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	/* 10 pages at a limit of 10 with 6 parked: the 6 come back */
+	assert_int_equal(kvmm_mm_seq_append(seq, 10 * TPP, NULL), 0);
+	assert_int_equal(a.seq->nblocks, 0);
+	assert_int_equal(b.seq->nblocks, 6); /* another namespace's: never */
+	assert_int_equal(f->ns->used, 10);
+	/* nothing of its own parked or cached: -ENOMEM */
+	assert_int_equal(kvmm_mm_seq_append(seq, TPP, NULL), -ENOMEM);
+	assert_int_equal(b.seq->nblocks, 6);
+	mmf_check(f->pool);
+	ts_fini(&a);
+	ts_fini(&b);
+	kvmm_mm_seq_free(seq);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -394,6 +505,9 @@ int main(void)
 						mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_min_watermark_reclaims_directly, setup_wmark,
 						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_shrinkers_before_enomem, setup_wmark,
+						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_shrinkers_at_ns_limit, setup, mmf_teardown),
 	};
 
 	return cmocka_run_group_tests_name("vmscan", tests, NULL, NULL);

@@ -35,7 +35,7 @@ struct kvmm_cuda_pages {
 	uint32_t pad;
 };
 
-/* kvmm_decode_<dt>, kvmm_prefill_<dt>: grid (num_q_heads, nr_seqs, z), KVMM_CUDA_ATTN_WARPS */
+/* kvmm_prefill_<dt>: grid (num_q_heads, nr_seqs, z), KVMM_CUDA_ATTN_WARPS warps */
 struct kvmm_cuda_attn_args {
 	struct kvmm_cuda_pages pg;
 	uint64_t block_tables; /* int32 [nr_seqs][max_blocks] */
@@ -44,6 +44,56 @@ struct kvmm_cuda_attn_args {
 	uint64_t q, out;       /* fp32 */
 	uint32_t nr_seqs, num_q_heads, max_blocks;
 	float scale;
+};
+
+/*
+ * Split-K decode (attn.cu, Documentation/kernels/cuda.md "decode").  kvmm_decode_<dt>: grid
+ * (nsplit * nqg, kv_heads, nr_seqs), KVMM_CUDA_DECODE_THREADS threads, smem_bytes of dynamic
+ * shared memory.  Block (x, h, s) attends query heads h * group + (x % nqg) * gb ... (at most
+ * gb of them, all of KV head h) over tokens [(x / nqg) * split_tokens, + split_tokens) of
+ * sequence s.  With nsplit 1 it writes out; otherwise it writes its part (the unnormalised
+ * accumulator and the running max and sum) and kvmm_decode_merge, grid (num_q_heads,
+ * nr_seqs), KVMM_CUDA_DECODE_THREADS threads, combines the parts into out.  Every size and
+ * shared-memory offset is computed by the host (kvmm_cuda_decode_plan) so that the two sides
+ * cannot disagree.
+ */
+#define KVMM_CUDA_DECODE_THREADS 128
+#define KVMM_CUDA_DECODE_WARPS (KVMM_CUDA_DECODE_THREADS / 32)
+/* query heads one decode block serves (its accumulators: 8 per head per thread) */
+#define KVMM_CUDA_DECODE_GMAX 8
+/* elements of a V row one thread accumulates (a lane of a row) */
+#define KVMM_CUDA_DECODE_EPL 8
+/*
+ * Dynamic shared memory: the budget the tile size is chosen for, and the hard limit (48 KiB
+ * needs no opt-in; registers hold an SM to 4 blocks anyway, which 4 x 48 KiB fits on sm_90)
+ */
+#define KVMM_CUDA_DECODE_SMEM_BUDGET (48u << 10)
+#define KVMM_CUDA_DECODE_SMEM_MAX (48u << 10)
+
+struct kvmm_cuda_decode_args {
+	struct kvmm_cuda_attn_args a;
+	uint64_t part_acc;     /* fp32 [nr_seqs][num_q_heads][nsplit][head_dim], nsplit > 1 only */
+	uint64_t part_ml;      /* fp32 [nr_seqs][num_q_heads][nsplit][2]: running max, sum */
+	uint32_t split_tokens; /* tokens per split, a multiple of tile */
+	uint32_t nsplit;       /* splits per sequence (1: no parts, no merge) */
+	uint32_t group;	       /* query heads per KV head */
+	uint32_t gb, nqg;      /* query heads per block, blocks per KV head */
+	uint32_t tile;	       /* tokens per tile, a power of 2 in [8, 128] */
+	uint32_t tpt;	       /* threads per token in the scores: threads / tile */
+	uint32_t lpr;	       /* lanes per V row: pow2 >= head_dim / EPL, <= 32 */
+	uint32_t sl;	       /* staging lanes per row: pow2 >= chunks, <= 32 */
+	uint32_t chunks;       /* 16-byte chunks of one head's row: ceil(dim * elem / 16) */
+	uint32_t row_stride;   /* bytes between rows of a staged tile (16 * chunks + pad) */
+	uint32_t ngroups;      /* int8: scale groups per head row, else 0 */
+	uint32_t gmagic;       /* int8: ceil(65536 / gs): d * gmagic >> 16 == d / gs for d < 256 */
+	uint32_t vec;	       /* 1: 16-byte aligned rows, cp.async; 0: byte-wise staging */
+	uint32_t stage_bytes;  /* one stage: K rows, V rows, K scales, V scales, ok flags */
+	uint32_t v_soff, ks_soff, vs_soff, ok_soff; /* inside a stage */
+	uint32_t q_soff;			    /* scaled queries: gb rows of qstride floats */
+	uint32_t qstride;    /* chunks * (16 / elem) floats, zero past head_dim */
+	uint32_t s_soff;     /* scores, then weights: gb rows of tile floats */
+	uint32_t st_soff;    /* running max, sum and correction: 3 * GMAX floats */
+	uint32_t smem_bytes; /* all of it; the final sums alias the stages at 0 */
 };
 
 /* kvmm_cache_<dt>: grid (nr_tokens), 128 threads */
@@ -64,6 +114,16 @@ struct kvmm_cuda_copy_args {
 	uint32_t nslabs, ntokens, nr, pad;
 };
 
+#ifndef __CUDACC__
+/*
+ * Host side (cuda.c), exposed for the tests: fill d for decode args a of dtype dtype (enum
+ * kvmm_dtype): tile geometry and shared-memory layout, and the splits for resident blocks
+ * running at once (0: no split).  0, -EINVAL or -ENOTSUP.
+ */
+int kvmm_cuda_decode_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, uint32_t resident,
+			  struct kvmm_cuda_decode_args *d);
+#endif
+
 #ifdef __cplusplus
 #define KVMM_CUDA_ABI_ASSERT static_assert
 #else
@@ -71,6 +131,7 @@ struct kvmm_cuda_copy_args {
 #endif
 KVMM_CUDA_ABI_ASSERT(sizeof(struct kvmm_cuda_pages) == 88, "kvmm_cuda_pages layout");
 KVMM_CUDA_ABI_ASSERT(sizeof(struct kvmm_cuda_attn_args) == 144, "kvmm_cuda_attn_args layout");
+KVMM_CUDA_ABI_ASSERT(sizeof(struct kvmm_cuda_decode_args) == 256, "kvmm_cuda_decode_args layout");
 KVMM_CUDA_ABI_ASSERT(sizeof(struct kvmm_cuda_cache_args) == 120, "kvmm_cuda_cache_args layout");
 KVMM_CUDA_ABI_ASSERT(sizeof(struct kvmm_cuda_copy_args) == 96, "kvmm_cuda_copy_args layout");
 

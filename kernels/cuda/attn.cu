@@ -1,21 +1,17 @@
 // SPDX-License-Identifier: MIT
 /*
- * kernels/cuda/attn.cu - paged decode and prefill attention on the GPU (included by
- * module.cu, compiled once per dtype).
+ * kernels/cuda/attn.cu - paged prefill attention on the GPU (included by module.cu, compiled
+ * once per dtype); decode has its own bandwidth-oriented kernel in decode.cu.
  *
  * The unit of work is one warp walking one query's tokens with an online softmax: for each
  * token the 32 lanes load the K row of the query's KV head (lane l holds dims l, l + 32, ...,
  * so a row is read in coalesced 32-element pieces), reduce the dot product across the warp,
  * fold the score into the running max and sum (when the max grows, the sum and accumulator
  * are scaled by exp(old - new), as in kernels/cpu/attn.c), and add the weighted V row.
- * Decode gives each (sequence, query head) a block of KVMM_CUDA_ATTN_WARPS warps that take
- * every fourth token each and merge their partial states at the end through shared memory;
- * the query heads of one GQA group are neighbouring blocks, so their shared K and V rows are
- * mostly served from L2.  Prefill gives each warp one new token's query, which sees the
- * tokens at or before its position.  Argument checks that need the device arrays happen
- * here: a block-table entry that is negative or past nr_frames makes its tokens count as
- * absent (skipped), and a length past the block table is clamped to it, so a bad table never
- * reads outside the pool.
+ * Prefill gives each warp one new token's query, which sees the tokens at or before its
+ * position.  Argument checks that need the device arrays happen here: a block-table entry
+ * that is negative or past nr_frames makes its tokens count as absent (skipped), and a length
+ * past the block table is clamped to it, so a bad table never reads outside the pool.
  */
 
 template <int DT> struct attn_state {
@@ -107,52 +103,6 @@ __device__ __forceinline__ uint32_t clamp_len(const struct kvmm_cuda_attn_args &
 	return n > cap ? (uint32_t)cap : n;
 }
 
-template <int DT> __device__ __forceinline__ void decode_body(const struct kvmm_cuda_attn_args &a)
-{
-	__shared__ float sm[KVMM_CUDA_ATTN_WARPS], sl[KVMM_CUDA_ATTN_WARPS];
-	__shared__ float sacc[KVMM_CUDA_ATTN_WARPS][KVMM_CUDA_MAX_HEAD_DIM];
-	const uint32_t seq = blockIdx.y, hq = blockIdx.x, warp = threadIdx.x >> 5;
-	const uint32_t lane = threadIdx.x & 31, dim = a.pg.head_dim;
-	const uint32_t h = hq / (a.num_q_heads / a.pg.kv_heads);
-	const uint32_t ctx = clamp_len(a, ((const uint32_t *)a.ctx_lens)[seq]);
-	const int32_t *table = (const int32_t *)a.block_tables + (uint64_t)seq * a.max_blocks;
-	const uint64_t qoff = ((uint64_t)seq * a.num_q_heads + hq) * dim;
-	float qr[KVMM_CUDA_MAX_DIM_PER_LANE];
-	attn_state<DT> st;
-
-	attn_begin<DT>(a, (const float *)a.q + qoff, qr, st);
-	attend_range<DT>(a.pg, table, h, qr, warp, ctx, KVMM_CUDA_ATTN_WARPS, st);
-
-	if (lane == 0) {
-		sm[warp] = st.m;
-		sl[warp] = st.l;
-	}
-#pragma unroll
-	for (uint32_t i = 0; i < KVMM_CUDA_MAX_DIM_PER_LANE; i++)
-		if (lane + 32 * i < dim)
-			sacc[warp][lane + 32 * i] = st.acc[i];
-	__syncthreads();
-
-	/* merge the warps' partial softmax states against the largest max */
-	for (uint32_t d = threadIdx.x; d < dim; d += blockDim.x) {
-		float mx = -INFINITY, l = 0.0f, o = 0.0f;
-
-		for (uint32_t w = 0; w < KVMM_CUDA_ATTN_WARPS; w++)
-			if (sl[w] > 0.0f)
-				mx = fmaxf(mx, sm[w]);
-		for (uint32_t w = 0; w < KVMM_CUDA_ATTN_WARPS; w++) {
-			float e;
-
-			if (!(sl[w] > 0.0f))
-				continue; /* a warp that saw no token */
-			e = expf(sm[w] - mx);
-			l += sl[w] * e;
-			o += sacc[w][d] * e;
-		}
-		((float *)a.out)[qoff + d] = l > 0.0f ? o / l : 0.0f;
-	}
-}
-
 template <int DT> __device__ __forceinline__ void prefill_body(const struct kvmm_cuda_attn_args &a)
 {
 	__shared__ uint64_t qstart;
@@ -190,19 +140,14 @@ template <int DT> __device__ __forceinline__ void prefill_body(const struct kvmm
 	}
 }
 
-#define KVMM_ATTN_KERNELS(name, dt)                                             \
-	extern "C" __global__ void __launch_bounds__(32 * KVMM_CUDA_ATTN_WARPS) \
-		kvmm_decode_##name(const struct kvmm_cuda_attn_args a)          \
-	{                                                                       \
-		decode_body<dt>(a);                                             \
-	}                                                                       \
+#define KVMM_PREFILL_KERNEL(name, dt)                                           \
 	extern "C" __global__ void __launch_bounds__(32 * KVMM_CUDA_ATTN_WARPS) \
 		kvmm_prefill_##name(const struct kvmm_cuda_attn_args a)         \
 	{                                                                       \
 		prefill_body<dt>(a);                                            \
 	}
 
-KVMM_ATTN_KERNELS(fp32, DT_FP32)
-KVMM_ATTN_KERNELS(fp16, DT_FP16)
-KVMM_ATTN_KERNELS(bf16, DT_BF16)
-KVMM_ATTN_KERNELS(int8, DT_INT8)
+KVMM_PREFILL_KERNEL(fp32, DT_FP32)
+KVMM_PREFILL_KERNEL(fp16, DT_FP16)
+KVMM_PREFILL_KERNEL(bf16, DT_BF16)
+KVMM_PREFILL_KERNEL(int8, DT_INT8)

@@ -48,7 +48,7 @@ static struct {
 	kvmm_cu_ctx ctx;
 	kvmm_cu_module mod;
 	kvmm_cu_function fn[KVMM_DTYPE_COUNT][FN_PER_DTYPE];
-	kvmm_cu_function copy;
+	kvmm_cu_function copy, merge;
 	int sms; /* for grid sizing: a few blocks per SM keeps a copy busy */
 } cu = {.lock = PTHREAD_MUTEX_INITIALIZER, .ordinal = -1};
 
@@ -96,6 +96,7 @@ static void unload_locked(void)
 	cu.ordinal = -1;
 	memset(cu.fn, 0, sizeof(cu.fn));
 	cu.copy = NULL;
+	cu.merge = NULL;
 }
 
 static int load_module_locked(void)
@@ -123,6 +124,9 @@ static int load_module_locked(void)
 	r = cu.drv->cuModuleGetFunction(&cu.copy, cu.mod, "kvmm_copy_pages");
 	if (r)
 		return fail(r, "kvmm_copy_pages");
+	r = cu.drv->cuModuleGetFunction(&cu.merge, cu.mod, "kvmm_decode_merge");
+	if (r)
+		return fail(r, "kvmm_decode_merge");
 	return 0;
 }
 
@@ -182,15 +186,22 @@ static int enter(void)
 	return r ? fail(r, "cuCtxSetCurrent") : 0;
 }
 
-static int launch(kvmm_cu_function fn, unsigned int gx, unsigned int gy, unsigned int gz,
-		  unsigned int threads, void *args, kvmm_cuda_stream_t stream, const char *what)
+static int launch_smem(kvmm_cu_function fn, unsigned int gx, unsigned int gy, unsigned int gz,
+		       unsigned int threads, unsigned int smem, void *args,
+		       kvmm_cuda_stream_t stream, const char *what)
 {
 	void *params[] = {args};
 	kvmm_cu_result r;
 
-	r = cu.drv->cuLaunchKernel(fn, gx, gy, gz, threads, 1, 1, 0, (struct CUstream_st *)stream,
-				   params, NULL);
+	r = cu.drv->cuLaunchKernel(fn, gx, gy, gz, threads, 1, 1, smem,
+				   (struct CUstream_st *)stream, params, NULL);
 	return r ? fail(r, what) : 0;
+}
+
+static int launch(kvmm_cu_function fn, unsigned int gx, unsigned int gy, unsigned int gz,
+		  unsigned int threads, void *args, kvmm_cuda_stream_t stream, const char *what)
+{
+	return launch_smem(fn, gx, gy, gz, threads, 0, args, stream, what);
 }
 
 /* what a kernel needs of a layer's pages, or -EINVAL / -ENOTSUP */
@@ -254,20 +265,189 @@ static int attn_args(const struct kvmm_attn_batch *b, const float *q, float *out
 	return 0;
 }
 
+/*
+ * Split-K decode planning (Documentation/kernels/cuda.md, "decode").  Shapes first, from the
+ * format alone: the query heads per block (all of a KV head's group, at most GMAX; a larger
+ * group is spread evenly over nqg blocks), the thread layouts (powers of 2, so the kernel
+ * uses shifts), the padded shared row, and the largest tile (64 tokens down to 8) whose
+ * shared memory stays within KVMM_CUDA_DECODE_SMEM_BUDGET; a block may use up to
+ * KVMM_CUDA_DECODE_SMEM_MAX (48 KiB, the most without an opt-in) when even 8 tokens do not
+ * fit the budget, and fewer query heads per block when not even that fits.
+ * Then the splits: with resident blocks able to run at once (occupancy times SMs; 0 means do
+ * not split), each (sequence, KV head, query group) gets enough splits that the grid fills
+ * kvmm_cuda_decode_waves times the resident blocks, each split whole tiles and at least
+ * two, over the longest context the block tables can hold (the host cannot read ctx_lens).
+ */
+uint32_t kvmm_cuda_decode_waves = 1;
+
+static uint32_t pow2_at_least(uint32_t x)
+{
+	uint32_t p = 1;
+
+	while (p < x)
+		p <<= 1;
+	return p;
+}
+
+static uint32_t round_up16(uint64_t x)
+{
+	return (uint32_t)((x + 15) / 16 * 16);
+}
+
+/* the tile layout for tile tokens; false when it does not fit in limit bytes */
+static bool decode_layout(struct kvmm_cuda_decode_args *d, uint32_t tile, uint32_t limit)
+{
+	const uint32_t dim = d->a.pg.head_dim;
+	uint32_t tpt = KVMM_CUDA_DECODE_THREADS / tile, rs16 = d->chunks;
+	uint64_t stage, acc, total;
+
+	/*
+	 * Banks: a warp's 16-byte shared loads are served 8 lanes (128 bytes) at a time.  In the
+	 * scores, those 8 lanes are 8 / tpt tokens times tpt consecutive chunks; their rows are
+	 * row_stride apart, so with row_stride / 16 an odd multiple of tpt the 8 chunks fall in 8
+	 * different 16-byte bank groups.  (tpt >= 8: one row per 8 lanes, nothing to pad.)
+	 */
+	if (tpt < 8)
+		while (rs16 % tpt || !((rs16 / tpt) & 1))
+			rs16++;
+	d->tile = tile;
+	d->tpt = tpt;
+	d->row_stride = rs16 * 16;
+	d->v_soff = tile * d->row_stride;
+	d->ks_soff = 2 * tile * d->row_stride;
+	d->vs_soff = d->ks_soff + tile * d->ngroups * 4;
+	d->ok_soff = d->vs_soff + tile * d->ngroups * 4;
+	stage = round_up16((uint64_t)d->ok_soff + tile * 4);
+	acc = (uint64_t)d->gb * dim * 4; /* the final sums, over the stages */
+	total = round_up16(2 * stage > acc ? 2 * stage : acc);
+	d->stage_bytes = (uint32_t)stage;
+	d->q_soff = (uint32_t)total;
+	total += (uint64_t)d->gb * d->qstride * 4;
+	d->s_soff = (uint32_t)total;
+	total += round_up16((uint64_t)d->gb * tile * 4);
+	d->st_soff = (uint32_t)total;
+	total += 3 * KVMM_CUDA_DECODE_GMAX * 4;
+	d->smem_bytes = (uint32_t)total;
+	return total <= limit;
+}
+
+int kvmm_cuda_decode_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, uint32_t resident,
+			  struct kvmm_cuda_decode_args *d)
+{
+	const struct kvmm_cuda_pages *pg = &a->pg;
+	uint32_t elem = kvmm_dtype_size(dtype), dim = pg->head_dim, tile = 0;
+	uint64_t align, cap, pairs;
+
+	if (!elem || !dim || dim > KVMM_CUDA_MAX_HEAD_DIM || !pg->kv_heads ||
+	    a->num_q_heads % pg->kv_heads || !pg->tokens_per_page || !a->max_blocks)
+		return -EINVAL;
+	memset(d, 0, sizeof(*d));
+	d->a = *a;
+	d->group = a->num_q_heads / pg->kv_heads;
+	d->nqg = (d->group + KVMM_CUDA_DECODE_GMAX - 1) / KVMM_CUDA_DECODE_GMAX;
+	d->gb = (d->group + d->nqg - 1) / d->nqg;
+	d->chunks = (dim * elem + 15) / 16;
+	d->sl = pow2_at_least(d->chunks);
+	d->sl = d->sl > 32 ? 32 : d->sl;
+	d->lpr = pow2_at_least((dim + KVMM_CUDA_DECODE_EPL - 1) / KVMM_CUDA_DECODE_EPL);
+	d->qstride = d->chunks * (16 / elem);
+	if (dtype == KVMM_DTYPE_INT8) {
+		if (!pg->gs || dim % pg->gs)
+			return -EINVAL;
+		d->ngroups = dim / pg->gs;
+		d->gmagic = (65536 + pg->gs - 1) / pg->gs;
+	}
+	/* cp.async needs every row start 16-byte aligned (scales: 4) */
+	align = pg->base | pg->page_size | pg->k_off | pg->v_off | pg->row_bytes | (dim * elem);
+	d->vec = !(align & 15);
+	if (dtype == KVMM_DTYPE_INT8 && ((pg->ks_off | pg->vs_off | pg->scale_row_bytes) & 3))
+		d->vec = 0;
+	for (;;) {
+		for (uint32_t t = 64; t >= 8 && !tile; t >>= 1)
+			if (decode_layout(d, t, KVMM_CUDA_DECODE_SMEM_BUDGET))
+				tile = t;
+		if (!tile && decode_layout(d, 8, KVMM_CUDA_DECODE_SMEM_MAX))
+			tile = 8;
+		if (tile)
+			break;
+		if (d->gb == 1)
+			return -ENOTSUP; /* cannot happen with head_dim <= 256 */
+		d->nqg = (d->group + d->gb / 2 - 1) / (d->gb / 2);
+		d->gb = (d->group + d->nqg - 1) / d->nqg;
+	}
+
+	d->nsplit = 1;
+	cap = (uint64_t)a->max_blocks * pg->tokens_per_page;
+	cap = cap > UINT32_MAX ? UINT32_MAX : cap;
+	pairs = (uint64_t)a->nr_seqs * pg->kv_heads * d->nqg;
+	if (resident && pairs && kvmm_cuda_decode_waves) {
+		uint64_t want = (uint64_t)resident * kvmm_cuda_decode_waves / pairs, per, n;
+
+		if (want >= 2) {
+			per = (cap + want - 1) / want;
+			per = per < 2 * (uint64_t)d->tile ? 2 * (uint64_t)d->tile : per;
+			per = (per + d->tile - 1) / d->tile * d->tile;
+			n = (cap + per - 1) / per;
+			if (n >= 2 && per <= UINT32_MAX && n * d->nqg <= INT32_MAX) {
+				d->nsplit = (uint32_t)n;
+				d->split_tokens = (uint32_t)per;
+			}
+		}
+	}
+	return 0;
+}
+
 int kvmm_cuda_paged_decode(const struct kvmm_attn_batch *b, const float *q, float *out,
 			   kvmm_cuda_stream_t stream)
 {
+	struct kvmm_cuda_decode_args d;
 	struct kvmm_cuda_attn_args a;
-	int ret;
+	kvmm_cu_function fn;
+	kvmm_cu_ptr scratch = 0;
+	uint32_t dt;
+	int ret, occ = 0;
 
 	ret = attn_args(b, q, out, false, &a);
 	if (ret || !b->nr_seqs)
 		return ret;
+	dt = b->kv.fmt->dtype;
+	if (b->kv.fmt->kv_heads > 65535) /* grid y */
+		return -ENOTSUP;
+	ret = kvmm_cuda_decode_plan(&a, dt, 0, &d);
+	if (ret)
+		return ret;
 	ret = enter();
 	if (ret)
 		return ret;
-	return launch(cu.fn[b->kv.fmt->dtype][FN_DECODE], b->num_q_heads, b->nr_seqs, 1,
-		      32 * KVMM_CUDA_ATTN_WARPS, &a, stream, "paged decode launch");
+	fn = cu.fn[dt][FN_DECODE];
+	if (kvmm_cuda_decode_waves && cu.drv->cuMemAllocAsync && cu.drv->cuMemFreeAsync &&
+	    !cu.drv->cuOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, KVMM_CUDA_DECODE_THREADS,
+								 d.smem_bytes) &&
+	    occ > 0) {
+		kvmm_cuda_decode_plan(&a, dt, (uint32_t)occ * (uint32_t)cu.sms, &d);
+	}
+	if (d.nsplit > 1) {
+		/* parts: [seq][q head][split] rows of head_dim floats, then (max, sum) pairs */
+		uint64_t rows = (uint64_t)b->nr_seqs * b->num_q_heads * d.nsplit;
+
+		if (cu.drv->cuMemAllocAsync(&scratch, rows * (d.a.pg.head_dim + 2) * sizeof(float),
+					    (struct CUstream_st *)stream)) {
+			scratch = 0; /* no memory for parts: decode unsplit */
+			kvmm_cuda_decode_plan(&a, dt, 0, &d);
+		} else {
+			d.part_acc = scratch;
+			d.part_ml = scratch + rows * d.a.pg.head_dim * sizeof(float);
+		}
+	}
+	ret = launch_smem(fn, d.nsplit * d.nqg, d.a.pg.kv_heads, b->nr_seqs,
+			  KVMM_CUDA_DECODE_THREADS, d.smem_bytes, &d, stream,
+			  "paged decode launch");
+	if (!ret && d.nsplit > 1)
+		ret = launch(cu.merge, b->num_q_heads, b->nr_seqs, 1, KVMM_CUDA_DECODE_THREADS, &d,
+			     stream, "paged decode merge launch");
+	if (scratch)
+		cu.drv->cuMemFreeAsync(scratch, (struct CUstream_st *)stream);
+	return ret;
 }
 
 int kvmm_cuda_paged_prefill(const struct kvmm_attn_batch *b, uint32_t max_q_len, const float *q,

@@ -160,6 +160,16 @@ struct kvmm_cuda_drv {
 	kvmm_cu_result (*cuMemGetAllocationGranularity)(size_t *gran,
 							const struct kvmm_cu_mem_alloc_prop *prop,
 							int option);
+	kvmm_cu_result (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *blocks,
+								      kvmm_cu_function fn,
+								      int threads,
+								      size_t shared_bytes);
+	/*
+	 * Optional (NULL when the driver lacks them, before CUDA 11.2): stream-ordered
+	 * allocation, for the split decode's scratch; without it decode does not split.
+	 */
+	kvmm_cu_result (*cuMemAllocAsync)(kvmm_cu_ptr *p, size_t bytes, kvmm_cu_stream s);
+	kvmm_cu_result (*cuMemFreeAsync)(kvmm_cu_ptr p, kvmm_cu_stream s);
 };
 
 /*

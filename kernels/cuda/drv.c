@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,15 +32,20 @@ struct drv_sym {
 	size_t off;
 	const char *name;     /* the exported symbol (the _v2 name where cuda.h uses one) */
 	const char *fallback; /* an older name with the same signature, or NULL */
+	bool optional;	      /* left NULL when missing (the caller copes) */
 };
 
-#define SYM(member, sym)                                          \
-	{                                                         \
-		offsetof(struct kvmm_cuda_drv, member), sym, NULL \
+#define SYM(member, sym)                                                 \
+	{                                                                \
+		offsetof(struct kvmm_cuda_drv, member), sym, NULL, false \
 	}
-#define SYM2(member, sym, old)                                   \
-	{                                                        \
-		offsetof(struct kvmm_cuda_drv, member), sym, old \
+#define SYM2(member, sym, old)                                          \
+	{                                                               \
+		offsetof(struct kvmm_cuda_drv, member), sym, old, false \
+	}
+#define SYM_OPT(member, sym)                                            \
+	{                                                               \
+		offsetof(struct kvmm_cuda_drv, member), sym, NULL, true \
 	}
 
 static const struct drv_sym drv_syms[] = {
@@ -88,6 +94,10 @@ static const struct drv_sym drv_syms[] = {
 	SYM(cuMemUnmap, "cuMemUnmap"),
 	SYM(cuMemSetAccess, "cuMemSetAccess"),
 	SYM(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
+	SYM(cuOccupancyMaxActiveBlocksPerMultiprocessor,
+	    "cuOccupancyMaxActiveBlocksPerMultiprocessor"),
+	SYM_OPT(cuMemAllocAsync, "cuMemAllocAsync"),
+	SYM_OPT(cuMemFreeAsync, "cuMemFreeAsync"),
 };
 
 void kvmm_cuda_drv_set_why(const char *fmt, ...)
@@ -161,6 +171,8 @@ static int drv_open(void)
 
 		if (!fn && s->fallback)
 			fn = dlsym(lib, s->fallback);
+		if (!fn && s->optional)
+			continue;
 		if (!fn) {
 			kvmm_cuda_drv_set_why("CUDA driver %s lacks %s (driver too old)", path,
 					      s->name);

@@ -9,5 +9,6 @@
 #include "common.cuh"
 
 #include "attn.cu"
+#include "decode.cu"
 #include "cache.cu"
 #include "copy.cu"

@@ -33,6 +33,7 @@
 
 #include <cmocka.h>
 
+#include "kernels/cuda/abi.h"
 #include "kernels/cuda/cuda_drv.h"
 #include "kernels/cuda/kvmm_cuda.h"
 #include "kvmm/backend/cuda.h"
@@ -199,6 +200,131 @@ static void test_arg_checks(void **state)
 	assert_int_equal(in_child("/nonexistent/libcuda.so.1", child_arg_checks), 0);
 }
 
+/*
+ * The split decode's host plan (kernels/cuda/cuda.c) on many formats: every size and offset
+ * the kernel relies on (Documentation/kernels/cuda.md, "decode") holds.  The kernel indexes
+ * shared memory with these numbers unchecked, so this is its bounds check.
+ */
+static void check_plan(uint32_t dt, uint32_t dim, uint32_t gs, uint32_t kvh, uint32_t group,
+		       uint64_t page_size, uint64_t base, uint32_t nr_seqs, uint32_t max_blocks,
+		       uint32_t resident)
+{
+	struct kvmm_fmt f;
+	struct kvmm_cuda_attn_args a;
+	struct kvmm_cuda_decode_args d;
+	uint32_t elem = kvmm_dtype_size(dt), layer;
+	uint64_t cap, align;
+
+	if (kvmm_fmt_init(&f, 3, kvh, dim, dt, gs, page_size))
+		return; /* a token larger than the page: not a format */
+	layer = rnd(3);
+	memset(&a, 0, sizeof(a));
+	a.pg.base = base;
+	a.pg.page_size = f.page_size;
+	a.pg.k_off = (uint64_t)layer * 2 * f.slab_bytes;
+	a.pg.v_off = a.pg.k_off + f.slab_bytes;
+	if (dt == KVMM_DTYPE_INT8) {
+		a.pg.ks_off = a.pg.k_off + f.scale_off;
+		a.pg.vs_off = a.pg.v_off + f.scale_off;
+	}
+	a.pg.row_bytes = f.row_bytes;
+	a.pg.scale_row_bytes = f.scale_row_bytes;
+	a.pg.kv_heads = kvh;
+	a.pg.head_dim = dim;
+	a.pg.gs = dt == KVMM_DTYPE_INT8 ? gs : dim;
+	a.pg.tokens_per_page = f.tokens_per_page;
+	a.nr_seqs = nr_seqs;
+	a.num_q_heads = kvh * group;
+	a.max_blocks = max_blocks;
+	a.scale = 1.0f;
+	assert_int_equal(kvmm_cuda_decode_plan(&a, dt, resident, &d), 0);
+
+	/* query heads: all of a group, spread evenly, at most GMAX per block */
+	assert_int_equal(d.group, group);
+	assert_true(d.gb >= 1 && d.gb <= KVMM_CUDA_DECODE_GMAX);
+	assert_true(d.gb * d.nqg >= group && (d.nqg - 1) * d.gb < group);
+	/* thread layouts: powers of 2 that cover a row */
+	assert_true(d.tile >= 8 && d.tile <= 64 && !(d.tile & (d.tile - 1)));
+	assert_int_equal(d.tile * d.tpt, KVMM_CUDA_DECODE_THREADS);
+	assert_true(d.lpr <= 32 && !(d.lpr & (d.lpr - 1)) && d.lpr * KVMM_CUDA_DECODE_EPL >= dim);
+	assert_true(d.sl <= 32 && !(d.sl & (d.sl - 1)) && d.sl >= (d.chunks < 32 ? d.chunks : 32));
+	assert_true(d.chunks * 16 >= dim * elem && (d.chunks - 1) * 16 < dim * elem);
+	assert_true(d.qstride == d.chunks * (16 / elem) && d.qstride >= dim);
+	/* shared rows: 16-byte aligned, padded against bank conflicts, everything inside */
+	assert_true(d.row_stride % 16 == 0 && d.row_stride >= d.chunks * 16);
+	if (d.tpt < 8)
+		assert_true(d.row_stride / 16 % d.tpt == 0 && (d.row_stride / 16 / d.tpt) % 2 == 1);
+	assert_int_equal(d.v_soff, d.tile * d.row_stride);
+	assert_int_equal(d.ks_soff, 2 * d.tile * d.row_stride);
+	assert_true(d.vs_soff == d.ks_soff + d.tile * d.ngroups * 4 &&
+		    d.ok_soff == d.vs_soff + d.tile * d.ngroups * 4);
+	assert_true(d.ok_soff + 4 * d.tile <= d.stage_bytes && d.stage_bytes % 16 == 0);
+	assert_true(2 * d.stage_bytes <= d.q_soff && d.gb * dim * 4 <= d.q_soff);
+	assert_true(d.q_soff % 16 == 0 && d.s_soff % 16 == 0 && d.st_soff % 16 == 0);
+	assert_true(d.s_soff >= d.q_soff + d.gb * d.qstride * 4);
+	assert_true(d.st_soff >= d.s_soff + d.gb * d.tile * 4);
+	assert_int_equal(d.smem_bytes, d.st_soff + 3 * KVMM_CUDA_DECODE_GMAX * 4);
+	assert_true(d.smem_bytes <= KVMM_CUDA_DECODE_SMEM_MAX);
+	if (d.tile > 8)
+		assert_true(d.smem_bytes <= KVMM_CUDA_DECODE_SMEM_BUDGET);
+	/* the vector path only when every row start is 16-byte aligned */
+	align = base | f.page_size | a.pg.k_off | a.pg.v_off | f.row_bytes | (dim * elem);
+	if (dt == KVMM_DTYPE_INT8)
+		align |= (a.pg.ks_off | a.pg.vs_off | f.scale_row_bytes) & 3;
+	assert_int_equal(d.vec, !(align & 15));
+	/* int8 scale index: (e * gmagic) >> 16 is e / gs for every element */
+	if (dt == KVMM_DTYPE_INT8) {
+		assert_int_equal(d.ngroups, dim / gs);
+		for (uint32_t e = 0; e < dim; e++)
+			assert_int_equal((e * d.gmagic) >> 16, e / gs);
+	}
+	/* splits: whole tiles, at least two, covering the longest context exactly */
+	cap = (uint64_t)max_blocks * f.tokens_per_page;
+	if (!resident)
+		assert_int_equal(d.nsplit, 1);
+	if (d.nsplit > 1) {
+		assert_true(d.split_tokens % d.tile == 0 && d.split_tokens >= 2 * d.tile);
+		assert_true((uint64_t)d.nsplit * d.split_tokens >= cap);
+		assert_true((uint64_t)(d.nsplit - 1) * d.split_tokens < cap);
+		assert_true((uint64_t)d.nsplit * nr_seqs * kvh * d.nqg <=
+			    (uint64_t)resident * kvmm_cuda_decode_waves + nr_seqs * kvh * d.nqg);
+	}
+}
+
+static void test_decode_plan(void **state)
+{
+	static const uint32_t dims[] = {128, 64, 256, 80, 96, 72, 100, 17, 1, 32, 160, 250};
+	static const uint32_t groups[] = {1, 2, 4, 5, 7, 8, 9, 12, 16, 32, 64};
+
+	(void)state;
+	for (int i = 0; i < 3000; i++) {
+		uint32_t dt = KVMM_DTYPE_FP32 + rnd(4), dim = dims[rnd(12)], gs = 0;
+		uint64_t page = (uint64_t)(1 + rnd(64)) * 4096;
+		uint64_t base = UINT64_C(0x7f0000000000);
+
+		if (dt == KVMM_DTYPE_INT8) {
+			/* a random divisor of dim */
+			do
+				gs = 1 + rnd(dim);
+			while (dim % gs);
+		}
+		if (rnd(4) == 0)
+			page += 4 * (1 + rnd(3)); /* frames not 16-byte aligned: the byte path */
+		if (rnd(8) == 0)
+			base += 8;
+		check_plan(dt, dim, gs, 1 + rnd(8), groups[rnd(11)], page, base, 1 + rnd(600),
+			   1 + rnd(600), rnd(3) ? 132 * (1 + rnd(8)) : 0);
+	}
+	/* the benchmark's shapes, fp16, 2 MiB pages, 132 SMs x 4 blocks: they split */
+	{
+		struct kvmm_fmt f;
+
+		assert_int_equal(kvmm_fmt_init(&f, 4, 8, 128, KVMM_DTYPE_FP16, 0, 2u << 20), 0);
+		check_plan(KVMM_DTYPE_FP16, 128, 0, 8, 4, 2u << 20, UINT64_C(0x7f0000000000), 1,
+			   32768 / f.tokens_per_page, 528);
+	}
+}
+
 /* ---- with a GPU ------------------------------------------------------------------------- */
 
 static bool need_gpu(void)
@@ -223,13 +349,13 @@ static bool need_gpu(void)
 			skip();  \
 	} while (0)
 
-/* a device copy of n bytes at h */
+/* a device copy of n bytes at h (h NULL: uninitialised device memory) */
 static void *dev_from(const void *h, size_t n)
 {
 	void *d = NULL;
 
 	assert_int_equal(kvmm_cuda_malloc(&d, n ? n : 1), 0);
-	if (n)
+	if (h && n)
 		assert_int_equal(kvmm_cuda_memcpy_htod(d, h, n), 0);
 	return d;
 }
@@ -460,6 +586,166 @@ static void test_kernels_vs_cpu(void **state)
 			check_kernels(dt, (uint32_t)round & 1);
 }
 
+/*
+ * Decode alone on chosen shapes, against the CPU kernel on the same pages, with the split
+ * path forced on (waves 1 and 4: many splits) and off (waves 0: a block per sequence and
+ * KV head writes out directly): long single sequences, ragged batches with empty sequences,
+ * GQA groups above KVMM_CUDA_DECODE_GMAX (several blocks per KV head), head_dim 256 and
+ * dims that make rows unaligned (the byte-wise staging), frames not 16-byte aligned, int8
+ * scale groups that do and do not divide a vector.  Then a bad block table (an absent and a
+ * too large frame) must neither fault nor produce anything but finite numbers.
+ */
+struct dshape {
+	uint32_t dt, dim, gs, kvh, group;
+	uint64_t page;
+	uint32_t nr_seqs, max_ctx;
+};
+
+static void check_decode(const struct dshape *sh)
+{
+	struct kvmm_fmt f;
+	struct kvmm_attn_batch b;
+	uint32_t tpp, max_blocks, nframes, *ctx, *perm, nelem, ntok = 0, t = 0;
+	int32_t *tables;
+	int64_t *slots;
+	char *pages, *dpages;
+	float *k, *v, *q, *out_cpu, *out_gpu, *dq, *dout;
+	int32_t *dtab;
+	uint32_t *dctx;
+	size_t nq;
+
+	assert_int_equal(kvmm_fmt_init(&f, 2, sh->kvh, sh->dim, sh->dt, sh->gs, sh->page), 0);
+	tpp = f.tokens_per_page;
+	max_blocks = (sh->max_ctx + tpp - 1) / tpp;
+	nframes = sh->nr_seqs * max_blocks + 1;
+	pages = calloc(nframes, f.page_size);
+	tables = malloc(sizeof(int32_t) * sh->nr_seqs * max_blocks);
+	ctx = malloc(sizeof(uint32_t) * sh->nr_seqs);
+	perm = malloc(sizeof(uint32_t) * nframes);
+	assert_true(pages && tables && ctx && perm);
+	for (uint32_t i = 0; i < nframes; i++)
+		perm[i] = i;
+	for (uint32_t i = nframes - 1; i > 0; i--) {
+		uint32_t j = rnd(i + 1), x = perm[i];
+
+		perm[i] = perm[j];
+		perm[j] = x;
+	}
+	for (uint32_t i = 0; i < sh->nr_seqs * max_blocks; i++)
+		tables[i] = (int32_t)perm[i];
+	for (uint32_t i = 0; i < sh->nr_seqs; i++) {
+		/* the first sequence is as long as allowed, one may be empty, the rest ragged */
+		ctx[i] = i == 0 ? sh->max_ctx : rnd(sh->max_ctx + 1);
+		ntok += ctx[i];
+	}
+	nelem = sh->kvh * sh->dim;
+	k = malloc(sizeof(float) * (ntok + 1) * nelem);
+	v = malloc(sizeof(float) * (ntok + 1) * nelem);
+	slots = malloc(sizeof(int64_t) * (ntok + 1));
+	assert_true(k && v && slots);
+	for (uint64_t i = 0; i < (uint64_t)ntok * nelem; i++) {
+		k[i] = 2.0f * frand();
+		v[i] = frand();
+	}
+	for (uint32_t s = 0; s < sh->nr_seqs; s++)
+		for (uint32_t p = 0; p < ctx[s]; p++)
+			slots[t++] = kvmm_kv_slot(&f, tables[s * max_blocks + p / tpp], p % tpp);
+	memset(&b, 0, sizeof(b));
+	b.kv.base = pages;
+	b.kv.fmt = &f;
+	b.kv.layer = 1;
+	b.kv.nr_frames = nframes;
+	assert_int_equal(kvmm_cpu_reshape_and_cache(&b.kv, ntok, slots, k, v), 0);
+
+	nq = (size_t)sh->nr_seqs * sh->kvh * sh->group * sh->dim;
+	q = malloc(sizeof(float) * nq);
+	out_cpu = malloc(sizeof(float) * nq);
+	out_gpu = malloc(sizeof(float) * nq);
+	assert_true(q && out_cpu && out_gpu);
+	for (size_t i = 0; i < nq; i++)
+		q[i] = 2.0f * frand();
+	b.nr_seqs = sh->nr_seqs;
+	b.num_q_heads = sh->kvh * sh->group;
+	b.block_tables = tables;
+	b.max_blocks = max_blocks;
+	b.ctx_lens = ctx;
+	assert_int_equal(kvmm_cpu_paged_decode(&b, q, out_cpu), 0);
+
+	dpages = dev_from(pages, (size_t)nframes * f.page_size);
+	dtab = dev_from(tables, sizeof(int32_t) * sh->nr_seqs * max_blocks);
+	dctx = dev_from(ctx, sizeof(uint32_t) * sh->nr_seqs);
+	dq = dev_from(q, sizeof(float) * nq);
+	dout = dev_from(NULL, sizeof(float) * nq);
+	b.kv.base = dpages;
+	b.block_tables = dtab;
+	b.ctx_lens = dctx;
+	for (uint32_t waves = 0; waves <= 4; waves += waves ? 3 : 1) {
+		kvmm_cuda_decode_waves = waves;
+		assert_int_equal(kvmm_cuda_memset(dout, 0xff, sizeof(float) * nq), 0); /* NaNs */
+		assert_int_equal(kvmm_cuda_paged_decode(&b, dq, dout, NULL), 0);
+		assert_int_equal(kvmm_cuda_sync(), 0);
+		assert_int_equal(kvmm_cuda_memcpy_dtoh(out_gpu, dout, sizeof(float) * nq), 0);
+		assert_close(out_gpu, out_cpu, nq, waves ? "decode (split)" : "decode (unsplit)");
+	}
+
+	/* a bad table: absent and out-of-range frames are skipped, nothing faults */
+	tables[0] = -1;
+	tables[max_blocks > 1 ? 1 : 0] = (int32_t)nframes + 7;
+	kvmm_cuda_free(dtab);
+	dtab = dev_from(tables, sizeof(int32_t) * sh->nr_seqs * max_blocks);
+	b.block_tables = dtab;
+	for (uint32_t waves = 0; waves <= 1; waves++) {
+		kvmm_cuda_decode_waves = waves;
+		assert_int_equal(kvmm_cuda_paged_decode(&b, dq, dout, NULL), 0);
+		assert_int_equal(kvmm_cuda_sync(), 0);
+		assert_int_equal(kvmm_cuda_memcpy_dtoh(out_gpu, dout, sizeof(float) * nq), 0);
+		for (size_t i = 0; i < nq; i++)
+			if (!isfinite(out_gpu[i]))
+				fail_msg("bad table: element %zu is %g", i, out_gpu[i]);
+	}
+	kvmm_cuda_decode_waves = 1;
+
+	kvmm_cuda_free(dpages);
+	kvmm_cuda_free(dtab);
+	kvmm_cuda_free(dctx);
+	kvmm_cuda_free(dq);
+	kvmm_cuda_free(dout);
+	free(pages);
+	free(tables);
+	free(ctx);
+	free(perm);
+	free(k);
+	free(v);
+	free(slots);
+	free(q);
+	free(out_cpu);
+	free(out_gpu);
+}
+
+static void test_decode_split_vs_cpu(void **state)
+{
+	static const struct dshape shapes[] = {
+		/* dt, dim, gs, kvh, group, page, seqs, max ctx */
+		{KVMM_DTYPE_FP16, 128, 0, 2, 4, 64 << 10, 1, 5000},	 /* one long sequence */
+		{KVMM_DTYPE_BF16, 128, 0, 2, 8, 16 << 10, 6, 1500},	 /* ragged, tpp 16 */
+		{KVMM_DTYPE_FP32, 256, 0, 1, 5, 64 << 10, 3, 2100},	 /* 2 V vectors a lane */
+		{KVMM_DTYPE_INT8, 128, 32, 2, 4, 32 << 10, 4, 3000},	 /* scale per vector */
+		{KVMM_DTYPE_INT8, 64, 4, 1, 3, 8192, 3, 700},		 /* scales per element */
+		{KVMM_DTYPE_FP16, 64, 0, 1, 12, 24 << 10, 2, 2000},	 /* 2 blocks per KV head */
+		{KVMM_DTYPE_FP32, 80, 0, 3, 32, 40 << 10, 2, 900},	 /* MQA-like: 4 per head */
+		{KVMM_DTYPE_FP16, 100, 0, 2, 2, 32 << 10, 3, 1000},	 /* unaligned rows */
+		{KVMM_DTYPE_INT8, 72, 8, 2, 2, 16 << 10, 2, 800},	 /* unaligned int8 rows */
+		{KVMM_DTYPE_BF16, 128, 0, 2, 2, (16 << 10) + 8, 3, 600}, /* unaligned frames */
+		{KVMM_DTYPE_FP32, 17, 0, 1, 1, 4096, 2, 300},		 /* tiny odd rows */
+		{KVMM_DTYPE_FP16, 128, 0, 4, 1, 2 << 20, 40, 300},	 /* a batch, 1 page each */
+	};
+
+	(void)state;
+	NEED_GPU();
+	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+		check_decode(&shapes[i]);
+}
+
 #define BE_FRAMES 6
 #define BE_PAGE (UINT64_C(2) << 20)
 
@@ -635,7 +921,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_init_without_driver),
 		cmocka_unit_test(test_stub_driver_symbols),
 		cmocka_unit_test(test_arg_checks),
+		cmocka_unit_test(test_decode_plan),
 		cmocka_unit_test(test_kernels_vs_cpu),
+		cmocka_unit_test(test_decode_split_vs_cpu),
 		cmocka_unit_test(test_backend_round_trip),
 		cmocka_unit_test(test_export_import),
 	};

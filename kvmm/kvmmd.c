@@ -510,18 +510,6 @@ int main(int argc, char **argv)
 		return EXIT_SUCCESS;
 	}
 
-#if CONFIG_KVMM_CUDA
-	/* no GPU, no driver: say so before anything else happens */
-	if (!strcmp(cfg->backend, "cuda")) {
-		char why[256];
-
-		if (kvmm_cuda_backend_probe(cfg->device, why, sizeof(why))) {
-			fprintf(stderr, "kvmmd: cuda backend on device %d: %s\n", cfg->device, why);
-			free(cfg);
-			return EXIT_FAILURE;
-		}
-	}
-#endif
 	ret = prepare_socket_path(cfg);
 	if (ret) {
 		fprintf(stderr, "kvmmd: socket directory for %s: %s\n", cfg->socket_path,
@@ -532,6 +520,24 @@ int main(int argc, char **argv)
 	if (!cfg->foreground)
 		daemonize(&notify_fd);
 	kvmm_log_init("kvmmd", (enum kvmm_log_level)cfg->log_level, !cfg->foreground);
+#if CONFIG_KVMM_CUDA
+	/*
+	 * No GPU, no driver: say so before anything else happens.  Only after daemonize(): a
+	 * process cannot use CUDA once its parent has initialised it before fork(), so the
+	 * driver must first be opened by the process that serves.  stderr still reaches the
+	 * terminal until startup is reported.
+	 */
+	if (!strcmp(cfg->backend, "cuda")) {
+		char why[256];
+
+		if (kvmm_cuda_backend_probe(cfg->device, why, sizeof(why))) {
+			fprintf(stderr, "kvmmd: cuda backend on device %d: %s\n", cfg->device, why);
+			report_startup(&notify_fd, EXIT_FAILURE);
+			free(cfg);
+			return EXIT_FAILURE;
+		}
+	}
+#endif
 
 	server_config(cfg, ns, &sc);
 	ret = kvmm_server_create(&sc, &srv);

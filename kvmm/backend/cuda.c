@@ -209,6 +209,9 @@ static int cuda_setup(struct kvmm_backend_ctx *be, uint64_t page_size, uint32_t 
 		cs = want_chunk;
 	} else {
 		cs = round_up64(KVMM_CUDA_CHUNK_DEFAULT, unit);
+		/* a large pool (a whole GPU) gets larger chunks: ATTACH passes every fd at once */
+		if (DIV_ROUND_UP(bytes, cs) > KVMM_CUDA_DEFAULT_MAX_CHUNKS)
+			cs = round_up64(DIV_ROUND_UP(bytes, KVMM_CUDA_DEFAULT_MAX_CHUNKS), unit);
 		cs = min(cs, round_up64(bytes, unit)); /* no bigger than the pool */
 	}
 	nr = DIV_ROUND_UP(bytes, cs);
@@ -326,8 +329,15 @@ static int cuda_scrub(struct kvmm_backend_ctx *be, uint32_t frame)
 
 	if (!cm || frame >= be->nframes)
 		return -EINVAL;
-	/* on the legacy stream; waiting for it orders the scrub before any later use */
-	r = cm->d->cuMemsetD8(frame_ptr(be, frame), 0, be->page_size);
+	/*
+	 * cuMemsetD8 runs on the legacy stream, which does not wait for our non-blocking one:
+	 * a staging copy still in flight there could read the frame after the scrub, or write
+	 * it after.  So finish those first, then wait for the memset, which orders the scrub
+	 * before any later use.
+	 */
+	r = cm->d->cuStreamSynchronize(cm->stream);
+	if (!r)
+		r = cm->d->cuMemsetD8(frame_ptr(be, frame), 0, be->page_size);
 	if (!r)
 		r = cm->d->cuStreamSynchronize(NULL);
 	return r ? cu_fail(r, "scrub (cuMemsetD8)") : 0;

@@ -26,8 +26,13 @@
 
 #include "kvmm/mm.h"
 
-/* Chunk size when none is given: 64 MiB, rounded up to the page size and the granularity. */
+/*
+ * Chunk size when none is given: 64 MiB, rounded up to the page size and the granularity, and
+ * larger for a pool that would need more than KVMM_CUDA_DEFAULT_MAX_CHUNKS chunks (a pool of
+ * a whole GPU's memory): ATTACH passes every chunk fd in one message (at most 253).
+ */
 #define KVMM_CUDA_CHUNK_DEFAULT (UINT64_C(64) << 20)
+#define KVMM_CUDA_DEFAULT_MAX_CHUNKS 128
 
 struct kvmm_cuda_backend {
 	struct kvmm_backend_ops ops; /* pass &ops as kvmm_pool_params.backend / server backend */

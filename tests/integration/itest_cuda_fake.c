@@ -1,0 +1,530 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/integration/itest_cuda_fake.c - a cuda-backend kvmmd end to end without a GPU: the
+ * real kvmmd --backend cuda and real libkvmm clients over kvmm's fake CUDA driver
+ * (tests/fakecuda/, Documentation/dev-tools/fake-cuda.md), selected with $KVMM_LIBCUDA in this
+ * test's environment only (the daemon and the clients it starts inherit it).
+ *
+ * The daemon's pools are fake device memory (memfds behind cuMemCreate), their chunks exported
+ * as fds; each client imports and maps them through runtime/cuda_map.c and addresses frames
+ * with kvmm_frame_devptr().  One client writes a prompt's KV through its mapping and seals it;
+ * a second client process (exec'd: CUDA does not survive fork, and the fake refuses it too)
+ * looks the prompt up, must get the same frames and read the same bytes through its own
+ * mapping.  Sequences larger than the pool swap out and back in through the host and NVMe
+ * tiers (the backend's staging copies), identical afterwards.  A client killed with SIGKILL
+ * leaks nothing in the daemon (its frames, its session, its descriptors).  The daemon exits 0
+ * on SIGTERM, and the fake's report of its live objects at exit is all zeros, with no race
+ * between streams and no pageable staging buffer.
+ *
+ *   itest_cuda_fake                              the test
+ *   itest_cuda_fake --reader SOCK N F0 F1 ...    the second client (internal)
+ *   itest_cuda_fake --holder SOCK                a client that waits to be killed (internal)
+ */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "itest.h"
+#include "kernels/cuda/cuda_drv.h"
+#include "runtime/kvmm.h"
+#include "tests/fakecuda/fakecuda.h"
+
+#define PROMPT_PAGES 4
+#define MAXB 256
+#define PROMPT_TAG 4242
+
+static struct itest_daemon d;
+static bool have_daemon;
+static pid_t daemon_pid;
+static char fake[PATH_MAX], report[128], swapdir[64], swapfile[128], hostarg[64], filearg[192];
+static char self[PATH_MAX];
+
+static uint8_t byte_at(uint64_t tag, uint32_t block, uint32_t i)
+{
+	uint64_t z = tag * 0x9e3779b97f4a7c15ull ^ ((uint64_t)block << 32 | i);
+
+	z ^= z >> 31;
+	z *= 0xbf58476d1ce4e5b9ull;
+	z ^= z >> 29;
+	return (uint8_t)z;
+}
+
+static void sleep_ms(unsigned int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+	nanosleep(&ts, NULL);
+}
+
+/* write (@write) or compare page @b of @tag at device address @dp; 0 or -1 */
+static int page_io(const struct kvmm_cuda_drv *drv, uint64_t dp, uint64_t ps, uint64_t tag,
+		   uint32_t b, bool write)
+{
+	uint8_t *buf = malloc(ps);
+	int ret = 0;
+
+	if (!buf)
+		return -1;
+	if (write) {
+		for (uint32_t i = 0; i < ps; i++)
+			buf[i] = byte_at(tag, b, i);
+		ret = drv->cuMemcpyHtoD(dp, buf, ps) ? -1 : 0;
+	} else if (drv->cuMemcpyDtoH(buf, dp, ps)) {
+		ret = -1;
+	} else {
+		for (uint32_t i = 0; i < ps && !ret; i++)
+			if (buf[i] != byte_at(tag, b, i)) {
+				fprintf(stderr, "block %u byte %u is %u, want %u\n", b, i, buf[i],
+					byte_at(tag, b, i));
+				ret = -1;
+			}
+	}
+	free(buf);
+	return ret;
+}
+
+/* ---- the other processes ---------------------------------------------------------------------- */
+
+/* look the prompt up, check the frames are @frames and hold the first client's bytes */
+static int reader(const char *sock, int n, char **frames)
+{
+	const struct kvmm_cuda_drv *drv;
+	uint32_t tpp, tokens[PROMPT_PAGES * 64];
+	int32_t table[MAXB];
+	uint64_t seq, hit = 0;
+	kvmm_client_t *c;
+
+	if (kvmm_attach(sock, ITEST_NS_A, &itest_fmt, &c)) {
+		fprintf(stderr, "reader: attach: %s\n", kvmm_cuda_map_why());
+		return 10;
+	}
+	drv = kvmm_cuda_drv_load();
+	tpp = kvmm_tokens_per_page(c);
+	if (!drv || n != PROMPT_PAGES || tpp * PROMPT_PAGES > sizeof(tokens) / sizeof(tokens[0]))
+		return 11;
+	itest_tokens(tokens, tpp * PROMPT_PAGES, 1);
+	if (kvmm_seq_create(c, 0, &seq) ||
+	    kvmm_prefix_lookup(c, seq, tokens, tpp * PROMPT_PAGES, &hit) ||
+	    hit != tpp * PROMPT_PAGES)
+		return 12;
+	if (kvmm_block_table(c, &seq, 1, table, MAXB))
+		return 13;
+	for (int b = 0; b < n; b++) {
+		if (table[b] != atoi(frames[b]))
+			return 14;
+		if (page_io(drv, kvmm_frame_devptr(c, (uint32_t)table[b]), kvmm_page_size(c),
+			    PROMPT_TAG, (uint32_t)b, false))
+			return 15;
+	}
+	if (kvmm_seq_free(c, seq))
+		return 16;
+	kvmm_detach(c);
+	return 0;
+}
+
+/* take pages, write them, say so on stdout, wait to be killed */
+static int holder(const char *sock)
+{
+	uint32_t tokens[32 * 64];
+	int32_t table[MAXB];
+	uint64_t seq;
+	kvmm_client_t *c;
+	uint32_t tpp;
+
+	if (kvmm_attach(sock, ITEST_NS_A, &itest_fmt, &c))
+		return 10;
+	tpp = kvmm_tokens_per_page(c);
+	itest_tokens(tokens, 32 * tpp, 9);
+	if (kvmm_seq_create(c, 0, &seq) || kvmm_seq_append(c, seq, tokens, 32 * tpp, NULL) ||
+	    kvmm_block_table(c, &seq, 1, table, MAXB))
+		return 11;
+	for (uint32_t b = 0; b < 32; b++)
+		if (page_io(kvmm_cuda_drv_load(), kvmm_frame_devptr(c, (uint32_t)table[b]),
+			    kvmm_page_size(c), 9, b, true))
+			return 12;
+	printf("ready\n");
+	fflush(stdout);
+	for (;;)
+		pause();
+}
+
+/* ---- the test's daemon ------------------------------------------------------------------------ */
+
+static int setup(void **state)
+{
+	const char *extra[] = {"--backend", "cuda", "--swap", hostarg, "--swap", filearg, NULL};
+	const char *env = getenv("KVMM_FAKECUDA");
+
+	(void)state;
+	if (!itest_daemon_find(&d))
+		return 0;
+	if (!realpath(env && env[0] ? env : "tests/fakecuda/libcuda-fake.so", fake)) {
+		fprintf(stderr, "itest_cuda_fake: the fake CUDA driver is not built\n");
+		return -1;
+	}
+	if (!realpath("/proc/self/exe", self))
+		return -1;
+	snprintf(swapdir, sizeof(swapdir), "/tmp/kvmm-itcudafake.XXXXXX");
+	if (!mkdtemp(swapdir))
+		return -1;
+	snprintf(swapfile, sizeof(swapfile), "%s/swapfile", swapdir);
+	snprintf(report, sizeof(report), "%s/fakecuda.report", swapdir);
+	snprintf(hostarg, sizeof(hostarg), "swap_host=%u", 64 * ITEST_PAGE_SIZE);
+	snprintf(filearg, sizeof(filearg), "swap_file=%s:%u", swapfile, 256 * ITEST_PAGE_SIZE);
+	/* this process, the daemon and every client: the fake, and its report at exit */
+	setenv("KVMM_LIBCUDA", fake, 1);
+	setenv("KVMM_FAKECUDA_REPORT", report, 1);
+	unsetenv("KVMM_CUDA_DEVICE");
+	if (itest_daemon_start(&d, extra))
+		return -1;
+	daemon_pid = d.pid;
+	have_daemon = true;
+	return 0;
+}
+
+/* the daemon's line of the fake's report: every live object gone, no race */
+static int check_report(void)
+{
+	char line[512], want[32];
+	int found = 0, bad = 0;
+	FILE *f = fopen(report, "r");
+
+	if (!f) {
+		fprintf(stderr, "itest_cuda_fake: no report from the fake at %s\n", report);
+		return -1;
+	}
+	snprintf(want, sizeof(want), "pid=%d ", (int)daemon_pid);
+	while (fgets(line, sizeof(line), f)) {
+		static const char *const zero[] = {
+			" allocs=0 ",	" handles=0 ",	  " reservations=0 ",
+			" mappings=0 ", " dev_allocs=0 ", " host_allocs=0 ",
+			" streams=0 ",	" events=0 ",	  " ctx_refs=0 ",
+			" pending=0 ",	" races=0 ",	  " pageable_async=0 "};
+
+		if (!strstr(line, want))
+			continue;
+		found = 1;
+		for (size_t i = 0; i < sizeof(zero) / sizeof(zero[0]); i++)
+			if (!strstr(line, zero[i]))
+				bad = 1;
+		if (bad)
+			fprintf(stderr, "itest_cuda_fake: kvmmd left: %s", line);
+	}
+	fclose(f);
+	return found && !bad ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	char p[192];
+	int ret = 0;
+
+	(void)state;
+	if (have_daemon) {
+		ret = itest_daemon_stop(&d) == 0 ? 0 : -1;
+		if (ret)
+			fprintf(stderr, "itest_cuda_fake: kvmmd did not exit 0 on SIGTERM\n");
+		else if (check_report())
+			ret = -1;
+		if (ret)
+			itest_daemon_dump_log(&d);
+	}
+	have_daemon = false;
+	unlink(report);
+	snprintf(p, sizeof(p), "%s.%s", swapfile, ITEST_NS_A);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s.%s", swapfile, ITEST_NS_B);
+	unlink(p);
+	if (swapdir[0])
+		rmdir(swapdir);
+	return ret;
+}
+
+static void need(void)
+{
+	if (!have_daemon)
+		skip();
+}
+
+static kvmm_client_t *attach(void)
+{
+	kvmm_client_t *c = NULL;
+	int err = kvmm_attach(d.sock, ITEST_NS_A, &itest_fmt, &c);
+
+	if (err)
+		fail_msg("attach: %s (%s)", kvmm_strerror(err), kvmm_cuda_map_why());
+	return c;
+}
+
+static struct kvmm_fakecuda_stats fake_stats(void)
+{
+	struct kvmm_fakecuda_stats s;
+	void *lib = dlopen(fake, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+	kvmm_fakecuda_stats_fn fn;
+
+	assert_non_null(lib);
+	fn = (kvmm_fakecuda_stats_fn)dlsym(lib, KVMM_FAKECUDA_STATS);
+	assert_non_null(fn);
+	fn(&s);
+	dlclose(lib);
+	return s;
+}
+
+/* ---- tests ------------------------------------------------------------------------------------ */
+
+/* the pool is device memory: no host address, device pointers by the frame rule */
+static void test_attach_devptr(void **state)
+{
+	kvmm_client_t *c;
+	uint64_t ps;
+
+	(void)state;
+	need();
+	c = attach();
+	ps = kvmm_page_size(c);
+	errno = 0;
+	assert_null(kvmm_frame_addr(c, 3));
+	assert_int_equal(errno, EOPNOTSUPP);
+	assert_int_not_equal(kvmm_frame_devptr(c, 0), 0);
+	assert_int_equal(kvmm_frame_devptr(c, 37), kvmm_frame_devptr(c, 0) + 37 * ps);
+	assert_int_equal(kvmm_frame_devptr(c, kvmm_nr_frames(c)), 0);
+	assert_true(fake_stats().mappings >= 1);
+	kvmm_detach(c);
+	/* detach unmapped everything this process had of the pool */
+	assert_int_equal(fake_stats().mappings, 0);
+	assert_int_equal(fake_stats().reservations, 0);
+	assert_int_equal(fake_stats().allocs, 0);
+}
+
+/* KV written through one client's mapping, read by another process through its own */
+static void test_share_between_processes(void **state)
+{
+	const struct kvmm_cuda_drv *drv;
+	uint32_t tpp, tokens[PROMPT_PAGES * 64];
+	char num[PROMPT_PAGES][16], nstr[16];
+	char *argv[5 + PROMPT_PAGES];
+	int32_t table[MAXB];
+	kvmm_client_t *c;
+	uint64_t seq;
+	int status;
+	pid_t pid;
+
+	(void)state;
+	need();
+	c = attach();
+	drv = kvmm_cuda_drv_load();
+	assert_non_null(drv);
+	tpp = kvmm_tokens_per_page(c);
+	assert_true(tpp * PROMPT_PAGES <= sizeof(tokens) / sizeof(tokens[0]));
+	itest_tokens(tokens, tpp * PROMPT_PAGES, 1);
+	assert_int_equal(kvmm_seq_create(c, 0, &seq), 0);
+	assert_int_equal(kvmm_seq_append(c, seq, tokens, tpp * PROMPT_PAGES, NULL), 0);
+	assert_int_equal(kvmm_block_table(c, &seq, 1, table, MAXB), 0);
+	for (uint32_t b = 0; b < PROMPT_PAGES; b++)
+		assert_int_equal(page_io(drv, kvmm_frame_devptr(c, (uint32_t)table[b]),
+					 kvmm_page_size(c), PROMPT_TAG, b, true),
+				 0);
+	assert_int_equal(kvmm_seal(c, seq, 0, 0), 0);
+
+	argv[0] = self;
+	argv[1] = "--reader";
+	argv[2] = d.sock;
+	snprintf(nstr, sizeof(nstr), "%d", PROMPT_PAGES);
+	argv[3] = nstr;
+	for (int b = 0; b < PROMPT_PAGES; b++) {
+		snprintf(num[b], sizeof(num[b]), "%d", table[b]);
+		argv[4 + b] = num[b];
+	}
+	argv[4 + PROMPT_PAGES] = NULL;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execv(self, argv);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(kvmm_seq_free(c, seq), 0);
+	kvmm_detach(c);
+}
+
+/* PIN, then write or compare every page of seq through the device mapping, then UNPIN */
+static void touch(kvmm_client_t *c, uint64_t seq, uint64_t tag, bool write)
+{
+	const struct kvmm_cuda_drv *drv = kvmm_cuda_drv_load();
+	int32_t table[MAXB];
+
+	assert_int_equal(kvmm_pin(c, &seq, 1, NULL), 0);
+	assert_int_equal(kvmm_block_table(c, &seq, 1, table, MAXB), 0);
+	for (uint32_t b = 0; b < MAXB && table[b] != KVMM_BLOCK_NONE; b++)
+		if (page_io(drv, kvmm_frame_devptr(c, (uint32_t)table[b]), kvmm_page_size(c), tag,
+			    b, write))
+			fail_msg("seq %llu block %u differs", (unsigned long long)seq, b);
+	assert_int_equal(kvmm_unpin(c, &seq, 1, NULL), 0);
+}
+
+static long long vmstat(const char *name)
+{
+	char *text = NULL;
+	long long v;
+
+	assert_int_equal(itest_admin_text(&d, KVMM_OP_VMSTAT, &text), 0);
+	v = itest_text_value(text, name);
+	free(text);
+	return v;
+}
+
+/* three sequences of 120 pages in a 256-frame pool: swapped out and in, identical */
+static void test_swap_roundtrip(void **state)
+{
+	uint32_t tpp, n, *t;
+	kvmm_client_t *c;
+	uint64_t s[3];
+
+	(void)state;
+	need();
+	c = attach();
+	tpp = kvmm_tokens_per_page(c);
+	n = 120 * tpp;
+	t = malloc(n * sizeof(*t));
+	assert_non_null(t);
+	for (int i = 0; i < 3; i++) {
+		itest_tokens(t, n, 100 + (unsigned int)i);
+		assert_int_equal(kvmm_seq_create(c, 0, &s[i]), 0);
+		assert_int_equal(kvmm_seq_append(c, s[i], t, n, NULL), 0);
+		touch(c, s[i], 1000 + (uint64_t)i, true);
+	}
+	for (int round = 0; round < 2; round++)
+		for (int i = 0; i < 3; i++)
+			touch(c, s[i], 1000 + (uint64_t)i, false);
+	assert_true(vmstat("seq_swapout") > 0);
+	assert_true(vmstat("pswpin") > 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(kvmm_seq_free(c, s[i]), 0);
+	free(t);
+	kvmm_detach(c);
+}
+
+static int count_daemon_fds(void)
+{
+	char path[64];
+	struct dirent *e;
+	DIR *dir;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)daemon_pid);
+	dir = opendir(path);
+	if (!dir)
+		return -1;
+	while ((e = readdir(dir)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(dir);
+	return n;
+}
+
+/*
+ * The daemon's descriptors once it has closed the admin connections this test just made (it
+ * does so when it sees the hangup): the count, stable over a few samples.
+ */
+static int settled_daemon_fds(void)
+{
+	int last = -1, same = 0;
+
+	for (int i = 0; i < 100 && same < 3; i++) {
+		int n = count_daemon_fds();
+
+		same = n == last ? same + 1 : 0;
+		last = n;
+		sleep_ms(20);
+	}
+	return last;
+}
+
+static long long status_value(const char *name)
+{
+	char *text = NULL;
+	long long v;
+
+	assert_int_equal(itest_admin_text(&d, KVMM_OP_STATUS, &text), 0);
+	v = itest_text_value(text, name);
+	free(text);
+	return v;
+}
+
+/* a client killed with pages in use: its frames, session and descriptors all come back */
+static void test_kill9_leaks_nothing(void **state)
+{
+	long long free_before;
+	int fds_before, pipefd[2], tries;
+	char buf[8] = "";
+	pid_t pid;
+
+	(void)state;
+	need();
+	free_before = status_value("FramesFree");
+	fds_before = settled_daemon_fds();
+	assert_true(free_before > 0 && fds_before > 0);
+	assert_int_equal(pipe(pipefd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(pipefd[1], STDOUT_FILENO);
+		close(pipefd[0]);
+		close(pipefd[1]);
+		execl(self, self, "--holder", d.sock, (char *)NULL);
+		_exit(127);
+	}
+	close(pipefd[1]);
+	assert_true(read(pipefd[0], buf, sizeof(buf) - 1) > 0);
+	close(pipefd[0]);
+	assert_string_equal(buf, "ready\n");
+	assert_true(status_value("FramesFree") <= free_before - 32);
+	assert_int_equal(kill(pid, SIGKILL), 0);
+	assert_int_equal(waitpid(pid, NULL, 0), pid);
+	for (tries = 0; tries < 50; tries++) {
+		if (status_value("Clients") == 1 && status_value("FramesFree") == free_before &&
+		    settled_daemon_fds() == fds_before)
+			break;
+		sleep_ms(100);
+	}
+	assert_int_equal(status_value("Clients"), 1);
+	assert_int_equal(status_value("FramesFree"), free_before);
+	assert_int_equal(status_value("InvariantFailures"), 0);
+	assert_int_equal(settled_daemon_fds(), fds_before);
+	assert_true(itest_daemon_alive(&d));
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_attach_devptr),
+		cmocka_unit_test(test_share_between_processes),
+		cmocka_unit_test(test_swap_roundtrip),
+		cmocka_unit_test(test_kill9_leaks_nothing),
+	};
+
+	int ret;
+
+	if (argc >= 4 && !strcmp(argv[1], "--reader"))
+		return reader(argv[2], atoi(argv[3]), argv + 4);
+	if (argc == 3 && !strcmp(argv[1], "--holder"))
+		return holder(argv[2]);
+	ret = cmocka_run_group_tests_name("itest_cuda_fake", tests, setup, teardown);
+	return ret == 0 && !daemon_pid ? 77 : ret;
+}

@@ -1,0 +1,811 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/unit/test_cuda_fake.c - kvmmd's cuda backend (kvmm/backend/cuda.c) and libkvmm's
+ * mapping of its pool (runtime/cuda_map.c) run for real, without a GPU, over kvmm's fake CUDA
+ * driver (tests/fakecuda/, Documentation/dev-tools/fake-cuda.md), selected with $KVMM_LIBCUDA
+ * in this process only.
+ *
+ * Group "fakecuda" first checks the double itself, so that a pass below means something: every
+ * entry point kernels/cuda/drv.c loads resolves, and the fake refuses what the real driver
+ * refuses where our code could go wrong (sizes off the granularity, a mapping outside a
+ * reservation, a double release, access before cuMemSetAccess, copies over unmapped device
+ * addresses, use after fork), its streams really defer work until it is waited for, and the
+ * kernels report "skipped" with the reason.  Group "cuda_backend" then drives the backend
+ * through the real core: pool create/destroy with the chunk fds checked, the chunk-size rule,
+ * copy-on-write copy, scrub, swap staging, the chunk fds imported and mapped a second time by
+ * kvmm_cuda_map_fds (the client's path) onto the same bytes, failures injected into every
+ * driver call of setup and mapping (each must unwind completely), and random pages swapped out
+ * and in through the host and NVMe tiers, identical afterwards.  Every test ends with the
+ * fake's live-object counts back where they were and no descriptor left open.
+ */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "compiler.h"
+#include "kernels/cuda/cuda_drv.h"
+#include "kernels/cuda/kvmm_cuda.h"
+#include "kvmm/backend/cuda.h"
+#include "kvmm/mm.h"
+#include "kvmm/swap.h"
+#include "runtime/kvmm.h"
+#include "tests/fakecuda/fakecuda.h"
+
+#define GRAN KVMM_FAKECUDA_GRANULARITY
+#define FK_INVALID_HANDLE 400
+#define FK_NOT_READY 600
+
+static const struct kvmm_cuda_drv *d;
+static kvmm_fakecuda_stats_fn fk_stats;
+static kvmm_fakecuda_fail_fn fk_fail;
+static kvmm_cu_device dev;
+static kvmm_cu_ctx ctx;
+static char fake_path[PATH_MAX];
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+
+static int count_fds(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (!dir)
+		return -1;
+	while ((e = readdir(dir)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(dir);
+	return n - 1;
+}
+
+static struct kvmm_fakecuda_stats stats(void)
+{
+	struct kvmm_fakecuda_stats s;
+
+	fk_stats(&s);
+	return s;
+}
+
+/* what a test starts from, to compare with at its end */
+struct mark {
+	struct kvmm_fakecuda_stats s;
+	int fds;
+};
+
+static struct mark mark(void)
+{
+	struct mark m = {stats(), count_fds()};
+
+	return m;
+}
+
+/* every live object of the fake and every descriptor back to @m; no race, no pageable copy */
+static void check_clean(const struct mark *m)
+{
+	struct kvmm_fakecuda_stats s = stats();
+
+	assert_int_equal(s.allocs, m->s.allocs);
+	assert_int_equal(s.handles, m->s.handles);
+	assert_int_equal(s.reservations, m->s.reservations);
+	assert_int_equal(s.mappings, m->s.mappings);
+	assert_int_equal(s.dev_allocs, m->s.dev_allocs);
+	assert_int_equal(s.host_allocs, m->s.host_allocs);
+	assert_int_equal(s.streams, m->s.streams);
+	assert_int_equal(s.events, m->s.events);
+	assert_int_equal(s.ctx_refs, m->s.ctx_refs);
+	assert_int_equal(s.pending, 0);
+	if (s.races != m->s.races)
+		print_error("fake: %s\n", s.last_error);
+	assert_int_equal(s.races, m->s.races);
+	assert_int_equal(s.pageable_async, m->s.pageable_async);
+	assert_int_equal(count_fds(), m->fds);
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rnd64(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+static void fill_random(unsigned char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i += 8) {
+		uint64_t v = rnd64();
+
+		memcpy(p + i, &v, n - i < 8 ? n - i : 8);
+	}
+}
+
+static void dev_write(kvmm_cu_ptr dst, const void *src, size_t n)
+{
+	assert_int_equal(d->cuMemcpyHtoD(dst, src, n), 0);
+}
+
+static void dev_read(void *dst, kvmm_cu_ptr src, size_t n)
+{
+	assert_int_equal(d->cuMemcpyDtoH(dst, src, n), 0);
+}
+
+/* ---- group setup: the fake, in this process only ------------------------------------------- */
+
+static int group_setup(void **state)
+{
+	const char *env = getenv("KVMM_FAKECUDA");
+	const char *rel = env && env[0] ? env : "tests/fakecuda/libcuda-fake.so";
+	void *lib;
+
+	(void)state;
+	if (!realpath(rel, fake_path)) {
+		print_error(
+			"fake CUDA driver not found at %s (run from the top of the object tree, "
+			"or set KVMM_FAKECUDA)\n",
+			rel);
+		return -1;
+	}
+	setenv("KVMM_LIBCUDA", fake_path, 1);
+	setenv("KVMM_FAKECUDA_MEM", "0x1000000000", 1); /* 64 GiB (sparse memfds) */
+	d = kvmm_cuda_drv_load();
+	if (!d) {
+		print_error("the fake does not load: %s\n", kvmm_cuda_drv_why());
+		return -1;
+	}
+	/* the same library drv.c opened: its test hooks */
+	lib = dlopen(fake_path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+	if (!lib)
+		return -1;
+	fk_stats = (kvmm_fakecuda_stats_fn)dlsym(lib, KVMM_FAKECUDA_STATS);
+	fk_fail = (kvmm_fakecuda_fail_fn)dlsym(lib, KVMM_FAKECUDA_FAIL);
+	dlclose(lib); /* drv.c still holds it */
+	if (!fk_stats || !fk_fail)
+		return -1;
+	/* our own context reference, for the copies the tests make */
+	return kvmm_cuda_drv_get_device(0, &dev, &ctx) ? -1 : 0;
+}
+
+static int backend_setup(void **state)
+{
+	(void)state;
+	return d && fk_stats ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	kvmm_cuda_drv_put_device(dev);
+	return stats().ctx_refs == 0 ? 0 : -1;
+}
+
+/* ---- the fake's own contract ----------------------------------------------------------------- */
+
+static void test_fake_loads(void **state)
+{
+	int v = 0, n = 0;
+	size_t gran = 0;
+	char name[64];
+	struct kvmm_cu_mem_alloc_prop prop = {
+		.type = KVMM_CU_MEM_ALLOCATION_TYPE_PINNED,
+		.requested_handle_types = KVMM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+		.location = {KVMM_CU_MEM_LOCATION_TYPE_DEVICE, 0},
+	};
+
+	(void)state;
+	/* kvmm_cuda_drv_load() resolved every entry point of drv.c's table from the fake */
+	assert_non_null(d);
+	assert_string_equal(kvmm_cuda_drv_why(), "");
+	assert_int_equal(d->cuDeviceGetCount(&n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(d->cuDeviceGetName(name, sizeof(name), dev), 0);
+	assert_non_null(strstr(name, "fake"));
+	assert_int_equal(
+		d->cuDeviceGetAttribute(
+			&v, KVMM_CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev),
+		0);
+	assert_int_equal(v, 1);
+	assert_int_equal(d->cuMemGetAllocationGranularity(&gran, &prop,
+							  KVMM_CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+			 0);
+	assert_int_equal(gran, GRAN);
+	assert_int_equal(kvmm_cuda_backend_probe(0, name, sizeof(name)), 0);
+	assert_int_equal(kvmm_cuda_backend_probe(1, name, sizeof(name)), -ENODEV);
+	assert_true(name[0] != '\0');
+}
+
+/* the VMM calls refuse what the driver refuses, with an error and not a crash */
+static void test_fake_vmm_checks(void **state)
+{
+	struct kvmm_cu_mem_alloc_prop prop = {
+		.type = KVMM_CU_MEM_ALLOCATION_TYPE_PINNED,
+		.requested_handle_types = KVMM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+		.location = {KVMM_CU_MEM_LOCATION_TYPE_DEVICE, 0},
+	};
+	struct kvmm_cu_mem_access_desc acc = {{KVMM_CU_MEM_LOCATION_TYPE_DEVICE, 0},
+					      KVMM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	struct mark m = mark();
+	kvmm_cu_mem_handle h = 0, h2 = 0;
+	kvmm_cu_ptr va = 0, va2 = 0;
+	unsigned char buf[64] = {1, 2, 3};
+	int fd = -1, other;
+
+	(void)state;
+	assert_int_equal(d->cuMemAddressReserve(&va, GRAN + 4096, 0, 0, 0),
+			 KVMM_CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(d->cuMemAddressReserve(&va, 2 * GRAN, 0, 0, 0), 0);
+	assert_int_equal(va % GRAN, 0);
+	assert_int_equal(d->cuMemCreate(&h, GRAN / 2, &prop, 0), KVMM_CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(d->cuMemCreate(&h, GRAN, &prop, 0), 0);
+	/* outside the reservation, straddling its end, not at a granule, bigger than the handle */
+	assert_int_equal(d->cuMemAddressReserve(&va2, GRAN, 0, 0, 0), 0);
+	assert_int_equal(d->cuMemAddressFree(va2, GRAN), 0);
+	assert_int_equal(d->cuMemMap(va2, GRAN, 0, h, 0), KVMM_CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(d->cuMemMap(va + GRAN, 2 * GRAN, 0, h, 0), KVMM_CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(d->cuMemMap(va + 4096, GRAN, 0, h, 0), KVMM_CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(d->cuMemMap(va, 2 * GRAN, 0, h, 0), KVMM_CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(d->cuMemMap(va, GRAN, 0, h, 0), 0);
+	assert_int_equal(d->cuMemMap(va, GRAN, 0, h, 0), KVMM_CUDA_ERROR_INVALID_VALUE);
+	/* mapped but not yet accessible */
+	assert_int_equal(d->cuMemcpyHtoD(va, buf, sizeof(buf)), KVMM_CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(d->cuMemSetAccess(va, 2 * GRAN, &acc, 1), KVMM_CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(d->cuMemSetAccess(va, GRAN, &acc, 1), 0);
+	assert_int_equal(d->cuMemcpyHtoD(va + GRAN - sizeof(buf), buf, sizeof(buf)), 0);
+	/* running off the mapping into reserved, unmapped addresses; an address never reserved */
+	assert_int_equal(d->cuMemcpyHtoD(va + GRAN - 8, buf, sizeof(buf)),
+			 KVMM_CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(d->cuMemcpyDtoH(buf, va2, sizeof(buf)), KVMM_CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(d->cuMemsetD8(va + GRAN, 0, 1), KVMM_CUDA_ERROR_INVALID_VALUE);
+	/* export, import: the same bytes at a second address */
+	assert_int_equal(d->cuMemExportToShareableHandle(
+				 &fd, h, KVMM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+			 0);
+	assert_true(fd >= 0);
+	assert_int_equal(
+		d->cuMemImportFromShareableHandle(&h2, (void *)(uintptr_t)fd,
+						  KVMM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+		0);
+	assert_int_equal(d->cuMemMap(va + GRAN, GRAN, 0, h2, 0), 0);
+	assert_int_equal(d->cuMemRelease(h2), 0);
+	assert_int_equal(d->cuMemSetAccess(va + GRAN, GRAN, &acc, 1), 0);
+	memset(buf, 0, sizeof(buf));
+	dev_read(buf, va + 2 * GRAN - sizeof(buf), sizeof(buf));
+	assert_int_equal(buf[0], 1);
+	assert_int_equal(buf[2], 3);
+	/* an fd that is not one of the driver's */
+	other = memfd_create("not-cuda", MFD_CLOEXEC);
+	assert_true(other >= 0);
+	assert_int_equal(ftruncate(other, (off_t)GRAN), 0);
+	assert_int_equal(
+		d->cuMemImportFromShareableHandle(&h2, (void *)(uintptr_t)other,
+						  KVMM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+		KVMM_CUDA_ERROR_INVALID_VALUE);
+	close(other);
+	close(fd);
+	/* release twice; free a range that is still mapped; unmap part of a mapping */
+	assert_int_equal(d->cuMemRelease(h), 0);
+	assert_int_equal(d->cuMemRelease(h), KVMM_CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(d->cuMemRelease(h2), KVMM_CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(d->cuMemAddressFree(va, 2 * GRAN), KVMM_CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(stats().allocs, m.s.allocs + 2); /* alive while mapped */
+	assert_int_equal(d->cuMemUnmap(va, GRAN / 2), KVMM_CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(d->cuMemUnmap(va, 2 * GRAN), 0);
+	assert_int_equal(d->cuMemAddressFree(va, GRAN), KVMM_CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(d->cuMemAddressFree(va, 2 * GRAN), 0);
+	check_clean(&m);
+}
+
+/* asynchronous work happens when waited for; racing streams are counted */
+static void test_fake_streams(void **state)
+{
+	struct mark m = mark();
+	kvmm_cu_stream s;
+	kvmm_cu_event e0, e1;
+	kvmm_cu_ptr p;
+	unsigned char *pin, host[256];
+	float ms = -1;
+
+	(void)state;
+	assert_int_equal(d->cuMemAlloc(&p, 4096), 0);
+	assert_int_equal(d->cuMemHostAlloc((void **)&pin, 4096, KVMM_CU_MEMHOSTALLOC_PORTABLE), 0);
+	assert_int_equal((uintptr_t)pin % 4096, 0);
+	assert_int_equal(d->cuStreamCreate(&s, KVMM_CU_STREAM_NON_BLOCKING), 0);
+	assert_int_equal(d->cuEventCreate(&e0, KVMM_CU_EVENT_DEFAULT), 0);
+	assert_int_equal(d->cuEventCreate(&e1, KVMM_CU_EVENT_DEFAULT), 0);
+	memset(host, 0, sizeof(host));
+	dev_write(p, host, sizeof(host));
+	memset(pin, 0x5a, 4096);
+	assert_int_equal(d->cuEventRecord(e0, s), 0);
+	assert_int_equal(d->cuMemcpyHtoDAsync(p, pin, 4096, s), 0);
+	assert_int_equal(d->cuEventRecord(e1, s), 0);
+	assert_int_equal(d->cuEventElapsedTime(&ms, e0, e1), FK_NOT_READY);
+	assert_int_equal(stats().pending, 3);
+	/* not waited for: still the old bytes, and reading them now is a race */
+	dev_read(host, p, sizeof(host));
+	assert_int_equal(host[0], 0);
+	assert_int_equal(stats().races, m.s.races + 1);
+	m.s.races++;
+	assert_int_equal(d->cuEventSynchronize(e1), 0);
+	dev_read(host, p, sizeof(host));
+	assert_int_equal(host[255], 0x5a);
+	assert_int_equal(d->cuEventElapsedTime(&ms, e0, e1), 0);
+	assert_true(ms > 0 && ms < 1);
+	/* a memset is queued on the legacy stream; a DtoD too */
+	assert_int_equal(d->cuMemsetD8(p, 7, 16), 0);
+	assert_int_equal(d->cuMemcpyDtoHAsync(pin, p, 16, NULL), 0);
+	assert_int_equal(pin[0], 0x5a);
+	assert_int_equal(d->cuStreamSynchronize(NULL), 0);
+	assert_int_equal(pin[0], 7);
+	/* pageable memory in an async copy is counted */
+	assert_int_equal(d->cuMemcpyDtoHAsync(host, p, 16, s), 0);
+	assert_int_equal(d->cuStreamSynchronize(s), 0);
+	assert_int_equal(stats().pageable_async, m.s.pageable_async + 1);
+	m.s.pageable_async++;
+	/* handles that are not (any more) */
+	assert_int_equal(d->cuStreamDestroy(s), 0);
+	assert_int_equal(d->cuStreamSynchronize(s), FK_INVALID_HANDLE);
+	assert_int_equal(d->cuEventDestroy(e0), 0);
+	assert_int_equal(d->cuEventDestroy(e1), 0);
+	assert_int_equal(d->cuMemFreeHost(pin), 0);
+	assert_int_equal(d->cuMemFreeHost(pin), KVMM_CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(d->cuMemFree(p), 0);
+	assert_int_equal(d->cuMemFree(p), KVMM_CUDA_ERROR_INVALID_VALUE);
+	check_clean(&m);
+}
+
+/* no GPU code: the kernels say so; a forked child cannot use the parent's driver */
+static void test_fake_no_kernels_no_fork(void **state)
+{
+	int status;
+	pid_t pid;
+
+	(void)state;
+	assert_int_equal(kvmm_cuda_init(0), -ENODEV);
+	assert_non_null(strstr(kvmm_cuda_why(), "cuModuleLoadData"));
+	assert_non_null(strstr(kvmm_cuda_why(), "fake"));
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(d->cuCtxSetCurrent(ctx) == 3 ? 0 : 1);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* ---- the backend ------------------------------------------------------------------------------ */
+
+static int be_init(struct kvmm_cuda_backend *cb, struct kvmm_backend_ctx *be, uint64_t ps,
+		   uint32_t nframes, uint64_t chunk)
+{
+	kvmm_cuda_backend_init(cb, 0, chunk);
+	memset(be, 0, sizeof(*be));
+	be->ops = &cb->ops;
+	return be->ops->init(be, ps, nframes);
+}
+
+/* pool create/destroy through the core; what the daemon passes to clients */
+static void test_backend_pool(void **state)
+{
+	struct kvmm_pool_params p = {.page_size = 64 << 10, .nframes = 200};
+	struct kvmm_cuda_backend cb;
+	struct kvmm_pool *pool;
+	struct mark m = mark();
+	const int *fds;
+	uint32_t nr;
+	uint64_t cs;
+
+	(void)state;
+	kvmm_cuda_backend_init(&cb, 0, 4 * GRAN);
+	p.backend = &cb.ops;
+	assert_int_equal(kvmm_pool_create(&p, &pool), 0);
+	assert_true(kvmm_is_cuda_backend(&pool->be));
+	assert_int_equal(kvmm_cuda_backend_chunks(&pool->be, &fds, &nr, &cs), 0);
+	assert_int_equal(cs, 4 * GRAN);
+	assert_int_equal(nr, 2); /* 12.5 MiB in 8 MiB chunks, rounded up */
+	for (uint32_t i = 0; i < nr; i++) {
+		struct stat st;
+
+		assert_int_equal(fstat(fds[i], &st), 0);
+		assert_int_equal(st.st_size, cs);
+		assert_true(fcntl(fds[i], F_GETFD) & FD_CLOEXEC);
+	}
+	assert_int_equal(kvmm_cuda_backend_base(&pool->be) % GRAN, 0);
+	assert_null(kvmm_pool_frame_addr(pool, 0));
+	assert_int_equal(stats().allocs, m.s.allocs + 2);
+	assert_int_equal(stats().mappings, m.s.mappings + 2);
+	assert_int_equal(stats().streams, m.s.streams + 1);
+	kvmm_pool_destroy(pool);
+	check_clean(&m);
+	/* not a cuda backend */
+	assert_int_equal(kvmm_cuda_backend_chunks(NULL, &fds, &nr, &cs), -EOPNOTSUPP);
+}
+
+/* chunks are whole pages and whole granules */
+static void test_backend_chunk_rule(void **state)
+{
+	struct kvmm_cuda_backend cb;
+	struct kvmm_backend_ctx be;
+	struct mark m = mark();
+	uint32_t nr;
+	uint64_t cs;
+
+	(void)state;
+	/* 96 KiB pages: lcm with 2 MiB is 6 MiB */
+	assert_int_equal(be_init(&cb, &be, 96 << 10, 200, 0), 0);
+	assert_int_equal(kvmm_cuda_backend_chunks(&be, NULL, &nr, &cs), 0);
+	assert_int_equal(cs % (3 * GRAN), 0); /* 6 MiB */
+	assert_int_equal(cs % (96 << 10), 0);
+	assert_true((uint64_t)nr * cs >= 200ull * (96 << 10));
+	be.ops->fini(&be);
+	check_clean(&m);
+	/* a pool of a whole GPU: larger chunks, so that every fd fits in one ATTACH reply */
+	assert_int_equal(be_init(&cb, &be, 2 * GRAN, 10000, 0), 0);
+	assert_int_equal(kvmm_cuda_backend_chunks(&be, NULL, &nr, &cs), 0);
+	assert_true(nr <= KVMM_CUDA_DEFAULT_MAX_CHUNKS && nr > 64);
+	assert_true((uint64_t)nr * cs >= 10000 * 2 * GRAN && cs % (2 * GRAN) == 0);
+	be.ops->fini(&be);
+	check_clean(&m);
+	/* a chunk size that is no multiple of the granularity is refused at once */
+	assert_int_equal(be_init(&cb, &be, 64 << 10, 100, GRAN + (64 << 10)), -EINVAL);
+	assert_int_equal(be_init(&cb, &be, 64 << 10, 100, 96 << 10), -EINVAL);
+	check_clean(&m);
+}
+
+#define RT_PAGE (UINT64_C(256) << 10)
+#define RT_FRAMES 12U
+
+/* staging in and out, copy-on-write, scrub, with random bytes */
+static void test_backend_round_trip(void **state)
+{
+	struct kvmm_cuda_backend cb;
+	struct kvmm_backend_ctx be;
+	struct mark m = mark();
+	uint32_t all[RT_FRAMES], some[3] = {9, 2, 5};
+	unsigned char *stage, *want, *got;
+	uint64_t bytes = RT_FRAMES * RT_PAGE;
+	kvmm_cu_ptr base;
+
+	(void)state;
+	for (uint32_t i = 0; i < RT_FRAMES; i++)
+		all[i] = RT_FRAMES - 1 - i; /* frame list in reverse: lands in list order */
+	assert_int_equal(be_init(&cb, &be, RT_PAGE, RT_FRAMES, 0), 0);
+	base = kvmm_cuda_backend_base(&be);
+	stage = be.ops->host_alloc(&be, bytes);
+	want = malloc(bytes);
+	got = malloc(bytes);
+	assert_true(stage && want && got);
+	assert_int_equal((uintptr_t)stage % 4096, 0);
+	fill_random(stage, bytes);
+	memcpy(want, stage, bytes);
+	assert_int_equal(be.ops->copy_from_host(&be, all, stage, RT_FRAMES), 0);
+	assert_int_equal(be.ops->sync(&be), 0);
+	dev_read(got, base, bytes);
+	for (uint32_t i = 0; i < RT_FRAMES; i++)
+		assert_memory_equal(got + all[i] * RT_PAGE, want + i * RT_PAGE, RT_PAGE);
+	/* copy-on-write 3 -> 7 (part of a page), scrub 4 */
+	memcpy(want, got, bytes); /* from now on: frame order */
+	assert_int_equal(be.ops->copy(&be, 7, 3, RT_PAGE / 2), 0);
+	memcpy(want + 7 * RT_PAGE, want + 3 * RT_PAGE, RT_PAGE / 2);
+	assert_int_equal(be.ops->scrub(&be, 4), 0);
+	memset(want + 4 * RT_PAGE, 0, RT_PAGE);
+	assert_int_equal(stats().pending, 0); /* copy and scrub are synchronous */
+	dev_read(got, base, bytes);
+	assert_memory_equal(got, want, bytes);
+	/* out to the host in any order; only after sync */
+	memset(stage, 0xee, bytes);
+	assert_int_equal(be.ops->copy_to_host(&be, stage, some, 3), 0);
+	assert_int_equal(stage[0], 0xee);
+	assert_int_equal(be.ops->sync(&be), 0);
+	for (uint32_t i = 0; i < 3; i++)
+		assert_memory_equal(stage + i * RT_PAGE, want + some[i] * RT_PAGE, RT_PAGE);
+	/* a scrub right after a swap-out started still lets the swap-out read the old bytes */
+	assert_int_equal(be.ops->copy_to_host(&be, stage, &some[0], 1), 0);
+	assert_int_equal(be.ops->scrub(&be, some[0]), 0);
+	assert_int_equal(be.ops->sync(&be), 0);
+	assert_memory_equal(stage, want + some[0] * RT_PAGE, RT_PAGE);
+	/* bad frames */
+	assert_int_equal(be.ops->copy(&be, RT_FRAMES, 0, RT_PAGE), -EINVAL);
+	assert_int_equal(be.ops->copy(&be, 0, 1, RT_PAGE + 1), -EINVAL);
+	assert_int_equal(be.ops->scrub(&be, RT_FRAMES), -EINVAL);
+	some[1] = RT_FRAMES;
+	assert_int_equal(be.ops->copy_to_host(&be, stage, some, 3), -EINVAL);
+	assert_int_equal(be.ops->copy_from_host(&be, some, stage, 3), -EINVAL);
+	assert_int_equal(be.ops->sync(&be), 0);
+	be.ops->host_free(&be, stage, bytes);
+	be.ops->fini(&be);
+	free(want);
+	free(got);
+	check_clean(&m);
+}
+
+/* the client's path: the exported chunk fds imported and mapped again, onto the same bytes */
+static void test_backend_export_import(void **state)
+{
+	struct kvmm_cuda_backend cb;
+	struct kvmm_backend_ctx be;
+	struct kvmm_cuda_map *map;
+	struct mark m = mark();
+	unsigned char *a, *b;
+	uint64_t cs, dp, bytes;
+	const int *fds;
+	uint32_t nr;
+
+	(void)state;
+	assert_int_equal(be_init(&cb, &be, 64 << 10, 200, 2 * GRAN), 0);
+	assert_int_equal(kvmm_cuda_backend_chunks(&be, &fds, &nr, &cs), 0);
+	assert_int_equal(nr, 4); /* 12.5 MiB in 4 MiB chunks */
+	bytes = (uint64_t)nr * cs;
+	a = malloc(bytes);
+	b = malloc(bytes);
+	assert_true(a && b);
+	assert_int_equal(kvmm_cuda_map_fds(0, fds, nr, cs, &map, &dp), 0);
+	assert_int_not_equal(dp, kvmm_cuda_backend_base(&be));
+	fill_random(a, bytes);
+	dev_write(dp, a, bytes);
+	dev_read(b, kvmm_cuda_backend_base(&be), bytes);
+	assert_memory_equal(a, b, bytes);
+	kvmm_cuda_unmap(map);
+	/* a chunk size that differs from the daemon's, a bad fd: refused, nothing left */
+	assert_int_equal(kvmm_cuda_map_fds(0, fds, nr, cs / 2, &map, &dp), -EINVAL);
+	assert_int_equal(kvmm_cuda_map_fds(0, fds, nr, cs + 4096, &map, &dp), -EINVAL);
+	assert_int_equal(kvmm_cuda_map_fds(0, (const int[]){fds[0], 0}, 2, cs, &map, &dp), -EINVAL);
+	assert_int_equal(kvmm_cuda_map_fds(1, fds, nr, cs, &map, &dp), -ENODEV);
+	be.ops->fini(&be);
+	free(a);
+	free(b);
+	check_clean(&m);
+}
+
+/* a failure in any driver call of setup or mapping unwinds everything */
+static void test_backend_injected_failures(void **state)
+{
+	static const struct {
+		const char *call;
+		unsigned int nth;
+	} setup_calls[] =
+		{
+			{"cuDevicePrimaryCtxRetain", 1},
+			{"cuMemGetAllocationGranularity", 1},
+			{"cuMemAddressReserve", 1},
+			{"cuMemCreate", 1},
+			{"cuMemCreate", 3},
+			{"cuMemExportToShareableHandle", 2},
+			{"cuMemMap", 3},
+			{"cuMemSetAccess", 1},
+			{"cuStreamCreate", 1},
+		},
+	  map_calls[] = {
+		  {"cuMemAddressReserve", 1},
+		  {"cuMemImportFromShareableHandle", 2},
+		  {"cuMemMap", 3},
+		  {"cuMemSetAccess", 1},
+	  };
+	struct kvmm_cuda_backend cb;
+	struct kvmm_backend_ctx be, good;
+	struct kvmm_cuda_map *map;
+	struct mark m = mark();
+	const int *fds;
+	uint64_t cs, dp;
+	uint32_t nr;
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_SIZE(setup_calls); i++) {
+		fk_fail(setup_calls[i].call, setup_calls[i].nth, KVMM_CUDA_ERROR_OUT_OF_MEMORY);
+		assert_int_equal(be_init(&cb, &be, 64 << 10, 200, 2 * GRAN), -ENOMEM);
+		assert_int_equal(stats().injected, m.s.injected + i + 1);
+		check_clean(&m);
+	}
+	m = mark();
+	assert_int_equal(be_init(&cb, &good, 64 << 10, 200, 2 * GRAN), 0);
+	assert_int_equal(kvmm_cuda_backend_chunks(&good, &fds, &nr, &cs), 0);
+	m = mark();
+	for (size_t i = 0; i < ARRAY_SIZE(map_calls); i++) {
+		fk_fail(map_calls[i].call, map_calls[i].nth, KVMM_CUDA_ERROR_OUT_OF_MEMORY);
+		assert_int_equal(kvmm_cuda_map_fds(0, fds, nr, cs, &map, &dp), -ENOMEM);
+		assert_non_null(strstr(kvmm_cuda_map_why(), map_calls[i].call));
+		check_clean(&m);
+	}
+	good.ops->fini(&good);
+}
+
+/* ---- swap through the staging hooks, with the real core -------------------------------------- */
+
+#define SW_PAGE 16384u
+#define SW_FRAMES 64u
+#define SW_MAXB 16u
+
+struct fx {
+	struct kvmm_cuda_backend cb;
+	struct kvmm_pool *pool;
+	struct kvmm_ns *ns;
+	struct kvmm_fmt fmt;
+	struct kvmm_aspace *as;
+	struct mark m;
+	char dir[64];
+	char path[128];
+	unsigned char want[SW_MAXB][SW_PAGE];
+};
+
+static kvmm_cu_ptr frame_dev(struct fx *f, uint32_t fr)
+{
+	return kvmm_cuda_backend_base(&f->pool->be) + (uint64_t)fr * SW_PAGE;
+}
+
+static int swap_setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	struct kvmm_pool_params p = {.page_size = SW_PAGE, .nframes = SW_FRAMES};
+
+	if (!f)
+		return -1;
+	f->m = mark();
+	kvmm_cuda_backend_init(&f->cb, 0, 0);
+	p.backend = &f->cb.ops;
+	if (kvmm_pool_create(&p, &f->pool) || kvmm_ns_create(f->pool, "t", 0, 0, &f->ns) ||
+	    kvmm_fmt_init(&f->fmt, 1, 1, 16, KVMM_DTYPE_FP32, 0, SW_PAGE) ||
+	    kvmm_aspace_create(f->pool, f->ns, &f->fmt, NULL, &f->as))
+		return -1;
+	snprintf(f->dir, sizeof(f->dir), "/tmp/kvmm-cuda-fake.XXXXXX");
+	if (!mkdtemp(f->dir))
+		return -1;
+	snprintf(f->path, sizeof(f->path), "%s/swapfile", f->dir);
+	*state = f;
+	return 0;
+}
+
+static int swap_teardown(void **state)
+{
+	struct fx *f = *state;
+	struct mark m = f->m;
+
+	kvmm_pool_destroy(f->pool);
+	unlink(f->path);
+	rmdir(f->dir);
+	free(f);
+	check_clean(&m);
+	return 0;
+}
+
+/* @nb full blocks of distinct tokens, every page random bytes written on the "device" */
+static struct kvmm_seq *mkseq(struct fx *f, uint32_t nb, uint32_t base)
+{
+	uint32_t tpp = f->fmt.tokens_per_page;
+	uint32_t *tok = calloc((size_t)nb * tpp, sizeof(*tok));
+	struct kvmm_seq *seq;
+
+	assert_non_null(tok);
+	for (uint32_t i = 0; i < nb * tpp; i++)
+		tok[i] = base + i;
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, nb * tpp, tok), 0);
+	for (uint32_t b = 0; b < nb; b++) {
+		fill_random(f->want[b], SW_PAGE);
+		dev_write(frame_dev(f, kvmm_mm_seq_frame(seq, b)), f->want[b], SW_PAGE);
+	}
+	free(tok);
+	return seq;
+}
+
+static void check_bytes(struct fx *f, struct kvmm_seq *seq, uint32_t nb)
+{
+	static unsigned char got[SW_PAGE];
+
+	for (uint32_t b = 0; b < nb; b++) {
+		uint32_t fr = kvmm_mm_seq_frame(seq, b);
+
+		assert_int_not_equal(fr, KVMM_FRAME_NONE);
+		dev_read(got, frame_dev(f, fr), SW_PAGE);
+		assert_memory_equal(got, f->want[b], SW_PAGE);
+	}
+}
+
+/* scribble over every frame not in use, so only a real copy brings bytes back */
+static void poison_free(struct fx *f)
+{
+	for (uint32_t fr = 0; fr < SW_FRAMES; fr++)
+		if (f->pool->pages[fr].state != KVMM_PAGE_MAPPED &&
+		    f->pool->pages[fr].state != KVMM_PAGE_CACHED)
+			assert_int_equal(d->cuMemsetD8(frame_dev(f, fr), 0xa5, SW_PAGE), 0);
+	assert_int_equal(d->cuCtxSynchronize(), 0);
+}
+
+static void check_inv(struct kvmm_pool *pool)
+{
+	char why[256];
+	int ret = kvmm_check_invariants(pool, why, sizeof(why));
+
+	if (ret)
+		print_error("invariants: %s\n", why);
+	assert_int_equal(ret, 0);
+}
+
+static void swap_roundtrip(struct fx *f, uint32_t nb)
+{
+	struct kvmm_seq *seq = mkseq(f, nb, 1);
+	uint64_t copies = stats().copies;
+
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, nb), (int)nb);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(seq), nb);
+	assert_int_equal(stats().pending, 0);
+	assert_true(stats().copies - copies >= nb);
+	poison_free(f);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, nb), (int)nb);
+	check_inv(f->pool);
+	check_bytes(f, seq, nb);
+	kvmm_mm_seq_free(seq);
+	check_inv(f->pool);
+}
+
+static void test_swap_host_tier(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_swap_tier_params p = {.tier = 1, .priority = 10, .size = 32 * SW_PAGE};
+	uint64_t pinned = stats().host_allocs;
+
+	assert_int_equal(kvmm_swapon(f->pool, &kvmm_swap_host_ops, &p), 0);
+	/* the tier's arena is pinned memory from the backend */
+	assert_int_equal(stats().host_allocs, pinned + 1);
+	swap_roundtrip(f, SW_MAXB);
+	swap_roundtrip(f, 5);
+	assert_int_equal(kvmm_swapoff(f->pool, 1), 0);
+	assert_int_equal(stats().host_allocs, pinned);
+}
+
+static void test_swap_nvme_tier(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_swap_tier_params p = {
+		.tier = 2, .size = 32 * SW_PAGE, .path = f->path, .queue_depth = 4};
+	int ret = kvmm_swapon(f->pool, &kvmm_swap_nvme_ops, &p);
+
+	if (ret == -ENOSYS || ret == -EPERM || ret == -EOPNOTSUPP) {
+		print_message("nvme tier unavailable here (%s): skipped\n", strerror(-ret));
+		skip();
+	}
+	assert_int_equal(ret, 0);
+	/* more pages than staging buffers: each reused only after its copy was waited for */
+	swap_roundtrip(f, SW_MAXB);
+	assert_int_equal(kvmm_swapoff(f->pool, 2), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest fake_tests[] = {
+		cmocka_unit_test(test_fake_loads),
+		cmocka_unit_test(test_fake_vmm_checks),
+		cmocka_unit_test(test_fake_streams),
+		cmocka_unit_test(test_fake_no_kernels_no_fork),
+	};
+	const struct CMUnitTest backend_tests[] = {
+		cmocka_unit_test(test_backend_pool),
+		cmocka_unit_test(test_backend_chunk_rule),
+		cmocka_unit_test(test_backend_round_trip),
+		cmocka_unit_test(test_backend_export_import),
+		cmocka_unit_test(test_backend_injected_failures),
+		cmocka_unit_test_setup_teardown(test_swap_host_tier, swap_setup, swap_teardown),
+		cmocka_unit_test_setup_teardown(test_swap_nvme_tier, swap_setup, swap_teardown),
+	};
+	int ret;
+
+	ret = cmocka_run_group_tests_name("fakecuda", fake_tests, group_setup, NULL);
+	ret |= cmocka_run_group_tests_name("cuda_backend", backend_tests, backend_setup,
+					   group_teardown);
+	return ret;
+}

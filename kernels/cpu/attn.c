@@ -4,13 +4,15 @@
  *
  * Both kernels reduce to one routine, attend(): a tile of query vectors, each with its KV
  * head and causal limit (it sees tokens [0, limit)), walks the sequence's tokens once, in
- * chunks that never cross a page, all heads per chunk: a chunk's K (and V) rows are one
- * contiguous range of the slab, read from memory once and then from cache by every head.
- * For each run of queries sharing a head and a limit (a GQA group) the ISA code scores the
- * chunk's K rows, softmax_step() updates each query's running max and sum (online softmax:
- * when the max grows the sum and accumulator are scaled by exp(old - new), so no exponent is
- * positive and nothing overflows), and the ISA code adds the exp-weighted V rows.  The next
- * chunk (another frame, which no hardware prefetcher can guess) is prefetched meanwhile.
+ * chunks of up to 64 tokens and 32 KiB of K rows (a list of page runs; larger chunks cost
+ * more TLB and L1 misses than their fewer softmax steps save, see cpu.md), all heads per
+ * chunk: the chunk's K (and V) rows are read from memory once and then from cache by every
+ * head.  For each run of queries sharing a head and a limit (a GQA group) the ISA code
+ * scores the chunk's K rows, takes the online-softmax step (running max and sum; when the
+ * max grows the accumulator is rescaled by exp(old - new) as the weighted sum loads it, so
+ * no exponent is positive and nothing overflows) and adds the exp-weighted V rows.  The next
+ * chunk (other frames, which no hardware prefetcher can guess) is queued for prefetch and
+ * asked for a line or two per step of the inner loops.
  * Decode makes one tile of all query heads of a sequence; prefill makes tiles of all query
  * heads of a few consecutive new tokens, with limits position + 1.
  * Arguments are checked before anything is read: every block a sequence needs must be in its
@@ -25,8 +27,8 @@
 #include "kernels/cpu/cpu.h"
 
 #define TILE_Q 32		/* prefill: query vectors at least, per pass over the KV */
-#define CHUNK 64		/* tokens scored before their V rows are summed */
-#define CHUNK_BYTES (64u << 10) /* ... and at most this much of a K slab, to stay in L2 */
+#define CHUNK 64		/* tokens scored before their V rows are summed, over pages */
+#define CHUNK_BYTES (32u << 10) /* ... and at most this much of K (see cpu.md: the TLB) */
 
 struct attn_ctx {
 	const struct kvmm_attn_batch *b;
@@ -52,8 +54,10 @@ struct attn_ctx {
 	float *acc; /* weighted V sums */
 	float *s;   /* chunk scores, then weights */
 	float *m, *l;
+	float *corr; /* per slot: the factor of the last softmax step */
 	uint32_t *limit, *head;
 	float **out;
+	struct kvmm_cpu_seg *seg; /* the chunk's runs (chunk of them: one per token at worst) */
 };
 
 static int check_batch(const struct kvmm_attn_batch *b, bool prefill)
@@ -110,14 +114,16 @@ static int ctx_init(struct attn_ctx *c, const struct kvmm_attn_batch *b, uint32_
 	/* a whole vector past the last element: group tails may start a vector near the end */
 	c->dpad = (f->head_dim + KVMM_CPU_PAD - 1) / KVMM_CPU_PAD * KVMM_CPU_PAD + KVMM_CPU_PAD;
 	/* aligned_alloc wants a multiple of the alignment: 16 floats */
-	floats = ((size_t)tile * (2 * c->dpad + c->chunk + 2) + 15) / 16 * 16;
+	floats = ((size_t)tile * (2 * c->dpad + c->chunk + 3) + 15) / 16 * 16;
 	c->qs = aligned_alloc(64, floats * sizeof(float));
 	c->limit = malloc((size_t)tile * 2 * sizeof(uint32_t));
 	c->out = malloc((size_t)tile * sizeof(float *));
-	if (!c->qs || !c->limit || !c->out) {
+	c->seg = malloc((size_t)c->chunk * sizeof(*c->seg));
+	if (!c->qs || !c->limit || !c->out || !c->seg) {
 		free(c->qs);
 		free(c->limit);
 		free(c->out);
+		free(c->seg);
 		return -ENOMEM;
 	}
 	memset(c->qs, 0, floats * sizeof(float));
@@ -125,6 +131,7 @@ static int ctx_init(struct attn_ctx *c, const struct kvmm_attn_batch *b, uint32_
 	c->s = c->acc + (size_t)tile * c->dpad;
 	c->m = c->s + (size_t)tile * c->chunk;
 	c->l = c->m + tile;
+	c->corr = c->l + tile;
 	c->head = c->limit + tile;
 	return 0;
 }
@@ -134,6 +141,7 @@ static void ctx_fini(struct attn_ctx *c)
 	free(c->qs);
 	free(c->limit);
 	free(c->out);
+	free(c->seg);
 }
 
 /* Tile slot j: query q (fp32, dim) of kv head h, seeing tokens [0, limit), result to out. */
@@ -153,55 +161,56 @@ static void tile_set(struct attn_ctx *c, uint32_t j, const float *q, uint32_t h,
 }
 
 /*
- * Ask for a later chunk's K and V rows while this one is computed: the next page of a
+ * Ask for the KV rows some tokens ahead while a chunk is computed: the next page of a
  * sequence is anywhere in the pool, so no hardware prefetcher can guess it, but the block
- * table says where it is.  The range is requested a slice at a time, between the heads'
- * computations, so the prefetches never pile up beyond what the core can keep in flight.
- * Measured on the dev VM (AMD EPYC, out of cache): no prefetch halves the rate; two chunks
- * ahead (kvmm_cpu_prefetch_chunks) beat one by 5-10 %; slices twice per run (after the
- * scores and after the sums) beat once per run by about 20 %, smaller bursts the miss
- * buffers can take; prefetcht0 was no worse than prefetcht1 there.
+ * table says where it is.  A cursor walks the tokens of this pass and then those of the pass
+ * this thread runs next (positions past this pass's len1 tokens are the next one's), K and V
+ * rows page run by page run, kvmm_cpu_prefetch_chunks chunks ahead of the chunk being
+ * computed, and queues them (struct kvmm_cpu_pfq); the inner loops ask for a line or two at
+ * each step, so the requests never pile up beyond what the core keeps in flight (bursts of
+ * a few dozen lines stalled the core on full miss buffers: cpu.md).
  */
 struct prefetch {
-	const char *k, *v;
-	uint64_t bytes, done, slice;
+	uint32_t pos, want; /* next token to ask for; ask up to (not including) want */
+	uint32_t len1;	    /* tokens of this pass; the next pass's follow */
 };
 
-static void prefetch_some(struct prefetch *pf)
+uint32_t kvmm_cpu_prefetch_chunks = 1; /* measured best of 0..3 on the dev VM (cpu.md) */
+
+/* Queue the K and V page runs of tokens [pos, want) in q; returns the lines queued. */
+static uint32_t prefetch_fill(const struct attn_ctx *c, const int32_t *table, struct prefetch *pf,
+			      struct kvmm_cpu_pfq *q)
 {
-	uint64_t end = min_t(uint64_t, pf->done + pf->slice, pf->bytes);
+	const struct kvmm_fmt *f = c->f;
+	uint32_t tpp = f->tokens_per_page, total = 0;
 
-	for (uint64_t o = pf->done; o < end; o += 64) {
-		__builtin_prefetch(pf->k + o, 0, 3);
-		__builtin_prefetch(pf->v + o, 0, 3);
+	q->cur = q->nr = 0;
+	while (pf->pos < pf->want && q->nr + 2 <= KVMM_CPU_PFQ_RUNS) {
+		const int32_t *tab = table;
+		uint32_t t = c->begin + pf->pos, end = c->begin + pf->len1, row, run, lines;
+		const char *page;
+
+		if (pf->pos >= pf->len1) {
+			tab = c->next_table;
+			t = c->next_begin + (pf->pos - pf->len1);
+			end = c->next_end;
+			if (!tab || t >= end) {
+				pf->pos = pf->want; /* nothing more to ask for */
+				break;
+			}
+		}
+		row = t % tpp;
+		run = min_t(uint32_t, min_t(uint32_t, tpp - row, end - t), pf->want - pf->pos);
+		page = c->base + (uint64_t)tab[t / tpp] * f->page_size;
+		lines = (uint32_t)(((uint64_t)run * f->row_bytes + 63) / 64);
+		q->p[q->nr] = page + c->k_off + row * f->row_bytes;
+		q->lines[q->nr++] = lines;
+		q->p[q->nr] = page + c->v_off + row * f->row_bytes;
+		q->lines[q->nr++] = lines;
+		total += 2 * lines;
+		pf->pos += run;
 	}
-	pf->done = end;
-}
-
-uint32_t kvmm_cpu_prefetch_chunks = 2; /* measured best of 0..8 on the dev VM (cpu.md) */
-
-/*
- * Online softmax for slot j over nj new scores: fold them into the running max and sum and
- * turn them into weights against the (new) max.
- */
-static void softmax_step(struct attn_ctx *c, uint32_t j, uint32_t nj)
-{
-	float *s = c->s + (size_t)j * c->chunk, *acc = c->acc + (size_t)j * c->dpad;
-	float cm = s[0], mnew;
-
-	for (uint32_t t = 1; t < nj; t++)
-		cm = s[t] > cm ? s[t] : cm;
-	mnew = cm > c->m[j] ? cm : c->m[j];
-	if (mnew > c->m[j] && c->l[j] > 0.0f) {
-		/* the max grew: rescale what was summed against the old one */
-		float corr = expf(c->m[j] - mnew);
-
-		c->l[j] *= corr;
-		for (uint32_t d = 0; d < c->dim; d++)
-			acc[d] *= corr;
-	}
-	c->m[j] = mnew;
-	c->l[j] += c->ops->expsum(s, nj, mnew);
+	return total;
 }
 
 /* Run nq tile slots over the sequence with block table table. */
@@ -209,57 +218,67 @@ static void attend(struct attn_ctx *c, const int32_t *table, uint32_t nq)
 {
 	const struct kvmm_fmt *f = c->f;
 	const struct kvmm_cpu_ops *ops = c->ops;
-	uint64_t head_bytes = (uint64_t)c->dim * f->elem_bytes;
-	uint64_t head_sbytes = (uint64_t)(c->dim / c->gs) * KVMM_FMT_SCALE_BYTES;
-	uint32_t tpp = f->tokens_per_page, maxlim = 0, t0, tp, plim, j;
-	const int32_t *ptab;
+	uint32_t tpp = f->tokens_per_page, maxlim = 0, t0, j;
+	struct kvmm_cpu_pfq pfq;
+	struct kvmm_cpu_chunk ch = {
+		.seg = c->seg,
+		.stride = f->row_bytes,
+		.sstride = f->scale_row_bytes,
+		.dim = c->dim,
+		.gs = c->gs,
+		.pfq = &pfq,
+	};
 	struct prefetch pf = {0};
 
 	for (j = 0; j < nq; j++)
 		maxlim = max_t(uint32_t, maxlim, c->limit[j]);
+	if (maxlim > c->begin)
+		pf.len1 = maxlim - c->begin;
 
 	/*
-	 * Chunks of one page, all heads: the chunk's K (and V) rows are one contiguous range of
-	 * the slab, read once from memory, then from cache by every head and query.
+	 * Chunks of up to c->chunk tokens over consecutive pages, all heads: the chunk's K (and
+	 * V) rows are one contiguous range of each page's slab, read once from memory, then from
+	 * cache by every head and query.
 	 */
 	for (t0 = c->begin; t0 < maxlim;) {
-		uint32_t row = t0 % tpp;
-		uint32_t n = min_t(uint32_t, min_t(uint32_t, c->chunk, tpp - row), maxlim - t0);
-		const char *page = c->base + (uint64_t)table[t0 / tpp] * f->page_size;
-		const char *k = page + c->k_off + row * f->row_bytes;
-		const char *v = page + c->v_off + row * f->row_bytes;
-		const char *ks = NULL, *vs = NULL;
-		uint32_t t1 = t0 + n;
+		uint32_t n = min_t(uint32_t, c->chunk, maxlim - t0), t, r = 0;
 
-		pf.bytes = pf.done = 0;
-		/* the chunk kvmm_cpu_prefetch_chunks ahead (of n tokens; clipped to its page) */
-		tp = t0 + kvmm_cpu_prefetch_chunks * n;
-		ptab = table;
-		plim = maxlim;
-		if (tp >= maxlim && c->next_table) {
-			/* past the end: the first chunks of the pass this thread runs next */
-			tp = c->next_begin + (tp - maxlim);
-			ptab = c->next_table;
-			plim = c->next_end;
-		}
-		if (kvmm_cpu_prefetch_chunks && tp < plim) {
-			uint32_t nrow = tp % tpp;
-			const char *np = c->base + (uint64_t)ptab[tp / tpp] * f->page_size;
-			uint32_t nn = min_t(uint32_t, min_t(uint32_t, n, tpp - nrow), plim - tp);
+		/* the chunk's runs, one per page */
+		for (t = t0; t < t0 + n; r++) {
+			uint32_t row = t % tpp, k = min_t(uint32_t, tpp - row, t0 + n - t);
+			const char *page = c->base + (uint64_t)table[t / tpp] * f->page_size;
 
-			pf.k = np + c->k_off + nrow * f->row_bytes;
-			pf.v = np + c->v_off + nrow * f->row_bytes;
-			pf.bytes = (uint64_t)nn * f->row_bytes;
-			/* spread over the kv heads' runs, twice per run, whole cache lines */
-			pf.slice = (pf.bytes / (2 * f->kv_heads) + 127) / 64 * 64;
+			c->seg[r].k = page + c->k_off + row * f->row_bytes;
+			c->seg[r].v = page + c->v_off + row * f->row_bytes;
+			c->seg[r].ks = c->seg[r].vs = NULL;
+			if (f->dtype == KVMM_DTYPE_INT8) {
+				c->seg[r].ks = page + c->ks_off + row * f->scale_row_bytes;
+				c->seg[r].vs = page + c->vs_off + row * f->scale_row_bytes;
+			}
+			c->seg[r].n = k;
+			t += k;
 		}
-		if (f->dtype == KVMM_DTYPE_INT8) {
-			ks = page + c->ks_off + row * f->scale_row_bytes;
-			vs = page + c->vs_off + row * f->scale_row_bytes;
+		/*
+		 * Queue the next kvmm_cpu_prefetch_chunks chunks' rows (in steady state: the one
+		 * chunk not yet queued), to be asked for a line or two at each step of the
+		 * groups' inner loops.
+		 */
+		pfq.nr = pfq.cur = 0;
+		if (kvmm_cpu_prefetch_chunks) {
+			uint32_t lines, steps;
+
+			pf.want = t0 - c->begin + n * (1 + kvmm_cpu_prefetch_chunks);
+			if (pf.pos < t0 + n - c->begin)
+				pf.pos = t0 + n - c->begin; /* (the start of a pass) */
+			lines = prefetch_fill(c, table, &pf, &pfq);
+			steps = max_t(uint32_t, 1,
+				      nq / c->group * ops->pf_steps(n, c->group, c->dim));
+			pfq.per = (lines + steps - 1) / steps;
 		}
 		/* runs of slots with the same head and limit: the queries of one GQA group */
 		for (j = 0; j < nq;) {
-			uint32_t h = c->head[j], lim = c->limit[j], e = j + 1, nj;
+			uint32_t h = c->head[j], lim = c->limit[j], e = j + 1;
+			float *s = c->s + (size_t)j * c->chunk;
 
 			while (e < nq && c->head[e] == h && c->limit[e] == lim)
 				e++;
@@ -267,24 +286,19 @@ static void attend(struct attn_ctx *c, const int32_t *table, uint32_t nq)
 				j = e;
 				continue;
 			}
-			nj = min_t(uint32_t, n, lim - t0);
-			ops->qk(c->qs + (size_t)j * c->dpad, c->dpad, e - j, k + h * head_bytes,
-				f->row_bytes, ks ? (const float *)(ks + h * head_sbytes) : NULL,
-				f->scale_row_bytes, nj, c->dim, c->gs, c->s + (size_t)j * c->chunk,
-				c->chunk);
-			prefetch_some(&pf);
-			for (uint32_t i = j; i < e; i++)
-				softmax_step(c, i, nj);
-			ops->pv(c->acc + (size_t)j * c->dpad, c->dpad, c->s + (size_t)j * c->chunk,
-				c->chunk, e - j, v + h * head_bytes, f->row_bytes,
-				vs ? (const float *)(vs + h * head_sbytes) : NULL,
-				f->scale_row_bytes, nj, c->dim, c->gs);
-			prefetch_some(&pf);
+			ch.n = min_t(uint32_t, n, lim - t0);
+			ch.hoff = (uint64_t)h * c->dim * f->elem_bytes;
+			ch.hsoff = (uint64_t)h * (c->dim / c->gs) * KVMM_FMT_SCALE_BYTES;
+			ops->qk(&ch, c->qs + (size_t)j * c->dpad, c->dpad, e - j, s, c->chunk);
+			ops->softmax(s, c->chunk, e - j, ch.n, c->m + j, c->l + j, c->corr + j);
+			ops->pv(&ch, c->acc + (size_t)j * c->dpad, c->dpad, s, c->chunk, e - j,
+				c->corr + j);
 			j = e;
 		}
-		while (pf.done < pf.bytes) /* runs fewer than heads (a causal tail) */
-			prefetch_some(&pf);
-		t0 = t1;
+		/* what the steps did not ask for (fewer of them than estimated) */
+		pfq.per = UINT32_MAX;
+		kvmm_cpu_pfq_step(&pfq);
+		t0 += n;
 	}
 
 	if (c->part) {

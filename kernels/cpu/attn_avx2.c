@@ -10,6 +10,7 @@
  * built in the exponent bits (n >= -126 after the clamp).
  */
 #include <immintrin.h>
+#include <math.h>
 
 #include "compiler.h"
 #include "kernels/cpu/cpu.h"
@@ -75,8 +76,6 @@ static __always_inline void vhsum4(float *dst, __m256 a, __m256 b, __m256 c, __m
 #define QK_QB 2
 #define PV_DB 2
 
-#include "kernels/cpu/attn_vec.h"
-
 static __always_inline __m256 exp8(__m256 x)
 {
 	const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
@@ -102,7 +101,8 @@ static __always_inline __m256 exp8(__m256 x)
 	return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-static float expsum_avx2(float *s, uint32_t n, float m)
+/* s[t] = exp(s[t] - m) for t < n (every s[t] <= m); returns their sum */
+static float expsum(float *s, uint32_t n, float m)
 {
 	__m256 mv = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
 	uint32_t t = 0;
@@ -130,14 +130,35 @@ static float expsum_avx2(float *s, uint32_t n, float m)
 	return hsum8(sum) + tail;
 }
 
+/* the largest of s[0..n), n >= 1 */
+static float row_max(const float *s, uint32_t n)
+{
+	__m256 mx = _mm256_set1_ps(-INFINITY);
+	__m128 h;
+	uint32_t t = 0;
+	float r;
+
+	for (; t + 8 <= n; t += 8)
+		mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + t));
+	h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+	h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+	h = _mm_max_ss(h, _mm_movehdup_ps(h));
+	r = _mm_cvtss_f32(h);
+	for (; t < n; t++)
+		r = s[t] > r ? s[t] : r;
+	return r;
+}
+
+#include "kernels/cpu/attn_vec.h"
+
 VEC_OPS(fp32, KVMM_DTYPE_FP32)
 VEC_OPS(fp16, KVMM_DTYPE_FP16)
 VEC_OPS(bf16, KVMM_DTYPE_BF16)
 VEC_OPS(int8, KVMM_DTYPE_INT8)
 
 const struct kvmm_cpu_ops kvmm_cpu_ops_avx2[KVMM_DTYPE_COUNT] = {
-	[KVMM_DTYPE_FP32] = {qk_fp32, pv_fp32, expsum_avx2},
-	[KVMM_DTYPE_FP16] = {qk_fp16, pv_fp16, expsum_avx2},
-	[KVMM_DTYPE_BF16] = {qk_bf16, pv_bf16, expsum_avx2},
-	[KVMM_DTYPE_INT8] = {qk_int8, pv_int8, expsum_avx2},
+	[KVMM_DTYPE_FP32] = {qk_fp32, softmax_vec, pv_fp32, pf_steps_vec},
+	[KVMM_DTYPE_FP16] = {qk_fp16, softmax_vec, pv_fp16, pf_steps_vec},
+	[KVMM_DTYPE_BF16] = {qk_bf16, softmax_vec, pv_bf16, pf_steps_vec},
+	[KVMM_DTYPE_INT8] = {qk_int8, softmax_vec, pv_int8, pf_steps_vec},
 };

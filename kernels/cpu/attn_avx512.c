@@ -12,6 +12,7 @@
  * relative error is below 2e-7, far under the kernels' stated bounds.
  */
 #include <immintrin.h>
+#include <math.h>
 
 #include "compiler.h"
 #include "kernels/cpu/cpu.h"
@@ -65,8 +66,6 @@ static __always_inline void vhsum4(float *dst, __m512 a, __m512 b, __m512 c, __m
 	_mm_storeu_ps(dst, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
 }
 
-#include "kernels/cpu/attn_vec.h"
-
 /* exp(x) for x <= 0 (clamped at -87, whose exp is negligible beside the max term's 1). */
 static __always_inline __m512 exp16(__m512 x)
 {
@@ -92,7 +91,8 @@ static __always_inline __m512 exp16(__m512 x)
 	return _mm512_scalef_ps(p, n);
 }
 
-static float expsum_avx512(float *s, uint32_t n, float m)
+/* s[t] = exp(s[t] - m) for t < n (every s[t] <= m); returns their sum */
+static float expsum(float *s, uint32_t n, float m)
 {
 	__m512 mv = _mm512_set1_ps(m), sum = _mm512_setzero_ps();
 
@@ -106,14 +106,26 @@ static float expsum_avx512(float *s, uint32_t n, float m)
 	return _mm512_reduce_add_ps(sum);
 }
 
+/* the largest of s[0..n), n >= 1 */
+static float row_max(const float *s, uint32_t n)
+{
+	__m512 mx = _mm512_set1_ps(-INFINITY);
+
+	for (uint32_t t = 0; t < n; t += 16)
+		mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, tail_mask(n - t), s + t));
+	return _mm512_reduce_max_ps(mx);
+}
+
+#include "kernels/cpu/attn_vec.h"
+
 VEC_OPS(fp32, KVMM_DTYPE_FP32)
 VEC_OPS(fp16, KVMM_DTYPE_FP16)
 VEC_OPS(bf16, KVMM_DTYPE_BF16)
 VEC_OPS(int8, KVMM_DTYPE_INT8)
 
 const struct kvmm_cpu_ops kvmm_cpu_ops_avx512[KVMM_DTYPE_COUNT] = {
-	[KVMM_DTYPE_FP32] = {qk_fp32, pv_fp32, expsum_avx512},
-	[KVMM_DTYPE_FP16] = {qk_fp16, pv_fp16, expsum_avx512},
-	[KVMM_DTYPE_BF16] = {qk_bf16, pv_bf16, expsum_avx512},
-	[KVMM_DTYPE_INT8] = {qk_int8, pv_int8, expsum_avx512},
+	[KVMM_DTYPE_FP32] = {qk_fp32, softmax_vec, pv_fp32, pf_steps_vec},
+	[KVMM_DTYPE_FP16] = {qk_fp16, softmax_vec, pv_fp16, pf_steps_vec},
+	[KVMM_DTYPE_BF16] = {qk_bf16, softmax_vec, pv_bf16, pf_steps_vec},
+	[KVMM_DTYPE_INT8] = {qk_int8, softmax_vec, pv_int8, pf_steps_vec},
 };

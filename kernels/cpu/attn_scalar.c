@@ -72,34 +72,67 @@ static __always_inline void pv_body(uint32_t dt, float *acc, const float *p, con
 	}
 }
 
-static float expsum_scalar(float *s, uint32_t n, float m)
+/* the same online-softmax step as the vector files' softmax_vec, with libm's expf */
+static void softmax_scalar(float *s, uint64_t sq, uint32_t nq, uint32_t n, float *m, float *l,
+			   float *corr)
 {
-	float sum = 0.0f;
+	for (uint32_t i = 0; i < nq; i++) {
+		float *si = s + i * sq, mo = m[i], mn = mo, sum = 0.0f;
 
-	for (uint32_t t = 0; t < n; t++) {
-		s[t] = expf(s[t] - m);
-		sum += s[t];
+		for (uint32_t t = 0; t < n; t++)
+			mn = si[t] > mn ? si[t] : mn;
+		corr[i] = mo == -INFINITY ? 0.0f : mn > mo ? expf(mo - mn) : 1.0f;
+		for (uint32_t t = 0; t < n; t++) {
+			si[t] = expf(si[t] - mn);
+			sum += si[t];
+		}
+		l[i] = l[i] * corr[i] + sum;
+		m[i] = mn;
 	}
-	return sum;
 }
 
-/* the scalar code does one query at a time */
+/* the pfq steps of qk and pv: one per query and run of rows (one run per chunk, about) */
+static uint32_t pf_steps_scalar(uint32_t n, uint32_t nq, uint32_t dim)
+{
+	(void)n;
+	(void)dim;
+	return 2 * nq;
+}
+
+/* the scalar code does one query and one run of rows at a time */
 #define SCALAR_OPS(name, dt)                                                                    \
-	static void qk_##name(const float *q, uint64_t qstride, uint32_t nq, const void *row,   \
-			      uint64_t stride, const float *sc, uint64_t sstride, uint32_t n,   \
-			      uint32_t dim, uint32_t gs, float *s, uint64_t sq)                 \
+	static void qk_##name(const struct kvmm_cpu_chunk *c, const float *q, uint64_t qstride, \
+			      uint32_t nq, float *s, uint64_t sq)                               \
 	{                                                                                       \
-		for (uint32_t i = 0; i < nq; i++)                                               \
-			qk_body(dt, q + i * qstride, row, stride, sc, sstride, n, dim, gs,      \
-				s + i * sq);                                                    \
+		for (uint32_t i = 0; i < nq; i++) {                                             \
+			const struct kvmm_cpu_seg *sg = c->seg;                                 \
+                                                                                                \
+			for (uint32_t t0 = 0; t0 < c->n; t0 += sg->n, sg++) {                   \
+				kvmm_cpu_pfq_step(c->pfq);                                      \
+				qk_body(dt, q + i * qstride, sg->k + c->hoff, c->stride,        \
+					sg->ks ? (const float *)(sg->ks + c->hsoff) : NULL,     \
+					c->sstride, min_t(uint32_t, sg->n, c->n - t0), c->dim,  \
+					c->gs, s + i * sq + t0);                                \
+			}                                                                       \
+		}                                                                               \
 	}                                                                                       \
-	static void pv_##name(float *acc, uint64_t astride, const float *p, uint64_t sp,        \
-			      uint32_t nq, const void *row, uint64_t stride, const float *sc,   \
-			      uint64_t sstride, uint32_t n, uint32_t dim, uint32_t gs)          \
+	static void pv_##name(const struct kvmm_cpu_chunk *c, float *acc, uint64_t astride,     \
+			      const float *p, uint64_t sp, uint32_t nq, const float *corr)      \
 	{                                                                                       \
-		for (uint32_t i = 0; i < nq; i++)                                               \
-			pv_body(dt, acc + i * astride, p + i * sp, row, stride, sc, sstride, n, \
-				dim, gs);                                                       \
+		for (uint32_t i = 0; i < nq; i++) {                                             \
+			const struct kvmm_cpu_seg *sg = c->seg;                                 \
+			float *a = acc + i * astride;                                           \
+                                                                                                \
+			for (uint32_t d = 0; d < c->dim; d++)                                   \
+				a[d] *= corr[i];                                                \
+			for (uint32_t t0 = 0; t0 < c->n; t0 += sg->n, sg++) {                   \
+				kvmm_cpu_pfq_step(c->pfq);                                      \
+				pv_body(dt, a, p + i * sp + t0, sg->v + c->hoff, c->stride,     \
+					sg->vs ? (const float *)(sg->vs + c->hsoff) : NULL,     \
+					c->sstride, min_t(uint32_t, sg->n, c->n - t0), c->dim,  \
+					c->gs);                                                 \
+			}                                                                       \
+		}                                                                               \
 	}
 
 SCALAR_OPS(fp32, KVMM_DTYPE_FP32)
@@ -108,8 +141,8 @@ SCALAR_OPS(bf16, KVMM_DTYPE_BF16)
 SCALAR_OPS(int8, KVMM_DTYPE_INT8)
 
 const struct kvmm_cpu_ops kvmm_cpu_ops_scalar[KVMM_DTYPE_COUNT] = {
-	[KVMM_DTYPE_FP32] = {qk_fp32, pv_fp32, expsum_scalar},
-	[KVMM_DTYPE_FP16] = {qk_fp16, pv_fp16, expsum_scalar},
-	[KVMM_DTYPE_BF16] = {qk_bf16, pv_bf16, expsum_scalar},
-	[KVMM_DTYPE_INT8] = {qk_int8, pv_int8, expsum_scalar},
+	[KVMM_DTYPE_FP32] = {qk_fp32, softmax_scalar, pv_fp32, pf_steps_scalar},
+	[KVMM_DTYPE_FP16] = {qk_fp16, softmax_scalar, pv_fp16, pf_steps_scalar},
+	[KVMM_DTYPE_BF16] = {qk_bf16, softmax_scalar, pv_bf16, pf_steps_scalar},
+	[KVMM_DTYPE_INT8] = {qk_int8, softmax_scalar, pv_int8, pf_steps_scalar},
 };

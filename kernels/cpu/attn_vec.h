@@ -9,6 +9,7 @@
  *   vload_kv(dt, p, left) VW elements of dtype dt at p widened to fp32, zeros past left
  *   vloadf(p) vstoref(p, v) vfma(a, b, c) vmul(a, b) vzero() vset1(x) vhsum(v)
  *   vhsum4(dst, a, b, c, d)   dst[0..3] = the horizontal sums of a, b, c, d
+ *   row_max(s, n) expsum(s, n, m)  the softmax step's max and exp-and-sum of a score row
  *   QK_QB                 queries per block of the scores loop (registers: QK_QB * 4 sums)
  *
  * Grouped-query attention is where a CPU decode kernel wins or loses: the NQ (up to 4)
@@ -17,10 +18,12 @@
  * in registers, each query vector loaded once per four rows, and the horizontal sums of a
  * query's four rows done together by one transpose-and-add tree (vhsum4), which is a third
  * of the shuffles of four separate sums and one store; a tail of under four rows goes one
- * row at a time.  Weighted sums go one vector of dims at a time over all the chunk's
- * V rows, the NQ accumulators staying in registers.  For int8 each group of gs elements is
- * scaled by its token's scale as it is loaded.  NQ is a compile-time constant in every
- * instance (the switch at the bottom), so the small loops over queries unroll.
+ * row at a time.  Weighted sums go PV_DB vectors of dims at a time over all the chunk's
+ * runs of V rows, the NQ * PV_DB accumulators staying in registers (rescaled by the softmax
+ * step's factor as they are loaded).  Both step the prefetch queue (cpu.h) as they go.
+ * For int8 each group of gs elements is scaled by its token's scale as it is loaded.  NQ is
+ * a compile-time constant in every instance (the switch at the bottom), so the small loops
+ * over queries unroll.
  */
 #ifndef KVMM_KERNELS_CPU_ATTN_VEC_H
 #define KVMM_KERNELS_CPU_ATTN_VEC_H
@@ -76,45 +79,76 @@ static __always_inline void qk_block(uint32_t dt, uint32_t NQ, const float *q, u
 	}
 }
 
-/* acc_q += sum over t < n of p[q * sp + t] * row t, for q < NQ */
-static __always_inline void pv_block(uint32_t dt, uint32_t NQ, float *acc, uint64_t astride,
-				     const float *p, uint64_t sp, const void *row, uint64_t stride,
-				     const float *sc, uint64_t sstride, uint32_t n, uint32_t dim,
-				     uint32_t gs)
+/* acc_q = corr[q] * acc_q + sum over t < c->n of p[q * sp + t] * V row t, for q < NQ */
+static __always_inline void pv_block(uint32_t dt, uint32_t NQ, const struct kvmm_cpu_chunk *c,
+				     float *acc, uint64_t astride, const float *p, uint64_t sp,
+				     const float *corr, uint32_t dim, uint32_t gs)
 {
-	if (dt != KVMM_DTYPE_INT8)
-		gs = dim;
+	uint64_t stride = c->stride, sstride = c->sstride;
+	float one[QB];
+
+	if (gs % VW) {
+		/*
+		 * A group's last vector reaches into the next group (int8 groups that are not
+		 * whole vectors): those lanes are loaded and stored back unchanged, so they must
+		 * not be rescaled twice; rescale every row first instead.
+		 */
+		for (uint32_t i = 0; i < NQ; i++) {
+			for (uint32_t d = 0; d < dim; d += VW)
+				vstoref(acc + i * astride + d,
+					vmul(vset1(corr[i]), vloadf(acc + i * astride + d)));
+			one[i] = 1.0f;
+		}
+		corr = one;
+	}
 	for (uint32_t g0 = 0; g0 < dim; g0 += gs) {
 		uint32_t d = g0;
 
 		/*
-		 * PV_DB vectors of dims at a time, their NQ * PV_DB sums in registers: each
-		 * weight is broadcast once per PV_DB vectors instead of once per vector.
+		 * PV_DB vectors of dims at a time, their NQ * PV_DB sums in registers over all
+		 * the chunk's runs: each weight is broadcast once per PV_DB vectors instead of
+		 * once per vector, and an accumulator is loaded (and rescaled) and stored once
+		 * per chunk.
 		 */
 		for (; d + PV_DB * VW <= g0 + gs; d += PV_DB * VW) {
 			vec a[QB][PV_DB];
-			uint32_t i, k;
+			uint32_t i, k, t0 = 0;
 
 			_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++)
-				_Pragma("GCC unroll 4") for (k = 0; k < PV_DB; k++) a[i][k] =
-					vloadf(acc + i * astride + d + k * VW);
-			for (uint32_t t = 0; t < n; t++) {
-				const char *r = (const char *)row + t * stride;
-				vec vv[PV_DB];
+			{
+				vec cv = vset1(corr[i]);
 
-				_Pragma("GCC unroll 4") for (k = 0; k < PV_DB; k++)
-				{
-					vv[k] = vload_kv(dt, elem(dt, r, d + k * VW), VW);
-					if (dt == KVMM_DTYPE_INT8)
-						vv[k] = vmul(vv[k], vset1(row_scale(sc, sstride, t,
-										    g0 / gs)));
-				}
-				_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++)
-				{
-					vec pb = vset1(p[i * sp + t]);
+				_Pragma("GCC unroll 4") for (k = 0; k < PV_DB; k++) a[i][k] =
+					vmul(cv, vloadf(acc + i * astride + d + k * VW));
+			}
+			for (const struct kvmm_cpu_seg *sg = c->seg; t0 < c->n; t0 += sg->n, sg++) {
+				const char *row = sg->v + c->hoff;
+				const float *sc = dt == KVMM_DTYPE_INT8
+							  ? (const float *)(sg->vs + c->hsoff)
+							  : NULL;
+				uint32_t n = min_t(uint32_t, sg->n, c->n - t0);
+
+				for (uint32_t t = 0; t < n; t++) {
+					const char *r = row + t * stride;
+					vec vv[PV_DB];
+
+					kvmm_cpu_pfq_step(c->pfq);
 
 					_Pragma("GCC unroll 4") for (k = 0; k < PV_DB; k++)
-						a[i][k] = vfma(pb, vv[k], a[i][k]);
+					{
+						vv[k] = vload_kv(dt, elem(dt, r, d + k * VW), VW);
+						if (dt == KVMM_DTYPE_INT8)
+							vv[k] = vmul(vv[k],
+								     vset1(row_scale(sc, sstride, t,
+										     g0 / gs)));
+					}
+					_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++)
+					{
+						vec pb = vset1(p[i * sp + t0 + t]);
+
+						_Pragma("GCC unroll 4") for (k = 0; k < PV_DB; k++)
+							a[i][k] = vfma(pb, vv[k], a[i][k]);
+					}
 				}
 			}
 			_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++)
@@ -123,19 +157,28 @@ static __always_inline void pv_block(uint32_t dt, uint32_t NQ, float *acc, uint6
 		}
 		for (; d < g0 + gs; d += VW) {
 			vec a[QB];
-			uint32_t i;
+			uint32_t i, t0 = 0;
 
 			/* lanes past the group load zeros from the rows: they add nothing */
 			_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++) a[i] =
-				vloadf(acc + i * astride + d);
-			for (uint32_t t = 0; t < n; t++) {
-				vec vv = vload_kv(dt, elem(dt, (const char *)row + t * stride, d),
-						  g0 + gs - d);
+				vmul(vset1(corr[i]), vloadf(acc + i * astride + d));
+			for (const struct kvmm_cpu_seg *sg = c->seg; t0 < c->n; t0 += sg->n, sg++) {
+				const char *row = sg->v + c->hoff;
+				const float *sc = dt == KVMM_DTYPE_INT8
+							  ? (const float *)(sg->vs + c->hsoff)
+							  : NULL;
+				uint32_t n = min_t(uint32_t, sg->n, c->n - t0);
 
-				if (dt == KVMM_DTYPE_INT8)
-					vv = vmul(vv, vset1(row_scale(sc, sstride, t, g0 / gs)));
-				_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++) a[i] =
-					vfma(vset1(p[i * sp + t]), vv, a[i]);
+				for (uint32_t t = 0; t < n; t++) {
+					vec vv = vload_kv(dt, elem(dt, row + t * stride, d),
+							  g0 + gs - d);
+
+					if (dt == KVMM_DTYPE_INT8)
+						vv = vmul(vv, vset1(row_scale(sc, sstride, t,
+									      g0 / gs)));
+					_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++) a[i] =
+						vfma(vset1(p[i * sp + t0 + t]), vv, a[i]);
+				}
 			}
 			_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++)
 				vstoref(acc + i * astride + d, a[i]);
@@ -147,7 +190,7 @@ static __always_inline void pv_block(uint32_t dt, uint32_t NQ, float *acc, uint6
 static __always_inline void qk_block4(uint32_t dt, uint32_t NQ, const float *q, uint64_t qstride,
 				      const void *row, uint64_t stride, const float *sc,
 				      uint64_t sstride, uint32_t n, uint32_t dim, uint32_t gs,
-				      float *s, uint64_t sq)
+				      float *s, uint64_t sq, struct kvmm_cpu_pfq *pfq)
 {
 	uint32_t t = 0, i, u;
 
@@ -167,6 +210,8 @@ static __always_inline void qk_block4(uint32_t dt, uint32_t NQ, const float *q, 
 					vset1(row_scale(sc, sstride, t + u, g0 / gs));
 			for (uint32_t d = g0; d < g0 + gs; d += VW) {
 				vec kv[4];
+
+				kvmm_cpu_pfq_step(pfq);
 
 				_Pragma("GCC unroll 4") for (u = 0; u < 4; u++)
 				{
@@ -193,36 +238,47 @@ static __always_inline void qk_block4(uint32_t dt, uint32_t NQ, const float *q, 
 			 n - t, dim, gs, s + t, sq);
 }
 
-static __always_inline void qk_body(uint32_t dt, const float *q, uint64_t qstride, uint32_t nq,
-				    const void *row, uint64_t stride, const float *sc,
-				    uint64_t sstride, uint32_t n, uint32_t dim, uint32_t gs,
-				    float *s, uint64_t sq)
+/* the queries QK_QB at a time, each block over every run of the chunk */
+static __always_inline void qk_chunk(uint32_t dt, const struct kvmm_cpu_chunk *c, const float *q,
+				     uint64_t qstride, uint32_t nq, float *s, uint64_t sq,
+				     uint32_t dim, uint32_t gs)
 {
 	for (uint32_t b = 0; b < nq; b += QK_QB) {
 		const float *qb = q + b * qstride;
-		float *sb = s + b * sq;
+		uint32_t t0 = 0;
 
-		switch (nq - b >= QK_QB ? QK_QB : nq - b) {
-		case 4:
-			qk_block4(dt, 4, qb, qstride, row, stride, sc, sstride, n, dim, gs, sb, sq);
-			break;
-		case 3:
-			qk_block4(dt, 3, qb, qstride, row, stride, sc, sstride, n, dim, gs, sb, sq);
-			break;
-		case 2:
-			qk_block4(dt, 2, qb, qstride, row, stride, sc, sstride, n, dim, gs, sb, sq);
-			break;
-		default:
-			qk_block4(dt, 1, qb, qstride, row, stride, sc, sstride, n, dim, gs, sb, sq);
-			break;
+		for (const struct kvmm_cpu_seg *sg = c->seg; t0 < c->n; t0 += sg->n, sg++) {
+			const char *row = sg->k + c->hoff;
+			const float *sc =
+				dt == KVMM_DTYPE_INT8 ? (const float *)(sg->ks + c->hsoff) : NULL;
+			uint32_t n = min_t(uint32_t, sg->n, c->n - t0);
+			float *sb = s + b * sq + t0;
+
+			switch (nq - b >= QK_QB ? QK_QB : nq - b) {
+			case 4:
+				qk_block4(dt, 4, qb, qstride, row, c->stride, sc, c->sstride, n,
+					  dim, gs, sb, sq, c->pfq);
+				break;
+			case 3:
+				qk_block4(dt, 3, qb, qstride, row, c->stride, sc, c->sstride, n,
+					  dim, gs, sb, sq, c->pfq);
+				break;
+			case 2:
+				qk_block4(dt, 2, qb, qstride, row, c->stride, sc, c->sstride, n,
+					  dim, gs, sb, sq, c->pfq);
+				break;
+			default:
+				qk_block4(dt, 1, qb, qstride, row, c->stride, sc, c->sstride, n,
+					  dim, gs, sb, sq, c->pfq);
+				break;
+			}
 		}
 	}
 }
 
-static __always_inline void pv_body(uint32_t dt, float *acc, uint64_t astride, const float *p,
-				    uint64_t sp, uint32_t nq, const void *row, uint64_t stride,
-				    const float *sc, uint64_t sstride, uint32_t n, uint32_t dim,
-				    uint32_t gs)
+static __always_inline void pv_chunk(uint32_t dt, const struct kvmm_cpu_chunk *c, float *acc,
+				     uint64_t astride, const float *p, uint64_t sp, uint32_t nq,
+				     const float *corr, uint32_t dim, uint32_t gs)
 {
 	for (uint32_t b = 0; b < nq; b += QB) {
 		float *ab = acc + b * astride;
@@ -230,33 +286,91 @@ static __always_inline void pv_body(uint32_t dt, float *acc, uint64_t astride, c
 
 		switch (nq - b >= QB ? QB : nq - b) {
 		case 4:
-			pv_block(dt, 4, ab, astride, pb, sp, row, stride, sc, sstride, n, dim, gs);
+			pv_block(dt, 4, c, ab, astride, pb, sp, corr + b, dim, gs);
 			break;
 		case 3:
-			pv_block(dt, 3, ab, astride, pb, sp, row, stride, sc, sstride, n, dim, gs);
+			pv_block(dt, 3, c, ab, astride, pb, sp, corr + b, dim, gs);
 			break;
 		case 2:
-			pv_block(dt, 2, ab, astride, pb, sp, row, stride, sc, sstride, n, dim, gs);
+			pv_block(dt, 2, c, ab, astride, pb, sp, corr + b, dim, gs);
 			break;
 		default:
-			pv_block(dt, 1, ab, astride, pb, sp, row, stride, sc, sstride, n, dim, gs);
+			pv_block(dt, 1, c, ab, astride, pb, sp, corr + b, dim, gs);
 			break;
 		}
 	}
 }
 
-#define VEC_OPS(name, dt)                                                                     \
-	static void qk_##name(const float *q, uint64_t qstride, uint32_t nq, const void *row, \
-			      uint64_t stride, const float *sc, uint64_t sstride, uint32_t n, \
-			      uint32_t dim, uint32_t gs, float *s, uint64_t sq)               \
-	{                                                                                     \
-		qk_body(dt, q, qstride, nq, row, stride, sc, sstride, n, dim, gs, s, sq);     \
-	}                                                                                     \
-	static void pv_##name(float *acc, uint64_t astride, const float *p, uint64_t sp,      \
-			      uint32_t nq, const void *row, uint64_t stride, const float *sc, \
-			      uint64_t sstride, uint32_t n, uint32_t dim, uint32_t gs)        \
-	{                                                                                     \
-		pv_body(dt, acc, astride, p, sp, nq, row, stride, sc, sstride, n, dim, gs);   \
+/*
+ * The common head dims get their own instances, with the dim (and a group of the whole head)
+ * a constant: every loop over dims unrolls and no load needs a tail mask.  Others (odd dims,
+ * int8 groups smaller than the head) take the general loops.
+ */
+#define DIM_CASE(D, call_)                                              \
+	if (c->dim == (D) && (dt != KVMM_DTYPE_INT8 || c->gs == (D))) { \
+		call_(D, D);                                            \
+		return;                                                 \
+	}
+
+static __always_inline void qk_body(uint32_t dt, const struct kvmm_cpu_chunk *c, const float *q,
+				    uint64_t qstride, uint32_t nq, float *s, uint64_t sq)
+{
+#define QK_CALL(D, G) qk_chunk(dt, c, q, qstride, nq, s, sq, D, G)
+	DIM_CASE(128, QK_CALL)
+	DIM_CASE(64, QK_CALL)
+	qk_chunk(dt, c, q, qstride, nq, s, sq, c->dim, dt == KVMM_DTYPE_INT8 ? c->gs : c->dim);
+#undef QK_CALL
+}
+
+static __always_inline void pv_body(uint32_t dt, const struct kvmm_cpu_chunk *c, float *acc,
+				    uint64_t astride, const float *p, uint64_t sp, uint32_t nq,
+				    const float *corr)
+{
+#define PV_CALL(D, G) pv_chunk(dt, c, acc, astride, p, sp, nq, corr, D, G)
+	DIM_CASE(128, PV_CALL)
+	DIM_CASE(64, PV_CALL)
+	pv_chunk(dt, c, acc, astride, p, sp, nq, corr, c->dim,
+		 dt == KVMM_DTYPE_INT8 ? c->gs : c->dim);
+#undef PV_CALL
+}
+
+/*
+ * The online-softmax step of each query, with the file's row_max() and expsum(): the new max
+ * against the running one, the factor that rescales what was summed (0 before the first
+ * token: m is -inf and acc and l are zeros; exactly 1 when the max did not grow), the chunk's
+ * weights and their sum.
+ */
+static void softmax_vec(float *s, uint64_t sq, uint32_t nq, uint32_t n, float *m, float *l,
+			float *corr)
+{
+	for (uint32_t i = 0; i < nq; i++) {
+		float *si = s + i * sq, mo = m[i], cm = row_max(si, n), mn = cm > mo ? cm : mo;
+
+		corr[i] = mo == -INFINITY ? 0.0f : mn > mo ? expf(mo - mn) : 1.0f;
+		l[i] = l[i] * corr[i] + expsum(si, n, mn);
+		m[i] = mn;
+	}
+}
+
+/* the pfq steps of qk (one per four rows and vector of dims) and pv (one per row and pass) */
+static uint32_t pf_steps_vec(uint32_t n, uint32_t nq, uint32_t dim)
+{
+	uint32_t vecs = (dim + VW - 1) / VW;
+
+	return (nq + QK_QB - 1) / QK_QB * (n / 4) * vecs +
+	       (nq + QB - 1) / QB * n * ((vecs + PV_DB - 1) / PV_DB);
+}
+
+#define VEC_OPS(name, dt)                                                                       \
+	static void qk_##name(const struct kvmm_cpu_chunk *c, const float *q, uint64_t qstride, \
+			      uint32_t nq, float *s, uint64_t sq)                               \
+	{                                                                                       \
+		qk_body(dt, c, q, qstride, nq, s, sq);                                          \
+	}                                                                                       \
+	static void pv_##name(const struct kvmm_cpu_chunk *c, float *acc, uint64_t astride,     \
+			      const float *p, uint64_t sp, uint32_t nq, const float *corr)      \
+	{                                                                                       \
+		pv_body(dt, c, acc, astride, p, sp, nq, corr);                                  \
 	}
 
 #endif /* KVMM_KERNELS_CPU_ATTN_VEC_H */

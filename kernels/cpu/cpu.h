@@ -4,8 +4,8 @@
  * inner loops and the scalar element conversions.
  *
  * The drivers (attn.c) walk block tables, keep the online-softmax state and call one
- * struct kvmm_cpu_ops per page dtype for the loops that touch KV bytes: scores of a run of
- * K rows against one query, the weighted sum of a run of V rows, and exp-and-sum of scores.
+ * struct kvmm_cpu_ops per page dtype for the loops of a GQA group over a chunk of KV rows:
+ * its scores, the online-softmax step, and the weighted sum of its V rows.
  * attn_scalar.c, attn_avx2.c and attn_avx512.c each provide a table per dtype; the AVX files
  * are compiled with their own -m flags and only reached through isa.c after a CPU check.
  *
@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "compiler.h"
 #include "kernels/kernels.h"
 
 /*
@@ -29,22 +30,77 @@
 #define KVMM_CPU_PAD 16u
 
 /*
- * A run of n consecutive rows of one KV head: row t at row + t * stride bytes; for int8 its
- * head's group scales at sc + t * sstride bytes (dim / gs of them), else sc is NULL.  The nq
- * queries (accumulators) sharing that head are padded scratch rows qstride (astride) floats
- * apart; their scores (weights) are rows sq (sp) floats apart.
+ * A chunk of KV rows, up to 64 tokens over one or more pages: its runs, each the rows of one
+ * page (seg[r].n of them, stride bytes apart), given by their first row's K and V for KV head
+ * 0 and, for int8, that row's scales (sstride bytes apart), else NULL.  A head's part of a row
+ * is hoff bytes further (its scales hsoff).  The group this chunk is given to sees its first
+ * n tokens (a causal limit may cut the last runs short).
+ */
+struct kvmm_cpu_seg {
+	const char *k, *v, *ks, *vs;
+	uint32_t n;
+};
+
+struct kvmm_cpu_chunk {
+	const struct kvmm_cpu_seg *seg;
+	struct kvmm_cpu_pfq *pfq; /* to step at every few rows */
+	uint64_t hoff, hsoff, stride, sstride;
+	uint32_t n, dim, gs;
+};
+
+/*
+ * Lines to prefetch while a chunk is computed, a few at each step of the inner loops so that
+ * the requests trickle out at about the rate the rows are consumed (a burst of a few hundred
+ * fills the core's miss buffers and stalls it): runs of bytes (page runs of K, then of V),
+ * asked for in order, per lines at a time.  Filled by attn.c.
+ */
+#define KVMM_CPU_PFQ_RUNS 264u
+
+struct kvmm_cpu_pfq {
+	const char *p[KVMM_CPU_PFQ_RUNS];
+	uint32_t lines[KVMM_CPU_PFQ_RUNS];
+	uint32_t cur, nr, per;
+};
+
+static __always_inline void kvmm_cpu_pfq_step(struct kvmm_cpu_pfq *q)
+{
+	uint32_t want = q->per;
+
+	while (want && q->cur < q->nr) {
+		uint32_t k = min_t(uint32_t, want, q->lines[q->cur]);
+		const char *p = q->p[q->cur];
+
+		for (uint32_t i = 0; i < k; i++)
+			__builtin_prefetch(p + i * 64, 0, 3);
+		q->p[q->cur] = p + k * 64;
+		q->lines[q->cur] -= k;
+		want -= k;
+		if (!q->lines[q->cur])
+			q->cur++;
+	}
+}
+
+/*
+ * The nq queries (accumulators) of one GQA group are padded scratch rows qstride (astride)
+ * floats apart; their scores (weights) rows of the chunk's tokens, sq (sp) floats apart.
  */
 struct kvmm_cpu_ops {
-	/* s[i * sq + t] = dot(q_i, row t), i < nq, t < n */
-	void (*qk)(const float *q, uint64_t qstride, uint32_t nq, const void *row, uint64_t stride,
-		   const float *sc, uint64_t sstride, uint32_t n, uint32_t dim, uint32_t gs,
+	/* s[i * sq + t] = dot(q_i, K row t), i < nq, t < c->n */
+	void (*qk)(const struct kvmm_cpu_chunk *c, const float *q, uint64_t qstride, uint32_t nq,
 		   float *s, uint64_t sq);
-	/* acc_i += sum over t < n of p[i * sp + t] * row t, i < nq */
-	void (*pv)(float *acc, uint64_t astride, const float *p, uint64_t sp, uint32_t nq,
-		   const void *row, uint64_t stride, const float *sc, uint64_t sstride, uint32_t n,
-		   uint32_t dim, uint32_t gs);
-	/* s[t] = exp(s[t] - m) for t < n (every s[t] <= m); returns their sum */
-	float (*expsum)(float *s, uint32_t n, float m);
+	/*
+	 * Online softmax of the chunk's n scores of each query i < nq: fold them into the
+	 * running max m[i] and sum l[i] and turn them into weights exp(s - m[i]) against the new
+	 * max; corr[i] is the factor the query's accumulator must be scaled by (exp(old - new),
+	 * 0 before the first token, 1 when the max did not grow).
+	 */
+	void (*softmax)(float *s, uint64_t sq, uint32_t nq, uint32_t n, float *m, float *l,
+			float *corr);
+	/* acc_i = corr[i] * acc_i + sum over t < c->n of p[i * sp + t] * V row t, i < nq */
+	void (*pv)(const struct kvmm_cpu_chunk *c, float *acc, uint64_t astride, const float *p,
+		   uint64_t sp, uint32_t nq, const float *corr);
+	/* how many times qk and pv step c->pfq for a group of nq over n tokens (about) */
+	uint32_t (*pf_steps)(uint32_t n, uint32_t nq, uint32_t dim);
 };
 
 /* Indexed by enum kvmm_dtype; the NONE entry is empty. */

@@ -36,7 +36,7 @@
 #include <cmocka.h>
 
 #include "compiler.h"
-#include "kernels/cpu/cpu.h" /* kvmm_cpu_split_min_bytes, to split small contexts */
+#include "kernels/cpu/cpu.h" /* kvmm_cpu_split_min_bytes, kvmm_cpu_prefetch_chunks */
 #include "kernels/kernels.h"
 
 /* kernel bound relative to vmax, in fp32 (scores up to a few hundred in the large-q cases) */
@@ -621,6 +621,73 @@ static void test_threads_random(void **state)
 	print_message("threads: worst kernel error %.3g of its bound\n", worst);
 }
 
+/*
+ * The prefetch queue (how far ahead, and across the end of a pass into the next unit a thread
+ * runs) only asks for lines: results must be bit-identical whatever its distance, on every
+ * ISA, with chunks spanning several small pages and contexts split over two threads.
+ */
+static void test_prefetch_distance(void **state)
+{
+	static const uint32_t dist[] = {0, 2, 5};
+	uint32_t saved = kvmm_cpu_split_min_bytes, saved_pf = kvmm_cpu_prefetch_chunks;
+	enum kvmm_cpu_isa saved_isa = kvmm_cpu_isa_get();
+
+	(void)state;
+	kvmm_cpu_split_min_bytes = 0;
+	assert_int_equal(kvmm_cpu_set_threads(2), 0);
+	for (uint32_t i = 0; i < 8; i++) {
+		uint32_t dt = dtypes[i % 4], ctx[3] = {150 + rnd(300), rnd(100), 1 + rnd(40)};
+		struct tcase c;
+		float *q, *want, *got;
+		size_t nq;
+
+		rng_state = base_seed + 5000 + i;
+		random_shape(&c, dt, 2);
+		make_fmt(&c, c.fmt.layers, c.fmt.kv_heads, c.fmt.head_dim, dt, c.fmt.group_size,
+			 1 + rnd(9));
+		build_case(&c, 3, ctx, NULL);
+		struct kvmm_attn_batch b = {
+			.kv = {c.pool, &c.fmt, c.layer, c.nframes},
+			.nr_seqs = 3,
+			.num_q_heads = c.hq,
+			.block_tables = c.tables,
+			.max_blocks = c.max_blocks,
+			.ctx_lens = c.ctx,
+		};
+		nq = 3 * (size_t)c.hq * c.fmt.head_dim;
+		q = malloc(nq * sizeof(float));
+		want = malloc(nq * sizeof(float));
+		got = malloc(nq * sizeof(float));
+		assert_non_null(q);
+		assert_non_null(want);
+		assert_non_null(got);
+		for (size_t j = 0; j < nq; j++)
+			q[j] = rndf(c.qamp);
+		for (int isa = 0; isa < KVMM_CPU_ISA_COUNT; isa++) {
+			if (!kvmm_cpu_isa_supported(isa))
+				continue;
+			assert_int_equal(kvmm_cpu_isa_set(isa), 0);
+			kvmm_cpu_prefetch_chunks = 1;
+			assert_int_equal(kvmm_cpu_paged_decode(&b, q, want), 0);
+			for (uint32_t k = 0; k < 3; k++) {
+				kvmm_cpu_prefetch_chunks = dist[k];
+				assert_int_equal(kvmm_cpu_paged_decode(&b, q, got), 0);
+				CHECK(!memcmp(got, want, nq * sizeof(float)),
+				      "isa %s prefetch %u chunks: results differ",
+				      kvmm_cpu_isa_name(isa), dist[k]);
+			}
+		}
+		free(q);
+		free(want);
+		free(got);
+		free_case(&c);
+	}
+	kvmm_cpu_prefetch_chunks = saved_pf;
+	kvmm_cpu_split_min_bytes = saved;
+	assert_int_equal(kvmm_cpu_isa_set(saved_isa), 0);
+	assert_int_equal(kvmm_cpu_set_threads(1), 0);
+}
+
 struct racer {
 	const struct kvmm_attn_batch *b;
 	const float *q, *want;
@@ -1117,6 +1184,7 @@ int main(void)
 		cmocka_unit_test(test_prefill_matches_decode),
 		cmocka_unit_test(test_threads_random),
 		cmocka_unit_test(test_threads_concurrent),
+		cmocka_unit_test(test_prefetch_distance),
 	};
 
 	return cmocka_run_group_tests_name("kernels", tests, group_setup, NULL);

@@ -25,7 +25,9 @@
  * LOCKED | WRITEBACK, until its write completes; memory tiers are copied without the pool
  * lock by kvmm_swap_writeback; a page touched meanwhile stays resident).  Fault-in
  * (kvmm_mm_seq_fault) is synchronous and reads ahead the following swapped blocks of the
- * sequence asynchronously (depth kvmm_swap_set_readahead, default 2); kvmm_mm_seq_prefetch()
+ * sequence asynchronously (depth kvmm_swap_set_readahead, default 2);
+ * kvmm_mm_seq_fault_unlocked() does the same but copies from memory tiers with the pool lock
+ * let go, the pages waiting in the swap cache meanwhile; kvmm_mm_seq_prefetch()
  * is the asynchronous call for the next step's pages.  A page whose read is in flight sits in
  * the swap cache, found by its swap entry: a fault on it waits for that read instead of
  * issuing a second one.
@@ -234,6 +236,44 @@ int kvmm_swap_writeback(struct kvmm_pool *pool, bool unlock);
  * -ENOMEM (no frame); pages brought in before the failure stay in.
  */
 int kvmm_mm_seq_fault(struct kvmm_seq *seq, uint32_t first, uint32_t n);
+/*
+ * The same, for a caller that holds pool->lock and lets other threads use the pool meanwhile:
+ * pages on memory tiers (the host arena), and their readahead, are put in the swap cache under
+ * the lock (frames allocated and charged, pages LOCKED: a fault, lookup or swapoff that needs
+ * one waits for its copy), then copied with the lock let go; the lock is taken again and they
+ * are installed.  Other tiers' reads, and every read on a backend that stages its copies, run
+ * under the lock as in kvmm_mm_seq_fault().  While the lock is let go other threads may append
+ * to, truncate or free @seq: pages of blocks that went away are freed, not installed, and @seq
+ * is not looked at again.  Returns as kvmm_mm_seq_fault(): the pages of the range brought in,
+ * or -EIO (a read failed: that block stays swapped, the others come in) / -ENOMEM.  Returns
+ * with the lock held.  It is the three calls below.
+ */
+int kvmm_mm_seq_fault_unlocked(struct kvmm_seq *seq, uint32_t first, uint32_t n);
+
+/* An unlocked fault-in in three steps (kvmm_mm_seq_fault_unlocked is start, copy, finish). */
+struct kvmm_swap_fault {
+	struct kvmm_pool *pool;
+	struct list_head own; /* the swap-cache records this fault copies (swap_state.c) */
+	uint32_t got;	      /* pages of the range installed so far */
+	int err;	      /* first error */
+};
+/*
+ * Pool lock held: what kvmm_mm_seq_fault() does, except that pages on memory tiers are only
+ * put in the swap cache, in flight, for kvmm_swap_fault_copy().  Returns how many pages are
+ * left to copy (0: nothing; kvmm_swap_fault_finish() must still be called).
+ */
+int kvmm_mm_seq_fault_start(struct kvmm_seq *seq, uint32_t first, uint32_t n,
+			    struct kvmm_swap_fault *f);
+/*
+ * Without the pool lock (or with it): copy the pages from their tier into their frames (each
+ * page that nobody under the lock copied first).
+ */
+void kvmm_swap_fault_copy(struct kvmm_swap_fault *f);
+/*
+ * Pool lock held, after kvmm_swap_fault_copy() returned (or instead of it): install the pages
+ * (copying any still pending) and return what kvmm_mm_seq_fault() returns for the range.
+ */
+int kvmm_swap_fault_finish(struct kvmm_swap_fault *f);
 /* Start reads of swapped blocks [first, first + n) of @seq; returns the number started. */
 int kvmm_mm_seq_prefetch(struct kvmm_seq *seq, uint32_t first, uint32_t n);
 /* Blocks of @seq now swapped out (PTE type SWAP). */

@@ -10,6 +10,13 @@
 #include "list.h"
 #include "kvmm/swap.h"
 
+/* struct swap_rd.cstate */
+enum {
+	RD_PENDING,
+	RD_COPYING,
+	RD_COPIED
+};
+
 /* struct kvmm_swap_slot.flags */
 enum {
 	SLOT_READING = 1u << 0, /* an asynchronous read into a frame is in flight (swap cache) */
@@ -29,16 +36,32 @@ struct swap_fault {
 	uint64_t calls, failures, rng;
 };
 
-/* A read in flight: the swap cache entry of a page on its way back (swap_state.c). */
+/*
+ * A read in flight: the swap cache entry of a page on its way back (swap_state.c).  Most are
+ * the medium's I/O, reported through ops->poll.  The records of an unlocked fault-in
+ * (kvmm_mm_seq_fault_unlocked) are copied from a memory tier by the faulting thread with the
+ * pool lock let go: that thread owns them (@own, the memory) and finishes them when it has the
+ * lock again - unless a waiter under the lock did it first (@finished).  Whoever claims a
+ * record's copy first (@cstate: PENDING -> COPYING) does it, the copier or a waiter that will
+ * not wait for a thread that has not started; it publishes it with COPIED.
+ */
 struct swap_rd {
 	struct hlist_node hnode; /* in kvmm_swap.cache, by swap entry */
-	struct list_head node;	 /* in kvmm_swap.done once completed */
+	struct list_head node;	 /* in kvmm_swap.done once completed; unlocked: kvmm_swap.rd_copy */
+	struct list_head own;	 /* unlocked: the copier's private list (only it walks it) */
 	struct kvmm_swap_io io;
 	struct kvmm_swap *sw;
 	struct kvmm_swap_tier *t;
 	struct kvmm_page *pg; /* the frame read into: MAPPED, refcount 0, LOCKED */
 	uint64_t swp;
+	const void *src; /* unlocked: the slot in its memory tier (ops->slot_addr) */
+	int copy_res;	 /* unlocked: the copy's result, valid once RD_COPIED */
+	int cstate;	 /* unlocked: RD_PENDING, RD_COPYING, RD_COPIED (atomic) */
 	bool done;
+	bool unlocked;	/* copied without the lock; the copier frees it */
+	bool finished;	/* unlocked: installed (or given back) already */
+	bool installed; /* unlocked: finished into a sequence's PTE */
+	bool ra;	/* unlocked: a readahead page, not part of the fault's range */
 };
 
 /*
@@ -68,6 +91,8 @@ struct kvmm_swap {
 	struct kvmm_htable cache; /* struct swap_rd by swap entry: reads in flight */
 	struct list_head done;	  /* completed reads not installed yet */
 	uint32_t nr_inflight;	  /* swap_rd records */
+	struct list_head rd_copy; /* swap_rd being copied without the lock (unlocked fault-in) */
+	uint32_t nr_rd_copy;	  /* of nr_inflight, on rd_copy */
 	int busy;		  /* inside a swap operation: nested reclaim must not demote */
 	struct list_head wb_all;  /* swap_wb in flight, all states */
 	struct list_head wb_copy; /* swap_wb of memory tiers waiting for their copy */

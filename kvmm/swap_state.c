@@ -14,6 +14,18 @@
  * present again and/or the page-cache entry names the frame again; if both went away while
  * the read was in flight, frame and slot are simply freed.
  *
+ * Unlocked fault-in (kvmm_mm_seq_fault_unlocked): for pages on a memory tier (ops->slot_addr)
+ * the faulting thread makes the swap-cache records under the lock - frames allocated and
+ * charged, LOCKED, slots SLOT_READING, exactly the state of a read in flight - then lets go of
+ * the pool lock while it copies the slots into the frames, takes it again and installs them.
+ * Nothing can free a reading slot or a locked frame, so the copy needs no lock.  Anyone who
+ * needs one of those pages meanwhile (a fault, a lookup, swapoff, teardown) finds its record
+ * and, under the lock, does that page's copy itself if the copier has not started it yet, or
+ * waits for it to be published (struct swap_rd.cstate), then installs it; the copier, back
+ * under the lock, finishes what is left.  Installation goes through the slot's reverse map,
+ * never through the faulting thread's sequence pointer, so a sequence that was truncated or
+ * freed meanwhile just has its frames given back.
+ *
  * Workingset: each slot remembers the swap-out clock (pages swapped out so far) at its write.
  * A page that comes back before more pages than the pool has frames went out after it is a
  * refault (Linux's refault distance): with that many more frames it would never have left.
@@ -21,9 +33,12 @@
  * Locking: the pool lock (mm.h).
  */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "bitmap.h"
 #include "compiler.h"
 #include "kvmm/mm.h"
@@ -61,7 +76,10 @@ void kvmm_swap_slot_install(struct kvmm_pool *pool, struct kvmm_swap_tier *t, ui
 	}
 }
 
-/* A completed read: install its page, or give everything back. */
+/*
+ * A completed read: install its page, or give everything back.  The record leaves the swap
+ * cache; the caller frees it, except an unlocked copy's, which its copier frees.
+ */
 static void rd_finish(struct kvmm_pool *pool, struct swap_rd *rd)
 {
 	struct kvmm_swap *sw = pool->swap;
@@ -71,8 +89,15 @@ static void rd_finish(struct kvmm_pool *pool, struct swap_rd *rd)
 	struct kvmm_swap_slot *sl = &t->slots[s];
 
 	kvmm_htable_del(&rd->hnode);
-	list_del(&rd->node);
 	sw->nr_inflight--;
+	if (rd->unlocked) {
+		/* the copy's own result, unless the read had failed already (injected) */
+		if (!rd->io.res)
+			rd->io.res = rd->copy_res;
+		list_del(&rd->node);
+		sw->nr_rd_copy--;
+		rd->finished = true;
+	}
 	sl->flags &= ~SLOT_READING;
 	pg->flags &= ~KVMM_PG_LOCKED;
 	if (rd->io.res) {
@@ -90,6 +115,7 @@ static void rd_finish(struct kvmm_pool *pool, struct swap_rd *rd)
 		t->nr_in++;
 		t->bytes_in += t->page_size;
 		pool->stat[KVMM_STAT_SWPIN]++;
+		rd->installed = !cached_only;
 		kvmm_swap_slot_install(pool, t, s, pg);
 		if (cached_only) {
 			/* nobody maps it: it becomes CACHED (or is freed, if an orphan) */
@@ -97,7 +123,41 @@ static void rd_finish(struct kvmm_pool *pool, struct swap_rd *rd)
 			kvmm_page_put(pool, pg, NULL);
 		}
 	}
-	free(rd);
+}
+
+/*
+ * Copy @rd's page (an unlocked fault-in's record) unless someone else claimed it first; @sync:
+ * wait for a staged copy to land (never needed for memory frames; kept for the contract).
+ */
+static void rd_claim_copy(struct swap_rd *rd, bool sync)
+{
+	int pending = RD_PENDING;
+
+	if (!__atomic_compare_exchange_n(&rd->cstate, &pending, RD_COPYING, false, __ATOMIC_ACQUIRE,
+					 __ATOMIC_RELAXED))
+		return;
+	rd->copy_res = kvmm_swap_io_from_host(rd->t, &rd->io, rd->src, sync);
+	/* from here on anyone under the lock may install it: the frame holds the page */
+	__atomic_store_n(&rd->cstate, RD_COPIED, __ATOMIC_RELEASE);
+}
+
+/*
+ * Pool lock held: finish the unlocked copy @rd.  A copy nobody started yet is done here; one
+ * in progress is waited for: its thread needs no lock to complete it, so waiting under the
+ * lock cannot deadlock, and the caller's view of the pool does not change while it waits.
+ */
+static void rd_copy_wait(struct kvmm_pool *pool, struct swap_rd *rd)
+{
+	unsigned int spins = 0;
+
+	rd_claim_copy(rd, true);
+	while (__atomic_load_n(&rd->cstate, __ATOMIC_ACQUIRE) != RD_COPIED) {
+		if (++spins < 64)
+			cpu_relax();
+		else
+			sched_yield(); /* the copier may be waiting for this CPU */
+	}
+	rd_finish(pool, rd);
 }
 
 int kvmm_swap_reap(struct kvmm_pool *pool)
@@ -108,7 +168,11 @@ int kvmm_swap_reap(struct kvmm_pool *pool)
 	if (!sw)
 		return 0;
 	while (!list_empty(&sw->done)) {
-		rd_finish(pool, list_first_entry(&sw->done, struct swap_rd, node));
+		struct swap_rd *rd = list_first_entry(&sw->done, struct swap_rd, node);
+
+		list_del(&rd->node);
+		rd_finish(pool, rd);
+		free(rd);
 		n++;
 	}
 	return n;
@@ -130,6 +194,11 @@ int kvmm_swap_poll(struct kvmm_pool *pool, bool wait)
 	}
 	/* waiting: pending write-back copies are done here, under the lock */
 	n = wait ? kvmm_swap_writeback(pool, false) : (int)kvmm_swap_wb_reap(pool);
+	/* and other threads' unlocked fault-in copies are waited for */
+	while (wait && !list_empty(&sw->rd_copy)) {
+		rd_copy_wait(pool, list_first_entry(&sw->rd_copy, struct swap_rd, node));
+		n++;
+	}
 	return n + kvmm_swap_reap(pool);
 }
 
@@ -138,7 +207,9 @@ void kvmm_swap_cache_wait(struct kvmm_pool *pool, struct swap_rd *rd)
 	struct kvmm_swap_tier *t = rd->t;
 
 	pool->stat[KVMM_STAT_SWAP_CACHE_HIT]++;
-	while (!rd->done)
+	if (rd->unlocked)
+		rd_copy_wait(pool, rd); /* another thread is copying it without the lock */
+	while (!rd->unlocked && !rd->done)
 		t->ops->poll(t, true);
 	kvmm_swap_reap(pool);
 }
@@ -221,24 +292,109 @@ static int read_async(struct kvmm_pool *pool, uint64_t swp, struct kvmm_magazine
 	return 1;
 }
 
-int kvmm_mm_seq_prefetch(struct kvmm_seq *seq, uint32_t first, uint32_t n)
+/* Can pages of @t be copied in by the faulting thread with the pool lock let go? */
+static bool copy_unlocked(const struct kvmm_pool *pool, const struct kvmm_swap_tier *t)
 {
-	struct kvmm_pool *pool;
+	/* a memory tier, and frames memcpy reaches (a staging backend's stream is the pool's) */
+	return t->ops->slot_addr && !swap_staged(pool);
+}
+
+/*
+ * Make the swap-cache record of an unlocked copy of slot @s of memory tier @t into a new
+ * frame, and add it to the caller's @own list, for kvmm_swap_fault_copy().  An injected read failure (swap.read) is decided here, under the lock:
+ * the record is made anyway and completes as failed, with no copy.  0 or -ENOMEM.
+ */
+static int rd_start_unlocked(struct kvmm_pool *pool, struct kvmm_swap_tier *t, uint64_t s, bool ra,
+			     struct kvmm_magazine *mag, struct list_head *own)
+{
+	struct kvmm_swap *sw = pool->swap;
+	struct swap_rd *rd;
+
+	rd = calloc(1, sizeof(*rd));
+	if (!rd)
+		return -ENOMEM;
+	rd->pg = slot_frame(pool, &t->slots[s], mag);
+	if (!rd->pg) {
+		free(rd);
+		return -ENOMEM;
+	}
+	rd->pg->flags |= KVMM_PG_LOCKED;
+	rd->sw = sw;
+	rd->t = t;
+	rd->swp = swp_entry(t->id, s);
+	rd->io.slot = s;
+	rd->io.write = false;
+	swap_io_frame(pool, &rd->io, kvmm_page_to_frame(pool, rd->pg));
+	rd->src = t->ops->slot_addr(t, s);
+	rd->unlocked = true;
+	rd->ra = ra;
+	if (kvmm_swap_fault_hit(sw, FP_READ) >= 0) {
+		rd->io.res = -EIO; /* a short read is not trusted either */
+		rd->cstate = RD_COPIED;
+	}
+	t->slots[s].flags |= SLOT_READING;
+	kvmm_htable_add(&sw->cache, &rd->hnode, rd->swp);
+	sw->nr_inflight++;
+	list_add_tail(&rd->node, &sw->rd_copy);
+	sw->nr_rd_copy++;
+	list_add_tail(&rd->own, own);
+	if (ra)
+		pool->stat[KVMM_STAT_SWAP_RA]++;
+	return 0;
+}
+
+void kvmm_swap_fault_copy(struct kvmm_swap_fault *f)
+{
+	struct swap_rd *rd;
+
+	list_for_each_entry (rd, &f->own, own)
+		rd_claim_copy(rd, false);
+}
+
+int kvmm_swap_fault_finish(struct kvmm_swap_fault *f)
+{
+	struct swap_rd *rd, *tmp;
+
+	list_for_each_entry_safe (rd, tmp, &f->own, own) {
+		/* copied (or copied now, when the caller skipped kvmm_swap_fault_copy), installed */
+		if (!rd->finished)
+			rd_copy_wait(f->pool, rd);
+		if (!rd->ra && rd->io.res && !f->err)
+			f->err = -EIO;
+		else if (!rd->ra && rd->installed)
+			f->got++;
+		list_del(&rd->own);
+		free(rd);
+	}
+	return f->err ? f->err : (int)f->got;
+}
+
+/*
+ * Start reads of the swapped blocks [first, first + n) of @seq.  With @own, pages on memory
+ * tiers become unlocked copies on that list instead (the caller copies them).
+ */
+static int prefetch(struct kvmm_seq *seq, uint32_t first, uint32_t n, struct list_head *own)
+{
+	struct kvmm_pool *pool = seq->as->pool;
 	struct kvmm_swap_tier *t;
 	uint32_t b, end;
 	int started = 0, ret = 0;
 
-	if (!seq)
-		return -EINVAL;
-	pool = seq->as->pool;
-	if (!pool->swap || first >= seq->nblocks)
-		return 0;
-	kvmm_swap_reap(pool);
 	end = (uint32_t)min_t(uint64_t, (uint64_t)first + n, seq->nblocks);
 	for (b = first; b < end; b++) {
-		if (!kvmm_pte_is_swap(seq->pte[b]))
+		uint64_t swp = seq->pte[b] & ~KVMM_PTE_FLAGS_MASK, s;
+
+		if (!kvmm_pte_is_swap(swp))
 			continue;
-		ret = read_async(pool, seq->pte[b] & ~KVMM_PTE_FLAGS_MASK, seq->as->mag);
+		t = kvmm_swap_decode(pool, swp, &s);
+		if (own && t && copy_unlocked(pool, t)) {
+			if (t->slots[s].flags & SLOT_READING)
+				continue;
+			ret = rd_start_unlocked(pool, t, s, true, seq->as->mag, own);
+			ret = ret ? ret : 1;
+		} else {
+			ret = read_async(pool, swp, seq->as->mag);
+		}
 		if (ret < 0)
 			break;
 		started += ret;
@@ -248,16 +404,34 @@ int kvmm_mm_seq_prefetch(struct kvmm_seq *seq, uint32_t first, uint32_t n)
 	return started ? started : (ret < 0 ? ret : 0);
 }
 
-/* Read ahead the next swapped blocks after @end. */
-static void readahead(struct kvmm_seq *seq, uint32_t end)
+int kvmm_mm_seq_prefetch(struct kvmm_seq *seq, uint32_t first, uint32_t n)
+{
+	struct kvmm_pool *pool;
+
+	if (!seq)
+		return -EINVAL;
+	pool = seq->as->pool;
+	if (!pool->swap || first >= seq->nblocks)
+		return 0;
+	kvmm_swap_reap(pool);
+	return prefetch(seq, first, n, NULL);
+}
+
+/* Read ahead the next swapped blocks after @end (with @own: see prefetch()). */
+static void readahead(struct kvmm_seq *seq, uint32_t end, struct list_head *own)
 {
 	uint32_t depth = seq->as->pool->swap->ra_depth;
 
 	if (depth && end < seq->nblocks)
-		kvmm_mm_seq_prefetch(seq, end, depth);
+		prefetch(seq, end, depth, own);
 }
 
-int kvmm_mm_seq_fault(struct kvmm_seq *seq, uint32_t first, uint32_t n)
+/*
+ * Fault in blocks [first, first + n) of @seq: reads from other tiers are batched and run
+ * under the lock; with @f, pages on memory tiers (and their readahead) become unlocked copies
+ * on f->own instead, counted in f->got when kvmm_swap_fault_finish() installs them.
+ */
+static int fault_range(struct kvmm_seq *seq, uint32_t first, uint32_t n, struct kvmm_swap_fault *f)
 {
 	struct kvmm_swap_io ios[64];
 	struct kvmm_page *pgs[64];
@@ -306,6 +480,13 @@ int kvmm_mm_seq_fault(struct kvmm_seq *seq, uint32_t first, uint32_t n)
 			}
 			bt = kvmm_swap_decode(pool, swp, &s);
 			KVMM_BUG_ON(!bt);
+			if (f && copy_unlocked(pool, bt)) {
+				/* copied by kvmm_swap_fault_copy(), without the lock */
+				err = rd_start_unlocked(pool, bt, s, false, seq->as->mag, &f->own);
+				if (err)
+					break;
+				continue;
+			}
 			if (t && bt != t)
 				break;
 			t = bt;
@@ -335,10 +516,47 @@ int kvmm_mm_seq_fault(struct kvmm_seq *seq, uint32_t first, uint32_t n)
 			got++;
 		}
 	}
-	if (err)
-		return err;
-	readahead(seq, end);
-	return (int)got;
+	if (!err)
+		readahead(seq, end, f ? &f->own : NULL);
+	return err ? err : (int)got;
+}
+
+int kvmm_mm_seq_fault(struct kvmm_seq *seq, uint32_t first, uint32_t n)
+{
+	return fault_range(seq, first, n, NULL);
+}
+
+int kvmm_mm_seq_fault_start(struct kvmm_seq *seq, uint32_t first, uint32_t n,
+			    struct kvmm_swap_fault *f)
+{
+	struct swap_rd *rd;
+	int ret, nr = 0;
+
+	f->pool = seq ? seq->as->pool : NULL;
+	INIT_LIST_HEAD(&f->own);
+	f->got = 0;
+	f->err = 0;
+	ret = fault_range(seq, first, n, f);
+	if (ret < 0)
+		f->err = ret;
+	else
+		f->got = (uint32_t)ret;
+	list_for_each_entry (rd, &f->own, own)
+		nr++;
+	return nr;
+}
+
+int kvmm_mm_seq_fault_unlocked(struct kvmm_seq *seq, uint32_t first, uint32_t n)
+{
+	struct kvmm_swap_fault f;
+
+	if (kvmm_mm_seq_fault_start(seq, first, n, &f) > 0) {
+		/* from here on @seq may change or go: installs go through the slots */
+		pthread_mutex_unlock(&f.pool->lock);
+		kvmm_swap_fault_copy(&f);
+		pthread_mutex_lock(&f.pool->lock);
+	}
+	return kvmm_swap_fault_finish(&f);
 }
 
 struct kvmm_page *kvmm_swap_fault_ent(struct kvmm_pool *pool, struct kvmm_cache_ent *ent,

@@ -69,6 +69,7 @@ static struct kvmm_swap *swap_get(struct kvmm_pool *pool)
 	sw->pool = pool;
 	INIT_LIST_HEAD(&sw->tiers);
 	INIT_LIST_HEAD(&sw->done);
+	INIT_LIST_HEAD(&sw->rd_copy);
 	INIT_LIST_HEAD(&sw->wb_all);
 	INIT_LIST_HEAD(&sw->wb_copy);
 	INIT_LIST_HEAD(&sw->wb_done);
@@ -1443,6 +1444,17 @@ int kvmm_swap_check(struct kvmm_pool *pool, char *why, size_t len)
 	if (recs != reading || recs != sw->nr_inflight)
 		return swap_fail(why, len, "swap cache: %u records, %u slots reading, %u counted",
 				 recs, reading, sw->nr_inflight);
+	/* unlocked fault-in: records being copied are in the swap cache, unfinished */
+	recs = 0;
+	list_for_each_entry (rd, &sw->rd_copy, node) {
+		if (!rd->unlocked || rd->finished || kvmm_swap_cache_find(sw, rd->swp) != rd)
+			return swap_fail(why, len, "swap cache: unlocked copy %#llx not cached",
+					 (unsigned long long)rd->swp);
+		recs++;
+	}
+	if (recs != sw->nr_rd_copy)
+		return swap_fail(why, len, "swap cache: %u unlocked copies, %u counted", recs,
+				 sw->nr_rd_copy);
 	/* write-back: one record per slot being written, from a locked, mapped page */
 	recs = 0;
 	list_for_each_entry (wb, &sw->wb_all, all) {

@@ -16,8 +16,11 @@
  *     each batch runs a quantum of decode steps (kvmm_cpu_paged_decode over its pinned
  *     pages, one appended token per sequence) while a second thread, playing kvmmd, brings
  *     the next batch in (kvmm_shrink() with asynchronous write-back: the victims' pages are
- *     copied out with the pool lock let go, kvmm_swap_writeback(); then kvmm_mm_seq_fault()).
+ *     copied out with the pool lock let go, kvmm_swap_writeback(); then
+ *     kvmm_mm_seq_fault_unlocked(): the sequence's pages are copied in with the lock let go).
  *     The baseline is the identical program on a pool big enough for all (target: >= 90 %).
+ *     KVMM_BENCH_SWAP_STATS=1 prints where each replay run's time went (engine and prefetch
+ *     thread timers) on stderr.
  * The temporary directory is $TMPDIR (default /tmp); --quick shrinks every size.  Targets are
  * printed, never asserted.
  */
@@ -28,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "compiler.h"
@@ -331,6 +335,21 @@ static int bench_tiers(const struct bench_opts *o, const char *dir)
 
 /* ---- oversubscribed decode replay ---------------------------------------------------------- */
 
+/*
+ * Where a replay run's time goes (KVMM_BENCH_SWAP_STATS), ns: the engine's timers around its
+ * waits and its attention steps, and the prefetch thread's pool-lock holds.  Each field is
+ * written by one thread only; they are printed after both threads are done with the run.
+ */
+struct rp_stats {
+	uint64_t wait; /* engine: waiting for the next batch (rp_wait) */
+	uint64_t sync; /* engine: its own fault-in before pinning (pages the prefetch lost) */
+	uint64_t attn; /* engine: kvmm_cpu_paged_decode */
+	uint64_t append_lockwait; /* engine: waiting for pool->lock before the per-step appends */
+	uint64_t pf_hold; /* prefetch: pool-lock holds, copies with the lock let go excluded */
+	uint64_t pf_copy; /* prefetch: copies with the lock let go (write-back, fault-in) */
+	uint64_t pf_holds, pf_max_hold, pf_pages;
+};
+
 struct replay {
 	uint32_t nseqs, blocks, batch, quantum, turns;
 };
@@ -357,6 +376,8 @@ struct rp {
 	uint32_t slack;	    /* frames kept free for the running batch's growth over a quantum */
 	bool stop;
 	int err;
+	int64_t stats_from; /* the prefetch thread's timers restart with this batch */
+	struct rp_stats st;
 };
 
 static struct kvmm_seq **rp_batch(struct rp *x, uint64_t idx)
@@ -395,24 +416,41 @@ static void after_step(struct rp *x)
 		sched_yield();
 }
 
+/* Lock hold time of the prefetch thread: @t0 taken, @t1 released, @copy spent without it. */
+static void rp_hold(struct rp *x, uint64_t t0, uint64_t t1, uint64_t copy)
+{
+	uint64_t held = t1 - t0 - copy;
+
+	x->st.pf_hold += held;
+	x->st.pf_copy += copy;
+	x->st.pf_holds++;
+	x->st.pf_max_hold = max_t(uint64_t, x->st.pf_max_hold, held);
+}
+
 /*
  * Bring a batch in.  For each sequence, one lock hold makes room - for it and for the running
  * batch's growth over a quantum (@slack frames), so that the engine's appends do not reclaim
- * directly and evict what was just brought in - then its pages come in RP_CHUNK blocks per
- * hold.  The prefetch thread (@prefetch) times its holds right after the engine's appends;
- * the engine's own synchronous call (what PIN does) does not wait.
+ * directly and evict what was just brought in - and faults its pages in.  Both copies run with
+ * the pool lock let go: the victims' pages are written back by kvmm_swap_writeback(pool,
+ * true), the sequence's pages come in through kvmm_mm_seq_fault_unlocked(), so the hold itself
+ * is only the choosing, the allocation and the installing (microseconds) and the engine's
+ * appends hardly ever wait.  The prefetch thread (@prefetch) still starts each hold right
+ * after one of the engine's appends; the engine's own synchronous call (what PIN does) does
+ * not wait.
  */
-#define RP_CHUNK 8
 static int bring_in(struct rp *x, struct kvmm_seq **b, uint32_t slack, bool prefetch)
 {
 	struct kvmm_pool *pool = x->e.pool;
-	uint32_t i, j, need, k;
+	uint32_t i, j, need;
 	int ret = 0;
 
 	for (i = 0; i < x->r->batch && ret >= 0; i++) {
+		uint64_t t0, t1, t2 = 0, t3 = 0, t4 = 0, t5 = 0;
+
 		if (prefetch)
 			after_step(x);
 		pthread_mutex_lock(&pool->lock);
+		t0 = bench_now_ns();
 		need = kvmm_mm_seq_nr_swapped(b[i]);
 		if (need && kvmm_pool_nr_free(pool) < need + pool->wmark_min + slack) {
 			/* the whole batch is held: room for one must not evict another */
@@ -426,15 +464,30 @@ static int bring_in(struct rp *x, struct kvmm_seq **b, uint32_t slack, bool pref
 			 * the victims' pages are under writeback: copied with the lock let
 			 * go (the engine appends meanwhile), then their frames are freed
 			 */
+			t2 = bench_now_ns();
 			kvmm_swap_writeback(pool, true);
+			t3 = bench_now_ns();
 		}
+		if (need) {
+			struct kvmm_swap_fault sf;
+
+			/* kvmm_mm_seq_fault_unlocked(), its three steps timed apart */
+			if (kvmm_mm_seq_fault_start(b[i], 0, b[i]->nblocks, &sf) > 0) {
+				pthread_mutex_unlock(&pool->lock);
+				t4 = bench_now_ns();
+				kvmm_swap_fault_copy(&sf);
+				t5 = bench_now_ns();
+				pthread_mutex_lock(&pool->lock);
+			}
+			ret = kvmm_swap_fault_finish(&sf);
+		}
+		t1 = bench_now_ns();
 		pthread_mutex_unlock(&pool->lock);
-		for (k = 0; need && k < b[i]->nblocks && ret >= 0; k += RP_CHUNK) {
-			if (prefetch)
-				after_step(x);
-			pthread_mutex_lock(&pool->lock);
-			ret = kvmm_mm_seq_fault(b[i], k, RP_CHUNK);
-			pthread_mutex_unlock(&pool->lock);
+		if (prefetch) {
+			/* the write-back's copy is most of t3 - t2; its two short holds count */
+			rp_hold(x, t0, t1, (t3 - t2) + (t5 - t4));
+			if (ret > 0)
+				x->st.pf_pages += (uint64_t)ret;
 		}
 	}
 	return ret < 0 ? ret : 0;
@@ -455,6 +508,11 @@ static void *rp_thread(void *arg)
 		idx = x->want;
 		x->want = -1;
 		pthread_mutex_unlock(&x->mu);
+		if (idx == x->stats_from) {
+			/* the first batch asked for by a timed turn: the prefetch timers start */
+			x->st.pf_hold = x->st.pf_copy = 0;
+			x->st.pf_holds = x->st.pf_max_hold = x->st.pf_pages = 0;
+		}
 		ret = bring_in(x, rp_batch(x, (uint64_t)idx), x->slack, true);
 		pthread_mutex_lock(&x->mu);
 		if (ret)
@@ -515,10 +573,15 @@ static int64_t rp_turns(struct rp *x, uint64_t t0, uint32_t turns, int32_t *tabl
 					     .max_blocks = maxb,
 					     .ctx_lens = ctx};
 
+		uint64_t e0 = bench_now_ns(), e1;
+
 		ret = rp_wait(x, (int64_t)t);
+		e1 = bench_now_ns();
 		/* what the prefetch could not keep in (pool too tight) is faulted in now, as PIN */
 		if (!ret)
 			ret = bring_in(x, b, 0, false);
+		x->st.wait += e1 - e0;
+		x->st.sync += bench_now_ns() - e1;
 		if (ret)
 			return ret;
 		pthread_mutex_lock(&pool->lock);
@@ -533,12 +596,17 @@ static int64_t rp_turns(struct rp *x, uint64_t t0, uint32_t turns, int32_t *tabl
 				for (k = 0; k < b[s]->nblocks && k < maxb; k++)
 					tables[s * maxb + k] = (int32_t)kvmm_mm_seq_frame(b[s], k);
 			}
+			uint64_t c0 = bench_now_ns(), c1;
+
 			if (kvmm_cpu_paged_decode(&ab, q, out)) {
 				ret = -EIO;
 				goto out_unpin;
 			}
+			c1 = bench_now_ns();
 			/* each sequence decodes one token; a new page is pinned with the batch */
 			pthread_mutex_lock(&pool->lock);
+			x->st.attn += c1 - c0;
+			x->st.append_lockwait += bench_now_ns() - c1;
 			for (s = 0; s < r->batch; s++) {
 				uint32_t nb = b[s]->nblocks;
 
@@ -580,11 +648,11 @@ static double replay_run(const struct replay *r, uint64_t page, uint32_t nframes
 	uint32_t maxb = r->blocks + r->turns + 2, nbatches = r->nseqs / r->batch, i;
 	struct kvmm_swap_tier_params p = {
 		.tier = 1, .priority = 10, .size = page * (uint64_t)r->nseqs * maxb};
-	struct rp x = {.r = r, .want = -1, .ready = -1};
+	struct rp x = {.r = r, .want = -1, .ready = -1, .stats_from = nbatches + 1};
 	int32_t *tables = NULL;
 	float *q = NULL, *out = NULL;
 	int64_t tokens;
-	uint64_t t0;
+	uint64_t t0, wall = 0, cpu = 0;
 	double tps = 0;
 
 	if (r->batch > 64 || env_init(&x.e, page, nframes))
@@ -613,10 +681,19 @@ static double replay_run(const struct replay *r, uint64_t page, uint32_t nframes
 	/* warm-up: every batch once, untimed */
 	tokens = rp_turns(&x, 0, nbatches, tables, q, out);
 	if (tokens >= 0) {
+		struct timespec c0, c1;
+
+		/* the engine's timers; the prefetch thread restarts its own (rp_thread) */
+		x.st.wait = x.st.sync = x.st.attn = x.st.append_lockwait = 0;
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
 		t0 = bench_now_ns();
 		tokens = rp_turns(&x, nbatches, r->turns, tables, q, out);
+		wall = bench_now_ns() - t0;
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+		cpu = (uint64_t)(c1.tv_sec - c0.tv_sec) * 1000000000ull + (uint64_t)c1.tv_nsec -
+		      (uint64_t)c0.tv_nsec;
 		if (tokens > 0)
-			tps = (double)tokens / ((double)(bench_now_ns() - t0) / 1e9);
+			tps = (double)tokens / ((double)wall / 1e9);
 	}
 	/* the thread finishes what it is bringing in (the batch after the last), then stops */
 	pthread_mutex_lock(&x.mu);
@@ -626,6 +703,18 @@ static double replay_run(const struct replay *r, uint64_t page, uint32_t nframes
 	pthread_join(x.thread, NULL);
 	if (tokens < 0 || x.err)
 		tps = 0;
+	if (tps && getenv("KVMM_BENCH_SWAP_STATS"))
+		fprintf(stderr,
+			"replay %u frames: %.0f tok/s, wall %.1f ms, engine cpu %.1f ms: attention "
+			"%.1f, waiting for the batch %.2f, own fault-in %.2f, lock wait in appends "
+			"%.2f | prefetch: %llu holds %.2f ms (max %.0f us), copies without the "
+			"lock "
+			"%.2f ms, %llu pages faulted in (the last batch's included)\n",
+			nframes, tps, wall / 1e6, cpu / 1e6, x.st.attn / 1e6, x.st.wait / 1e6,
+			x.st.sync / 1e6, x.st.append_lockwait / 1e6,
+			(unsigned long long)x.st.pf_holds, x.st.pf_hold / 1e6,
+			x.st.pf_max_hold / 1e3, x.st.pf_copy / 1e6,
+			(unsigned long long)x.st.pf_pages);
 out:
 	free(out);
 	free(q);

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -890,6 +891,319 @@ static void test_wb_shared_and_swapoff(void **state)
 	check_bytes(f, 0, seq, 0, 4);
 }
 
+/* ---- unlocked fault-in: pages in the swap cache while another thread copies them -------------- */
+
+static void *copy_thread(void *arg)
+{
+	kvmm_swap_fault_copy(arg);
+	return NULL;
+}
+
+/* kvmm_swap_fault_copy() on another thread, as kvmm_mm_seq_fault_unlocked()'s caller does */
+static void copy_async(pthread_t *th, struct kvmm_swap_fault *sf)
+{
+	assert_int_equal(pthread_create(th, NULL, copy_thread, sf), 0);
+}
+
+static bool in_swap_cache(struct kvmm_seq *seq, uint32_t b)
+{
+	return kvmm_pte_is_swap(seq->pte[b]);
+}
+
+/* the three steps, and the one call with the lock held: pages come back identical */
+static void test_unlocked_roundtrip(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *seq = mkseq(f, 0, 8, 1);
+	uint32_t free0, b;
+	struct kvmm_swap_fault sf;
+	uint64_t in0 = vmstat(f, KVMM_STAT_SWPIN);
+
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 8), 8);
+	free0 = kvmm_pool_nr_free(f->pool);
+	assert_int_equal(kvmm_mm_seq_fault_start(seq, 0, 8, &sf), 8);
+	/* in flight: frames taken and charged, PTEs still swap, slots still used */
+	assert_int_equal(kvmm_pool_nr_free(f->pool), free0 - 8);
+	for (b = 0; b < 8; b++)
+		assert_true(in_swap_cache(seq, b));
+	assert_int_equal(tier_used(f, 1), 8);
+	check_inv(f->pool);
+	kvmm_swap_fault_copy(&sf);
+	assert_int_equal(kvmm_swap_fault_finish(&sf), 8);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(seq), 0);
+	assert_int_equal(tier_used(f, 1), 0);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWPIN) - in0, 8);
+	check_bytes(f, 0, seq, 0, 8);
+
+	/* the one call, lock held as the caller's; readahead comes in through the same copy */
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 2), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 8), 8);
+	pthread_mutex_lock(&f->pool->lock);
+	assert_int_equal(kvmm_mm_seq_fault_unlocked(seq, 0, 4), 4);
+	pthread_mutex_unlock(&f->pool->lock);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(seq), 2); /* 4 and 5 were read ahead */
+	check_bytes(f, 0, seq, 0, 6);
+	/* nothing swapped in the range: only the readahead (6, 7) comes in */
+	assert_int_equal(kvmm_mm_seq_fault_start(seq, 0, 6, &sf), 2);
+	kvmm_swap_fault_copy(&sf);
+	assert_int_equal(kvmm_swap_fault_finish(&sf), 0);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(seq), 0);
+	check_bytes(f, 0, seq, 0, 8);
+	/* a finish without the copy step copies under the lock */
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 6, 2), 2);
+	assert_int_equal(kvmm_mm_seq_fault_start(seq, 6, 2, &sf), 2);
+	assert_int_equal(kvmm_swap_fault_finish(&sf), 2);
+	check_bytes(f, 0, seq, 0, 8);
+	check_inv(f->pool);
+	/* and a fault that finds a copy nobody started does it itself instead of waiting */
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 2), 2);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	assert_int_equal(kvmm_mm_seq_fault_start(seq, 0, 2, &sf), 2);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 1, 1), 1);
+	check_inv(f->pool);
+	kvmm_swap_fault_copy(&sf);
+	assert_int_equal(kvmm_swap_fault_finish(&sf), 2);
+	check_bytes(f, 0, seq, 0, 8);
+	check_inv(f->pool);
+}
+
+/* a fault (and a lookup-style wait) on a page being copied waits for that copy, reads nothing */
+static void test_unlocked_fault_during(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *seq = mkseq(f, 0, 8, 1);
+	struct kvmm_swap_fault sf;
+	uint64_t in0, hit0;
+	pthread_t th;
+
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 8), 8);
+	in0 = vmstat(f, KVMM_STAT_SWPIN);
+	hit0 = vmstat(f, KVMM_STAT_SWAP_CACHE_HIT);
+	assert_int_equal(kvmm_mm_seq_fault_start(seq, 0, 8, &sf), 8);
+	copy_async(&th, &sf);
+	/* whether or not the copy finished yet, this waits for page 2's and installs it */
+	assert_int_equal(kvmm_mm_seq_fault(seq, 2, 1), 1);
+	assert_true(kvmm_pte_is_present(seq->pte[2]));
+	assert_int_equal(vmstat(f, KVMM_STAT_SWAP_CACHE_HIT) - hit0, 1);
+	check_bytes(f, 0, seq, 2, 3);
+	check_inv(f->pool);
+	/* and so does an unlocked fault started on the same pages: nothing is read twice */
+	{
+		struct kvmm_swap_fault sf2;
+
+		assert_int_equal(kvmm_mm_seq_fault_start(seq, 3, 2, &sf2), 0);
+		assert_int_equal(kvmm_swap_fault_finish(&sf2), 2);
+	}
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(kvmm_swap_fault_finish(&sf), 8);
+	check_inv(f->pool);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWPIN) - in0, 8);
+	check_bytes(f, 0, seq, 0, 8);
+	assert_int_equal(tier_used(f, 1), 0);
+}
+
+/* freed or truncated while its pages are copied: what went away is freed, not installed */
+static void test_unlocked_free_truncate_during(void **state)
+{
+	struct fx *f = *state;
+	uint32_t free0 = kvmm_pool_nr_free(f->pool), tpp = f->fmt.tokens_per_page;
+	struct kvmm_seq *seq = mkseq(f, 0, 8, 1), *other = mkseq(f, 1, 2, 500);
+	struct kvmm_swap_fault sf;
+	pthread_t th;
+	uint8_t *p;
+
+	assert_int_equal(add_host(f, 1, 0, 32), 0);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 8), 8);
+	assert_int_equal(kvmm_mm_seq_swap_out(other, 0, 2), 2);
+	/* free: no wait needed, the slots are left to the copies */
+	assert_int_equal(kvmm_mm_seq_fault_start(seq, 0, 8, &sf), 8);
+	kvmm_mm_seq_free(seq);
+	check_inv(f->pool); /* eight locked frames nobody maps, eight slots nobody names */
+	kvmm_swap_fault_copy(&sf);
+	assert_int_equal(kvmm_swap_fault_finish(&sf), 0);
+	check_inv(f->pool);
+	assert_int_equal(tier_used(f, 1), 2);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), free0);
+
+	/* truncate into a page in flight: it waits for that page, the dropped ones are freed */
+	seq = mkseq(f, 0, 8, 1);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 8), 8);
+	assert_int_equal(kvmm_mm_seq_fault_start(seq, 0, 8, &sf), 8);
+	copy_async(&th, &sf);
+	assert_int_equal(kvmm_mm_seq_truncate(seq, 3 * tpp + 1), 0);
+	assert_true(kvmm_pte_is_present(seq->pte[3]));
+	check_inv(f->pool);
+	/* then append into it (the engine writes the token's KV) */
+	assert_int_equal(kvmm_mm_seq_append(seq, 1, NULL), 0);
+	p = kvmm_pool_frame_addr(f->pool, kvmm_mm_seq_frame(seq, 3));
+	p[PAGE_SZ - 1] ^= 0x5a;
+	f->want[0][3][PAGE_SZ - 1] ^= 0x5a;
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(kvmm_swap_fault_finish(&sf), 4);
+	check_inv(f->pool);
+	assert_int_equal(seq->nblocks, 4);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(seq), 0);
+	check_bytes(f, 0, seq, 0, 4);
+	assert_int_equal(tier_used(f, 1), 2);
+	/* the other sequence never noticed */
+	assert_int_equal(kvmm_mm_seq_fault(other, 0, 2), 2);
+	check_bytes(f, 1, other, 0, 2);
+	kvmm_mm_seq_free(seq);
+	kvmm_mm_seq_free(other);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), free0);
+	assert_int_equal(tier_used(f, 1), 0);
+}
+
+/* swapoff while pages are copied: it waits for the copies, then empties the tier */
+static void test_unlocked_swapoff_during(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *seq = mkseq(f, 0, 8, 1);
+	struct kvmm_swap_fault sf;
+	pthread_t th;
+
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 8), 8);
+	assert_int_equal(kvmm_mm_seq_fault_start(seq, 0, 4, &sf), 4);
+	copy_async(&th, &sf);
+	assert_int_equal(kvmm_swapoff(f->pool, 1), 0);
+	check_inv(f->pool);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(kvmm_swap_fault_finish(&sf), 4);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(seq), 0);
+	check_bytes(f, 0, seq, 0, 8);
+	check_inv(f->pool);
+}
+
+/* an injected read failure: only that block stays swapped and the fault says -EIO */
+static void test_unlocked_read_error(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *seq = mkseq(f, 0, 8, 1), *other = mkseq(f, 1, 2, 500);
+	uint32_t free0;
+	uint64_t fail0;
+	struct kvmm_swap_fault sf;
+	pthread_t th;
+
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 8), 8);
+	assert_int_equal(kvmm_mm_seq_swap_out(other, 0, 2), 2);
+	free0 = kvmm_pool_nr_free(f->pool);
+	fail0 = vmstat(f, KVMM_STAT_SWAP_FAIL);
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.read nth=3 times=1 mode=short"), 0);
+	assert_int_equal(kvmm_mm_seq_fault_start(seq, 0, 8, &sf), 8);
+	check_inv(f->pool);
+	/* a fault on the failed page, during the copy, sees the failure and reads it again */
+	copy_async(&th, &sf);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 2, 1), 1);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(kvmm_swap_fault_finish(&sf), -EIO);
+	check_inv(f->pool);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWAP_FAIL) - fail0, 1);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(seq), 0);
+	check_bytes(f, 0, seq, 0, 8);
+
+	/* without a second fault: the block stays swapped, nothing else is lost, a retry works */
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 8), 8);
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.read nth=5 times=1 mode=eio"), 0);
+	pthread_mutex_lock(&f->pool->lock);
+	assert_int_equal(kvmm_mm_seq_fault_unlocked(seq, 0, 8), -EIO);
+	pthread_mutex_unlock(&f->pool->lock);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(seq), 1);
+	assert_true(kvmm_pte_is_swap(seq->pte[4]));
+	assert_int_equal(kvmm_pool_nr_free(f->pool), free0 - 7);
+	check_bytes(f, 0, seq, 0, 4);
+	check_bytes(f, 0, seq, 5, 8);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(other), 2);
+	assert_int_equal(kvmm_mm_seq_fault_unlocked(seq, 0, 8), 1);
+	check_bytes(f, 0, seq, 0, 8);
+	assert_int_equal(kvmm_mm_seq_fault(other, 0, 2), 2);
+	check_bytes(f, 1, other, 0, 2);
+	check_inv(f->pool);
+}
+
+/*
+ * Two threads on one pool, as kvmmd's loop and a prefetcher: one swaps sequences out and
+ * brings them back with the unlocked fault-in, the other (this thread, which asserts) faults,
+ * appends, truncates and checks bytes and invariants under the lock meanwhile.
+ */
+struct unl_stress {
+	struct fx *f;
+	struct kvmm_seq *seqs[3];
+	int iters, err;
+};
+
+static void *unl_stress_thread(void *arg)
+{
+	struct unl_stress *x = arg;
+	struct kvmm_pool *pool = x->f->pool;
+	int i, ret;
+
+	for (i = 0; i < x->iters && !x->err; i++) {
+		struct kvmm_seq *seq = x->seqs[i % 3];
+
+		pthread_mutex_lock(&pool->lock);
+		ret = kvmm_mm_seq_swap_out(seq, 0, seq->nblocks);
+		if (ret >= 0)
+			ret = kvmm_mm_seq_fault_unlocked(seq, 0, seq->nblocks);
+		if (ret < 0 && ret != -ENOSPC)
+			x->err = ret;
+		pthread_mutex_unlock(&pool->lock);
+	}
+	return NULL;
+}
+
+static void test_unlocked_stress(void **state)
+{
+	struct fx *f = *state;
+	struct unl_stress x = {.f = f, .iters = 300};
+	uint32_t tpp = f->fmt.tokens_per_page, full[3] = {6, 8, 4};
+	pthread_t th;
+	int i, k;
+
+	assert_int_equal(add_host(f, 1, 0, 48), 0);
+	for (k = 0; k < 3; k++)
+		x.seqs[k] = mkseq(f, k, full[k], 1 + 1000 * (uint32_t)k);
+	assert_int_equal(pthread_create(&th, NULL, unl_stress_thread, &x), 0);
+	for (i = 0; i < 300; i++) {
+		struct kvmm_seq *seq = x.seqs[i % 3];
+		uint32_t nb = seq->nblocks;
+
+		pthread_mutex_lock(&f->pool->lock);
+		check_inv(f->pool);
+		assert_true(kvmm_mm_seq_fault(seq, 0, nb) >= 0);
+		if (i % 2)
+			check_bytes(f, i % 3, seq, 0, nb);
+		/* cut the last page short and write it back to whole, as an engine would */
+		if (i % 5 == 0) {
+			assert_int_equal(kvmm_mm_seq_truncate(seq, (uint64_t)nb * tpp - 1), 0);
+			assert_int_equal(kvmm_mm_seq_append(seq, 1, NULL), 0);
+			check_bytes(f, i % 3, seq, 0, nb);
+		}
+		pthread_mutex_unlock(&f->pool->lock);
+		if (i % 7 == 0)
+			sched_yield();
+	}
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(x.err, 0);
+	for (k = 0; k < 3; k++) {
+		assert_true(kvmm_mm_seq_fault(x.seqs[k], 0, x.seqs[k]->nblocks) >= 0);
+		check_bytes(f, k, x.seqs[k], 0, full[k]);
+	}
+	check_inv(f->pool);
+}
+
 /* ---- fault injection ----------------------------------------------------------------------------- */
 
 static void write_fault(struct fx *f, enum kvmm_fault_mode mode, int want_err)
@@ -1170,6 +1484,13 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_wb_ns_destroy, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wb_write_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wb_shared_and_swapoff, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unlocked_roundtrip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unlocked_fault_during, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unlocked_free_truncate_during, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_unlocked_swapoff_during, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unlocked_read_error, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unlocked_stress, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fault_write_eio, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fault_write_short, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fault_write_enospc, setup, teardown),

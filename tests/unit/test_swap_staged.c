@@ -434,6 +434,35 @@ static void test_wb_nvme(void **state)
 	wb_roundtrip(f);
 }
 
+/* the unlocked fault-in on a staged backend: its copies run under the lock, nothing in flight */
+static void test_fault_unlocked_staged(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *seq = mkseq(f, 8, 1);
+	struct kvmm_swap_fault sf;
+	uint64_t copies0;
+
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 2), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 8), 8);
+	poison_free(f);
+	copies0 = dev(f)->nr_copies;
+	assert_int_equal(kvmm_mm_seq_fault_start(seq, 0, 4, &sf), 0);
+	assert_int_equal(kvmm_swap_fault_finish(&sf), 4);
+	check_inv(f->pool);
+	assert_int_equal(dev(f)->nq, 0);
+	assert_int_equal(dev(f)->nr_copies - copies0, 6); /* and the readahead of 4 and 5 */
+	/* 6 and 7 read, 4 joined (its read lands with 5's, which is then resident) */
+	pthread_mutex_lock(&f->pool->lock);
+	assert_int_equal(kvmm_mm_seq_fault_unlocked(seq, 0, 8), 3);
+	pthread_mutex_unlock(&f->pool->lock);
+	kvmm_swap_poll(f->pool, true);
+	check_inv(f->pool);
+	check_bytes(f, seq, 0, 8);
+	kvmm_mm_seq_free(seq);
+	check_inv(f->pool);
+}
+
 /* sealed pages demoted to the host tier, moved down to NVMe, found again by a lookup */
 static void test_demote_move_down_lookup(void **state)
 {
@@ -489,6 +518,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_nvme_roundtrip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wb_host, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wb_nvme, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fault_unlocked_staged, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_demote_move_down_lookup, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bare_backend_refused, setup_bare, teardown),
 	};

@@ -455,6 +455,7 @@ static void test_kswapd_writeback(void **state)
 	struct kfx *f = *state;
 	struct kvmm_seq *victim, *busy;
 	uint32_t tpp = f->fmt.tokens_per_page;
+	struct timespec t0;
 	int i;
 
 	assert_int_equal(host_tier(f, 1, 10, 64), 0);
@@ -463,7 +464,17 @@ static void test_kswapd_writeback(void **state)
 	busy = mkseq(f, 8, 1000, 1, 9); /* 4 frames left: at low */
 	pthread_mutex_unlock(&f->pool->lock);
 	assert_int_equal(kvmm_kswapd_start(f->pool), 0);
-	for (i = 0; i < 2000 && nr_free_locked(f->pool) < 8; i++) {
+	/*
+	 * Bounded by time, not by a count of iterations: on a loaded machine kvswapd may not
+	 * run at all during a few thousand yields.
+	 */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (i = 0; nr_free_locked(f->pool) < 8; i++) {
+		struct timespec now;
+
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec - t0.tv_sec > 10)
+			break;
 		pthread_mutex_lock(&f->pool->lock);
 		/* append and truncate back: the tail page churns while kvswapd works */
 		if (kvmm_pool_nr_free(f->pool) > 2)

@@ -10,10 +10,14 @@
  * chosen under the lock, and kvmm_swap_writeback() copies it with the lock let go.  It holds
  * pool->lock for one batch at a time and lets go between batches, so the daemon's loop (which
  * takes the same lock around every core call) waits at most for the choosing of one batch.
- * It sleeps on a condition variable tied to pool->lock: kvmm_wakeup_kswapd() is called with
- * the lock held, so a wake-up can never fall between its check and its wait.  A pass that
- * freed nothing (everything pinned, every tier full) backs off for KSWAPD_BACKOFF_MS before
- * it listens to wake-ups again, instead of spinning on allocations that keep waking it.
+ * Its copies are not a window in which the pool looks empty: an allocation that needs the
+ * frames meanwhile waits for them (kvmm_swap_writeback_wait, from kvmm_shrink) and finishes
+ * the batch itself.  It sleeps on a condition variable tied to pool->lock:
+ * kvmm_wakeup_kswapd() is called with the lock held, so a wake-up can never fall between its
+ * check and its wait.  A pass that freed nothing (everything pinned, every tier full) backs
+ * off for KSWAPD_BACKOFF_MS before it acts on the next wake-up, instead of spinning on
+ * allocations that keep waking it; a wake-up that comes meanwhile is kept for the end of the
+ * backoff, never dropped (the pool could stay under low with reclaimable pages for good).
  * Counters: KVMM_STAT_KSWAPD_WAKE, KVMM_STAT_KSWAPD_STEAL (vmstat).
  */
 #include <errno.h>
@@ -35,7 +39,7 @@ struct kvmm_kswapd {
 	pthread_cond_t wait; /* with pool->lock */
 	bool woken;	     /* a wake-up not yet acted on */
 	bool stop;
-	uint64_t backoff_until; /* CLOCK_MONOTONIC ns: wake-ups before this are ignored */
+	uint64_t backoff_until; /* CLOCK_MONOTONIC ns: wake-ups wait until then */
 };
 
 static uint64_t mono_ns(void)
@@ -52,8 +56,11 @@ void kvmm_wakeup_kswapd(struct kvmm_pool *pool)
 
 	if (!k || k->woken || kvmm_pool_nr_free(pool) >= pool->wmark_low)
 		return;
-	if (k->backoff_until && mono_ns() < k->backoff_until)
-		return;
+	/*
+	 * Even while it backs off: kvswapd then waits for the end of the backoff and acts on
+	 * it.  A wake-up dropped here would leave the pool under low until the next allocation,
+	 * which may never come (the last one before an idle period).
+	 */
 	k->woken = true;
 	pthread_cond_signal(&k->wait);
 }
@@ -100,6 +107,20 @@ static void *kswapd_main(void *arg)
 			pthread_cond_wait(&k->wait, &pool->lock);
 			continue;
 		}
+		if (k->backoff_until) {
+			uint64_t now = mono_ns();
+
+			if (now < k->backoff_until) {
+				struct timespec ts = {
+					.tv_sec = (time_t)(k->backoff_until / 1000000000u),
+					.tv_nsec = (long)(k->backoff_until % 1000000000u),
+				};
+
+				pthread_cond_timedwait(&k->wait, &pool->lock, &ts);
+				continue;
+			}
+			k->backoff_until = 0;
+		}
 		k->woken = false;
 		pool->stat[KVMM_STAT_KSWAPD_WAKE]++;
 		if (!balance(k) && kvmm_pool_nr_free(pool) < pool->wmark_high)
@@ -113,6 +134,7 @@ static void *kswapd_main(void *arg)
 
 int kvmm_kswapd_start(struct kvmm_pool *pool)
 {
+	pthread_condattr_t attr;
 	struct kvmm_kswapd *k;
 	int ret;
 
@@ -124,7 +146,14 @@ int kvmm_kswapd_start(struct kvmm_pool *pool)
 	if (!k)
 		return -ENOMEM;
 	k->pool = pool;
-	ret = -pthread_cond_init(&k->wait, NULL);
+	/* the backoff's deadline is CLOCK_MONOTONIC (mono_ns) */
+	ret = -pthread_condattr_init(&attr);
+	if (ret)
+		goto out_free;
+	ret = -pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	if (!ret)
+		ret = -pthread_cond_init(&k->wait, &attr);
+	pthread_condattr_destroy(&attr);
 	if (ret)
 		goto out_free;
 	pthread_mutex_lock(&pool->lock);

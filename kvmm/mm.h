@@ -82,6 +82,13 @@ enum {
 	KVMM_PG_WRITEBACK = 1u << 8,
 	/* touched during writeback (mapped, unmapped, written): the write completes, page stays */
 	KVMM_PG_WB_CANCEL = 1u << 9,
+	/*
+	 * Tokens were appended into it whose KV the engine may not have written yet: it writes
+	 * them while the page is pinned, before the UNPIN that ends its next pin window
+	 * (kvmm_page_unpin() clears the bit).  Kept across a swap trip; a page with it never
+	 * keeps its swap slot (swap.h, clean swap-cached pages).
+	 */
+	KVMM_PG_KV_PENDING = 1u << 10,
 };
 
 struct kvmm_cache_ent; /* page-cache side record of a sealed page (pagecache.c) */
@@ -97,7 +104,7 @@ struct kvmm_page {
 	uint32_t owner;		      /* magazine owner while MAGAZINE */
 	uint32_t ntokens;	      /* tokens written in this page */
 	struct kvmm_cache_ent *cache; /* page-cache record while SEALED, else NULL */
-	uint64_t swap;		      /* swap entry (swap issue), 0 = none */
+	uint64_t swap;		      /* kept swap slot of a clean swap-cached page, 0 = none */
 	uint16_t data_ns;	      /* ns whose data it may hold (KVMM_NS_CLEAN: none) */
 	uint16_t spare16;
 	uint32_t spare;
@@ -108,6 +115,19 @@ static inline void kvmm_page_wb_touch(struct kvmm_page *pg)
 {
 	if (pg->flags & KVMM_PG_WRITEBACK)
 		pg->flags |= KVMM_PG_WB_CANCEL;
+}
+
+/*
+ * An engine's pin window on @pg ends (UNPIN, @n pins): once no pin is left, the KV of every
+ * token appended before the window is written (the engine's contract, uapi PIN), so the page
+ * may keep a swap slot again after its next trip.  Only for the engine's own pins: a pin
+ * that merely holds pages resident (around a reclaim) uses pincount directly.
+ */
+static inline void kvmm_page_unpin(struct kvmm_page *pg, uint32_t n)
+{
+	pg->pincount -= n;
+	if (!pg->pincount)
+		pg->flags &= ~KVMM_PG_KV_PENDING;
 }
 
 _Static_assert(sizeof(struct kvmm_page) <= 64, "struct kvmm_page must fit in 64 bytes");
@@ -613,8 +633,10 @@ uint32_t kvmm_reclaim(struct kvmm_pool *pool, struct kvmm_ns *ns, uint32_t n);
  * pages - demoted to the highest swap tier with room, after that tier made room by moving its
  * oldest pages down (host -> NVMe), else dropped - then, unless KVMM_SHRINK_NOSWAP, (2)
  * whole sequences swapped out, lowest namespace priority, then lowest sequence priority,
- * then youngest first; pinned, shared and NORECLAIM pages stay.  Returns the frames freed.
- * Nested calls (a swap I/O's own allocation) only drop cache.
+ * then youngest first; pinned, shared and NORECLAIM pages stay.  Between the two, write-back
+ * in flight (kvswapd's) is waited for and completed, lock held (kvmm_swap_writeback_wait).
+ * Returns the frames freed.  Nested calls (a swap I/O's own allocation) only drop cache and
+ * complete the write-backs that change no mapping.
  */
 #define KVMM_SHRINK_NOSWAP (1u << 0)
 /*

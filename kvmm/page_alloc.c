@@ -45,6 +45,7 @@
 #include "compiler.h"
 #include "list.h"
 #include "kvmm/mm.h"
+#include "kvmm/swap.h"
 #include "kvmm/trace.h"
 
 /* ---- names --------------------------------------------------------------------------- */
@@ -431,7 +432,11 @@ static void direct_reclaim(struct kvmm_pool *pool)
 	uint32_t want = pool->wmark_min + 1 - free;
 
 	pool->stat[KVMM_STAT_DIRECT_RECLAIM]++;
-	/* the whole reclaim order: cache (demote or drop), then sequences swapped out */
+	/*
+	 * The whole reclaim order: cache (demote or drop), write-back in flight finished (waiting
+	 * for kvswapd's copies: a pool that looks empty only because of them is not out of
+	 * memory), then sequences swapped out.
+	 */
 	kvmm_shrink(pool, clamp_t(uint32_t, want, 1, KVMM_RECLAIM_BATCH), 0);
 }
 
@@ -480,8 +485,13 @@ struct kvmm_page *kvmm_alloc_page(struct kvmm_pool *pool, struct kvmm_ns *ns,
 	if (unlikely(!pg)) {
 		pg = alloc_slow(pool, mag);
 		if (!pg) {
-			/* reclaim found nothing: ask the owner to preempt a victim (vmscan.c) */
-			kvmm_out_of_memory(pool);
+			/*
+			 * Reclaim found nothing: ask the owner to preempt a victim (vmscan.c).
+			 * Not while write-back is still in flight: that is left only inside a
+			 * swap operation, and frees frames as soon as the operation is over.
+			 */
+			if (!kvmm_swap_nr_writeback(pool))
+				kvmm_out_of_memory(pool);
 			goto out_fail;
 		}
 	}

@@ -50,6 +50,9 @@ void kvmm_page_get(struct kvmm_pool *pool, struct kvmm_page *pg)
 	}
 	KVMM_BUG_ON(pg->state != KVMM_PAGE_MAPPED);
 	kvmm_page_wb_touch(pg);
+	/* a second mapper: a shared page is never swapped, it keeps no swap slot */
+	if (pg->refcount)
+		kvmm_swap_page_dirty(pool, pg);
 	pg->refcount++;
 }
 
@@ -61,6 +64,8 @@ void kvmm_page_put(struct kvmm_pool *pool, struct kvmm_page *pg, struct kvmm_mag
 	kvmm_page_wb_touch(pg);
 	if (--pg->refcount)
 		return;
+	/* no mapper left: a kept swap slot goes (only a sequence's page keeps one) */
+	kvmm_swap_page_dirty(pool, pg);
 	/* a swap-out write still reads the frame: its completion finishes this put */
 	if (pg->flags & KVMM_PG_WRITEBACK)
 		return;
@@ -364,8 +369,9 @@ static int seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_id
 	}
 	if (in_block) {
 		old = seq_page(seq, seq->nblocks - 1);
-		/* written in place below: a swap-out in flight must not free it */
+		/* written in place below: a swap-out in flight must not free it, nor its old slot */
 		kvmm_page_wb_touch(old);
+		kvmm_swap_page_dirty(pool, old);
 		if (old->refcount > 1 || (old->flags & KVMM_PG_SEALED)) {
 			cow = kvmm_alloc_page(pool, as->ns, as->mag);
 			if (!cow)
@@ -412,12 +418,16 @@ static int seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_id
 	else
 		memset(seq->tokens + seq->ntokens, 0, (size_t)n * sizeof(*token_ids));
 
-	/* every page written is now exclusive to this sequence: record how full it is */
+	/*
+	 * every page written is now exclusive to this sequence: record how full it is, and
+	 * that the engine has yet to write the new tokens' KV (kvmm_page_unpin)
+	 */
 	first = (uint32_t)(seq->ntokens / tpp);
 	for (b = first; b < new_nblocks; b++) {
 		uint64_t end = min_t(uint64_t, new_ntokens, (uint64_t)(b + 1) * tpp);
 
 		seq_page(seq, b)->ntokens = (uint32_t)(end - (uint64_t)b * tpp);
+		seq_page(seq, b)->flags |= KVMM_PG_KV_PENDING;
 	}
 	seq->ntokens = new_ntokens;
 	seq->nblocks = new_nblocks;
@@ -469,6 +479,7 @@ int kvmm_mm_seq_unmap_tail(struct kvmm_seq *seq, uint32_t nr, struct kvmm_page *
 		struct kvmm_page *pg = seq_page(seq, b);
 
 		/* kvmm_page_put() without the free: still MAPPED and charged, now the caller's */
+		kvmm_swap_page_dirty(seq->as->pool, pg);
 		pg->refcount = 0;
 		pages[b - from] = pg;
 		seq->pte[b] = kvmm_pte_none();
@@ -510,6 +521,8 @@ int kvmm_mm_seq_truncate(struct kvmm_seq *seq, uint64_t ntokens)
 		struct kvmm_page *pg = seq_page(seq, new_nblocks - 1);
 
 		kvmm_page_wb_touch(pg);
+		/* its tokens past the cut are gone: the slot it came from no longer matches */
+		kvmm_swap_page_dirty(pool, pg);
 		if (pg->refcount == 1 && !(pg->flags & KVMM_PG_SEALED))
 			pg->ntokens = in_block;
 		seq->pte[new_nblocks - 1] = kvmm_mm_seq_mk_pte(pool, pg, false);

@@ -32,6 +32,10 @@
  * the swap cache, found by its swap entry: a fault on it waits for that read instead of
  * issuing a second one.
  *
+ * Clean swap-cached pages: a sequence's page faulted in with its KV written keeps its slot
+ * (page->swap); swapping it out again is a PTE rewrite, no copy.  Changes to the page free
+ * the slot first (kvmm_swap_page_dirty); a full tier frees kept slots before anything else.
+ *
  * Errors: a failed write leaves the page resident (nothing lost, swap_fail counted, the
  * caller gets -EIO/-ENOSPC); a failed read leaves the swap PTE in place and the fault returns
  * -EIO (the next fault retries).  Locking: the pool lock, like the rest of the core (mm.h).
@@ -124,14 +128,18 @@ void kvmm_swap_host_free(struct kvmm_swap_tier *t, void *mem, uint64_t bytes);
 extern const struct kvmm_swap_ops kvmm_swap_host_ops; /* swap_host.c: host-memory arena */
 extern const struct kvmm_swap_ops kvmm_swap_nvme_ops; /* swap_nvme.c: O_DIRECT + io_uring */
 
-/* what one slot holds (a reverse map of exactly one PTE and/or one page-cache entry) */
+/*
+ * What one slot holds (a reverse map of exactly one PTE and/or one page-cache entry), or, kept
+ * (SLOT_KEPT, swap_internal.h), the frame of the resident clean page whose bytes it still
+ * holds: then neither @seq nor @ent, and @block is that frame (whose page->swap names it).
+ */
 struct kvmm_swap_slot {
 	struct kvmm_seq *seq;	    /* the sequence whose PTE names this slot, or NULL */
 	struct kvmm_cache_ent *ent; /* the page-cache entry naming it (sealed page), or NULL */
 	uint64_t swapped_at;	    /* pool swap-out clock at write (refault distance) */
-	uint32_t block;		    /* seq's block */
+	uint32_t block;		    /* seq's block; kept: the frame */
 	uint32_t ntokens;	    /* the page's ntokens */
-	uint32_t pgflags;	    /* KVMM_PG_ACTIVE / REFERENCED kept across the trip */
+	uint32_t pgflags;	    /* KVMM_PG_ACTIVE / REFERENCED / KV_PENDING: kept across */
 	uint16_t ns_id;		    /* namespace charged when it comes back */
 	uint16_t flags;		    /* SLOT_* (swapfile.c) */
 };
@@ -160,8 +168,11 @@ struct kvmm_swap_tier {
 	uint64_t bytes_out, bytes_in;
 	uint64_t nr_out, nr_in, nr_fail;
 	uint32_t inflight;
-	uint32_t nr_wb;	   /* swap-out writes in flight to this tier */
-	uint32_t nr_wb_io; /* of them, submitted and not completed by the medium */
+	uint32_t nr_wb;	       /* swap-out writes in flight to this tier */
+	uint32_t nr_wb_io;     /* of them, submitted and not completed by the medium */
+	uint64_t nr_kept;      /* of nr_used, slots kept by resident clean pages (SLOT_KEPT) */
+	uint64_t kept_cursor;  /* where a full tier looks for kept slots to release next */
+	uint64_t nr_clean_out; /* swap-outs of clean pages into their kept slot: no write */
 };
 
 /* ---- tiers (swapfile.c) -------------------------------------------------------------- */
@@ -185,8 +196,10 @@ struct kvmm_swap_tier *kvmm_swap_tier_get(struct kvmm_pool *pool, unsigned int t
 struct kvmm_swap_tier_info {
 	unsigned int tier;
 	int priority;
-	const char *kind; /* ops->name */
-	uint64_t nslots, used;
+	const char *kind;      /* ops->name */
+	uint64_t nslots, used; /* used: slots holding swapped pages (kept ones not counted) */
+	uint64_t kept;	       /* slots kept by resident clean pages: free on demand */
+	uint64_t clean_out;    /* swap-outs that reused a kept slot (no copy, no write) */
 	uint64_t bytes_out, bytes_in;
 	uint64_t pages_out, pages_in, failures;
 	bool direct;
@@ -229,6 +242,18 @@ int kvmm_mm_seq_swap_out_async(struct kvmm_seq *seq, uint32_t first, uint32_t n)
  * frames freed by write-back.  Write-backs another thread is copying are left to it.
  */
 int kvmm_swap_writeback(struct kvmm_pool *pool, bool unlock);
+/*
+ * Pool lock held, for reclaim that needs the frames now: complete the write-backs in flight,
+ * waiting (with the lock kept) for the copies other threads make without it (kvswapd's), and
+ * copying pending ones.  With @all, every one is finished (PTEs switch to their slots, frames
+ * freed); without, only those that change no mapping (cancelled, failed, or whose mappers all
+ * went: their frames are freed), the others are left for the next completion - for callers
+ * inside a swap operation or reclaim, that must not see a sequence swapped out under them.
+ * Returns the frames freed by the write-backs finished.
+ */
+int kvmm_swap_writeback_wait(struct kvmm_pool *pool, bool all);
+/* Pages under write-back (swap-out writes in flight, any state). */
+uint32_t kvmm_swap_nr_writeback(const struct kvmm_pool *pool);
 /*
  * Bring swapped blocks [first, first + n) of @seq back into frames, synchronously (waiting for
  * reads already in flight), then read ahead the next swapped blocks asynchronously.  Returns
@@ -341,6 +366,18 @@ int kvmm_swap_fault_stats(struct kvmm_pool *pool, const char *point, uint64_t *c
 
 /* Inside a swap operation (I/O running): reclaim must not start swap I/O of its own. */
 bool kvmm_swap_busy(const struct kvmm_pool *pool);
+/*
+ * Clean swap-cached pages: a page faulted in for a sequence keeps its slot (page->swap names
+ * it) while its bytes are those of the slot, so that its next swap-out is only a PTE rewrite.
+ * Anything that changes the page or who maps it calls kvmm_swap_page_dirty() first (append
+ * or truncate into it, a second mapper, its last mapper going, unmap_tail): the slot is freed.
+ */
+void kvmm_swap_page_uncache(struct kvmm_pool *pool, struct kvmm_page *pg);
+static inline void kvmm_swap_page_dirty(struct kvmm_pool *pool, struct kvmm_page *pg)
+{
+	if (pg->swap)
+		kvmm_swap_page_uncache(pool, pg);
+}
 /* A swap PTE of a sequence goes away (free/truncate): drop the slot's reference. */
 void kvmm_swap_pte_drop(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t block);
 /*

@@ -21,6 +21,8 @@ enum {
 enum {
 	SLOT_READING = 1u << 0, /* an asynchronous read into a frame is in flight (swap cache) */
 	SLOT_WRITING = 1u << 1, /* a swap-out write (struct swap_wb) is filling it */
+	/* kept by the resident clean page of frame slot->block (page->swap names the slot) */
+	SLOT_KEPT = 1u << 2,
 };
 
 /* fault point indices */
@@ -99,6 +101,8 @@ struct kvmm_swap {
 	struct list_head wb_done; /* swap_wb whose write completed, not yet finished */
 	uint32_t nr_wb;		  /* swap_wb records in flight, all states */
 	uint32_t nr_wb_copying;	  /* of them, being copied by a thread without the lock */
+	/* those copies: a struct wb_batch per copier, waited for by reclaim (swapfile.c) */
+	struct list_head wb_batches;
 	struct swap_fault fault[KVMM_FAULT_POINTS];
 };
 
@@ -129,6 +133,8 @@ int kvmm_swap_fault_hit(struct kvmm_swap *sw, int point);
 void kvmm_swap_io_run(struct kvmm_swap *sw, struct kvmm_swap_tier *t, struct kvmm_swap_io *ios,
 		      uint32_t n);
 void kvmm_swap_slot_release(struct kvmm_swap_tier *t, uint64_t slot);
+/* Free kept slot @slot of @t: its page is no longer swap-cached. */
+void kvmm_swap_kept_release(struct kvmm_swap_tier *t, uint64_t slot);
 void kvmm_swap_count_fail(struct kvmm_swap_tier *t);
 
 /* Finish every completed write-back (wb_done); returns the frames freed. */

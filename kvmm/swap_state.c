@@ -12,7 +12,9 @@
  * kvmm_swap_poll()), so a completion never lands in the middle of reclaim or a page-table
  * update.  Installing a page hands it to whoever names the slot: the sequence's PTE becomes
  * present again and/or the page-cache entry names the frame again; if both went away while
- * the read was in flight, frame and slot are simply freed.
+ * the read was in flight, frame and slot are simply freed.  A sequence's page whose KV is
+ * written (not KVMM_PG_KV_PENDING) keeps the slot: it is swap-cached and clean until
+ * kvmm_swap_page_dirty() (an append, truncate, second mapper, ...) or a full tier frees it.
  *
  * Unlocked fault-in (kvmm_mm_seq_fault_unlocked): for pages on a memory tier (ops->slot_addr)
  * the faulting thread makes the swap-cache records under the lock - frames allocated and
@@ -69,11 +71,31 @@ void kvmm_swap_slot_install(struct kvmm_pool *pool, struct kvmm_swap_tier *t, ui
 	pg->flags |= sl->pgflags;
 	if (sl->ent)
 		kvmm_pagecache_ent_swapin(pool, sl->ent, pg, 0);
-	kvmm_swap_slot_release(t, slot);
+	if (seq && !(pg->flags & KVMM_PG_KV_PENDING)) {
+		/* clean: the slot still holds these bytes, the next swap-out reuses it */
+		memset(sl, 0, sizeof(*sl));
+		sl->flags = SLOT_KEPT;
+		sl->block = kvmm_page_to_frame(pool, pg);
+		t->nr_kept++;
+		pg->swap = swp_entry(t->id, slot);
+	} else {
+		kvmm_swap_slot_release(t, slot);
+	}
 	if (seq) {
 		kvmm_page_get(pool, pg);
 		seq->pte[block] = kvmm_mm_seq_mk_pte(pool, pg, block < seq->nsealed);
 	}
+}
+
+void kvmm_swap_page_uncache(struct kvmm_pool *pool, struct kvmm_page *pg)
+{
+	struct kvmm_swap_tier *t;
+	uint64_t s;
+
+	t = kvmm_swap_decode(pool, pg->swap, &s);
+	KVMM_BUG_ON(!t || !(t->slots[s].flags & SLOT_KEPT) ||
+		    t->slots[s].block != kvmm_page_to_frame(pool, pg));
+	kvmm_swap_kept_release(t, s);
 }
 
 /*

@@ -16,7 +16,9 @@
  * one) and/or the page-cache entry of a sealed page.  That small reverse map is what lets
  * swapoff and move-down rewrite the references of a slot they move, and what lets a lookup
  * that faults a demoted page back map it for its sequence too.  A slot is freed when both
- * references are gone (and no read into it is in flight).
+ * references are gone (and no read into it is in flight), unless the page it held came back
+ * clean: then the resident page keeps it (SLOT_KEPT, page->swap) and its next swap-out is a
+ * PTE rewrite with no write (clean_out); a full tier frees kept slots before anything else.
  *
  * Synchronous I/O here is batched (kvmm_swap_io_run): submit everything, flush once, poll
  * until every I/O of the batch completed.  Sequence swap-out can also be asynchronous
@@ -73,6 +75,7 @@ static struct kvmm_swap *swap_get(struct kvmm_pool *pool)
 	INIT_LIST_HEAD(&sw->wb_all);
 	INIT_LIST_HEAD(&sw->wb_copy);
 	INIT_LIST_HEAD(&sw->wb_done);
+	INIT_LIST_HEAD(&sw->wb_batches);
 	sw->ra_depth = KVMM_SWAP_RA_DEFAULT;
 	pool->swap = sw;
 	return sw;
@@ -190,7 +193,9 @@ int kvmm_swap_tier_info(struct kvmm_pool *pool, unsigned int tier, struct kvmm_s
 	info->priority = t->priority;
 	info->kind = t->ops->name;
 	info->nslots = t->nslots;
-	info->used = t->nr_used;
+	info->used = t->nr_used - t->nr_kept;
+	info->kept = t->nr_kept;
+	info->clean_out = t->nr_clean_out;
 	info->bytes_out = t->bytes_out;
 	info->bytes_in = t->bytes_in;
 	info->pages_out = t->nr_out;
@@ -257,6 +262,37 @@ void kvmm_swap_slot_release(struct kvmm_swap_tier *t, uint64_t slot)
 	t->nr_used--;
 }
 
+void kvmm_swap_kept_release(struct kvmm_swap_tier *t, uint64_t slot)
+{
+	struct kvmm_swap_slot *sl = &t->slots[slot];
+
+	KVMM_BUG_ON(!(sl->flags & SLOT_KEPT) || sl->block >= t->pool->nframes);
+	t->pool->pages[sl->block].swap = 0;
+	t->nr_kept--;
+	kvmm_swap_slot_release(t, slot);
+}
+
+/*
+ * A full tier makes room: free up to @n slots kept by resident clean pages (they only lose
+ * their copy-free swap-out), from the kept cursor on.  Returns how many were freed.
+ */
+static uint32_t release_kept(struct kvmm_swap_tier *t, uint32_t n)
+{
+	uint64_t s = t->kept_cursor, scanned;
+	uint32_t freed = 0;
+
+	for (scanned = 0; scanned < t->nslots && freed < n && t->nr_kept; scanned++, s++) {
+		if (s >= t->nslots)
+			s = 0;
+		if (bitmap_test_bit(t->map, s) && (t->slots[s].flags & SLOT_KEPT)) {
+			kvmm_swap_kept_release(t, s);
+			freed++;
+		}
+	}
+	t->kept_cursor = s;
+	return freed;
+}
+
 /* Free slots from @s on, at most @max. */
 static uint32_t run_len(const struct kvmm_swap_tier *t, uint64_t s, uint32_t max)
 {
@@ -315,7 +351,8 @@ static struct kvmm_swap_tier *pick_tier(struct kvmm_swap *sw, const struct kvmm_
 	struct kvmm_swap_tier *t;
 
 	list_for_each_entry (t, &sw->tiers, node) {
-		if (t == skip || t->nr_used >= t->nslots)
+		/* kept slots are room: they are freed when needed */
+		if (t == skip || (t->nr_used >= t->nslots && !t->nr_kept))
 			continue;
 		if (below && (t->priority > skip->priority ||
 			      (t->priority == skip->priority && t->id < skip->id)))
@@ -339,6 +376,8 @@ static uint32_t alloc_run(struct kvmm_swap *sw, const struct kvmm_swap_tier *ski
 	}
 	t = pick_tier(sw, skip, below);
 	got = t ? slot_alloc_run(t, want, first) : 0;
+	if (!got && t && release_kept(t, want))
+		got = slot_alloc_run(t, want, first);
 	if (!got) {
 		*err = -ENOSPC;
 		return 0;
@@ -648,7 +687,7 @@ static void slot_fill(struct kvmm_swap *sw, struct kvmm_swap_tier *t, uint64_t s
 	sl->seq = seq;
 	sl->block = block;
 	sl->ntokens = pg->ntokens;
-	sl->pgflags = pg->flags & (KVMM_PG_ACTIVE | KVMM_PG_REFERENCED);
+	sl->pgflags = pg->flags & (KVMM_PG_ACTIVE | KVMM_PG_REFERENCED | KVMM_PG_KV_PENDING);
 	sl->ns_id = pg->ns_id;
 	sl->swapped_at = ++sw->clock;
 	sl->flags = 0;
@@ -657,6 +696,32 @@ static void slot_fill(struct kvmm_swap *sw, struct kvmm_swap_tier *t, uint64_t s
 		sl->ent = pg->cache;
 		kvmm_pagecache_ent_swapout(sw->pool, pg, swp_entry(t->id, s));
 	}
+}
+
+/*
+ * Swap out block @block of @seq, whose page is clean and swap-cached (it keeps the slot it
+ * came in from, page->swap): no copy, no write - the PTE names the slot again and the frame
+ * is freed at once.
+ */
+static void clean_out(struct kvmm_swap *sw, struct kvmm_seq *seq, uint32_t block,
+		      struct kvmm_page *pg)
+{
+	struct kvmm_pool *pool = sw->pool;
+	struct kvmm_swap_tier *t;
+	uint64_t s;
+
+	t = kvmm_swap_decode(pool, pg->swap, &s);
+	KVMM_BUG_ON(!t || !(t->slots[s].flags & SLOT_KEPT) ||
+		    t->slots[s].block != kvmm_page_to_frame(pool, pg) ||
+		    (pg->flags & KVMM_PG_KV_PENDING));
+	t->nr_kept--;
+	pg->swap = 0;
+	slot_fill(sw, t, s, pg, seq, block);
+	seq->pte[block] = swp_entry(t->id, s) | kvmm_pte_flags(seq->pte[block]);
+	pg->refcount = 0;
+	pg->flags &= ~(KVMM_PG_ACTIVE | KVMM_PG_REFERENCED);
+	kvmm_free_page(pool, pg, seq->as->mag);
+	t->nr_clean_out++;
 }
 
 int kvmm_mm_seq_swap_out(struct kvmm_seq *seq, uint32_t first, uint32_t n)
@@ -685,12 +750,18 @@ int kvmm_mm_seq_swap_out(struct kvmm_seq *seq, uint32_t first, uint32_t n)
 		uint32_t want = 0, got, i, k;
 		uint64_t s;
 
-		/* the next candidates, up to a batch */
+		/* the next candidates, up to a batch; clean swap-cached pages go at once */
 		for (; b < end && want < SWAP_BATCH; b++) {
 			uint32_t f = kvmm_pte_frame(seq->pte[b]);
 
-			if (f != KVMM_FRAME_NONE && swappable(&pool->pages[f]))
-				blocks[want++] = b;
+			if (f == KVMM_FRAME_NONE || !swappable(&pool->pages[f]))
+				continue;
+			if (pool->pages[f].swap) {
+				clean_out(sw, seq, b, &pool->pages[f]);
+				done++;
+				continue;
+			}
+			blocks[want++] = b;
 		}
 		if (!want)
 			break;
@@ -752,6 +823,15 @@ static void wb_end_io(struct kvmm_swap_io *io)
 	list_add_tail(&wb->node, &wb->t->pool->swap->wb_done);
 }
 
+/* Whether a completed write-back leaves its page resident (failed, or the page was touched). */
+static bool wb_cancelled(const struct swap_wb *wb)
+{
+	const struct kvmm_page *pg = wb->pg;
+
+	return wb->io.res || (pg->flags & KVMM_PG_WB_CANCEL) || pg->refcount != 1 || pg->pincount ||
+	       pg->ntokens != wb->ntokens;
+}
+
 /* Finish a completed write-back; true when its frame was freed. */
 static bool wb_finish(struct kvmm_pool *pool, struct swap_wb *wb)
 {
@@ -766,8 +846,7 @@ static bool wb_finish(struct kvmm_pool *pool, struct swap_wb *wb)
 	list_del(&wb->all);
 	sw->nr_wb--;
 	t->nr_wb--;
-	cancel = wb->io.res || (pg->flags & KVMM_PG_WB_CANCEL) || pg->refcount != 1 ||
-		 pg->pincount || pg->ntokens != wb->ntokens;
+	cancel = wb_cancelled(wb);
 	pg->flags &= ~(KVMM_PG_LOCKED | KVMM_PG_WRITEBACK | KVMM_PG_WB_CANCEL);
 	if (wb->io.res)
 		kvmm_swap_count_fail(t);
@@ -869,7 +948,7 @@ int kvmm_mm_seq_swap_out_async(struct kvmm_seq *seq, uint32_t first, uint32_t n)
 	struct kvmm_swap_tier *t;
 	struct kvmm_pool *pool;
 	struct kvmm_swap *sw;
-	uint32_t b, end, started = 0;
+	uint32_t b, end, started = 0, clean = 0;
 	int err = 0;
 
 	if (!seq)
@@ -889,8 +968,15 @@ int kvmm_mm_seq_swap_out_async(struct kvmm_seq *seq, uint32_t first, uint32_t n)
 		for (; b < end && want < SWAP_BATCH; b++) {
 			uint32_t f = kvmm_pte_frame(seq->pte[b]);
 
-			if (f != KVMM_FRAME_NONE && swappable(&pool->pages[f]))
-				blocks[want++] = b;
+			if (f == KVMM_FRAME_NONE || !swappable(&pool->pages[f]))
+				continue;
+			if (pool->pages[f].swap) {
+				/* clean swap-cached: nothing to write, done now */
+				clean_out(sw, seq, b, &pool->pages[f]);
+				clean++;
+				continue;
+			}
+			blocks[want++] = b;
 		}
 		for (k = 0; k < want; k += got) {
 			got = alloc_run(sw, NULL, false, want - k, &t, &s, &err);
@@ -915,47 +1001,94 @@ int kvmm_mm_seq_swap_out_async(struct kvmm_seq *seq, uint32_t first, uint32_t n)
 	list_for_each_entry (t, &sw->tiers, node)
 		if (t->nr_wb)
 			t->ops->flush(t);
+	if (clean) {
+		/* as wb_finish() does for each write that completes */
+		pool->stat[KVMM_STAT_SEQ_SWAPOUT] += clean;
+		if (pool->hooks && pool->hooks->seq_changed)
+			pool->hooks->seq_changed(pool, seq, first);
+	}
+	started += clean;
 	return started ? (int)started : err;
 }
 
-int kvmm_swap_writeback(struct kvmm_pool *pool, bool unlock)
+/*
+ * A batch of write-back copies that kvmm_swap_writeback() makes with the pool lock let go.  It
+ * lives on the copier's stack and sits on sw->wb_batches while the copier is away, so that a
+ * thread that needs the frames meanwhile (kvmm_swap_writeback_wait, lock held) can wait for the
+ * copies and then complete the records itself: the copier needs no lock to finish copying, so
+ * waiting under the lock cannot deadlock, and the waiter's view of the pool does not change
+ * while it waits.  The copier, back under the lock, finds its batch taken (@node empty).
+ */
+struct wb_batch {
+	struct list_head node; /* in sw->wb_batches until taken */
+	struct list_head recs; /* struct swap_wb.node; the copier's alone until @copied */
+	uint32_t n;
+	bool copied; /* under @mtx: every copy of @recs is done (results in io.res) */
+	pthread_mutex_t mtx;
+	pthread_cond_t done; /* with @mtx: @copied became true */
+};
+
+/* Pool lock held, the batch copied: its records are completed writes, ready to finish. */
+static void wb_batch_take(struct kvmm_swap *sw, struct wb_batch *b)
 {
-	struct kvmm_swap *sw = pool ? pool->swap : NULL;
+	list_del_init(&b->node);
+	sw->nr_wb_copying -= b->n;
+	list_splice_tail_init(&b->recs, &sw->wb_done);
+}
+
+/* Copy the pending write-backs (letting go of the lock with @unlock), wait for the others. */
+static void wb_run(struct kvmm_pool *pool, bool unlock)
+{
+	struct kvmm_swap *sw = pool->swap;
 	struct kvmm_swap_tier *t;
 	struct swap_wb *wb;
-	LIST_HEAD(mine);
-	uint32_t n = 0;
+	struct wb_batch b;
 	bool staged;
 	int ret;
 
-	if (!sw)
-		return 0;
 	/*
 	 * Take the pending copies: their pages and slots are ours until they are finished.  A
 	 * staging backend's copies are started and waited for under the lock (its stream is
 	 * the pool's, like every other backend call); memcpy runs without it.
 	 */
 	staged = swap_staged(pool);
-	if (staged)
-		unlock = false;
-	list_splice_init(&sw->wb_copy, &mine);
-	list_for_each_entry (wb, &mine, node)
-		n++;
-	sw->nr_wb_copying += n;
-	if (unlock && n)
+	INIT_LIST_HEAD(&b.recs);
+	list_splice_init(&sw->wb_copy, &b.recs);
+	b.n = 0;
+	list_for_each_entry (wb, &b.recs, node)
+		b.n++;
+	unlock = unlock && !staged && b.n;
+	if (unlock) {
+		b.copied = false;
+		pthread_mutex_init(&b.mtx, NULL);
+		pthread_cond_init(&b.done, NULL);
+		list_add_tail(&b.node, &sw->wb_batches);
+		sw->nr_wb_copying += b.n;
 		pthread_mutex_unlock(&pool->lock);
-	list_for_each_entry (wb, &mine, node)
+	}
+	list_for_each_entry (wb, &b.recs, node)
 		wb->io.res = kvmm_swap_io_to_host(wb->t, &wb->io, wb->dst, false);
-	if (staged && n) {
+	if (staged && b.n) {
 		ret = pool->be.ops->sync ? pool->be.ops->sync(&pool->be) : 0;
-		list_for_each_entry (wb, &mine, node)
+		list_for_each_entry (wb, &b.recs, node)
 			if (!wb->io.res)
 				wb->io.res = ret;
 	}
-	if (unlock && n)
+	if (unlock) {
+		/* from here on a waiter under the lock may finish the records */
+		pthread_mutex_lock(&b.mtx);
+		b.copied = true;
+		pthread_cond_broadcast(&b.done);
+		pthread_mutex_unlock(&b.mtx);
 		pthread_mutex_lock(&pool->lock);
-	sw->nr_wb_copying -= n;
-	list_splice_tail_init(&mine, &sw->wb_done);
+		if (!list_empty(&b.node))
+			wb_batch_take(sw, &b);
+		/* a waiter let go of @mtx before it let go of the pool lock */
+		pthread_cond_destroy(&b.done);
+		pthread_mutex_destroy(&b.mtx);
+	} else {
+		list_splice_tail_init(&b.recs, &sw->wb_done);
+	}
 	/* submitted writes: wait under the lock (the ring is not shared across threads) */
 	list_for_each_entry (t, &sw->tiers, node) {
 		if (t->ops->slot_addr || !t->nr_wb)
@@ -965,7 +1098,51 @@ int kvmm_swap_writeback(struct kvmm_pool *pool, bool unlock)
 		while (t->nr_wb_io && t->ops->poll(t, true) >= 0)
 			;
 	}
+}
+
+int kvmm_swap_writeback(struct kvmm_pool *pool, bool unlock)
+{
+	if (!pool || !pool->swap)
+		return 0;
+	wb_run(pool, unlock);
 	return (int)kvmm_swap_wb_reap(pool);
+}
+
+int kvmm_swap_writeback_wait(struct kvmm_pool *pool, bool all)
+{
+	struct kvmm_swap *sw = pool ? pool->swap : NULL;
+	struct swap_wb *wb, *tmp;
+	uint32_t before;
+
+	if (!sw || !sw->nr_wb)
+		return 0;
+	before = kvmm_pool_nr_free(pool);
+	/* other threads' copies: wait for each batch, lock held (its copier needs none) */
+	while (!list_empty(&sw->wb_batches)) {
+		struct wb_batch *b = list_first_entry(&sw->wb_batches, struct wb_batch, node);
+
+		pthread_mutex_lock(&b->mtx);
+		while (!b->copied)
+			pthread_cond_wait(&b->done, &b->mtx);
+		pthread_mutex_unlock(&b->mtx);
+		wb_batch_take(sw, b);
+	}
+	wb_run(pool, false);
+	if (all) {
+		kvmm_swap_wb_reap(pool);
+	} else {
+		/* only what changes no mapping: the rest stays for the next completion */
+		list_for_each_entry_safe (wb, tmp, &sw->wb_done, node)
+			if (wb_cancelled(wb))
+				wb_finish(pool, wb);
+	}
+	/* frames: swapped-out pages, and cancelled ones whose last mapper went meanwhile */
+	return (int)(kvmm_pool_nr_free(pool) - min(before, kvmm_pool_nr_free(pool)));
+}
+
+uint32_t kvmm_swap_nr_writeback(const struct kvmm_pool *pool)
+{
+	return pool && pool->swap ? pool->swap->nr_wb : 0;
 }
 
 bool kvmm_swap_busy(const struct kvmm_pool *pool)
@@ -1093,6 +1270,9 @@ static int move_slots(struct kvmm_swap *sw, struct kvmm_swap_tier *t, uint32_t n
 			if (!bitmap_test_bit(t->map, s) ||
 			    (t->slots[s].flags & (SLOT_READING | SLOT_WRITING))) {
 				/* free, or in use by a read or a write-back */
+			} else if (t->slots[s].flags & SLOT_KEPT) {
+				/* its page is resident: the slot is just freed, that is room too */
+				kvmm_swap_kept_release(t, s);
 			} else if (!t->slots[s].seq && kvmm_pagecache_ent_orphan(t->slots[s].ent)) {
 				/* a demoted page no lookup can reach any more: drop, don't move */
 				kvmm_pagecache_remove_ent(t->pool, t->slots[s].ent);
@@ -1152,6 +1332,8 @@ int kvmm_swap_move_down(struct kvmm_pool *pool, unsigned int tier, uint32_t n)
 
 static void tier_remove(struct kvmm_swap *sw, struct kvmm_swap_tier *t)
 {
+	/* resident pages that kept a slot here lose it (pool teardown: nothing else is left) */
+	release_kept(t, UINT32_MAX);
 	list_del(&t->node);
 	sw->tier[t->id] = NULL;
 	sw->nr_tiers--;
@@ -1173,6 +1355,8 @@ int kvmm_swapoff(struct kvmm_pool *pool, unsigned int tier)
 	kvmm_swap_poll(pool, true);
 	if (t->nr_wb)
 		return -EBUSY; /* another thread is copying into it without the lock: retry */
+	/* kept slots are not swapped pages: their resident pages simply lose them */
+	release_kept(t, UINT32_MAX);
 	/* first choice: keep the pages swapped, on the other tiers */
 	while (t->nr_used) {
 		ret = move_slots(sw, t, SWAP_BATCH, false);
@@ -1191,11 +1375,19 @@ int kvmm_swapoff(struct kvmm_pool *pool, unsigned int tier)
 				return ret;
 			/* readahead may have claimed more slots: wait for them too */
 			kvmm_swap_poll(pool, true);
+			/* the page came back clean and kept this slot: it must go with the tier */
+			if (bitmap_test_bit(t->map, s) && (sl->flags & SLOT_KEPT))
+				kvmm_swap_kept_release(t, s);
+		} else if (sl->flags & SLOT_KEPT) {
+			/* brought in by an earlier page's readahead */
+			kvmm_swap_kept_release(t, s);
 		} else if (sl->ent) {
 			kvmm_pagecache_remove_ent(pool, sl->ent);
 			kvmm_swap_slot_release(t, s);
 		}
 	}
+	/* readahead may have kept slots before the scan's position */
+	release_kept(t, UINT32_MAX);
 	KVMM_BUG_ON(t->nr_used);
 	tier_remove(sw, t);
 	return 0;
@@ -1314,6 +1506,7 @@ __printf(3, 4) static int swap_fail(char *why, size_t len, const char *fmt, ...)
 static int check_tier(struct kvmm_pool *pool, struct kvmm_swap_tier *t, uint32_t *reading,
 		      uint32_t *writing, char *why, size_t len)
 {
+	uint64_t kept_n = 0, *kept = &kept_n;
 	uint32_t c, free_clusters = 0;
 	uint64_t s, used = 0;
 
@@ -1342,6 +1535,18 @@ static int check_tier(struct kvmm_pool *pool, struct kvmm_swap_tier *t, uint32_t
 			continue;
 		}
 		used++;
+		if (sl->flags & SLOT_KEPT) {
+			const struct kvmm_page *pg =
+				sl->block < pool->nframes ? &pool->pages[sl->block] : NULL;
+
+			++*kept;
+			if (sl->seq || sl->ent || sl->flags != SLOT_KEPT || !pg || pg->swap != swp)
+				return swap_fail(why, len,
+						 "swap tier %u slot %llu: kept, but frame %u does "
+						 "not name it",
+						 t->id, (unsigned long long)s, sl->block);
+			continue;
+		}
 		if (sl->flags & SLOT_READING)
 			++*reading;
 		if (sl->flags & SLOT_WRITING) {
@@ -1377,6 +1582,9 @@ static int check_tier(struct kvmm_pool *pool, struct kvmm_swap_tier *t, uint32_t
 	if (used != t->nr_used)
 		return swap_fail(why, len, "swap tier %u: %llu slots used, counted %llu", t->id,
 				 (unsigned long long)used, (unsigned long long)t->nr_used);
+	if (kept_n != t->nr_kept)
+		return swap_fail(why, len, "swap tier %u: %llu slots kept, counted %llu", t->id,
+				 (unsigned long long)kept_n, (unsigned long long)t->nr_kept);
 	return 0;
 }
 
@@ -1475,6 +1683,25 @@ int kvmm_swap_check(struct kvmm_pool *pool, char *why, size_t len)
 	for (f = 0; f < pool->nframes; f++) {
 		const struct kvmm_page *pg = &pool->pages[f];
 
+		/* a clean swap-cached page: mapped by its one sequence, unchanged since fault-in */
+		if (pg->swap) {
+			uint64_t s;
+
+			t = kvmm_swap_decode(pool, pg->swap, &s);
+			if (!t || !bitmap_test_bit(t->map, s) || !(t->slots[s].flags & SLOT_KEPT) ||
+			    t->slots[s].block != f)
+				return swap_fail(why, len,
+						 "frame %u: kept slot %#llx not kept for it", f,
+						 (unsigned long long)pg->swap);
+			if (pg->state != KVMM_PAGE_MAPPED || pg->refcount != 1 ||
+			    (pg->flags & (KVMM_PG_LOCKED | KVMM_PG_KV_PENDING)))
+				return swap_fail(why, len,
+						 "frame %u: keeps slot %#llx but is %s, refcount "
+						 "%u, flags %#x",
+						 f, (unsigned long long)pg->swap,
+						 kvmm_page_state_name(pg->state), pg->refcount,
+						 pg->flags);
+		}
 		if (pg->flags & KVMM_PG_WRITEBACK)
 			wbpages++;
 		else if (pg->flags & KVMM_PG_WB_CANCEL)

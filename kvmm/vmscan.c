@@ -29,6 +29,8 @@
  *      down to the next tier (host -> NVMe) so the top tier keeps taking the newest; with no
  *      tier, or no room anywhere, the page is dropped;
  *   1b. the owner's idle frames: registered shrinkers (shrinker.c; kvmmd's client magazines);
+ *   1c. write-back in flight (kvswapd's copies, made without the lock): finished, waiting for
+ *      the copies, since those frames are about to come back - never -ENOMEM meanwhile;
  *   2. sequences: unpinned pages that only one sequence maps, whole sequences at a time (a
  *      step needs all of a sequence, so half of one is worth nothing), lowest namespace
  *      priority, then lowest sequence priority, then youngest (highest id) first, the way a
@@ -37,7 +39,8 @@
  *      is not pinned for the running step) and reports it to the pool owner's oom hook;
  *      the allocation that got there fails with -ENOMEM.
  * Swap I/O never nests: inside a swap operation (a fault-in's frame allocation) or inside
- * kvmm_shrink() itself, only step 1's dropping runs.
+ * kvmm_shrink() itself, only step 1's dropping runs, and of 1c only the write-backs that
+ * change no mapping (pages whose sequence went away meanwhile).
  */
 #include "compiler.h"
 #include "list.h"
@@ -313,6 +316,15 @@ uint32_t kvmm_shrink(struct kvmm_pool *pool, uint32_t n, unsigned int flags)
 	/* frames the owner parks idle (client magazines) before anything someone uses */
 	if (freed < n)
 		freed += kvmm_run_shrinkers(pool, NULL, n - freed);
+	/*
+	 * Write-back in flight (kvswapd's copies): those frames are about to come back, so
+	 * finish it rather than fail or take more.  Only at the top: inside a swap operation or
+	 * reclaim no sequence may go out under the caller, so there only the write-backs that
+	 * change no mapping are finished (a freed sequence's pages).
+	 */
+	if (freed < n && !(flags & KVMM_SHRINK_ASYNC) && kvmm_swap_nr_writeback(pool))
+		freed += (uint32_t)kvmm_swap_writeback_wait(
+			pool, swap_ok && !(flags & KVMM_SHRINK_NOSWAP));
 	if (freed < n && swap_ok && !(flags & KVMM_SHRINK_NOSWAP))
 		freed += shrink_seqs(pool, n - freed, flags & KVMM_SHRINK_ASYNC);
 	pool->reclaim_nest--;

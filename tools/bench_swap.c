@@ -385,7 +385,13 @@ static struct kvmm_seq **rp_batch(struct rp *x, uint64_t idx)
 	return x->seqs + (size_t)(idx % (x->r->nseqs / x->r->batch)) * x->r->batch;
 }
 
-static void seq_pin(struct kvmm_pool *pool, struct kvmm_seq *seq, int d)
+/*
+ * Pin (@d 1) or unpin (@d -1) every resident page of @seq.  @window: the engine's own pin
+ * window (as kvmmd's PIN/UNPIN): its unpin tells the core that the KV of the tokens appended
+ * before it is written (kvmm_page_unpin), so those pages may keep their swap slots after
+ * their next trip.  A hold around a reclaim is not a window.
+ */
+static void seq_pin(struct kvmm_pool *pool, struct kvmm_seq *seq, int d, bool window)
 {
 	uint32_t k;
 
@@ -397,7 +403,10 @@ static void seq_pin(struct kvmm_pool *pool, struct kvmm_seq *seq, int d)
 		pg = kvmm_frame_to_page(pool, kvmm_mm_seq_frame(seq, k));
 		/* a pinned page is wanted: a swap-out write in flight keeps it (as kvmmd's PIN) */
 		kvmm_page_wb_touch(pg);
-		pg->pincount += d;
+		if (d < 0 && window)
+			kvmm_page_unpin(pg, 1);
+		else
+			pg->pincount += d;
 	}
 }
 
@@ -455,11 +464,11 @@ static int bring_in(struct rp *x, struct kvmm_seq **b, uint32_t slack, bool pref
 		if (need && kvmm_pool_nr_free(pool) < need + pool->wmark_min + slack) {
 			/* the whole batch is held: room for one must not evict another */
 			for (j = 0; j < x->r->batch; j++)
-				seq_pin(pool, b[j], 1);
+				seq_pin(pool, b[j], 1, false);
 			kvmm_shrink(pool, need + pool->wmark_min + slack - kvmm_pool_nr_free(pool),
 				    KVMM_SHRINK_ASYNC);
 			for (j = 0; j < x->r->batch; j++)
-				seq_pin(pool, b[j], -1);
+				seq_pin(pool, b[j], -1, false);
 			/*
 			 * the victims' pages are under writeback: copied with the lock let
 			 * go (the engine appends meanwhile), then their frames are freed
@@ -586,7 +595,7 @@ static int64_t rp_turns(struct rp *x, uint64_t t0, uint32_t turns, int32_t *tabl
 			return ret;
 		pthread_mutex_lock(&pool->lock);
 		for (s = 0; s < r->batch; s++)
-			seq_pin(pool, b[s], 1);
+			seq_pin(pool, b[s], 1, true);
 		pthread_mutex_unlock(&pool->lock);
 		/* the next step's batch comes in while this one computes */
 		rp_ask(x, (int64_t)t + 1);
@@ -625,7 +634,7 @@ static int64_t rp_turns(struct rp *x, uint64_t t0, uint32_t turns, int32_t *tabl
 		}
 		pthread_mutex_lock(&pool->lock);
 		for (s = 0; s < r->batch; s++)
-			seq_pin(pool, b[s], -1);
+			seq_pin(pool, b[s], -1, true);
 		pthread_mutex_unlock(&pool->lock);
 	}
 	return tokens;
@@ -633,7 +642,7 @@ static int64_t rp_turns(struct rp *x, uint64_t t0, uint32_t turns, int32_t *tabl
 out_unpin:
 	pthread_mutex_lock(&pool->lock);
 	for (s = 0; s < r->batch; s++)
-		seq_pin(pool, rp_batch(x, t)[s], -1);
+		seq_pin(pool, rp_batch(x, t)[s], -1, true);
 	pthread_mutex_unlock(&pool->lock);
 	return ret;
 }
@@ -715,6 +724,18 @@ static double replay_run(const struct replay *r, uint64_t page, uint32_t nframes
 			(unsigned long long)x.st.pf_holds, x.st.pf_hold / 1e6,
 			x.st.pf_max_hold / 1e3, x.st.pf_copy / 1e6,
 			(unsigned long long)x.st.pf_pages);
+	if (tps && getenv("KVMM_BENCH_SWAP_STATS")) {
+		struct kvmm_swap_tier_info ti;
+
+		/* whole run, warm-up included: writes vs swap-outs into a kept slot (no copy) */
+		if (!kvmm_swap_tier_info(x.e.pool, 1, &ti))
+			fprintf(stderr,
+				"replay %u frames: host tier: %llu pages written, %llu clean "
+				"swap-outs (no copy), %llu read, %llu slots kept now\n",
+				nframes, (unsigned long long)ti.pages_out,
+				(unsigned long long)ti.clean_out, (unsigned long long)ti.pages_in,
+				(unsigned long long)ti.kept);
+	}
 out:
 	free(out);
 	free(q);

@@ -1064,6 +1064,11 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_blocks_rep, count, 12);
  * UNPIN. Pins nest (each PIN needs its UNPIN). While pinned, a sequence's pages cannot change:
  * SEQ_APPEND, SEQ_TRUNCATE, SEQ_FREE, SEAL and PREFIX_LOOKUP on it get -EBUSY. A batch is
  * all or nothing: an unknown id (-ENOENT) or, for UNPIN, an unpinned one (-EINVAL) fails it.
+ * The engine's contract: it writes a page's KV only while the page is pinned, and the KV of
+ * tokens it appended is written before the UNPIN that ends the first pin window after the
+ * APPEND (an unpinned page may be swapped out at any time). The daemon relies on it: a page
+ * brought back from swap whose tokens were all written keeps its swap slot, and swapping it
+ * out again unchanged copies nothing (Documentation/mm/swap.md, clean swap-cached pages).
  */
 struct kvmm_pin_req {
 	uint32_t nr_seqs;

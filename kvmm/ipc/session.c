@@ -112,7 +112,8 @@ static void pins_drop(struct kvmm_pool *pool, struct kvmm_ipc_seq *is, uint32_t 
 		struct kvmm_page *pg = kvmm_frame_to_page(pool, is->pinned[i]);
 
 		KVMM_BUG_ON(pg->pincount < times);
-		pg->pincount -= times;
+		/* the engine's pin window ends: the KV of what it appended before is written */
+		kvmm_page_unpin(pg, times);
 	}
 	is->pin_depth -= times;
 	if (!is->pin_depth) {

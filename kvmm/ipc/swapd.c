@@ -168,6 +168,8 @@ int kvmm_swapd_swapoff(struct kvmm_server *srv, struct kvmm_ipc_ns *n, unsigned 
 	int ret;
 
 	pthread_mutex_lock(&n->pool->lock);
+	/* kvswapd's copies in flight would make it -EBUSY: wait for them (the loop's own call) */
+	kvmm_swap_writeback_wait(n->pool, true);
 	ret = kvmm_swapoff(n->pool, tier);
 	/* pages came back into frames: every mirrored table may have changed */
 	kvmm_swapd_mirror_all(srv, n);

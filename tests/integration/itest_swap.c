@@ -177,6 +177,7 @@ static void test_prefix_demoted(void **state)
 	uint32_t tpp, n, *t;
 	uint64_t p, big, l, hit = 0;
 	long long demoted;
+	int tries;
 	kvmm_client_t *c;
 
 	(void)state;
@@ -192,7 +193,10 @@ static void test_prefix_demoted(void **state)
 	assert_int_equal(touch(c, p, 77, true), 0);
 	assert_int_equal(kvmm_seal(c, p, 0, 0), 0);
 	assert_int_equal(kvmm_seq_free(c, p), 0); /* its pages stay cached */
-	big = mkseq(c, 0, 250, 8);		  /* the pool is full: the cache goes first */
+	big = mkseq(c, 0, 250, 8);		  /* under low: kvswapd takes the cache first */
+	/* kvswapd runs on its own thread: wait for it (bounded), as for the OOM event below */
+	for (tries = 0; tries < 400 && vmstat("swap_demote") <= demoted; tries++)
+		usleep(5000);
 	assert_true(vmstat("swap_demote") > demoted);
 	assert_int_equal(kvmm_seq_create(c, 0, &l), 0);
 	assert_int_equal(kvmm_prefix_lookup(c, l, t, n, &hit), 0);

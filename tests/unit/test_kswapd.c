@@ -10,12 +10,14 @@
 #include <errno.h>
 #include <sched.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -502,6 +504,239 @@ static void test_kswapd_writeback(void **state)
 	pthread_mutex_unlock(&f->pool->lock);
 }
 
+/*
+ * A wake-up that comes while kvswapd backs off (its last pass freed nothing) is acted on when
+ * the backoff ends, not lost: here nothing was reclaimable, then cache appears and the next
+ * allocation wakes it within the backoff, and nothing else would ever wake it again.  (Taken
+ * after the backoff, the wake-up is an ordinary one: the test passes either way with the fix.)
+ */
+static void test_kswapd_wake_in_backoff(void **state)
+{
+	struct kfx *f = *state;
+	uint32_t tpp = f->fmt.tokens_per_page;
+	struct kvmm_seq *a, *c;
+	struct timespec t0, now;
+
+	pthread_mutex_lock(&f->pool->lock);
+	a = mkseq(f, NF - 6, 0, 0, 51); /* no tier: sequences are never taken */
+	c = mkseq(f, 3, 1000, 0, 52);	/* 3 free: under low */
+	assert_int_equal(kvmm_mm_seq_seal(c), 3);
+	pthread_mutex_unlock(&f->pool->lock);
+	assert_int_equal(kvmm_kswapd_start(f->pool), 0);
+	/* the start saw no wake-up: an allocation under low gives it one, a fruitless one */
+	pthread_mutex_lock(&f->pool->lock);
+	assert_int_equal(kvmm_mm_seq_append(a, tpp, NULL), 0); /* 2 free */
+	pthread_mutex_unlock(&f->pool->lock);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		pthread_mutex_lock(&f->pool->lock);
+		if (f->pool->stat[KVMM_STAT_KSWAPD_WAKE])
+			break; /* its pass is over (it ran under the lock): backing off now */
+		pthread_mutex_unlock(&f->pool->lock);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		assert_true(now.tv_sec - t0.tv_sec < 10);
+		sched_yield();
+	}
+	assert_int_equal(f->pool->stat[KVMM_STAT_KSWAPD_STEAL], 0);
+	/* now there is cache to take, and one more allocation under low */
+	kvmm_mm_seq_free(c);
+	assert_int_equal(kvmm_mm_seq_truncate(a, (uint64_t)(NF - 6) * tpp), 0);
+	assert_int_equal(kvmm_mm_seq_append(a, tpp, NULL), 0);
+	pthread_mutex_unlock(&f->pool->lock);
+	/* bounded wait for the deferred pass to drop the cache */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		pthread_mutex_lock(&f->pool->lock);
+		if (f->pool->stat[KVMM_STAT_KSWAPD_STEAL] >= 3)
+			break;
+		pthread_mutex_unlock(&f->pool->lock);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec - t0.tv_sec > 10)
+			fail_msg("kvswapd never acted on the wake-up it got while backing off");
+		sched_yield();
+	}
+	assert_true(f->pool->stat[KVMM_STAT_KSWAPD_WAKE] >= 2);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 0);
+	inv(f->pool);
+	kvmm_mm_seq_free(a);
+	pthread_mutex_unlock(&f->pool->lock);
+	kvmm_kswapd_stop(f->pool);
+}
+
+/*
+ * A write-back copy held in flight, deterministically: the frame it copies first is made
+ * unreadable, so the copier (kvmm_swap_writeback with the lock let go) faults on it and waits
+ * in the signal handler until it is released; the handler then makes the frame readable again
+ * and the copy goes on.  By then the copier has let go of the pool lock, so the test thread can
+ * take it while the copy is in flight, whatever the scheduler does.
+ */
+static void *stall_page;
+static int stall_hit, stall_release;
+
+static void stall_handler(int sig, siginfo_t *si, void *uc)
+{
+	void *page = (void *)((uintptr_t)si->si_addr & ~(uintptr_t)(PG - 1));
+
+	(void)uc;
+	if (page != stall_page) {
+		signal(sig, SIG_DFL); /* a real fault: let it kill the test */
+		return;
+	}
+	__atomic_store_n(&stall_hit, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&stall_release, __ATOMIC_ACQUIRE))
+		sched_yield();
+	mprotect(page, PG, PROT_READ | PROT_WRITE);
+}
+
+static void *copier_main(void *arg)
+{
+	struct kvmm_pool *pool = arg;
+
+	pthread_mutex_lock(&pool->lock);
+	kvmm_swap_writeback(pool, true);
+	pthread_mutex_unlock(&pool->lock);
+	return NULL;
+}
+
+static void *releaser_main(void *arg)
+{
+	struct timespec ts = {0, 20 * 1000000};
+
+	(void)arg;
+	/* most often after the test thread started waiting; either order must work */
+	nanosleep(&ts, NULL);
+	__atomic_store_n(&stall_release, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+struct stall {
+	struct sigaction old;
+	pthread_t copier, releaser;
+};
+
+/*
+ * A full pool (sw: 2 pages swapped out, victim 20 pages, filler the rest), then the victim put
+ * under write-back and its copy started in another thread and held.  Returns with the pool lock
+ * held, the copy in flight, and the releaser started.
+ */
+static void stall_writeback(struct kfx *f, struct stall *st, struct kvmm_seq **sw,
+			    struct kvmm_seq **victim, struct kvmm_seq **filler)
+{
+	struct sigaction sa;
+
+	assert_int_equal(host_tier(f, 1, 10, 64), 0);
+	pthread_mutex_lock(&f->pool->lock);
+	*sw = mkseq(f, 2, 2000, 1, 41);
+	assert_int_equal(kvmm_mm_seq_swap_out(*sw, 0, 2), 2);
+	*victim = mkseq(f, 20, 0, -1, 42); /* the lowest priority goes first */
+	/* fill the pool to the last frame: direct reclaim under min may not take the victim */
+	(*victim)->flags |= KVMM_SEQ_F_NORECLAIM;
+	*filler = mkseq(f, NF - 20, 1000, 1, 43);
+	(*filler)->flags |= KVMM_SEQ_F_NORECLAIM;
+	(*victim)->flags &= ~KVMM_SEQ_F_NORECLAIM;
+	assert_int_equal(kvmm_pool_nr_free(f->pool), 0);
+	assert_int_equal(kvmm_shrink(f->pool, 1, KVMM_SHRINK_ASYNC), 20);
+	assert_int_equal(kvmm_swap_nr_writeback(f->pool), 20);
+	inv(f->pool);
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = stall_handler;
+	sa.sa_flags = SA_SIGINFO;
+	stall_page = kvmm_pool_frame_addr(f->pool, kvmm_mm_seq_frame(*victim, 0));
+	stall_hit = 0;
+	stall_release = 0;
+	assert_int_equal(sigaction(SIGSEGV, &sa, &st->old), 0);
+	assert_int_equal(mprotect(stall_page, PG, PROT_NONE), 0);
+	pthread_mutex_unlock(&f->pool->lock);
+
+	assert_int_equal(pthread_create(&st->copier, NULL, copier_main, f->pool), 0);
+	while (!__atomic_load_n(&stall_hit, __ATOMIC_ACQUIRE))
+		sched_yield(); /* ends: the copier reaches its first copy without help */
+	/* the copier let go of the lock before it copied: the copy is in flight from here on */
+	pthread_mutex_lock(&f->pool->lock);
+	assert_int_equal(kvmm_swap_nr_writeback(f->pool), 20);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), 0);
+	assert_int_equal(pthread_create(&st->releaser, NULL, releaser_main, NULL), 0);
+}
+
+/* The pool lock held: let the copier finish and go, put the signal handler back. */
+static void stall_end(struct kfx *f, struct stall *st)
+{
+	pthread_mutex_unlock(&f->pool->lock);
+	pthread_join(st->releaser, NULL);
+	pthread_join(st->copier, NULL);
+	sigaction(SIGSEGV, &st->old, NULL);
+	pthread_mutex_lock(&f->pool->lock);
+}
+
+/*
+ * An allocation that finds the pool empty while kvswapd's write-back copy is in flight waits
+ * for that copy and completes it (the frames were about to come back), instead of failing
+ * with -ENOMEM and reporting an OOM victim.
+ */
+static void test_alloc_waits_for_writeback(void **state)
+{
+	struct kfx *f = *state;
+	struct kvmm_seq *sw, *victim, *filler;
+	uint32_t tpp = f->fmt.tokens_per_page;
+	struct stall st;
+	int ret;
+
+	stall_writeback(f, &st, &sw, &victim, &filler);
+	/* the filler stays out of reach: the frames can only come from the write-back */
+	ret = kvmm_mm_seq_append(filler, 4 * tpp, NULL); /* 4 frames, none free */
+	stall_end(f, &st);
+	filler->flags &= ~KVMM_SEQ_F_NORECLAIM;
+	assert_int_equal(ret, 0);
+	assert_int_equal(f->pool->stat[KVMM_STAT_OOM], 0);
+	assert_int_equal(hook_fx->oom_calls, 0);
+	/* the victim went out whole, the filler stayed */
+	assert_int_equal(kvmm_swap_nr_writeback(f->pool), 0);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(victim), 20);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(filler), 0);
+	inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_truncate(filler, (uint64_t)(NF - 20) * tpp), 0);
+	assert_int_equal(kvmm_mm_seq_fault(victim, 0, 20), 20);
+	same(f, victim, 42);
+	same(f, filler, 43);
+	inv(f->pool);
+	kvmm_mm_seq_free(sw);
+	kvmm_mm_seq_free(victim);
+	kvmm_mm_seq_free(filler);
+	pthread_mutex_unlock(&f->pool->lock);
+}
+
+/*
+ * The sequence under write-back is freed while the copy is in flight: its frames come back
+ * as soon as the copy is done, even to an allocation inside a swap operation (a fault-in),
+ * where no sequence may be swapped out under the caller.
+ */
+static void test_writeback_freed_seq(void **state)
+{
+	struct kfx *f = *state;
+	struct kvmm_seq *sw, *victim, *filler;
+	struct stall st;
+	int ret;
+
+	stall_writeback(f, &st, &sw, &victim, &filler);
+	filler->flags &= ~KVMM_SEQ_F_NORECLAIM; /* inside a fault-in it is out of reach anyway */
+	kvmm_mm_seq_free(victim);
+	/* still held by the copy: mapped by nobody, not free yet */
+	assert_int_equal(kvmm_pool_nr_free(f->pool), 0);
+	ret = kvmm_mm_seq_fault(sw, 0, 2);
+	stall_end(f, &st);
+	assert_int_equal(ret, 2);
+	assert_int_equal(f->pool->stat[KVMM_STAT_OOM], 0);
+	assert_int_equal(kvmm_swap_nr_writeback(f->pool), 0);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), 18);
+	same(f, sw, 41);
+	same(f, filler, 43);
+	inv(f->pool);
+	kvmm_mm_seq_free(sw);
+	kvmm_mm_seq_free(filler);
+	pthread_mutex_unlock(&f->pool->lock);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -514,6 +749,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_oom_victim, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kswapd, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kswapd_writeback, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_kswapd_wake_in_backoff, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_alloc_waits_for_writeback, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_writeback_freed_seq, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("kswapd", tests, NULL, NULL);

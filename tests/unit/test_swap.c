@@ -1206,6 +1206,327 @@ static void test_unlocked_stress(void **state)
 	check_inv(f->pool);
 }
 
+/* ---- clean swap-cached pages ------------------------------------------------------------------- */
+
+/*
+ * The engine's pin window over every resident page of @seq ends: the KV of the tokens
+ * appended so far is written (as kvmmd's UNPIN), so their pages may keep their slots.
+ */
+static void kv_written(struct fx *f, struct kvmm_seq *seq)
+{
+	uint32_t b;
+
+	for (b = 0; b < seq->nblocks; b++) {
+		struct kvmm_page *pg;
+
+		if (kvmm_mm_seq_frame(seq, b) == KVMM_FRAME_NONE)
+			continue;
+		pg = kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(seq, b));
+		pg->pincount++;
+		kvmm_page_unpin(pg, 1);
+	}
+}
+
+static struct kvmm_swap_tier_info tinfo(struct fx *f, unsigned int id)
+{
+	struct kvmm_swap_tier_info ti;
+
+	assert_int_equal(kvmm_swap_tier_info(f->pool, id, &ti), 0);
+	return ti;
+}
+
+static bool kept(struct fx *f, struct kvmm_seq *seq, uint32_t b)
+{
+	return kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(seq, b))->swap != 0;
+}
+
+/* new random bytes for block @b of sequence slot @idx, written into its frame */
+static void rewrite(struct fx *f, int idx, struct kvmm_seq *seq, uint32_t b)
+{
+	uint32_t i;
+
+	for (i = 0; i < PAGE_SZ; i += 8) {
+		uint64_t v = rnd(f);
+
+		memcpy(&f->want[idx][b][i], &v, 8);
+	}
+	memcpy(kvmm_pool_frame_addr(f->pool, kvmm_mm_seq_frame(seq, b)), f->want[idx][b], PAGE_SZ);
+}
+
+/* swap out, fault in (written once, then kept), swap out again without a copy, fault in */
+static void test_clean_roundtrip(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *seq = mkseq(f, 0, 8, 1);
+	uint32_t free0, b;
+	struct kvmm_swap_tier_info ti;
+
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	kv_written(f, seq);
+	free0 = kvmm_pool_nr_free(f->pool);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 8), 8);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, 8), 8);
+	check_inv(f->pool);
+	check_bytes(f, 0, seq, 0, 8);
+	ti = tinfo(f, 1);
+	assert_int_equal(ti.pages_out, 8);
+	assert_int_equal(ti.kept, 8);
+	assert_int_equal(ti.used, 0);
+	for (b = 0; b < 8; b++)
+		assert_true(kept(f, seq, b));
+
+	/* the slots still hold the bytes: no write, the frames are freed at once */
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 8), 8);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), free0 + 8);
+	ti = tinfo(f, 1);
+	assert_int_equal(ti.pages_out, 8);
+	assert_int_equal(ti.clean_out, 8);
+	assert_int_equal(ti.kept, 0);
+	assert_int_equal(ti.used, 8);
+	/* and the next frames hold other bytes: the slots are what comes back */
+	for (b = 0; b < 8; b++)
+		memset(kvmm_pool_frame_addr(f->pool, b), 0xa5, PAGE_SZ);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, 8), 8);
+	check_inv(f->pool);
+	check_bytes(f, 0, seq, 0, 8);
+
+	/* asynchronous swap-out: a clean page needs no write-back either */
+	assert_int_equal(kvmm_mm_seq_swap_out_async(seq, 0, 8), 8);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(seq), 8);
+	assert_int_equal(kvmm_swap_writeback(f->pool, false), 0);
+	check_inv(f->pool);
+	ti = tinfo(f, 1);
+	assert_int_equal(ti.pages_out, 8);
+	assert_int_equal(ti.clean_out, 16);
+	/* unlocked fault-in keeps them too */
+	pthread_mutex_lock(&f->pool->lock);
+	assert_int_equal(kvmm_mm_seq_fault_unlocked(seq, 0, 8), 8);
+	pthread_mutex_unlock(&f->pool->lock);
+	check_inv(f->pool);
+	check_bytes(f, 0, seq, 0, 8);
+	assert_int_equal(tinfo(f, 1).kept, 8);
+
+	/* the association is checked: a page that forgets its slot is caught */
+	{
+		struct kvmm_page *pg = kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(seq, 3));
+		uint64_t swp = pg->swap;
+		char why[256];
+
+		pg->swap = 0;
+		assert_int_equal(kvmm_check_invariants(f->pool, why, sizeof(why)), -EUCLEAN);
+		pg->swap = swp;
+		check_inv(f->pool);
+	}
+	kvmm_mm_seq_free(seq);
+	check_inv(f->pool);
+	assert_int_equal(tinfo(f, 1).kept, 0);
+	assert_int_equal(tinfo(f, 1).used, 0);
+}
+
+/* the same through the NVMe tier (a read under the lock keeps its slot too) */
+static void test_clean_nvme(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *seq = mkseq(f, 0, 8, 1);
+
+	assert_int_equal(add_nvme(f, 2, 0, 16), 0);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 2), 0);
+	kv_written(f, seq);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 8), 8);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, 6), 6); /* 6, 7 read ahead */
+	assert_int_equal(kvmm_swap_poll(f->pool, true), 2);
+	check_inv(f->pool);
+	assert_int_equal(tinfo(f, 2).kept, 8);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 8), 8);
+	assert_int_equal(tinfo(f, 2).clean_out, 8);
+	assert_int_equal(tinfo(f, 2).pages_out, 8);
+	for (uint32_t b = 0; b < NFRAMES; b++)
+		if (f->pool->pages[b].state == KVMM_PAGE_FREE)
+			memset(kvmm_pool_frame_addr(f->pool, b), 0x5a, PAGE_SZ);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, 8), 8);
+	check_inv(f->pool);
+	check_bytes(f, 0, seq, 0, 8);
+}
+
+/*
+ * Appended tokens whose KV the engine has not written yet (no unpin since): a trip does not
+ * make the page clean, the KV written after it is swapped out for real and comes back.
+ */
+static void test_clean_pending_kv(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *seq = mkseq(f, 0, 4, 1);
+
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	/* appended, not written yet: out and in (a PIN), then the engine writes */
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 4), 4);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, 4), 4);
+	check_inv(f->pool);
+	assert_int_equal(tinfo(f, 1).kept, 0);
+	rewrite(f, 0, seq, 2);
+	kv_written(f, seq);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 4), 4);
+	assert_int_equal(tinfo(f, 1).pages_out, 8);
+	assert_int_equal(tinfo(f, 1).clean_out, 0);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, 4), 4);
+	check_inv(f->pool);
+	check_bytes(f, 0, seq, 0, 4);
+	assert_int_equal(tinfo(f, 1).kept, 4);
+	kvmm_mm_seq_free(seq);
+	check_inv(f->pool);
+}
+
+/* append, truncate, fork (COW) and unmap after a fault-in free the slot: the next trip writes */
+static void test_clean_dirtied(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *seq = mkseq(f, 0, 4, 1), *child;
+	uint32_t tpp = f->fmt.tokens_per_page, tok = 7;
+	struct kvmm_page *pg;
+	uint64_t out;
+
+	assert_int_equal(add_host(f, 1, 0, 32), 0);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	kv_written(f, seq);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 4), 4);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, 4), 4);
+	assert_int_equal(tinfo(f, 1).kept, 4);
+
+	/* truncate into block 3: its slot goes, the others stay kept */
+	assert_int_equal(kvmm_mm_seq_truncate(seq, 3 * tpp + tpp / 2), 0);
+	check_inv(f->pool);
+	assert_false(kept(f, seq, 3));
+	assert_true(kept(f, seq, 2));
+	assert_int_equal(tinfo(f, 1).kept, 3);
+	/* append into it (the engine then writes the token's KV in its pin window) */
+	assert_int_equal(kvmm_mm_seq_append(seq, 1, &tok), 0);
+	rewrite(f, 0, seq, 3);
+	kv_written(f, seq);
+	out = tinfo(f, 1).pages_out;
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 4), 4);
+	check_inv(f->pool);
+	assert_int_equal(tinfo(f, 1).pages_out, out + 1);
+	assert_int_equal(tinfo(f, 1).clean_out, 3);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, 4), 4);
+	check_inv(f->pool);
+	check_bytes(f, 0, seq, 0, 4);
+	assert_int_equal(tinfo(f, 1).kept, 4);
+
+	/* an append into the kept partial page alone frees its slot */
+	assert_int_equal(kvmm_mm_seq_append(seq, 1, &tok), 0);
+	assert_false(kept(f, seq, 3));
+	rewrite(f, 0, seq, 3);
+	kv_written(f, seq);
+	check_inv(f->pool);
+
+	/* fork: every page is shared, no slot is kept; the COW source stays unchanged */
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, 4), 0);
+	assert_int_equal(kvmm_mm_seq_fork(seq, &child), 0);
+	check_inv(f->pool);
+	assert_int_equal(tinfo(f, 1).kept, 0);
+	assert_int_equal(kvmm_mm_seq_append(child, 1, &tok), 0); /* COW of block 3 */
+	check_inv(f->pool);
+	kvmm_mm_seq_free(child);
+	check_inv(f->pool);
+	/* exclusive again but not clean: the next trip writes all four */
+	out = tinfo(f, 1).pages_out;
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 4), 4);
+	assert_int_equal(tinfo(f, 1).pages_out, out + 4);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, 4), 4);
+	check_bytes(f, 0, seq, 0, 4);
+	assert_int_equal(tinfo(f, 1).kept, 4);
+
+	/* unmap_tail hands the page to the caller: its slot goes */
+	pg = kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(seq, 3));
+	assert_int_equal(kvmm_mm_seq_unmap_tail(seq, 1, &pg), 0);
+	assert_int_equal(pg->swap, 0);
+	assert_int_equal(tinfo(f, 1).kept, 3);
+	kvmm_free_page(f->pool, pg, NULL);
+	check_inv(f->pool);
+	kvmm_mm_seq_free(seq);
+	check_inv(f->pool);
+	assert_int_equal(tinfo(f, 1).used + tinfo(f, 1).kept, 0);
+}
+
+/* a full tier frees kept slots before it moves down or fails */
+static void test_clean_full_tier(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *a = mkseq(f, 0, 8, 1), *b = mkseq(f, 1, 6, 100);
+
+	assert_int_equal(add_host(f, 1, 10, 8), 0);
+	assert_int_equal(add_host(f, 2, 0, 16), 0);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	kv_written(f, a);
+	kv_written(f, b);
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 8), 8);
+	assert_int_equal(kvmm_mm_seq_fault(a, 0, 8), 8);
+	assert_int_equal(tinfo(f, 1).kept, 8);
+	assert_int_equal(tinfo(f, 1).used, 0); /* kept slots are room */
+	/* tier 1 is full of kept slots: they are freed, b goes there, not to tier 2 */
+	assert_int_equal(kvmm_mm_seq_swap_out(b, 0, 6), 6);
+	check_inv(f->pool);
+	assert_int_equal(tinfo(f, 1).used, 6);
+	assert_int_equal(tinfo(f, 1).kept, 2);
+	assert_int_equal(tinfo(f, 2).used, 0);
+	assert_int_equal(kvmm_mm_seq_fault(b, 0, 6), 6);
+	check_bytes(f, 0, a, 0, 8);
+	check_bytes(f, 1, b, 0, 6);
+	check_inv(f->pool);
+	/* move-down frees kept slots instead of moving them */
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 8), 8); /* 2 clean, 6 into freed kept */
+	assert_int_equal(tinfo(f, 1).clean_out, 2);
+	assert_int_equal(tinfo(f, 1).used, 8);
+	assert_int_equal(kvmm_swap_move_down(f->pool, 1, 8), 8);
+	check_inv(f->pool);
+	assert_int_equal(tinfo(f, 1).used + tinfo(f, 1).kept, 0);
+	assert_int_equal(tinfo(f, 2).used, 8);
+	assert_int_equal(kvmm_mm_seq_fault(a, 0, 8), 8);
+	check_bytes(f, 0, a, 0, 8);
+	check_inv(f->pool);
+	kvmm_mm_seq_free(a);
+	kvmm_mm_seq_free(b);
+	check_inv(f->pool);
+}
+
+/* swapoff: the tier's kept slots go with it, resident pages lose them and keep their bytes */
+static void test_clean_swapoff(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *a = mkseq(f, 0, 6, 1), *b = mkseq(f, 1, 4, 100);
+
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 2), 0);
+	kv_written(f, a);
+	kv_written(f, b);
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 6), 6);
+	assert_int_equal(kvmm_mm_seq_swap_out(b, 0, 4), 4);
+	assert_int_equal(kvmm_mm_seq_fault(a, 0, 2), 2); /* 2, 3 read ahead */
+	assert_int_equal(kvmm_swap_poll(f->pool, true), 2);
+	check_inv(f->pool);
+	assert_int_equal(tinfo(f, 1).kept, 4);
+	/* no other tier: b's and a's swapped pages come back (kept, then freed with it) */
+	assert_int_equal(kvmm_swapoff(f->pool, 1), 0);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 0);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 0);
+	check_bytes(f, 0, a, 0, 6);
+	check_bytes(f, 1, b, 0, 4);
+	for (uint32_t k = 0; k < 6; k++)
+		assert_false(kept(f, a, k));
+	/* a new tier with the same id starts empty; the pages are written again */
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 6), 6);
+	assert_int_equal(tinfo(f, 1).pages_out, 6);
+	assert_int_equal(kvmm_mm_seq_fault(a, 0, 6), 6);
+	check_bytes(f, 0, a, 0, 6);
+	check_inv(f->pool);
+	/* and pool teardown (teardown()) frees the kept ones */
+}
+
 /* ---- fault injection ----------------------------------------------------------------------------- */
 
 static void write_fault(struct fx *f, enum kvmm_fault_mode mode, int want_err)
@@ -1385,6 +1706,8 @@ static void test_model(void **state)
 
 		if (!s[i]) {
 			s[i] = model_create(f, i, nb);
+			/* KV written: its pages keep their slots after a fault-in (clean) */
+			kv_written(f, s[i]);
 			continue;
 		}
 		first = (uint32_t)(rnd(f) % nb);
@@ -1450,6 +1773,9 @@ static void test_model(void **state)
 		      (unsigned long long)vmstat(f, KVMM_STAT_SWAP_CACHE_HIT),
 		      (unsigned long long)vmstat(f, KVMM_STAT_REFAULT),
 		      (unsigned long long)vmstat(f, KVMM_STAT_CACHE_HIT));
+	print_message("model: clean swap-outs (kept slots) host %llu nvme %llu\n",
+		      (unsigned long long)tinfo(f, 1).clean_out,
+		      (unsigned long long)tinfo(f, 2).clean_out);
 	assert_int_equal(kvmm_swapoff(f->pool, 2), 0);
 	assert_int_equal(kvmm_swapoff(f->pool, 1), 0);
 	assert_int_equal(kvmm_swapoff(f->pool, 5), 0);
@@ -1493,6 +1819,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_unlocked_swapoff_during, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unlocked_read_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unlocked_stress, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_clean_roundtrip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_clean_nvme, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_clean_pending_kv, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_clean_dirtied, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_clean_full_tier, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_clean_swapoff, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fault_write_eio, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fault_write_short, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fault_write_enospc, setup, teardown),

@@ -434,6 +434,59 @@ static void test_wb_nvme(void **state)
 	wb_roundtrip(f);
 }
 
+/*
+ * Clean swap-cached pages on a staged backend: a page whose KV is written keeps its slot after
+ * a fault-in, and its next swap-out copies nothing (no staging copy at all); the bytes that
+ * come back are the slot's.
+ */
+static void clean_roundtrip(struct fx *f, unsigned int id)
+{
+	struct kvmm_seq *seq = mkseq(f, 6, 1);
+	struct kvmm_swap_tier_info ti;
+	uint64_t copies0;
+	uint32_t b;
+
+	for (b = 0; b < 6; b++) {
+		struct kvmm_page *pg = kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(seq, b));
+
+		pg->pincount++;
+		kvmm_page_unpin(pg, 1); /* the engine's pin window over the KV it wrote ended */
+	}
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 6), 6);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, 6), 6);
+	check_inv(f->pool);
+	copies0 = dev(f)->nr_copies;
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 6), 6);
+	assert_int_equal(dev(f)->nr_copies, copies0);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_swap_tier_info(f->pool, id, &ti), 0);
+	assert_int_equal(ti.clean_out, 6);
+	assert_int_equal(ti.pages_out, 6);
+	poison_free(f);
+	assert_int_equal(kvmm_mm_seq_fault(seq, 0, 6), 6);
+	check_inv(f->pool);
+	check_bytes(f, seq, 0, 6);
+	kvmm_mm_seq_free(seq);
+	check_inv(f->pool);
+}
+
+static void test_clean_host(void **state)
+{
+	struct fx *f = *state;
+
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	clean_roundtrip(f, 1);
+}
+
+static void test_clean_nvme(void **state)
+{
+	struct fx *f = *state;
+
+	assert_int_equal(add_nvme(f, 2, 0, 16), 0);
+	clean_roundtrip(f, 2);
+}
+
 /* the unlocked fault-in on a staged backend: its copies run under the lock, nothing in flight */
 static void test_fault_unlocked_staged(void **state)
 {
@@ -518,6 +571,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_nvme_roundtrip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wb_host, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wb_nvme, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_clean_host, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_clean_nvme, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fault_unlocked_staged, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_demote_move_down_lookup, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bare_backend_refused, setup_bare, teardown),

@@ -745,6 +745,21 @@ out:
 	return tps;
 }
 
+#define RP_PAIRS 7 /* replay pairs (1 with --quick) */
+
+static int rp_cmp(const void *x, const void *y)
+{
+	double a = *(const double *)x, b = *(const double *)y;
+
+	return (a > b) - (a < b);
+}
+
+static double rp_median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), rp_cmp);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 static int bench_replay(const struct bench_opts *o)
 {
 	uint64_t page = 64u << 10;
@@ -756,29 +771,36 @@ static int bench_replay(const struct bench_opts *o)
 	struct replay r = {
 		.nseqs = 16, .blocks = 32, .batch = 2, .quantum = 16, .turns = o->quick ? 16 : 64};
 	uint32_t maxb = r.blocks + r.turns + 2;
-	double over, full;
-	int i;
+	double fs[RP_PAIRS], vs[RP_PAIRS], rs[RP_PAIRS], over, full, ratio;
+	int i, pairs = o->quick ? 1 : RP_PAIRS;
 
-	/* alternated, best of each: a noisy neighbour (2-core VMs) hurts both alike */
-	full = over = 0;
-	for (i = 0; i < (o->quick ? 1 : 3); i++) {
-		double f = replay_run(&r, page, r.nseqs * maxb + 64);
-		double v = replay_run(&r, page, r.nseqs * r.blocks / 2);
-
-		if (!f || !v) {
-			full = over = 0;
-			break;
+	/*
+	 * Pairs of runs back to back, the order alternating; the ratio is the median of the
+	 * pairs' ratios.  On the shared 2-core VM the same run takes ~200 or ~270 ms of attention
+	 * from one moment to the next, so a best-of-each (what this did before) let one lucky
+	 * run of either side decide the ratio; a pair shares its moment.
+	 */
+	for (i = 0; i < pairs; i++) {
+		if (i % 2) {
+			vs[i] = replay_run(&r, page, r.nseqs * r.blocks / 2);
+			fs[i] = replay_run(&r, page, r.nseqs * maxb + 64);
+		} else {
+			fs[i] = replay_run(&r, page, r.nseqs * maxb + 64);
+			vs[i] = replay_run(&r, page, r.nseqs * r.blocks / 2);
 		}
-		full = max_t(double, full, f);
-		over = max_t(double, over, v);
+		if (!fs[i] || !vs[i]) {
+			fprintf(stderr, "kvmm-bench swap: the replay failed\n");
+			return -EIO;
+		}
+		rs[i] = vs[i] / fs[i];
 	}
-	if (!full || !over) {
-		fprintf(stderr, "kvmm-bench swap: the replay failed\n");
-		return -EIO;
-	}
+	full = rp_median(fs, pairs);
+	over = rp_median(vs, pairs);
+	ratio = rp_median(rs, pairs);
 	bench_report("replay 2x oversubscribed (host tier)", over, "tok/s", "pool holds all", full);
-	bench_target("oversubscribed replay >= 90% of unconstrained", over / full * 100, 90, false,
-		     "%");
+	bench_report("replay 2x oversubscribed: median pair ratio", ratio, "x", "pool holds all",
+		     1.0);
+	bench_target("oversubscribed replay >= 90% of unconstrained", ratio * 100, 90, false, "%");
 	return 0;
 }
 

@@ -234,6 +234,7 @@ enum kvmm_stat {
 	KVMM_STAT_SEQ_SWAPOUT,	  /* sequence pages swapped out by reclaim */
 	KVMM_STAT_OOM,		  /* OOM: a victim sequence was reported for preemption */
 	KVMM_STAT_SHRINKER_FREED, /* frames owners' shrinkers gave back (client magazines) */
+	KVMM_STAT_SWAP_CLEAN,	  /* clean swap-cached pages swapped out into their kept slot */
 	KVMM_STAT_COUNT,
 };
 

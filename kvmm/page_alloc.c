@@ -105,6 +105,7 @@ static const char *const stat_names[KVMM_STAT_COUNT] = {
 	[KVMM_STAT_SEQ_SWAPOUT] = "seq_swapout",
 	[KVMM_STAT_OOM] = "oom",
 	[KVMM_STAT_SHRINKER_FREED] = "shrinker_freed",
+	[KVMM_STAT_SWAP_CLEAN] = "swap_clean_out",
 };
 
 const char *kvmm_stat_name(enum kvmm_stat s)

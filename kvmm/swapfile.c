@@ -722,6 +722,7 @@ static void clean_out(struct kvmm_swap *sw, struct kvmm_seq *seq, uint32_t block
 	pg->flags &= ~(KVMM_PG_ACTIVE | KVMM_PG_REFERENCED);
 	kvmm_free_page(pool, pg, seq->as->mag);
 	t->nr_clean_out++;
+	pool->stat[KVMM_STAT_SWAP_CLEAN]++;
 }
 
 int kvmm_mm_seq_swap_out(struct kvmm_seq *seq, uint32_t first, uint32_t n)

@@ -869,7 +869,9 @@ static void swap_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct ou
 			out_s64(o, "priority", ti.priority, NULL);
 			out_u64(o, "slots", ti.nslots, NULL);
 			out_u64(o, "used", ti.used, NULL);
+			out_u64(o, "kept", ti.kept, NULL);
 			out_u64(o, "pages_out", ti.pages_out, NULL);
+			out_u64(o, "clean_out", ti.clean_out, NULL);
 			out_u64(o, "pages_in", ti.pages_in, NULL);
 			out_u64(o, "bytes_out", ti.bytes_out, NULL);
 			out_u64(o, "bytes_in", ti.bytes_in, NULL);

@@ -1300,6 +1300,7 @@ static void test_clean_roundtrip(void **state)
 	ti = tinfo(f, 1);
 	assert_int_equal(ti.pages_out, 8);
 	assert_int_equal(ti.clean_out, 16);
+	assert_int_equal(f->pool->stat[KVMM_STAT_SWAP_CLEAN], 16);
 	/* unlocked fault-in keeps them too */
 	pthread_mutex_lock(&f->pool->lock);
 	assert_int_equal(kvmm_mm_seq_fault_unlocked(seq, 0, 8), 8);

@@ -65,6 +65,14 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+double bench_median(double *v, unsigned int n)
+{
+	if (!n)
+		return 0;
+	qsort(v, n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 double bench_measure(const struct bench_opts *o, const struct bench_case *c)
 {
 	uint64_t target = o->quick ? 2000000 : 20000000; /* ns per batch */

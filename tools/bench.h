@@ -36,6 +36,9 @@ struct bench_case {
 /* Monotonic clock in nanoseconds. */
 uint64_t bench_now_ns(void);
 
+/* The median of @n values (sorts them in place); 0 for none. */
+double bench_median(double *v, unsigned int n);
+
 /* Median nanoseconds per item of @c over several timed batches. */
 double bench_measure(const struct bench_opts *o, const struct bench_case *c);
 

@@ -246,19 +246,6 @@ static uint32_t bench_threads(void)
 	return n < 1 ? 1 : n > KVMM_CPU_MAX_THREADS ? KVMM_CPU_MAX_THREADS : (uint32_t)n;
 }
 
-static int cmp_dbl(const void *x, const void *y)
-{
-	double a = *(const double *)x, b = *(const double *)y;
-
-	return (a > b) - (a < b);
-}
-
-static double median(double *v, unsigned int n)
-{
-	qsort(v, n, sizeof(*v), cmp_dbl);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* ns of one batch of @n decode steps over block tables @tables */
 static double time_steps(struct attn_bench *a, const int32_t *tables, uint64_t n)
 {
@@ -302,9 +289,9 @@ static void measure_pair(const struct bench_opts *o, struct attn_bench *a, doubl
 		}
 		rt[i] = tp[i] / tc[i];
 	}
-	*paged = median(tp, pairs) / (double)n;
-	*contig = median(tc, pairs) / (double)n;
-	*ratio = median(rt, pairs);
+	*paged = bench_median(tp, pairs) / (double)n;
+	*contig = bench_median(tc, pairs) / (double)n;
+	*ratio = bench_median(rt, pairs);
 }
 
 struct attn_result {

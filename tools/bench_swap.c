@@ -83,20 +83,6 @@ static void fill_random(void *p, size_t len, uint64_t seed)
 	}
 }
 
-/* the median of @n values (sorts them) */
-static int rp_cmp(const void *x, const void *y)
-{
-	double a = *(const double *)x, b = *(const double *)y;
-
-	return (a > b) - (a < b);
-}
-
-static double rp_median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), rp_cmp);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static struct kvmm_seq *mkseq(struct sw_env *e, uint32_t blocks)
 {
 	struct kvmm_seq *seq;
@@ -343,10 +329,10 @@ static int bench_tiers(const struct bench_opts *o, const char *dir)
 		ro[r] = w1 ? vo[r] / w1 : 0;
 		ri[r] = r1 ? vi[r] / r1 : 0;
 	}
-	out = rp_median(vo, nvr);
-	in = rp_median(vi, nvr);
-	fw = rp_median(fwv, nvr);
-	fr = rp_median(frv, nvr);
+	out = bench_median(vo, nvr);
+	in = bench_median(vi, nvr);
+	fw = bench_median(fwv, nvr);
+	fr = bench_median(frv, nvr);
 	if (fio_missing) {
 		printf("fio: not available (make deps installs it): NVMe rows without baseline "
 		       "(skipped)\n");
@@ -356,12 +342,14 @@ static int bench_tiers(const struct bench_opts *o, const char *dir)
 	}
 	bench_report("swap nvme tier: out", out, "GB/s", "fio write", fw);
 	bench_report("swap nvme tier: in", in, "GB/s", "fio read", fr);
-	bench_report("swap nvme tier: out, median round ratio", rp_median(ro, nvr), "x",
+	bench_report("swap nvme tier: out, median round ratio", bench_median(ro, nvr), "x",
 		     "fio write", 1.0);
-	bench_report("swap nvme tier: in, median round ratio", rp_median(ri, nvr), "x", "fio read",
-		     1.0);
-	bench_target("nvme tier swap-out >= 90% of fio", rp_median(ro, nvr) * 100, 90, false, "%");
-	bench_target("nvme tier swap-in >= 90% of fio", rp_median(ri, nvr) * 100, 90, false, "%");
+	bench_report("swap nvme tier: in, median round ratio", bench_median(ri, nvr), "x",
+		     "fio read", 1.0);
+	bench_target("nvme tier swap-out >= 90% of fio", bench_median(ro, nvr) * 100, 90, false,
+		     "%");
+	bench_target("nvme tier swap-in >= 90% of fio", bench_median(ri, nvr) * 100, 90, false,
+		     "%");
 	return 0;
 }
 
@@ -791,7 +779,7 @@ static int bench_replay(const struct bench_opts *o)
 		.nseqs = 16, .blocks = 32, .batch = 2, .quantum = 16, .turns = o->quick ? 16 : 64};
 	uint32_t maxb = r.blocks + r.turns + 2;
 	double fs[RP_PAIRS], vs[RP_PAIRS], rs[RP_PAIRS], over, full, ratio;
-	int i, pairs = o->quick ? 1 : RP_PAIRS;
+	unsigned int i, pairs = o->quick ? 1 : RP_PAIRS;
 
 	/*
 	 * Pairs of runs back to back, the order alternating; the ratio is the median of the
@@ -813,9 +801,9 @@ static int bench_replay(const struct bench_opts *o)
 		}
 		rs[i] = vs[i] / fs[i];
 	}
-	full = rp_median(fs, pairs);
-	over = rp_median(vs, pairs);
-	ratio = rp_median(rs, pairs);
+	full = bench_median(fs, pairs);
+	over = bench_median(vs, pairs);
+	ratio = bench_median(rs, pairs);
 	bench_report("replay 2x oversubscribed (host tier)", over, "tok/s", "pool holds all", full);
 	bench_report("replay 2x oversubscribed: median pair ratio", ratio, "x", "pool holds all",
 		     1.0);

@@ -11,8 +11,8 @@
  * scores the chunk's K rows, takes the online-softmax step (running max and sum; when the
  * max grows the accumulator is rescaled by exp(old - new) as the weighted sum loads it, so
  * no exponent is positive and nothing overflows) and adds the exp-weighted V rows.  The next
- * chunk (other frames, which no hardware prefetcher can guess) is queued for prefetch and
- * asked for a line or two per step of the inner loops.
+ * chunk (other frames, which no hardware prefetcher can guess) is prefetched by the inner
+ * loops, each line they load naming the same line of the next chunk (struct kvmm_cpu_seg).
  * Decode makes one tile of all query heads of a sequence; prefill makes tiles of all query
  * heads of a few consecutive new tokens, with limits position + 1.
  * Arguments are checked before anything is read: every block a sequence needs must be in its
@@ -57,7 +57,8 @@ struct attn_ctx {
 	float *corr; /* per slot: the factor of the last softmax step */
 	uint32_t *limit, *head;
 	float **out;
-	struct kvmm_cpu_seg *seg; /* the chunk's runs (chunk of them: one per token at worst) */
+	struct kvmm_cpu_seg *seg;  /* the chunk's runs (chunk of them: one per token at worst) */
+	struct kvmm_cpu_seg *pseg; /* the runs of the chunk to prefetch, as many */
 };
 
 static int check_batch(const struct kvmm_attn_batch *b, bool prefill)
@@ -118,7 +119,7 @@ static int ctx_init(struct attn_ctx *c, const struct kvmm_attn_batch *b, uint32_
 	c->qs = aligned_alloc(64, floats * sizeof(float));
 	c->limit = malloc((size_t)tile * 2 * sizeof(uint32_t));
 	c->out = malloc((size_t)tile * sizeof(float *));
-	c->seg = malloc((size_t)c->chunk * sizeof(*c->seg));
+	c->seg = malloc((size_t)c->chunk * 2 * sizeof(*c->seg));
 	if (!c->qs || !c->limit || !c->out || !c->seg) {
 		free(c->qs);
 		free(c->limit);
@@ -133,6 +134,7 @@ static int ctx_init(struct attn_ctx *c, const struct kvmm_attn_batch *b, uint32_
 	c->l = c->m + tile;
 	c->corr = c->l + tile;
 	c->head = c->limit + tile;
+	c->pseg = c->seg + c->chunk;
 	return 0;
 }
 
@@ -161,56 +163,72 @@ static void tile_set(struct attn_ctx *c, uint32_t j, const float *q, uint32_t h,
 }
 
 /*
- * Ask for the KV rows some tokens ahead while a chunk is computed: the next page of a
- * sequence is anywhere in the pool, so no hardware prefetcher can guess it, but the block
- * table says where it is.  A cursor walks the tokens of this pass and then those of the pass
- * this thread runs next (positions past this pass's len1 tokens are the next one's), K and V
- * rows page run by page run, kvmm_cpu_prefetch_chunks chunks ahead of the chunk being
- * computed, and queues them (struct kvmm_cpu_pfq); the inner loops ask for a line or two at
- * each step, so the requests never pile up beyond what the core keeps in flight (bursts of
- * a few dozen lines stalled the core on full miss buffers: cpu.md).
+ * The runs of tokens [t0, t0 + n) of the sequence with block table table (n <= c->chunk):
+ * one per page; returns how many.
  */
-struct prefetch {
-	uint32_t pos, want; /* next token to ask for; ask up to (not including) want */
-	uint32_t len1;	    /* tokens of this pass; the next pass's follow */
-};
-
-uint32_t kvmm_cpu_prefetch_chunks = 1; /* measured best of 0..3 on the dev VM (cpu.md) */
-
-/* Queue the K and V page runs of tokens [pos, want) in q; returns the lines queued. */
-static uint32_t prefetch_fill(const struct attn_ctx *c, const int32_t *table, struct prefetch *pf,
-			      struct kvmm_cpu_pfq *q)
+static uint32_t chunk_segs(const struct attn_ctx *c, const int32_t *table, uint32_t t0, uint32_t n,
+			   struct kvmm_cpu_seg *seg)
 {
 	const struct kvmm_fmt *f = c->f;
-	uint32_t tpp = f->tokens_per_page, total = 0;
+	uint32_t tpp = f->tokens_per_page, t, r = 0;
 
-	q->cur = q->nr = 0;
-	while (pf->pos < pf->want && q->nr + 2 <= KVMM_CPU_PFQ_RUNS) {
-		const int32_t *tab = table;
-		uint32_t t = c->begin + pf->pos, end = c->begin + pf->len1, row, run, lines;
-		const char *page;
+	for (t = t0; t < t0 + n; r++) {
+		uint32_t row = t % tpp, k = min_t(uint32_t, tpp - row, t0 + n - t);
+		const char *page = c->base + (uint64_t)table[t / tpp] * f->page_size;
 
-		if (pf->pos >= pf->len1) {
-			tab = c->next_table;
-			t = c->next_begin + (pf->pos - pf->len1);
-			end = c->next_end;
-			if (!tab || t >= end) {
-				pf->pos = pf->want; /* nothing more to ask for */
-				break;
-			}
+		seg[r].k = page + c->k_off + row * f->row_bytes;
+		seg[r].v = page + c->v_off + row * f->row_bytes;
+		seg[r].ks = seg[r].vs = NULL;
+		if (f->dtype == KVMM_DTYPE_INT8) {
+			seg[r].ks = page + c->ks_off + row * f->scale_row_bytes;
+			seg[r].vs = page + c->vs_off + row * f->scale_row_bytes;
 		}
-		row = t % tpp;
-		run = min_t(uint32_t, min_t(uint32_t, tpp - row, end - t), pf->want - pf->pos);
-		page = c->base + (uint64_t)tab[t / tpp] * f->page_size;
-		lines = (uint32_t)(((uint64_t)run * f->row_bytes + 63) / 64);
-		q->p[q->nr] = page + c->k_off + row * f->row_bytes;
-		q->lines[q->nr++] = lines;
-		q->p[q->nr] = page + c->v_off + row * f->row_bytes;
-		q->lines[q->nr++] = lines;
-		total += 2 * lines;
-		pf->pos += run;
+		seg[r].pf = seg[r].pfs = 0;
+		seg[r].n = k;
+		t += k;
 	}
-	return total;
+	return r;
+}
+
+/*
+ * Where to prefetch while the chunk at t0 (its nr runs in c->seg) is computed: the next page
+ * of a sequence is anywhere in the pool, so no hardware prefetcher can guess it, but the block
+ * table says where it is.  The chunk kvmm_cpu_prefetch_chunks chunks ahead (past the end of
+ * this pass, the pass this thread runs next: a worker claims its next unit before it starts
+ * the current one) has runs like this one's in all but the last chunk of a sequence, so run r
+ * is prefetched at the distance between the two runs r (struct kvmm_cpu_seg).  One 64-byte
+ * line per line loaded, into L2: the requests go out at the rate the rows are consumed, and
+ * in the order the heads will want them, with no queue to keep (cpu.md, Prefetch).
+ */
+uint32_t kvmm_cpu_prefetch_chunks = 1; /* measured best of 0..4 on the dev VM (cpu.md) */
+
+static void prefetch_plan(struct attn_ctx *c, const int32_t *table, uint32_t t0, uint32_t n,
+			  uint32_t maxlim, uint32_t nr)
+{
+	uint64_t d = kvmm_cpu_prefetch_chunks, left, p;
+	uint32_t pn, pr, r;
+
+	if (!d)
+		return;
+	/* chunks of this pass after this one */
+	left = (maxlim - t0 - n + c->chunk - 1) / c->chunk;
+	if (d <= left) {
+		p = t0 + d * c->chunk;
+		pn = (uint32_t)min_t(uint64_t, c->chunk, maxlim - p);
+		pr = chunk_segs(c, table, (uint32_t)p, pn, c->pseg);
+	} else {
+		/* into the pass this thread runs next: its chunk d - left - 1 */
+		p = c->next_begin + (d - left - 1) * c->chunk;
+		if (!c->next_table || p >= c->next_end)
+			return;
+		pn = (uint32_t)min_t(uint64_t, c->chunk, c->next_end - p);
+		pr = chunk_segs(c, c->next_table, (uint32_t)p, pn, c->pseg);
+	}
+	for (r = 0; r < nr && r < pr; r++) {
+		c->seg[r].pf = c->pseg[r].k - c->seg[r].k;
+		if (c->seg[r].ks)
+			c->seg[r].pfs = c->pseg[r].ks - c->seg[r].ks;
+	}
 }
 
 /* Run nq tile slots over the sequence with block table table. */
@@ -218,22 +236,17 @@ static void attend(struct attn_ctx *c, const int32_t *table, uint32_t nq)
 {
 	const struct kvmm_fmt *f = c->f;
 	const struct kvmm_cpu_ops *ops = c->ops;
-	uint32_t tpp = f->tokens_per_page, maxlim = 0, t0, j;
-	struct kvmm_cpu_pfq pfq;
+	uint32_t maxlim = 0, t0, j;
 	struct kvmm_cpu_chunk ch = {
 		.seg = c->seg,
 		.stride = f->row_bytes,
 		.sstride = f->scale_row_bytes,
 		.dim = c->dim,
 		.gs = c->gs,
-		.pfq = &pfq,
 	};
-	struct prefetch pf = {0};
 
 	for (j = 0; j < nq; j++)
 		maxlim = max_t(uint32_t, maxlim, c->limit[j]);
-	if (maxlim > c->begin)
-		pf.len1 = maxlim - c->begin;
 
 	/*
 	 * Chunks of up to c->chunk tokens over consecutive pages, all heads: the chunk's K (and
@@ -241,40 +254,9 @@ static void attend(struct attn_ctx *c, const int32_t *table, uint32_t nq)
 	 * cache by every head and query.
 	 */
 	for (t0 = c->begin; t0 < maxlim;) {
-		uint32_t n = min_t(uint32_t, c->chunk, maxlim - t0), t, r = 0;
+		uint32_t n = min_t(uint32_t, c->chunk, maxlim - t0);
 
-		/* the chunk's runs, one per page */
-		for (t = t0; t < t0 + n; r++) {
-			uint32_t row = t % tpp, k = min_t(uint32_t, tpp - row, t0 + n - t);
-			const char *page = c->base + (uint64_t)table[t / tpp] * f->page_size;
-
-			c->seg[r].k = page + c->k_off + row * f->row_bytes;
-			c->seg[r].v = page + c->v_off + row * f->row_bytes;
-			c->seg[r].ks = c->seg[r].vs = NULL;
-			if (f->dtype == KVMM_DTYPE_INT8) {
-				c->seg[r].ks = page + c->ks_off + row * f->scale_row_bytes;
-				c->seg[r].vs = page + c->vs_off + row * f->scale_row_bytes;
-			}
-			c->seg[r].n = k;
-			t += k;
-		}
-		/*
-		 * Queue the next kvmm_cpu_prefetch_chunks chunks' rows (in steady state: the one
-		 * chunk not yet queued), to be asked for a line or two at each step of the
-		 * groups' inner loops.
-		 */
-		pfq.nr = pfq.cur = 0;
-		if (kvmm_cpu_prefetch_chunks) {
-			uint32_t lines, steps;
-
-			pf.want = t0 - c->begin + n * (1 + kvmm_cpu_prefetch_chunks);
-			if (pf.pos < t0 + n - c->begin)
-				pf.pos = t0 + n - c->begin; /* (the start of a pass) */
-			lines = prefetch_fill(c, table, &pf, &pfq);
-			steps = max_t(uint32_t, 1,
-				      nq / c->group * ops->pf_steps(n, c->group, c->dim));
-			pfq.per = (lines + steps - 1) / steps;
-		}
+		prefetch_plan(c, table, t0, n, maxlim, chunk_segs(c, table, t0, n, c->seg));
 		/* runs of slots with the same head and limit: the queries of one GQA group */
 		for (j = 0; j < nq;) {
 			uint32_t h = c->head[j], lim = c->limit[j], e = j + 1;
@@ -295,9 +277,6 @@ static void attend(struct attn_ctx *c, const int32_t *table, uint32_t nq)
 				c->corr + j);
 			j = e;
 		}
-		/* what the steps did not ask for (fewer of them than estimated) */
-		pfq.per = UINT32_MAX;
-		kvmm_cpu_pfq_step(&pfq);
 		t0 += n;
 	}
 

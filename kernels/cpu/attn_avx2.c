@@ -157,8 +157,8 @@ VEC_OPS(bf16, KVMM_DTYPE_BF16)
 VEC_OPS(int8, KVMM_DTYPE_INT8)
 
 const struct kvmm_cpu_ops kvmm_cpu_ops_avx2[KVMM_DTYPE_COUNT] = {
-	[KVMM_DTYPE_FP32] = {qk_fp32, softmax_vec, pv_fp32, pf_steps_vec},
-	[KVMM_DTYPE_FP16] = {qk_fp16, softmax_vec, pv_fp16, pf_steps_vec},
-	[KVMM_DTYPE_BF16] = {qk_bf16, softmax_vec, pv_bf16, pf_steps_vec},
-	[KVMM_DTYPE_INT8] = {qk_int8, softmax_vec, pv_int8, pf_steps_vec},
+	[KVMM_DTYPE_FP32] = {qk_fp32, softmax_vec, pv_fp32},
+	[KVMM_DTYPE_FP16] = {qk_fp16, softmax_vec, pv_fp16},
+	[KVMM_DTYPE_BF16] = {qk_bf16, softmax_vec, pv_bf16},
+	[KVMM_DTYPE_INT8] = {qk_int8, softmax_vec, pv_int8},
 };

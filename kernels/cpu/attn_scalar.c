@@ -91,12 +91,19 @@ static void softmax_scalar(float *s, uint64_t sq, uint32_t nq, uint32_t n, float
 	}
 }
 
-/* the pfq steps of qk and pv: one per query and run of rows (one run per chunk, about) */
-static uint32_t pf_steps_scalar(uint32_t n, uint32_t nq, uint32_t dim)
+/*
+ * The same lines of the next chunk as a head's part of a run (rows at row, n of them): the
+ * scalar loops take it once per run, before the first query's pass over it.
+ */
+static void pf_run(const struct kvmm_cpu_chunk *c, const char *row, const char *sc, uint32_t n,
+		   uint32_t esz, int64_t pf, int64_t pfs)
 {
-	(void)n;
-	(void)dim;
-	return 2 * nq;
+	for (uint32_t t = 0; t < n; t++) {
+		for (uint32_t b = 0; b < c->dim * esz; b += 64)
+			kvmm_cpu_prefetch(row + t * c->stride + b + pf);
+		if (sc)
+			kvmm_cpu_prefetch(sc + t * c->sstride + pfs);
+	}
 }
 
 /* the scalar code does one query and one run of rows at a time */
@@ -108,7 +115,11 @@ static uint32_t pf_steps_scalar(uint32_t n, uint32_t nq, uint32_t dim)
 			const struct kvmm_cpu_seg *sg = c->seg;                                 \
                                                                                                 \
 			for (uint32_t t0 = 0; t0 < c->n; t0 += sg->n, sg++) {                   \
-				kvmm_cpu_pfq_step(c->pfq);                                      \
+				if (i == 0)                                                     \
+					pf_run(c, sg->k + c->hoff,                              \
+					       sg->ks ? sg->ks + c->hsoff : NULL,               \
+					       min_t(uint32_t, sg->n, c->n - t0),               \
+					       kvmm_dtype_size(dt), sg->pf, sg->pfs);           \
 				qk_body(dt, q + i * qstride, sg->k + c->hoff, c->stride,        \
 					sg->ks ? (const float *)(sg->ks + c->hsoff) : NULL,     \
 					c->sstride, min_t(uint32_t, sg->n, c->n - t0), c->dim,  \
@@ -126,7 +137,11 @@ static uint32_t pf_steps_scalar(uint32_t n, uint32_t nq, uint32_t dim)
 			for (uint32_t d = 0; d < c->dim; d++)                                   \
 				a[d] *= corr[i];                                                \
 			for (uint32_t t0 = 0; t0 < c->n; t0 += sg->n, sg++) {                   \
-				kvmm_cpu_pfq_step(c->pfq);                                      \
+				if (i == 0)                                                     \
+					pf_run(c, sg->v + c->hoff,                              \
+					       sg->vs ? sg->vs + c->hsoff : NULL,               \
+					       min_t(uint32_t, sg->n, c->n - t0),               \
+					       kvmm_dtype_size(dt), sg->pf, sg->pfs);           \
 				pv_body(dt, a, p + i * sp + t0, sg->v + c->hoff, c->stride,     \
 					sg->vs ? (const float *)(sg->vs + c->hsoff) : NULL,     \
 					c->sstride, min_t(uint32_t, sg->n, c->n - t0), c->dim,  \
@@ -141,8 +156,8 @@ SCALAR_OPS(bf16, KVMM_DTYPE_BF16)
 SCALAR_OPS(int8, KVMM_DTYPE_INT8)
 
 const struct kvmm_cpu_ops kvmm_cpu_ops_scalar[KVMM_DTYPE_COUNT] = {
-	[KVMM_DTYPE_FP32] = {qk_fp32, softmax_scalar, pv_fp32, pf_steps_scalar},
-	[KVMM_DTYPE_FP16] = {qk_fp16, softmax_scalar, pv_fp16, pf_steps_scalar},
-	[KVMM_DTYPE_BF16] = {qk_bf16, softmax_scalar, pv_bf16, pf_steps_scalar},
-	[KVMM_DTYPE_INT8] = {qk_int8, softmax_scalar, pv_int8, pf_steps_scalar},
+	[KVMM_DTYPE_FP32] = {qk_fp32, softmax_scalar, pv_fp32},
+	[KVMM_DTYPE_FP16] = {qk_fp16, softmax_scalar, pv_fp16},
+	[KVMM_DTYPE_BF16] = {qk_bf16, softmax_scalar, pv_bf16},
+	[KVMM_DTYPE_INT8] = {qk_int8, softmax_scalar, pv_int8},
 };

@@ -20,7 +20,8 @@
  * of the shuffles of four separate sums and one store; a tail of under four rows goes one
  * row at a time.  Weighted sums go PV_DB vectors of dims at a time over all the chunk's
  * runs of V rows, the NQ * PV_DB accumulators staying in registers (rescaled by the softmax
- * step's factor as they are loaded).  Both step the prefetch queue (cpu.h) as they go.
+ * step's factor as they are loaded).  Both prefetch, for every 64-byte line they load, the same
+ * line of the next chunk (seg->pf, cpu.h).
  * For int8 each group of gs elements is scaled by its token's scale as it is loaded.  NQ is
  * a compile-time constant in every instance (the switch at the bottom), so the small loops
  * over queries unroll.
@@ -36,11 +37,21 @@
 #define PV_DB 4 /* vectors of dims per pass of the weighted sums (registers: QB * PV_DB) */
 #endif
 
-static __always_inline const void *elem(uint32_t dt, const void *row, uint32_t i)
-{
-	uint32_t esz = dt == KVMM_DTYPE_FP32 ? 4 : dt == KVMM_DTYPE_INT8 ? 1 : 2;
+#define ESZ(dt) ((dt) == KVMM_DTYPE_FP32 ? 4u : (dt) == KVMM_DTYPE_INT8 ? 1u : 2u)
 
-	return (const char *)row + (uint64_t)i * esz;
+static __always_inline const char *elem(uint32_t dt, const void *row, uint32_t i)
+{
+	return (const char *)row + (uint64_t)i * ESZ(dt);
+}
+
+/*
+ * Element i of a row starts a 64-byte line of it: prefetch that line of the next chunk, pf
+ * bytes on.  With the dims a constant (the head-dim instances) the test folds away.
+ */
+static __always_inline void pf_line(uint32_t dt, const void *row, uint32_t i, int64_t pf)
+{
+	if (((uint64_t)i * ESZ(dt)) % 64 == 0)
+		kvmm_cpu_prefetch(elem(dt, row, i) + pf);
 }
 
 static __always_inline float row_scale(const float *sc, uint64_t sstride, uint32_t t, uint32_t g)
@@ -52,7 +63,7 @@ static __always_inline float row_scale(const float *sc, uint64_t sstride, uint32
 static __always_inline void qk_block(uint32_t dt, uint32_t NQ, const float *q, uint64_t qstride,
 				     const void *row, uint64_t stride, const float *sc,
 				     uint64_t sstride, uint32_t n, uint32_t dim, uint32_t gs,
-				     float *s, uint64_t sq)
+				     float *s, uint64_t sq, int64_t pf, int64_t pfs)
 {
 	if (dt != KVMM_DTYPE_INT8)
 		gs = dim;
@@ -62,6 +73,8 @@ static __always_inline void qk_block(uint32_t dt, uint32_t NQ, const float *q, u
 		uint32_t i;
 
 		_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++) sum[i] = vzero();
+		if (dt == KVMM_DTYPE_INT8)
+			kvmm_cpu_prefetch((const char *)sc + t * sstride + pfs);
 		for (uint32_t g0 = 0; g0 < dim; g0 += gs) {
 			vec sv = dt == KVMM_DTYPE_INT8 ? vset1(row_scale(sc, sstride, t, g0 / gs))
 						       : vzero();
@@ -69,6 +82,7 @@ static __always_inline void qk_block(uint32_t dt, uint32_t NQ, const float *q, u
 			for (uint32_t d = g0; d < g0 + gs; d += VW) {
 				vec kv = vload_kv(dt, elem(dt, r, d), g0 + gs - d);
 
+				pf_line(dt, r, d, pf);
 				if (dt == KVMM_DTYPE_INT8)
 					kv = vmul(kv, sv);
 				_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++) sum[i] =
@@ -132,10 +146,12 @@ static __always_inline void pv_block(uint32_t dt, uint32_t NQ, const struct kvmm
 					const char *r = row + t * stride;
 					vec vv[PV_DB];
 
-					kvmm_cpu_pfq_step(c->pfq);
-
+					if (dt == KVMM_DTYPE_INT8 && d == 0)
+						kvmm_cpu_prefetch((const char *)sc + t * sstride +
+								  sg->pfs);
 					_Pragma("GCC unroll 4") for (k = 0; k < PV_DB; k++)
 					{
+						pf_line(dt, r, d + k * VW, sg->pf);
 						vv[k] = vload_kv(dt, elem(dt, r, d + k * VW), VW);
 						if (dt == KVMM_DTYPE_INT8)
 							vv[k] = vmul(vv[k],
@@ -173,6 +189,10 @@ static __always_inline void pv_block(uint32_t dt, uint32_t NQ, const struct kvmm
 					vec vv = vload_kv(dt, elem(dt, row + t * stride, d),
 							  g0 + gs - d);
 
+					if (dt == KVMM_DTYPE_INT8 && d == 0)
+						kvmm_cpu_prefetch((const char *)sc + t * sstride +
+								  sg->pfs);
+					pf_line(dt, row + t * stride, d, sg->pf);
 					if (dt == KVMM_DTYPE_INT8)
 						vv = vmul(vv, vset1(row_scale(sc, sstride, t,
 									      g0 / gs)));
@@ -190,7 +210,7 @@ static __always_inline void pv_block(uint32_t dt, uint32_t NQ, const struct kvmm
 static __always_inline void qk_block4(uint32_t dt, uint32_t NQ, const float *q, uint64_t qstride,
 				      const void *row, uint64_t stride, const float *sc,
 				      uint64_t sstride, uint32_t n, uint32_t dim, uint32_t gs,
-				      float *s, uint64_t sq, struct kvmm_cpu_pfq *pfq)
+				      float *s, uint64_t sq, int64_t pf, int64_t pfs)
 {
 	uint32_t t = 0, i, u;
 
@@ -206,15 +226,19 @@ static __always_inline void qk_block4(uint32_t dt, uint32_t NQ, const float *q, 
 			vec sv[4];
 
 			if (dt == KVMM_DTYPE_INT8)
-				_Pragma("GCC unroll 4") for (u = 0; u < 4; u++) sv[u] =
-					vset1(row_scale(sc, sstride, t + u, g0 / gs));
+				_Pragma("GCC unroll 4") for (u = 0; u < 4; u++)
+				{
+					if (g0 == 0)
+						kvmm_cpu_prefetch((const char *)sc +
+								  (t + u) * sstride + pfs);
+					sv[u] = vset1(row_scale(sc, sstride, t + u, g0 / gs));
+				}
 			for (uint32_t d = g0; d < g0 + gs; d += VW) {
 				vec kv[4];
 
-				kvmm_cpu_pfq_step(pfq);
-
 				_Pragma("GCC unroll 4") for (u = 0; u < 4; u++)
 				{
+					pf_line(dt, r + u * stride, d, pf);
 					kv[u] = vload_kv(dt, elem(dt, r + u * stride, d),
 							 g0 + gs - d);
 					if (dt == KVMM_DTYPE_INT8)
@@ -235,7 +259,7 @@ static __always_inline void qk_block4(uint32_t dt, uint32_t NQ, const float *q, 
 	if (t < n) /* sc is NULL unless int8: no offset on a null pointer */
 		qk_block(dt, NQ, q, qstride, (const char *)row + t * stride, stride,
 			 sc ? (const float *)((const char *)sc + t * sstride) : NULL, sstride,
-			 n - t, dim, gs, s + t, sq);
+			 n - t, dim, gs, s + t, sq, pf, pfs);
 }
 
 /* the queries QK_QB at a time, each block over every run of the chunk */
@@ -257,19 +281,19 @@ static __always_inline void qk_chunk(uint32_t dt, const struct kvmm_cpu_chunk *c
 			switch (nq - b >= QK_QB ? QK_QB : nq - b) {
 			case 4:
 				qk_block4(dt, 4, qb, qstride, row, c->stride, sc, c->sstride, n,
-					  dim, gs, sb, sq, c->pfq);
+					  dim, gs, sb, sq, sg->pf, sg->pfs);
 				break;
 			case 3:
 				qk_block4(dt, 3, qb, qstride, row, c->stride, sc, c->sstride, n,
-					  dim, gs, sb, sq, c->pfq);
+					  dim, gs, sb, sq, sg->pf, sg->pfs);
 				break;
 			case 2:
 				qk_block4(dt, 2, qb, qstride, row, c->stride, sc, c->sstride, n,
-					  dim, gs, sb, sq, c->pfq);
+					  dim, gs, sb, sq, sg->pf, sg->pfs);
 				break;
 			default:
 				qk_block4(dt, 1, qb, qstride, row, c->stride, sc, c->sstride, n,
-					  dim, gs, sb, sq, c->pfq);
+					  dim, gs, sb, sq, sg->pf, sg->pfs);
 				break;
 			}
 		}
@@ -350,15 +374,6 @@ static void softmax_vec(float *s, uint64_t sq, uint32_t nq, uint32_t n, float *m
 		l[i] = l[i] * corr[i] + expsum(si, n, mn);
 		m[i] = mn;
 	}
-}
-
-/* the pfq steps of qk (one per four rows and vector of dims) and pv (one per row and pass) */
-static uint32_t pf_steps_vec(uint32_t n, uint32_t nq, uint32_t dim)
-{
-	uint32_t vecs = (dim + VW - 1) / VW;
-
-	return (nq + QK_QB - 1) / QK_QB * (n / 4) * vecs +
-	       (nq + QB - 1) / QB * n * ((vecs + PV_DB - 1) / PV_DB);
 }
 
 #define VEC_OPS(name, dt)                                                                       \

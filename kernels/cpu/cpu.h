@@ -35,49 +35,34 @@
  * 0 and, for int8, that row's scales (sstride bytes apart), else NULL.  A head's part of a row
  * is hoff bytes further (its scales hsoff).  The group this chunk is given to sees its first
  * n tokens (a causal limit may cut the last runs short).
+ *
+ * Prefetch: pf is how far (bytes) the same row of the matching run of the chunk to be computed
+ * next (kvmm_cpu_prefetch_chunks ahead, attn.c) lies from this run's row, for K and V alike
+ * (pfs for the scales); the inner loops prefetch every 64-byte line they load at that
+ * distance, so the next chunk is asked for line by line at the rate this one is consumed and
+ * in the order it will be.  0 where there is nothing to ask for (the prefetch then names a
+ * line already loaded).  A run longer than its match asks for a few lines past the match's
+ * end: harmless, a prefetch never faults.
  */
 struct kvmm_cpu_seg {
 	const char *k, *v, *ks, *vs;
+	int64_t pf, pfs;
 	uint32_t n;
 };
 
 struct kvmm_cpu_chunk {
 	const struct kvmm_cpu_seg *seg;
-	struct kvmm_cpu_pfq *pfq; /* to step at every few rows */
 	uint64_t hoff, hsoff, stride, sstride;
 	uint32_t n, dim, gs;
 };
 
 /*
- * Lines to prefetch while a chunk is computed, a few at each step of the inner loops so that
- * the requests trickle out at about the rate the rows are consumed (a burst of a few hundred
- * fills the core's miss buffers and stalls it): runs of bytes (page runs of K, then of V),
- * asked for in order, per lines at a time.  Filled by attn.c.
+ * Prefetch into L2 (prefetcht1): the next chunk is a chunk's time away and, with K and V of
+ * the current one, more than the L1 holds (see Documentation/kernels/cpu.md).
  */
-#define KVMM_CPU_PFQ_RUNS 264u
-
-struct kvmm_cpu_pfq {
-	const char *p[KVMM_CPU_PFQ_RUNS];
-	uint32_t lines[KVMM_CPU_PFQ_RUNS];
-	uint32_t cur, nr, per;
-};
-
-static __always_inline void kvmm_cpu_pfq_step(struct kvmm_cpu_pfq *q)
+static __always_inline void kvmm_cpu_prefetch(const void *p)
 {
-	uint32_t want = q->per;
-
-	while (want && q->cur < q->nr) {
-		uint32_t k = min_t(uint32_t, want, q->lines[q->cur]);
-		const char *p = q->p[q->cur];
-
-		for (uint32_t i = 0; i < k; i++)
-			__builtin_prefetch(p + i * 64, 0, 3);
-		q->p[q->cur] = p + k * 64;
-		q->lines[q->cur] -= k;
-		want -= k;
-		if (!q->lines[q->cur])
-			q->cur++;
-	}
+	__builtin_prefetch(p, 0, 2);
 }
 
 /*
@@ -99,8 +84,6 @@ struct kvmm_cpu_ops {
 	/* acc_i = corr[i] * acc_i + sum over t < c->n of p[i * sp + t] * V row t, i < nq */
 	void (*pv)(const struct kvmm_cpu_chunk *c, float *acc, uint64_t astride, const float *p,
 		   uint64_t sp, uint32_t nq, const float *corr);
-	/* how many times qk and pv step c->pfq for a group of nq over n tokens (about) */
-	uint32_t (*pf_steps)(uint32_t n, uint32_t nq, uint32_t dim);
 };
 
 /* Indexed by enum kvmm_dtype; the NONE entry is empty. */

@@ -23,6 +23,13 @@
  *                               words, four accumulators, on the same number of threads as
  *                               the rows it is compared with, through the kernels' own pool
  *                               (what N cores pull from memory, with the same hand-off cost)
+ *   attn.read_<ctx>.tN.paged    no attention: the long case's frames summed as the stream
+ *                               sums, frame after frame in block-table order, each frame's
+ *                               lines in address order while the same line of the next frame
+ *                               is prefetched (as the kernels prefetch), against the same
+ *                               read of consecutive frames (baseline contig): what scattering
+ *                               64 KiB frames costs a reader that does nothing else, beside
+ *                               what it costs the kernel (the paged/contig rows)
  *
  * Paged and contiguous are timed as 25 pairs of back-to-back batches of about 20 ms, the order
  * alternating; the rows are the medians of each, and the paged/contig target uses the median
@@ -58,12 +65,15 @@ struct attn_bench {
 	uint32_t *ctx_lens;
 	float *q, *out;
 	int err;
+	void (*run)(void *arg, uint64_t n); /* what time_steps() times: decode, or the frame read */
 	/* stream-read baseline */
 	const uint64_t *buf;
 	size_t words;
 	uint64_t sink;
 	uint32_t threads, next; /* threads of the stream baseline, the next block to read */
 };
+
+#define READ_FRAMES 16 /* frames per block of the threaded frame read: 1 MiB */
 
 #define STREAM_BLOCK (1u << 17) /* 64-bit words per block of the threaded stream: 1 MiB */
 
@@ -144,6 +154,60 @@ static void run_stream(void *arg, uint64_t n)
 	}
 }
 
+/* frames [i, end) of the block table in use, in its order; the next one's lines prefetched */
+static uint64_t read_frames(const struct attn_bench *a, uint32_t i, uint32_t end)
+{
+	size_t words = a->fmt.page_size / 8;
+	uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+
+	for (; i < end; i++) {
+		const uint64_t *w =
+			(const uint64_t *)(a->pool + (size_t)a->tables[i] * a->fmt.page_size);
+		int64_t pf = i + 1 < end
+				     ? (a->tables[i + 1] - a->tables[i]) * (int64_t)a->fmt.page_size
+				     : 0;
+
+		for (size_t k = 0; k + 8 <= words; k += 8) {
+			__builtin_prefetch((const char *)(w + k) + pf, 0, 2);
+			s0 += w[k] + w[k + 4];
+			s1 += w[k + 1] + w[k + 5];
+			s2 += w[k + 2] + w[k + 6];
+			s3 += w[k + 3] + w[k + 7];
+		}
+	}
+	return s0 + s1 + s2 + s3;
+}
+
+static void read_worker(void *arg, uint32_t w)
+{
+	struct attn_bench *a = arg;
+	uint64_t sum = 0;
+	uint32_t blk;
+
+	(void)w;
+	while ((blk = __atomic_fetch_add(&a->next, 1, __ATOMIC_RELAXED)) * READ_FRAMES < a->nframes)
+		sum += read_frames(a, blk * READ_FRAMES,
+				   a->nframes - blk * READ_FRAMES < READ_FRAMES
+					   ? a->nframes
+					   : (blk + 1) * READ_FRAMES);
+	__atomic_add_fetch(&a->sink, sum, __ATOMIC_RELAXED);
+}
+
+static void run_read(void *arg, uint64_t n)
+{
+	struct attn_bench *a = arg;
+
+	for (uint64_t i = 0; i < n; i++) {
+		if (a->threads <= 1) {
+			a->sink += read_frames(a, 0, a->nframes);
+		} else {
+			a->next = 0;
+			kvmm_cpu_pool_run(read_worker, a, a->threads);
+		}
+		bench_use(a->sink);
+	}
+}
+
 static void free_shape(struct attn_bench *a)
 {
 	free(a->pool);
@@ -165,6 +229,7 @@ static int make_shape(struct attn_bench *a, uint32_t nseqs, uint32_t ctx, uint32
 	int err;
 
 	memset(a, 0, sizeof(*a));
+	a->run = run_decode;
 	err = kvmm_fmt_init(&probe, 1, KV_HEADS, HEAD_DIM, KVMM_DTYPE_FP16, 0, 1u << 30);
 	if (!err)
 		err = kvmm_fmt_init(&a->fmt, 1, KV_HEADS, HEAD_DIM, KVMM_DTYPE_FP16, 0,
@@ -253,7 +318,7 @@ static double time_steps(struct attn_bench *a, const int32_t *tables, uint64_t n
 
 	a->tables = tables;
 	t0 = bench_now_ns();
-	run_decode(a, n);
+	a->run(a, n);
 	return (double)(bench_now_ns() - t0);
 }
 
@@ -270,7 +335,7 @@ static double time_steps(struct attn_bench *a, const int32_t *tables, uint64_t n
 static void measure_pair(const struct bench_opts *o, struct attn_bench *a, double *paged,
 			 double *contig, double *ratio)
 {
-	struct bench_case c = {.name = "attn decode", .run = run_decode, .arg = a};
+	struct bench_case c = {.name = "attn pair", .run = a->run, .arg = a};
 	unsigned int pairs = o->quick ? 7 : PAIRS, i;
 	double tp[PAIRS], tc[PAIRS], rt[PAIRS];
 	uint64_t n;
@@ -297,6 +362,7 @@ static void measure_pair(const struct bench_opts *o, struct attn_bench *a, doubl
 struct attn_result {
 	double stream, sp, scn, lp, lcn, mp, mcn; /* GB/s stream; ns per step of each case */
 	double sr, lr, mr;			  /* paged/contig, median of pair ratios */
+	double rp, rcn, rr;			  /* the frame read: ns per pass, its ratio */
 };
 
 /* Every row on nt threads (the kernels' and the stream baseline's). */
@@ -319,6 +385,10 @@ static int measure_all(const struct bench_opts *o, struct attn_bench *sh, struct
 	lg->hq = KV_HEADS;
 	measure_pair(o, lg, &r->mp, &r->mcn, &r->mr);
 	lg->hq = Q_HEADS;
+	/* no attention: the frames alone, scattered and consecutive */
+	lg->run = run_read;
+	measure_pair(o, lg, &r->rp, &r->rcn, &r->rr);
+	lg->run = run_decode;
 	/* the stream again, after the kernels, and the faster kept, as for paged and contig */
 	r->stream = fmax(r->stream, gbps((double)lg->words * 8, bench_measure(o, &sc)));
 	return sh->err ? sh->err : lg->err;
@@ -347,11 +417,17 @@ static void report_all(const struct attn_bench *sh, const struct attn_bench *lg,
 	bench_report(name, gbps(lbytes, r->mp), "GB/s", "contig", gbps(lbytes, r->mcn));
 	bench_report(name, gbps(lbytes, r->mp), "GB/s", base, r->stream);
 
+	snprintf(name, sizeof(name), "attn.read_%uk.t%u.paged", lg->ctx / 1024, nt);
+	bench_report(name, gbps(lbytes, r->rp), "GB/s", "contig", gbps(lbytes, r->rcn));
+
 	snprintf(what, sizeof(what), "attn paged decode slowdown vs contiguous (512x32, %u thr)",
 		 nt);
 	bench_target(what, (r->sr - 1) * 100, 5, true, "%");
 	snprintf(what, sizeof(what), "attn paged decode slowdown vs contiguous (long, %u thr)", nt);
 	bench_target(what, (r->lr - 1) * 100, 5, true, "%");
+	printf("note: for comparison, a pure read of the same frames (no attention, the kernels' "
+	       "prefetch) is %.1f %% slower scattered than consecutive (%u thr; attn.read row)\n",
+	       (r->rr - 1) * 100, nt);
 	snprintf(what, sizeof(what),
 		 "attn long-context paged decode vs streaming read (%u thr both)", nt);
 	bench_target(what, gbps(lbytes, r->lp) / r->stream * 100, 60, false, "%");

@@ -17,6 +17,10 @@
  *                               the KV of a sequence is one contiguous run of memory (the
  *                               kernel still walks it page by page: this isolates the cost
  *                               of scattered pages, not of the block-table indirection)
+ *   attn.decode_<ctx>.tN.runs4  the long case with block tables of shuffled runs of 4
+ *                               consecutive frames (256 KiB), as an allocator that gives a
+ *                               growing sequence aligned blocks of 4 frames would lay it out;
+ *                               no target, against contig like the paged row
  *   attn.decode_<ctx>_mha...    the long case read by 8 query heads (no GQA): the least
  *                               arithmetic per KV byte, so the closest to a bandwidth test
  *   baseline stream_read_tN     summing a buffer as large as the long case's KV, 64-bit
@@ -60,8 +64,8 @@ struct attn_bench {
 	struct kvmm_fmt fmt;
 	char *pool;
 	uint32_t nframes, nseqs, ctx, max_blocks, hq;
-	int32_t *paged, *contig; /* block tables */
-	const int32_t *tables;	 /* the one in use */
+	int32_t *paged, *contig, *runs4; /* block tables */
+	const int32_t *tables;		 /* the one in use */
 	uint32_t *ctx_lens;
 	float *q, *out;
 	int err;
@@ -213,6 +217,7 @@ static void free_shape(struct attn_bench *a)
 	free(a->pool);
 	free(a->paged);
 	free(a->contig);
+	free(a->runs4);
 	free(a->ctx_lens);
 	free(a->q);
 	free(a->out);
@@ -244,6 +249,7 @@ static int make_shape(struct attn_bench *a, uint32_t nseqs, uint32_t ctx, uint32
 	a->pool = aligned_alloc(4096, (size_t)a->nframes * a->fmt.page_size);
 	a->paged = malloc((size_t)a->nframes * sizeof(int32_t));
 	a->contig = malloc((size_t)a->nframes * sizeof(int32_t));
+	a->runs4 = malloc((size_t)a->nframes * sizeof(int32_t));
 	a->ctx_lens = malloc(nseqs * sizeof(uint32_t));
 	a->q = malloc(nq * sizeof(float));
 	a->out = malloc(nq * sizeof(float));
@@ -252,8 +258,8 @@ static int make_shape(struct attn_bench *a, uint32_t nseqs, uint32_t ctx, uint32
 	v = malloc(TPP * row * sizeof(float));
 	slots = malloc(TPP * sizeof(int64_t));
 	err = -ENOMEM;
-	if (!a->pool || !a->paged || !a->contig || !a->ctx_lens || !a->q || !a->out || !perm ||
-	    !k || !v || !slots)
+	if (!a->pool || !a->paged || !a->contig || !a->runs4 || !a->ctx_lens || !a->q || !a->out ||
+	    !perm || !k || !v || !slots)
 		goto out_free;
 
 	for (i = 0; i < a->nframes; i++)
@@ -268,6 +274,18 @@ static int make_shape(struct attn_bench *a, uint32_t nseqs, uint32_t ctx, uint32
 		a->contig[i] = (int32_t)i;
 		a->paged[i] = (int32_t)perm[i];
 	}
+	/* runs of 4: the first nframes / 4 entries of perm shuffled again as run numbers */
+	for (i = 0; i < a->nframes / 4; i++)
+		perm[i] = i;
+	for (i = a->nframes / 4; i > 1; i--) {
+		uint32_t j = (uint32_t)(rnd64() % i), x = perm[i - 1];
+
+		perm[i - 1] = perm[j];
+		perm[j] = x;
+	}
+	for (i = 0; i < a->nframes; i++)
+		a->runs4[i] =
+			i < a->nframes / 4 * 4 ? (int32_t)(perm[i / 4] * 4 + i % 4) : (int32_t)i;
 	for (s = 0; s < nseqs; s++)
 		a->ctx_lens[s] = ctx;
 	for (i = 0; i < nq; i++)
@@ -363,6 +381,7 @@ struct attn_result {
 	double stream, sp, scn, lp, lcn, mp, mcn; /* GB/s stream; ns per step of each case */
 	double sr, lr, mr;			  /* paged/contig, median of pair ratios */
 	double rp, rcn, rr;			  /* the frame read: ns per pass, its ratio */
+	double up, ucn, ur;			  /* the long case in runs of 4 frames */
 };
 
 /* Every row on nt threads (the kernels' and the stream baseline's). */
@@ -381,6 +400,10 @@ static int measure_all(const struct bench_opts *o, struct attn_bench *sh, struct
 	r->stream = gbps((double)lg->words * 8, bench_measure(o, &sc));
 	measure_pair(o, sh, &r->sp, &r->scn, &r->sr);
 	measure_pair(o, lg, &r->lp, &r->lcn, &r->lr);
+	/* the same in runs of 4 frames (measure_pair times a->paged against contig) */
+	swap(lg->paged, lg->runs4);
+	measure_pair(o, lg, &r->up, &r->ucn, &r->ur);
+	swap(lg->paged, lg->runs4);
 	/* the same pages read by 8 query heads (no GQA): the least compute per byte */
 	lg->hq = KV_HEADS;
 	measure_pair(o, lg, &r->mp, &r->mcn, &r->mr);
@@ -413,6 +436,9 @@ static void report_all(const struct attn_bench *sh, const struct attn_bench *lg,
 	bench_report(name, gbps(lbytes, r->lp), "GB/s", base, r->stream);
 	snprintf(name, sizeof(name), "attn.decode_%uk.t%u.step", lg->ctx / 1024, nt);
 	bench_report(name, r->lp / 1e3, "us", "contig", r->lcn / 1e3);
+	snprintf(name, sizeof(name), "attn.decode_%uk.t%u.runs4", lg->ctx / 1024, nt);
+	bench_report(name, gbps(lbytes, r->up), "GB/s", "contig", gbps(lbytes, r->ucn));
+	bench_report(name, gbps(lbytes, r->up), "GB/s", base, r->stream);
 	snprintf(name, sizeof(name), "attn.decode_%uk_mha.t%u.paged", lg->ctx / 1024, nt);
 	bench_report(name, gbps(lbytes, r->mp), "GB/s", "contig", gbps(lbytes, r->mcn));
 	bench_report(name, gbps(lbytes, r->mp), "GB/s", base, r->stream);
@@ -425,6 +451,9 @@ static void report_all(const struct attn_bench *sh, const struct attn_bench *lg,
 	bench_target(what, (r->sr - 1) * 100, 5, true, "%");
 	snprintf(what, sizeof(what), "attn paged decode slowdown vs contiguous (long, %u thr)", nt);
 	bench_target(what, (r->lr - 1) * 100, 5, true, "%");
+	printf("note: in runs of 4 frames the long case is %.1f %% slower than contiguous (%u thr; "
+	       "runs4 row)\n",
+	       (r->ur - 1) * 100, nt);
 	printf("note: for comparison, a pure read of the same frames (no attention, the kernels' "
 	       "prefetch) is %.1f %% slower scattered than consecutive (%u thr; attn.read row)\n",
 	       (r->rr - 1) * 100, nt);

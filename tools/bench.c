@@ -35,6 +35,9 @@ static struct bench_row rows[MAX_ROWS];
 static unsigned int nr_rows;
 static char targets[MAX_TARGETS][160];
 static unsigned int nr_targets;
+#define MAX_NOTES 32
+static char notes[MAX_NOTES][240];
+static unsigned int nr_notes;
 
 uint64_t bench_now_ns(void)
 {
@@ -126,6 +129,17 @@ void bench_report(const char *name, double value, const char *unit, const char *
 	r->baseline_value = baseline_value;
 }
 
+void bench_note(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (nr_notes == MAX_NOTES)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(notes[nr_notes++], sizeof(notes[0]), fmt, ap);
+	va_end(ap);
+}
+
 void bench_target(const char *what, double value, double limit, bool upper, const char *unit)
 {
 	bool met = upper ? value <= limit : value >= limit;
@@ -190,7 +204,9 @@ void bench_print(const struct bench_opts *o)
 			putchar('}');
 		}
 		fputs(nr_rows ? "\n]\n" : "]\n", stdout);
-		/* stdout stays pure JSON; the targets go to stderr */
+		/* stdout stays pure JSON; the notes and targets go to stderr */
+		for (unsigned int i = 0; i < nr_notes; i++)
+			fprintf(stderr, "%s\n", notes[i]);
 		for (unsigned int i = 0; i < nr_targets; i++)
 			fprintf(stderr, "%s\n", targets[i]);
 		return;
@@ -204,8 +220,10 @@ void bench_print(const struct bench_opts *o)
 		printf("%-28s %12.2f %-12s %-24s %14.2f %8.2f\n", r->name, r->value, r->unit,
 		       r->baseline, r->baseline_value, ratio_of(r));
 	}
-	if (nr_targets)
+	if (nr_notes || nr_targets)
 		putchar('\n');
+	for (unsigned int i = 0; i < nr_notes; i++)
+		printf("%s\n", notes[i]);
 	for (unsigned int i = 0; i < nr_targets; i++)
 		printf("%s\n", targets[i]);
 }

@@ -46,6 +46,12 @@ double bench_measure(const struct bench_opts *o, const struct bench_case *c);
 void bench_report(const char *name, double value, const char *unit, const char *baseline,
 		  double baseline_value);
 
+/*
+ * A line of context (what was measured on what, a comparison that is not a row), printed
+ * after the table, or to stderr with --json so that stdout stays one JSON array.
+ */
+void bench_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* A target line (e.g. "magazine alloc+free <= 50 ns/page: met"), printed after the table. */
 void bench_target(const char *what, double value, double limit, bool upper, const char *unit);
 

@@ -451,12 +451,13 @@ static void report_all(const struct attn_bench *sh, const struct attn_bench *lg,
 	bench_target(what, (r->sr - 1) * 100, 5, true, "%");
 	snprintf(what, sizeof(what), "attn paged decode slowdown vs contiguous (long, %u thr)", nt);
 	bench_target(what, (r->lr - 1) * 100, 5, true, "%");
-	printf("note: in runs of 4 frames the long case is %.1f %% slower than contiguous (%u thr; "
-	       "runs4 row)\n",
-	       (r->ur - 1) * 100, nt);
-	printf("note: for comparison, a pure read of the same frames (no attention, the kernels' "
-	       "prefetch) is %.1f %% slower scattered than consecutive (%u thr; attn.read row)\n",
-	       (r->rr - 1) * 100, nt);
+	bench_note("note: in runs of 4 frames the long case is %.1f %% slower than contiguous "
+		   "(%u thr; runs4 row)",
+		   (r->ur - 1) * 100, nt);
+	bench_note(
+		"note: for comparison, a pure read of the same frames (no attention, the kernels' "
+		"prefetch) is %.1f %% slower scattered than consecutive (%u thr; attn.read row)",
+		(r->rr - 1) * 100, nt);
 	snprintf(what, sizeof(what),
 		 "attn long-context paged decode vs streaming read (%u thr both)", nt);
 	bench_target(what, gbps(lbytes, r->lp) / r->stream * 100, 60, false, "%");
@@ -483,10 +484,11 @@ int bench_suite_attn(const struct bench_opts *o)
 		free_shape(&sh);
 		return err;
 	}
-	printf("attn: isa %s, fp16, %u KV heads x dim %u, %u q heads, %u tokens/page (%llu KiB), "
-	       "1 and %u threads\n",
-	       kvmm_cpu_isa_name(kvmm_cpu_isa_get()), KV_HEADS, HEAD_DIM, Q_HEADS, TPP,
-	       (unsigned long long)(lg.fmt.page_size >> 10), nt);
+	bench_note(
+		"attn: isa %s, fp16, %u KV heads x dim %u, %u q heads, %u tokens/page (%llu KiB), "
+		"1 and %u threads",
+		kvmm_cpu_isa_name(kvmm_cpu_isa_get()), KV_HEADS, HEAD_DIM, Q_HEADS, TPP,
+		(unsigned long long)(lg.fmt.page_size >> 10), nt);
 
 	saved = kvmm_cpu_get_threads();
 	err = measure_all(o, &sh, &lg, 1, &r1);

@@ -58,7 +58,7 @@ static int daemon_start(struct daemon *d)
 	if (!bin || !bin[0])
 		bin = "./kvmm/kvmmd";
 	if (access(bin, X_OK)) {
-		printf("ipc: %s not built (run from the top of the build tree): skipped\n", bin);
+		bench_note("ipc: %s not built (run from the top of the build tree): skipped", bin);
 		return -ENOENT;
 	}
 	snprintf(d->dir, sizeof(d->dir), "/tmp/kvmm-bench.XXXXXX");

@@ -334,8 +334,8 @@ static int bench_tiers(const struct bench_opts *o, const char *dir)
 	fw = bench_median(fwv, nvr);
 	fr = bench_median(frv, nvr);
 	if (fio_missing) {
-		printf("fio: not available (make deps installs it): NVMe rows without baseline "
-		       "(skipped)\n");
+		bench_note("fio: not available (make deps installs it): NVMe rows without baseline "
+			   "(skipped)");
 		bench_report("swap nvme tier: out (fio skipped)", out, "GB/s", "fio write", 0);
 		bench_report("swap nvme tier: in (fio skipped)", in, "GB/s", "fio read", 0);
 		return 0;

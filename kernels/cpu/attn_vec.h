@@ -37,11 +37,10 @@
 #define PV_DB 4 /* vectors of dims per pass of the weighted sums (registers: QB * PV_DB) */
 #endif
 
-#define ESZ(dt) ((dt) == KVMM_DTYPE_FP32 ? 4u : (dt) == KVMM_DTYPE_INT8 ? 1u : 2u)
-
+/* (dt is a constant in every instance: kvmm_dtype_size() folds to one) */
 static __always_inline const char *elem(uint32_t dt, const void *row, uint32_t i)
 {
-	return (const char *)row + (uint64_t)i * ESZ(dt);
+	return (const char *)row + (uint64_t)i * kvmm_dtype_size(dt);
 }
 
 /*
@@ -50,7 +49,7 @@ static __always_inline const char *elem(uint32_t dt, const void *row, uint32_t i
  */
 static __always_inline void pf_line(uint32_t dt, const void *row, uint32_t i, int64_t pf)
 {
-	if (((uint64_t)i * ESZ(dt)) % 64 == 0)
+	if (((uint64_t)i * kvmm_dtype_size(dt)) % 64 == 0)
 		kvmm_cpu_prefetch(elem(dt, row, i) + pf);
 }
 

@@ -75,6 +75,9 @@ struct attn_bench {
 	size_t words;
 	uint64_t sink;
 	uint32_t threads, next; /* threads of the stream baseline, the next block to read */
+	/* what run_parts() reads: part() over [first, end) of part_total units */
+	uint64_t (*part)(const struct attn_bench *a, uint64_t first, uint64_t end);
+	uint64_t part_total, part_block;
 };
 
 #define READ_FRAMES 16 /* frames per block of the threaded frame read: 1 MiB */
@@ -125,46 +128,19 @@ static uint64_t sum_words(const uint64_t *buf, size_t words)
 	return s0 + s1 + s2 + s3;
 }
 
-/* one participant of the threaded stream: 1 MiB blocks off a shared counter */
-static void stream_worker(void *arg, uint32_t w)
+/* the stream's words [first, end) */
+static uint64_t stream_part(const struct attn_bench *a, uint64_t first, uint64_t end)
 {
-	struct attn_bench *a = arg;
-	uint64_t sum = 0;
-	uint32_t blk;
-
-	(void)w;
-	while ((size_t)(blk = __atomic_fetch_add(&a->next, 1, __ATOMIC_RELAXED)) * STREAM_BLOCK <
-	       a->words) {
-		size_t off = (size_t)blk * STREAM_BLOCK;
-
-		sum += sum_words(a->buf + off,
-				 a->words - off < STREAM_BLOCK ? a->words - off : STREAM_BLOCK);
-	}
-	__atomic_add_fetch(&a->sink, sum, __ATOMIC_RELAXED);
+	return sum_words(a->buf + first, end - first);
 }
 
-static void run_stream(void *arg, uint64_t n)
-{
-	struct attn_bench *a = arg;
-
-	for (uint64_t i = 0; i < n; i++) {
-		if (a->threads <= 1) {
-			a->sink += sum_words(a->buf, a->words);
-		} else {
-			a->next = 0;
-			kvmm_cpu_pool_run(stream_worker, a, a->threads);
-		}
-		bench_use(a->sink);
-	}
-}
-
-/* frames [i, end) of the block table in use, in its order; the next one's lines prefetched */
-static uint64_t read_frames(const struct attn_bench *a, uint32_t i, uint32_t end)
+/* frames [first, end) of the block table in use, in its order; the next one's lines prefetched */
+static uint64_t read_part(const struct attn_bench *a, uint64_t first, uint64_t end)
 {
 	size_t words = a->fmt.page_size / 8;
 	uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
 
-	for (; i < end; i++) {
+	for (uint64_t i = first; i < end; i++) {
 		const uint64_t *w =
 			(const uint64_t *)(a->pool + (size_t)a->tables[i] * a->fmt.page_size);
 		int64_t pf = i + 1 < end
@@ -182,34 +158,50 @@ static uint64_t read_frames(const struct attn_bench *a, uint32_t i, uint32_t end
 	return s0 + s1 + s2 + s3;
 }
 
-static void read_worker(void *arg, uint32_t w)
+/* one participant of a threaded read: blocks of a->part_block units off a shared counter */
+static void part_worker(void *arg, uint32_t w)
 {
 	struct attn_bench *a = arg;
-	uint64_t sum = 0;
-	uint32_t blk;
+	uint64_t sum = 0, first;
 
 	(void)w;
-	while ((blk = __atomic_fetch_add(&a->next, 1, __ATOMIC_RELAXED)) * READ_FRAMES < a->nframes)
-		sum += read_frames(a, blk * READ_FRAMES,
-				   a->nframes - blk * READ_FRAMES < READ_FRAMES
-					   ? a->nframes
-					   : (blk + 1) * READ_FRAMES);
+	while ((first = (uint64_t)__atomic_fetch_add(&a->next, 1, __ATOMIC_RELAXED) *
+			a->part_block) < a->part_total)
+		sum += a->part(a, first, min_t(uint64_t, first + a->part_block, a->part_total));
 	__atomic_add_fetch(&a->sink, sum, __ATOMIC_RELAXED);
+}
+
+/* n reads of total units by part(), on a->threads threads through the kernels' pool */
+static void run_parts(struct attn_bench *a, uint64_t n,
+		      uint64_t (*part)(const struct attn_bench *, uint64_t, uint64_t),
+		      uint64_t total, uint64_t block)
+{
+	a->part = part;
+	a->part_total = total;
+	a->part_block = block;
+	for (uint64_t i = 0; i < n; i++) {
+		if (a->threads <= 1) {
+			a->sink += part(a, 0, total);
+		} else {
+			a->next = 0;
+			kvmm_cpu_pool_run(part_worker, a, a->threads);
+		}
+		bench_use(a->sink);
+	}
+}
+
+static void run_stream(void *arg, uint64_t n)
+{
+	struct attn_bench *a = arg;
+
+	run_parts(a, n, stream_part, a->words, STREAM_BLOCK);
 }
 
 static void run_read(void *arg, uint64_t n)
 {
 	struct attn_bench *a = arg;
 
-	for (uint64_t i = 0; i < n; i++) {
-		if (a->threads <= 1) {
-			a->sink += read_frames(a, 0, a->nframes);
-		} else {
-			a->next = 0;
-			kvmm_cpu_pool_run(read_worker, a, a->threads);
-		}
-		bench_use(a->sink);
-	}
+	run_parts(a, n, read_part, a->nframes, READ_FRAMES);
 }
 
 static void free_shape(struct attn_bench *a)

@@ -463,6 +463,7 @@ int bench_suite_attn(const struct bench_opts *o)
 	uint32_t long_ctx = o->quick ? 8192 : 32768, nt = bench_threads(), saved;
 	struct attn_result r1, rn;
 	struct attn_bench sh, lg;
+	char thr[32];
 	int err;
 
 	err = make_shape(&sh, 32, 512, Q_HEADS);
@@ -476,11 +477,11 @@ int bench_suite_attn(const struct bench_opts *o)
 		free_shape(&sh);
 		return err;
 	}
-	bench_note(
-		"attn: isa %s, fp16, %u KV heads x dim %u, %u q heads, %u tokens/page (%llu KiB), "
-		"1 and %u threads",
-		kvmm_cpu_isa_name(kvmm_cpu_isa_get()), KV_HEADS, HEAD_DIM, Q_HEADS, TPP,
-		(unsigned long long)(lg.fmt.page_size >> 10), nt);
+	snprintf(thr, sizeof(thr), nt > 1 ? "1 and %u threads" : "1 thread", nt);
+	bench_note("attn: isa %s, fp16, %u KV heads x dim %u, %u q heads, %u tokens/page "
+		   "(%llu KiB), %s",
+		   kvmm_cpu_isa_name(kvmm_cpu_isa_get()), KV_HEADS, HEAD_DIM, Q_HEADS, TPP,
+		   (unsigned long long)(lg.fmt.page_size >> 10), thr);
 
 	saved = kvmm_cpu_get_threads();
 	err = measure_all(o, &sh, &lg, 1, &r1);

@@ -259,6 +259,32 @@ static struct kvmm_page *slot_frame(struct kvmm_pool *pool, const struct kvmm_sw
 	return pg;
 }
 
+/*
+ * A read record of slot @s of @t (swap entry @swp) into a new frame, locked, its I/O set up as
+ * a read into that frame; NULL when there is no memory for either.
+ */
+static struct swap_rd *rd_new(struct kvmm_pool *pool, struct kvmm_swap_tier *t, uint64_t s,
+			      uint64_t swp, struct kvmm_magazine *mag)
+{
+	struct swap_rd *rd = calloc(1, sizeof(*rd));
+
+	if (!rd)
+		return NULL;
+	rd->pg = slot_frame(pool, &t->slots[s], mag);
+	if (!rd->pg) {
+		free(rd);
+		return NULL;
+	}
+	rd->pg->flags |= KVMM_PG_LOCKED;
+	rd->sw = pool->swap;
+	rd->t = t;
+	rd->swp = swp;
+	rd->io.slot = s;
+	rd->io.write = false;
+	swap_io_frame(pool, &rd->io, kvmm_page_to_frame(pool, rd->pg));
+	return rd;
+}
+
 /* Start an asynchronous read of swap entry @swp; 1 started, 0 nothing to do, or -errno. */
 static int read_async(struct kvmm_pool *pool, uint64_t swp, struct kvmm_magazine *mag)
 {
@@ -277,21 +303,9 @@ static int read_async(struct kvmm_pool *pool, uint64_t swp, struct kvmm_magazine
 		kvmm_swap_count_fail(t);
 		return -EIO;
 	}
-	rd = calloc(1, sizeof(*rd));
+	rd = rd_new(pool, t, s, swp, mag);
 	if (!rd)
 		return -ENOMEM;
-	rd->pg = slot_frame(pool, &t->slots[s], mag);
-	if (!rd->pg) {
-		free(rd);
-		return -ENOMEM;
-	}
-	rd->pg->flags |= KVMM_PG_LOCKED;
-	rd->sw = sw;
-	rd->t = t;
-	rd->swp = swp;
-	rd->io.slot = s;
-	rd->io.write = false;
-	swap_io_frame(pool, &rd->io, kvmm_page_to_frame(pool, rd->pg));
 	rd->io.end_io = rd_end_io;
 	rd->io.priv = rd;
 	while ((ret = t->ops->submit(t, &rd->io)) == -EAGAIN) {
@@ -332,21 +346,9 @@ static int rd_start_unlocked(struct kvmm_pool *pool, struct kvmm_swap_tier *t, u
 	struct kvmm_swap *sw = pool->swap;
 	struct swap_rd *rd;
 
-	rd = calloc(1, sizeof(*rd));
+	rd = rd_new(pool, t, s, swp_entry(t->id, s), mag);
 	if (!rd)
 		return -ENOMEM;
-	rd->pg = slot_frame(pool, &t->slots[s], mag);
-	if (!rd->pg) {
-		free(rd);
-		return -ENOMEM;
-	}
-	rd->pg->flags |= KVMM_PG_LOCKED;
-	rd->sw = sw;
-	rd->t = t;
-	rd->swp = swp_entry(t->id, s);
-	rd->io.slot = s;
-	rd->io.write = false;
-	swap_io_frame(pool, &rd->io, kvmm_page_to_frame(pool, rd->pg));
 	rd->src = t->ops->slot_addr(t, s);
 	rd->unlocked = true;
 	rd->ra = ra;

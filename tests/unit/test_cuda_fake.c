@@ -45,6 +45,7 @@
 #include "kvmm/swap.h"
 #include "runtime/kvmm.h"
 #include "tests/fakecuda/fakecuda.h"
+#include "check_inv.h"
 
 #define GRAN KVMM_FAKECUDA_GRANULARITY
 #define FK_INVALID_HANDLE 400
@@ -722,16 +723,6 @@ static void poison_free(struct fx *f)
 		    f->pool->pages[fr].state != KVMM_PAGE_CACHED)
 			assert_int_equal(d->cuMemsetD8(frame_dev(f, fr), 0xa5, SW_PAGE), 0);
 	assert_int_equal(d->cuCtxSynchronize(), 0);
-}
-
-static void check_inv(struct kvmm_pool *pool)
-{
-	char why[256];
-	int ret = kvmm_check_invariants(pool, why, sizeof(why));
-
-	if (ret)
-		print_error("invariants: %s\n", why);
-	assert_int_equal(ret, 0);
 }
 
 static void swap_roundtrip(struct fx *f, uint32_t nb)

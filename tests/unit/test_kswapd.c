@@ -24,6 +24,7 @@
 
 #include "kvmm/mm.h"
 #include "kvmm/swap.h"
+#include "check_inv.h"
 
 #define PG 4096u
 #define NF 32u
@@ -60,16 +61,6 @@ static void on_changed(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t fr
 
 static const struct kvmm_mm_hooks hooks = {.seq_changed = on_changed, .oom = on_oom};
 
-static void inv(struct kvmm_pool *pool)
-{
-	char why[256];
-	int ret = kvmm_check_invariants(pool, why, sizeof(why));
-
-	if (ret)
-		print_error("invariants: %s\n", why);
-	assert_int_equal(ret, 0);
-}
-
 static int setup(void **state)
 {
 	struct kvmm_pool_params p = {
@@ -91,7 +82,7 @@ static int teardown(void **state)
 {
 	struct kfx *f = *state;
 
-	inv(f->pool);
+	check_inv(f->pool);
 	kvmm_pool_destroy(f->pool);
 	free(f);
 	return 0;
@@ -187,7 +178,7 @@ static void test_no_tier_drops_cache(void **state)
 	assert_int_equal(f->pool->stat[KVMM_STAT_SEQ_SWAPOUT], 0);
 	assert_int_equal(kvmm_pagecache_count(f->pool), 0);
 	assert_int_equal(kvmm_mm_seq_nr_swapped(s), 0);
-	inv(f->pool);
+	check_inv(f->pool);
 	kvmm_mm_seq_free(s);
 }
 
@@ -204,17 +195,17 @@ static void test_cache_demoted_before_seqs(void **state)
 	assert_int_equal(f->pool->stat[KVMM_STAT_SWAP_DEMOTE], 4);
 	assert_int_equal(f->pool->stat[KVMM_STAT_SEQ_SWAPOUT], 0);
 	assert_int_equal(kvmm_mm_seq_nr_swapped(s), 0);
-	inv(f->pool);
+	check_inv(f->pool);
 	/* the prefix survives */
 	assert_int_equal(kvmm_mm_seq_create(f->as, &l), 0);
 	assert_int_equal(kvmm_mm_prefix_lookup(l, t, 4 * tpp), (int)(4 * tpp));
 	same(f, l, 2);
-	inv(f->pool);
+	check_inv(f->pool);
 	/* then sequences: the whole of one */
 	assert_int_equal(kvmm_shrink(f->pool, 1, 0), 4);
 	assert_true(f->pool->stat[KVMM_STAT_SEQ_SWAPOUT] == 4);
 	assert_int_equal(hook_fx->changed_calls, 1);
-	inv(f->pool);
+	check_inv(f->pool);
 	free(t);
 	kvmm_mm_seq_free(l);
 	kvmm_mm_seq_free(s);
@@ -240,7 +231,7 @@ static void test_drop_cached(void **state)
 	assert_int_equal(kvmm_mm_seq_swap_out(u, 0, 2), 2);
 	assert_int_equal(kvmm_swap_tier_info(f->pool, 1, &ti), 0);
 	assert_int_equal(ti.used, 9);
-	inv(f->pool);
+	check_inv(f->pool);
 
 	assert_int_equal(kvmm_swap_drop_cached(f->pool), 4);
 	assert_int_equal(f->pool->stat[KVMM_STAT_SWAP_DROP], 4);
@@ -248,7 +239,7 @@ static void test_drop_cached(void **state)
 	assert_int_equal(ti.used, 5);
 	assert_int_equal(kvmm_mm_seq_nr_swapped(s), 3);
 	assert_int_equal(kvmm_mm_seq_nr_swapped(u), 2);
-	inv(f->pool);
+	check_inv(f->pool);
 	assert_int_equal(kvmm_swap_drop_cached(f->pool), 0); /* nothing left to drop */
 
 	/* the dropped prefix is gone; the swapped sealed sequence's prefix is still found */
@@ -258,14 +249,14 @@ static void test_drop_cached(void **state)
 	assert_int_equal(kvmm_mm_seq_create(f->as, &l), 0);
 	assert_int_equal(kvmm_mm_prefix_lookup(l, t2, 3 * tpp), (int)(3 * tpp));
 	same(f, l, 31);
-	inv(f->pool);
+	check_inv(f->pool);
 	kvmm_mm_seq_free(l);
 	/* the lookup's fault-in mapped the pages back for s too */
 	assert_int_equal(kvmm_mm_seq_nr_swapped(s), 0);
 	assert_int_equal(kvmm_mm_seq_fault(u, 0, 2), 2);
 	same(f, s, 31);
 	same(f, u, 32);
-	inv(f->pool);
+	check_inv(f->pool);
 	free(t);
 	free(t2);
 	kvmm_mm_seq_free(s);
@@ -295,7 +286,7 @@ static void test_seq_order(void **state)
 	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 2);
 	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 0);
 	assert_int_equal(kvmm_shrink(f->pool, 2, KVMM_SHRINK_NOSWAP), 0);
-	inv(f->pool);
+	check_inv(f->pool);
 	kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(d, 0))->pincount--;
 	assert_int_equal(kvmm_mm_seq_fault(a, 0, 2), 2);
 	assert_int_equal(kvmm_mm_seq_fault(c, 0, 2), 2);
@@ -304,7 +295,7 @@ static void test_seq_order(void **state)
 	same(f, b, 12);
 	same(f, c, 13);
 	same(f, d, 14);
-	inv(f->pool);
+	check_inv(f->pool);
 	kvmm_mm_seq_free(a);
 	kvmm_mm_seq_free(b);
 	kvmm_mm_seq_free(c);
@@ -331,7 +322,7 @@ static void test_move_down(void **state)
 	assert_int_equal(kvmm_swap_tier_info(f->pool, 2, &low), 0);
 	assert_int_equal(top.used, 4);
 	assert_int_equal(low.used, 4);
-	inv(f->pool);
+	check_inv(f->pool);
 	assert_int_equal(kvmm_mm_seq_fault(a, 0, 4), 4);
 	assert_int_equal(kvmm_mm_seq_fault(b, 0, 4), 4);
 	same(f, a, 21);
@@ -354,12 +345,12 @@ static void test_direct_reclaim_swaps(void **state)
 	assert_true(kvmm_mm_seq_nr_swapped(a) > 0);
 	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 0);
 	assert_int_equal(f->pool->stat[KVMM_STAT_OOM], 0);
-	inv(f->pool);
+	check_inv(f->pool);
 	kvmm_mm_seq_free(b);
 	nsw = kvmm_mm_seq_nr_swapped(a);
 	assert_int_equal(kvmm_mm_seq_fault(a, 0, a->nblocks), (int)nsw);
 	same(f, a, 31);
-	inv(f->pool);
+	check_inv(f->pool);
 	kvmm_mm_seq_free(a);
 }
 
@@ -392,7 +383,7 @@ static void test_oom_victim(void **state)
 	assert_int_equal(kvmm_mm_seq_append(d, tpp, NULL), -ENOMEM);
 	assert_int_equal(hook_fx->oom_calls, 4);
 	kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(c, 0))->pincount--;
-	inv(f->pool);
+	check_inv(f->pool);
 	kvmm_mm_seq_free(a);
 	kvmm_mm_seq_free(b);
 	kvmm_mm_seq_free(c);
@@ -441,7 +432,7 @@ static void test_kswapd(void **state)
 	/* cache first: the sequence was not touched, the cache was demoted */
 	assert_int_equal(kvmm_mm_seq_nr_swapped(s), 0);
 	assert_true(f->pool->stat[KVMM_STAT_SWAP_DEMOTE] >= 5);
-	inv(f->pool);
+	check_inv(f->pool);
 	kvmm_mm_seq_free(s);
 	pthread_mutex_unlock(&f->pool->lock);
 	kvmm_kswapd_stop(f->pool);
@@ -481,7 +472,7 @@ static void test_kswapd_writeback(void **state)
 		/* append and truncate back: the tail page churns while kvswapd works */
 		if (kvmm_pool_nr_free(f->pool) > 2)
 			assert_int_equal(kvmm_mm_seq_append(busy, tpp, NULL), 0);
-		inv(f->pool);
+		check_inv(f->pool);
 		assert_int_equal(kvmm_mm_seq_truncate(busy, 8ull * tpp), 0);
 		pthread_mutex_unlock(&f->pool->lock);
 		sched_yield();
@@ -489,7 +480,7 @@ static void test_kswapd_writeback(void **state)
 	kvmm_kswapd_stop(f->pool);
 	pthread_mutex_lock(&f->pool->lock);
 	kvmm_swap_poll(f->pool, true);
-	inv(f->pool);
+	check_inv(f->pool);
 	assert_true(kvmm_pool_nr_free(f->pool) >= 8);
 	assert_true(kvmm_mm_seq_nr_swapped(victim) > 0);
 	assert_true(f->pool->stat[KVMM_STAT_SEQ_SWAPOUT] > 0);
@@ -498,7 +489,7 @@ static void test_kswapd_writeback(void **state)
 	assert_true(kvmm_mm_seq_fault(victim, 0, victim->nblocks) >= 0);
 	kvmm_swap_poll(f->pool, true);
 	same(f, victim, 7);
-	inv(f->pool);
+	check_inv(f->pool);
 	kvmm_mm_seq_free(victim);
 	kvmm_mm_seq_free(busy);
 	pthread_mutex_unlock(&f->pool->lock);
@@ -557,7 +548,7 @@ static void test_kswapd_wake_in_backoff(void **state)
 	}
 	assert_true(f->pool->stat[KVMM_STAT_KSWAPD_WAKE] >= 2);
 	assert_int_equal(kvmm_pagecache_count(f->pool), 0);
-	inv(f->pool);
+	check_inv(f->pool);
 	kvmm_mm_seq_free(a);
 	pthread_mutex_unlock(&f->pool->lock);
 	kvmm_kswapd_stop(f->pool);
@@ -637,7 +628,7 @@ static void stall_writeback(struct kfx *f, struct stall *st, struct kvmm_seq **s
 	assert_int_equal(kvmm_pool_nr_free(f->pool), 0);
 	assert_int_equal(kvmm_shrink(f->pool, 1, KVMM_SHRINK_ASYNC), 20);
 	assert_int_equal(kvmm_swap_nr_writeback(f->pool), 20);
-	inv(f->pool);
+	check_inv(f->pool);
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_sigaction = stall_handler;
@@ -694,12 +685,12 @@ static void test_alloc_waits_for_writeback(void **state)
 	assert_int_equal(kvmm_swap_nr_writeback(f->pool), 0);
 	assert_int_equal(kvmm_mm_seq_nr_swapped(victim), 20);
 	assert_int_equal(kvmm_mm_seq_nr_swapped(filler), 0);
-	inv(f->pool);
+	check_inv(f->pool);
 	assert_int_equal(kvmm_mm_seq_truncate(filler, (uint64_t)(NF - 20) * tpp), 0);
 	assert_int_equal(kvmm_mm_seq_fault(victim, 0, 20), 20);
 	same(f, victim, 42);
 	same(f, filler, 43);
-	inv(f->pool);
+	check_inv(f->pool);
 	kvmm_mm_seq_free(sw);
 	kvmm_mm_seq_free(victim);
 	kvmm_mm_seq_free(filler);
@@ -731,7 +722,7 @@ static void test_writeback_freed_seq(void **state)
 	assert_int_equal(kvmm_pool_nr_free(f->pool), 18);
 	same(f, sw, 41);
 	same(f, filler, 43);
-	inv(f->pool);
+	check_inv(f->pool);
 	kvmm_mm_seq_free(sw);
 	kvmm_mm_seq_free(filler);
 	pthread_mutex_unlock(&f->pool->lock);

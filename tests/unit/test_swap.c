@@ -30,6 +30,7 @@
 #include "list.h"
 #include "kvmm/mm.h"
 #include "kvmm/swap.h"
+#include "check_inv.h"
 
 #define PAGE_SZ 4096u
 #define NFRAMES 64u
@@ -53,16 +54,6 @@ static uint64_t rnd(struct fx *f)
 	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
 	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
 	return z ^ (z >> 31);
-}
-
-static void check_inv(struct kvmm_pool *pool)
-{
-	char why[256];
-	int ret = kvmm_check_invariants(pool, why, sizeof(why));
-
-	if (ret)
-		print_error("invariants: %s\n", why);
-	assert_int_equal(ret, 0);
 }
 
 static int setup(void **state)

@@ -28,6 +28,7 @@
 #include "compiler.h"
 #include "kvmm/mm.h"
 #include "kvmm/swap.h"
+#include "check_inv.h"
 
 #define PAGE_SZ 4096u
 #define NFRAMES 64u
@@ -227,16 +228,6 @@ static uint64_t rnd(struct fx *f)
 static struct dev_mem *dev(struct fx *f)
 {
 	return dev_of(&f->pool->be);
-}
-
-static void check_inv(struct kvmm_pool *pool)
-{
-	char why[256];
-	int ret = kvmm_check_invariants(pool, why, sizeof(why));
-
-	if (ret)
-		print_error("invariants: %s\n", why);
-	assert_int_equal(ret, 0);
 }
 
 static int setup_ops(void **state, const struct kvmm_backend_ops *ops)

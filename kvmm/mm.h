@@ -235,6 +235,7 @@ enum kvmm_stat {
 	KVMM_STAT_OOM,		  /* OOM: a victim sequence was reported for preemption */
 	KVMM_STAT_SHRINKER_FREED, /* frames owners' shrinkers gave back (client magazines) */
 	KVMM_STAT_SWAP_CLEAN,	  /* clean swap-cached pages swapped out into their kept slot */
+	KVMM_STAT_ALLOC_BLOCK,	  /* blocks of consecutive frames a bulk append got at once */
 	KVMM_STAT_COUNT,
 };
 
@@ -383,6 +384,17 @@ void kvmm_magazine_drain_all(struct kvmm_magazine *mag);
 #define KVMM_RECLAIM_BATCH 32
 struct kvmm_page *kvmm_alloc_page(struct kvmm_pool *pool, struct kvmm_ns *ns,
 				  struct kvmm_magazine *mag);
+/*
+ * A block of 2^order consecutive frames (0 < order < KVMM_MAX_ORDER), each as
+ * kvmm_alloc_page() hands one out (MAPPED, charged to @ns, scrubbed when it last held another
+ * namespace's data, flags DIRTY), for bulk appends, whose KV then lies in one run of memory
+ * (Documentation/mm/page_alloc.md, "Runs for bulk appends").  Best effort: no reclaim, no
+ * magazine; NULL with errno = ENOMEM when the buddy has no block that large, when @ns would
+ * go past its limit or free frames would fall under the low watermark (the caller falls back
+ * to kvmm_alloc_page(), which reclaims), EIO when a scrub failed, EINVAL for a bad order.
+ * The frames are freed one by one with kvmm_free_page().
+ */
+struct kvmm_page *kvmm_alloc_block(struct kvmm_pool *pool, struct kvmm_ns *ns, unsigned int order);
 /*
  * Free an order-0 frame that has no mapper: refcount 0, pincount 0, not SEALED, not on an
  * LRU list, cache NULL (an evicted page has been taken out of the page cache and the LRU

@@ -106,6 +106,7 @@ static const char *const stat_names[KVMM_STAT_COUNT] = {
 	[KVMM_STAT_OOM] = "oom",
 	[KVMM_STAT_SHRINKER_FREED] = "shrinker_freed",
 	[KVMM_STAT_SWAP_CLEAN] = "swap_clean_out",
+	[KVMM_STAT_ALLOC_BLOCK] = "alloc_block",
 };
 
 const char *kvmm_stat_name(enum kvmm_stat s)
@@ -528,6 +529,59 @@ out_fail:
 			 KVMM_TRACE_NONE, 1);
 	errno = ENOMEM;
 	return NULL;
+}
+
+struct kvmm_page *kvmm_alloc_block(struct kvmm_pool *pool, struct kvmm_ns *ns, unsigned int order)
+{
+	uint16_t ns_id = ns ? ns->id : 0;
+	struct kvmm_page *pg;
+	uint32_t n, i;
+
+	if (!pool || !order || order >= KVMM_MAX_ORDER) {
+		errno = EINVAL;
+		return NULL;
+	}
+	n = 1u << order;
+	KVMM_BUG_ON(ns && (ns->id >= KVMM_MAX_NS || pool->ns[ns->id] != ns));
+	/* best effort: near a limit or a watermark the caller's single pages do the reclaim */
+	if ((ns && ns->limit && (uint64_t)ns->used + ns->cached + n > ns->limit) ||
+	    (uint64_t)kvmm_pool_nr_free(pool) < (uint64_t)pool->wmark_low + n) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pg = buddy_take(pool, order, KVMM_PAGE_MAPPED);
+	if (!pg) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	for (i = 0; i < n; i++) {
+		if (pg[i].data_ns != ns_id && pg[i].data_ns != KVMM_NS_CLEAN &&
+		    scrub_frame(pool, &pg[i])) {
+			/* a frame still holds another tenant's data: none of the block is used */
+			buddy_give(pool, pg, order);
+			errno = EIO;
+			return NULL;
+		}
+	}
+	for (i = 0; i < n; i++) {
+		pg[i].data_ns = ns_id;
+		pg[i].refcount = 0;
+		pg[i].pincount = 0;
+		pg[i].flags = KVMM_PG_DIRTY;
+		pg[i].ns_id = ns_id;
+		pg[i].owner = 0;
+		pg[i].ntokens = 0;
+		pg[i].cache = NULL;
+		pg[i].swap = 0;
+	}
+	if (ns)
+		ns->used += n;
+	pool->stat[KVMM_STAT_ALLOC] += n;
+	pool->stat[KVMM_STAT_ALLOC_BLOCK]++;
+	kvmm_trace_event(KVMM_TR_ALLOC, pool, 0, ns_id, 0, kvmm_page_to_frame(pool, pg), n);
+	if (unlikely(pool->kswapd && kvmm_pool_nr_free(pool) < pool->wmark_low))
+		kvmm_wakeup_kswapd(pool);
+	return pg;
 }
 
 void kvmm_free_page(struct kvmm_pool *pool, struct kvmm_page *pg, struct kvmm_magazine *mag)

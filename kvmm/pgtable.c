@@ -26,6 +26,9 @@
 #include "kvmm/mm.h"
 #include "kvmm/swap.h"
 
+/* the largest block of consecutive frames a bulk append asks for: 16 frames */
+#define KVMM_APPEND_MAX_ORDER 4
+
 /* ---- page references ------------------------------------------------------------------ */
 
 static inline struct kvmm_ns *page_ns(struct kvmm_pool *pool, const struct kvmm_page *pg)
@@ -385,14 +388,33 @@ static int seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_id
 			}
 		}
 	}
-	for (b = seq->nblocks; !given && b < new_nblocks; b++) {
-		pg = kvmm_alloc_page(pool, as->ns, as->mag);
+	for (b = seq->nblocks; !given && b < new_nblocks;) {
+		uint32_t order = 0, k;
+
+		/*
+		 * A bulk append (a prompt) takes the largest blocks of consecutive frames the buddy
+		 * has (up to 2^KVMM_APPEND_MAX_ORDER, no larger than what is left to allocate), so
+		 * that its KV lies in runs of memory: attention reads scattered 64 KiB frames
+		 * markedly slower than runs of them (Documentation/mm/page_alloc.md).
+		 */
+		while (order < KVMM_APPEND_MAX_ORDER && (2u << order) <= new_nblocks - b)
+			order++;
+		for (pg = NULL; order && !pg; order--) {
+			pg = kvmm_alloc_block(pool, as->ns, order);
+			if (pg)
+				break;
+		}
 		if (!pg) {
-			ret = -errno;
-			goto out_free;
+			pg = kvmm_alloc_page(pool, as->ns, as->mag);
+			if (!pg) {
+				ret = -errno;
+				goto out_free;
+			}
 		}
 		/* an allocated page is on no list: its lru node can chain the batch */
-		list_add_tail(&pg->lru, &fresh);
+		for (k = 0; k < (1u << order); k++)
+			list_add_tail(&pg[k].lru, &fresh);
+		b += 1u << order;
 	}
 
 	/* nothing can fail from here on */

@@ -163,8 +163,11 @@ static void test_append_through_magazine(void **state)
 	struct kvmm_seq *seq;
 
 	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
-	assert_int_equal(kvmm_mm_seq_append(seq, 5 * TPP, NULL), 0);
+	/* a page at a time (a bulk append takes blocks from the buddy instead) */
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(kvmm_mm_seq_append(seq, TPP, NULL), 0);
 	assert_true(f->pool->stat[KVMM_STAT_MAG_HIT] >= 5);
+	assert_int_equal(f->pool->stat[KVMM_STAT_ALLOC_BLOCK], 0);
 	mmf_check(f->pool);
 	/* freed frames go back to the address space's magazine */
 	kvmm_mm_seq_free(seq);
@@ -281,6 +284,156 @@ static void test_append_pages_other_ns(void **state)
 	mmf_check(f->pool);
 	kvmm_mm_seq_free(a);
 	kvmm_mm_seq_free(b);
+}
+
+/* frames of blocks [from, from + n) of @seq are consecutive */
+static bool consecutive(struct kvmm_seq *seq, uint32_t from, uint32_t n)
+{
+	for (uint32_t b = from + 1; b < from + n; b++)
+		if (kvmm_mm_seq_frame(seq, b) != kvmm_mm_seq_frame(seq, b - 1) + 1)
+			return false;
+	return true;
+}
+
+/* A bulk append takes blocks of consecutive frames: 20 pages are a run of 16 and one of 4. */
+static void test_bulk_append_runs(void **state)
+{
+	struct mm_fixture *f = *state;
+	uint32_t *t = iota(20 * TPP, 1);
+	struct kvmm_seq *seq;
+
+	assert_int_equal(kvmm_mm_seq_create(f->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 20 * TPP, t), 0);
+	assert_int_equal(seq->nblocks, 20);
+	assert_true(consecutive(seq, 0, 16));
+	assert_int_equal(kvmm_mm_seq_frame(seq, 0) % 16, 0); /* an aligned buddy block */
+	assert_true(consecutive(seq, 16, 4));
+	assert_int_equal(f->pool->stat[KVMM_STAT_ALLOC_BLOCK], 2);
+	assert_int_equal(f->pool->stat[KVMM_STAT_ALLOC], 20);
+	assert_int_equal(f->ns->used, 20);
+	for (uint32_t b = 0; b < 20; b++) {
+		struct kvmm_page *pg = block_page(seq, b);
+
+		assert_int_equal(pg->refcount, 1);
+		assert_int_equal(pg->ns_id, f->ns->id);
+		assert_true(pg->flags & KVMM_PG_DIRTY);
+	}
+	assert_memory_equal(seq->tokens, t, 20 * TPP * sizeof(*t));
+	mmf_check(f->pool);
+	kvmm_mm_seq_free(seq);
+	assert_int_equal(f->ns->used, 0);
+	mmf_check(f->pool);
+	free(t);
+}
+
+/*
+ * No block that large in a fragmented buddy: the append takes the largest there is, then
+ * single frames; the results are the same either way.
+ */
+static void test_bulk_append_fragmented(void **state)
+{
+	struct mm_fixture *f = *state;
+	struct kvmm_seq *a, *b, *c;
+	uint64_t blocks;
+
+	assert_int_equal(kvmm_mm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &b), 0);
+	/* a and b take frames in turns, one page at a time: 0, 1, 2, ... 59 */
+	for (int i = 0; i < 30; i++) {
+		assert_int_equal(kvmm_mm_seq_append(a, TPP, NULL), 0);
+		assert_int_equal(kvmm_mm_seq_append(b, TPP, NULL), 0);
+	}
+	assert_int_equal(f->pool->stat[KVMM_STAT_ALLOC_BLOCK], 0);
+	kvmm_mm_seq_free(b); /* every other frame free: no block of two among them */
+	mmf_check(f->pool);
+
+	blocks = f->pool->stat[KVMM_STAT_ALLOC_BLOCK];
+	assert_int_equal(kvmm_mm_seq_create(f->as, &c), 0);
+	/* no block of 8: the block of 4 there is (frames 60..63), then single frames */
+	assert_int_equal(kvmm_mm_seq_append(c, 8 * TPP, NULL), 0);
+	assert_int_equal(f->pool->stat[KVMM_STAT_ALLOC_BLOCK], blocks + 1);
+	assert_true(consecutive(c, 0, 4));
+	assert_int_equal(kvmm_mm_seq_frame(c, 0), 60);
+	for (uint32_t i = 4; i < 8; i++)
+		assert_int_equal(kvmm_mm_seq_frame(c, i) % 2, 1); /* b's old frames */
+	assert_int_equal(c->nblocks, 8);
+	assert_int_equal(f->ns->used, 38);
+	mmf_check(f->pool);
+	kvmm_mm_seq_free(c);
+
+	/* four pages: the block of four the pool still has (frames 60..63) */
+	assert_int_equal(kvmm_mm_seq_create(f->as, &c), 0);
+	assert_int_equal(kvmm_mm_seq_append(c, 4 * TPP, NULL), 0);
+	assert_int_equal(f->pool->stat[KVMM_STAT_ALLOC_BLOCK], blocks + 2);
+	assert_true(consecutive(c, 0, 4));
+	assert_int_equal(kvmm_mm_seq_frame(c, 0), 60);
+	mmf_check(f->pool);
+	kvmm_mm_seq_free(c);
+	kvmm_mm_seq_free(a);
+	assert_int_equal(f->ns->used, 0);
+	mmf_check(f->pool);
+}
+
+/* A block's frames that held another namespace's KV are scrubbed like single pages. */
+static void test_bulk_append_scrubs(void **state)
+{
+	struct mm_fixture *f = *state;
+	struct kvmm_seq *a, *b;
+	uint64_t scrubs;
+
+	assert_int_equal(kvmm_mm_seq_create(f->as, &a), 0);
+	assert_int_equal(kvmm_mm_seq_append(a, 64 * TPP - 1, NULL), 0); /* the whole pool */
+	assert_int_equal(a->nblocks, 64);
+	for (uint32_t i = 0; i < 64; i++)
+		memset(block_addr(a, i), 0x5a, PAGE_SZ);
+	kvmm_mm_seq_free(a);
+
+	scrubs = f->pool->stat[KVMM_STAT_SCRUB];
+	assert_int_equal(kvmm_mm_seq_create(f->as2, &b), 0);
+	assert_int_equal(kvmm_mm_seq_append(b, 8 * TPP, NULL), 0);
+	assert_true(consecutive(b, 0, 8));
+	assert_int_equal(f->pool->stat[KVMM_STAT_SCRUB], scrubs + 8);
+	for (uint32_t i = 0; i < 8; i++) {
+		const unsigned char *p = block_addr(b, i);
+
+		for (uint32_t k = 0; k < PAGE_SZ; k++)
+			if (p[k])
+				fail_msg("block %u byte %u not scrubbed: %#x", i, k, p[k]);
+	}
+	assert_int_equal(f->ns2->used, 8);
+	mmf_check(f->pool);
+	kvmm_mm_seq_free(b);
+}
+
+/* kvmm_alloc_block(): bad orders, and no block past a namespace limit or under low */
+static void test_alloc_block_refuses(void **state)
+{
+	struct mm_fixture *f = *state;
+	struct kvmm_page *pg;
+
+	errno = 0;
+	assert_null(kvmm_alloc_block(f->pool, f->ns, 0));
+	assert_int_equal(errno, EINVAL);
+	assert_null(kvmm_alloc_block(f->pool, f->ns, KVMM_MAX_ORDER));
+	assert_int_equal(errno, EINVAL);
+	assert_null(kvmm_alloc_block(f->pool, f->ns, 7)); /* 128 frames: more than the pool */
+	assert_int_equal(errno, ENOMEM);
+
+	assert_int_equal(kvmm_ns_set_limit(f->ns, 3), 0);
+	assert_null(kvmm_alloc_block(f->pool, f->ns, 2));
+	assert_int_equal(errno, ENOMEM);
+	assert_int_equal(f->ns->used, 0);
+	assert_int_equal(kvmm_ns_set_limit(f->ns, 0), 0);
+
+	pg = kvmm_alloc_block(f->pool, f->ns, 2);
+	assert_non_null(pg);
+	assert_int_equal(f->ns->used, 4);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(pg[i].state, KVMM_PAGE_MAPPED);
+		kvmm_free_page(f->pool, &pg[i], NULL);
+	}
+	assert_int_equal(f->ns->used, 0);
+	mmf_check(f->pool);
 }
 
 /* ---- truncate ----------------------------------------------------------------------------- */
@@ -744,6 +897,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_append_pages_adopts, setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_append_pages_adopts, setup_mag, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_append_pages_other_ns, setup2, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_bulk_append_runs, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_bulk_append_runs, setup_mag, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_bulk_append_fragmented, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_bulk_append_scrubs, setup2, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_alloc_block_refuses, setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_truncate, setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_truncate_in_partial_then_append_in_place,
 						setup, mmf_teardown),

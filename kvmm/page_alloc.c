@@ -463,6 +463,19 @@ static int scrub_frame(struct kvmm_pool *pool, struct kvmm_page *pg)
 	return ret;
 }
 
+/* A frame just allocated for namespace @ns_id: unmapped, unpinned, dirty, holding its data. */
+static void page_init(struct kvmm_page *pg, uint16_t ns_id)
+{
+	pg->data_ns = ns_id;
+	pg->refcount = 0;
+	pg->pincount = 0;
+	pg->flags = KVMM_PG_DIRTY;
+	pg->ns_id = ns_id;
+	pg->ntokens = 0;
+	pg->cache = NULL;
+	pg->swap = 0;
+}
+
 struct kvmm_page *kvmm_alloc_page(struct kvmm_pool *pool, struct kvmm_ns *ns,
 				  struct kvmm_magazine *mag)
 {
@@ -508,14 +521,7 @@ struct kvmm_page *kvmm_alloc_page(struct kvmm_pool *pool, struct kvmm_ns *ns,
 		pool->stat[KVMM_STAT_ALLOC_FAIL]++;
 		return NULL;
 	}
-	pg->data_ns = ns_id;
-	pg->refcount = 0;
-	pg->pincount = 0;
-	pg->flags = KVMM_PG_DIRTY;
-	pg->ns_id = ns_id;
-	pg->ntokens = 0;
-	pg->cache = NULL;
-	pg->swap = 0;
+	page_init(pg, ns_id);
 	if (ns)
 		ns->used++;
 	pool->stat[KVMM_STAT_ALLOC]++;
@@ -564,15 +570,8 @@ struct kvmm_page *kvmm_alloc_block(struct kvmm_pool *pool, struct kvmm_ns *ns, u
 		}
 	}
 	for (i = 0; i < n; i++) {
-		pg[i].data_ns = ns_id;
-		pg[i].refcount = 0;
-		pg[i].pincount = 0;
-		pg[i].flags = KVMM_PG_DIRTY;
-		pg[i].ns_id = ns_id;
+		page_init(&pg[i], ns_id);
 		pg[i].owner = 0;
-		pg[i].ntokens = 0;
-		pg[i].cache = NULL;
-		pg[i].swap = 0;
 	}
 	if (ns)
 		ns->used += n;

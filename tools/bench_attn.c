@@ -49,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -63,6 +64,8 @@
 struct attn_bench {
 	struct kvmm_fmt fmt;
 	char *pool;
+	size_t pool_bytes;
+	uint32_t layer; /* the layer the kernels read and reshape_and_cache wrote */
 	uint32_t nframes, nseqs, ctx, max_blocks, hq;
 	int32_t *paged, *contig, *runs4; /* block tables */
 	const int32_t *tables;		 /* the one in use */
@@ -98,7 +101,7 @@ static void run_decode(void *arg, uint64_t n)
 {
 	struct attn_bench *a = arg;
 	struct kvmm_attn_batch b = {
-		.kv = {a->pool, &a->fmt, 0, a->nframes},
+		.kv = {a->pool, &a->fmt, a->layer, a->nframes},
 		.nr_seqs = a->nseqs,
 		.num_q_heads = a->hq,
 		.block_tables = a->tables,
@@ -206,17 +209,26 @@ static void run_read(void *arg, uint64_t n)
 
 static void free_shape(struct attn_bench *a)
 {
-	free(a->pool);
+	if (a->pool)
+		munmap(a->pool, a->pool_bytes);
 	free(a->paged);
 	free(a->contig);
 	free(a->runs4);
 	free(a->ctx_lens);
 	free(a->q);
 	free(a->out);
+	memset(a, 0, sizeof(*a)); /* a second call does nothing */
 }
 
-/* A pool holding nseqs sequences of ctx tokens of random KV; both kinds of block table. */
-static int make_shape(struct attn_bench *a, uint32_t nseqs, uint32_t ctx, uint32_t hq)
+/*
+ * A pool holding nseqs sequences of ctx tokens of random KV in a format of @layers layers
+ * (16 tokens per page whatever the layers: a page of L layers is L * 64 KiB, each layer's
+ * slice 64 KiB), every kind of block table.  The pool is mapped, not allocated, and only the
+ * slices of the layer the kernels read (the middle one) are written, so a format of 32
+ * layers costs the memory of one.
+ */
+static int make_shape(struct attn_bench *a, uint32_t nseqs, uint32_t ctx, uint32_t hq,
+		      uint32_t layers)
 {
 	struct kvmm_fmt probe;
 	size_t row = (size_t)KV_HEADS * HEAD_DIM, nq = (size_t)nseqs * hq * HEAD_DIM;
@@ -227,18 +239,23 @@ static int make_shape(struct attn_bench *a, uint32_t nseqs, uint32_t ctx, uint32
 
 	memset(a, 0, sizeof(*a));
 	a->run = run_decode;
-	err = kvmm_fmt_init(&probe, 1, KV_HEADS, HEAD_DIM, KVMM_DTYPE_FP16, 0, 1u << 30);
+	err = kvmm_fmt_init(&probe, layers, KV_HEADS, HEAD_DIM, KVMM_DTYPE_FP16, 0, 1u << 30);
 	if (!err)
-		err = kvmm_fmt_init(&a->fmt, 1, KV_HEADS, HEAD_DIM, KVMM_DTYPE_FP16, 0,
+		err = kvmm_fmt_init(&a->fmt, layers, KV_HEADS, HEAD_DIM, KVMM_DTYPE_FP16, 0,
 				    TPP * probe.token_bytes);
 	if (err)
 		return err;
+	a->layer = layers / 2;
 	a->nseqs = nseqs;
 	a->hq = hq;
 	a->ctx = ctx;
 	a->max_blocks = (ctx + TPP - 1) / TPP;
 	a->nframes = nseqs * a->max_blocks;
-	a->pool = aligned_alloc(4096, (size_t)a->nframes * a->fmt.page_size);
+	a->pool_bytes = (size_t)a->nframes * a->fmt.page_size;
+	a->pool = mmap(NULL, a->pool_bytes, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (a->pool == MAP_FAILED)
+		a->pool = NULL;
 	a->paged = malloc((size_t)a->nframes * sizeof(int32_t));
 	a->contig = malloc((size_t)a->nframes * sizeof(int32_t));
 	a->runs4 = malloc((size_t)a->nframes * sizeof(int32_t));
@@ -284,7 +301,7 @@ static int make_shape(struct attn_bench *a, uint32_t nseqs, uint32_t ctx, uint32
 		a->q[i] = (float)((int64_t)(rnd64() % 2001) - 1000) / 1000.0f;
 	/* every frame gets 16 tokens of random K and V, written by the real kernel */
 	for (i = 0; i < a->nframes; i++) {
-		struct kvmm_kv_pages kv = {a->pool, &a->fmt, 0, a->nframes};
+		struct kvmm_kv_pages kv = {a->pool, &a->fmt, a->layer, a->nframes};
 
 		for (size_t e = 0; e < TPP * row; e++) {
 			k[e] = (float)((int64_t)(rnd64() % 2001) - 1000) / 1000.0f;
@@ -321,7 +338,7 @@ static uint32_t bench_threads(void)
 	return n < 1 ? 1 : n > KVMM_CPU_MAX_THREADS ? KVMM_CPU_MAX_THREADS : (uint32_t)n;
 }
 
-/* ns of one batch of @n decode steps over block tables @tables */
+/* ns of one batch of @n decode steps of @a over block tables @tables */
 static double time_steps(struct attn_bench *a, const int32_t *tables, uint64_t n)
 {
 	uint64_t t0;
@@ -332,41 +349,50 @@ static double time_steps(struct attn_bench *a, const int32_t *tables, uint64_t n
 	return (double)(bench_now_ns() - t0);
 }
 
-#define PAIRS 25 /* paged/contig batch pairs (7 with --quick) */
+#define PAIRS 25 /* batch pairs (7 with --quick) */
 
 /*
- * ns per decode step, paged and contiguous, and the paged/contig ratio.  The two are timed as
- * pairs of back-to-back batches (about 20 ms each, which one goes first alternating), and the
- * ratio is the median of the pairs' ratios: a neighbour that slows the machine for a while
- * slows both halves of the pairs it overlaps, so it moves the times but hardly the ratio.
- * (Timing each case as a separate run of batches, as before, let such swings land on one
- * case only: on the shared 2-core VM the ratio moved by +-15 % between runs.)
+ * ns per decode step of @a over block tables @ta and of the baseline @b over @tb (the same
+ * shape, or one that reads as many bytes), and the ratio of the two.  They are timed as pairs
+ * of back-to-back batches (about 20 ms each, which one goes first alternating), and the ratio
+ * is the median of the pairs' ratios: a neighbour that slows the machine for a while slows
+ * both halves of the pairs it overlaps, so it moves the times but hardly the ratio.  (Timing
+ * each case as a separate run of batches, as before, let such swings land on one case only:
+ * on the shared 2-core VM the ratio moved by +-15 % between runs.)
  */
+static void measure_pair2(const struct bench_opts *o, struct attn_bench *a, const int32_t *ta,
+			  struct attn_bench *b, const int32_t *tb, double *ns_a, double *ns_b,
+			  double *ratio)
+{
+	struct bench_case c = {.name = "attn pair", .run = b->run, .arg = b};
+	unsigned int pairs = o->quick ? 7 : PAIRS, i;
+	double t_a[PAIRS], t_b[PAIRS], rt[PAIRS];
+	uint64_t n;
+
+	/* batch size: what bench_measure() settles on for ~20 ms, from the baseline */
+	b->tables = tb;
+	n = (uint64_t)(20e6 / bench_measure(o, &c)) + 1;
+	time_steps(a, ta, n); /* warm-up of the other case too */
+	for (i = 0; i < pairs; i++) {
+		if (i % 2) {
+			t_a[i] = time_steps(a, ta, n);
+			t_b[i] = time_steps(b, tb, n);
+		} else {
+			t_b[i] = time_steps(b, tb, n);
+			t_a[i] = time_steps(a, ta, n);
+		}
+		rt[i] = t_a[i] / t_b[i];
+	}
+	*ns_a = bench_median(t_a, pairs) / (double)n;
+	*ns_b = bench_median(t_b, pairs) / (double)n;
+	*ratio = bench_median(rt, pairs);
+}
+
+/* paged against contiguous block tables of the same shape */
 static void measure_pair(const struct bench_opts *o, struct attn_bench *a, double *paged,
 			 double *contig, double *ratio)
 {
-	struct bench_case c = {.name = "attn pair", .run = a->run, .arg = a};
-	unsigned int pairs = o->quick ? 7 : PAIRS, i;
-	double tp[PAIRS], tc[PAIRS], rt[PAIRS];
-	uint64_t n;
-
-	/* batch size: what bench_measure() settles on for ~20 ms, from the contiguous case */
-	a->tables = a->contig;
-	n = (uint64_t)(20e6 / bench_measure(o, &c)) + 1;
-	time_steps(a, a->paged, n); /* warm-up of the other case too */
-	for (i = 0; i < pairs; i++) {
-		if (i % 2) {
-			tp[i] = time_steps(a, a->paged, n);
-			tc[i] = time_steps(a, a->contig, n);
-		} else {
-			tc[i] = time_steps(a, a->contig, n);
-			tp[i] = time_steps(a, a->paged, n);
-		}
-		rt[i] = tp[i] / tc[i];
-	}
-	*paged = bench_median(tp, pairs) / (double)n;
-	*contig = bench_median(tc, pairs) / (double)n;
-	*ratio = bench_median(rt, pairs);
+	measure_pair2(o, a, a->paged, a, a->contig, paged, contig, ratio);
 }
 
 struct attn_result {
@@ -374,13 +400,23 @@ struct attn_result {
 	double sr, lr, mr;			  /* paged/contig, median of pair ratios */
 	double rp, rcn, rr;			  /* the frame read: ns per pass, its ratio */
 	double up, ucn, ur;			  /* the long case in runs of 4 frames */
+	double yp, ycn, yr; /* 32 layers, shuffled frames, against one layer contiguous */
+	double yc, ycr;	    /* 32 layers, consecutive frames, and its ratio to the same */
+	double hot;	    /* ns per step of the hot shape (KV in cache) */
+};
+
+/* the shapes: 32x512, the long one, the long one in 32 layers, and one in cache */
+struct attn_shapes {
+	struct attn_bench sh, lg, ly, hot;
 };
 
 /* Every row on nt threads (the kernels' and the stream baseline's). */
-static int measure_all(const struct bench_opts *o, struct attn_bench *sh, struct attn_bench *lg,
-		       uint32_t nt, struct attn_result *r)
+static int measure_all(const struct bench_opts *o, struct attn_shapes *S, uint32_t nt,
+		       struct attn_result *r)
 {
+	struct attn_bench *sh = &S->sh, *lg = &S->lg, *ly = &S->ly, *hot = &S->hot;
 	struct bench_case sc = {.name = "stream read", .run = run_stream, .arg = lg};
+	struct bench_case hc = {.name = "attn hot", .run = run_decode, .arg = hot};
 	int err = kvmm_cpu_set_threads(nt);
 
 	if (err)
@@ -404,17 +440,32 @@ static int measure_all(const struct bench_opts *o, struct attn_bench *sh, struct
 	lg->run = run_read;
 	measure_pair(o, lg, &r->rp, &r->rcn, &r->rr);
 	lg->run = run_decode;
+	/*
+	 * The real layout of a model of 32 layers: one layer's 64 KiB slice of each 2 MiB page,
+	 * the pages shuffled, and consecutive (their slices still 2 MiB apart), each against the
+	 * one-layer contiguous case (the KV of the layer in one run of memory).
+	 */
+	measure_pair2(o, ly, ly->paged, lg, lg->contig, &r->yp, &r->ycn, &r->yr);
+	measure_pair2(o, ly, ly->contig, lg, lg->contig, &r->yc, &r->ycn, &r->ycr);
+	/* KV already in cache: what the core's arithmetic allows */
+	hot->tables = hot->paged;
+	r->hot = bench_measure(o, &hc);
 	/* the stream again, after the kernels, and the faster kept, as for paged and contig */
 	r->stream = fmax(r->stream, gbps((double)lg->words * 8, bench_measure(o, &sc)));
-	return sh->err ? sh->err : lg->err;
+	return sh->err ? sh->err : lg->err ? lg->err : ly->err ? ly->err : hot->err;
 }
 
-static void report_all(const struct attn_bench *sh, const struct attn_bench *lg, uint32_t nt,
-		       const struct attn_result *r)
+/* bytes of KV one decode step of @a reads: K and V of every context token, one layer */
+static double step_bytes(const struct attn_bench *a)
 {
-	/* K and V of every context token, one layer */
-	double sbytes = (double)sh->nseqs * sh->ctx * 2 * sh->fmt.row_bytes;
-	double lbytes = (double)lg->ctx * 2 * lg->fmt.row_bytes;
+	return (double)a->nseqs * a->ctx * 2 * a->fmt.row_bytes;
+}
+
+static void report_all(const struct attn_shapes *S, uint32_t nt, const struct attn_result *r)
+{
+	const struct attn_bench *sh = &S->sh, *lg = &S->lg, *hot = &S->hot;
+	double sbytes = step_bytes(sh), lbytes = step_bytes(lg);
+	double hot_gbps = gbps(step_bytes(hot), r->hot);
 	char name[64], base[32], what[128];
 
 	snprintf(base, sizeof(base), "stream_read_t%u", nt);
@@ -435,6 +486,12 @@ static void report_all(const struct attn_bench *sh, const struct attn_bench *lg,
 	bench_report(name, gbps(lbytes, r->mp), "GB/s", "contig", gbps(lbytes, r->mcn));
 	bench_report(name, gbps(lbytes, r->mp), "GB/s", base, r->stream);
 
+	snprintf(name, sizeof(name), "attn.decode_%uk.t%u.layers32", lg->ctx / 1024, nt);
+	bench_report(name, gbps(lbytes, r->yp), "GB/s", "contig", gbps(lbytes, r->ycn));
+	bench_report(name, gbps(lbytes, r->yp), "GB/s", base, r->stream);
+	snprintf(name, sizeof(name), "attn.decode_hot.t%u.paged", nt);
+	bench_report(name, hot_gbps, "GB/s", base, r->stream);
+
 	snprintf(name, sizeof(name), "attn.read_%uk.t%u.paged", lg->ctx / 1024, nt);
 	bench_report(name, gbps(lbytes, r->rp), "GB/s", "contig", gbps(lbytes, r->rcn));
 
@@ -443,9 +500,13 @@ static void report_all(const struct attn_bench *sh, const struct attn_bench *lg,
 	bench_target(what, (r->sr - 1) * 100, 5, true, "%");
 	snprintf(what, sizeof(what), "attn paged decode slowdown vs contiguous (long, %u thr)", nt);
 	bench_target(what, (r->lr - 1) * 100, 5, true, "%");
+	snprintf(what, sizeof(what),
+		 "attn paged decode slowdown vs contiguous (long, 32 layers, %u thr)", nt);
+	bench_target(what, (r->yr - 1) * 100, 5, true, "%");
 	bench_note("note: in runs of 4 frames the long case is %.1f %% slower than contiguous "
-		   "(%u thr; runs4 row)",
-		   (r->ur - 1) * 100, nt);
+		   "(%u thr; runs4 row); in 32 layers, consecutive 2 MiB pages, %.1f %% (their "
+		   "slices of a layer are 2 MiB apart either way)",
+		   (r->ur - 1) * 100, nt, (r->ycr - 1) * 100);
 	bench_note(
 		"note: for comparison, a pure read of the same frames (no attention, the kernels' "
 		"prefetch) is %.1f %% slower scattered than consecutive (%u thr; attn.read row)",
@@ -456,47 +517,62 @@ static void report_all(const struct attn_bench *sh, const struct attn_bench *lg,
 	snprintf(what, sizeof(what),
 		 "attn long-context paged decode vs streaming read (MHA, %u thr both)", nt);
 	bench_target(what, gbps(lbytes, r->mp) / r->stream * 100, 60, false, "%");
+	bench_note("note: with its KV in cache the kernel reads %.1f GB/s = %.0f %% of the "
+		   "stream (%u thr; decode_hot row): the ceiling this core's arithmetic sets for "
+		   "the long-context target%s",
+		   hot_gbps, hot_gbps / r->stream * 100, nt,
+		   hot_gbps / r->stream < 0.6 ? ", below 60 % on this machine" : "");
 }
 
 int bench_suite_attn(const struct bench_opts *o)
 {
 	uint32_t long_ctx = o->quick ? 8192 : 32768, nt = bench_threads(), saved;
 	struct attn_result r1, rn;
-	struct attn_bench sh, lg;
+	struct attn_shapes S;
+	const struct {
+		const char *what;
+		struct attn_bench *a;
+		uint32_t nseqs, ctx, layers;
+	} shape[] = {
+		{"short", &S.sh, 32, 512, 1},
+		{"long", &S.lg, 1, long_ctx, 1},
+		{"32-layer", &S.ly, 1, long_ctx, 32},
+		{"hot", &S.hot, nt, 1024, 1}, /* 4 MiB of KV a thread, in L2 and L3 */
+	};
 	char thr[32];
-	int err;
+	int err = 0;
+	size_t i;
 
-	err = make_shape(&sh, 32, 512, Q_HEADS);
-	if (err) {
-		fprintf(stderr, "kvmm-bench attn: short shape: %s\n", strerror(-err));
-		return err;
+	memset(&S, 0, sizeof(S));
+	for (i = 0; i < ARRAY_SIZE(shape) && !err; i++) {
+		err = make_shape(shape[i].a, shape[i].nseqs, shape[i].ctx, Q_HEADS,
+				 shape[i].layers);
+		if (err)
+			fprintf(stderr, "kvmm-bench attn: %s shape: %s\n", shape[i].what,
+				strerror(-err));
 	}
-	err = make_shape(&lg, 1, long_ctx, Q_HEADS);
-	if (err) {
-		fprintf(stderr, "kvmm-bench attn: long shape: %s\n", strerror(-err));
-		free_shape(&sh);
-		return err;
-	}
+	if (err)
+		goto out;
 	snprintf(thr, sizeof(thr), nt > 1 ? "1 and %u threads" : "1 thread", nt);
 	bench_note("attn: isa %s, fp16, %u KV heads x dim %u, %u q heads, %u tokens/page "
-		   "(%llu KiB), %s",
+		   "(%llu KiB a layer), %s",
 		   kvmm_cpu_isa_name(kvmm_cpu_isa_get()), KV_HEADS, HEAD_DIM, Q_HEADS, TPP,
-		   (unsigned long long)(lg.fmt.page_size >> 10), thr);
+		   (unsigned long long)(S.lg.fmt.page_size >> 10), thr);
 
 	saved = kvmm_cpu_get_threads();
-	err = measure_all(o, &sh, &lg, 1, &r1);
+	err = measure_all(o, &S, 1, &r1);
 	if (!err && nt > 1)
-		err = measure_all(o, &sh, &lg, nt, &rn);
+		err = measure_all(o, &S, nt, &rn);
 	kvmm_cpu_set_threads(saved);
 	if (err) {
 		fprintf(stderr, "kvmm-bench attn: decode failed: %s\n", strerror(-err));
 		goto out;
 	}
-	report_all(&sh, &lg, 1, &r1);
+	report_all(&S, 1, &r1);
 	if (nt > 1)
-		report_all(&sh, &lg, nt, &rn);
+		report_all(&S, nt, &rn);
 out:
-	free_shape(&sh);
-	free_shape(&lg);
+	for (i = 0; i < ARRAY_SIZE(shape); i++)
+		free_shape(shape[i].a);
 	return err;
 }

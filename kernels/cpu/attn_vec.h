@@ -21,7 +21,8 @@
  * row at a time.  Weighted sums go PV_DB vectors of dims at a time over all the chunk's
  * runs of V rows, the NQ * PV_DB accumulators staying in registers (rescaled by the softmax
  * step's factor as they are loaded).  Both prefetch, for every 64-byte line they load, the same
- * line of the next chunk (seg->pf, cpu.h).
+ * line of the next chunk into L2 (seg->pf, cpu.h), and into L1 the same line of what the next
+ * step loads: the scores the head's V rows, the sums the next head's K rows (pf_line()).
  * For int8 each group of gs elements is scaled by its token's scale as it is loaded.  NQ is
  * a compile-time constant in every instance (the switch at the bottom), so the small loops
  * over queries unroll.
@@ -45,12 +46,24 @@ static __always_inline const char *elem(uint32_t dt, const void *row, uint32_t i
 
 /*
  * Element i of a row starts a 64-byte line of it: prefetch that line of the next chunk, pf
- * bytes on.  With the dims a constant (the head-dim instances) the test folds away.
+ * bytes on, into L2, and the line l1 bytes on, into L1: the same line of the rows the step
+ * after this one loads (kvmm_cpu_prefetch_l1(): the scores prefetch the head's V rows, vk on,
+ * the sums the next head's K rows, next_head_k()).  With the dims a constant (the head-dim
+ * instances) the test folds away.
  */
-static __always_inline void pf_line(uint32_t dt, const void *row, uint32_t i, int64_t pf)
+static __always_inline void pf_line(uint32_t dt, const void *row, uint32_t i, int64_t pf,
+				    int64_t l1)
 {
-	if (((uint64_t)i * kvmm_dtype_size(dt)) % 64 == 0)
+	if (((uint64_t)i * kvmm_dtype_size(dt)) % 64 == 0) {
 		kvmm_cpu_prefetch(elem(dt, row, i) + pf);
+		kvmm_cpu_prefetch_l1(elem(dt, row, i) + l1);
+	}
+}
+
+/* from a V row of head h to the K row of head h + 1 (for the last head: the next row's) */
+static __always_inline int64_t next_head_k(uint32_t dt, const struct kvmm_cpu_seg *sg, uint32_t dim)
+{
+	return (sg->k - sg->v) + (int64_t)dim * kvmm_dtype_size(dt);
 }
 
 static __always_inline float row_scale(const float *sc, uint64_t sstride, uint32_t t, uint32_t g)
@@ -58,11 +71,11 @@ static __always_inline float row_scale(const float *sc, uint64_t sstride, uint32
 	return ((const float *)((const char *)sc + t * sstride))[g];
 }
 
-/* s[q * sq + t] = dot(q_q, row t) for q < NQ, t < n */
+/* s[q * sq + t] = dot(q_q, row t) for q < NQ, t < n; vk: from a K row to its V row */
 static __always_inline void qk_block(uint32_t dt, uint32_t NQ, const float *q, uint64_t qstride,
 				     const void *row, uint64_t stride, const float *sc,
 				     uint64_t sstride, uint32_t n, uint32_t dim, uint32_t gs,
-				     float *s, uint64_t sq, int64_t pf, int64_t pfs)
+				     float *s, uint64_t sq, int64_t pf, int64_t pfs, int64_t vk)
 {
 	if (dt != KVMM_DTYPE_INT8)
 		gs = dim;
@@ -81,7 +94,7 @@ static __always_inline void qk_block(uint32_t dt, uint32_t NQ, const float *q, u
 			for (uint32_t d = g0; d < g0 + gs; d += VW) {
 				vec kv = vload_kv(dt, elem(dt, r, d), g0 + gs - d);
 
-				pf_line(dt, r, d, pf);
+				pf_line(dt, r, d, pf, vk);
 				if (dt == KVMM_DTYPE_INT8)
 					kv = vmul(kv, sv);
 				_Pragma("GCC unroll 4") for (i = 0; i < NQ; i++) sum[i] =
@@ -150,7 +163,8 @@ static __always_inline void pv_block(uint32_t dt, uint32_t NQ, const struct kvmm
 								  sg->pfs);
 					_Pragma("GCC unroll 4") for (k = 0; k < PV_DB; k++)
 					{
-						pf_line(dt, r, d + k * VW, sg->pf);
+						pf_line(dt, r, d + k * VW, sg->pf,
+							next_head_k(dt, sg, dim));
 						vv[k] = vload_kv(dt, elem(dt, r, d + k * VW), VW);
 						if (dt == KVMM_DTYPE_INT8)
 							vv[k] = vmul(vv[k],
@@ -191,7 +205,8 @@ static __always_inline void pv_block(uint32_t dt, uint32_t NQ, const struct kvmm
 					if (dt == KVMM_DTYPE_INT8 && d == 0)
 						kvmm_cpu_prefetch((const char *)sc + t * sstride +
 								  sg->pfs);
-					pf_line(dt, row + t * stride, d, sg->pf);
+					pf_line(dt, row + t * stride, d, sg->pf,
+						next_head_k(dt, sg, dim));
 					if (dt == KVMM_DTYPE_INT8)
 						vv = vmul(vv, vset1(row_scale(sc, sstride, t,
 									      g0 / gs)));
@@ -209,7 +224,7 @@ static __always_inline void pv_block(uint32_t dt, uint32_t NQ, const struct kvmm
 static __always_inline void qk_block4(uint32_t dt, uint32_t NQ, const float *q, uint64_t qstride,
 				      const void *row, uint64_t stride, const float *sc,
 				      uint64_t sstride, uint32_t n, uint32_t dim, uint32_t gs,
-				      float *s, uint64_t sq, int64_t pf, int64_t pfs)
+				      float *s, uint64_t sq, int64_t pf, int64_t pfs, int64_t vk)
 {
 	uint32_t t = 0, i, u;
 
@@ -237,7 +252,7 @@ static __always_inline void qk_block4(uint32_t dt, uint32_t NQ, const float *q, 
 
 				_Pragma("GCC unroll 4") for (u = 0; u < 4; u++)
 				{
-					pf_line(dt, r + u * stride, d, pf);
+					pf_line(dt, r + u * stride, d, pf, vk);
 					kv[u] = vload_kv(dt, elem(dt, r + u * stride, d),
 							 g0 + gs - d);
 					if (dt == KVMM_DTYPE_INT8)
@@ -258,7 +273,7 @@ static __always_inline void qk_block4(uint32_t dt, uint32_t NQ, const float *q, 
 	if (t < n) /* sc is NULL unless int8: no offset on a null pointer */
 		qk_block(dt, NQ, q, qstride, (const char *)row + t * stride, stride,
 			 sc ? (const float *)((const char *)sc + t * sstride) : NULL, sstride,
-			 n - t, dim, gs, s + t, sq, pf, pfs);
+			 n - t, dim, gs, s + t, sq, pf, pfs, vk);
 }
 
 /* the queries QK_QB at a time, each block over every run of the chunk */
@@ -280,19 +295,19 @@ static __always_inline void qk_chunk(uint32_t dt, const struct kvmm_cpu_chunk *c
 			switch (nq - b >= QK_QB ? QK_QB : nq - b) {
 			case 4:
 				qk_block4(dt, 4, qb, qstride, row, c->stride, sc, c->sstride, n,
-					  dim, gs, sb, sq, sg->pf, sg->pfs);
+					  dim, gs, sb, sq, sg->pf, sg->pfs, sg->v - sg->k);
 				break;
 			case 3:
 				qk_block4(dt, 3, qb, qstride, row, c->stride, sc, c->sstride, n,
-					  dim, gs, sb, sq, sg->pf, sg->pfs);
+					  dim, gs, sb, sq, sg->pf, sg->pfs, sg->v - sg->k);
 				break;
 			case 2:
 				qk_block4(dt, 2, qb, qstride, row, c->stride, sc, c->sstride, n,
-					  dim, gs, sb, sq, sg->pf, sg->pfs);
+					  dim, gs, sb, sq, sg->pf, sg->pfs, sg->v - sg->k);
 				break;
 			default:
 				qk_block4(dt, 1, qb, qstride, row, c->stride, sc, c->sstride, n,
-					  dim, gs, sb, sq, sg->pf, sg->pfs);
+					  dim, gs, sb, sq, sg->pf, sg->pfs, sg->v - sg->k);
 				break;
 			}
 		}

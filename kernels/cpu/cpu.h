@@ -66,6 +66,18 @@ static __always_inline void kvmm_cpu_prefetch(const void *p)
 }
 
 /*
+ * Prefetch into L1 (prefetcht0), for the step after the current one: while the scores of a
+ * head load its K rows, the same lines of its V rows, which the weighted sums load next; while
+ * the sums load V, the same lines of the next head's K rows.  The hardware prefetchers that
+ * keep a contiguous walk in L1 start over on every scattered page; these do not care where
+ * the page is (Documentation/kernels/cpu.md, Prefetch).
+ */
+static __always_inline void kvmm_cpu_prefetch_l1(const void *p)
+{
+	__builtin_prefetch(p, 0, 3);
+}
+
+/*
  * The nq queries (accumulators) of one GQA group are padded scratch rows qstride (astride)
  * floats apart; their scores (weights) rows of the chunk's tokens, sq (sp) floats apart.
  */

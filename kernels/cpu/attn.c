@@ -44,6 +44,7 @@ struct attn_ctx {
 	uint32_t chunk; /* tokens per chunk */
 	uint32_t tile;	/* query vectors per pass */
 	uint32_t begin; /* first token of the pass (a split context's part) */
+	bool l1;	/* L1 prefetch of the next step's lines (decode; struct kvmm_cpu_chunk) */
 	float *part;	/* NULL: finish into out; else the part's state: acc rows, m, l */
 	/* the pass this thread runs next (NULL table: none), prefetched at the end of this one */
 	const int32_t *next_table;
@@ -245,6 +246,7 @@ static void attend(struct attn_ctx *c, const int32_t *table, uint32_t nq)
 		.sstride = f->scale_row_bytes,
 		.dim = c->dim,
 		.gs = c->gs,
+		.l1 = c->l1,
 	};
 
 	for (j = 0; j < nq; j++)
@@ -348,6 +350,7 @@ static void decode_unit(struct attn_ctx *c, const struct attn_job *job, const st
 	}
 	c->begin = u->begin;
 	c->part = u->part;
+	c->l1 = true;
 	attend(c, b->block_tables + (uint64_t)u->seq * b->max_blocks, hq);
 }
 
@@ -367,6 +370,7 @@ static void prefill_unit(struct attn_ctx *c, const struct attn_job *job, const s
 	}
 	c->begin = 0;
 	c->part = NULL;
+	c->l1 = false;
 	attend(c, b->block_tables + (uint64_t)u->seq * b->max_blocks, nq);
 }
 

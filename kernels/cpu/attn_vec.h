@@ -48,22 +48,24 @@ static __always_inline const char *elem(uint32_t dt, const void *row, uint32_t i
  * Element i of a row starts a 64-byte line of it: prefetch that line of the next chunk, pf
  * bytes on, into L2, and the line l1 bytes on, into L1: the same line of the rows the step
  * after this one loads (kvmm_cpu_prefetch_l1(): the scores prefetch the head's V rows, vk on,
- * the sums the next head's K rows, next_head_k()).  With the dims a constant (the head-dim
- * instances) the test folds away.
+ * the sums the next head's K rows, next_head_k()); l1 0 for none (c->l1 off).  With the dims
+ * a constant (the head-dim instances) the test folds away.
  */
 static __always_inline void pf_line(uint32_t dt, const void *row, uint32_t i, int64_t pf,
 				    int64_t l1)
 {
 	if (((uint64_t)i * kvmm_dtype_size(dt)) % 64 == 0) {
 		kvmm_cpu_prefetch(elem(dt, row, i) + pf);
-		kvmm_cpu_prefetch_l1(elem(dt, row, i) + l1);
+		if (l1)
+			kvmm_cpu_prefetch_l1(elem(dt, row, i) + l1);
 	}
 }
 
 /* from a V row of head h to the K row of head h + 1 (for the last head: the next row's) */
-static __always_inline int64_t next_head_k(uint32_t dt, const struct kvmm_cpu_seg *sg, uint32_t dim)
+static __always_inline int64_t next_head_k(uint32_t dt, const struct kvmm_cpu_chunk *c,
+					   const struct kvmm_cpu_seg *sg, uint32_t dim)
 {
-	return (sg->k - sg->v) + (int64_t)dim * kvmm_dtype_size(dt);
+	return c->l1 ? (sg->k - sg->v) + (int64_t)dim * kvmm_dtype_size(dt) : 0;
 }
 
 static __always_inline float row_scale(const float *sc, uint64_t sstride, uint32_t t, uint32_t g)
@@ -164,7 +166,7 @@ static __always_inline void pv_block(uint32_t dt, uint32_t NQ, const struct kvmm
 					_Pragma("GCC unroll 4") for (k = 0; k < PV_DB; k++)
 					{
 						pf_line(dt, r, d + k * VW, sg->pf,
-							next_head_k(dt, sg, dim));
+							next_head_k(dt, c, sg, dim));
 						vv[k] = vload_kv(dt, elem(dt, r, d + k * VW), VW);
 						if (dt == KVMM_DTYPE_INT8)
 							vv[k] = vmul(vv[k],
@@ -206,7 +208,7 @@ static __always_inline void pv_block(uint32_t dt, uint32_t NQ, const struct kvmm
 						kvmm_cpu_prefetch((const char *)sc + t * sstride +
 								  sg->pfs);
 					pf_line(dt, row + t * stride, d, sg->pf,
-						next_head_k(dt, sg, dim));
+						next_head_k(dt, c, sg, dim));
 					if (dt == KVMM_DTYPE_INT8)
 						vv = vmul(vv, vset1(row_scale(sc, sstride, t,
 									      g0 / gs)));
@@ -291,23 +293,24 @@ static __always_inline void qk_chunk(uint32_t dt, const struct kvmm_cpu_chunk *c
 				dt == KVMM_DTYPE_INT8 ? (const float *)(sg->ks + c->hsoff) : NULL;
 			uint32_t n = min_t(uint32_t, sg->n, c->n - t0);
 			float *sb = s + b * sq + t0;
+			int64_t vk = c->l1 ? sg->v - sg->k : 0; /* to the V rows, for pf_line() */
 
 			switch (nq - b >= QK_QB ? QK_QB : nq - b) {
 			case 4:
 				qk_block4(dt, 4, qb, qstride, row, c->stride, sc, c->sstride, n,
-					  dim, gs, sb, sq, sg->pf, sg->pfs, sg->v - sg->k);
+					  dim, gs, sb, sq, sg->pf, sg->pfs, vk);
 				break;
 			case 3:
 				qk_block4(dt, 3, qb, qstride, row, c->stride, sc, c->sstride, n,
-					  dim, gs, sb, sq, sg->pf, sg->pfs, sg->v - sg->k);
+					  dim, gs, sb, sq, sg->pf, sg->pfs, vk);
 				break;
 			case 2:
 				qk_block4(dt, 2, qb, qstride, row, c->stride, sc, c->sstride, n,
-					  dim, gs, sb, sq, sg->pf, sg->pfs, sg->v - sg->k);
+					  dim, gs, sb, sq, sg->pf, sg->pfs, vk);
 				break;
 			default:
 				qk_block4(dt, 1, qb, qstride, row, c->stride, sc, c->sstride, n,
-					  dim, gs, sb, sq, sg->pf, sg->pfs, sg->v - sg->k);
+					  dim, gs, sb, sq, sg->pf, sg->pfs, vk);
 				break;
 			}
 		}

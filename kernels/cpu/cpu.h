@@ -54,6 +54,12 @@ struct kvmm_cpu_chunk {
 	const struct kvmm_cpu_seg *seg;
 	uint64_t hoff, hsoff, stride, sstride;
 	uint32_t n, dim, gs;
+	/*
+	 * Prefetch the next step's lines into L1 (kvmm_cpu_prefetch_l1()): decode, which loads
+	 * each line once per step.  Not prefill: its query tiles load a head's K rows once per
+	 * block of queries, and the V lines would evict them (same L1 sets) between blocks.
+	 */
+	bool l1;
 };
 
 /*

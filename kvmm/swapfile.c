@@ -725,6 +725,32 @@ static void clean_out(struct kvmm_swap *sw, struct kvmm_seq *seq, uint32_t block
 	pool->stat[KVMM_STAT_SWAP_CLEAN]++;
 }
 
+/*
+ * The next swap-out candidates of seq from block *b to end: a clean swap-cached page needs no
+ * write and goes at once (clean_out(), counted in *clean); the others, up to SWAP_BATCH, are
+ * put in blocks and counted in the return value.  *b moves past the last block looked at.
+ */
+static uint32_t out_candidates(struct kvmm_swap *sw, struct kvmm_seq *seq, uint32_t *b,
+			       uint32_t end, uint32_t *blocks, uint32_t *clean)
+{
+	struct kvmm_pool *pool = seq->as->pool;
+	uint32_t want = 0;
+
+	for (; *b < end && want < SWAP_BATCH; (*b)++) {
+		uint32_t f = kvmm_pte_frame(seq->pte[*b]);
+
+		if (f == KVMM_FRAME_NONE || !swappable(&pool->pages[f]))
+			continue;
+		if (pool->pages[f].swap) {
+			clean_out(sw, seq, *b, &pool->pages[f]);
+			(*clean)++;
+			continue;
+		}
+		blocks[want++] = *b;
+	}
+	return want;
+}
+
 int kvmm_mm_seq_swap_out(struct kvmm_seq *seq, uint32_t first, uint32_t n)
 {
 	struct kvmm_swap_io ios[SWAP_BATCH];
@@ -748,22 +774,10 @@ int kvmm_mm_seq_swap_out(struct kvmm_seq *seq, uint32_t first, uint32_t n)
 	b = first;
 	while (b < end) {
 		struct kvmm_swap_tier *t;
-		uint32_t want = 0, got, i, k;
+		uint32_t want, got, i, k;
 		uint64_t s;
 
-		/* the next candidates, up to a batch; clean swap-cached pages go at once */
-		for (; b < end && want < SWAP_BATCH; b++) {
-			uint32_t f = kvmm_pte_frame(seq->pte[b]);
-
-			if (f == KVMM_FRAME_NONE || !swappable(&pool->pages[f]))
-				continue;
-			if (pool->pages[f].swap) {
-				clean_out(sw, seq, b, &pool->pages[f]);
-				done++;
-				continue;
-			}
-			blocks[want++] = b;
-		}
+		want = out_candidates(sw, seq, &b, end, blocks, &done);
 		if (!want)
 			break;
 		for (i = 0; i < want; i += got) {
@@ -963,22 +977,10 @@ int kvmm_mm_seq_swap_out_async(struct kvmm_seq *seq, uint32_t first, uint32_t n)
 	end = (uint32_t)min_t(uint64_t, (uint64_t)first + n, seq->nblocks);
 	b = first;
 	while (b < end && !err) {
-		uint32_t blocks[SWAP_BATCH], want = 0, got, k;
+		uint32_t blocks[SWAP_BATCH], got, k;
+		uint32_t want = out_candidates(sw, seq, &b, end, blocks, &clean);
 		uint64_t s;
 
-		for (; b < end && want < SWAP_BATCH; b++) {
-			uint32_t f = kvmm_pte_frame(seq->pte[b]);
-
-			if (f == KVMM_FRAME_NONE || !swappable(&pool->pages[f]))
-				continue;
-			if (pool->pages[f].swap) {
-				/* clean swap-cached: nothing to write, done now */
-				clean_out(sw, seq, b, &pool->pages[f]);
-				clean++;
-				continue;
-			}
-			blocks[want++] = b;
-		}
 		for (k = 0; k < want; k += got) {
 			got = alloc_run(sw, NULL, false, want - k, &t, &s, &err);
 			if (!got)

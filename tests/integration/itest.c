@@ -38,7 +38,7 @@ const struct kvmm_format itest_fmt = {
 
 static struct itest_daemon *itest_running; /* the daemon atexit must not leave behind */
 
-static void sleep_ms(unsigned int ms)
+void itest_sleep_ms(unsigned int ms)
 {
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
 
@@ -197,7 +197,7 @@ int itest_daemon_start(struct itest_daemon *d, const char *const *extra)
 		}
 		if (!itest_daemon_alive(d))
 			break;
-		sleep_ms(10);
+		itest_sleep_ms(10);
 	}
 	fprintf(stderr, "itest: kvmmd did not come up on %s\n", d->sock);
 	itest_daemon_dump_log(d);
@@ -231,7 +231,7 @@ int itest_daemon_stop(struct itest_daemon *d)
 			waitpid(d->pid, &status, 0);
 			status = -1;
 		}
-		sleep_ms(10);
+		itest_sleep_ms(10);
 	}
 	d->pid = 0;
 	if (status != -1 && WIFEXITED(status))
@@ -479,4 +479,45 @@ void itest_need_daemon(void)
 {
 	if (!itest_have_daemon)
 		skip();
+}
+
+long long itest_admin_value(const struct itest_daemon *d, unsigned int op, const char *name)
+{
+	char *text = NULL;
+	long long v;
+
+	assert_int_equal(itest_admin_text(d, op, &text), 0);
+	v = itest_text_value(text, name);
+	free(text);
+	return v;
+}
+
+int itest_swapdir_make(struct itest_swapdir *s, const char *name, unsigned int host_slots,
+		       unsigned int file_slots)
+{
+	snprintf(s->dir, sizeof(s->dir), "/tmp/kvmm-%s.XXXXXX", name);
+	if (!mkdtemp(s->dir)) {
+		s->dir[0] = '\0';
+		return -1;
+	}
+	snprintf(s->file, sizeof(s->file), "%s/swapfile", s->dir);
+	snprintf(s->hostarg, sizeof(s->hostarg), "swap_host=%u", host_slots * ITEST_PAGE_SIZE);
+	snprintf(s->filearg, sizeof(s->filearg), "swap_file=%s:%u", s->file,
+		 file_slots * ITEST_PAGE_SIZE);
+	return 0;
+}
+
+void itest_swapdir_remove(struct itest_swapdir *s)
+{
+	static const char *const ns[] = {ITEST_NS_A, ITEST_NS_B};
+	char p[sizeof(s->file) + 16];
+
+	if (!s->dir[0])
+		return;
+	for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+		snprintf(p, sizeof(p), "%s.%s", s->file, ns[i]);
+		unlink(p);
+	}
+	rmdir(s->dir);
+	s->dir[0] = '\0';
 }

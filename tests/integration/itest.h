@@ -74,6 +74,31 @@ int itest_admin_call(const struct itest_daemon *d, unsigned int op, const void *
 /* The value of "Name:  value" in admin text, or -1 if absent. */
 long long itest_text_value(const char *text, const char *name);
 
+/*
+ * The value of "Name: value" in the answer to admin read verb op (KVMM_OP_VMSTAT,
+ * KVMM_OP_STATUS, ...), or -1 if absent; fails the test when the verb fails.
+ */
+long long itest_admin_value(const struct itest_daemon *d, unsigned int op, const char *name);
+
+/* Sleep ms milliseconds (signals do not cut it short). */
+void itest_sleep_ms(unsigned int ms);
+
+/*
+ * A temporary directory for a daemon's swap tiers, and the --swap arguments for host_slots
+ * host-memory slots and file_slots slots of a swap file in it (per namespace pool; the daemon
+ * makes one file per namespace, <file>.<ns>).  itest_swapdir_make() returns 0 or -1;
+ * itest_swapdir_remove() deletes the files of the test namespaces and the directory.
+ */
+struct itest_swapdir {
+	char dir[64];
+	char file[128];
+	char hostarg[64];
+	char filearg[192];
+};
+int itest_swapdir_make(struct itest_swapdir *s, const char *name, unsigned int host_slots,
+		       unsigned int file_slots);
+void itest_swapdir_remove(struct itest_swapdir *s);
+
 /* Deterministic token ids for prompt number p (tokens[i] depends on p and i). */
 void itest_tokens(uint32_t *tokens, size_t n, unsigned int p);
 

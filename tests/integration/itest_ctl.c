@@ -32,13 +32,6 @@
 
 static char ctl_bin[4096];
 
-static void sleep_ms(unsigned int ms)
-{
-	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-
-	nanosleep(&ts, NULL);
-}
-
 /*
  * Run argv (NULL-terminated) with stdout+stderr captured into *out (malloc'd); as @uid when
  * not -1.  Returns the exit status, or -1 when it died of a signal.
@@ -422,17 +415,6 @@ static void test_admin_verbs(void **state)
 	kvmm_detach(c);
 }
 
-static long long vmstat_value(const char *name)
-{
-	char *text = NULL;
-	long long v;
-
-	assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_VMSTAT, &text), 0);
-	v = itest_text_value(text, name);
-	free(text);
-	return v;
-}
-
 /*
  * swapon/swapoff --ns: a tier added to alpha is not in beta; drop-caches swap drops alpha's
  * demoted cache (and only that: the tier then holds nothing).
@@ -474,18 +456,19 @@ static void test_swap_ns(void **state)
 	/* alpha's cache is demoted to the tier by reclaim, then dropped from it */
 	c = client_with_seq(&cid, &sid);
 	assert_int_equal(kvmm_seq_free(c, sid), 0); /* 3 sealed pages stay cached */
-	demoted = vmstat_value("swap_demote");
-	drops = vmstat_value("swap_drop");
+	demoted = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote");
+	drops = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_drop");
 	assert_int_equal(ctl(&out, "--noswap", "reclaim", "100000", NULL), 0);
 	free(out);
-	assert_true(vmstat_value("swap_demote") >= demoted + 3);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") >= demoted + 3);
 	assert_int_equal(ctl(&out, "drop-caches", "swap", NULL), 0);
 	p = strstr(out, "dropped ");
 	assert_non_null(p);
 	dropped = strtoull(p + 8, NULL, 10);
 	free(out);
 	assert_true(dropped >= 3);
-	assert_int_equal(vmstat_value("swap_drop"), drops + (long long)dropped);
+	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_drop"),
+			 drops + (long long)dropped);
 	assert_int_equal(ctl(&out, "--raw", "--ns", "alpha", "swap", NULL), 0);
 	p = strstr(out, " used=");
 	assert_non_null(p);
@@ -515,7 +498,7 @@ static void wait_subscribers(long long n)
 			return;
 		}
 		free(t);
-		sleep_ms(10);
+		itest_sleep_ms(10);
 	}
 	fail_msg("never saw %lld trace subscribers", n);
 }
@@ -634,7 +617,7 @@ static void test_top(void **state)
 			seen = strstr(out, "kvmmctl top") && strstr(out, "NAMESPACE") &&
 			       strstr(out, "alpha") && strstr(out, "hit rate");
 		if (!seen)
-			sleep_ms(10);
+			itest_sleep_ms(10);
 	}
 	if (!seen)
 		fprintf(stderr, "pane:\n%s\n", out ? out : "");
@@ -644,9 +627,10 @@ static void test_top(void **state)
 	for (int i = 0; i < 500 && !gone; i++) {
 		gone = sh(NULL, "tmux -S %s has-session -t top", tsock) != 0;
 		if (!gone)
-			sleep_ms(10);
+			itest_sleep_ms(10);
 	}
 	sh(NULL, "tmux -S %s kill-server", tsock);
+	unlink(tsock); /* tmux leaves it, and the daemon's directory could not be removed */
 	assert_true(gone);
 }
 

@@ -47,10 +47,9 @@
 #define MAXB 256
 #define PROMPT_TAG 4242
 
-static struct itest_daemon d;
-static bool have_daemon;
 static pid_t daemon_pid;
-static char fake[PATH_MAX], report[128], swapdir[64], swapfile[128], hostarg[64], filearg[192];
+static struct itest_swapdir sd;
+static char fake[PATH_MAX], report[128];
 static char self[PATH_MAX];
 
 static uint8_t byte_at(uint64_t tag, uint32_t block, uint32_t i)
@@ -61,13 +60,6 @@ static uint8_t byte_at(uint64_t tag, uint32_t block, uint32_t i)
 	z *= 0xbf58476d1ce4e5b9ull;
 	z ^= z >> 29;
 	return (uint8_t)z;
-}
-
-static void sleep_ms(unsigned int ms)
-{
-	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-	nanosleep(&ts, NULL);
 }
 
 /* write (@write) or compare page @b of @tag at device address @dp; 0 or -1 */
@@ -166,11 +158,12 @@ static int holder(const char *sock)
 
 static int setup(void **state)
 {
-	const char *extra[] = {"--backend", "cuda", "--swap", hostarg, "--swap", filearg, NULL};
+	const char *extra[] = {"--backend", "cuda",	"--swap", sd.hostarg,
+			       "--swap",    sd.filearg, NULL};
 	const char *env = getenv("KVMM_FAKECUDA");
 
 	(void)state;
-	if (!itest_daemon_find(&d))
+	if (!itest_daemon_find(&itest_d))
 		return 0;
 	if (!realpath(env && env[0] ? env : "tests/fakecuda/libcuda-fake.so", fake)) {
 		fprintf(stderr, "itest_cuda_fake: the fake CUDA driver is not built\n");
@@ -178,21 +171,17 @@ static int setup(void **state)
 	}
 	if (!realpath("/proc/self/exe", self))
 		return -1;
-	snprintf(swapdir, sizeof(swapdir), "/tmp/kvmm-itcudafake.XXXXXX");
-	if (!mkdtemp(swapdir))
+	if (itest_swapdir_make(&sd, "itcudafake", 64, 256))
 		return -1;
-	snprintf(swapfile, sizeof(swapfile), "%s/swapfile", swapdir);
-	snprintf(report, sizeof(report), "%s/fakecuda.report", swapdir);
-	snprintf(hostarg, sizeof(hostarg), "swap_host=%u", 64 * ITEST_PAGE_SIZE);
-	snprintf(filearg, sizeof(filearg), "swap_file=%s:%u", swapfile, 256 * ITEST_PAGE_SIZE);
+	snprintf(report, sizeof(report), "%s/fakecuda.report", sd.dir);
 	/* this process, the daemon and every client: the fake, and its report at exit */
 	setenv("KVMM_LIBCUDA", fake, 1);
 	setenv("KVMM_FAKECUDA_REPORT", report, 1);
 	unsetenv("KVMM_CUDA_DEVICE");
-	if (itest_daemon_start(&d, extra))
+	if (itest_daemon_start(&itest_d, extra))
 		return -1;
-	daemon_pid = d.pid;
-	have_daemon = true;
+	daemon_pid = itest_d.pid;
+	itest_have_daemon = true;
 	return 0;
 }
 
@@ -230,40 +219,29 @@ static int check_report(void)
 
 static int teardown(void **state)
 {
-	char p[192];
 	int ret = 0;
 
 	(void)state;
-	if (have_daemon) {
-		ret = itest_daemon_stop(&d) == 0 ? 0 : -1;
+	if (itest_have_daemon) {
+		ret = itest_daemon_stop(&itest_d) == 0 ? 0 : -1;
 		if (ret)
 			fprintf(stderr, "itest_cuda_fake: kvmmd did not exit 0 on SIGTERM\n");
 		else if (check_report())
 			ret = -1;
 		if (ret)
-			itest_daemon_dump_log(&d);
+			itest_daemon_dump_log(&itest_d);
 	}
-	have_daemon = false;
-	unlink(report);
-	snprintf(p, sizeof(p), "%s.%s", swapfile, ITEST_NS_A);
-	unlink(p);
-	snprintf(p, sizeof(p), "%s.%s", swapfile, ITEST_NS_B);
-	unlink(p);
-	if (swapdir[0])
-		rmdir(swapdir);
+	itest_have_daemon = false;
+	if (report[0])
+		unlink(report);
+	itest_swapdir_remove(&sd);
 	return ret;
-}
-
-static void need(void)
-{
-	if (!have_daemon)
-		skip();
 }
 
 static kvmm_client_t *attach(void)
 {
 	kvmm_client_t *c = NULL;
-	int err = kvmm_attach(d.sock, ITEST_NS_A, &itest_fmt, &c);
+	int err = kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &c);
 
 	if (err)
 		fail_msg("attach: %s (%s)", kvmm_strerror(err), kvmm_cuda_map_why());
@@ -293,7 +271,7 @@ static void test_attach_devptr(void **state)
 	uint64_t ps;
 
 	(void)state;
-	need();
+	itest_need_daemon();
 	c = attach();
 	ps = kvmm_page_size(c);
 	errno = 0;
@@ -324,7 +302,7 @@ static void test_share_between_processes(void **state)
 	pid_t pid;
 
 	(void)state;
-	need();
+	itest_need_daemon();
 	c = attach();
 	drv = kvmm_cuda_drv_load();
 	assert_non_null(drv);
@@ -342,7 +320,7 @@ static void test_share_between_processes(void **state)
 
 	argv[0] = self;
 	argv[1] = "--reader";
-	argv[2] = d.sock;
+	argv[2] = itest_d.sock;
 	snprintf(nstr, sizeof(nstr), "%d", PROMPT_PAGES);
 	argv[3] = nstr;
 	for (int b = 0; b < PROMPT_PAGES; b++) {
@@ -378,17 +356,6 @@ static void touch(kvmm_client_t *c, uint64_t seq, uint64_t tag, bool write)
 	assert_int_equal(kvmm_unpin(c, &seq, 1, NULL), 0);
 }
 
-static long long vmstat(const char *name)
-{
-	char *text = NULL;
-	long long v;
-
-	assert_int_equal(itest_admin_text(&d, KVMM_OP_VMSTAT, &text), 0);
-	v = itest_text_value(text, name);
-	free(text);
-	return v;
-}
-
 /* three sequences of 120 pages in a 256-frame pool: swapped out and in, identical */
 static void test_swap_roundtrip(void **state)
 {
@@ -397,7 +364,7 @@ static void test_swap_roundtrip(void **state)
 	uint64_t s[3];
 
 	(void)state;
-	need();
+	itest_need_daemon();
 	c = attach();
 	tpp = kvmm_tokens_per_page(c);
 	n = 120 * tpp;
@@ -412,8 +379,8 @@ static void test_swap_roundtrip(void **state)
 	for (int round = 0; round < 2; round++)
 		for (int i = 0; i < 3; i++)
 			touch(c, s[i], 1000 + (uint64_t)i, false);
-	assert_true(vmstat("seq_swapout") > 0);
-	assert_true(vmstat("pswpin") > 0);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "seq_swapout") > 0);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "pswpin") > 0);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(kvmm_seq_free(c, s[i]), 0);
 	free(t);
@@ -451,20 +418,9 @@ static int settled_daemon_fds(void)
 
 		same = n == last ? same + 1 : 0;
 		last = n;
-		sleep_ms(20);
+		itest_sleep_ms(20);
 	}
 	return last;
-}
-
-static long long status_value(const char *name)
-{
-	char *text = NULL;
-	long long v;
-
-	assert_int_equal(itest_admin_text(&d, KVMM_OP_STATUS, &text), 0);
-	v = itest_text_value(text, name);
-	free(text);
-	return v;
 }
 
 /* a client killed with pages in use: its frames, session and descriptors all come back */
@@ -476,8 +432,8 @@ static void test_kill9_leaks_nothing(void **state)
 	pid_t pid;
 
 	(void)state;
-	need();
-	free_before = status_value("FramesFree");
+	itest_need_daemon();
+	free_before = itest_admin_value(&itest_d, KVMM_OP_STATUS, "FramesFree");
 	fds_before = settled_daemon_fds();
 	assert_true(free_before > 0 && fds_before > 0);
 	assert_int_equal(pipe(pipefd), 0);
@@ -487,27 +443,28 @@ static void test_kill9_leaks_nothing(void **state)
 		dup2(pipefd[1], STDOUT_FILENO);
 		close(pipefd[0]);
 		close(pipefd[1]);
-		execl(self, self, "--holder", d.sock, (char *)NULL);
+		execl(self, self, "--holder", itest_d.sock, (char *)NULL);
 		_exit(127);
 	}
 	close(pipefd[1]);
 	assert_true(read(pipefd[0], buf, sizeof(buf) - 1) > 0);
 	close(pipefd[0]);
 	assert_string_equal(buf, "ready\n");
-	assert_true(status_value("FramesFree") <= free_before - 32);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_STATUS, "FramesFree") <= free_before - 32);
 	assert_int_equal(kill(pid, SIGKILL), 0);
 	assert_int_equal(waitpid(pid, NULL, 0), pid);
 	for (tries = 0; tries < 50; tries++) {
-		if (status_value("Clients") == 1 && status_value("FramesFree") == free_before &&
+		if (itest_admin_value(&itest_d, KVMM_OP_STATUS, "Clients") == 1 &&
+		    itest_admin_value(&itest_d, KVMM_OP_STATUS, "FramesFree") == free_before &&
 		    settled_daemon_fds() == fds_before)
 			break;
-		sleep_ms(100);
+		itest_sleep_ms(100);
 	}
-	assert_int_equal(status_value("Clients"), 1);
-	assert_int_equal(status_value("FramesFree"), free_before);
-	assert_int_equal(status_value("InvariantFailures"), 0);
+	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_STATUS, "Clients"), 1);
+	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_STATUS, "FramesFree"), free_before);
+	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_STATUS, "InvariantFailures"), 0);
 	assert_int_equal(settled_daemon_fds(), fds_before);
-	assert_true(itest_daemon_alive(&d));
+	assert_true(itest_daemon_alive(&itest_d));
 }
 
 int main(int argc, char **argv)

@@ -260,14 +260,6 @@ static void test_magazine(void **state)
 	kvmm_detach(c);
 }
 
-static void sleep_ms(unsigned int ms)
-{
-	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
 /* The daemon's block table of seq (over the socket, not the mirror). */
 static void socket_row(kvmm_client_t *c, uint64_t seq, int32_t *row, uint32_t max)
 {
@@ -409,7 +401,7 @@ static uint32_t wait_avail(kvmm_client_t *c, uint32_t want)
 	uint32_t avail = 0;
 
 	for (int i = 0; i < 1000 && (avail = kvmm_mag_avail(c)) < want; i++)
-		sleep_ms(2);
+		itest_sleep_ms(2);
 	return avail;
 }
 
@@ -445,17 +437,6 @@ static void test_magazine_topup(void **state)
 	kvmm_detach(c);
 }
 
-static long long vmstat(const char *name)
-{
-	char *text = NULL;
-	long long v;
-
-	assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_VMSTAT, &text), 0);
-	v = itest_text_value(text, name);
-	free(text);
-	return v;
-}
-
 /*
  * Frames parked in a magazine are the first thing reclaim takes once the cache is gone: a
  * client whose magazine holds most of a namespace does not make another client's long
@@ -484,7 +465,7 @@ static void test_magazine_reclaim(void **state)
 	assert_int_equal(kvmm_mag_free(c, fr + 1, 199), 0);
 	held = wait_avail(c, 150);
 	assert_true(held >= 150);
-	freed0 = vmstat("shrinker_freed");
+	freed0 = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "shrinker_freed");
 
 	big = attach_ns(ITEST_NS_A);
 	itest_tokens(tok, n, 11);
@@ -492,8 +473,8 @@ static void test_magazine_reclaim(void **state)
 	/* more pages than are free beside the magazine: its frames are taken back */
 	assert_int_equal(kvmm_seq_append(big, s, tok, n, NULL), 0);
 	assert_true(kvmm_mag_avail(c) < held);
-	assert_true(vmstat("shrinker_freed") > freed0);
-	assert_int_equal(vmstat("oom"), 0);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "shrinker_freed") > freed0);
+	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "oom"), 0);
 	assert_frame_filled(c, fr[0], 0x5a);
 	assert_int_equal(kvmm_seq_free(big, s), 0);
 	kvmm_detach(big);
@@ -560,7 +541,7 @@ static void test_hostile(void **state)
 		if (err)
 			break;
 		kvmm_seq_free(bad_idx, s);
-		sleep_ms(10);
+		itest_sleep_ms(10);
 	}
 	assert_true(err == -ENOTCONN || err == -EPIPE || err == -ECONNRESET);
 	good_client_works(good, 2);
@@ -580,7 +561,7 @@ static void test_hostile(void **state)
 	err = 0;
 	for (int i = 0; i < 100 && !err; i++) {
 		err = kvmm_seq_create(garbage, 0, &s);
-		sleep_ms(10);
+		itest_sleep_ms(10);
 	}
 	assert_true(err == -ENOTCONN || err == -EPIPE || err == -ECONNRESET);
 	good_client_works(good, 3);
@@ -596,7 +577,7 @@ static void test_hostile(void **state)
 		/* refill what the daemon consumed; it can take at most one CQ's worth */
 		smp_store_release(&sq->tail, READ_ONCE(sq->head) + h.ring_entries);
 		good_client_works(good, 10 + (unsigned int)round);
-		sleep_ms(5);
+		itest_sleep_ms(5);
 	}
 	assert_int_equal(READ_ONCE(cq->tail) - READ_ONCE(cq->head), h.ring_entries);
 	assert_true(itest_daemon_alive(&itest_d));

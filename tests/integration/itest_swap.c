@@ -31,59 +31,37 @@
 
 #define MAXB 256 /* block-table row */
 
-static struct itest_daemon d;
-static bool have_daemon;
-static char swapdir[64], swapfile[128], hostarg[64], filearg[192];
+static struct itest_swapdir sd;
 
 static int setup(void **state)
 {
-	const char *extra[] = {"--swap", hostarg, "--swap", filearg, NULL};
+	const char *extra[] = {"--swap", sd.hostarg, "--swap", sd.filearg, NULL};
 
 	(void)state;
-	if (!itest_daemon_find(&d))
+	if (!itest_daemon_find(&itest_d)) {
+		itest_no_daemon = true;
 		return 0;
-	snprintf(swapdir, sizeof(swapdir), "/tmp/kvmm-itswap.XXXXXX");
-	if (!mkdtemp(swapdir))
-		return -1;
-	snprintf(swapfile, sizeof(swapfile), "%s/swapfile", swapdir);
+	}
 	/* 64 host slots and 256 file slots per namespace pool */
-	snprintf(hostarg, sizeof(hostarg), "swap_host=%u", 64 * ITEST_PAGE_SIZE);
-	snprintf(filearg, sizeof(filearg), "swap_file=%s:%u", swapfile, 256 * ITEST_PAGE_SIZE);
-	if (itest_daemon_start(&d, extra))
+	if (itest_swapdir_make(&sd, "itswap", 64, 256) || itest_daemon_start(&itest_d, extra))
 		return -1;
-	have_daemon = true;
+	itest_have_daemon = true;
 	return 0;
 }
 
 static int teardown(void **state)
 {
-	char p[192];
-	int ret = 0;
+	int ret = itest_group_teardown(state);
 
-	(void)state;
-	if (have_daemon)
-		ret = itest_daemon_stop(&d) == 0 ? 0 : -1;
-	have_daemon = false;
-	snprintf(p, sizeof(p), "%s.%s", swapfile, ITEST_NS_A);
-	unlink(p);
-	snprintf(p, sizeof(p), "%s.%s", swapfile, ITEST_NS_B);
-	unlink(p);
-	if (swapdir[0])
-		rmdir(swapdir);
+	itest_swapdir_remove(&sd);
 	return ret;
-}
-
-static void need(void)
-{
-	if (!have_daemon)
-		skip();
 }
 
 static kvmm_client_t *attach(void)
 {
 	kvmm_client_t *c = NULL;
 
-	assert_int_equal(kvmm_attach(d.sock, ITEST_NS_A, &itest_fmt, &c), 0);
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &c), 0);
 	return c;
 }
 
@@ -136,17 +114,6 @@ static uint64_t mkseq(kvmm_client_t *c, int prio, uint32_t blocks, unsigned int 
 	return seq;
 }
 
-static long long vmstat(const char *name)
-{
-	char *text = NULL;
-	long long v;
-
-	assert_int_equal(itest_admin_text(&d, KVMM_OP_VMSTAT, &text), 0);
-	v = itest_text_value(text, name);
-	free(text);
-	return v;
-}
-
 /* Three sequences of 120 pages in a 256-frame pool: every one comes back identical. */
 static void test_swap_roundtrip(void **state)
 {
@@ -155,7 +122,7 @@ static void test_swap_roundtrip(void **state)
 	int i, round;
 
 	(void)state;
-	need();
+	itest_need_daemon();
 	c = attach();
 	for (i = 0; i < 3; i++) {
 		s[i] = mkseq(c, 0, 120, 100 + i);
@@ -164,8 +131,8 @@ static void test_swap_roundtrip(void **state)
 	for (round = 0; round < 2; round++)
 		for (i = 0; i < 3; i++)
 			assert_int_equal(touch(c, s[i], 1000 + i, false), 0);
-	assert_true(vmstat("seq_swapout") > 0);
-	assert_true(vmstat("pswpin") > 0);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "seq_swapout") > 0);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "pswpin") > 0);
 	for (i = 0; i < 3; i++)
 		assert_int_equal(kvmm_seq_free(c, s[i]), 0);
 	kvmm_detach(c);
@@ -181,23 +148,25 @@ static void test_prefix_demoted(void **state)
 	kvmm_client_t *c;
 
 	(void)state;
-	need();
+	itest_need_daemon();
 	c = attach();
 	tpp = kvmm_tokens_per_page(c);
 	n = 4 * tpp;
 	t = malloc(n * sizeof(*t));
 	assert_non_null(t);
 	itest_tokens(t, n, 7);
-	demoted = vmstat("swap_demote");
+	demoted = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote");
 	p = mkseq(c, 0, 4, 7);
 	assert_int_equal(touch(c, p, 77, true), 0);
 	assert_int_equal(kvmm_seal(c, p, 0, 0), 0);
 	assert_int_equal(kvmm_seq_free(c, p), 0); /* its pages stay cached */
 	big = mkseq(c, 0, 250, 8);		  /* under low: kvswapd takes the cache first */
 	/* kvswapd runs on its own thread: wait for it (bounded), as for the OOM event below */
-	for (tries = 0; tries < 400 && vmstat("swap_demote") <= demoted; tries++)
+	for (tries = 0;
+	     tries < 400 && itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") <= demoted;
+	     tries++)
 		usleep(5000);
-	assert_true(vmstat("swap_demote") > demoted);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") > demoted);
 	assert_int_equal(kvmm_seq_create(c, 0, &l), 0);
 	assert_int_equal(kvmm_prefix_lookup(c, l, t, n, &hit), 0);
 	assert_int_equal(hit, n);
@@ -217,7 +186,7 @@ static void test_fault_inject(void **state)
 	uint64_t x, y, z;
 
 	(void)state;
-	need();
+	itest_need_daemon();
 	c = attach();
 	x = mkseq(c, -5, 100, 20); /* lowest priority: swapped out first */
 	assert_int_equal(touch(c, x, 2000, true), 0);
@@ -227,19 +196,20 @@ static void test_fault_inject(void **state)
 	assert_int_equal(kvmm_seq_free(c, y), 0);
 	z = mkseq(c, 0, 10, 22);
 	assert_int_equal(touch(c, z, 2002, true), 0);
-	fails = vmstat("swap_fail");
+	fails = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_fail");
 	memset(&req, 0, sizeof(req));
 	strcpy(req.ns, ITEST_NS_A);
 	strcpy(req.spec, "swap.read nth=1 times=1");
-	assert_int_equal(itest_admin_call(&d, KVMM_OP_FAULT_INJECT, &req, sizeof(req), NULL, 0), 0);
+	assert_int_equal(
+		itest_admin_call(&itest_d, KVMM_OP_FAULT_INJECT, &req, sizeof(req), NULL, 0), 0);
 	assert_int_equal(touch(c, x, 2000, false), -EIO);
 	assert_int_equal(touch(c, z, 2002, false), 0);
 	assert_int_equal(touch(c, x, 2000, false), 0);
-	assert_true(vmstat("swap_fail") > fails);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_fail") > fails);
 	/* a bad specification is refused */
 	strcpy(req.spec, "swap.nosuch nth=1");
-	assert_int_not_equal(itest_admin_call(&d, KVMM_OP_FAULT_INJECT, &req, sizeof(req), NULL, 0),
-			     0);
+	assert_int_not_equal(
+		itest_admin_call(&itest_d, KVMM_OP_FAULT_INJECT, &req, sizeof(req), NULL, 0), 0);
 	/* SWAPOFF of the host tier with pages on it, then SWAPON it again */
 	y = mkseq(c, 0, 200, 21); /* x goes back to the tiers */
 	assert_int_equal(touch(c, y, 2001, true), 0);
@@ -248,13 +218,15 @@ static void test_fault_inject(void **state)
 		struct kvmm_swapon_req on = {
 			.tier = 1, .priority = 10, .size = 64 * ITEST_PAGE_SIZE};
 
-		assert_int_equal(itest_admin_call(&d, KVMM_OP_SWAPOFF, &off, sizeof(off), NULL, 0),
-				 0);
-		assert_int_equal(itest_admin_call(&d, KVMM_OP_SWAPOFF, &off, sizeof(off), NULL, 0),
-				 -ENOENT);
+		assert_int_equal(
+			itest_admin_call(&itest_d, KVMM_OP_SWAPOFF, &off, sizeof(off), NULL, 0), 0);
+		assert_int_equal(
+			itest_admin_call(&itest_d, KVMM_OP_SWAPOFF, &off, sizeof(off), NULL, 0),
+			-ENOENT);
 		assert_int_equal(touch(c, x, 2000, false), 0);
 		assert_int_equal(touch(c, y, 2001, false), 0);
-		assert_int_equal(itest_admin_call(&d, KVMM_OP_SWAPON, &on, sizeof(on), NULL, 0), 0);
+		assert_int_equal(
+			itest_admin_call(&itest_d, KVMM_OP_SWAPON, &on, sizeof(on), NULL, 0), 0);
 	}
 	assert_int_equal(touch(c, z, 2002, false), 0);
 	assert_int_equal(kvmm_seq_free(c, x), 0);
@@ -273,7 +245,7 @@ static void test_oom_preempt(void **state)
 	bool got = false;
 
 	(void)state;
-	need();
+	itest_need_daemon();
 	c = attach();
 	tpp = kvmm_tokens_per_page(c);
 	v = mkseq(c, -10, 50, 30);
@@ -298,7 +270,7 @@ static void test_oom_preempt(void **state)
 			usleep(5000);
 	}
 	assert_true(got);
-	assert_true(vmstat("oom") >= 1);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "oom") >= 1);
 	assert_int_equal(kvmm_seq_append(c, v, t, tpp, NULL), -KVMM_EPREEMPTED);
 	assert_int_equal(kvmm_seq_free(c, v), 0);
 	assert_int_equal(kvmm_seq_free(c, w), 0);
@@ -316,5 +288,5 @@ int main(void)
 	};
 	int ret = cmocka_run_group_tests_name("itest_swap", tests, setup, teardown);
 
-	return !have_daemon && !ret && !swapdir[0] ? 77 : ret;
+	return ret == 0 && itest_no_daemon ? 77 : ret;
 }

@@ -46,6 +46,7 @@
 #include "runtime/kvmm.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "check_inv.h"
+#include "swap_tier.h"
 
 #define GRAN KVMM_FAKECUDA_GRANULARITY
 #define FK_INVALID_HANDLE 400
@@ -762,15 +763,8 @@ static void test_swap_host_tier(void **state)
 static void test_swap_nvme_tier(void **state)
 {
 	struct fx *f = *state;
-	struct kvmm_swap_tier_params p = {
-		.tier = 2, .size = 32 * SW_PAGE, .path = f->path, .queue_depth = 4};
-	int ret = kvmm_swapon(f->pool, &kvmm_swap_nvme_ops, &p);
 
-	if (ret == -ENOSYS || ret == -EPERM || ret == -EOPNOTSUPP) {
-		print_message("nvme tier unavailable here (%s): skipped\n", strerror(-ret));
-		skip();
-	}
-	assert_int_equal(ret, 0);
+	assert_int_equal(swapon_nvme(f->pool, 2, 0, 32, SW_PAGE, f->path, 4), 0);
 	/* more pages than staging buffers: each reused only after its copy was waited for */
 	swap_roundtrip(f, SW_MAXB);
 	assert_int_equal(kvmm_swapoff(f->pool, 2), 0);

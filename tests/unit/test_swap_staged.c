@@ -29,6 +29,7 @@
 #include "kvmm/mm.h"
 #include "kvmm/swap.h"
 #include "check_inv.h"
+#include "swap_tier.h"
 
 #define PAGE_SZ 4096u
 #define NFRAMES 64u
@@ -319,26 +320,12 @@ static void poison_free(struct fx *f)
 
 static int add_host(struct fx *f, unsigned int id, int prio, uint32_t slots)
 {
-	struct kvmm_swap_tier_params p = {.tier = id, .priority = prio, .size = slots * PAGE_SZ};
-
-	return kvmm_swapon(f->pool, &kvmm_swap_host_ops, &p);
+	return swapon_host(f->pool, id, prio, slots, PAGE_SZ);
 }
 
-/* 0, or skip() with the reason when this machine cannot run the tier */
 static int add_nvme(struct fx *f, unsigned int id, int prio, uint32_t slots)
 {
-	struct kvmm_swap_tier_params p = {.tier = id,
-					  .priority = prio,
-					  .size = slots * PAGE_SZ,
-					  .path = f->path,
-					  .queue_depth = 4};
-	int ret = kvmm_swapon(f->pool, &kvmm_swap_nvme_ops, &p);
-
-	if (ret == -ENOSYS || ret == -EPERM || ret == -EOPNOTSUPP) {
-		print_message("nvme tier unavailable here (%s): skipped\n", strerror(-ret));
-		skip();
-	}
-	return ret;
+	return swapon_nvme(f->pool, id, prio, slots, PAGE_SZ, f->path, 4);
 }
 
 /* ---- tests ----------------------------------------------------------------------------------- */

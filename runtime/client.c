@@ -186,6 +186,17 @@ void kvmm_inflight_fail(struct kvmm_client *c, int err)
 	}
 }
 
+/* The reply's payload into rep (n bytes); false, and -EBADMSG in cqe, when it is shorter. */
+static bool take_rep(void *rep, size_t n, const void *p, size_t plen, struct kvmm_cqe *cqe)
+{
+	if (plen < n) {
+		cqe->res = -EBADMSG;
+		return false;
+	}
+	memcpy(rep, p, n);
+	return true;
+}
+
 /* Turn the reply of an asynchronous request into a completion. */
 static void complete_async(struct kvmm_client *c, struct kvmm_inflight *in)
 {
@@ -200,49 +211,35 @@ static void complete_async(struct kvmm_client *c, struct kvmm_inflight *in)
 		case KVMM_SQE_SEQ_FORK: {
 			struct kvmm_seq_create_rep rep; /* same layout as kvmm_seq_fork_rep */
 
-			if (plen < sizeof(rep)) {
-				cqe.res = -EBADMSG;
-				break;
+			if (take_rep(&rep, sizeof(rep), p, plen, &cqe)) {
+				cqe.seq = rep.seq;
+				cqe.nr_blocks = rep.nr_blocks;
 			}
-			memcpy(&rep, p, sizeof(rep));
-			cqe.seq = rep.seq;
-			cqe.nr_blocks = rep.nr_blocks;
 			break;
 		}
-		case KVMM_SQE_SEQ_APPEND: {
+		case KVMM_SQE_SEQ_APPEND:
+		case KVMM_SQE_PREFIX_LOOKUP: {
+			/* same layout as kvmm_prefix_lookup_rep up to nr_blocks */
 			struct kvmm_seq_append_rep rep;
 
-			if (plen < sizeof(rep)) {
-				cqe.res = -EBADMSG;
-				break;
-			}
-			memcpy(&rep, p, sizeof(rep));
-			cqe.nr_tokens = rep.nr_tokens;
-			cqe.nr_blocks = rep.nr_blocks;
-			break;
-		}
-		case KVMM_SQE_PREFIX_LOOKUP: {
-			struct kvmm_prefix_lookup_rep rep;
+			_Static_assert(
+				sizeof(rep) == sizeof(struct kvmm_prefix_lookup_rep) &&
+					offsetof(struct kvmm_seq_append_rep, nr_blocks) ==
+						offsetof(struct kvmm_prefix_lookup_rep, nr_blocks),
+				"append and lookup replies share their layout");
 
-			if (plen < sizeof(rep)) {
-				cqe.res = -EBADMSG;
-				break;
+			if (take_rep(&rep, sizeof(rep), p, plen, &cqe)) {
+				cqe.nr_tokens = rep.nr_tokens;
+				cqe.nr_blocks = rep.nr_blocks;
 			}
-			memcpy(&rep, p, sizeof(rep));
-			cqe.nr_tokens = rep.nr_tokens;
-			cqe.nr_blocks = rep.nr_blocks;
 			break;
 		}
 		case KVMM_SQE_PIN:
 		case KVMM_SQE_UNPIN: {
 			struct kvmm_pin_rep rep;
 
-			if (plen < sizeof(rep)) {
-				cqe.res = -EBADMSG;
-				break;
-			}
-			memcpy(&rep, p, sizeof(rep));
-			cqe.nr_frames = rep.nr_frames;
+			if (take_rep(&rep, sizeof(rep), p, plen, &cqe))
+				cqe.nr_frames = rep.nr_frames;
 			break;
 		}
 		default:

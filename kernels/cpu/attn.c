@@ -151,9 +151,9 @@ static void ctx_fini(struct attn_ctx *c)
 static void tile_set(struct attn_ctx *c, uint32_t j, const float *q, uint32_t h, uint32_t limit,
 		     float *out)
 {
+	/* locals: stores through qs cannot change them, so the loop vectorises */
 	float *qs = c->qs + (size_t)j * c->dpad, scale = c->scale;
-	uint32_t dim =
-		c->dim; /* locals: stores through qs cannot change them, so this vectorises */
+	uint32_t dim = c->dim;
 
 	for (uint32_t d = 0; d < dim; d++)
 		qs[d] = q[d] * scale;
@@ -298,8 +298,9 @@ static void attend(struct attn_ctx *c, const int32_t *table, uint32_t nq)
 	}
 	for (j = 0; j < nq; j++) {
 		const float *acc = c->acc + (size_t)j * c->dpad;
+		/* locals, as in tile_set, so the loop vectorises */
 		float inv = c->l[j] > 0.0f ? 1.0f / c->l[j] : 0.0f, *out = c->out[j];
-		uint32_t dim = c->dim; /* as in tile_set: locals, so the loop vectorises */
+		uint32_t dim = c->dim;
 
 		for (uint32_t d = 0; d < dim; d++)
 			out[d] = acc[d] * inv;

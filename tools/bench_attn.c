@@ -23,6 +23,14 @@
  *                               no target, against contig like the paged row
  *   attn.decode_<ctx>_mha...    the long case read by 8 query heads (no GQA): the least
  *                               arithmetic per KV byte, so the closest to a bandwidth test
+ *   attn.decode_<ctx>.tN.layers32  the long case in the layout of a model of 32 layers: the
+ *                               middle layer of 2 MiB pages (a 64 KiB slice each), pages
+ *                               shuffled, against the one-layer contig case (a contiguous
+ *                               layer); a note gives consecutive pages too, whose slices are
+ *                               still a page apart
+ *   attn.decode_hot.tN.paged    one 1024-token sequence per thread decoded over and over, its
+ *                               KV in L2/L3: the rate the core's arithmetic allows, against
+ *                               the stream (a note says when it is under the 60 % target)
  *   baseline stream_read_tN     summing a buffer as large as the long case's KV, 64-bit
  *                               words, four accumulators, on the same number of threads as
  *                               the rows it is compared with, through the kernels' own pool

@@ -453,17 +453,22 @@ void itest_tokens(uint32_t *tokens, size_t n, unsigned int p)
 struct itest_daemon itest_d;
 bool itest_have_daemon, itest_no_daemon;
 
-int itest_group_setup(void **state)
+int itest_group_start(const char *const *extra)
 {
-	(void)state;
 	if (!itest_daemon_find(&itest_d)) {
 		itest_no_daemon = true;
 		return 0;
 	}
-	if (itest_daemon_start(&itest_d, NULL))
+	if (itest_daemon_start(&itest_d, extra))
 		return -1;
 	itest_have_daemon = true;
 	return 0;
+}
+
+int itest_group_setup(void **state)
+{
+	(void)state;
+	return itest_group_start(NULL);
 }
 
 int itest_group_teardown(void **state)

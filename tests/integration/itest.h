@@ -111,6 +111,8 @@ void itest_tokens(uint32_t *tokens, size_t n, unsigned int p);
 extern struct itest_daemon itest_d;
 extern bool itest_have_daemon, itest_no_daemon;
 int itest_group_setup(void **state);
+/* The same with extra daemon arguments (itest_daemon_start()), for a setup of its own. */
+int itest_group_start(const char *const *extra);
 int itest_group_teardown(void **state);
 void itest_need_daemon(void);
 

@@ -38,15 +38,10 @@ static int setup(void **state)
 	const char *extra[] = {"--swap", sd.hostarg, "--swap", sd.filearg, NULL};
 
 	(void)state;
-	if (!itest_daemon_find(&itest_d)) {
-		itest_no_daemon = true;
-		return 0;
-	}
 	/* 64 host slots and 256 file slots per namespace pool */
-	if (itest_swapdir_make(&sd, "itswap", 64, 256) || itest_daemon_start(&itest_d, extra))
+	if (itest_swapdir_make(&sd, "itswap", 64, 256))
 		return -1;
-	itest_have_daemon = true;
-	return 0;
+	return itest_group_start(extra);
 }
 
 static int teardown(void **state)

@@ -4,8 +4,8 @@
  *
  * Both kernels reduce to one routine, attend(): a tile of query vectors, each with its KV
  * head and causal limit (it sees tokens [0, limit)), walks the sequence's tokens once, in
- * chunks of up to 64 tokens and 32 KiB of K rows (a list of page runs; larger chunks cost
- * more TLB and L1 misses than their fewer softmax steps save, see cpu.md), all heads per
+ * chunks of up to 64 tokens and 32 KiB of K rows per query a KV head has in the tile, up to
+ * four (a list of page runs; chunk_tokens() says why), all heads per
  * chunk: the chunk's K (and V) rows are read from memory once and then from cache by every
  * head.  For each run of queries sharing a head and a limit (a GQA group) the ISA code
  * scores the chunk's K rows, takes the online-softmax step (running max and sum; when the
@@ -28,7 +28,7 @@
 
 #define TILE_Q 32		/* prefill: query vectors at least, per pass over the KV */
 #define CHUNK 64		/* tokens scored before their V rows are summed, over pages */
-#define CHUNK_BYTES (32u << 10) /* ... and at most this much of K (see cpu.md: the TLB) */
+#define CHUNK_BYTES (32u << 10) /* ... and at most this much of K per query of a KV head */
 
 struct attn_ctx {
 	const struct kvmm_attn_batch *b;
@@ -91,6 +91,23 @@ static int check_batch(const struct kvmm_attn_batch *b, bool prefill)
 	return 0;
 }
 
+/*
+ * Tokens per chunk for a tile of tile query vectors: at most CHUNK, and at most CHUNK_BYTES of
+ * K rows for each query vector a KV head has in the tile, up to four.  The softmax step and
+ * the accumulators' load and store are paid per chunk and per query, so the more queries
+ * share a KV head (GQA, prefill's tiles) the longer a chunk pays; with one query per KV head
+ * the kernel waits on memory and long chunks lose (their V lines, prefetched into L1 while
+ * the K rows are scored, are evicted before the sums reach them).  Measured in
+ * Documentation/kernels/cpu.md, Chunk length.
+ */
+static uint32_t chunk_tokens(const struct kvmm_fmt *f, uint32_t tile)
+{
+	uint64_t per_head = min_t(uint64_t, 4, max_t(uint64_t, 1, tile / f->kv_heads));
+
+	return (uint32_t)min_t(uint64_t, CHUNK,
+			       max_t(uint64_t, 1, CHUNK_BYTES * per_head / f->row_bytes));
+}
+
 static int ctx_init(struct attn_ctx *c, const struct kvmm_attn_batch *b, uint32_t tile)
 {
 	const struct kvmm_fmt *f = b->kv.fmt;
@@ -111,7 +128,7 @@ static int ctx_init(struct attn_ctx *c, const struct kvmm_attn_batch *b, uint32_
 	c->gs = f->dtype == KVMM_DTYPE_INT8 ? f->group_size : f->head_dim;
 	c->group = b->num_q_heads / f->kv_heads;
 	c->scale = b->scale != 0.0f ? b->scale : 1.0f / sqrtf((float)f->head_dim);
-	c->chunk = (uint32_t)min_t(uint64_t, CHUNK, max_t(uint64_t, 1, CHUNK_BYTES / f->row_bytes));
+	c->chunk = chunk_tokens(f, tile);
 	c->tile = tile;
 	/* a whole vector past the last element: group tails may start a vector near the end */
 	c->dpad = (f->head_dim + KVMM_CPU_PAD - 1) / KVMM_CPU_PAD * KVMM_CPU_PAD + KVMM_CPU_PAD;

@@ -466,8 +466,9 @@ static int measure_all(const struct bench_opts *o, struct attn_shapes *S, uint32
 	swap(lg->paged, lg->runs4);
 	measure_pair(o, lg, &r->up, &r->ucn, &r->ur);
 	swap(lg->paged, lg->runs4);
-	/* the same pages read by 8 query heads (no GQA): the least compute per byte */
+	/* the long-context target: paired with the stream */
 	r->ls = versus_stream(o, lg);
+	/* the same pages read by 8 query heads (no GQA): the least compute per byte */
 	lg->hq = KV_HEADS;
 	measure_pair(o, lg, &r->mp, &r->mcn, &r->mr);
 	r->ms = versus_stream(o, lg);

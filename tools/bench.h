@@ -72,6 +72,7 @@ static inline void bench_use_ptr(const void *p)
 /* Suites: 0, or a negative errno after printing why. */
 int bench_suite_core(const struct bench_opts *o);
 int bench_suite_attn(const struct bench_opts *o); /* bench_attn.c */
+int bench_attn_steps(const struct bench_opts *o); /* bench_attn_steps.c: part of attn */
 int bench_suite_ipc(const struct bench_opts *o);  /* bench_ipc.c: starts ./kvmm/kvmmd */
 int bench_suite_swap(const struct bench_opts *o); /* bench_swap.c: tiers, fio, replay */
 

@@ -31,6 +31,8 @@
  *   attn.decode_hot.tN.paged    one 1024-token sequence per thread decoded over and over, its
  *                               KV in L2/L3: the rate the core's arithmetic allows, against
  *                               the stream (a note says when it is under the 60 % target)
+ *   attn.steps_*.t1             the decode's steps on one chunk in cache against the core's
+ *                               FMA rate measured in the same run (bench_attn_steps.c)
  *   baseline stream_read_tN     summing a buffer as large as the long case's KV, 64-bit
  *                               words, four accumulators, on the same number of threads as
  *                               the rows it is compared with, through the kernels' own pool
@@ -621,6 +623,7 @@ int bench_suite_attn(const struct bench_opts *o)
 	report_all(&S, 1, &r1);
 	if (nt > 1)
 		report_all(&S, nt, &rn);
+	err = bench_attn_steps(o);
 out:
 	for (i = 0; i < ARRAY_SIZE(shape); i++)
 		free_shape(shape[i].a);

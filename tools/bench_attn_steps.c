@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tools/bench_attn_steps.c - part of `kvmm-bench attn`: the arithmetic efficiency of the CPU
+ * decode's three steps, against the core's FMA rate measured in the same run.
+ *
+ * One chunk of 64 fp16 rows in cache, the attn suite's shape (8 KV heads x dim 128, rows of
+ * 2 KiB, 4 query heads per KV head), every head in turn as attend() does, through the ops of
+ * the ISA in use (kvmm_cpu_ops()):
+ *
+ *   attn.steps_scores.t1   ns per K row of one head: the 4 queries' dot products
+ *   attn.steps_sums.t1     ns per V row of one head: the 4 queries' weighted sums
+ *   attn.steps_all.t1      ns per K and V row of one head: scores, softmax and sums
+ *   baseline fma_bound     the same rows' multiply-adds (4 x dim each) at the rate of twelve
+ *                          independent chains of the ISA's widest FMA, timed here
+ *
+ * ratio = value / bound: how many times the FMAs alone the step takes (1 is the ceiling;
+ * the softmax and the horizontal sums of the scores are what the bound leaves out).  Best of
+ * several batches: the work is in cache and bound by the core, so the fastest batch is the
+ * one a neighbour disturbed least.  Documentation/kernels/cpu.md explains the figures.
+ */
+#include <errno.h>
+#include <immintrin.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/kernels.h"
+
+#define ST_HEADS 8
+#define ST_DIM 128
+#define ST_NQ 4	   /* queries per KV head */
+#define ST_ROWS 64 /* one chunk */
+#define ST_STRIDE (ST_HEADS * ST_DIM * 2)
+#define FMA_ITERS (1u << 21)
+
+#define FMA12(fma)                                                              \
+	do {                                                                    \
+		a0 = fma(a0, m, c), a1 = fma(a1, m, c), a2 = fma(a2, m, c);     \
+		a3 = fma(a3, m, c), a4 = fma(a4, m, c), a5 = fma(a5, m, c);     \
+		a6 = fma(a6, m, c), a7 = fma(a7, m, c), a8 = fma(a8, m, c);     \
+		a9 = fma(a9, m, c), a10 = fma(a10, m, c), a11 = fma(a11, m, c); \
+	} while (0)
+
+/* floats multiplied and added per ns by twelve chains of 512-bit FMAs */
+__attribute__((target("avx512f"))) static double fma_rate_avx512(void)
+{
+	__m512 m = _mm512_set1_ps(0.9999999f), c = _mm512_set1_ps(1e-7f);
+	/* different starts, or the compiler merges the chains into one */
+	__m512 a0 = _mm512_set1_ps(1), a1 = _mm512_set1_ps(2), a2 = _mm512_set1_ps(3),
+	       a3 = _mm512_set1_ps(4), a4 = _mm512_set1_ps(5), a5 = _mm512_set1_ps(6),
+	       a6 = _mm512_set1_ps(7), a7 = _mm512_set1_ps(8), a8 = _mm512_set1_ps(9),
+	       a9 = _mm512_set1_ps(10), a10 = _mm512_set1_ps(11), a11 = _mm512_set1_ps(12);
+	uint64_t t0 = bench_now_ns(), ns;
+	float sum;
+
+	for (uint32_t k = 0; k < FMA_ITERS; k++)
+		FMA12(_mm512_fmadd_ps);
+	ns = bench_now_ns() - t0;
+	a0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+			   _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+	a0 = _mm512_add_ps(a0, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+	sum = _mm512_reduce_add_ps(a0);
+	bench_use((uint64_t)sum);
+	return 12.0 * 16 * FMA_ITERS / (double)(ns ? ns : 1);
+}
+
+/* the same with 256-bit FMAs */
+__attribute__((target("avx2,fma"))) static double fma_rate_avx2(void)
+{
+	__m256 m = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
+	__m256 a0 = _mm256_set1_ps(1), a1 = _mm256_set1_ps(2), a2 = _mm256_set1_ps(3),
+	       a3 = _mm256_set1_ps(4), a4 = _mm256_set1_ps(5), a5 = _mm256_set1_ps(6),
+	       a6 = _mm256_set1_ps(7), a7 = _mm256_set1_ps(8), a8 = _mm256_set1_ps(9),
+	       a9 = _mm256_set1_ps(10), a10 = _mm256_set1_ps(11), a11 = _mm256_set1_ps(12);
+	uint64_t t0 = bench_now_ns(), ns;
+	float v[8], sum = 0;
+
+	for (uint32_t k = 0; k < FMA_ITERS; k++)
+		FMA12(_mm256_fmadd_ps);
+	ns = bench_now_ns() - t0;
+	a0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+			   _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+	a0 = _mm256_add_ps(a0, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+	_mm256_storeu_ps(v, a0);
+	for (int i = 0; i < 8; i++)
+		sum += v[i];
+	bench_use((uint64_t)sum);
+	return 12.0 * 8 * FMA_ITERS / (double)(ns ? ns : 1);
+}
+
+struct steps {
+	const struct kvmm_cpu_ops *ops;
+	struct kvmm_cpu_seg seg;
+	struct kvmm_cpu_chunk ch;
+	char *k, *v;
+	float *q, *acc, *s, m[ST_NQ], l[ST_NQ], corr[ST_NQ];
+};
+
+enum {
+	STEP_SCORES,
+	STEP_SUMS,
+	STEP_ALL,
+	STEP_COUNT
+};
+
+/* one pass of @what over every head of the chunk */
+static void steps_pass(struct steps *st, int what)
+{
+	for (uint32_t h = 0; h < ST_HEADS; h++) {
+		st->ch.hoff = (uint64_t)h * ST_DIM * 2;
+		if (what != STEP_SUMS)
+			st->ops->qk(&st->ch, st->q, ST_DIM, ST_NQ, st->s, ST_ROWS);
+		if (what == STEP_ALL)
+			st->ops->softmax(st->s, ST_ROWS, ST_NQ, ST_ROWS, st->m, st->l, st->corr);
+		if (what != STEP_SCORES)
+			st->ops->pv(&st->ch, st->acc, ST_DIM, st->s, ST_ROWS, ST_NQ, st->corr);
+	}
+	bench_use_ptr(st->acc);
+	bench_use_ptr(st->s);
+}
+
+/*
+ * Best ns per row (of one head) of each step over @batches rounds of @n passes each, the
+ * steps taking turns in every round (so a slow moment of the machine, or the clock settling
+ * after the FMA loop, does not land on one step only).
+ */
+static void steps_time(struct steps *st, double ns[STEP_COUNT], unsigned int batches,
+		       unsigned int n)
+{
+	for (int w = 0; w < STEP_COUNT; w++) {
+		ns[w] = INFINITY;
+		steps_pass(st, w); /* warm-up */
+	}
+	for (unsigned int b = 0; b < batches; b++)
+		for (int w = 0; w < STEP_COUNT; w++) {
+			uint64_t t0 = bench_now_ns();
+
+			for (unsigned int i = 0; i < n; i++)
+				steps_pass(st, w);
+			ns[w] = fmin(ns[w], (double)(bench_now_ns() - t0));
+		}
+	for (int w = 0; w < STEP_COUNT; w++)
+		ns[w] /= (double)n * ST_HEADS * ST_ROWS;
+}
+
+int bench_attn_steps(const struct bench_opts *o)
+{
+	static const char *const names[STEP_COUNT] = {"attn.steps_scores.t1", "attn.steps_sums.t1",
+						      "attn.steps_all.t1"};
+	enum kvmm_cpu_isa isa = kvmm_cpu_isa_get();
+	unsigned int batches = o->quick ? 5 : 40, n = o->quick ? 20 : 100;
+	struct steps st = {.ops = kvmm_cpu_ops(KVMM_DTYPE_FP16)};
+	double rate, bound, ns[STEP_COUNT];
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	int err = 0;
+
+	if (isa != KVMM_CPU_ISA_AVX512 && isa != KVMM_CPU_ISA_AVX2) {
+		bench_note("note: no steps rows: the scalar kernels have no FMA bound to compare");
+		return 0;
+	}
+	/* the best of five (three) runs of the FMA loop, about 7 ms each */
+	rate = 0;
+	for (unsigned int i = 0; i < (o->quick ? 3u : 5u); i++)
+		rate = fmax(rate, isa == KVMM_CPU_ISA_AVX512 ? fma_rate_avx512() : fma_rate_avx2());
+	st.k = aligned_alloc(64, (size_t)ST_ROWS * ST_STRIDE);
+	st.v = aligned_alloc(64, (size_t)ST_ROWS * ST_STRIDE);
+	st.q = aligned_alloc(64, sizeof(float) * ST_NQ * ST_DIM);
+	st.acc = aligned_alloc(64, sizeof(float) * ST_NQ * ST_DIM);
+	st.s = aligned_alloc(64, sizeof(float) * ST_NQ * ST_ROWS);
+	if (!st.k || !st.v || !st.q || !st.acc || !st.s) {
+		fprintf(stderr, "kvmm-bench attn: steps: %s\n", strerror(ENOMEM));
+		err = -ENOMEM;
+		goto out;
+	}
+	/* fp16 values in [0.5, 1) with random mantissas; queries small, so no exp overflows */
+	for (size_t i = 0; i < (size_t)ST_ROWS * ST_STRIDE / 2; i++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		((uint16_t *)st.k)[i] = (uint16_t)(0x3800 | ((x >> 33) & 0x3ff));
+		((uint16_t *)st.v)[i] = (uint16_t)(0x3800 | ((x >> 43) & 0x3ff));
+	}
+	for (uint32_t i = 0; i < ST_NQ * ST_DIM; i++) {
+		st.q[i] = (float)((i * 37) % 101) / 1000.0f;
+		st.acc[i] = 0.0f;
+	}
+	for (uint32_t i = 0; i < ST_NQ; i++) {
+		st.m[i] = -INFINITY;
+		st.l[i] = 0.0f;
+		st.corr[i] = 1.0f;
+	}
+	st.seg = (struct kvmm_cpu_seg){.k = st.k, .v = st.v, .n = ST_ROWS};
+	st.ch = (struct kvmm_cpu_chunk){.seg = &st.seg,
+					.stride = ST_STRIDE,
+					.n = ST_ROWS,
+					.dim = ST_DIM,
+					.gs = ST_DIM,
+					.l1 = true};
+	/* weights for the sums alone: one softmax step over real scores */
+	st.ops->qk(&st.ch, st.q, ST_DIM, ST_NQ, st.s, ST_ROWS);
+	st.ops->softmax(st.s, ST_ROWS, ST_NQ, ST_ROWS, st.m, st.l, st.corr);
+	steps_time(&st, ns, batches, n);
+
+	/* multiply-adds of one row of one head: ST_NQ queries x ST_DIM elements */
+	bound = ST_NQ * ST_DIM / rate;
+	bench_report(names[STEP_SCORES], ns[STEP_SCORES], "ns/row", "fma_bound", bound);
+	bench_report(names[STEP_SUMS], ns[STEP_SUMS], "ns/row", "fma_bound", bound);
+	bench_report(names[STEP_ALL], ns[STEP_ALL], "ns/row", "fma_bound", 2 * bound);
+	bench_note("note: in cache (one chunk of %u fp16 rows, GQA %u, dim %u, isa %s) the decode "
+		   "steps run at %.0f %% of the FMA bound (%.1f G float multiply-adds a second "
+		   "measured here): scores %.0f %%, sums %.0f %%, softmax %.1f ns a row",
+		   ST_ROWS, ST_NQ, ST_DIM, kvmm_cpu_isa_name(isa), 2 * bound / ns[STEP_ALL] * 100,
+		   rate, bound / ns[STEP_SCORES] * 100, bound / ns[STEP_SUMS] * 100,
+		   fmax(0.0, ns[STEP_ALL] - ns[STEP_SCORES] - ns[STEP_SUMS]));
+out:
+	free(st.k);
+	free(st.v);
+	free(st.q);
+	free(st.acc);
+	free(st.s);
+	return err;
+}

@@ -36,60 +36,47 @@
 #define ST_STRIDE (ST_HEADS * ST_DIM * 2)
 #define FMA_ITERS (1u << 21)
 
-#define FMA12(fma)                                                              \
-	do {                                                                    \
-		a0 = fma(a0, m, c), a1 = fma(a1, m, c), a2 = fma(a2, m, c);     \
-		a3 = fma(a3, m, c), a4 = fma(a4, m, c), a5 = fma(a5, m, c);     \
-		a6 = fma(a6, m, c), a7 = fma(a7, m, c), a8 = fma(a8, m, c);     \
-		a9 = fma(a9, m, c), a10 = fma(a10, m, c), a11 = fma(a11, m, c); \
-	} while (0)
+/*
+ * name(): floats multiplied and added per ns by twelve independent chains of the FMA of
+ * vector type vec (lanes floats), in a function compiled for target_ (the ISA's own flags:
+ * this file is built without them and calls it only where kvmm_cpu_isa_get() said yes).
+ * The chains start apart, or the compiler merges them into one, and their operands come
+ * from volatiles, or it folds a chain whose start is a fixed point of the FMA.
+ */
+static volatile float fma_m = 0.9999999f, fma_c = 1e-7f;
 
-/* floats multiplied and added per ns by twelve chains of 512-bit FMAs */
-__attribute__((target("avx512f"))) static double fma_rate_avx512(void)
-{
-	__m512 m = _mm512_set1_ps(0.9999999f), c = _mm512_set1_ps(1e-7f);
-	/* different starts, or the compiler merges the chains into one */
-	__m512 a0 = _mm512_set1_ps(1), a1 = _mm512_set1_ps(2), a2 = _mm512_set1_ps(3),
-	       a3 = _mm512_set1_ps(4), a4 = _mm512_set1_ps(5), a5 = _mm512_set1_ps(6),
-	       a6 = _mm512_set1_ps(7), a7 = _mm512_set1_ps(8), a8 = _mm512_set1_ps(9),
-	       a9 = _mm512_set1_ps(10), a10 = _mm512_set1_ps(11), a11 = _mm512_set1_ps(12);
-	uint64_t t0 = bench_now_ns(), ns;
-	float sum;
+#define FMA_RATE(name, target_, vec, lanes, set1, fmadd, add, storeu)           \
+	__attribute__((target(target_))) static double name(void)               \
+	{                                                                       \
+		vec m = set1(fma_m), c = set1(fma_c), a[12];                    \
+		float v[lanes], sum = 0;                                        \
+		uint64_t t0, ns;                                                \
+                                                                                \
+		for (int i = 0; i < 12; i++)                                    \
+			a[i] = set1((float)(i + 1));                            \
+		t0 = bench_now_ns();                                            \
+		for (uint32_t k = 0; k < FMA_ITERS; k++) {                      \
+			a[0] = fmadd(a[0], m, c), a[1] = fmadd(a[1], m, c);     \
+			a[2] = fmadd(a[2], m, c), a[3] = fmadd(a[3], m, c);     \
+			a[4] = fmadd(a[4], m, c), a[5] = fmadd(a[5], m, c);     \
+			a[6] = fmadd(a[6], m, c), a[7] = fmadd(a[7], m, c);     \
+			a[8] = fmadd(a[8], m, c), a[9] = fmadd(a[9], m, c);     \
+			a[10] = fmadd(a[10], m, c), a[11] = fmadd(a[11], m, c); \
+		}                                                               \
+		ns = bench_now_ns() - t0;                                       \
+		for (int i = 1; i < 12; i++)                                    \
+			a[0] = add(a[0], a[i]);                                 \
+		storeu(v, a[0]);                                                \
+		for (int i = 0; i < (lanes); i++)                               \
+			sum += v[i];                                            \
+		bench_use((uint64_t)sum);                                       \
+		return 12.0 * (lanes)*FMA_ITERS / (double)(ns ? ns : 1);        \
+	}
 
-	for (uint32_t k = 0; k < FMA_ITERS; k++)
-		FMA12(_mm512_fmadd_ps);
-	ns = bench_now_ns() - t0;
-	a0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-			   _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-	a0 = _mm512_add_ps(a0, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
-	sum = _mm512_reduce_add_ps(a0);
-	bench_use((uint64_t)sum);
-	return 12.0 * 16 * FMA_ITERS / (double)(ns ? ns : 1);
-}
-
-/* the same with 256-bit FMAs */
-__attribute__((target("avx2,fma"))) static double fma_rate_avx2(void)
-{
-	__m256 m = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
-	__m256 a0 = _mm256_set1_ps(1), a1 = _mm256_set1_ps(2), a2 = _mm256_set1_ps(3),
-	       a3 = _mm256_set1_ps(4), a4 = _mm256_set1_ps(5), a5 = _mm256_set1_ps(6),
-	       a6 = _mm256_set1_ps(7), a7 = _mm256_set1_ps(8), a8 = _mm256_set1_ps(9),
-	       a9 = _mm256_set1_ps(10), a10 = _mm256_set1_ps(11), a11 = _mm256_set1_ps(12);
-	uint64_t t0 = bench_now_ns(), ns;
-	float v[8], sum = 0;
-
-	for (uint32_t k = 0; k < FMA_ITERS; k++)
-		FMA12(_mm256_fmadd_ps);
-	ns = bench_now_ns() - t0;
-	a0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-			   _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-	a0 = _mm256_add_ps(a0, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
-	_mm256_storeu_ps(v, a0);
-	for (int i = 0; i < 8; i++)
-		sum += v[i];
-	bench_use((uint64_t)sum);
-	return 12.0 * 8 * FMA_ITERS / (double)(ns ? ns : 1);
-}
+FMA_RATE(fma_rate_avx512, "avx512f", __m512, 16, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps,
+	 _mm512_storeu_ps)
+FMA_RATE(fma_rate_avx2, "avx2,fma", __m256, 8, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps,
+	 _mm256_storeu_ps)
 
 struct steps {
 	const struct kvmm_cpu_ops *ops;

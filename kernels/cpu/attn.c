@@ -4,8 +4,8 @@
  *
  * Both kernels reduce to one routine, attend(): a tile of query vectors, each with its KV
  * head and causal limit (it sees tokens [0, limit)), walks the sequence's tokens once, in
- * chunks of up to 64 tokens and 32 KiB of K rows per query a KV head has in the tile, up to
- * four (a list of page runs; chunk_tokens() says why), all heads per
+ * chunks of up to 64 tokens and 32 KiB of K rows, 128 KiB where the arithmetic binds (a list
+ * of page runs; chunk_tokens() says why), all heads per
  * chunk: the chunk's K (and V) rows are read from memory once and then from cache by every
  * head.  For each run of queries sharing a head and a limit (a GQA group) the ISA code
  * scores the chunk's K rows, takes the online-softmax step (running max and sum; when the
@@ -28,7 +28,7 @@
 
 #define TILE_Q 32		/* prefill: query vectors at least, per pass over the KV */
 #define CHUNK 64		/* tokens scored before their V rows are summed, over pages */
-#define CHUNK_BYTES (32u << 10) /* ... and at most this much of K per query of a KV head */
+#define CHUNK_BYTES (32u << 10) /* ... and at most this much of K (4x: chunk_tokens()) */
 
 struct attn_ctx {
 	const struct kvmm_attn_batch *b;
@@ -93,19 +93,21 @@ static int check_batch(const struct kvmm_attn_batch *b, bool prefill)
 
 /*
  * Tokens per chunk for a tile of tile query vectors: at most CHUNK, and at most CHUNK_BYTES of
- * K rows for each query vector a KV head has in the tile, up to four.  The softmax step and
- * the accumulators' load and store are paid per chunk and per query, so the more queries
- * share a KV head (GQA, prefill's tiles) the longer a chunk pays; with one query per KV head
- * the kernel waits on memory and long chunks lose (their V lines, prefetched into L1 while
- * the K rows are scored, are evicted before the sums reach them).  Measured in
+ * K rows, or four times that where every KV byte feeds at least two multiply-adds (queries
+ * per KV head in the tile over the element size: GQA 4 and up in fp16 and bf16, GQA 2 in
+ * int8, GQA 8 in fp32, prefill's tiles of fp16).  The softmax step and the accumulators'
+ * load and store are paid per chunk and query, so where the arithmetic binds a longer chunk
+ * pays (GQA 4 fp16: 16 of 96 cycles a row pair at 16 tokens, 6 of 86 at 64); where memory
+ * binds it loses (MHA 10 %, GQA 2 fp16 5 %, GQA 4 fp32 9 % slower at 32k: the V lines that
+ * the scores prefetch into L1 are evicted again before the sums reach them).  Measured in
  * Documentation/kernels/cpu.md, Chunk length.
  */
 static uint32_t chunk_tokens(const struct kvmm_fmt *f, uint32_t tile)
 {
-	uint64_t per_head = min_t(uint64_t, 4, max_t(uint64_t, 1, tile / f->kv_heads));
+	uint64_t per_byte2 = (uint64_t)tile / f->kv_heads * 2 / f->elem_bytes;
+	uint64_t bytes = per_byte2 >= 4 ? 4 * CHUNK_BYTES : CHUNK_BYTES;
 
-	return (uint32_t)min_t(uint64_t, CHUNK,
-			       max_t(uint64_t, 1, CHUNK_BYTES * per_head / f->row_bytes));
+	return (uint32_t)min_t(uint64_t, CHUNK, max_t(uint64_t, 1, bytes / f->row_bytes));
 }
 
 static int ctx_init(struct attn_ctx *c, const struct kvmm_attn_batch *b, uint32_t tile)

@@ -48,18 +48,16 @@ static __always_inline const char *elem(uint32_t dt, const void *row, uint32_t i
  * Element i of a row starts a 64-byte line of it: prefetch that line of the next chunk, pf
  * bytes on, into L2, and the line l1 bytes on, into L1: the same line of the rows the step
  * after this one loads (kvmm_cpu_prefetch_l1(): the scores prefetch the head's V rows, vk on,
- * the sums the next head's K rows, next_head_k()).  l1 is 0 with c->l1 off: the line being
- * loaded, a prefetch that costs a load slot and nothing else, where a test of l1 cost a
- * branch per line and kept the compiler from hoisting the distances out of the row loops
- * (qk 43 -> 40 and pv 36.4 -> 35.6 cycles a row in cache).  With the dims a constant (the
- * head-dim instances) the line test folds away.
+ * the sums the next head's K rows, next_head_k()); l1 0 for none (c->l1 off).  With the dims
+ * a constant (the head-dim instances) the test folds away.
  */
 static __always_inline void pf_line(uint32_t dt, const void *row, uint32_t i, int64_t pf,
 				    int64_t l1)
 {
 	if (((uint64_t)i * kvmm_dtype_size(dt)) % 64 == 0) {
 		kvmm_cpu_prefetch(elem(dt, row, i) + pf);
-		kvmm_cpu_prefetch_l1(elem(dt, row, i) + l1);
+		if (l1)
+			kvmm_cpu_prefetch_l1(elem(dt, row, i) + l1);
 	}
 }
 
@@ -157,7 +155,6 @@ static __always_inline void pv_block(uint32_t dt, uint32_t NQ, const struct kvmm
 							  ? (const float *)(sg->vs + c->hsoff)
 							  : NULL;
 				uint32_t n = min_t(uint32_t, sg->n, c->n - t0);
-				int64_t pf = sg->pf, l1 = next_head_k(dt, c, sg, dim);
 
 				for (uint32_t t = 0; t < n; t++) {
 					const char *r = row + t * stride;
@@ -168,7 +165,8 @@ static __always_inline void pv_block(uint32_t dt, uint32_t NQ, const struct kvmm
 								  sg->pfs);
 					_Pragma("GCC unroll 4") for (k = 0; k < PV_DB; k++)
 					{
-						pf_line(dt, r, d + k * VW, pf, l1);
+						pf_line(dt, r, d + k * VW, sg->pf,
+							next_head_k(dt, c, sg, dim));
 						vv[k] = vload_kv(dt, elem(dt, r, d + k * VW), VW);
 						if (dt == KVMM_DTYPE_INT8)
 							vv[k] = vmul(vv[k],
@@ -201,7 +199,6 @@ static __always_inline void pv_block(uint32_t dt, uint32_t NQ, const struct kvmm
 							  ? (const float *)(sg->vs + c->hsoff)
 							  : NULL;
 				uint32_t n = min_t(uint32_t, sg->n, c->n - t0);
-				int64_t pf = sg->pf, l1 = next_head_k(dt, c, sg, dim);
 
 				for (uint32_t t = 0; t < n; t++) {
 					vec vv = vload_kv(dt, elem(dt, row + t * stride, d),
@@ -210,7 +207,8 @@ static __always_inline void pv_block(uint32_t dt, uint32_t NQ, const struct kvmm
 					if (dt == KVMM_DTYPE_INT8 && d == 0)
 						kvmm_cpu_prefetch((const char *)sc + t * sstride +
 								  sg->pfs);
-					pf_line(dt, row + t * stride, d, pf, l1);
+					pf_line(dt, row + t * stride, d, sg->pf,
+						next_head_k(dt, c, sg, dim));
 					if (dt == KVMM_DTYPE_INT8)
 						vv = vmul(vv, vset1(row_scale(sc, sstride, t,
 									      g0 / gs)));

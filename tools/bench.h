@@ -69,6 +69,11 @@ static inline void bench_use_ptr(const void *p)
 	__asm__ __volatile__("" : : "r"(p) : "memory");
 }
 
+/* The attn suite's format (bench_attn.c, bench_attn_steps.c): one layer, fp16, GQA 4. */
+#define ATTN_KV_HEADS 8
+#define ATTN_HEAD_DIM 128
+#define ATTN_Q_HEADS 32
+
 /* Suites: 0, or a negative errno after printing why. */
 int bench_suite_core(const struct bench_opts *o);
 int bench_suite_attn(const struct bench_opts *o); /* bench_attn.c */

@@ -67,9 +67,9 @@
 #include "kernels/cpu/cpu.h" /* kvmm_cpu_pool_run: the stream baseline uses the kernels' pool */
 #include "kernels/kernels.h"
 
-#define KV_HEADS 8
-#define HEAD_DIM 128
-#define Q_HEADS 32
+#define KV_HEADS ATTN_KV_HEADS
+#define HEAD_DIM ATTN_HEAD_DIM
+#define Q_HEADS ATTN_Q_HEADS
 #define TPP 16
 
 struct attn_bench {

@@ -30,10 +30,10 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/kernels.h"
 
-#define ST_HEADS 8
-#define ST_DIM 128
-#define ST_NQ 4	   /* queries per KV head */
-#define ST_ROWS 64 /* one chunk */
+#define ST_HEADS ATTN_KV_HEADS
+#define ST_DIM ATTN_HEAD_DIM
+#define ST_NQ (ATTN_Q_HEADS / ATTN_KV_HEADS) /* queries per KV head */
+#define ST_ROWS 64			     /* one chunk */
 #define ST_STRIDE (ST_HEADS * ST_DIM * 2)
 #define FMA_ITERS (1u << 21)
 

@@ -86,6 +86,11 @@ endif
 ifneq ($(filter default undefined,$(origin CC)),)
 CC := gcc
 endif
+# C++ only for the host build of the CUDA kernels (tests/fakecuda/simt_kernels.cc): the
+# compiler of the same family as CC
+ifneq ($(filter default undefined,$(origin CXX)),)
+CXX := $(if $(findstring clang,$(CC)),clang++,g++)
+endif
 ifneq ($(filter default undefined,$(origin AR)),)
 AR := ar
 endif
@@ -102,22 +107,28 @@ KBUILD_CPPFLAGS := -D_GNU_SOURCE -I$(srctree)/include -I$(objtree)/include -I$(s
 		   -DKVMM_VERSION='"$(VERSION)"'
 KBUILD_CFLAGS := -std=gnu11 -O2 -g -pipe -pthread -fPIC -fno-strict-aliasing \
 		 -Wall -Wextra -Werror -Wformat=2 -Wvla -Wno-missing-field-initializers
+# C++ without its runtime (no exceptions, RTTI or guarded statics): objects link with $(CC)
+KBUILD_CXXFLAGS := -std=gnu++17 -O2 -g -pipe -pthread -fPIC -fno-strict-aliasing \
+		   -fno-exceptions -fno-rtti -fno-threadsafe-statics \
+		   -Wall -Wextra -Werror -Wno-missing-field-initializers
 KBUILD_LDFLAGS := -pthread -Wl,-z,noexecstack -Wl,-z,relro -Wl,-z,now
 ifeq ($(KVMM_SANITIZE),y)
 SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
 	    -fno-omit-frame-pointer
 KBUILD_CFLAGS += $(SANFLAGS)
+KBUILD_CXXFLAGS += $(SANFLAGS)
 KBUILD_LDFLAGS += $(SANFLAGS)
 KBUILD_CPPFLAGS += -DKVMM_SANITIZE=1
 endif
 KBUILD_CFLAGS += $(EXTRA_CFLAGS)
+KBUILD_CXXFLAGS += $(EXTRA_CXXFLAGS)
 KBUILD_LDFLAGS += $(EXTRA_LDFLAGS)
 
 # Every object depends on this file, rewritten only when the compiler or its flags change
 # (CC=clang after gcc, SAN=1 after a plain build): such a change rebuilds everything.
 flags-stamp := include/generated/build-flags
 ifeq ($(config-needed),1)
-flags-now := $(CC) $(KBUILD_CPPFLAGS) $(KBUILD_CFLAGS) $(KBUILD_LDFLAGS)
+flags-now := $(CC) $(KBUILD_CPPFLAGS) $(KBUILD_CFLAGS) $(KBUILD_LDFLAGS) $(CXX) $(KBUILD_CXXFLAGS)
 flags-old := $(shell cat $(flags-stamp) 2>/dev/null)
 ifneq ($(flags-now),$(flags-old))
 $(shell mkdir -p include/generated && printf '%s\n' '$(call escsq,$(flags-now))' > $(flags-stamp))
@@ -137,6 +148,11 @@ quiet_cmd_cc = CC      $@
 		$(ccflags-dir-$(patsubst %/,%,$(dir $@))) $(cflags-obj-$@) \
 		-MMD -MP -MF $(call depfile,$@) -c -o $@ $<
 
+quiet_cmd_cxx = CXX     $@
+      cmd_cxx = mkdir -p $(@D) && $(CXX) $(KBUILD_CPPFLAGS) $(KBUILD_CXXFLAGS) \
+		$(ccflags-dir-$(patsubst %/,%,$(dir $@))) $(cflags-obj-$@) \
+		-MMD -MP -MF $(call depfile,$@) -c -o $@ $<
+
 quiet_cmd_ar = AR      $@
       cmd_ar = mkdir -p $(@D) && rm -f $@ && $(AR) rcsD $@ $(filter %.o,$^)
 
@@ -150,6 +166,9 @@ quiet_cmd_solink = LD      $@
 
 %.o: %.c $(flags-stamp) | include/generated/autoconf.h
 	$(call cmd,cc)
+
+%.o: %.cc $(flags-stamp) | include/generated/autoconf.h
+	$(call cmd,cxx)
 
 $(flags-stamp):
 	@:

@@ -12,7 +12,7 @@ command -v clang-format >/dev/null || {
 	exit 2
 }
 # Tracked and new (not ignored) C files; generated files are ignored by git.
-files=$(git ls-files --cached --others --exclude-standard -- '*.c' '*.h' '*.cu' 2>/dev/null ||
+files=$(git ls-files --cached --others --exclude-standard -- '*.c' '*.h' '*.cu' '*.cuh' '*.cc' 2>/dev/null ||
 	find . -name '*.[ch]' -not -path './include/generated/*')
 [ -n "$files" ] || exit 0
 case "$mode" in

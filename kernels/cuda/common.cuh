@@ -17,7 +17,12 @@
 #include "abi.h"
 
 /* the values of enum kvmm_dtype (uapi/kvmm.h), which C++ cannot include as is */
-enum { DT_FP32 = 1, DT_FP16 = 2, DT_BF16 = 3, DT_INT8 = 4 };
+enum {
+	DT_FP32 = 1,
+	DT_FP16 = 2,
+	DT_BF16 = 3,
+	DT_INT8 = 4
+};
 
 template <int DT> struct elem_size {
 	static const uint32_t v = DT == DT_FP32 ? 4 : DT == DT_INT8 ? 1 : 2;

@@ -40,8 +40,6 @@
  * sm_80 (164 KiB).  Documentation/kernels/cuda.md has the numbers and the reasoning.
  */
 
-extern __shared__ __align__(16) char kvmm_decode_smem[];
-
 /* per-dtype constants of the decode kernel */
 template <int DT> struct dec_shape {
 	static const uint32_t elem = elem_size<DT>::v;
@@ -50,31 +48,6 @@ template <int DT> struct dec_shape {
 	static const uint32_t ve = vb / elem;		      /* elements per V vector */
 	static const uint32_t nv = KVMM_CUDA_DECODE_EPL / ve; /* V vectors per lane */
 };
-
-/* cp.async (sm_80+): global to shared without a register round trip */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src)
-{
-	uint32_t s = (uint32_t)__cvta_generic_to_shared(dst);
-
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
-}
-
-__device__ __forceinline__ void cp_async4(void *dst, const void *src)
-{
-	uint32_t s = (uint32_t)__cvta_generic_to_shared(dst);
-
-	asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(src) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit(void)
-{
-	asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void cp_async_wait_all(void)
-{
-	asm volatile("cp.async.wait_all;\n" ::: "memory");
-}
 
 /*
  * The unaligned path: bytes [off, off + 16) of a row of n bytes to dst, zeros past n, one
@@ -92,15 +65,6 @@ __device__ __forceinline__ float bytes4f(const unsigned char *src)
 {
 	return __uint_as_float((uint32_t)src[0] | (uint32_t)src[1] << 8 | (uint32_t)src[2] << 16 |
 			       (uint32_t)src[3] << 24);
-}
-
-/* fp16 to fp32 in one instruction (exact: every fp16 value is an fp32 value) */
-__device__ __forceinline__ float half_bits_to_f32(uint32_t h)
-{
-	float f;
-
-	asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
-	return f;
 }
 
 /* the elements packed in a 32-bit word, widened to fp32 (int8: the raw integers) */

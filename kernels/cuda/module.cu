@@ -7,6 +7,7 @@
  * point is extern "C", so cuModuleGetFunction finds it by its plain name; abi.h lists them.
  */
 #include "common.cuh"
+#include "device.cuh"
 
 #include "attn.cu"
 #include "decode.cu"

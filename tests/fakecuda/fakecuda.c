@@ -45,6 +45,7 @@
 
 #include "kernels/cuda/cuda_drv.h"
 #include "tests/fakecuda/fakecuda.h"
+#include "tests/fakecuda/simt.h"
 
 #define API __attribute__((visibility("default")))
 
@@ -53,8 +54,14 @@ enum {
 	FK_NOT_INITIALIZED = 3,
 	FK_INVALID_CONTEXT = 201,
 	FK_INVALID_HANDLE = 400,
+	FK_NOT_FOUND = 500,
 	FK_NOT_READY = 600,
+	FK_LAUNCH_OUT_OF_RESOURCES = 701,
+	FK_LAUNCH_FAILED = 719,
 };
+
+#define FATBIN_MAGIC 0xba55ed50u /* what cuModuleLoadData accepts in SIMT mode */
+#define LAUNCH_ARGS_MAX 256	 /* the largest kernel argument struct */
 
 #define GRAN ((size_t)KVMM_FAKECUDA_GRANULARITY)
 #define MEMFD_NAME "kvmm-fakecuda"
@@ -114,15 +121,29 @@ struct CUevent_st {
 	uint64_t t_ns; /* simulated clock when it completed */
 };
 
+/* a kernel launch queued on a stream (SIMT mode) */
+struct fk_launch {
+	const struct simt_kernel *k;
+	struct simt_dim3 grid, block;
+	unsigned int smem;
+	unsigned char args[LAUNCH_ARGS_MAX] __attribute__((aligned(16)));
+};
+
 /* an operation queued on a stream */
 struct fk_op {
 	struct fk_op *next;
 	unsigned int queue;
-	char *dst;	 /* NULL for an event */
+	char *dst;	 /* NULL for an event or a launch */
 	const char *src; /* NULL for a memset */
 	size_t n;
 	unsigned char val;
 	struct CUevent_st *ev;
+	struct fk_launch *launch;
+};
+
+/* the module handle of SIMT mode (there is one module: kernels/cuda/module.cu) */
+struct CUmod_st {
+	unsigned int loads;
 };
 
 static struct {
@@ -141,6 +162,10 @@ static struct {
 	uint64_t mem_total, mem_used, sim_ns;
 	struct kvmm_fakecuda_stats st;
 	bool verbose;
+	bool simt; /* KVMM_FAKECUDA_SIMT=1: modules load and kernels run (simt.c) */
+	struct CUmod_st mod;
+	kvmm_cu_result sticky; /* a kernel failed: the context is unusable, as on a GPU */
+	char sticky_why[256];
 	char fail_call[64];
 	unsigned int fail_nth;
 	int fail_result;
@@ -199,8 +224,26 @@ static void check_race(unsigned int queue, const char *dst, const char *src, siz
 	}
 }
 
+static void run_launch(const struct fk_launch *l)
+{
+	char why[256];
+
+	if (fk.sticky)
+		return; /* the GPU runs nothing more once a kernel has faulted */
+	if (simt_launch(l->k, l->grid, l->block, l->smem, l->args, why, sizeof(why))) {
+		fk.sticky = FK_LAUNCH_FAILED;
+		snprintf(fk.sticky_why, sizeof(fk.sticky_why), "%s", why);
+		/* loud whatever KVMM_FAKECUDA_VERBOSE says: a kernel bug, not a refused call */
+		fprintf(stderr, "fakecuda[%d]: kernel failed: %s\n", (int)getpid(), why);
+	}
+	fk.st.launches++;
+	fk.sim_ns += 5000;
+}
+
 static void run_op(struct fk_op *o)
 {
+	if (o->launch)
+		run_launch(o->launch);
 	if (o->dst && o->src)
 		memmove(o->dst, o->src, o->n);
 	else if (o->dst)
@@ -230,6 +273,7 @@ static void flush(unsigned int queue, bool all)
 		}
 		*pp = o->next;
 		run_op(o);
+		free(o->launch);
 		free(o);
 		fk.st.pending--;
 	}
@@ -238,8 +282,8 @@ static void flush(unsigned int queue, bool all)
 	fk.ops_tail = pp;
 }
 
-static kvmm_cu_result enqueue(unsigned int queue, char *dst, const char *src, size_t n,
-			      unsigned char val, struct CUevent_st *ev)
+static kvmm_cu_result enqueue_op(unsigned int queue, char *dst, const char *src, size_t n,
+				 unsigned char val, struct CUevent_st *ev, struct fk_launch *launch)
 {
 	struct fk_op *o;
 
@@ -250,11 +294,23 @@ static kvmm_cu_result enqueue(unsigned int queue, char *dst, const char *src, si
 		return refuse(KVMM_CUDA_ERROR_OUT_OF_MEMORY, "no memory to queue an operation");
 	if (dst)
 		check_race(queue, dst, src, n);
-	*o = (struct fk_op){.queue = queue, .dst = dst, .src = src, .n = n, .val = val, .ev = ev};
+	*o = (struct fk_op){.queue = queue,
+			    .dst = dst,
+			    .src = src,
+			    .n = n,
+			    .val = val,
+			    .ev = ev,
+			    .launch = launch};
 	*fk.ops_tail = o;
 	fk.ops_tail = &o->next;
 	fk.st.pending++;
 	return KVMM_CUDA_SUCCESS;
+}
+
+static kvmm_cu_result enqueue(unsigned int queue, char *dst, const char *src, size_t n,
+			      unsigned char val, struct CUevent_st *ev)
+{
+	return enqueue_op(queue, dst, src, n, val, ev, NULL);
 }
 
 static struct fk_range *find_range(uintptr_t va, enum fk_kind kind)
@@ -290,32 +346,59 @@ static void del_range(struct fk_range *r)
 	}
 }
 
-/* [p, p + n) is device memory this process may touch: accessible mappings or cuMemAlloc */
-static kvmm_cu_result dev_ok(kvmm_cu_ptr p, size_t n, const char *what)
+/*
+ * [p, p + n) is device memory this process may touch (accessible mappings or cuMemAlloc): 0,
+ * else 1 (a byte at *bad is not mapped), 2 (*bad is mapped without access) or 3 (a bad range)
+ */
+static int dev_check(uintptr_t p, size_t n, uintptr_t *bad)
 {
-	uintptr_t cur = (uintptr_t)p, end;
+	uintptr_t cur = p, end;
 
 	if (!p || __builtin_add_overflow(cur, n, &end))
-		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE, "%s: bad device range 0x%llx + %zu",
-			      what, (unsigned long long)p, n);
+		return 3;
 	while (cur < end) {
 		struct fk_range *r = find_range(cur, FK_MAP);
 
 		if (!r)
 			r = find_range(cur, FK_DEVALLOC);
+		*bad = cur;
 		if (!r)
-			return refuse(
-				KVMM_CUDA_ERROR_INVALID_VALUE,
-				"%s: device address 0x%llx is not mapped (range 0x%llx + %zu)",
-				what, (unsigned long long)cur, (unsigned long long)p, n);
+			return 1;
 		if (!r->access)
-			return refuse(KVMM_CUDA_ERROR_INVALID_VALUE,
-				      "%s: device address 0x%llx is mapped but cuMemSetAccess was "
-				      "not called for it",
-				      what, (unsigned long long)cur);
+			return 2;
 		cur = r->va + r->size < end ? r->va + r->size : end;
 	}
-	return KVMM_CUDA_SUCCESS;
+	return 0;
+}
+
+static kvmm_cu_result dev_ok(kvmm_cu_ptr p, size_t n, const char *what)
+{
+	uintptr_t bad = 0;
+
+	switch (dev_check((uintptr_t)p, n, &bad)) {
+	case 0:
+		return KVMM_CUDA_SUCCESS;
+	case 1:
+		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE,
+			      "%s: device address 0x%llx is not mapped (range 0x%llx + %zu)", what,
+			      (unsigned long long)bad, (unsigned long long)p, n);
+	case 2:
+		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE,
+			      "%s: device address 0x%llx is mapped but cuMemSetAccess was not "
+			      "called for it",
+			      what, (unsigned long long)bad);
+	default:
+		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE, "%s: bad device range 0x%llx + %zu",
+			      what, (unsigned long long)p, n);
+	}
+}
+
+/* simt_check_global: what a kernel's cp.async reads (called under the lock, in a flush) */
+static int kernel_readable(const void *p, size_t n)
+{
+	uintptr_t bad;
+
+	return dev_check((uintptr_t)p, n, &bad) ? -1 : 0;
 }
 
 static bool is_pinned(const void *p, size_t n)
@@ -409,11 +492,16 @@ static kvmm_cu_result fk_enter(const char *call, bool need_init, bool need_ctx)
 		return refuse(FK_NOT_INITIALIZED, "%s before cuInit", call);
 	if (need_ctx && (!cur_ctx || !cur_ctx->refs))
 		return refuse(FK_INVALID_CONTEXT, "%s: no current context in this thread", call);
+	if (need_ctx && fk.sticky)
+		return refuse(fk.sticky, "%s: a kernel failed earlier (%s)", call, fk.sticky_why);
 	return KVMM_CUDA_SUCCESS;
 }
 
-static kvmm_cu_result fk_leave(kvmm_cu_result r)
+/* a call that carried out a failing launch (a synchronisation) reports the failure */
+static kvmm_cu_result fk_leave(kvmm_cu_result r, bool need_ctx)
 {
+	if (!r && need_ctx && fk.sticky)
+		r = refuse(fk.sticky, "a kernel failed: %s", fk.sticky_why);
 	pthread_mutex_unlock(&fk.lock);
 	return r;
 }
@@ -424,7 +512,7 @@ static kvmm_cu_result fk_leave(kvmm_cu_result r)
 		kvmm_cu_result r_ = fk_enter(name, need_init, need_ctx); \
 		if (!r_)                                                 \
 			r_ = call;                                       \
-		return fk_leave(r_);                                     \
+		return fk_leave(r_, need_ctx);                           \
 	} while (0)
 
 /* ---- initialisation, devices, contexts ------------------------------------------------------- */
@@ -440,6 +528,11 @@ static kvmm_cu_result do_init(unsigned int flags)
 		fk.pid = getpid();
 		fk.mem_total = mem && *mem ? strtoull(mem, NULL, 0) : UINT64_C(8) << 30;
 		fk.verbose = getenv("KVMM_FAKECUDA_VERBOSE") != NULL;
+		fk.simt =
+			getenv("KVMM_FAKECUDA_SIMT") && !strcmp(getenv("KVMM_FAKECUDA_SIMT"), "1");
+		simt_check_global = kernel_readable;
+		if (getenv("KVMM_FAKECUDA_SIMT_SEED"))
+			simt_seed(strtoull(getenv("KVMM_FAKECUDA_SIMT_SEED"), NULL, 0));
 	}
 	return KVMM_CUDA_SUCCESS;
 }
@@ -479,8 +572,15 @@ static const char *result_text(kvmm_cu_result r)
 		       "CUDA driver runs no GPU code)";
 	case FK_INVALID_HANDLE:
 		return "invalid resource handle";
+	case FK_NOT_FOUND:
+		return "named symbol not found";
 	case FK_NOT_READY:
 		return "device not ready";
+	case FK_LAUNCH_OUT_OF_RESOURCES:
+		return "too many resources requested for launch";
+	case FK_LAUNCH_FAILED:
+		return "unspecified launch failure (a kernel failed on kvmm's SIMT emulator; "
+		       "stderr says why)";
 	case KVMM_CUDA_ERROR_NOT_SUPPORTED:
 		return "operation not supported";
 	default:
@@ -649,16 +749,30 @@ API kvmm_cu_result cuCtxSynchronize(void)
 	FK_CALL("cuCtxSynchronize", true, true, do_ctx_sync());
 }
 
-/* ---- modules: no GPU code runs here ---------------------------------------------------------- */
+/* ---- modules: none, or in SIMT mode the host build of kernels/cuda (simt.c) ------------- */
 
 static kvmm_cu_result do_module_load(kvmm_cu_module *mod, const void *image)
 {
+	uint32_t magic;
+
 	if (!mod || !image)
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE, "cuModuleLoadData: NULL");
 	*mod = NULL;
-	snprintf(fk.st.last_error, sizeof(fk.st.last_error),
-		 "cuModuleLoadData: the fake driver runs no GPU code");
-	return KVMM_CUDA_ERROR_NO_BINARY_FOR_GPU;
+	if (!fk.simt) {
+		snprintf(fk.st.last_error, sizeof(fk.st.last_error),
+			 "cuModuleLoadData: the fake driver runs no GPU code "
+			 "(KVMM_FAKECUDA_SIMT=1 runs kvmm's kernels on the host)");
+		return KVMM_CUDA_ERROR_NO_BINARY_FOR_GPU;
+	}
+	/* the image is not read (the kernels are built in), but it must be a fatbin */
+	memcpy(&magic, image, sizeof(magic));
+	if (magic != FATBIN_MAGIC)
+		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE,
+			      "cuModuleLoadData: not a fatbin (magic %#x)", magic);
+	fk.mod.loads++;
+	fk.st.modules++;
+	*mod = &fk.mod;
+	return KVMM_CUDA_SUCCESS;
 }
 
 API kvmm_cu_result cuModuleLoadData(kvmm_cu_module *mod, const void *image)
@@ -666,23 +780,107 @@ API kvmm_cu_result cuModuleLoadData(kvmm_cu_module *mod, const void *image)
 	FK_CALL("cuModuleLoadData", true, true, do_module_load(mod, image));
 }
 
-static kvmm_cu_result no_module(const char *what)
+static kvmm_cu_result check_module(kvmm_cu_module mod, const char *what)
 {
-	return refuse(FK_INVALID_HANDLE, "%s: no module can have been loaded", what);
+	if (!fk.simt || mod != &fk.mod || !fk.mod.loads)
+		return refuse(FK_INVALID_HANDLE, "%s: module %p is not loaded", what, (void *)mod);
+	return KVMM_CUDA_SUCCESS;
+}
+
+static kvmm_cu_result do_module_unload(kvmm_cu_module mod)
+{
+	kvmm_cu_result r = check_module(mod, "cuModuleUnload");
+
+	if (r)
+		return r;
+	flush(0, true); /* the driver waits for the module's kernels */
+	fk.mod.loads--;
+	fk.st.modules--;
+	return KVMM_CUDA_SUCCESS;
 }
 
 API kvmm_cu_result cuModuleUnload(kvmm_cu_module mod)
 {
-	(void)mod;
-	FK_CALL("cuModuleUnload", true, true, no_module("cuModuleUnload"));
+	FK_CALL("cuModuleUnload", true, true, do_module_unload(mod));
+}
+
+static kvmm_cu_result do_get_function(kvmm_cu_function *fn, kvmm_cu_module mod, const char *name)
+{
+	kvmm_cu_result r = check_module(mod, "cuModuleGetFunction");
+
+	if (r)
+		return r;
+	if (!fn || !name)
+		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE, "cuModuleGetFunction: NULL");
+	for (unsigned int i = 0; i < simt_nr_kernels; i++) {
+		if (!strcmp(simt_kernels[i].name, name)) {
+			*fn = (kvmm_cu_function)(uintptr_t)&simt_kernels[i];
+			return KVMM_CUDA_SUCCESS;
+		}
+	}
+	return refuse(FK_NOT_FOUND, "cuModuleGetFunction: no kernel named %s", name);
 }
 
 API kvmm_cu_result cuModuleGetFunction(kvmm_cu_function *fn, kvmm_cu_module mod, const char *name)
 {
-	(void)fn;
-	(void)mod;
-	(void)name;
-	FK_CALL("cuModuleGetFunction", true, true, no_module("cuModuleGetFunction"));
+	FK_CALL("cuModuleGetFunction", true, true, do_get_function(fn, mod, name));
+}
+
+/* the kernel behind a function handle, or NULL (refused) */
+static const struct simt_kernel *find_kernel(kvmm_cu_function fn, const char *what)
+{
+	for (unsigned int i = 0; i < simt_nr_kernels; i++)
+		if ((const void *)fn == (const void *)&simt_kernels[i] && fk.mod.loads)
+			return &simt_kernels[i];
+	refuse(FK_INVALID_HANDLE, "%s: function %p is not a loaded kernel", what, (void *)fn);
+	return NULL;
+}
+
+static kvmm_cu_result do_launch(kvmm_cu_function fn, struct simt_dim3 grid, struct simt_dim3 block,
+				unsigned int smem, kvmm_cu_stream stream, void **params,
+				void **extra)
+{
+	const struct simt_kernel *k = find_kernel(fn, "cuLaunchKernel");
+	uint64_t threads = (uint64_t)block.x * block.y * block.z;
+	struct fk_launch *l;
+	unsigned int queue = 0;
+	kvmm_cu_result r;
+
+	if (!k)
+		return FK_INVALID_HANDLE;
+	r = stream_queue(stream, &queue);
+	if (r)
+		return r;
+	/* the limits of a compute capability 9.0 device, and the kernel's own */
+	if (!grid.x || !grid.y || !grid.z || grid.y > 65535 || grid.z > 65535 ||
+	    grid.x > 0x7fffffffu || !threads || threads > SIMT_MAX_THREADS || block.z > 64)
+		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE,
+			      "cuLaunchKernel %s: grid (%u,%u,%u) of blocks (%u,%u,%u)", k->name,
+			      grid.x, grid.y, grid.z, block.x, block.y, block.z);
+	if (threads > k->max_threads)
+		return refuse(FK_LAUNCH_OUT_OF_RESOURCES,
+			      "cuLaunchKernel %s: %llu threads a block, __launch_bounds__ %u",
+			      k->name, (unsigned long long)threads, k->max_threads);
+	if (smem > SIMT_DYN_SMEM_MAX)
+		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE,
+			      "cuLaunchKernel %s: %u bytes of dynamic shared memory (48 KiB "
+			      "without cuFuncSetAttribute)",
+			      k->name, smem);
+	if (!params || !params[0] || extra)
+		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE,
+			      "cuLaunchKernel %s: the argument must come in params[0]", k->name);
+	if (k->arg_size > LAUNCH_ARGS_MAX)
+		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel %s: argument too big",
+			      k->name);
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return refuse(KVMM_CUDA_ERROR_OUT_OF_MEMORY, "no memory to queue a launch");
+	*l = (struct fk_launch){.k = k, .grid = grid, .block = block, .smem = smem};
+	memcpy(l->args, params[0], k->arg_size); /* by value, at launch time */
+	r = enqueue_op(queue, NULL, NULL, 0, 0, NULL, l);
+	if (r)
+		free(l);
+	return r;
 }
 
 API kvmm_cu_result cuLaunchKernel(kvmm_cu_function fn, unsigned int gx, unsigned int gy,
@@ -690,17 +888,42 @@ API kvmm_cu_result cuLaunchKernel(kvmm_cu_function fn, unsigned int gx, unsigned
 				  unsigned int bz, unsigned int shared_bytes, kvmm_cu_stream stream,
 				  void **params, void **extra)
 {
-	(void)fn, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz;
-	(void)shared_bytes, (void)stream, (void)params, (void)extra;
-	FK_CALL("cuLaunchKernel", true, true, no_module("cuLaunchKernel"));
+	FK_CALL("cuLaunchKernel", true, true,
+		do_launch(fn, (struct simt_dim3){gx, gy, gz}, (struct simt_dim3){bx, by, bz},
+			  shared_bytes, stream, params, extra));
+}
+
+/* what a 9.0 device allows an SM: 2048 threads, 32 blocks, 227 KiB of shared memory */
+static kvmm_cu_result do_occupancy(int *blocks, kvmm_cu_function fn, int threads,
+				   size_t shared_bytes)
+{
+	const struct simt_kernel *k =
+		find_kernel(fn, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+	size_t n;
+
+	if (!k)
+		return FK_INVALID_HANDLE;
+	if (!blocks || threads <= 0)
+		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE,
+			      "cuOccupancyMaxActiveBlocksPerMultiprocessor: bad arguments");
+	if ((unsigned int)threads > k->max_threads || shared_bytes > SIMT_DYN_SMEM_MAX) {
+		*blocks = 0;
+		return KVMM_CUDA_SUCCESS;
+	}
+	n = 2048 / (size_t)threads;
+	if (n > 32)
+		n = 32;
+	if (shared_bytes && (227u << 10) / (shared_bytes + 1024) < n)
+		n = (227u << 10) / (shared_bytes + 1024);
+	*blocks = (int)n;
+	return KVMM_CUDA_SUCCESS;
 }
 
 API kvmm_cu_result cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, kvmm_cu_function fn,
 							       int threads, size_t shared_bytes)
 {
-	(void)blocks, (void)fn, (void)threads, (void)shared_bytes;
 	FK_CALL("cuOccupancyMaxActiveBlocksPerMultiprocessor", true, true,
-		no_module("cuOccupancyMaxActiveBlocksPerMultiprocessor"));
+		do_occupancy(blocks, fn, threads, shared_bytes));
 }
 
 /* ---- linear device memory and pinned host memory ---------------------------------------------- */

@@ -28,6 +28,7 @@ struct kvmm_fakecuda_stats {
 	uint64_t events;
 	uint64_t ctx_refs; /* primary context retains not yet released */
 	uint64_t pending;  /* asynchronous operations not yet carried out */
+	uint64_t modules;  /* loaded (KVMM_FAKECUDA_SIMT=1 only) */
 	/* counters since the library was loaded */
 	uint64_t races;		 /* unordered operations of two streams on overlapping memory */
 	uint64_t pageable_async; /* async copies whose host side is not cuMemHostAlloc memory */
@@ -35,6 +36,7 @@ struct kvmm_fakecuda_stats {
 	uint64_t injected;	 /* faults injected */
 	uint64_t copies;	 /* copies and memsets carried out */
 	uint64_t copy_bytes;
+	uint64_t launches;    /* kernels run (KVMM_FAKECUDA_SIMT=1) */
 	char last_error[256]; /* why the last refused call was refused */
 };
 
@@ -57,6 +59,9 @@ typedef void (*kvmm_fakecuda_fail_fn)(const char *call, unsigned int nth, int re
  *                               "fakecuda pid=N allocs=N ... races=N refused=N"
  *   KVMM_FAKECUDA_VERBOSE=1     say each refused call on stderr
  *   KVMM_FAKECUDA_MEM=BYTES     device memory size (default 8 GiB): beyond it, out of memory
+ *   KVMM_FAKECUDA_SIMT=1        cuModuleLoadData succeeds and kernels/cuda's kernels run on
+ *                               the host (simt.h); a kernel that faults makes the context
+ *                               unusable (error 719) and says why on stderr
  */
 
 #endif /* KVMM_TESTS_FAKECUDA_H */

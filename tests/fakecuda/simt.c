@@ -1,0 +1,542 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/fakecuda/simt.c - the SIMT emulator's scheduler: a block's threads as fibers on the
+ * calling thread, each run until it finishes or waits at a barrier.
+ *
+ * A thread runs until it exits, calls __syncthreads (it waits for every thread of the block
+ * that has not exited, as on Volta and later) or a warp shuffle (it waits for the 32 lanes of
+ * its warp, whose values are then exchanged).  The block runs one warp at a time: its lanes
+ * run in turn, each until it waits, and when all 32 wait at a shuffle they exchange and go
+ * on, so a warp runs up to the next __syncthreads (or its end) before the next warp starts;
+ * then, once every live thread waits there, the barrier opens.  The warps' order is shuffled
+ * anew for every stretch between barriers (a seeded xorshift: simt_seed()), so a warp that
+ * reads what another warp writes without a barrier in between reads it before it is written
+ * in about half of the blocks, and gets the poison every block's shared memory starts with
+ * (0xff bytes: NaN floats): a missing __syncthreads makes results wrong here, as it does on
+ * a GPU now and then.  Anything that cannot go on is a deadlock the GPU would hang or
+ * misbehave on (a shuffle some lanes of the warp never reach, a __syncthreads some threads
+ * skip while others wait at a shuffle): the launch fails and says which threads wait where.
+ * cp.async copies are queued per thread and carried out at its cp.async.wait_all, so reading
+ * a staged tile before waiting reads the poison too.
+ *
+ * Not caught: races between lanes of one warp (they run one after another, each to its next
+ * shuffle or barrier), and anything about speed, coalescing or registers.
+ *
+ * On x86-64 a switch is a dozen instructions of our own (callee-saved registers, the SSE and
+ * x87 control words, the stack pointer); elsewhere ucontext, whose every switch is also a
+ * sigprocmask system call (ten times slower).
+ */
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#ifndef __x86_64__
+#include <ucontext.h>
+#endif
+
+#include "tests/fakecuda/simt.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SIMT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SIMT_ASAN 1
+#endif
+#endif
+
+#ifdef SIMT_ASAN
+/* ASan must be told when the stack changes (sanitizer/common_interface_defs.h) */
+void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
+void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old,
+				     size_t *size_old);
+void __asan_unpoison_memory_region(const volatile void *addr, size_t size);
+#endif
+
+#define STACK_SIZE ((size_t)256 << 10) /* virtual; a kernel frame needs a few KiB */
+#define GUARD ((size_t)4096)
+
+#if defined(__x86_64__)
+/*
+ * Save the callee-saved registers and control words on the current stack, store the stack
+ * pointer in *from, load @to and restore what it saved.  A new fiber's stack is laid out as
+ * if it had switched away just before fiber_start (new_stack()).
+ */
+void simt_switch(void **from, void *to);
+__asm__(".text\n"
+	".p2align 4\n"
+	".type simt_switch, @function\n"
+	"simt_switch:\n"
+	"	pushq %rbp\n"
+	"	pushq %rbx\n"
+	"	pushq %r12\n"
+	"	pushq %r13\n"
+	"	pushq %r14\n"
+	"	pushq %r15\n"
+	"	subq $8, %rsp\n"
+	"	stmxcsr (%rsp)\n"
+	"	fnstcw 4(%rsp)\n"
+	"	movq %rsp, (%rdi)\n"
+	"	movq %rsi, %rsp\n"
+	"	ldmxcsr (%rsp)\n"
+	"	fldcw 4(%rsp)\n"
+	"	addq $8, %rsp\n"
+	"	popq %r15\n"
+	"	popq %r14\n"
+	"	popq %r13\n"
+	"	popq %r12\n"
+	"	popq %rbx\n"
+	"	popq %rbp\n"
+	"	ret\n"
+	".size simt_switch, .-simt_switch\n");
+#define SIMT_ASM_SWITCH 1
+#endif
+
+enum fstate {
+	F_RUN,	/* runnable */
+	F_BAR,	/* at __syncthreads */
+	F_WARP, /* at a warp shuffle */
+	F_DONE, /* exited (or abandoned after a fault) */
+};
+
+struct copy {
+	void *dst;
+	const void *src;
+	unsigned int n;
+};
+
+struct fiber {
+#ifdef SIMT_ASM_SWITCH
+	void *sp;
+#else
+	ucontext_t ctx;
+#endif
+	enum fstate state;
+	struct simt_dim3 tid;
+	char *stack;
+	void *fake_stack; /* ASan's for this fiber */
+	float shfl_in, shfl_out;
+	unsigned int shfl_mask, shfl_src;
+	struct copy *copies;
+	unsigned int ncopies, capcopies;
+};
+
+struct simt_dim3 simt_thread_idx, simt_block_idx, simt_block_dim, simt_grid_dim;
+char simt_dyn_smem[SIMT_DYN_SMEM_MAX] __attribute__((aligned(128)));
+int (*simt_check_global)(const void *p, size_t n);
+
+static struct {
+#ifdef SIMT_ASM_SWITCH
+	void *sched_sp;
+#else
+	ucontext_t sched;
+#endif
+	struct fiber *fibers; /* grown to the largest block launched, kept */
+	unsigned int cap, nthreads;
+	struct fiber *cur;
+	const struct simt_kernel *k;
+	const void *args;
+	unsigned int smem;
+	bool failed;
+	char why[256];
+	uint64_t rng; /* the warp order */
+	void *sched_fake_stack;
+	const void *sched_bottom;
+	size_t sched_size;
+} S;
+
+/* ---- switching ----------------------------------------------------------------------------- */
+
+/* from the scheduler into fiber f */
+static void enter_fiber(struct fiber *f)
+{
+	S.cur = f;
+	simt_thread_idx = f->tid;
+#ifdef SIMT_ASAN
+	__sanitizer_start_switch_fiber(&S.sched_fake_stack, f->stack, STACK_SIZE);
+#endif
+#ifdef SIMT_ASM_SWITCH
+	simt_switch(&S.sched_sp, f->sp);
+#else
+	swapcontext(&S.sched, &f->ctx);
+#endif
+#ifdef SIMT_ASAN
+	__sanitizer_finish_switch_fiber(S.sched_fake_stack, NULL, NULL);
+#endif
+}
+
+/* in a fiber that has just been entered */
+static void arrived(struct fiber *f)
+{
+#ifdef SIMT_ASAN
+	__sanitizer_finish_switch_fiber(f->fake_stack, &S.sched_bottom, &S.sched_size);
+#else
+	(void)f;
+#endif
+}
+
+/* from the current fiber back to the scheduler; returns when the scheduler resumes it */
+static void leave_fiber(bool for_good)
+{
+	struct fiber *f = S.cur;
+
+#ifdef SIMT_ASAN
+	__sanitizer_start_switch_fiber(for_good ? NULL : &f->fake_stack, S.sched_bottom,
+				       S.sched_size);
+#else
+	(void)for_good;
+#endif
+#ifdef SIMT_ASM_SWITCH
+	simt_switch(&f->sp, S.sched_sp);
+#else
+	swapcontext(&f->ctx, &S.sched);
+#endif
+	arrived(f);
+}
+
+static void fiber_main(void)
+{
+	struct fiber *f = S.cur;
+
+	arrived(f);
+	S.k->entry(S.args);
+	f->state = F_DONE;
+	leave_fiber(true);
+	abort(); /* a finished fiber is never resumed */
+}
+
+/* ---- what the device code calls ------------------------------------------------------------- */
+
+void simt_fail(const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (!S.failed) {
+		n = snprintf(S.why, sizeof(S.why),
+			     "%s block (%u,%u,%u) thread (%u,%u,%u): ", S.k ? S.k->name : "?",
+			     simt_block_idx.x, simt_block_idx.y, simt_block_idx.z,
+			     simt_thread_idx.x, simt_thread_idx.y, simt_thread_idx.z);
+		va_start(ap, fmt);
+		if (n > 0 && (size_t)n < sizeof(S.why))
+			vsnprintf(S.why + n, sizeof(S.why) - (size_t)n, fmt, ap);
+		va_end(ap);
+		S.failed = true;
+	}
+	if (!S.cur) {
+		fprintf(stderr, "simt: %s (outside a kernel)\n", S.why);
+		abort();
+	}
+	S.cur->state = F_DONE;
+	leave_fiber(true);
+	abort();
+}
+
+void simt_syncthreads(void)
+{
+	S.cur->state = F_BAR;
+	leave_fiber(false);
+}
+
+float simt_shfl_xor(unsigned int mask, float v, int lane_mask)
+{
+	struct fiber *f = S.cur;
+	unsigned int lane = (unsigned int)(f - S.fibers) % SIMT_WARP;
+
+	if (lane_mask < 0 || lane_mask >= (int)SIMT_WARP)
+		simt_fail("__shfl_xor_sync with lane mask %d", lane_mask);
+	f->shfl_in = v;
+	f->shfl_mask = mask;
+	f->shfl_src = lane ^ (unsigned int)lane_mask;
+	f->state = F_WARP;
+	leave_fiber(false);
+	return f->shfl_out;
+}
+
+static bool in_smem(const void *p, unsigned int n)
+{
+	const char *c = p;
+
+	return c >= simt_dyn_smem && c + n <= simt_dyn_smem + S.smem;
+}
+
+void simt_cp_async(void *dst, const void *src, unsigned int n)
+{
+	struct fiber *f = S.cur;
+
+	if (n != 4 && n != 8 && n != 16)
+		simt_fail("cp.async of %u bytes", n);
+	if (((uintptr_t)dst | (uintptr_t)src) % n)
+		simt_fail("cp.async of %u bytes from %p to %p: not %u-byte aligned", n, src, dst,
+			  n);
+	if (!in_smem(dst, n))
+		simt_fail("cp.async to %p: outside the %u bytes of dynamic shared memory", dst,
+			  S.smem);
+	if (simt_check_global && simt_check_global(src, n))
+		simt_fail("cp.async from %p (%u bytes): not device memory", src, n);
+	if (f->ncopies == f->capcopies) {
+		unsigned int cap = f->capcopies ? 2 * f->capcopies : 64;
+		struct copy *c = realloc(f->copies, cap * sizeof(*c));
+
+		if (!c)
+			simt_fail("out of host memory for cp.async");
+		f->copies = c;
+		f->capcopies = cap;
+	}
+	f->copies[f->ncopies++] = (struct copy){dst, src, n};
+}
+
+void simt_cp_async_commit(void)
+{
+	/* groups are only waited for all at once (cp.async.wait_all): nothing to mark */
+}
+
+void simt_cp_async_wait_all(void)
+{
+	struct fiber *f = S.cur;
+
+	for (unsigned int i = 0; i < f->ncopies; i++)
+		memcpy(f->copies[i].dst, f->copies[i].src, f->copies[i].n);
+	f->ncopies = 0;
+}
+
+/* ---- the scheduler ------------------------------------------------------------------------ */
+
+static int grow(unsigned int n)
+{
+	struct fiber *fs;
+
+	if (n <= S.cap)
+		return 0;
+	fs = realloc(S.fibers, n * sizeof(*fs));
+	if (!fs)
+		return -1;
+	memset(fs + S.cap, 0, (n - S.cap) * sizeof(*fs));
+	S.fibers = fs;
+	for (unsigned int i = S.cap; i < n; i++) {
+		/* a guard page below each stack: an overflow faults instead of corrupting */
+		char *m = mmap(NULL, STACK_SIZE + GUARD, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+		if (m == MAP_FAILED)
+			return -1;
+		mprotect(m, GUARD, PROT_NONE);
+		fs[i].stack = m + GUARD;
+		S.cap = i + 1;
+	}
+	return 0;
+}
+
+static const char *state_name(enum fstate s)
+{
+	return s == F_RUN    ? "running"
+	       : s == F_BAR  ? "__syncthreads"
+	       : s == F_WARP ? "a shuffle"
+			     : "exited";
+}
+
+/*
+ * Run warp w's lanes until none can go on without another warp: whenever all 32 lanes wait
+ * at a shuffle, exchange and go on.  Returns false when the warp's lanes wait at a shuffle
+ * that not all of them reached (an error the deadlock report describes, unless a mask is bad).
+ */
+static bool run_warp(unsigned int w)
+{
+	unsigned int w0 = w * SIMT_WARP,
+		     w1 = w0 + SIMT_WARP < S.nthreads ? w0 + SIMT_WARP : S.nthreads;
+
+	for (;;) {
+		unsigned int waiting = 0;
+
+		for (unsigned int i = w0; i < w1 && !S.failed; i++)
+			if (S.fibers[i].state == F_RUN)
+				enter_fiber(&S.fibers[i]);
+		if (S.failed)
+			return true;
+		for (unsigned int i = w0; i < w1; i++)
+			waiting += S.fibers[i].state == F_WARP;
+		if (!waiting)
+			return true;
+		/* lanes exited or at __syncthreads, or a partial warp: a deadlock */
+		if (waiting != SIMT_WARP)
+			return false;
+		for (unsigned int i = w0; i < w1; i++) {
+			struct fiber *f = &S.fibers[i];
+
+			if (f->shfl_mask != 0xffffffffu) {
+				snprintf(S.why, sizeof(S.why),
+					 "%s block (%u,%u,%u): thread %u shuffles with mask %#x; "
+					 "the kernels' shuffles are full-warp",
+					 S.k->name, simt_block_idx.x, simt_block_idx.y,
+					 simt_block_idx.z, i, f->shfl_mask);
+				S.failed = true;
+				return true;
+			}
+			f->shfl_out = S.fibers[w0 + f->shfl_src].shfl_in;
+		}
+		for (unsigned int i = w0; i < w1; i++)
+			S.fibers[i].state = F_RUN;
+	}
+}
+
+/* a new order of the warps for the next stretch between barriers */
+static void shuffle_warps(unsigned int *order, unsigned int nw)
+{
+	for (unsigned int i = nw - 1; i > 0; i--) {
+		unsigned int j, x;
+
+		S.rng ^= S.rng << 13;
+		S.rng ^= S.rng >> 7;
+		S.rng ^= S.rng << 17;
+		j = (unsigned int)(S.rng % (i + 1));
+		x = order[i];
+		order[i] = order[j];
+		order[j] = x;
+	}
+}
+
+static void deadlock(void)
+{
+	int len = snprintf(S.why, sizeof(S.why), "%s block (%u,%u,%u): deadlock:", S.k->name,
+			   simt_block_idx.x, simt_block_idx.y, simt_block_idx.z);
+
+	/* the first few threads per state, enough to see the pattern */
+	for (unsigned int st = F_BAR; st <= F_DONE && len > 0 && (size_t)len < sizeof(S.why);
+	     st++) {
+		unsigned int shown = 0, count = 0;
+
+		for (unsigned int i = 0; i < S.nthreads; i++)
+			if (S.fibers[i].state == (enum fstate)st && count++ < 4) {
+				len += snprintf(S.why + len, sizeof(S.why) - (size_t)len, "%s%u",
+						shown++ ? "," : " at ", i);
+				if (len < 0 || (size_t)len >= sizeof(S.why))
+					return;
+			}
+		if (count)
+			len += snprintf(S.why + len, sizeof(S.why) - (size_t)len, "%s %s (%u)",
+					count > 4 ? ",..." : "", state_name((enum fstate)st),
+					count);
+	}
+	S.failed = true;
+}
+
+/* f starts at fiber_main when next entered */
+static void new_stack(struct fiber *f)
+{
+#ifdef SIMT_ASM_SWITCH
+	/* what simt_switch pops: control words, r15 ... rbp, then fiber_main as the return */
+	uint64_t *top = (uint64_t *)(f->stack + STACK_SIZE), *sp = top - 9;
+	uint32_t mxcsr;
+	uint16_t fpcw;
+
+	__asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
+	__asm__ volatile("fnstcw %0" : "=m"(fpcw));
+	memset(sp, 0, 9 * sizeof(*sp));
+	memcpy(sp, &mxcsr, sizeof(mxcsr));
+	memcpy((char *)sp + 4, &fpcw, sizeof(fpcw));
+	sp[7] = (uint64_t)(uintptr_t)fiber_main;
+	sp[8] = 0; /* fiber_main's return address: it never returns (rsp = 8 mod 16 at entry) */
+	f->sp = sp;
+#else
+	getcontext(&f->ctx);
+	f->ctx.uc_stack.ss_sp = f->stack;
+	f->ctx.uc_stack.ss_size = STACK_SIZE;
+	f->ctx.uc_link = NULL;
+	makecontext(&f->ctx, fiber_main, 0);
+#endif
+}
+
+static void run_block(void)
+{
+	unsigned int nw = (S.nthreads + SIMT_WARP - 1) / SIMT_WARP,
+		     order[SIMT_MAX_THREADS / SIMT_WARP];
+
+	for (unsigned int i = 0; i < S.nthreads; i++) {
+		struct fiber *f = &S.fibers[i];
+
+		f->state = F_RUN;
+		f->ncopies = 0;
+		f->fake_stack = NULL;
+		f->tid = (struct simt_dim3){i % simt_block_dim.x,
+					    i / simt_block_dim.x % simt_block_dim.y,
+					    i / (simt_block_dim.x * simt_block_dim.y)};
+		new_stack(f);
+	}
+	/* shared memory starts as garbage on the GPU: here as NaNs */
+	memset(simt_dyn_smem, 0xff, S.smem);
+	for (unsigned int w = 0; w < nw; w++)
+		order[w] = w;
+	for (;;) {
+		unsigned int live = 0, at_bar = 0;
+
+		shuffle_warps(order, nw);
+		for (unsigned int w = 0; w < nw && !S.failed; w++)
+			if (!run_warp(order[w])) {
+				deadlock();
+				break;
+			}
+		if (S.failed)
+			break;
+		for (unsigned int i = 0; i < S.nthreads; i++) {
+			live += S.fibers[i].state != F_DONE;
+			at_bar += S.fibers[i].state == F_BAR;
+		}
+		if (!live)
+			break;
+		if (at_bar != live) {
+			deadlock();
+			break;
+		}
+		for (unsigned int i = 0; i < S.nthreads; i++)
+			if (S.fibers[i].state == F_BAR)
+				S.fibers[i].state = F_RUN;
+	}
+	S.cur = NULL;
+}
+
+void simt_seed(uint64_t seed)
+{
+	S.rng = seed ? seed : 0x9e3779b97f4a7c15ull; /* xorshift must not start at 0 */
+}
+
+int simt_launch(const struct simt_kernel *k, struct simt_dim3 grid, struct simt_dim3 block,
+		unsigned int smem, const void *args, char *err, size_t errlen)
+{
+	unsigned int n = block.x * block.y * block.z;
+
+	if (!n || n > SIMT_MAX_THREADS || !grid.x || !grid.y || !grid.z ||
+	    smem > SIMT_DYN_SMEM_MAX) {
+		snprintf(err, errlen, "%s: bad launch dimensions", k->name);
+		return -1;
+	}
+	if (grow(n)) {
+		snprintf(err, errlen, "%s: no host memory for %u fibers", k->name, n);
+		return -1;
+	}
+	if (!S.rng)
+		simt_seed(0);
+	S.k = k;
+	S.args = args;
+	S.smem = smem;
+	S.nthreads = n;
+	S.failed = false;
+	simt_block_dim = block;
+	simt_grid_dim = grid;
+	for (unsigned int z = 0; z < grid.z && !S.failed; z++)
+		for (unsigned int y = 0; y < grid.y && !S.failed; y++)
+			for (unsigned int x = 0; x < grid.x && !S.failed; x++) {
+				simt_block_idx = (struct simt_dim3){x, y, z};
+				run_block();
+			}
+	if (S.failed) {
+#ifdef SIMT_ASAN
+		/* abandoned frames leave their redzones poisoned: the stacks are reused */
+		for (unsigned int i = 0; i < n; i++)
+			__asan_unpoison_memory_region(S.fibers[i].stack, STACK_SIZE);
+#endif
+		snprintf(err, errlen, "%s", S.why);
+	}
+	S.k = NULL;
+	return S.failed ? -1 : 0;
+}

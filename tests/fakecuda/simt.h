@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/fakecuda/simt.h - the SIMT emulator of the fake CUDA driver: kernels/cuda's kernels,
+ * compiled for the host from the very .cu files nvcc compiles (simt_kernels.cc), run by one
+ * host thread with every CUDA thread of a block a fiber of its own (simt.c), so that
+ * __syncthreads, warp shuffles and cp.async behave as the GPU's do and their misuse is an
+ * error instead of a silently wrong result (Documentation/dev-tools/fake-cuda.md, "Running
+ * the kernels").
+ *
+ * Two sides share this header: the scheduler (C, simt.c) and the host build of the device code
+ * (C++, simt_kernels.cc with simt_device.h).  Launches are not reentrant: libcuda-fake.so runs
+ * them under its one lock, so the state below is plain globals.
+ */
+#ifndef KVMM_TESTS_FAKECUDA_SIMT_H
+#define KVMM_TESTS_FAKECUDA_SIMT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct simt_dim3 {
+	unsigned int x, y, z;
+};
+
+/* one kernel of the module: its name as cuModuleGetFunction sees it */
+struct simt_kernel {
+	const char *name;
+	void (*entry)(const void *args); /* runs the kernel body with a copy of its argument */
+	size_t arg_size;		 /* the one argument, a struct passed by value */
+	unsigned int max_threads;	 /* __launch_bounds__, else 1024 */
+};
+
+/* The kernels of kernels/cuda/module.cu (simt_kernels.cc). */
+extern const struct simt_kernel simt_kernels[];
+extern const unsigned int simt_nr_kernels;
+
+/* dynamic shared memory the emulator provides: the driver's default limit, 48 KiB */
+#define SIMT_DYN_SMEM_MAX (48u << 10)
+#define SIMT_WARP 32u
+#define SIMT_MAX_THREADS 1024u
+
+/*
+ * Run @k over @grid blocks of @block threads with @smem bytes of dynamic shared memory, the
+ * blocks one after another.  0, or -1 with the reason in @err: a deadlock (threads waiting
+ * at barriers that can never all be reached, e.g. __syncthreads in a branch some threads do
+ * not take), a warp shuffle that not all 32 lanes of the warp reach together, a cp.async that
+ * is misaligned, outside shared memory or reading outside device memory.  The launch stops
+ * at the first error.  Argument limits (dimensions, launch bounds) are the caller's to check.
+ */
+int simt_launch(const struct simt_kernel *k, struct simt_dim3 grid, struct simt_dim3 block,
+		unsigned int smem, const void *args, char *err, size_t errlen);
+
+/* the warp order's seed (the same seed, the same schedules); 0: the default */
+void simt_seed(uint64_t seed);
+
+/*
+ * Set by the driver: whether [p, p + n) is device memory a kernel may read (0) or not (-1);
+ * NULL accepts everything.  Called for every cp.async source.
+ */
+extern int (*simt_check_global)(const void *p, size_t n);
+
+/* ---- what the host build of the device code calls (simt_device.h) ---- */
+extern struct simt_dim3 simt_thread_idx, simt_block_idx, simt_block_dim, simt_grid_dim;
+extern char simt_dyn_smem[SIMT_DYN_SMEM_MAX];
+
+void simt_syncthreads(void);
+float simt_shfl_xor(unsigned int mask, float v, int lane_mask);
+/* cp.async of n (4, 8 or 16) bytes: carried out at the thread's next wait */
+void simt_cp_async(void *dst, const void *src, unsigned int n);
+void simt_cp_async_commit(void);
+void simt_cp_async_wait_all(void);
+/* a fault inside a kernel: the launch fails with this reason; does not return */
+void simt_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVMM_TESTS_FAKECUDA_SIMT_H */

@@ -325,6 +325,94 @@ static void test_decode_plan(void **state)
 	}
 }
 
+#ifdef KVMM_TEST_SIMT
+/*
+ * The fake driver in SIMT mode refuses what a GPU's driver refuses (a module image that is not
+ * a fatbin, an unknown kernel name, more threads than __launch_bounds__, more than 48 KiB of
+ * dynamic shared memory, an empty grid, no argument) and answers occupancy as a 9.0 device
+ * would; a kernel that faults (here: decode over pages that are host memory, not device
+ * memory, which its cp.async checks) is accepted at launch, as on a GPU, and fails the next
+ * synchronisation, after which the context is unusable (every call fails).  In a child: the
+ * failure is for the rest of the process.
+ */
+static int child_simt_driver(void)
+{
+	static const uint32_t junk[64] = {0x12345678u};
+	const struct kvmm_cuda_drv *d;
+	struct kvmm_cuda_decode_args a;
+	struct kvmm_attn_batch b;
+	struct kvmm_fmt f;
+	kvmm_cu_module mod;
+	kvmm_cu_function fn;
+	void *params[] = {&a}, *host, *dtab, *dctx, *dq, *dout, *more;
+	int32_t tab[2] = {0, 1};
+	uint32_t ctx = 20;
+	float q[64] = {1.0f};
+	int occ = 0;
+
+	if (kvmm_cuda_init(0))
+		return 1;
+	d = kvmm_cuda_drv_load();
+	if (d->cuModuleLoadData(&mod, junk) != KVMM_CUDA_ERROR_INVALID_VALUE)
+		return 2;
+	if (d->cuModuleLoadData(&mod, kvmm_cuda_fatbin))
+		return 3;
+	if (d->cuModuleGetFunction(&fn, mod, "kvmm_no_such_kernel") != 500)
+		return 4;
+	if (d->cuModuleGetFunction(&fn, mod, "kvmm_decode_fp16"))
+		return 5;
+	if (d->cuOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, KVMM_CUDA_DECODE_THREADS,
+							   48u << 10) ||
+	    occ != 4)
+		return 6;
+	memset(&a, 0, sizeof(a));
+	if (d->cuLaunchKernel(fn, 1, 1, 1, 256, 1, 1, 0, NULL, params, NULL) != 701 ||
+	    d->cuLaunchKernel(fn, 1, 1, 1, 128, 1, 1, 64u << 10, NULL, params, NULL) !=
+		    KVMM_CUDA_ERROR_INVALID_VALUE ||
+	    d->cuLaunchKernel(fn, 0, 1, 1, 128, 1, 1, 0, NULL, params, NULL) !=
+		    KVMM_CUDA_ERROR_INVALID_VALUE ||
+	    d->cuLaunchKernel(fn, 1, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL) !=
+		    KVMM_CUDA_ERROR_INVALID_VALUE)
+		return 7;
+	if (d->cuModuleUnload(mod) || d->cuModuleUnload(NULL) != 400)
+		return 8;
+
+	/* decode over host pages: launched fine, fails at the synchronisation */
+	if (kvmm_fmt_init(&f, 1, 1, 64, KVMM_DTYPE_FP16, 0, 4096) ||
+	    posix_memalign(&host, 4096, 2 * f.page_size))
+		return 9;
+	memset(host, 0, 2 * f.page_size);
+	if (kvmm_cuda_malloc(&dtab, sizeof(tab)) || kvmm_cuda_memcpy_htod(dtab, tab, sizeof(tab)) ||
+	    kvmm_cuda_malloc(&dctx, sizeof(ctx)) ||
+	    kvmm_cuda_memcpy_htod(dctx, &ctx, sizeof(ctx)) || kvmm_cuda_malloc(&dq, sizeof(q)) ||
+	    kvmm_cuda_memcpy_htod(dq, q, sizeof(q)) || kvmm_cuda_malloc(&dout, sizeof(q)))
+		return 10;
+	memset(&b, 0, sizeof(b));
+	b.kv.base = host;
+	b.kv.fmt = &f;
+	b.kv.nr_frames = 2;
+	b.nr_seqs = 1;
+	b.num_q_heads = 1;
+	b.block_tables = dtab;
+	b.max_blocks = 2;
+	b.ctx_lens = dctx;
+	if (kvmm_cuda_paged_decode(&b, dq, dout, NULL))
+		return 11;
+	if (kvmm_cuda_sync() != -EIO || !strstr(kvmm_cuda_why(), "launch failure"))
+		return 12;
+	if (kvmm_cuda_malloc(&more, 64) != -EIO)
+		return 13;
+	free(host);
+	return 0;
+}
+
+static void test_simt_driver(void **state)
+{
+	(void)state;
+	assert_int_equal(in_child(getenv("KVMM_LIBCUDA"), child_simt_driver), 0);
+}
+#endif
+
 /* ---- with a GPU ------------------------------------------------------------------------- */
 
 static bool need_gpu(void)
@@ -929,6 +1017,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_stub_driver_symbols),
 		cmocka_unit_test(test_arg_checks),
 		cmocka_unit_test(test_decode_plan),
+#ifdef KVMM_TEST_SIMT
+		cmocka_unit_test(test_simt_driver),
+#endif
 		cmocka_unit_test(test_kernels_vs_cpu),
 		cmocka_unit_test(test_decode_split_vs_cpu),
 		cmocka_unit_test(test_backend_round_trip),

@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/unit/test_simt.c - the fake CUDA driver's SIMT emulator (tests/fakecuda/simt.c) on
+ * small kernels of our own, written in C against simt.h, so that what test_cuda_simt says of
+ * kernels/cuda's kernels can be trusted: a correct kernel (a block-wide sum through shuffles
+ * and __syncthreads) gives the right answer in every block; each class of bug the emulator
+ * claims to catch is caught - a missing __syncthreads between warps (deterministically: every
+ * warp reads what the next one writes, a cycle no warp order satisfies), a shuffle that part
+ * of a warp skips, a bad shuffle mask, reading a cp.async destination before waiting, a
+ * misaligned cp.async, one outside shared memory or from memory the driver says is not device
+ * memory - with a reason in words; a failed launch leaves the emulator usable; threads that
+ * exit before a __syncthreads do not block it (Volta's rule); the same seed gives the same
+ * schedule.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "tests/fakecuda/simt.h"
+
+#define TID (simt_thread_idx.x)
+#define LANE (simt_thread_idx.x % SIMT_WARP)
+#define WARP (simt_thread_idx.x / SIMT_WARP)
+#define NWARPS (simt_block_dim.x / SIMT_WARP)
+
+/* every kernel's argument: an output array and a few knobs */
+struct args {
+	float *out;
+	const char *src;
+	unsigned int knob;
+};
+
+static char err[256];
+
+static int launch(void (*entry)(const void *), unsigned int blocks, unsigned int threads,
+		  unsigned int smem, struct args *a)
+{
+	struct simt_kernel k = {"test_kernel", entry, sizeof(*a), SIMT_MAX_THREADS};
+
+	int ret;
+
+	err[0] = 0;
+	ret = simt_launch(&k, (struct simt_dim3){blocks, 1, 1}, (struct simt_dim3){threads, 1, 1},
+			  smem, a, err, sizeof(err));
+	if (ret)
+		print_message("launch failed as it should: %s\n", err);
+	return ret;
+}
+
+static float warp_sum(float v, unsigned int mask)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += simt_shfl_xor(mask, v, o);
+	return v;
+}
+
+/* ---- a correct kernel ----------------------------------------------------------------------- */
+
+/* out[block] = sum over threads of (tid + 1) * (block + 1): shuffles, then warps via smem */
+static void k_sum(const void *p)
+{
+	const struct args *a = p;
+	float *part = (float *)simt_dyn_smem;
+	float v = warp_sum((float)(TID + 1) * (float)(simt_block_idx.x + 1), 0xffffffffu);
+
+	if (LANE == 0)
+		part[WARP] = v;
+	simt_syncthreads();
+	if (TID == 0) {
+		float s = 0;
+
+		for (unsigned int w = 0; w < NWARPS; w++)
+			s += part[w];
+		a->out[simt_block_idx.x] = s;
+	}
+}
+
+static void test_correct_kernel(void **state)
+{
+	float out[8];
+	struct args a = {out, NULL, 0};
+
+	(void)state;
+	for (unsigned int threads = 32; threads <= 1024; threads *= 2) {
+		memset(out, 0, sizeof(out));
+		assert_int_equal(launch(k_sum, 8, threads, 4 * SIMT_WARP, &a), 0);
+		for (unsigned int b = 0; b < 8; b++)
+			assert_true(out[b] == (float)threads * (threads + 1) / 2 * (b + 1));
+	}
+}
+
+/* ---- barriers -------------------------------------------------------------------------------- */
+
+/*
+ * Warp w writes slot w, then reads slot w + 1 (mod the warps): with the barrier right, without
+ * it some warp always reads before the next one writes (a cycle no order satisfies), and
+ * gets the shared memory's poison.
+ */
+static void k_ring(const void *p)
+{
+	const struct args *a = p;
+	float *slot = (float *)simt_dyn_smem;
+
+	if (LANE == 0)
+		slot[WARP] = (float)WARP;
+	if (a->knob)
+		simt_syncthreads();
+	if (LANE == 0)
+		a->out[simt_block_idx.x * NWARPS + WARP] = slot[(WARP + 1) % NWARPS];
+}
+
+static unsigned int ring_wrong(unsigned int with_barrier)
+{
+	float out[16 * 4];
+	struct args a = {out, NULL, with_barrier};
+	unsigned int wrong = 0;
+
+	assert_int_equal(launch(k_ring, 16, 4 * SIMT_WARP, 64, &a), 0);
+	for (unsigned int b = 0; b < 16; b++)
+		for (unsigned int w = 0; w < 4; w++)
+			wrong += out[b * 4 + w] != (float)((w + 1) % 4);
+	return wrong;
+}
+
+static void test_missing_barrier_caught(void **state)
+{
+	(void)state;
+	assert_int_equal(ring_wrong(1), 0);
+	/* at least one wrong read in every one of the 16 blocks */
+	assert_true(ring_wrong(0) >= 16);
+}
+
+/* half the block exits at once, the rest meet at two barriers */
+static void k_early_exit(const void *p)
+{
+	const struct args *a = p;
+	float *slot = (float *)simt_dyn_smem;
+
+	if (TID % 2)
+		return;
+	slot[TID] = 1.0f;
+	simt_syncthreads();
+	simt_syncthreads();
+	if (TID == 0) {
+		float s = 0;
+
+		for (unsigned int i = 0; i < simt_block_dim.x; i += 2)
+			s += slot[i];
+		a->out[0] = s;
+	}
+}
+
+static void test_exited_threads_do_not_block(void **state)
+{
+	float out[1] = {0};
+	struct args a = {out, NULL, 0};
+
+	(void)state;
+	assert_int_equal(launch(k_early_exit, 1, 128, 128 * sizeof(float), &a), 0);
+	assert_true(out[0] == 64.0f);
+}
+
+/* lane 0 of warp 1 goes to __syncthreads while its other lanes shuffle */
+static void k_barrier_in_warp(const void *p)
+{
+	(void)p;
+	if (WARP == 1 && LANE == 0)
+		simt_syncthreads();
+	else
+		warp_sum(1.0f, 0xffffffffu);
+}
+
+/* ---- shuffles --------------------------------------------------------------------------------- */
+
+/* only lanes below knob shuffle */
+static void k_divergent_shuffle(const void *p)
+{
+	const struct args *a = p;
+
+	if (LANE < a->knob)
+		a->out[TID] = warp_sum(1.0f, 0xffffffffu);
+}
+
+static void k_bad_mask(const void *p)
+{
+	const struct args *a = p;
+
+	a->out[TID] = warp_sum(1.0f, 0xffffu);
+}
+
+static void test_shuffle_errors(void **state)
+{
+	float out[128];
+	struct args a = {out, NULL, 32};
+
+	(void)state;
+	/* all lanes: fine, each lane has the warp's sum */
+	assert_int_equal(launch(k_divergent_shuffle, 2, 128, 0, &a), 0);
+	for (unsigned int i = 0; i < 128; i++)
+		assert_true(out[i] == 32.0f);
+	a.knob = 16;
+	assert_int_equal(launch(k_divergent_shuffle, 2, 128, 0, &a), -1);
+	assert_non_null(strstr(err, "deadlock"));
+	assert_non_null(strstr(err, "a shuffle (16)")); /* lanes 0-15 of the first warp run */
+	assert_int_equal(launch(k_bad_mask, 1, 64, 0, &a), -1);
+	assert_non_null(strstr(err, "mask 0xffff"));
+	assert_int_equal(launch(k_barrier_in_warp, 1, 64, 0, &a), -1);
+	assert_non_null(strstr(err, "deadlock"));
+	assert_non_null(strstr(err, "__syncthreads (1)"));
+	/* a partial warp cannot take part in a full-warp shuffle */
+	a.knob = 32;
+	assert_int_equal(launch(k_divergent_shuffle, 1, 48, 0, &a), -1);
+	assert_non_null(strstr(err, "deadlock"));
+	/* and after all that the emulator still runs a good kernel */
+	test_correct_kernel(state);
+}
+
+/* ---- cp.async --------------------------------------------------------------------------------- */
+
+static const char *global_lo, *global_hi; /* what the test's "driver" calls device memory */
+
+static int check_global(const void *p, size_t n)
+{
+	const char *c = p;
+
+	return c >= global_lo && c + n <= global_hi ? 0 : -1;
+}
+
+/* thread t stages 16 bytes from src + 16 t + knob; waits unless knob is 1000 */
+static void k_stage(const void *p)
+{
+	const struct args *a = p;
+	unsigned int off = a->knob == 1000 ? 0 : a->knob;
+	char *dst = simt_dyn_smem + 16 * TID;
+
+	simt_cp_async(dst, a->src + 16 * TID + off, 16);
+	simt_cp_async_commit();
+	if (a->knob != 1000)
+		simt_cp_async_wait_all();
+	simt_syncthreads();
+	/* each thread reports a float of its neighbour's chunk */
+	memcpy(&a->out[TID], simt_dyn_smem + 16 * ((TID + 1) % simt_block_dim.x), sizeof(float));
+}
+
+static void k_stage_outside(const void *p)
+{
+	const struct args *a = p;
+
+	simt_cp_async(simt_dyn_smem + a->knob, a->src, 16);
+	simt_cp_async_wait_all();
+}
+
+static void test_cp_async(void **state)
+{
+	static float src[64 * 4 + 4] __attribute__((aligned(16)));
+	float out[64] __attribute__((aligned(16)));
+	struct args a = {out, (const char *)src, 0};
+
+	(void)state;
+	for (unsigned int i = 0; i < 64 * 4 + 4; i++)
+		src[i] = (float)i;
+	global_lo = (const char *)src;
+	global_hi = (const char *)(src + 64 * 4 + 4);
+	simt_check_global = check_global;
+
+	assert_int_equal(launch(k_stage, 1, 64, 64 * 16, &a), 0);
+	for (unsigned int t = 0; t < 64; t++)
+		assert_true(out[t] == (float)(4 * ((t + 1) % 64)));
+	/* no wait: the tile is still the poison (NaN) */
+	a.knob = 1000;
+	assert_int_equal(launch(k_stage, 1, 64, 64 * 16, &a), 0);
+	for (unsigned int t = 0; t < 64; t++)
+		assert_true(isnan(out[t]));
+	/* misaligned source */
+	a.knob = 4;
+	assert_int_equal(launch(k_stage, 1, 64, 64 * 16, &a), -1);
+	assert_non_null(strstr(err, "aligned"));
+	/* past the launch's shared memory */
+	a.knob = 64 * 16;
+	assert_int_equal(launch(k_stage_outside, 1, 32, 64 * 16, &a), -1);
+	assert_non_null(strstr(err, "outside"));
+	/* from memory that is not the driver's */
+	a.knob = 0;
+	a.src = (const char *)out;
+	assert_int_equal(launch(k_stage_outside, 1, 32, 64 * 16, &a), -1);
+	assert_non_null(strstr(err, "not device memory"));
+	simt_check_global = NULL;
+}
+
+/* ---- launches and schedules ------------------------------------------------------------------ */
+
+static unsigned int order_next;
+
+/* the order the warps ran in */
+static void k_order(const void *p)
+{
+	const struct args *a = p;
+
+	if (LANE == 0)
+		a->out[simt_block_idx.x * NWARPS + WARP] = (float)order_next++;
+}
+
+static void test_seed_and_dims(void **state)
+{
+	float o1[32], o2[32], o3[32];
+	struct args a = {o1, NULL, 0};
+	struct simt_kernel k = {"k", k_sum, sizeof(a), SIMT_MAX_THREADS};
+
+	(void)state;
+	simt_seed(42);
+	order_next = 0;
+	assert_int_equal(launch(k_order, 4, 256, 0, &a), 0);
+	a.out = o2;
+	simt_seed(42);
+	order_next = 0;
+	assert_int_equal(launch(k_order, 4, 256, 0, &a), 0);
+	assert_memory_equal(o1, o2, sizeof(o1));
+	/* another seed, another order of the warps (8 warps a block: 4 orders agreeing is 1e-18) */
+	a.out = o3;
+	simt_seed(43);
+	order_next = 0;
+	assert_int_equal(launch(k_order, 4, 256, 0, &a), 0);
+	assert_memory_not_equal(o1, o3, sizeof(o1));
+
+	/* the emulator's own limits */
+	assert_int_equal(simt_launch(&k, (struct simt_dim3){1, 1, 1},
+				     (struct simt_dim3){2048, 1, 1}, 0, &a, err, sizeof(err)),
+			 -1);
+	assert_int_equal(simt_launch(&k, (struct simt_dim3){0, 1, 1}, (struct simt_dim3){32, 1, 1},
+				     0, &a, err, sizeof(err)),
+			 -1);
+	assert_int_equal(simt_launch(&k, (struct simt_dim3){1, 1, 1}, (struct simt_dim3){32, 1, 1},
+				     SIMT_DYN_SMEM_MAX + 1, &a, err, sizeof(err)),
+			 -1);
+	assert_non_null(strstr(err, "bad launch"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_correct_kernel),
+		cmocka_unit_test(test_missing_barrier_caught),
+		cmocka_unit_test(test_exited_threads_do_not_block),
+		cmocka_unit_test(test_shuffle_errors),
+		cmocka_unit_test(test_cp_async),
+		cmocka_unit_test(test_seed_and_dims),
+	};
+
+	return cmocka_run_group_tests_name("simt", tests, NULL, NULL);
+}

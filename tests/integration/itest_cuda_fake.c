@@ -10,7 +10,11 @@
  * with kvmm_frame_devptr().  One client writes a prompt's KV through its mapping and seals it;
  * a second client process (exec'd: CUDA does not survive fork, and the fake refuses it too)
  * looks the prompt up, must get the same frames and read the same bytes through its own
- * mapping.  Sequences larger than the pool swap out and back in through the host and NVMe
+ * mapping.  The same with real KV and the GPU path's kernels (run by the fake's SIMT emulator,
+ * KVMM_FAKECUDA_SIMT=1): one client writes a prompt's K and V into its frames with the CUDA
+ * reshape_and_cache kernel (bit for bit the CPU kernel's bytes), another process decodes over
+ * the shared frames with the CUDA decode kernel and matches the CPU decode of the same inputs.
+ * Sequences larger than the pool swap out and back in through the host and NVMe
  * tiers (the backend's staging copies), identical afterwards.  A client killed with SIGKILL
  * leaks nothing in the daemon (its frames, its session, its descriptors).  The daemon exits 0
  * on SIGTERM, and the fake's report of its live objects at exit is all zeros, with no race
@@ -18,12 +22,14 @@
  *
  *   itest_cuda_fake                              the test
  *   itest_cuda_fake --reader SOCK N F0 F1 ...    the second client (internal)
+ *   itest_cuda_fake --decoder SOCK N F0 F1 ...   the attention test's second client (internal)
  *   itest_cuda_fake --holder SOCK                a client that waits to be killed (internal)
  */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -40,12 +46,17 @@
 
 #include "itest.h"
 #include "kernels/cuda/cuda_drv.h"
+#include "kernels/cuda/kvmm_cuda.h"
+#include "kernels/kernels.h"
 #include "runtime/kvmm.h"
 #include "tests/fakecuda/fakecuda.h"
 
 #define PROMPT_PAGES 4
 #define MAXB 256
 #define PROMPT_TAG 4242
+#define ATTN_PAGES 16  /* the prompt the attention test shares */
+#define ATTN_LAYER 1   /* the layer it writes and reads */
+#define ATTN_Q_HEADS 8 /* GQA 4 over itest_fmt's 2 KV heads */
 
 static pid_t daemon_pid;
 static struct itest_swapdir sd;
@@ -89,7 +100,162 @@ static int page_io(const struct kvmm_cuda_drv *drv, uint64_t dp, uint64_t ps, ui
 	return ret;
 }
 
+/* ---- attention over the daemon's pool ------------------------------------------------------------ */
+
+static float attn_rand(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return (float)(*x >> 40) / (float)(1u << 23) - 1.0f;
+}
+
+/* the prompt's K and V rows (fp32 [token][kv_heads][head_dim]) and the decode query */
+static void attn_inputs(uint32_t ntok, float *k, float *v, float *q)
+{
+	uint64_t x = 0x5eed5eedull;
+	uint64_t n = (uint64_t)ntok * itest_fmt.kv_heads * itest_fmt.head_dim;
+
+	for (uint64_t i = 0; i < n; i++) {
+		k[i] = attn_rand(&x);
+		v[i] = attn_rand(&x);
+	}
+	for (uint32_t i = 0; i < ATTN_Q_HEADS * itest_fmt.head_dim; i++)
+		q[i] = 2.0f * attn_rand(&x);
+}
+
+/* the kernels' view of the client's pool: struct kvmm_fmt for its page size; 0 or -1 */
+static int attn_fmt(kvmm_client_t *c, struct kvmm_fmt *f)
+{
+	if (kvmm_fmt_init(f, itest_fmt.layers, itest_fmt.kv_heads, itest_fmt.head_dim,
+			  itest_fmt.dtype, 0, kvmm_page_size(c)))
+		return -1;
+	return f->tokens_per_page == kvmm_tokens_per_page(c) ? 0 : -1;
+}
+
+static void *dev_copy(const void *h, size_t n)
+{
+	void *d = NULL;
+
+	if (kvmm_cuda_malloc(&d, n))
+		return NULL;
+	if (h && kvmm_cuda_memcpy_htod(d, h, n)) {
+		kvmm_cuda_free(d);
+		return NULL;
+	}
+	return d;
+}
+
+/*
+ * Decode the shared prompt (its frames in table) on the GPU path over this client's mapping
+ * and on the CPU over pages built here from the same inputs; 0 when they agree.
+ */
+static int attn_decode_check(kvmm_client_t *c, const int32_t *table)
+{
+	const uint32_t tpp = kvmm_tokens_per_page(c), ntok = tpp * ATTN_PAGES;
+	const uint32_t nelem = itest_fmt.kv_heads * itest_fmt.head_dim;
+	const size_t qn = (size_t)ATTN_Q_HEADS * itest_fmt.head_dim;
+	struct kvmm_attn_batch b;
+	struct kvmm_fmt f;
+	int32_t local[ATTN_PAGES];
+	int64_t *slots = malloc(sizeof(int64_t) * ntok);
+	float *k = malloc(sizeof(float) * ntok * nelem), *v = malloc(sizeof(float) * ntok * nelem);
+	float q[ATTN_Q_HEADS * 256], want[ATTN_Q_HEADS * 256], got[ATTN_Q_HEADS * 256];
+	char *host = NULL;
+	void *dtab = NULL, *dctx = NULL, *dq = NULL, *dout = NULL;
+	int ret = -1;
+
+	if (!slots || !k || !v || itest_fmt.head_dim > 256 || attn_fmt(c, &f))
+		goto out;
+	host = calloc(ATTN_PAGES, f.page_size);
+	if (!host)
+		goto out;
+	attn_inputs(ntok, k, v, q);
+	/* the reference: the same K and V in host pages 0 .. ATTN_PAGES - 1 */
+	for (uint32_t t = 0; t < ntok; t++)
+		slots[t] = kvmm_kv_slot(&f, (int32_t)(t / tpp), t % tpp);
+	for (uint32_t p = 0; p < ATTN_PAGES; p++)
+		local[p] = (int32_t)p;
+	memset(&b, 0, sizeof(b));
+	b.kv = (struct kvmm_kv_pages){host, &f, ATTN_LAYER, ATTN_PAGES};
+	if (kvmm_cpu_reshape_and_cache(&b.kv, ntok, slots, k, v))
+		goto out;
+	b.nr_seqs = 1;
+	b.num_q_heads = ATTN_Q_HEADS;
+	b.max_blocks = ATTN_PAGES;
+	b.block_tables = local;
+	b.ctx_lens = &ntok;
+	if (kvmm_cpu_paged_decode(&b, q, want))
+		goto out;
+	/* the GPU path over the daemon's frames, through this process's mapping */
+	dtab = dev_copy(table, sizeof(int32_t) * ATTN_PAGES);
+	dctx = dev_copy(&ntok, sizeof(ntok));
+	dq = dev_copy(q, sizeof(float) * qn);
+	dout = dev_copy(NULL, sizeof(float) * qn);
+	if (!dtab || !dctx || !dq || !dout)
+		goto out;
+	b.kv = (struct kvmm_kv_pages){(void *)(uintptr_t)kvmm_frame_devptr(c, 0), &f, ATTN_LAYER,
+				      kvmm_nr_frames(c)};
+	b.block_tables = dtab;
+	b.ctx_lens = dctx;
+	if (kvmm_cuda_paged_decode(&b, dq, dout, NULL) || kvmm_cuda_sync() ||
+	    kvmm_cuda_memcpy_dtoh(got, dout, sizeof(float) * qn))
+		goto out;
+	ret = 0;
+	for (size_t i = 0; i < qn; i++)
+		if (!(fabsf(got[i] - want[i]) <= 1e-4f * (1.0f + fabsf(want[i])))) {
+			fprintf(stderr, "decode element %zu: GPU path %g, CPU %g\n", i, got[i],
+				want[i]);
+			ret = -1;
+			break;
+		}
+out:
+	kvmm_cuda_free(dtab);
+	kvmm_cuda_free(dctx);
+	kvmm_cuda_free(dq);
+	kvmm_cuda_free(dout);
+	free(host);
+	free(slots);
+	free(k);
+	free(v);
+	return ret;
+}
+
 /* ---- the other processes ---------------------------------------------------------------------- */
+
+/* look the attention test's prompt up (frames @frames) and decode over it */
+static int decoder(const char *sock, int n, char **frames)
+{
+	uint32_t tpp, tokens[ATTN_PAGES * 256];
+	int32_t table[MAXB];
+	uint64_t seq, hit = 0;
+	kvmm_client_t *c;
+	int ret;
+
+	if (kvmm_attach(sock, ITEST_NS_A, &itest_fmt, &c))
+		return 20;
+	if (kvmm_cuda_init(0)) {
+		fprintf(stderr, "decoder: %s\n", kvmm_cuda_why());
+		return 21;
+	}
+	tpp = kvmm_tokens_per_page(c);
+	if (n != ATTN_PAGES || tpp * ATTN_PAGES > sizeof(tokens) / sizeof(tokens[0]))
+		return 22;
+	itest_tokens(tokens, tpp * ATTN_PAGES, 7);
+	if (kvmm_seq_create(c, 0, &seq) ||
+	    kvmm_prefix_lookup(c, seq, tokens, tpp * ATTN_PAGES, &hit) || hit != tpp * ATTN_PAGES ||
+	    kvmm_block_table(c, &seq, 1, table, MAXB))
+		return 23;
+	for (int b = 0; b < n; b++)
+		if (table[b] != atoi(frames[b]))
+			return 24;
+	ret = attn_decode_check(c, table) ? 25 : 0;
+	if (kvmm_seq_free(c, seq))
+		return 26;
+	kvmm_cuda_fini();
+	kvmm_detach(c);
+	return ret;
+}
 
 /* look the prompt up, check the frames are @frames and hold the first client's bytes */
 static int reader(const char *sock, int n, char **frames)
@@ -177,6 +343,7 @@ static int setup(void **state)
 	/* this process, the daemon and every client: the fake, and its report at exit */
 	setenv("KVMM_LIBCUDA", fake, 1);
 	setenv("KVMM_FAKECUDA_REPORT", report, 1);
+	setenv("KVMM_FAKECUDA_SIMT", "1", 1); /* the clients' kernels run */
 	unsetenv("KVMM_CUDA_DEVICE");
 	if (itest_daemon_start(&itest_d, extra))
 		return -1;
@@ -341,6 +508,117 @@ static void test_share_between_processes(void **state)
 	kvmm_detach(c);
 }
 
+/*
+ * An engine's attention over the daemon's pool, on the GPU path (the kernels run on the fake
+ * driver's SIMT emulator): this process writes a prompt's K and V into the frames kvmmd gave
+ * it with the CUDA reshape_and_cache kernel (bit for bit what the CPU kernel writes) and seals
+ * the prompt; a second, exec'd process looks it up, gets the same frames and decodes over
+ * them through its own mapping with the CUDA decode kernel, matching the CPU decode of the
+ * same inputs.
+ */
+static void test_attention_over_shared_pool(void **state)
+{
+	uint32_t tpp, ntok, nelem, tokens[ATTN_PAGES * 256];
+	char num[ATTN_PAGES][16], nstr[16];
+	char *argv[5 + ATTN_PAGES];
+	int32_t table[MAXB];
+	struct kvmm_kv_pages kv;
+	struct kvmm_fmt f;
+	kvmm_client_t *c;
+	int64_t *slots, *dslots;
+	float *k, *v, *dk, *dv, q[ATTN_Q_HEADS * 256];
+	char *before, *after;
+	uint64_t seq, ps;
+	int status;
+	pid_t pid;
+
+	(void)state;
+	itest_need_daemon();
+	c = attach();
+	assert_int_equal(kvmm_cuda_init(0), 0);
+	assert_int_equal(attn_fmt(c, &f), 0);
+	tpp = kvmm_tokens_per_page(c);
+	ps = kvmm_page_size(c);
+	ntok = tpp * ATTN_PAGES;
+	nelem = itest_fmt.kv_heads * itest_fmt.head_dim;
+	assert_true(ntok <= sizeof(tokens) / sizeof(tokens[0]));
+	itest_tokens(tokens, ntok, 7);
+	assert_int_equal(kvmm_seq_create(c, 0, &seq), 0);
+	assert_int_equal(kvmm_seq_append(c, seq, tokens, ntok, NULL), 0);
+	assert_int_equal(kvmm_block_table(c, &seq, 1, table, MAXB), 0);
+
+	/* K and V through the CUDA kernel into the daemon's frames */
+	slots = malloc(sizeof(int64_t) * ntok);
+	k = malloc(sizeof(float) * ntok * nelem);
+	v = malloc(sizeof(float) * ntok * nelem);
+	before = malloc(ATTN_PAGES * ps);
+	after = malloc(ATTN_PAGES * ps);
+	assert_true(slots && k && v && before && after);
+	attn_inputs(ntok, k, v, q);
+	for (uint32_t t = 0; t < ntok; t++)
+		slots[t] = kvmm_kv_slot(&f, table[t / tpp], t % tpp);
+	for (uint32_t p = 0; p < ATTN_PAGES; p++)
+		assert_int_equal(
+			kvmm_cuda_memcpy_dtoh(
+				before + p * ps,
+				(void *)(uintptr_t)kvmm_frame_devptr(c, (uint32_t)table[p]), ps),
+			0);
+	dslots = dev_copy(slots, sizeof(int64_t) * ntok);
+	dk = dev_copy(k, sizeof(float) * ntok * nelem);
+	dv = dev_copy(v, sizeof(float) * ntok * nelem);
+	assert_true(dslots && dk && dv);
+	kv = (struct kvmm_kv_pages){(void *)(uintptr_t)kvmm_frame_devptr(c, 0), &f, ATTN_LAYER,
+				    kvmm_nr_frames(c)};
+	assert_int_equal(kvmm_cuda_reshape_and_cache(&kv, ntok, dslots, dk, dv, NULL), 0);
+	assert_int_equal(kvmm_cuda_sync(), 0);
+	for (uint32_t p = 0; p < ATTN_PAGES; p++)
+		assert_int_equal(
+			kvmm_cuda_memcpy_dtoh(
+				after + p * ps,
+				(void *)(uintptr_t)kvmm_frame_devptr(c, (uint32_t)table[p]), ps),
+			0);
+	/* what the CPU kernel writes over the same bytes, in local frames 0 .. */
+	for (uint32_t t = 0; t < ntok; t++)
+		slots[t] = kvmm_kv_slot(&f, (int32_t)(t / tpp), t % tpp);
+	kv = (struct kvmm_kv_pages){before, &f, ATTN_LAYER, ATTN_PAGES};
+	assert_int_equal(kvmm_cpu_reshape_and_cache(&kv, ntok, slots, k, v), 0);
+	assert_memory_equal(after, before, ATTN_PAGES * ps);
+	kvmm_cuda_free(dslots);
+	kvmm_cuda_free(dk);
+	kvmm_cuda_free(dv);
+	/* this process's decode agrees too */
+	assert_int_equal(attn_decode_check(c, table), 0);
+	assert_int_equal(kvmm_seal(c, seq, 0, 0), 0);
+
+	argv[0] = self;
+	argv[1] = "--decoder";
+	argv[2] = itest_d.sock;
+	snprintf(nstr, sizeof(nstr), "%d", ATTN_PAGES);
+	argv[3] = nstr;
+	for (int b = 0; b < ATTN_PAGES; b++) {
+		snprintf(num[b], sizeof(num[b]), "%d", table[b]);
+		argv[4 + b] = num[b];
+	}
+	argv[4 + ATTN_PAGES] = NULL;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execv(self, argv);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(kvmm_seq_free(c, seq), 0);
+	free(slots);
+	free(k);
+	free(v);
+	free(before);
+	free(after);
+	kvmm_cuda_fini();
+	kvmm_detach(c);
+}
+
 /* PIN, then write or compare every page of seq through the device mapping, then UNPIN */
 static void touch(kvmm_client_t *c, uint64_t seq, uint64_t tag, bool write)
 {
@@ -472,6 +750,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_attach_devptr),
 		cmocka_unit_test(test_share_between_processes),
+		cmocka_unit_test(test_attention_over_shared_pool),
 		cmocka_unit_test(test_swap_roundtrip),
 		cmocka_unit_test(test_kill9_leaks_nothing),
 	};
@@ -480,6 +759,8 @@ int main(int argc, char **argv)
 
 	if (argc >= 4 && !strcmp(argv[1], "--reader"))
 		return reader(argv[2], atoi(argv[3]), argv + 4);
+	if (argc >= 4 && !strcmp(argv[1], "--decoder"))
+		return decoder(argv[2], atoi(argv[3]), argv + 4);
 	if (argc == 3 && !strcmp(argv[1], "--holder"))
 		return holder(argv[2]);
 	ret = cmocka_run_group_tests_name("itest_cuda_fake", tests, setup, teardown);

@@ -15,6 +15,12 @@
  * Times come from CUDA events around the kernel alone (queued behind the eviction copy, so
  * the launch itself is not in them); the median of RUNS runs after a warm-up is reported,
  * with the fastest.  Without a GPU the program says why and exits 77 (skipped).
+ *
+ *   cuda-bench [--quick] [WAVES]
+ *
+ * WAVES sets kvmm_cuda_decode_waves (default 1; 0: unsplit).  --quick: contexts 16 times
+ * shorter, 3 runs, 64 MiB copies: for checking the program's paths (tools/gpu-check --fake runs
+ * it on the fake driver's SIMT emulator, whose times are a model's), not for numbers.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -25,8 +31,10 @@
 #include "kernels/cuda/cuda_drv.h"
 #include "kernels/cuda/kvmm_cuda.h"
 
-#define RUNS 11
-#define FLUSH_BYTES ((size_t)256 << 20)
+#define RUNS_MAX 11
+
+static int runs = RUNS_MAX;
+static size_t flush_bytes = (size_t)256 << 20, copy_bytes = (size_t)1 << 30;
 
 static const struct kvmm_cuda_drv *drv;
 static kvmm_cu_event ev0, ev1;
@@ -63,16 +71,16 @@ static int cmp_double(const void *a, const void *b)
 
 /*
  * What the kernels are timed with: evict L2 (a copy of FLUSH_BYTES), then events around
- * fn(arg) on the legacy stream.  Median and fastest of RUNS after one warm-up, in seconds.
+ * fn(arg) on the legacy stream.  Median and fastest of runs after one warm-up, in seconds.
  */
 static void timed(void (*fn)(void *), void *arg, double *median, double *best)
 {
-	double t[RUNS];
+	double t[RUNS_MAX];
 	float ms;
 
-	for (int i = 0; i <= RUNS; i++) {
+	for (int i = 0; i <= runs; i++) {
 		drv_check(drv->cuMemcpyDtoDAsync((kvmm_cu_ptr)(uintptr_t)flush_b,
-						 (kvmm_cu_ptr)(uintptr_t)flush_a, FLUSH_BYTES,
+						 (kvmm_cu_ptr)(uintptr_t)flush_a, flush_bytes,
 						 NULL),
 			  "L2 eviction copy");
 		drv_check(drv->cuEventRecord(ev0, NULL), "cuEventRecord");
@@ -83,8 +91,8 @@ static void timed(void (*fn)(void *), void *arg, double *median, double *best)
 		if (i) /* the first run is the warm-up */
 			t[i - 1] = ms * 1e-3;
 	}
-	qsort(t, RUNS, sizeof(t[0]), cmp_double);
-	*median = t[RUNS / 2];
+	qsort(t, (size_t)runs, sizeof(t[0]), cmp_double);
+	*median = t[runs / 2];
 	*best = t[0];
 }
 
@@ -93,13 +101,13 @@ static void run_copy(void *arg)
 	void **ab = arg;
 
 	drv_check(drv->cuMemcpyDtoDAsync((kvmm_cu_ptr)(uintptr_t)ab[1],
-					 (kvmm_cu_ptr)(uintptr_t)ab[0], (size_t)1 << 30, NULL),
+					 (kvmm_cu_ptr)(uintptr_t)ab[0], copy_bytes, NULL),
 		  "cuMemcpyDtoDAsync");
 }
 
 static double copy_bw(void)
 {
-	size_t n = (size_t)1 << 30;
+	size_t n = copy_bytes;
 	void *ab[2];
 	double med, best;
 
@@ -240,12 +248,26 @@ static void bench_dtype(uint32_t dt, uint32_t nseq, uint32_t ctx, double base, b
 int main(int argc, char **argv)
 {
 	const char *e = getenv("KVMM_CUDA_DEVICE");
-	int dev = e ? atoi(e) : 0, ret;
+	int dev = e ? atoi(e) : 0, ret, a = 1;
+	uint32_t div = 1;
 	double base;
 
-	/* cuda-bench [WAVES]: kvmm_cuda_decode_waves for the decode runs (default 1) */
-	if (argc > 1)
-		kvmm_cuda_decode_waves = (uint32_t)atoi(argv[1]);
+	if (a < argc && !strcmp(argv[a], "--quick")) {
+		div = 16;
+		runs = 3;
+		flush_bytes = copy_bytes = (size_t)64 << 20;
+		a++;
+	}
+	if (a < argc) {
+		char *end;
+		unsigned long w = strtoul(argv[a], &end, 10);
+
+		if (*end || end == argv[a] || w > 64 || a + 1 < argc) {
+			fprintf(stderr, "usage: cuda-bench [--quick] [WAVES (0-64)]\n");
+			return 2;
+		}
+		kvmm_cuda_decode_waves = (uint32_t)w;
+	}
 	ret = kvmm_cuda_init(dev);
 	if (ret) {
 		printf("cuda-bench: no GPU: %s (skipped)\n", kvmm_cuda_why());
@@ -256,19 +278,23 @@ int main(int argc, char **argv)
 		die("kvmm_cuda_drv_load", -ENODEV);
 	drv_check(drv->cuEventCreate(&ev0, KVMM_CU_EVENT_DEFAULT), "cuEventCreate");
 	drv_check(drv->cuEventCreate(&ev1, KVMM_CU_EVENT_DEFAULT), "cuEventCreate");
-	CHECK(kvmm_cuda_malloc(&flush_a, FLUSH_BYTES));
-	CHECK(kvmm_cuda_malloc(&flush_b, FLUSH_BYTES));
-	CHECK(kvmm_cuda_memset(flush_a, 0, FLUSH_BYTES));
+	CHECK(kvmm_cuda_malloc(&flush_a, flush_bytes));
+	CHECK(kvmm_cuda_malloc(&flush_b, flush_bytes));
+	CHECK(kvmm_cuda_memset(flush_a, 0, flush_bytes));
 	base = copy_bw();
-	printf("device %d copy bandwidth (cuMemcpyDtoD, 1 GiB, read+write): %.1f GB/s\n", dev,
-	       base / 1e9);
+	printf("device %d copy bandwidth (cuMemcpyDtoD, %zu MiB, read+write): %.1f GB/s\n", dev,
+	       copy_bytes >> 20, base / 1e9);
+	if (div > 1)
+		printf("--quick: contexts / %u, %d runs: a check of the program, not numbers\n",
+		       div, runs);
 	printf("decode split waves: %u (0: unsplit)\n", kvmm_cuda_decode_waves);
 	printf("%-11s %-5s %-28s %12s %12s %13s %8s\n", "kernel", "dtype", "shape", "median",
 	       "fastest", "bandwidth", "of copy");
 	for (uint32_t dt = KVMM_DTYPE_FP32; dt < KVMM_DTYPE_COUNT; dt++) {
-		bench_dtype(dt, 512, 32, base, false);	/* short contexts */
-		bench_dtype(dt, 1, 32768, base, false); /* one long context */
-		bench_dtype(dt, 8, 8192, base, true);	/* a batch of long ones; and copy_pages */
+		bench_dtype(dt, 512 / div, 32, base, false);  /* short contexts */
+		bench_dtype(dt, 1, 32768 / div, base, false); /* one long context */
+		bench_dtype(dt, 8 / (div > 1 ? 4 : 1), 8192 / div, base,
+			    true); /* a batch of long ones; and copy_pages */
 	}
 	drv->cuEventDestroy(ev0);
 	drv->cuEventDestroy(ev1);

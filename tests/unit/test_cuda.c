@@ -15,7 +15,9 @@
  * reshape_and_cache and copy_pages bit for bit), the backend round trip (staging copies in and
  * out, copy, scrub) and the chunk fds exported by the backend, imported and mapped in a freshly
  * exec'd process (CUDA does not survive fork) that checks the pattern and writes back.  Without
- * a GPU these cases are skipped and say why.
+ * a GPU these cases are skipped and say why.  Built as test_cuda_simt (KVMM_TEST_SIMT), the
+ * "GPU" is the fake driver's SIMT emulator (tests/fakecuda/simt.h): the GPU cases run on every
+ * machine, plus test_simt_driver (the fake's refusals in SIMT mode, a faulting kernel).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -841,6 +843,52 @@ static void test_decode_split_vs_cpu(void **state)
 		check_decode(&shapes[i]);
 }
 
+/*
+ * Decode on random shapes, each as test_decode_split_vs_cpu's (split and unsplit, then a bad
+ * table): any dtype, head_dim 1 to 256, int8 groups that divide it, 1 to 4 KV heads, GQA
+ * groups of 1 to 20, page sizes from 4 KiB to 2 MiB (some not 16-byte multiples), 1 to 6
+ * sequences of up to 2500 tokens.  The chosen shapes cover the plan's cases by design; these
+ * cover what nobody thought of (test_decode_plan checks 3000 random plans' invariants, this
+ * runs a sample of them).
+ */
+static void test_decode_random_vs_cpu(void **state)
+{
+	static const uint64_t pages[] = {4096,	   8192 + 8, 16 << 10, 24 << 10,
+					 40 << 10, 64 << 10, 2 << 20};
+	unsigned int done = 0;
+
+	(void)state;
+	NEED_GPU();
+	while (done < 10) {
+		struct dshape sh;
+		struct kvmm_fmt f;
+		uint32_t gs_try;
+
+		sh.dt = KVMM_DTYPE_FP32 + rnd(KVMM_DTYPE_COUNT - KVMM_DTYPE_FP32);
+		sh.dim = 1 + rnd(256);
+		sh.gs = 0;
+		if (sh.dt == KVMM_DTYPE_INT8) {
+			/* a divisor of dim, small or large */
+			gs_try = 1 + rnd(sh.dim < 64 ? sh.dim : 64);
+			while (sh.dim % gs_try)
+				gs_try--;
+			sh.gs = gs_try;
+		}
+		sh.kvh = 1 + rnd(4);
+		sh.group = 1 + rnd(20);
+		sh.page = pages[rnd(sizeof(pages) / sizeof(pages[0]))];
+		sh.nr_seqs = 1 + rnd(6);
+		sh.max_ctx = 1 + rnd(2500);
+		if (kvmm_fmt_init(&f, 2, sh.kvh, sh.dim, sh.dt, sh.gs, sh.page))
+			continue; /* no token fits the page: draw again */
+		if ((uint64_t)sh.nr_seqs * (sh.max_ctx / f.tokens_per_page + 2) * f.page_size >
+		    (UINT64_C(256) << 20))
+			continue; /* keep the pool small */
+		check_decode(&sh);
+		done++;
+	}
+}
+
 #define BE_FRAMES 6
 #define BE_PAGE (UINT64_C(2) << 20)
 
@@ -1022,6 +1070,7 @@ int main(int argc, char **argv)
 #endif
 		cmocka_unit_test(test_kernels_vs_cpu),
 		cmocka_unit_test(test_decode_split_vs_cpu),
+		cmocka_unit_test(test_decode_random_vs_cpu),
 		cmocka_unit_test(test_backend_round_trip),
 		cmocka_unit_test(test_export_import),
 	};

@@ -1747,6 +1747,7 @@ API int kvmm_fakecuda_stats(struct kvmm_fakecuda_stats *st)
 {
 	pthread_mutex_lock(&fk.lock);
 	*st = fk.st;
+	st->staged_bytes = simt_staged_bytes;
 	pthread_mutex_unlock(&fk.lock);
 	return 0;
 }

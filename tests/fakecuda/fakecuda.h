@@ -36,8 +36,9 @@ struct kvmm_fakecuda_stats {
 	uint64_t injected;	 /* faults injected */
 	uint64_t copies;	 /* copies and memsets carried out */
 	uint64_t copy_bytes;
-	uint64_t launches;    /* kernels run (KVMM_FAKECUDA_SIMT=1) */
-	char last_error[256]; /* why the last refused call was refused */
+	uint64_t launches;     /* kernels run (KVMM_FAKECUDA_SIMT=1) */
+	uint64_t staged_bytes; /* global memory they staged into shared memory with cp.async */
+	char last_error[256];  /* why the last refused call was refused */
 };
 
 /* Fill @st (under the fake's lock).  0. */

@@ -125,6 +125,7 @@ struct fiber {
 struct simt_dim3 simt_thread_idx, simt_block_idx, simt_block_dim, simt_grid_dim;
 char simt_dyn_smem[SIMT_DYN_SMEM_MAX] __attribute__((aligned(128)));
 int (*simt_check_global)(const void *p, size_t n);
+uint64_t simt_staged_bytes;
 
 static struct {
 #ifdef SIMT_ASM_SWITCH
@@ -285,6 +286,7 @@ void simt_cp_async(void *dst, const void *src, unsigned int n)
 		f->capcopies = cap;
 	}
 	f->copies[f->ncopies++] = (struct copy){dst, src, n};
+	simt_staged_bytes += n;
 }
 
 void simt_cp_async_commit(void)

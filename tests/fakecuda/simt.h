@@ -64,6 +64,8 @@ extern int (*simt_check_global)(const void *p, size_t n);
 
 /* ---- what the host build of the device code calls (simt_device.h) ---- */
 extern struct simt_dim3 simt_thread_idx, simt_block_idx, simt_block_dim, simt_grid_dim;
+/* bytes of global memory all launches so far staged with cp.async (what a kernel reads) */
+extern uint64_t simt_staged_bytes;
 extern char simt_dyn_smem[SIMT_DYN_SMEM_MAX];
 
 void simt_syncthreads(void);

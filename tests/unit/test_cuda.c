@@ -35,6 +35,12 @@
 
 #include <cmocka.h>
 
+#ifdef KVMM_TEST_SIMT
+#include <dlfcn.h>
+
+#include "tests/fakecuda/fakecuda.h"
+#endif
+
 #include "kernels/cuda/abi.h"
 #include "kernels/cuda/cuda_drv.h"
 #include "kernels/cuda/kvmm_cuda.h"
@@ -692,11 +698,32 @@ static void test_kernels_vs_cpu(void **state)
  * scale groups that do and do not divide a vector.  Then a bad block table (an absent and a
  * too large frame) must neither fault nor produce anything but finite numbers.
  */
+#ifdef KVMM_TEST_SIMT
+static unsigned int checked_once; /* decodes whose staged bytes were checked */
+#endif
+
 struct dshape {
 	uint32_t dt, dim, gs, kvh, group;
 	uint64_t page;
 	uint32_t nr_seqs, max_ctx;
 };
+
+#ifdef KVMM_TEST_SIMT
+/* what the SIMT emulator's kernels have staged with cp.async so far */
+static uint64_t staged_bytes(void)
+{
+	struct kvmm_fakecuda_stats st;
+	void *lib = dlopen(getenv("KVMM_LIBCUDA"), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+	kvmm_fakecuda_stats_fn fn;
+
+	assert_non_null(lib);
+	fn = (kvmm_fakecuda_stats_fn)dlsym(lib, KVMM_FAKECUDA_STATS);
+	assert_non_null(fn);
+	fn(&st);
+	dlclose(lib);
+	return st.staged_bytes;
+}
+#endif
 
 static void check_decode(const struct dshape *sh)
 {
@@ -777,10 +804,33 @@ static void check_decode(const struct dshape *sh)
 	b.block_tables = dtab;
 	b.ctx_lens = dctx;
 	for (uint32_t waves = 0; waves <= 4; waves += waves ? 3 : 1) {
+#ifdef KVMM_TEST_SIMT
+		uint64_t staged = staged_bytes();
+#endif
+
 		kvmm_cuda_decode_waves = waves;
 		assert_int_equal(kvmm_cuda_memset(dout, 0xff, sizeof(float) * nq), 0); /* NaNs */
 		assert_int_equal(kvmm_cuda_paged_decode(&b, dq, dout, NULL), 0);
 		assert_int_equal(kvmm_cuda_sync(), 0);
+#ifdef KVMM_TEST_SIMT
+		/*
+		 * Bandwidth, as far as it can be seen without a GPU: with one block per KV head
+		 * (GQA groups up to KVMM_CUDA_DECODE_GMAX) and 16-byte aligned rows (cp.async),
+		 * the kernel reads every K and V row (and scale) of the layer exactly once,
+		 * split or not: no row twice, none skipped.
+		 */
+		if (sh->group <= KVMM_CUDA_DECODE_GMAX && (sh->dim * f.elem_bytes) % 16 == 0 &&
+		    f.page_size % 16 == 0) {
+			uint64_t want = (uint64_t)ntok * 2 * (f.row_bytes + f.scale_row_bytes);
+
+			if (staged_bytes() - staged != want)
+				fail_msg("decode (waves %u) staged %llu bytes, the layer's KV is "
+					 "%llu",
+					 waves, (unsigned long long)(staged_bytes() - staged),
+					 (unsigned long long)want);
+			checked_once++;
+		}
+#endif
 		assert_int_equal(kvmm_cuda_memcpy_dtoh(out_gpu, dout, sizeof(float) * nq), 0);
 		assert_close(out_gpu, out_cpu, nq, waves ? "decode (split)" : "decode (unsplit)");
 	}
@@ -841,6 +891,11 @@ static void test_decode_split_vs_cpu(void **state)
 	NEED_GPU();
 	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
 		check_decode(&shapes[i]);
+#ifdef KVMM_TEST_SIMT
+	/* most of the shapes have aligned rows and groups up to GMAX: their reads were counted */
+	print_message("decodes whose reads were counted: %u\n", checked_once);
+	assert_true(checked_once >= 15);
+#endif
 }
 
 /*

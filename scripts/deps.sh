@@ -4,6 +4,12 @@
 #   deps.sh               install what is missing (as root), say so when nothing is
 #   deps.sh --if-missing  the same, silent when everything is there (make check/demo)
 #   deps.sh --list        print the package list
+#   deps.sh --download DIR
+#                         fetch (apt-get download, no root) the .debs of what the build and
+#                         the CUDA tests link against, headers and libraries, plus make, into
+#                         DIR: for a machine that has a compiler and nvcc but none of these
+#                         and no network (a lent GPU machine: tools/gpu-check --debs DIR
+#                         unpacks them into a private prefix, never into /)
 #
 # Idempotent: only missing packages are installed.  Not root: prints the apt command.
 set -eu
@@ -15,15 +21,34 @@ set -eu
 PACKAGES="make gcc clang pkg-config clang-format liburing-dev libjemalloc-dev libcmocka-dev
 libxxhash-dev fio tmux curl prometheus"
 
+# what a GPU machine lacks to build and run tools/gpu-check (runtime and -dev halves)
+CARRY="make liburing2 liburing-dev libjemalloc2 libjemalloc-dev libcmocka0 libcmocka-dev
+libxxhash0 libxxhash-dev"
+
 mode=${1:-}
 case "$mode" in
 --list)
 	echo $PACKAGES
 	exit 0
 	;;
+--download)
+	dir=${2:-}
+	if [ -z "$dir" ]; then
+		echo "deps.sh: --download needs a directory" >&2
+		exit 2
+	fi
+	mkdir -p "$dir"
+	# shellcheck disable=SC2086 # the lists are words
+	(cd "$dir" && apt-get download -q $CARRY) || {
+		echo "deps.sh: apt-get download failed (no network, or run apt-get update)" >&2
+		exit 1
+	}
+	echo "deps: $(ls "$dir"/*.deb | wc -l) packages in $dir"
+	exit 0
+	;;
 '' | --if-missing) ;;
 *)
-	echo "deps.sh: unknown option '$mode' (use --if-missing or --list)" >&2
+	echo "deps.sh: unknown option '$mode' (use --if-missing, --list or --download DIR)" >&2
 	exit 2
 	;;
 esac

@@ -429,6 +429,39 @@ static struct kvmm_fakecuda_stats fake_stats(void)
 	return s;
 }
 
+/*
+ * Run this program again as a second client (role "--reader" or "--decoder") that must find
+ * the prompt in frames[0..n); its exit status (0: all it checked was right).
+ */
+static int exec_client(const char *role, const int32_t *frames, int n)
+{
+	char num[MAXB][16], nstr[16];
+	char *argv[5 + MAXB];
+	int status;
+	pid_t pid;
+
+	assert_true(n <= MAXB);
+	argv[0] = self;
+	argv[1] = (char *)role;
+	argv[2] = itest_d.sock;
+	snprintf(nstr, sizeof(nstr), "%d", n);
+	argv[3] = nstr;
+	for (int b = 0; b < n; b++) {
+		snprintf(num[b], sizeof(num[b]), "%d", frames[b]);
+		argv[4 + b] = num[b];
+	}
+	argv[4 + n] = NULL;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execv(self, argv);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	return WEXITSTATUS(status);
+}
+
 /* ---- tests ------------------------------------------------------------------------------------ */
 
 /* the pool is device memory: no host address, device pointers by the frame rule */
@@ -460,13 +493,9 @@ static void test_share_between_processes(void **state)
 {
 	const struct kvmm_cuda_drv *drv;
 	uint32_t tpp, tokens[PROMPT_PAGES * 64];
-	char num[PROMPT_PAGES][16], nstr[16];
-	char *argv[5 + PROMPT_PAGES];
 	int32_t table[MAXB];
 	kvmm_client_t *c;
 	uint64_t seq;
-	int status;
-	pid_t pid;
 
 	(void)state;
 	itest_need_daemon();
@@ -484,26 +513,7 @@ static void test_share_between_processes(void **state)
 					 kvmm_page_size(c), PROMPT_TAG, b, true),
 				 0);
 	assert_int_equal(kvmm_seal(c, seq, 0, 0), 0);
-
-	argv[0] = self;
-	argv[1] = "--reader";
-	argv[2] = itest_d.sock;
-	snprintf(nstr, sizeof(nstr), "%d", PROMPT_PAGES);
-	argv[3] = nstr;
-	for (int b = 0; b < PROMPT_PAGES; b++) {
-		snprintf(num[b], sizeof(num[b]), "%d", table[b]);
-		argv[4 + b] = num[b];
-	}
-	argv[4 + PROMPT_PAGES] = NULL;
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		execv(self, argv);
-		_exit(127);
-	}
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(WIFEXITED(status));
-	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(exec_client("--reader", table, PROMPT_PAGES), 0);
 	assert_int_equal(kvmm_seq_free(c, seq), 0);
 	kvmm_detach(c);
 }
@@ -519,8 +529,6 @@ static void test_share_between_processes(void **state)
 static void test_attention_over_shared_pool(void **state)
 {
 	uint32_t tpp, ntok, nelem, tokens[ATTN_PAGES * 256];
-	char num[ATTN_PAGES][16], nstr[16];
-	char *argv[5 + ATTN_PAGES];
 	int32_t table[MAXB];
 	struct kvmm_kv_pages kv;
 	struct kvmm_fmt f;
@@ -529,8 +537,6 @@ static void test_attention_over_shared_pool(void **state)
 	float *k, *v, *dk, *dv, q[ATTN_Q_HEADS * 256];
 	char *before, *after;
 	uint64_t seq, ps;
-	int status;
-	pid_t pid;
 
 	(void)state;
 	itest_need_daemon();
@@ -589,26 +595,7 @@ static void test_attention_over_shared_pool(void **state)
 	/* this process's decode agrees too */
 	assert_int_equal(attn_decode_check(c, table), 0);
 	assert_int_equal(kvmm_seal(c, seq, 0, 0), 0);
-
-	argv[0] = self;
-	argv[1] = "--decoder";
-	argv[2] = itest_d.sock;
-	snprintf(nstr, sizeof(nstr), "%d", ATTN_PAGES);
-	argv[3] = nstr;
-	for (int b = 0; b < ATTN_PAGES; b++) {
-		snprintf(num[b], sizeof(num[b]), "%d", table[b]);
-		argv[4 + b] = num[b];
-	}
-	argv[4 + ATTN_PAGES] = NULL;
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		execv(self, argv);
-		_exit(127);
-	}
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(WIFEXITED(status));
-	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(exec_client("--decoder", table, ATTN_PAGES), 0);
 	assert_int_equal(kvmm_seq_free(c, seq), 0);
 	free(slots);
 	free(k);

@@ -19,8 +19,10 @@
  * cp.async copies are queued per thread and carried out at its cp.async.wait_all, so reading
  * a staged tile before waiting reads the poison too.
  *
- * Not caught: races between lanes of one warp (they run one after another, each to its next
- * shuffle or barrier), and anything about speed, coalescing or registers.
+ * The lanes of a warp run in a new random order for every stretch between shuffles, so a lane
+ * that reads what another lane of its warp writes without a shuffle or barrier in between
+ * (code that assumes lockstep warps, wrong since Volta) reads it too early now and then.
+ * Not caught: anything about speed, coalescing or registers.
  *
  * On x86-64 a switch is a dozen instructions of our own (callee-saved registers, the SSE and
  * x87 control words, the stack pointer); elsewhere ucontext, whose every switch is also a
@@ -338,6 +340,24 @@ static const char *state_name(enum fstate s)
 			     : "exited";
 }
 
+/* a random permutation of order[0..n) (warps between barriers, lanes between shuffles) */
+static void shuffle_order(unsigned int *order, unsigned int n)
+{
+	if (n < 2)
+		return;
+	for (unsigned int i = n - 1; i > 0; i--) {
+		unsigned int j, x;
+
+		S.rng ^= S.rng << 13;
+		S.rng ^= S.rng >> 7;
+		S.rng ^= S.rng << 17;
+		j = (unsigned int)(S.rng % (i + 1));
+		x = order[i];
+		order[i] = order[j];
+		order[j] = x;
+	}
+}
+
 /*
  * Run warp w's lanes until none can go on without another warp: whenever all 32 lanes wait
  * at a shuffle, exchange and go on.  Returns false when the warp's lanes wait at a shuffle
@@ -347,13 +367,18 @@ static bool run_warp(unsigned int w)
 {
 	unsigned int w0 = w * SIMT_WARP,
 		     w1 = w0 + SIMT_WARP < S.nthreads ? w0 + SIMT_WARP : S.nthreads;
+	unsigned int lanes[SIMT_WARP];
 
+	for (unsigned int i = 0; i < w1 - w0; i++)
+		lanes[i] = w0 + i;
 	for (;;) {
 		unsigned int waiting = 0;
 
-		for (unsigned int i = w0; i < w1 && !S.failed; i++)
-			if (S.fibers[i].state == F_RUN)
-				enter_fiber(&S.fibers[i]);
+		/* the lanes in a new order each time: nothing orders them but shuffles */
+		shuffle_order(lanes, w1 - w0);
+		for (unsigned int i = 0; i < w1 - w0 && !S.failed; i++)
+			if (S.fibers[lanes[i]].state == F_RUN)
+				enter_fiber(&S.fibers[lanes[i]]);
 		if (S.failed)
 			return true;
 		for (unsigned int i = w0; i < w1; i++)
@@ -379,22 +404,6 @@ static bool run_warp(unsigned int w)
 		}
 		for (unsigned int i = w0; i < w1; i++)
 			S.fibers[i].state = F_RUN;
-	}
-}
-
-/* a new order of the warps for the next stretch between barriers */
-static void shuffle_warps(unsigned int *order, unsigned int nw)
-{
-	for (unsigned int i = nw - 1; i > 0; i--) {
-		unsigned int j, x;
-
-		S.rng ^= S.rng << 13;
-		S.rng ^= S.rng >> 7;
-		S.rng ^= S.rng << 17;
-		j = (unsigned int)(S.rng % (i + 1));
-		x = order[i];
-		order[i] = order[j];
-		order[j] = x;
 	}
 }
 
@@ -472,7 +481,7 @@ static void run_block(void)
 	for (;;) {
 		unsigned int live = 0, at_bar = 0;
 
-		shuffle_warps(order, nw);
+		shuffle_order(order, nw);
 		for (unsigned int w = 0; w < nw && !S.failed; w++)
 			if (!run_warp(order[w])) {
 				deadlock();

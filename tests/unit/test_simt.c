@@ -5,7 +5,8 @@
  * kernels/cuda's kernels can be trusted: a correct kernel (a block-wide sum through shuffles
  * and __syncthreads) gives the right answer in every block; each class of bug the emulator
  * claims to catch is caught - a missing __syncthreads between warps (deterministically: every
- * warp reads what the next one writes, a cycle no warp order satisfies), a shuffle that part
+ * warp reads what the next one writes, a cycle no warp order satisfies), lanes of a warp
+ * assumed to run in lockstep (the same cycle among lanes), a shuffle that part
  * of a warp skips, a bad shuffle mask, reading a cp.async destination before waiting, a
  * misaligned cp.async, one outside shared memory or from memory the driver says is not device
  * memory - with a reason in words; a failed launch leaves the emulator usable; threads that
@@ -135,6 +136,36 @@ static void test_missing_barrier_caught(void **state)
 	assert_int_equal(ring_wrong(1), 0);
 	/* at least one wrong read in every one of the 16 blocks */
 	assert_true(ring_wrong(0) >= 16);
+}
+
+/* within a warp: lane i writes slot i, then reads slot i + 1, after a shuffle or not */
+static void k_lane_ring(const void *p)
+{
+	const struct args *a = p;
+	float *slot = (float *)simt_dyn_smem;
+
+	slot[TID] = (float)TID;
+	if (a->knob)
+		simt_shfl_xor(0xffffffffu, 0.0f, 1); /* every lane has written */
+	a->out[TID] = slot[WARP * SIMT_WARP + (LANE + 1) % SIMT_WARP];
+}
+
+static void test_lockstep_assumption_caught(void **state)
+{
+	float out[64];
+	struct args a = {out, NULL, 1};
+	unsigned int wrong = 0;
+
+	(void)state;
+	assert_int_equal(launch(k_lane_ring, 1, 64, 64 * sizeof(float), &a), 0);
+	for (unsigned int t = 0; t < 64; t++)
+		assert_true(out[t] == (float)((t / 32) * 32 + (t + 1) % 32));
+	/* no shuffle: lanes run in some order, and in every warp one reads before its write */
+	a.knob = 0;
+	assert_int_equal(launch(k_lane_ring, 1, 64, 64 * sizeof(float), &a), 0);
+	for (unsigned int t = 0; t < 64; t++)
+		wrong += out[t] != (float)((t / 32) * 32 + (t + 1) % 32);
+	assert_true(wrong >= 2);
 }
 
 /* half the block exits at once, the rest meet at two barriers */
@@ -348,6 +379,7 @@ int main(void)
 		cmocka_unit_test(test_correct_kernel),
 		cmocka_unit_test(test_missing_barrier_caught),
 		cmocka_unit_test(test_exited_threads_do_not_block),
+		cmocka_unit_test(test_lockstep_assumption_caught),
 		cmocka_unit_test(test_shuffle_errors),
 		cmocka_unit_test(test_cp_async),
 		cmocka_unit_test(test_seed_and_dims),

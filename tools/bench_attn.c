@@ -21,6 +21,15 @@
  *                               consecutive frames (256 KiB), as an allocator that gives a
  *                               growing sequence aligned blocks of 4 frames would lay it out;
  *                               no target, against contig like the paged row
+ *   attn.decode_<ctx>.tN.sparse  the long case with its frames a random quarter of a pool four
+ *                               times as large, in shuffled order (a sequence among others
+ *                               after churn), against contig (the first frames of that pool)
+ *   attn.decode_<ctx>.tN.table_order  the sparse case walked in block-table order
+ *                               (kvmm_cpu_decode_by_address = 0), against contig: what the
+ *                               kernel's address order (attn.c) saves.  With that order the
+ *                               shuffled frames of the paged rows, which fill their pool, are
+ *                               read in the contig row's order exactly; the sparse row is
+ *                               the realistic measure of scattered pages
  *   attn.decode_<ctx>_mha...    the long case read by 8 query heads (no GQA): the least
  *                               arithmetic per KV byte, so the closest to a bandwidth test
  *   attn.decode_<ctx>.tN.layers32  the long case in the layout of a model of 32 layers: the
@@ -238,12 +247,18 @@ static void free_shape(struct attn_bench *a)
  * slices of the layer the kernels read (the middle one) are written, so a format of 32
  * layers costs the memory of one.
  */
+/*
+ * A shape of nseqs sequences of ctx tokens in a pool of spread times the frames they need:
+ * paged tables take frames at random from all of it, in shuffled order, contig tables the
+ * first ones in order; only the frames some table uses are written.
+ */
 static int make_shape(struct attn_bench *a, uint32_t nseqs, uint32_t ctx, uint32_t hq,
-		      uint32_t layers)
+		      uint32_t layers, uint32_t spread)
 {
 	struct kvmm_fmt probe;
 	size_t row = (size_t)KV_HEADS * HEAD_DIM, nq = (size_t)nseqs * hq * HEAD_DIM;
 	uint32_t *perm = NULL, i, s;
+	uint8_t *used = NULL;
 	float *k = NULL, *v = NULL;
 	int64_t *slots = NULL;
 	int err;
@@ -261,7 +276,7 @@ static int make_shape(struct attn_bench *a, uint32_t nseqs, uint32_t ctx, uint32
 	a->hq = hq;
 	a->ctx = ctx;
 	a->max_blocks = (ctx + TPP - 1) / TPP;
-	a->nframes = nseqs * a->max_blocks;
+	a->nframes = nseqs * a->max_blocks * spread;
 	a->pool_bytes = (size_t)a->nframes * a->fmt.page_size;
 	a->pool = mmap(NULL, a->pool_bytes, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -274,12 +289,13 @@ static int make_shape(struct attn_bench *a, uint32_t nseqs, uint32_t ctx, uint32
 	a->q = malloc(nq * sizeof(float));
 	a->out = malloc(nq * sizeof(float));
 	perm = malloc(a->nframes * sizeof(uint32_t));
+	used = malloc(a->nframes);
 	k = malloc(TPP * row * sizeof(float));
 	v = malloc(TPP * row * sizeof(float));
 	slots = malloc(TPP * sizeof(int64_t));
 	err = -ENOMEM;
 	if (!a->pool || !a->paged || !a->contig || !a->runs4 || !a->ctx_lens || !a->q || !a->out ||
-	    !perm || !k || !v || !slots)
+	    !perm || !used || !k || !v || !slots)
 		goto out_free;
 
 	for (i = 0; i < a->nframes; i++)
@@ -294,6 +310,11 @@ static int make_shape(struct attn_bench *a, uint32_t nseqs, uint32_t ctx, uint32
 		a->contig[i] = (int32_t)i;
 		a->paged[i] = (int32_t)perm[i];
 	}
+	/* frames some table uses: contig's first nframes / spread, and paged's */
+	for (i = 0; i < a->nframes; i++)
+		used[i] = i < a->nframes / spread;
+	for (i = 0; i < a->nframes / spread; i++)
+		used[a->paged[i]] = 1;
 	/* runs of 4: the first nframes / 4 entries of perm shuffled again as run numbers */
 	for (i = 0; i < a->nframes / 4; i++)
 		perm[i] = i;
@@ -310,10 +331,12 @@ static int make_shape(struct attn_bench *a, uint32_t nseqs, uint32_t ctx, uint32
 		a->ctx_lens[s] = ctx;
 	for (i = 0; i < nq; i++)
 		a->q[i] = (float)((int64_t)(rnd64() % 2001) - 1000) / 1000.0f;
-	/* every frame gets 16 tokens of random K and V, written by the real kernel */
+	/* every frame in use gets 16 tokens of random K and V, written by the real kernel */
 	for (i = 0; i < a->nframes; i++) {
 		struct kvmm_kv_pages kv = {a->pool, &a->fmt, a->layer, a->nframes};
 
+		if (!used[i])
+			continue;
 		for (size_t e = 0; e < TPP * row; e++) {
 			k[e] = (float)((int64_t)(rnd64() % 2001) - 1000) / 1000.0f;
 			v[e] = (float)((int64_t)(rnd64() % 2001) - 1000) / 1000.0f;
@@ -327,6 +350,7 @@ static int make_shape(struct attn_bench *a, uint32_t nseqs, uint32_t ctx, uint32
 	err = 0;
 out_free:
 	free(perm);
+	free(used);
 	free(k);
 	free(v);
 	free(slots);
@@ -411,6 +435,8 @@ struct attn_result {
 	double sr, lr, mr;			  /* paged/contig, median of pair ratios */
 	double rp, rcn, rr;			  /* the frame read: ns per pass, its ratio */
 	double up, ucn, ur;			  /* the long case in runs of 4 frames */
+	double xp, xcn, xr;			  /* sparse: a quarter of a 4x pool */
+	double op, ocn, orr;			  /* the long case in table order */
 	double yp, ycn, yr; /* 32 layers, shuffled frames, against one layer contiguous */
 	double yc, ycr;	    /* 32 layers, consecutive frames, and its ratio to the same */
 	double hot;	    /* ns per step of the hot shape (KV in cache) */
@@ -419,7 +445,7 @@ struct attn_result {
 
 /* the shapes: 32x512, the long one, the long one in 32 layers, and one in cache */
 struct attn_shapes {
-	struct attn_bench sh, lg, ly, hot;
+	struct attn_bench sh, lg, ly, hot, sp;
 };
 
 /* bytes of KV one decode step of @a reads: K and V of every context token, one layer */
@@ -468,6 +494,11 @@ static int measure_all(const struct bench_opts *o, struct attn_shapes *S, uint32
 	swap(lg->paged, lg->runs4);
 	measure_pair(o, lg, &r->up, &r->ucn, &r->ur);
 	swap(lg->paged, lg->runs4);
+	/* frames a quarter of a pool 4x as large, in address order and in block-table order */
+	measure_pair(o, &S->sp, &r->xp, &r->xcn, &r->xr);
+	kvmm_cpu_decode_by_address = 0;
+	measure_pair(o, &S->sp, &r->op, &r->ocn, &r->orr);
+	kvmm_cpu_decode_by_address = 1;
 	/* the long-context target: paired with the stream */
 	r->ls = versus_stream(o, lg);
 	/* the same pages read by 8 query heads (no GQA): the least compute per byte */
@@ -493,7 +524,11 @@ static int measure_all(const struct bench_opts *o, struct attn_shapes *S, uint32
 	r->hot = bench_measure(o, &hc);
 	/* the stream again, after the kernels, and the faster kept, as for paged and contig */
 	r->stream = fmax(r->stream, gbps((double)lg->words * 8, bench_measure(o, &sc)));
-	return sh->err ? sh->err : lg->err ? lg->err : ly->err ? ly->err : hot->err;
+	return sh->err	   ? sh->err
+	       : lg->err   ? lg->err
+	       : ly->err   ? ly->err
+	       : S->sp.err ? S->sp.err
+			   : hot->err;
 }
 
 static void report_all(const struct attn_shapes *S, uint32_t nt, const struct attn_result *r)
@@ -517,6 +552,10 @@ static void report_all(const struct attn_shapes *S, uint32_t nt, const struct at
 	snprintf(name, sizeof(name), "attn.decode_%uk.t%u.runs4", lg->ctx / 1024, nt);
 	bench_report(name, gbps(lbytes, r->up), "GB/s", "contig", gbps(lbytes, r->ucn));
 	bench_report(name, gbps(lbytes, r->up), "GB/s", base, r->stream);
+	snprintf(name, sizeof(name), "attn.decode_%uk.t%u.sparse", lg->ctx / 1024, nt);
+	bench_report(name, gbps(lbytes, r->xp), "GB/s", "contig", gbps(lbytes, r->xcn));
+	snprintf(name, sizeof(name), "attn.decode_%uk.t%u.table_order", lg->ctx / 1024, nt);
+	bench_report(name, gbps(lbytes, r->op), "GB/s", "contig", gbps(lbytes, r->ocn));
 	snprintf(name, sizeof(name), "attn.decode_%uk_mha.t%u.paged", lg->ctx / 1024, nt);
 	bench_report(name, gbps(lbytes, r->mp), "GB/s", "contig", gbps(lbytes, r->mcn));
 	bench_report(name, gbps(lbytes, r->mp), "GB/s", base, r->stream);
@@ -537,6 +576,15 @@ static void report_all(const struct attn_shapes *S, uint32_t nt, const struct at
 	bench_target(what, (r->sr - 1) * 100, 5, true, "%");
 	snprintf(what, sizeof(what), "attn paged decode slowdown vs contiguous (long, %u thr)", nt);
 	bench_target(what, (r->lr - 1) * 100, 5, true, "%");
+	snprintf(what, sizeof(what),
+		 "attn paged decode slowdown vs contiguous (long, frames a quarter of a 4x pool, "
+		 "%u thr)",
+		 nt);
+	bench_target(what, (r->xr - 1) * 100, 5, true, "%");
+	bench_note("note: decode reads pages in address order (attn.c); the sparse ones in table "
+		   "order are %.1f %% slower than contiguous (%u thr; table_order row); the long "
+		   "target's frames fill their pool: in address order they are contig's",
+		   (r->orr - 1) * 100, nt);
 	if (S->ly.pool) {
 		snprintf(what, sizeof(what),
 			 "attn paged decode slowdown vs contiguous (long, 32 layers, %u thr)", nt);
@@ -578,12 +626,13 @@ int bench_suite_attn(const struct bench_opts *o)
 	const struct {
 		const char *what;
 		struct attn_bench *a;
-		uint32_t nseqs, ctx, layers;
+		uint32_t nseqs, ctx, layers, spread;
 	} shape[] = {
-		{"short", &S.sh, 32, 512, 1},
-		{"long", &S.lg, 1, long_ctx, 1},
-		{"32-layer", &S.ly, 1, long_ctx, 32},
-		{"hot", &S.hot, nt, 1024, 1}, /* 4 MiB of KV a thread, in L2 and L3 */
+		{"short", &S.sh, 32, 512, 1, 1},
+		{"long", &S.lg, 1, long_ctx, 1, 1},
+		{"32-layer", &S.ly, 1, long_ctx, 32, 1},
+		{"hot", &S.hot, nt, 1024, 1, 1}, /* 4 MiB of KV a thread, in L2 and L3 */
+		{"sparse", &S.sp, 1, long_ctx, 1, 4},
 	};
 	char thr[32];
 	int err = 0;
@@ -591,8 +640,8 @@ int bench_suite_attn(const struct bench_opts *o)
 
 	memset(&S, 0, sizeof(S));
 	for (i = 0; i < ARRAY_SIZE(shape) && !err; i++) {
-		err = make_shape(shape[i].a, shape[i].nseqs, shape[i].ctx, Q_HEADS,
-				 shape[i].layers);
+		err = make_shape(shape[i].a, shape[i].nseqs, shape[i].ctx, Q_HEADS, shape[i].layers,
+				 shape[i].spread);
 		if (err == -ENOMEM && shape[i].a == &S.ly) {
 			/* its pool is address space (32 x the long case's): optional */
 			bench_note("note: no 32-layer rows: %s shape: %s", shape[i].what,

@@ -13,8 +13,9 @@
  * no exponent is positive and nothing overflows) and adds the exp-weighted V rows.  The next
  * chunk (other frames, which no hardware prefetcher can guess) is prefetched by the inner
  * loops, each line they load naming the same line of the next chunk (struct kvmm_cpu_seg).
- * Decode makes one tile of all query heads of a sequence; prefill makes tiles of all query
- * heads of a few consecutive new tokens, with limits position + 1.
+ * Decode makes one tile of all query heads of a sequence, and walks its pages in address
+ * order (by_address()); prefill makes tiles of all query heads of a few consecutive new
+ * tokens, with limits position + 1, in the table's order.
  * Arguments are checked before anything is read: every block a sequence needs must be in its
  * table, present and below nr_frames (when given).
  */
@@ -348,6 +349,7 @@ struct attn_unit {
 
 struct attn_job {
 	const struct kvmm_attn_batch *b;
+	const int32_t **tables; /* decode: each sequence's table as walked (by_address()) */
 	const float *q;
 	float *out;
 	struct attn_unit *units;
@@ -371,7 +373,7 @@ static void decode_unit(struct attn_ctx *c, const struct attn_job *job, const st
 	c->begin = u->begin;
 	c->part = u->part;
 	c->l1 = true;
-	attend(c, b->block_tables + (uint64_t)u->seq * b->max_blocks, hq);
+	attend(c, job->tables[u->seq], hq);
 }
 
 /* all query heads of up to tile / num_q_heads consecutive new tokens per pass */
@@ -418,7 +420,9 @@ static void attn_worker(void *arg, uint32_t w)
 			const struct attn_unit *u = &job->units[nx];
 			const struct kvmm_attn_batch *b = job->b;
 
-			c.next_table = b->block_tables + (uint64_t)u->seq * b->max_blocks;
+			c.next_table = job->tables
+					       ? job->tables[u->seq]
+					       : b->block_tables + (uint64_t)u->seq * b->max_blocks;
 			c.next_begin = job->prefill ? 0 : u->begin;
 			c.next_end = job->prefill ? b->ctx_lens[u->seq] - b->q_lens[u->seq] + u->end
 						  : u->end;
@@ -480,12 +484,120 @@ static void merge_parts(const struct kvmm_attn_batch *b, const float *part, uint
 	}
 }
 
+/*
+ * Decode in address order.  A decode query sees every token of its sequence, and attention
+ * is a sum over tokens: the order the pages are visited in changes only the rounding.  So
+ * decode visits a sequence's full pages in ascending frame order (the partial last page, whose
+ * row count depends on its place, stays last), as an elevator serves a disk: a sequence whose
+ * pages the allocator scattered is read in one sweep through the pool, from lower to higher
+ * addresses, rather than jumping back and forth.  One core reading 2048 64 KiB frames taken at
+ * random from a pool two to eight times as large ran 8-15 % faster in address order than in a
+ * random one (a stand-alone read, 2026-12-03, cpu.md); a table already in order is used as it
+ * is, and the sort is a radix sort of the frame numbers' bytes (2048 pages: about 10 us).
+ */
+uint32_t kvmm_cpu_decode_by_address = 1;
+
+/* frames ascending or not */
+static bool frames_sorted(const int32_t *t, uint32_t n)
+{
+	for (uint32_t i = 1; i < n; i++)
+		if (t[i] < t[i - 1])
+			return false;
+	return true;
+}
+
+/* sort n frame numbers (>= 0) of src into dst, LSD radix by bytes; tmp holds n */
+static void sort_frames(int32_t *dst, const int32_t *src, int32_t *tmp, uint32_t n)
+{
+	uint32_t hi = 0, cnt[256];
+	const int32_t *from = src;
+	int32_t *to;
+	int passes = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		hi |= (uint32_t)src[i];
+	for (uint32_t v = hi; v; v >>= 8)
+		passes++;
+	if (!passes) {
+		memcpy(dst, src, n * sizeof(*dst));
+		return;
+	}
+	/* an odd number of passes ends in dst when the first goes to dst */
+	to = passes & 1 ? dst : tmp;
+	for (int p = 0; p < passes; p++) {
+		uint32_t sh = 8 * (uint32_t)p, sum = 0;
+
+		memset(cnt, 0, sizeof(cnt));
+		for (uint32_t i = 0; i < n; i++)
+			cnt[((uint32_t)from[i] >> sh) & 0xff]++;
+		for (uint32_t d = 0; d < 256; d++) {
+			uint32_t c = cnt[d];
+
+			cnt[d] = sum;
+			sum += c;
+		}
+		for (uint32_t i = 0; i < n; i++)
+			to[cnt[((uint32_t)from[i] >> sh) & 0xff]++] = from[i];
+		from = to;
+		to = to == dst ? tmp : dst;
+	}
+}
+
+/*
+ * job->tables for decode: each sequence's own table, or a copy with its full pages sorted
+ * (by_address above) in *scratch (freed by the caller).  0 or -ENOMEM.
+ */
+static int by_address(struct attn_job *job, int32_t **scratch)
+{
+	const struct kvmm_attn_batch *b = job->b;
+	const uint32_t tpp = b->kv.fmt->tokens_per_page;
+	uint64_t need = 0, maxn = 0;
+	int32_t *buf, *tmp;
+
+	*scratch = NULL;
+	job->tables = malloc(b->nr_seqs * sizeof(*job->tables));
+	if (!job->tables)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < b->nr_seqs; i++) {
+		const int32_t *t = b->block_tables + (uint64_t)i * b->max_blocks;
+		uint32_t nfull = b->ctx_lens[i] / tpp;
+
+		job->tables[i] = t;
+		if (kvmm_cpu_decode_by_address && nfull > 1 && !frames_sorted(t, nfull)) {
+			need += (b->ctx_lens[i] + tpp - 1) / tpp;
+			maxn = max_t(uint64_t, maxn, nfull);
+			job->tables[i] = NULL; /* to sort */
+		}
+	}
+	if (!need)
+		return 0;
+	buf = malloc((need + maxn) * sizeof(*buf));
+	if (!buf)
+		return -ENOMEM;
+	tmp = buf + need;
+	*scratch = buf;
+	for (uint32_t i = 0; i < b->nr_seqs; i++) {
+		const int32_t *t = b->block_tables + (uint64_t)i * b->max_blocks;
+		uint32_t nfull = b->ctx_lens[i] / tpp, nb = (b->ctx_lens[i] + tpp - 1) / tpp;
+
+		if (job->tables[i])
+			continue;
+		sort_frames(buf, t, tmp, nfull);
+		if (nb > nfull)
+			buf[nfull] = t[nfull]; /* the partial page, last */
+		job->tables[i] = buf;
+		buf += nb;
+	}
+	return 0;
+}
+
 int kvmm_cpu_paged_decode(const struct kvmm_attn_batch *b, const float *q, float *out)
 {
 	uint32_t nthreads = kvmm_cpu_get_threads(), tpp, hq, dim, per = UINT32_MAX, n = 0;
 	struct attn_job job = {.b = b, .q = q, .out = out};
 	uint64_t total = 0, nparts = 0;
 	float *parts = NULL;
+	int32_t *sorted = NULL;
 	int err;
 
 	if (!b || (b->nr_seqs && (!q || !out)))
@@ -493,6 +605,9 @@ int kvmm_cpu_paged_decode(const struct kvmm_attn_batch *b, const float *q, float
 	err = check_batch(b, false);
 	if (err || !b->nr_seqs)
 		return err;
+	err = by_address(&job, &sorted);
+	if (err)
+		goto out_free;
 	tpp = b->kv.fmt->tokens_per_page;
 	hq = b->num_q_heads;
 	dim = b->kv.fmt->head_dim;
@@ -554,6 +669,8 @@ int kvmm_cpu_paged_decode(const struct kvmm_attn_batch *b, const float *q, float
 out_free:
 	free(job.units);
 	free(parts);
+	free(sorted);
+	free(job.tables);
 	return err;
 }
 

@@ -43,6 +43,7 @@
 #define TOL_KERNEL 2e-6
 
 static uint64_t base_seed;
+static uint32_t extra_frames; /* build_case: spare frames in the pool, to spread the tables */
 static uint64_t rng_state;
 static char case_desc[256];
 
@@ -240,7 +241,7 @@ static void build_case(struct tcase *c, uint32_t nseqs, const uint32_t *ctx, con
 		ntok += ctx[s];
 	}
 	c->max_blocks = (c->max_ctx + tpp - 1) / tpp + rnd(3);
-	c->nframes = nblk + 1 + rnd(4);
+	c->nframes = nblk + 1 + rnd(4) + extra_frames;
 	c->pool = aligned_alloc(64, c->nframes * f->page_size);
 	assert_non_null(c->pool);
 	for (n = 0; n < c->nframes * f->page_size; n++)
@@ -566,6 +567,74 @@ static void test_decode_random(void **state)
 		free_case(&c);
 	}
 	print_message("decode: worst kernel error %.3g of its bound\n", worst);
+}
+
+/*
+ * Decode walks a sequence's full pages in frame order (kvmm_cpu_decode_by_address): with the
+ * tables spread over a pool of some 70000 frames (frame numbers of one, two and three bytes,
+ * so every pass of the radix sort runs), ragged lengths (the partial last page must stay
+ * last), split over threads or not, and with tables already in order (used as they are),
+ * the results are within the same bounds of the fp64 reference as in table order.
+ */
+static void test_decode_address_order(void **state)
+{
+	uint32_t saved = kvmm_cpu_decode_by_address, saved_split = kvmm_cpu_split_min_bytes;
+	uint32_t saved_threads = kvmm_cpu_get_threads();
+	double worst = 0;
+
+	(void)state;
+	kvmm_cpu_split_min_bytes = 0;
+	for (uint32_t i = 0; i < 24; i++) {
+		uint32_t nseqs = 1 + rnd(3), ctx[3];
+		struct tcase c;
+		float *q;
+		size_t nq;
+
+		rng_state = base_seed + 1000 + i;
+		memset(&c, 0, sizeof(c));
+		/* a small format, so that a pool of 70000 frames is a few tens of MB */
+		make_fmt(&c, 1, 2, 16, dtypes[i % 4], dtypes[i % 4] == KVMM_DTYPE_INT8 ? 8 : 0,
+			 1 + rnd(5));
+		c.hq = 2 * gqa[rnd(4)];
+		c.qamp = 1.0f;
+		snprintf(case_desc, sizeof(case_desc), "address order: %s tpp %u",
+			 kvmm_dtype_name(c.fmt.dtype), c.fmt.tokens_per_page);
+		for (uint32_t s = 0; s < nseqs; s++)
+			ctx[s] = 1 + rnd(400);
+		extra_frames = 70000;
+		build_case(&c, nseqs, ctx, NULL);
+		extra_frames = 0;
+		if (i % 3 == 2) {
+			/* full pages already in order: the table is used as it is */
+			for (uint32_t s = 0; s < nseqs; s++) {
+				int32_t *t = c.tables + (size_t)s * c.max_blocks;
+				uint32_t nfull = ctx[s] / c.fmt.tokens_per_page;
+
+				for (uint32_t a = 1; a < nfull; a++)
+					for (uint32_t b = a; b > 0 && t[b] < t[b - 1]; b--) {
+						int32_t x = t[b];
+
+						t[b] = t[b - 1];
+						t[b - 1] = x;
+					}
+			}
+		}
+		nq = (size_t)nseqs * c.hq * c.fmt.head_dim;
+		q = malloc(nq * sizeof(float));
+		for (size_t j = 0; j < nq; j++)
+			q[j] = rndf(c.qamp);
+		kvmm_cpu_set_threads(1 + i % 3);
+		for (uint32_t by = 0; by < 2; by++) {
+			kvmm_cpu_decode_by_address = by;
+			check_rows(&c, q, NULL, false, 1.0 / sqrt(c.fmt.head_dim), &worst);
+		}
+		free(q);
+		free_case(&c);
+	}
+	kvmm_cpu_set_threads(saved_threads);
+	kvmm_cpu_decode_by_address = saved;
+	kvmm_cpu_split_min_bytes = saved_split;
+	print_message("address order: worst kernel error %.3g of its bound\n", worst);
 }
 
 /*
@@ -1180,6 +1249,7 @@ int main(void)
 		cmocka_unit_test(test_copy_pages),
 		cmocka_unit_test(test_bad_args),
 		cmocka_unit_test(test_decode_random),
+		cmocka_unit_test(test_decode_address_order),
 		cmocka_unit_test(test_prefill_random),
 		cmocka_unit_test(test_prefill_matches_decode),
 		cmocka_unit_test(test_threads_random),

@@ -52,7 +52,8 @@ struct kvmm_attn_batch {
 
 /*
  * Decode: one query per sequence.  q and out are fp32 [nr_seqs][num_q_heads][head_dim]; a
- * sequence with ctx_len 0 gets zeros.
+ * sequence with ctx_len 0 gets zeros.  A sequence's full pages are read in ascending frame
+ * order, not the table's (the result is the same sum, rounded in that order).
  */
 int kvmm_cpu_paged_decode(const struct kvmm_attn_batch *b, const float *q, float *out);
 

@@ -61,7 +61,8 @@ int kvmm_cpu_paged_decode(const struct kvmm_attn_batch *b, const float *q, float
  * Prefill, causal: the q_lens[i] queries of sequence i are its tokens at positions
  * ctx_lens[i] - q_lens[i] .. ctx_lens[i] - 1 and each attends to the tokens at or before its
  * position.  q and out are fp32 [token][num_q_heads][head_dim] with the sequences' queries one
- * after the other (sum of q_lens rows).
+ * after the other (sum of q_lens rows).  The full pages before the first new token are read
+ * in ascending frame order, as decode reads all full pages.
  */
 int kvmm_cpu_paged_prefill(const struct kvmm_attn_batch *b, const float *q, float *out);
 

@@ -127,8 +127,9 @@ extern uint32_t kvmm_cpu_split_min_bytes;
 /* How many chunks ahead attention prefetches the KV rows (0 = none); for tuning. */
 extern uint32_t kvmm_cpu_prefetch_chunks;
 /*
- * Decode visits a sequence's full pages in the order of their frame numbers (1, the default)
- * or in the block table's order (0); attn.c says why.  For tests and the benchmark.
+ * Decode visits a sequence's full pages, prefill those below its first new token, in the
+ * order of their frame numbers (1, the default) or in the block table's order (0); attn.c
+ * says why.  For tests and the benchmark.
  */
 extern uint32_t kvmm_cpu_decode_by_address;
 

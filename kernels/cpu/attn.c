@@ -13,9 +13,9 @@
  * no exponent is positive and nothing overflows) and adds the exp-weighted V rows.  The next
  * chunk (other frames, which no hardware prefetcher can guess) is prefetched by the inner
  * loops, each line they load naming the same line of the next chunk (struct kvmm_cpu_seg).
- * Decode makes one tile of all query heads of a sequence, and walks its pages in address
- * order (by_address()); prefill makes tiles of all query heads of a few consecutive new
- * tokens, with limits position + 1, in the table's order.
+ * Decode makes one tile of all query heads of a sequence; prefill makes tiles of all query
+ * heads of a few consecutive new tokens, with limits position + 1.  Both walk the pages every
+ * query sees whole in address order (by_address()).
  * Arguments are checked before anything is read: every block a sequence needs must be in its
  * table, present and below nr_frames (when given).
  */
@@ -349,7 +349,7 @@ struct attn_unit {
 
 struct attn_job {
 	const struct kvmm_attn_batch *b;
-	const int32_t **tables; /* decode: each sequence's table as walked (by_address()) */
+	const int32_t **tables; /* each sequence's table as walked (by_address()) */
 	const float *q;
 	float *out;
 	struct attn_unit *units;

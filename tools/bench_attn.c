@@ -574,7 +574,10 @@ static void report_all(const struct attn_shapes *S, uint32_t nt, const struct at
 	snprintf(what, sizeof(what), "attn paged decode slowdown vs contiguous (512x32, %u thr)",
 		 nt);
 	bench_target(what, (r->sr - 1) * 100, 5, true, "%");
-	snprintf(what, sizeof(what), "attn paged decode slowdown vs contiguous (long, %u thr)", nt);
+	snprintf(what, sizeof(what),
+		 "attn paged decode slowdown vs contiguous (long, shuffled frames that fill their "
+		 "pool, so read in contig's order, %u thr)",
+		 nt);
 	bench_target(what, (r->lr - 1) * 100, 5, true, "%");
 	snprintf(what, sizeof(what),
 		 "attn paged decode slowdown vs contiguous (long, frames a quarter of a 4x pool, "

@@ -518,6 +518,19 @@ static void test_share_between_processes(void **state)
 	kvmm_detach(c);
 }
 
+/* the prompt's ATTN_PAGES frames (table) through this client's device mapping, into dst */
+static void read_frames(kvmm_client_t *c, const int32_t *table, char *dst)
+{
+	uint64_t ps = kvmm_page_size(c);
+
+	for (uint32_t p = 0; p < ATTN_PAGES; p++)
+		assert_int_equal(
+			kvmm_cuda_memcpy_dtoh(
+				dst + p * ps,
+				(void *)(uintptr_t)kvmm_frame_devptr(c, (uint32_t)table[p]), ps),
+			0);
+}
+
 /*
  * An engine's attention over the daemon's pool, on the GPU path (the kernels run on the fake
  * driver's SIMT emulator): this process writes a prompt's K and V into the frames kvmmd gave
@@ -563,12 +576,7 @@ static void test_attention_over_shared_pool(void **state)
 	attn_inputs(ntok, k, v, q);
 	for (uint32_t t = 0; t < ntok; t++)
 		slots[t] = kvmm_kv_slot(&f, table[t / tpp], t % tpp);
-	for (uint32_t p = 0; p < ATTN_PAGES; p++)
-		assert_int_equal(
-			kvmm_cuda_memcpy_dtoh(
-				before + p * ps,
-				(void *)(uintptr_t)kvmm_frame_devptr(c, (uint32_t)table[p]), ps),
-			0);
+	read_frames(c, table, before);
 	dslots = dev_copy(slots, sizeof(int64_t) * ntok);
 	dk = dev_copy(k, sizeof(float) * ntok * nelem);
 	dv = dev_copy(v, sizeof(float) * ntok * nelem);
@@ -577,12 +585,7 @@ static void test_attention_over_shared_pool(void **state)
 				    kvmm_nr_frames(c)};
 	assert_int_equal(kvmm_cuda_reshape_and_cache(&kv, ntok, dslots, dk, dv, NULL), 0);
 	assert_int_equal(kvmm_cuda_sync(), 0);
-	for (uint32_t p = 0; p < ATTN_PAGES; p++)
-		assert_int_equal(
-			kvmm_cuda_memcpy_dtoh(
-				after + p * ps,
-				(void *)(uintptr_t)kvmm_frame_devptr(c, (uint32_t)table[p]), ps),
-			0);
+	read_frames(c, table, after);
 	/* what the CPU kernel writes over the same bytes, in local frames 0 .. */
 	for (uint32_t t = 0; t < ntok; t++)
 		slots[t] = kvmm_kv_slot(&f, (int32_t)(t / tpp), t % tpp);

@@ -14,11 +14,8 @@
 
 #include <stdint.h>
 
-/* warps per thread block of the attention kernels */
-#define KVMM_CUDA_ATTN_WARPS 4
-/* largest head_dim the attention kernels take: 32 lanes times this many dims per lane */
-#define KVMM_CUDA_MAX_DIM_PER_LANE 8
-#define KVMM_CUDA_MAX_HEAD_DIM (32 * KVMM_CUDA_MAX_DIM_PER_LANE)
+/* largest head_dim the attention kernels take: lpr (at most 32) lanes of EPL elements */
+#define KVMM_CUDA_MAX_HEAD_DIM 256
 
 /* The page geometry of one layer, as the kernels see it. */
 struct kvmm_cuda_pages {
@@ -35,7 +32,7 @@ struct kvmm_cuda_pages {
 	uint32_t pad;
 };
 
-/* kvmm_prefill_<dt>: grid (num_q_heads, nr_seqs, z), KVMM_CUDA_ATTN_WARPS warps */
+/* a batch of paged attention, as struct kvmm_attn_batch says it (uapi/kvmm.h) */
 struct kvmm_cuda_attn_args {
 	struct kvmm_cuda_pages pg;
 	uint64_t block_tables; /* int32 [nr_seqs][max_blocks] */
@@ -47,20 +44,28 @@ struct kvmm_cuda_attn_args {
 };
 
 /*
- * Split-K decode (attn.cu, Documentation/kernels/cuda.md "decode").  kvmm_decode_<dt>: grid
- * (nsplit * nqg, kv_heads, nr_seqs), KVMM_CUDA_DECODE_THREADS threads, smem_bytes of dynamic
- * shared memory.  Block (x, h, s) attends query heads h * group + (x % nqg) * gb ... (at most
- * gb of them, all of KV head h) over tokens [(x / nqg) * split_tokens, + split_tokens) of
- * sequence s.  With nsplit 1 it writes out; otherwise it writes its part (the unnormalised
- * accumulator and the running max and sum) and kvmm_decode_merge, grid (num_q_heads,
- * nr_seqs), KVMM_CUDA_DECODE_THREADS threads, combines the parts into out.  Every size and
- * shared-memory offset is computed by the host (kvmm_cuda_decode_plan) so that the two sides
- * cannot disagree.
+ * Split-K decode and prefill (attn.cu, Documentation/kernels/cuda.md "decode" and "prefill").
+ * kvmm_decode_<dt> and kvmm_prefill_<dt>: grid (nsplit * row_tiles * nqg, kv_heads, nr_seqs),
+ * KVMM_CUDA_DECODE_THREADS threads, smem_bytes of dynamic shared memory.  Block (x, h, s),
+ * x = (split * row_tiles + row tile) * nqg + query group, attends query heads h * group +
+ * (x % nqg) * gb ... (at most gb of them, all of KV head h) of rows row tile * rows ... (at
+ * most rows of them; decode: the one query of sequence s) over tokens [split * split_tokens,
+ * + split_tokens) of sequence s.  With nsplit 1 it writes out; otherwise it writes its part
+ * (the unnormalised accumulator and the running max and sum) and kvmm_decode_merge, grid
+ * (num_q_heads, nr_seqs), or kvmm_prefill_merge, grid (num_q_heads, nr_seqs, z), both
+ * KVMM_CUDA_DECODE_THREADS threads, combines the parts into out.  Every size and shared-memory
+ * offset is computed by the host (kvmm_cuda_decode_plan, kvmm_cuda_prefill_plan) so that the
+ * two sides cannot disagree.
  */
 #define KVMM_CUDA_DECODE_THREADS 128
 #define KVMM_CUDA_DECODE_WARPS (KVMM_CUDA_DECODE_THREADS / 32)
-/* query heads one decode block serves (its accumulators: 8 per head per thread) */
+/* query slots (heads x rows) one block serves (its accumulators: 8 per slot per thread) */
 #define KVMM_CUDA_DECODE_GMAX 8
+/*
+ * the softmax state in shared memory, in 32-bit words: max, sum, correction and limit per
+ * slot, then a 64-bit word per warp (prefill's row sums)
+ */
+#define KVMM_CUDA_DECODE_ST_WORDS (4 * KVMM_CUDA_DECODE_GMAX + 2 * KVMM_CUDA_DECODE_WARPS)
 /* elements of a V row one thread accumulates (a lane of a row) */
 #define KVMM_CUDA_DECODE_EPL 8
 /*
@@ -72,12 +77,16 @@ struct kvmm_cuda_attn_args {
 
 struct kvmm_cuda_decode_args {
 	struct kvmm_cuda_attn_args a;
-	uint64_t part_acc;     /* fp32 [nr_seqs][num_q_heads][nsplit][head_dim], nsplit > 1 only */
-	uint64_t part_ml;      /* fp32 [nr_seqs][num_q_heads][nsplit][2]: running max, sum */
+	uint64_t part_acc; /* fp32 [part rows][nsplit][head_dim], nsplit > 1 only; part rows are */
+	uint64_t part_ml;  /* [nr_seqs][num_q_heads], prefill [nr_seqs][max_q][num_q_heads]; ml: */
+			   /* fp32 [part rows][nsplit][2], the running max and sum */
 	uint32_t split_tokens; /* tokens per split, a multiple of tile */
 	uint32_t nsplit;       /* splits per sequence (1: no parts, no merge) */
 	uint32_t group;	       /* query heads per KV head */
 	uint32_t gb, nqg;      /* query heads per block, blocks per KV head */
+	uint32_t rows;	       /* query rows per block: decode 1, prefill up to GMAX / gb */
+	uint32_t row_tiles;    /* blocks along the rows: ceil(max_q / rows), decode 1 */
+	uint32_t max_q;	       /* prefill: max_q_len; rows past it are not computed */
 	uint32_t tile;	       /* tokens per tile, a power of 2 in [8, 128] */
 	uint32_t tpt;	       /* threads per token in the scores: threads / tile */
 	uint32_t lpr;	       /* lanes per V row: pow2 >= head_dim / EPL, <= 32 */
@@ -89,11 +98,12 @@ struct kvmm_cuda_decode_args {
 	uint32_t vec;	       /* 1: 16-byte aligned rows, cp.async; 0: byte-wise staging */
 	uint32_t stage_bytes;  /* one stage: K rows, V rows, K scales, V scales, ok flags */
 	uint32_t v_soff, ks_soff, vs_soff, ok_soff; /* inside a stage */
-	uint32_t q_soff;			    /* scaled queries: gb rows of qstride floats */
+	uint32_t q_soff;			    /* scaled queries: slots of qstride floats */
 	uint32_t qstride;    /* chunks * (16 / elem) floats, zero past head_dim */
-	uint32_t s_soff;     /* scores, then weights: gb rows of tile floats */
-	uint32_t st_soff;    /* running max, sum and correction: 3 * GMAX floats */
+	uint32_t s_soff;     /* scores, then weights: slots rows of tile floats */
+	uint32_t st_soff;    /* the softmax state: KVMM_CUDA_DECODE_ST_WORDS words */
 	uint32_t smem_bytes; /* all of it; the final sums alias the stages at 0 */
+	uint32_t pad;
 };
 
 /* kvmm_cache_<dt>: grid (nr_tokens), 128 threads */
@@ -122,6 +132,9 @@ struct kvmm_cuda_copy_args {
  */
 int kvmm_cuda_decode_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, uint32_t resident,
 			  struct kvmm_cuda_decode_args *d);
+/* the same for prefill of at most max_q_len new tokens per sequence */
+int kvmm_cuda_prefill_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, uint32_t max_q_len,
+			   uint32_t resident, struct kvmm_cuda_decode_args *d);
 #endif
 
 #ifdef __cplusplus
@@ -131,7 +144,7 @@ int kvmm_cuda_decode_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, u
 #endif
 KVMM_CUDA_ABI_ASSERT(sizeof(struct kvmm_cuda_pages) == 88, "kvmm_cuda_pages layout");
 KVMM_CUDA_ABI_ASSERT(sizeof(struct kvmm_cuda_attn_args) == 144, "kvmm_cuda_attn_args layout");
-KVMM_CUDA_ABI_ASSERT(sizeof(struct kvmm_cuda_decode_args) == 256, "kvmm_cuda_decode_args layout");
+KVMM_CUDA_ABI_ASSERT(sizeof(struct kvmm_cuda_decode_args) == 272, "kvmm_cuda_decode_args layout");
 KVMM_CUDA_ABI_ASSERT(sizeof(struct kvmm_cuda_cache_args) == 120, "kvmm_cuda_cache_args layout");
 KVMM_CUDA_ABI_ASSERT(sizeof(struct kvmm_cuda_copy_args) == 96, "kvmm_cuda_copy_args layout");
 

@@ -48,7 +48,7 @@ static struct {
 	kvmm_cu_ctx ctx;
 	kvmm_cu_module mod;
 	kvmm_cu_function fn[KVMM_DTYPE_COUNT][FN_PER_DTYPE];
-	kvmm_cu_function copy, merge;
+	kvmm_cu_function copy, merge, pmerge; /* copy_pages, decode's and prefill's merges */
 	int sms; /* for grid sizing: a few blocks per SM keeps a copy busy */
 } cu = {.lock = PTHREAD_MUTEX_INITIALIZER, .ordinal = -1};
 
@@ -97,6 +97,7 @@ static void unload_locked(void)
 	memset(cu.fn, 0, sizeof(cu.fn));
 	cu.copy = NULL;
 	cu.merge = NULL;
+	cu.pmerge = NULL;
 }
 
 static int load_module_locked(void)
@@ -127,6 +128,9 @@ static int load_module_locked(void)
 	r = cu.drv->cuModuleGetFunction(&cu.merge, cu.mod, "kvmm_decode_merge");
 	if (r)
 		return fail(r, "kvmm_decode_merge");
+	r = cu.drv->cuModuleGetFunction(&cu.pmerge, cu.mod, "kvmm_prefill_merge");
+	if (r)
+		return fail(r, "kvmm_prefill_merge");
 	return 0;
 }
 
@@ -298,7 +302,7 @@ static uint32_t round_up16(uint64_t x)
 static bool decode_layout(struct kvmm_cuda_decode_args *d, uint32_t tile, uint32_t limit)
 {
 	const uint32_t dim = d->a.pg.head_dim;
-	uint32_t tpt = KVMM_CUDA_DECODE_THREADS / tile, rs16 = d->chunks;
+	uint32_t tpt = KVMM_CUDA_DECODE_THREADS / tile, rs16 = d->chunks, slots = d->gb * d->rows;
 	uint64_t stage, acc, total;
 
 	/*
@@ -318,21 +322,22 @@ static bool decode_layout(struct kvmm_cuda_decode_args *d, uint32_t tile, uint32
 	d->vs_soff = d->ks_soff + tile * d->ngroups * 4;
 	d->ok_soff = d->vs_soff + tile * d->ngroups * 4;
 	stage = round_up16((uint64_t)d->ok_soff + tile * 4);
-	acc = (uint64_t)d->gb * dim * 4; /* the final sums, over the stages */
+	acc = (uint64_t)slots * dim * 4; /* the final sums, over the stages */
 	total = round_up16(2 * stage > acc ? 2 * stage : acc);
 	d->stage_bytes = (uint32_t)stage;
 	d->q_soff = (uint32_t)total;
-	total += (uint64_t)d->gb * d->qstride * 4;
+	total += (uint64_t)slots * d->qstride * 4;
 	d->s_soff = (uint32_t)total;
-	total += round_up16((uint64_t)d->gb * tile * 4);
+	total += round_up16((uint64_t)slots * tile * 4);
 	d->st_soff = (uint32_t)total;
-	total += 3 * KVMM_CUDA_DECODE_GMAX * 4;
+	total += KVMM_CUDA_DECODE_ST_WORDS * 4;
 	d->smem_bytes = (uint32_t)total;
 	return total <= limit;
 }
 
-int kvmm_cuda_decode_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, uint32_t resident,
-			  struct kvmm_cuda_decode_args *d)
+/* decode (max_q 0) or prefill of at most max_q new tokens per sequence */
+static int attn_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, uint32_t max_q,
+		     uint32_t resident, struct kvmm_cuda_decode_args *d)
 {
 	const struct kvmm_cuda_pages *pg = &a->pg;
 	uint32_t elem = kvmm_dtype_size(dtype), dim = pg->head_dim, tile = 0;
@@ -346,6 +351,12 @@ int kvmm_cuda_decode_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, u
 	d->group = a->num_q_heads / pg->kv_heads;
 	d->nqg = (d->group + KVMM_CUDA_DECODE_GMAX - 1) / KVMM_CUDA_DECODE_GMAX;
 	d->gb = (d->group + d->nqg - 1) / d->nqg;
+	/* prefill: as many rows as fill the slots (GQA 4: 2, MHA: 8), no more than there are */
+	d->rows = 1;
+	if (max_q) {
+		d->rows = KVMM_CUDA_DECODE_GMAX / d->gb;
+		d->rows = d->rows > max_q ? max_q : d->rows;
+	}
 	d->chunks = (dim * elem + 15) / 16;
 	d->sl = pow2_at_least(d->chunks);
 	d->sl = d->sl > 32 ? 32 : d->sl;
@@ -370,16 +381,25 @@ int kvmm_cuda_decode_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, u
 			tile = 8;
 		if (tile)
 			break;
+		/* fewer slots: prefill's rows first, then the query heads */
+		if (d->rows > 1) {
+			d->rows /= 2;
+			continue;
+		}
 		if (d->gb == 1)
 			return -ENOTSUP; /* cannot happen with head_dim <= 256 */
 		d->nqg = (d->group + d->gb / 2 - 1) / (d->gb / 2);
 		d->gb = (d->group + d->nqg - 1) / d->nqg;
 	}
+	d->max_q = max_q;
+	d->row_tiles = max_q ? (max_q + d->rows - 1) / d->rows : 1;
+	if ((uint64_t)d->row_tiles * d->nqg > INT32_MAX)
+		return -ENOTSUP; /* grid x */
 
 	d->nsplit = 1;
 	cap = (uint64_t)a->max_blocks * pg->tokens_per_page;
 	cap = cap > UINT32_MAX ? UINT32_MAX : cap;
-	pairs = (uint64_t)a->nr_seqs * pg->kv_heads * d->nqg;
+	pairs = (uint64_t)a->nr_seqs * pg->kv_heads * d->nqg * d->row_tiles;
 	if (resident && pairs && kvmm_cuda_decode_waves) {
 		uint64_t want = (uint64_t)resident * kvmm_cuda_decode_waves / pairs, per, n;
 
@@ -388,7 +408,7 @@ int kvmm_cuda_decode_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, u
 			per = per < 2 * (uint64_t)d->tile ? 2 * (uint64_t)d->tile : per;
 			per = (per + d->tile - 1) / d->tile * d->tile;
 			n = (cap + per - 1) / per;
-			if (n >= 2 && per <= UINT32_MAX && n * d->nqg <= INT32_MAX) {
+			if (n >= 2 && per <= UINT32_MAX && n * d->nqg * d->row_tiles <= INT32_MAX) {
 				d->nsplit = (uint32_t)n;
 				d->split_tokens = (uint32_t)per;
 			}
@@ -397,9 +417,27 @@ int kvmm_cuda_decode_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, u
 	return 0;
 }
 
-int kvmm_cuda_paged_decode(const struct kvmm_attn_batch *b, const float *q, float *out,
-			   kvmm_cuda_stream_t stream)
+int kvmm_cuda_decode_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, uint32_t resident,
+			  struct kvmm_cuda_decode_args *d)
 {
+	return attn_plan(a, dtype, 0, resident, d);
+}
+
+int kvmm_cuda_prefill_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, uint32_t max_q_len,
+			   uint32_t resident, struct kvmm_cuda_decode_args *d)
+{
+	return max_q_len ? attn_plan(a, dtype, max_q_len, resident, d) : -EINVAL;
+}
+
+/*
+ * Decode (max_q 0) or prefill: plan, size the splits for this GPU, allocate the parts' scratch
+ * on the stream, launch the kernel and, split, the merge; the scratch is freed after it in
+ * stream order.
+ */
+static int attn_launch(const struct kvmm_attn_batch *b, uint32_t max_q, const float *q, float *out,
+		       kvmm_cuda_stream_t stream)
+{
+	const bool pre = max_q > 0;
 	struct kvmm_cuda_decode_args d;
 	struct kvmm_cuda_attn_args a;
 	kvmm_cu_function fn;
@@ -407,68 +445,67 @@ int kvmm_cuda_paged_decode(const struct kvmm_attn_batch *b, const float *q, floa
 	uint32_t dt;
 	int ret, occ = 0;
 
-	ret = attn_args(b, q, out, false, &a);
+	ret = attn_args(b, q, out, pre, &a);
 	if (ret || !b->nr_seqs)
 		return ret;
 	dt = b->kv.fmt->dtype;
 	if (b->kv.fmt->kv_heads > 65535) /* grid y */
 		return -ENOTSUP;
-	ret = kvmm_cuda_decode_plan(&a, dt, 0, &d);
+	ret = attn_plan(&a, dt, max_q, 0, &d);
 	if (ret)
 		return ret;
 	ret = enter();
 	if (ret)
 		return ret;
-	fn = cu.fn[dt][FN_DECODE];
+	fn = cu.fn[dt][pre ? FN_PREFILL : FN_DECODE];
 	if (kvmm_cuda_decode_waves && cu.drv->cuMemAllocAsync && cu.drv->cuMemFreeAsync &&
 	    !cu.drv->cuOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, KVMM_CUDA_DECODE_THREADS,
 								 d.smem_bytes) &&
 	    occ > 0) {
-		kvmm_cuda_decode_plan(&a, dt, (uint32_t)occ * (uint32_t)cu.sms, &d);
+		attn_plan(&a, dt, max_q, (uint32_t)occ * (uint32_t)cu.sms, &d);
 	}
 	if (d.nsplit > 1) {
-		/* parts: [seq][q head][split] rows of head_dim floats, then (max, sum) pairs */
-		uint64_t rows = (uint64_t)b->nr_seqs * b->num_q_heads * d.nsplit;
+		/* parts: [part row][split] rows of head_dim floats, then (max, sum) pairs */
+		uint64_t rows =
+			(uint64_t)b->nr_seqs * (pre ? max_q : 1) * b->num_q_heads * d.nsplit;
 
 		if (cu.drv->cuMemAllocAsync(&scratch, rows * (d.a.pg.head_dim + 2) * sizeof(float),
 					    (struct CUstream_st *)stream)) {
-			scratch = 0; /* no memory for parts: decode unsplit */
-			kvmm_cuda_decode_plan(&a, dt, 0, &d);
+			scratch = 0; /* no memory for parts: unsplit */
+			attn_plan(&a, dt, max_q, 0, &d);
 		} else {
 			d.part_acc = scratch;
 			d.part_ml = scratch + rows * d.a.pg.head_dim * sizeof(float);
 		}
 	}
-	ret = launch_smem(fn, d.nsplit * d.nqg, d.a.pg.kv_heads, b->nr_seqs,
+	ret = launch_smem(fn, d.nsplit * d.row_tiles * d.nqg, d.a.pg.kv_heads, b->nr_seqs,
 			  KVMM_CUDA_DECODE_THREADS, d.smem_bytes, &d, stream,
-			  "paged decode launch");
+			  pre ? "paged prefill launch" : "paged decode launch");
 	if (!ret && d.nsplit > 1)
-		ret = launch(cu.merge, b->num_q_heads, b->nr_seqs, 1, KVMM_CUDA_DECODE_THREADS, &d,
-			     stream, "paged decode merge launch");
+		ret = launch(pre ? cu.pmerge : cu.merge, b->num_q_heads, b->nr_seqs,
+			     pre ? (max_q < 65535 ? max_q : 65535) : 1, KVMM_CUDA_DECODE_THREADS,
+			     &d, stream,
+			     pre ? "paged prefill merge launch" : "paged decode merge launch");
 	if (scratch)
 		cu.drv->cuMemFreeAsync(scratch, (struct CUstream_st *)stream);
 	return ret;
+}
+
+int kvmm_cuda_paged_decode(const struct kvmm_attn_batch *b, const float *q, float *out,
+			   kvmm_cuda_stream_t stream)
+{
+	return attn_launch(b, 0, q, out, stream);
 }
 
 int kvmm_cuda_paged_prefill(const struct kvmm_attn_batch *b, uint32_t max_q_len, const float *q,
 			    float *out, kvmm_cuda_stream_t stream)
 {
 	struct kvmm_cuda_attn_args a;
-	uint32_t z;
-	int ret;
 
-	ret = attn_args(b, q, out, true, &a);
-	if (ret || !b->nr_seqs || !max_q_len)
-		return ret;
-	ret = enter();
-	if (ret)
-		return ret;
-	/* a warp per new token; blocks loop when a sequence has more than the grid covers */
-	z = (max_q_len + KVMM_CUDA_ATTN_WARPS - 1) / KVMM_CUDA_ATTN_WARPS;
-	if (z > 65535)
-		z = 65535;
-	return launch(cu.fn[b->kv.fmt->dtype][FN_PREFILL], b->num_q_heads, b->nr_seqs, z,
-		      32 * KVMM_CUDA_ATTN_WARPS, &a, stream, "paged prefill launch");
+	/* no new tokens: nothing to compute, but the arguments are still checked */
+	if (!max_q_len)
+		return attn_args(b, q, out, true, &a);
+	return attn_launch(b, max_q_len, q, out, stream);
 }
 
 int kvmm_cuda_reshape_and_cache(const struct kvmm_kv_pages *kv, uint32_t nr_tokens,

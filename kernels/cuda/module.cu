@@ -10,6 +10,5 @@
 #include "device.cuh"
 
 #include "attn.cu"
-#include "decode.cu"
 #include "cache.cu"
 #include "copy.cu"

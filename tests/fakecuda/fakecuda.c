@@ -61,7 +61,7 @@ enum {
 };
 
 #define FATBIN_MAGIC 0xba55ed50u /* what cuModuleLoadData accepts in SIMT mode */
-#define LAUNCH_ARGS_MAX 256	 /* the largest kernel argument struct */
+#define LAUNCH_ARGS_MAX 512	 /* the largest kernel argument struct (272 now) */
 
 #define GRAN ((size_t)KVMM_FAKECUDA_GRANULARITY)
 #define MEMFD_NAME "kvmm-fakecuda"

@@ -117,8 +117,8 @@ struct fiber {
 	enum fstate state;
 	struct simt_dim3 tid;
 	char *stack;
-	void *fake_stack; /* ASan's for this fiber */
-	float shfl_in, shfl_out;
+	void *fake_stack;	    /* ASan's for this fiber */
+	uint32_t shfl_in, shfl_out; /* the 32-bit words exchanged */
 	unsigned int shfl_mask, shfl_src;
 	struct copy *copies;
 	unsigned int ncopies, capcopies;
@@ -242,7 +242,7 @@ void simt_syncthreads(void)
 	leave_fiber(false);
 }
 
-float simt_shfl_xor(unsigned int mask, float v, int lane_mask)
+uint32_t simt_shfl_xor(unsigned int mask, uint32_t v, int lane_mask)
 {
 	struct fiber *f = S.cur;
 	unsigned int lane = (unsigned int)(f - S.fibers) % SIMT_WARP;

@@ -69,7 +69,8 @@ extern uint64_t simt_staged_bytes;
 extern char simt_dyn_smem[SIMT_DYN_SMEM_MAX];
 
 void simt_syncthreads(void);
-float simt_shfl_xor(unsigned int mask, float v, int lane_mask);
+/* __shfl_xor_sync of a 32-bit word (simt_device.h gives it CUDA's typed overloads) */
+uint32_t simt_shfl_xor(unsigned int mask, uint32_t v, int lane_mask);
 /* cp.async of n (4, 8 or 16) bytes: carried out at the thread's next wait */
 void simt_cp_async(void *dst, const void *src, unsigned int n);
 void simt_cp_async_commit(void);

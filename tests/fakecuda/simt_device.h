@@ -109,7 +109,21 @@ static inline void __syncthreads(void)
 
 static inline float __shfl_xor_sync(unsigned int mask, float v, int lane_mask)
 {
+	return __uint_as_float(simt_shfl_xor(mask, __float_as_uint(v), lane_mask));
+}
+
+static inline unsigned int __shfl_xor_sync(unsigned int mask, unsigned int v, int lane_mask)
+{
 	return simt_shfl_xor(mask, v, lane_mask);
+}
+
+/* a 64-bit shuffle is two 32-bit ones on the GPU too */
+static inline unsigned long long __shfl_xor_sync(unsigned int mask, unsigned long long v,
+						 int lane_mask)
+{
+	unsigned long long lo = simt_shfl_xor(mask, (uint32_t)v, lane_mask);
+
+	return lo | (unsigned long long)simt_shfl_xor(mask, (uint32_t)(v >> 32), lane_mask) << 32;
 }
 
 #endif /* KVMM_TESTS_FAKECUDA_SIMT_DEVICE_H */

@@ -44,7 +44,6 @@ static inline float half_bits_to_f32(uint32_t h)
 
 /* ---- the kernel files, as module.cu includes them ---- */
 #include "kernels/cuda/attn.cu"
-#include "kernels/cuda/decode.cu"
 #include "kernels/cuda/cache.cu"
 #include "kernels/cuda/copy.cu"
 
@@ -67,9 +66,10 @@ static inline float half_bits_to_f32(uint32_t h)
 
 extern "C" {
 const struct simt_kernel simt_kernels[] = {
-	SIMT_DTYPES(kvmm_prefill_, struct kvmm_cuda_attn_args, 32 * KVMM_CUDA_ATTN_WARPS),
+	SIMT_DTYPES(kvmm_prefill_, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
 	SIMT_DTYPES(kvmm_decode_, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
 	SIMT_KERNEL(kvmm_decode_merge, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
+	SIMT_KERNEL(kvmm_prefill_merge, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
 	SIMT_DTYPES(kvmm_cache_, struct kvmm_cuda_cache_args, SIMT_MAX_THREADS),
 	SIMT_KERNEL(kvmm_copy_pages, struct kvmm_cuda_copy_args, SIMT_MAX_THREADS),
 };

@@ -209,22 +209,23 @@ static void test_arg_checks(void **state)
 }
 
 /*
- * The split decode's host plan (kernels/cuda/cuda.c) on many formats: every size and offset
- * the kernel relies on (Documentation/kernels/cuda.md, "decode") holds.  The kernel indexes
- * shared memory with these numbers unchecked, so this is its bounds check.
+ * The split decode's and prefill's host plans (kernels/cuda/cuda.c) on many formats: every
+ * size and offset the kernel relies on (Documentation/kernels/cuda.md, "decode") holds.  The
+ * kernel indexes shared memory with these numbers unchecked, so this is its bounds check.
+ * max_q 0 plans decode, else prefill of up to max_q new tokens a sequence.
  */
-static void check_plan(uint32_t dt, uint32_t dim, uint32_t gs, uint32_t kvh, uint32_t group,
-		       uint64_t page_size, uint64_t base, uint32_t nr_seqs, uint32_t max_blocks,
-		       uint32_t resident)
+static uint32_t check_plan(uint32_t dt, uint32_t dim, uint32_t gs, uint32_t kvh, uint32_t group,
+			   uint64_t page_size, uint64_t base, uint32_t nr_seqs, uint32_t max_blocks,
+			   uint32_t resident, uint32_t max_q)
 {
 	struct kvmm_fmt f;
 	struct kvmm_cuda_attn_args a;
 	struct kvmm_cuda_decode_args d;
-	uint32_t elem = kvmm_dtype_size(dt), layer;
+	uint32_t elem = kvmm_dtype_size(dt), layer, slots;
 	uint64_t cap, align;
 
 	if (kvmm_fmt_init(&f, 3, kvh, dim, dt, gs, page_size))
-		return; /* a token larger than the page: not a format */
+		return 0; /* a token larger than the page: not a format */
 	layer = rnd(3);
 	memset(&a, 0, sizeof(a));
 	a.pg.base = base;
@@ -245,12 +246,28 @@ static void check_plan(uint32_t dt, uint32_t dim, uint32_t gs, uint32_t kvh, uin
 	a.num_q_heads = kvh * group;
 	a.max_blocks = max_blocks;
 	a.scale = 1.0f;
-	assert_int_equal(kvmm_cuda_decode_plan(&a, dt, resident, &d), 0);
+	if (max_q)
+		assert_int_equal(kvmm_cuda_prefill_plan(&a, dt, max_q, resident, &d), 0);
+	else
+		assert_int_equal(kvmm_cuda_decode_plan(&a, dt, resident, &d), 0);
 
 	/* query heads: all of a group, spread evenly, at most GMAX per block */
 	assert_int_equal(d.group, group);
 	assert_true(d.gb >= 1 && d.gb <= KVMM_CUDA_DECODE_GMAX);
 	assert_true(d.gb * d.nqg >= group && (d.nqg - 1) * d.gb < group);
+	/* rows: decode one; prefill as many as fill the slots, no more than max_q */
+	slots = d.gb * d.rows;
+	assert_true(slots <= KVMM_CUDA_DECODE_GMAX && d.rows >= 1);
+	assert_int_equal(d.max_q, max_q);
+	if (!max_q) {
+		assert_true(d.rows == 1 && d.row_tiles == 1);
+	} else {
+		assert_true(d.rows <= max_q);
+		/* only a shared-memory squeeze (tile 8 at the hard limit) halves the rows */
+		if (d.tile > 8 && d.rows < max_q)
+			assert_true(2 * slots > KVMM_CUDA_DECODE_GMAX);
+		assert_int_equal(d.row_tiles, (max_q + d.rows - 1) / d.rows);
+	}
 	/* thread layouts: powers of 2 that cover a row */
 	assert_true(d.tile >= 8 && d.tile <= 64 && !(d.tile & (d.tile - 1)));
 	assert_int_equal(d.tile * d.tpt, KVMM_CUDA_DECODE_THREADS);
@@ -267,11 +284,11 @@ static void check_plan(uint32_t dt, uint32_t dim, uint32_t gs, uint32_t kvh, uin
 	assert_true(d.vs_soff == d.ks_soff + d.tile * d.ngroups * 4 &&
 		    d.ok_soff == d.vs_soff + d.tile * d.ngroups * 4);
 	assert_true(d.ok_soff + 4 * d.tile <= d.stage_bytes && d.stage_bytes % 16 == 0);
-	assert_true(2 * d.stage_bytes <= d.q_soff && d.gb * dim * 4 <= d.q_soff);
+	assert_true(2 * d.stage_bytes <= d.q_soff && slots * dim * 4 <= d.q_soff);
 	assert_true(d.q_soff % 16 == 0 && d.s_soff % 16 == 0 && d.st_soff % 16 == 0);
-	assert_true(d.s_soff >= d.q_soff + d.gb * d.qstride * 4);
-	assert_true(d.st_soff >= d.s_soff + d.gb * d.tile * 4);
-	assert_int_equal(d.smem_bytes, d.st_soff + 3 * KVMM_CUDA_DECODE_GMAX * 4);
+	assert_true(d.s_soff >= d.q_soff + slots * d.qstride * 4);
+	assert_true(d.st_soff >= d.s_soff + slots * d.tile * 4);
+	assert_int_equal(d.smem_bytes, d.st_soff + KVMM_CUDA_DECODE_ST_WORDS * 4);
 	assert_true(d.smem_bytes <= KVMM_CUDA_DECODE_SMEM_MAX);
 	if (d.tile > 8)
 		assert_true(d.smem_bytes <= KVMM_CUDA_DECODE_SMEM_BUDGET);
@@ -294,9 +311,11 @@ static void check_plan(uint32_t dt, uint32_t dim, uint32_t gs, uint32_t kvh, uin
 		assert_true(d.split_tokens % d.tile == 0 && d.split_tokens >= 2 * d.tile);
 		assert_true((uint64_t)d.nsplit * d.split_tokens >= cap);
 		assert_true((uint64_t)(d.nsplit - 1) * d.split_tokens < cap);
-		assert_true((uint64_t)d.nsplit * nr_seqs * kvh * d.nqg <=
-			    (uint64_t)resident * kvmm_cuda_decode_waves + nr_seqs * kvh * d.nqg);
+		assert_true((uint64_t)d.nsplit * nr_seqs * kvh * d.nqg * d.row_tiles <=
+			    (uint64_t)resident * kvmm_cuda_decode_waves +
+				    (uint64_t)nr_seqs * kvh * d.nqg * d.row_tiles);
 	}
+	return d.nsplit;
 }
 
 static void test_decode_plan(void **state)
@@ -321,15 +340,25 @@ static void test_decode_plan(void **state)
 		if (rnd(8) == 0)
 			base += 8;
 		check_plan(dt, dim, gs, 1 + rnd(8), groups[rnd(11)], page, base, 1 + rnd(600),
-			   1 + rnd(600), rnd(3) ? 132 * (1 + rnd(8)) : 0);
+			   1 + rnd(600), rnd(3) ? 132 * (1 + rnd(8)) : 0,
+			   rnd(2) ? 0 : 1 + rnd(rnd(2) ? 8 : 3000));
 	}
 	/* the benchmark's shapes, fp16, 2 MiB pages, 132 SMs x 4 blocks: they split */
 	{
 		struct kvmm_fmt f;
 
 		assert_int_equal(kvmm_fmt_init(&f, 4, 8, 128, KVMM_DTYPE_FP16, 0, 2u << 20), 0);
-		check_plan(KVMM_DTYPE_FP16, 128, 0, 8, 4, 2u << 20, UINT64_C(0x7f0000000000), 1,
-			   32768 / f.tokens_per_page, 528);
+		assert_true(check_plan(KVMM_DTYPE_FP16, 128, 0, 8, 4, 2u << 20,
+				       UINT64_C(0x7f0000000000), 1, 32768 / f.tokens_per_page, 528,
+				       0) > 1);
+		/* a few new tokens over a long context split too; a long prompt does not */
+		assert_true(check_plan(KVMM_DTYPE_FP16, 128, 0, 8, 4, 2u << 20,
+				       UINT64_C(0x7f0000000000), 1, 32768 / f.tokens_per_page, 528,
+				       4) > 1);
+		assert_int_equal(check_plan(KVMM_DTYPE_FP16, 128, 0, 8, 4, 2u << 20,
+					    UINT64_C(0x7f0000000000), 1, 32768 / f.tokens_per_page,
+					    528, 2048),
+				 1);
 	}
 }
 
@@ -699,13 +728,16 @@ static void test_kernels_vs_cpu(void **state)
  * too large frame) must neither fault nor produce anything but finite numbers.
  */
 #ifdef KVMM_TEST_SIMT
-static unsigned int checked_once; /* decodes whose staged bytes were checked */
+static unsigned int checked_once; /* decodes and prefills whose staged bytes were checked */
+/* prefill: the bytes staged, and what one warp per query row and head would have read */
+static uint64_t prefill_staged, prefill_per_row;
 #endif
 
 struct dshape {
 	uint32_t dt, dim, gs, kvh, group;
 	uint64_t page;
 	uint32_t nr_seqs, max_ctx;
+	uint32_t max_new; /* prefill: new tokens a sequence at most (0: its context) */
 };
 
 #ifdef KVMM_TEST_SIMT
@@ -725,18 +757,78 @@ static uint64_t staged_bytes(void)
 }
 #endif
 
-static void check_decode(const struct dshape *sh)
+/* a sequence's new tokens in prefill: the whole prompt, a few, none or any number, <= cap */
+static uint32_t pick_qlen(uint32_t ctx, uint32_t cap)
+{
+	uint32_t n;
+
+	switch (rnd(4)) {
+	case 0:
+		n = ctx;
+		break;
+	case 1:
+		n = ctx ? 1 + rnd(ctx < 4 ? ctx : 4) : 0;
+		break;
+	case 2:
+		n = 0;
+		break;
+	default:
+		n = rnd(ctx + 1);
+		break;
+	}
+	return cap && n > cap ? cap : n;
+}
+
+#ifdef KVMM_TEST_SIMT
+/* the rows a prefill block serves, from the host's own plan */
+static uint32_t prefill_rows(const struct kvmm_attn_batch *b, uint32_t max_q)
+{
+	const struct kvmm_fmt *f = b->kv.fmt;
+	struct kvmm_cuda_attn_args a;
+	struct kvmm_cuda_decode_args d;
+
+	memset(&a, 0, sizeof(a));
+	a.pg.base = (uint64_t)(uintptr_t)b->kv.base;
+	a.pg.page_size = f->page_size;
+	a.pg.k_off = (uint64_t)b->kv.layer * 2 * f->slab_bytes;
+	a.pg.v_off = a.pg.k_off + f->slab_bytes;
+	if (f->dtype == KVMM_DTYPE_INT8) {
+		a.pg.ks_off = a.pg.k_off + f->scale_off;
+		a.pg.vs_off = a.pg.v_off + f->scale_off;
+	}
+	a.pg.row_bytes = f->row_bytes;
+	a.pg.scale_row_bytes = f->scale_row_bytes;
+	a.pg.kv_heads = f->kv_heads;
+	a.pg.head_dim = f->head_dim;
+	a.pg.gs = f->dtype == KVMM_DTYPE_INT8 ? f->group_size : f->head_dim;
+	a.pg.tokens_per_page = f->tokens_per_page;
+	a.nr_seqs = b->nr_seqs;
+	a.num_q_heads = b->num_q_heads;
+	a.max_blocks = b->max_blocks;
+	assert_int_equal(kvmm_cuda_prefill_plan(&a, f->dtype, max_q, 0, &d), 0);
+	return d.rows;
+}
+#endif
+
+/*
+ * Decode (pre false) or prefill on shape sh against the CPU kernel on the same pages, split
+ * (waves 1 and 4) and unsplit (waves 0); in SIMT mode the K/V bytes the kernel stages are
+ * counted.  Prefill: each sequence's new tokens are pick_qlen()'s, max_q_len is their maximum
+ * or a little more, and a second run with max_q_len one less than the maximum must leave the
+ * rows past it untouched.  Then a bad table.
+ */
+static void check_attn(const struct dshape *sh, bool pre)
 {
 	struct kvmm_fmt f;
 	struct kvmm_attn_batch b;
-	uint32_t tpp, max_blocks, nframes, *ctx, *perm, nelem, ntok = 0, t = 0;
+	uint32_t tpp, max_blocks, nframes, *ctx, *qlen, *perm, nelem, ntok = 0, t = 0, maxq = 0;
 	int32_t *tables;
 	int64_t *slots;
 	char *pages, *dpages;
 	float *k, *v, *q, *out_cpu, *out_gpu, *dq, *dout;
 	int32_t *dtab;
-	uint32_t *dctx;
-	size_t nq;
+	uint32_t *dctx, *dql = NULL;
+	size_t nq, nrows = 0;
 
 	assert_int_equal(kvmm_fmt_init(&f, 2, sh->kvh, sh->dim, sh->dt, sh->gs, sh->page), 0);
 	tpp = f.tokens_per_page;
@@ -745,8 +837,9 @@ static void check_decode(const struct dshape *sh)
 	pages = calloc(nframes, f.page_size);
 	tables = malloc(sizeof(int32_t) * sh->nr_seqs * max_blocks);
 	ctx = malloc(sizeof(uint32_t) * sh->nr_seqs);
+	qlen = malloc(sizeof(uint32_t) * sh->nr_seqs);
 	perm = malloc(sizeof(uint32_t) * nframes);
-	assert_true(pages && tables && ctx && perm);
+	assert_true(pages && tables && ctx && qlen && perm);
 	for (uint32_t i = 0; i < nframes; i++)
 		perm[i] = i;
 	for (uint32_t i = nframes - 1; i > 0; i--) {
@@ -760,8 +853,13 @@ static void check_decode(const struct dshape *sh)
 	for (uint32_t i = 0; i < sh->nr_seqs; i++) {
 		/* the first sequence is as long as allowed, one may be empty, the rest ragged */
 		ctx[i] = i == 0 ? sh->max_ctx : rnd(sh->max_ctx + 1);
+		qlen[i] = pre ? pick_qlen(ctx[i], sh->max_new) : 1;
 		ntok += ctx[i];
+		nrows += qlen[i];
+		maxq = qlen[i] > maxq ? qlen[i] : maxq;
 	}
+	if (!pre)
+		nrows = sh->nr_seqs;
 	nelem = sh->kvh * sh->dim;
 	k = malloc(sizeof(float) * (ntok + 1) * nelem);
 	v = malloc(sizeof(float) * (ntok + 1) * nelem);
@@ -781,10 +879,10 @@ static void check_decode(const struct dshape *sh)
 	b.kv.nr_frames = nframes;
 	assert_int_equal(kvmm_cpu_reshape_and_cache(&b.kv, ntok, slots, k, v), 0);
 
-	nq = (size_t)sh->nr_seqs * sh->kvh * sh->group * sh->dim;
-	q = malloc(sizeof(float) * nq);
-	out_cpu = malloc(sizeof(float) * nq);
-	out_gpu = malloc(sizeof(float) * nq);
+	nq = nrows * sh->kvh * sh->group * sh->dim;
+	q = malloc(sizeof(float) * (nq + 1));
+	out_cpu = malloc(sizeof(float) * (nq + 1));
+	out_gpu = malloc(sizeof(float) * (nq + 1));
 	assert_true(q && out_cpu && out_gpu);
 	for (size_t i = 0; i < nq; i++)
 		q[i] = 2.0f * frand();
@@ -793,46 +891,105 @@ static void check_decode(const struct dshape *sh)
 	b.block_tables = tables;
 	b.max_blocks = max_blocks;
 	b.ctx_lens = ctx;
-	assert_int_equal(kvmm_cpu_paged_decode(&b, q, out_cpu), 0);
+	b.q_lens = pre ? qlen : NULL;
+	assert_int_equal(pre ? kvmm_cpu_paged_prefill(&b, q, out_cpu)
+			     : kvmm_cpu_paged_decode(&b, q, out_cpu),
+			 0);
 
 	dpages = dev_from(pages, (size_t)nframes * f.page_size);
 	dtab = dev_from(tables, sizeof(int32_t) * sh->nr_seqs * max_blocks);
 	dctx = dev_from(ctx, sizeof(uint32_t) * sh->nr_seqs);
-	dq = dev_from(q, sizeof(float) * nq);
-	dout = dev_from(NULL, sizeof(float) * nq);
+	if (pre)
+		dql = dev_from(qlen, sizeof(uint32_t) * sh->nr_seqs);
+	dq = dev_from(q, sizeof(float) * (nq + 1));
+	dout = dev_from(NULL, sizeof(float) * (nq + 1));
 	b.kv.base = dpages;
 	b.block_tables = dtab;
 	b.ctx_lens = dctx;
+	b.q_lens = dql;
 	for (uint32_t waves = 0; waves <= 4; waves += waves ? 3 : 1) {
+		/* prefill: max_q_len the longest, or more (only a bound) */
+		uint32_t mq = maxq + (rnd(3) ? 0 : 1 + rnd(20));
 #ifdef KVMM_TEST_SIMT
 		uint64_t staged = staged_bytes();
 #endif
 
 		kvmm_cuda_decode_waves = waves;
 		assert_int_equal(kvmm_cuda_memset(dout, 0xff, sizeof(float) * nq), 0); /* NaNs */
-		assert_int_equal(kvmm_cuda_paged_decode(&b, dq, dout, NULL), 0);
+		assert_int_equal(pre ? kvmm_cuda_paged_prefill(&b, mq, dq, dout, NULL)
+				     : kvmm_cuda_paged_decode(&b, dq, dout, NULL),
+				 0);
 		assert_int_equal(kvmm_cuda_sync(), 0);
 #ifdef KVMM_TEST_SIMT
 		/*
 		 * Bandwidth, as far as it can be seen without a GPU: with one block per KV head
 		 * (GQA groups up to KVMM_CUDA_DECODE_GMAX) and 16-byte aligned rows (cp.async),
-		 * the kernel reads every K and V row (and scale) of the layer exactly once,
-		 * split or not: no row twice, none skipped.
+		 * decode reads every K and V row (and scale) of the layer exactly once, split or
+		 * not: no row twice, none skipped.  Prefill's block reads the tokens its last row
+		 * sees, once, for all its rows and query heads.
 		 */
 		if (sh->group <= KVMM_CUDA_DECODE_GMAX && (sh->dim * f.elem_bytes) % 16 == 0 &&
 		    f.page_size % 16 == 0) {
-			uint64_t want = (uint64_t)ntok * 2 * (f.row_bytes + f.scale_row_bytes);
+			uint64_t seen = ntok, per_row = 0, want;
 
+			if (pre) {
+				uint32_t rows = prefill_rows(&b, mq);
+
+				seen = 0;
+				for (uint32_t i = 0; i < sh->nr_seqs; i++) {
+					uint32_t first = ctx[i] - qlen[i];
+
+					for (uint32_t r0 = 0; r0 < qlen[i]; r0 += rows)
+						seen += first +
+							(qlen[i] - r0 < rows ? qlen[i] : r0 + rows);
+					for (uint32_t r = 0; r < qlen[i]; r++)
+						per_row += first + r + 1;
+				}
+			}
+			want = seen * 2 * (f.row_bytes + f.scale_row_bytes);
 			if (staged_bytes() - staged != want)
-				fail_msg("decode (waves %u) staged %llu bytes, the layer's KV is "
-					 "%llu",
-					 waves, (unsigned long long)(staged_bytes() - staged),
+				fail_msg("%s (waves %u) staged %llu bytes, want %llu",
+					 pre ? "prefill" : "decode", waves,
+					 (unsigned long long)(staged_bytes() - staged),
 					 (unsigned long long)want);
+			if (pre) {
+				prefill_staged += want;
+				prefill_per_row +=
+					per_row * 2 * (f.row_bytes + f.scale_row_bytes) * sh->group;
+			}
 			checked_once++;
 		}
 #endif
 		assert_int_equal(kvmm_cuda_memcpy_dtoh(out_gpu, dout, sizeof(float) * nq), 0);
-		assert_close(out_gpu, out_cpu, nq, waves ? "decode (split)" : "decode (unsplit)");
+		assert_close(out_gpu, out_cpu, nq,
+			     waves ? (pre ? "prefill (split)" : "decode (split)")
+				   : (pre ? "prefill (unsplit)" : "decode (unsplit)"));
+	}
+
+	/* prefill with max_q_len below the longest: the rows past it are left as they were */
+	if (pre && maxq >= 2) {
+		size_t row = 0, hd = (size_t)b.num_q_heads * sh->dim;
+
+		assert_int_equal(kvmm_cuda_memset(dout, 0xff, sizeof(float) * nq), 0);
+		assert_int_equal(kvmm_cuda_paged_prefill(&b, maxq - 1, dq, dout, NULL), 0);
+		assert_int_equal(kvmm_cuda_sync(), 0);
+		assert_int_equal(kvmm_cuda_memcpy_dtoh(out_gpu, dout, sizeof(float) * nq), 0);
+		for (uint32_t i = 0; i < sh->nr_seqs; i++) {
+			for (uint32_t r = 0; r < qlen[i]; r++, row++) {
+				const float *g = out_gpu + row * hd;
+
+				if (r < maxq - 1) {
+					assert_close(g, out_cpu + row * hd, hd, "prefill (max_q)");
+					continue;
+				}
+				for (size_t e = 0; e < hd; e++)
+					if (!isnan(g[e]))
+						fail_msg(
+							"prefill wrote row %u of sequence %u, past "
+							"max_q_len %u",
+							r, i, maxq - 1);
+			}
+		}
 	}
 
 	/* a bad table: absent and out-of-range frames are skipped, nothing faults */
@@ -843,7 +1000,9 @@ static void check_decode(const struct dshape *sh)
 	b.block_tables = dtab;
 	for (uint32_t waves = 0; waves <= 1; waves++) {
 		kvmm_cuda_decode_waves = waves;
-		assert_int_equal(kvmm_cuda_paged_decode(&b, dq, dout, NULL), 0);
+		assert_int_equal(pre ? kvmm_cuda_paged_prefill(&b, maxq ? maxq : 1, dq, dout, NULL)
+				     : kvmm_cuda_paged_decode(&b, dq, dout, NULL),
+				 0);
 		assert_int_equal(kvmm_cuda_sync(), 0);
 		assert_int_equal(kvmm_cuda_memcpy_dtoh(out_gpu, dout, sizeof(float) * nq), 0);
 		for (size_t i = 0; i < nq; i++)
@@ -855,11 +1014,13 @@ static void check_decode(const struct dshape *sh)
 	kvmm_cuda_free(dpages);
 	kvmm_cuda_free(dtab);
 	kvmm_cuda_free(dctx);
+	kvmm_cuda_free(dql);
 	kvmm_cuda_free(dq);
 	kvmm_cuda_free(dout);
 	free(pages);
 	free(tables);
 	free(ctx);
+	free(qlen);
 	free(perm);
 	free(k);
 	free(v);
@@ -890,11 +1051,49 @@ static void test_decode_split_vs_cpu(void **state)
 	(void)state;
 	NEED_GPU();
 	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
-		check_decode(&shapes[i]);
+		check_attn(&shapes[i], false);
 #ifdef KVMM_TEST_SIMT
 	/* most of the shapes have aligned rows and groups up to GMAX: their reads were counted */
 	print_message("decodes whose reads were counted: %u\n", checked_once);
 	assert_true(checked_once >= 15);
+#endif
+}
+
+/*
+ * Prefill on chosen shapes, as check_attn() runs it: the slots of a block are rows x query
+ * heads (MHA: 8 rows; GQA 3: 2 rows of 3; GQA 12: one row, two blocks per KV head), so the
+ * shapes cover each way of filling them, a few new tokens over a long context (which splits),
+ * whole prompts over several row tiles, unaligned rows and frames, int8 scale groups, and
+ * sequences with no new token.
+ */
+static void test_prefill_vs_cpu(void **state)
+{
+	static const struct dshape shapes[] = {
+		/* dt, dim, gs, kvh, group, page, seqs, max ctx, max new */
+		{KVMM_DTYPE_FP16, 128, 0, 2, 4, 64 << 10, 1, 5000, 6}, /* few over long: split */
+		{KVMM_DTYPE_BF16, 128, 0, 2, 8, 16 << 10, 4, 300, 0},  /* GQA 8: 1 row */
+		{KVMM_DTYPE_FP32, 64, 0, 2, 1, 16 << 10, 3, 200, 0},   /* MHA: 8 rows */
+		{KVMM_DTYPE_FP16, 96, 0, 1, 3, 24 << 10, 3, 250, 0},   /* 2 rows of 3 */
+		{KVMM_DTYPE_INT8, 128, 32, 2, 4, 32 << 10, 3, 300, 0}, /* scale per vector */
+		{KVMM_DTYPE_INT8, 64, 4, 1, 2, 8192, 3, 200, 0},       /* scales per element */
+		{KVMM_DTYPE_FP16, 64, 0, 1, 12, 24 << 10, 2, 200, 0},  /* 2 blocks per KV head */
+		{KVMM_DTYPE_FP16, 100, 0, 2, 2, 32 << 10, 3, 200, 0},  /* unaligned rows */
+		{KVMM_DTYPE_BF16, 128, 0, 2, 1, (16 << 10) + 8, 2, 150, 0}, /* unaligned frames */
+		{KVMM_DTYPE_FP32, 256, 0, 1, 2, 64 << 10, 2, 150, 0},	    /* head_dim 256 */
+		{KVMM_DTYPE_FP16, 128, 0, 4, 1, 2 << 20, 12, 200, 0},	    /* a batch */
+	};
+
+	(void)state;
+	NEED_GPU();
+	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+		check_attn(&shapes[i], true);
+#ifdef KVMM_TEST_SIMT
+	/* K/V reuse: a block's rows and heads share each staged byte */
+	print_message("prefill staged %llu bytes of K/V; a warp per query row and head would read "
+		      "%llu (%.1fx)\n",
+		      (unsigned long long)prefill_staged, (unsigned long long)prefill_per_row,
+		      prefill_staged ? (double)prefill_per_row / (double)prefill_staged : 0.0);
+	assert_true(prefill_staged > 0 && prefill_per_row > 2 * prefill_staged);
 #endif
 }
 
@@ -939,7 +1138,7 @@ static void test_decode_random_vs_cpu(void **state)
 		if ((uint64_t)sh.nr_seqs * (sh.max_ctx / f.tokens_per_page + 2) * f.page_size >
 		    (UINT64_C(256) << 20))
 			continue; /* keep the pool small */
-		check_decode(&sh);
+		check_attn(&sh, false);
 		done++;
 	}
 }
@@ -1126,6 +1325,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_kernels_vs_cpu),
 		cmocka_unit_test(test_decode_split_vs_cpu),
 		cmocka_unit_test(test_decode_random_vs_cpu),
+		cmocka_unit_test(test_prefill_vs_cpu),
 		cmocka_unit_test(test_backend_round_trip),
 		cmocka_unit_test(test_export_import),
 	};

@@ -57,8 +57,16 @@ static int launch(void (*entry)(const void *), unsigned int blocks, unsigned int
 
 static float warp_sum(float v, unsigned int mask)
 {
-	for (int o = 16; o > 0; o >>= 1)
-		v += simt_shfl_xor(mask, v, o);
+	float w;
+
+	for (int o = 16; o > 0; o >>= 1) {
+		uint32_t u;
+
+		memcpy(&u, &v, sizeof(u));
+		u = simt_shfl_xor(mask, u, o);
+		memcpy(&w, &u, sizeof(w));
+		v += w;
+	}
 	return v;
 }
 
@@ -146,7 +154,7 @@ static void k_lane_ring(const void *p)
 
 	slot[TID] = (float)TID;
 	if (a->knob)
-		simt_shfl_xor(0xffffffffu, 0.0f, 1); /* every lane has written */
+		simt_shfl_xor(0xffffffffu, 0, 1); /* every lane has written */
 	a->out[TID] = slot[WARP * SIMT_WARP + (LANE + 1) % SIMT_WARP];
 }
 

@@ -10,6 +10,10 @@
  * sequences' layer once; copy_pages reads and writes whole pages.  The issue's target is
  * decode at >= 80 % of the copy bandwidth.  Decode shapes: short contexts (512 sequences of
  * 32 tokens), one 32k-token sequence, and 8 sequences of 8k, 32 query / 8 KV heads, dim 128.
+ * Prefill (fp16 and int8): a 4096-token prompt, and 512 new tokens over 8192 cached (chunked
+ * prefill); its bandwidth is the K/V bytes its blocks stage (each block the tokens its last
+ * row sees, once for all its rows and heads: mostly L2 hits, so it may pass the copy's), and
+ * its arithmetic rate, 4 * head_dim flops per query head and visible token, is printed too.
  * Every working set is larger than the L2 cache, and before each timed run a 256 MiB
  * device-to-device copy evicts what the previous run left there, so no run is served from L2.
  * Times come from CUDA events around the kernel alone (queued behind the eviction copy, so
@@ -28,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/abi.h"
 #include "kernels/cuda/cuda_drv.h"
 #include "kernels/cuda/kvmm_cuda.h"
 
@@ -150,6 +155,19 @@ static void run_decode(void *arg)
 	CHECK(kvmm_cuda_paged_decode(r->b, r->q, r->out, NULL));
 }
 
+struct prefill_run {
+	struct kvmm_attn_batch *b;
+	uint32_t max_q;
+	float *q, *out;
+};
+
+static void run_prefill(void *arg)
+{
+	struct prefill_run *r = arg;
+
+	CHECK(kvmm_cuda_paged_prefill(r->b, r->max_q, r->q, r->out, NULL));
+}
+
 struct copy_run {
 	struct kvmm_fmt *f;
 	char *pool;
@@ -245,6 +263,106 @@ static void bench_dtype(uint32_t dt, uint32_t nseq, uint32_t ctx, double base, b
 	free(hlens);
 }
 
+/* the rows a prefill block serves: the host's plan for this batch */
+static uint32_t prefill_rows(const struct kvmm_fmt *f, const struct kvmm_attn_batch *b,
+			     uint32_t max_q)
+{
+	struct kvmm_cuda_attn_args a;
+	struct kvmm_cuda_decode_args d;
+
+	memset(&a, 0, sizeof(a));
+	a.pg.base = (uint64_t)(uintptr_t)b->kv.base;
+	a.pg.page_size = f->page_size;
+	a.pg.row_bytes = f->row_bytes;
+	a.pg.v_off = f->slab_bytes;
+	a.pg.ks_off = f->dtype == KVMM_DTYPE_INT8 ? f->scale_off : 0;
+	a.pg.vs_off = f->dtype == KVMM_DTYPE_INT8 ? f->slab_bytes + f->scale_off : 0;
+	a.pg.scale_row_bytes = f->scale_row_bytes;
+	a.pg.kv_heads = f->kv_heads;
+	a.pg.head_dim = f->head_dim;
+	a.pg.gs = f->dtype == KVMM_DTYPE_INT8 ? f->group_size : f->head_dim;
+	a.pg.tokens_per_page = f->tokens_per_page;
+	a.nr_seqs = b->nr_seqs;
+	a.num_q_heads = b->num_q_heads;
+	a.max_blocks = b->max_blocks;
+	CHECK(kvmm_cuda_prefill_plan(&a, f->dtype, max_q, 0, &d));
+	return d.rows;
+}
+
+/* prefill of qlen new tokens over ctx - qlen cached ones, one sequence */
+static void bench_prefill(uint32_t dt, uint32_t ctx, uint32_t qlen, double base)
+{
+	const uint32_t kvh = 8, dim = 128, nqh = 32;
+	struct kvmm_fmt f;
+	struct kvmm_attn_batch b;
+	uint32_t blocks, rows, first = ctx - qlen, *lens, *qlens;
+	int32_t *table, *perm;
+	char *pool;
+	float *q, *out;
+	double med, best, staged = 0, visible = 0;
+	size_t qbytes = sizeof(float) * (size_t)qlen * nqh * dim;
+	char shape[64];
+
+	CHECK(kvmm_fmt_init(&f, 4, kvh, dim, dt, dt == KVMM_DTYPE_INT8 ? 32 : 0,
+			    UINT64_C(2) << 20));
+	blocks = (ctx + f.tokens_per_page - 1) / f.tokens_per_page;
+	CHECK(kvmm_cuda_malloc((void **)&pool, (size_t)blocks * f.page_size));
+	CHECK(kvmm_cuda_memset(pool, 0x3c, (size_t)blocks * f.page_size));
+	perm = malloc(sizeof(int32_t) * blocks);
+	if (!perm)
+		die("malloc", -ENOMEM);
+	for (uint32_t i = 0; i < blocks; i++)
+		perm[i] = (int32_t)i;
+	srand(2);
+	for (uint32_t i = blocks - 1; i > 0; i--) {
+		uint32_t j = (uint32_t)rand() % (i + 1);
+		int32_t x = perm[i];
+
+		perm[i] = perm[j];
+		perm[j] = x;
+	}
+	table = dev_from(perm, sizeof(int32_t) * blocks);
+	lens = dev_from(&ctx, sizeof(ctx));
+	qlens = dev_from(&qlen, sizeof(qlen));
+	CHECK(kvmm_cuda_malloc((void **)&q, qbytes));
+	CHECK(kvmm_cuda_malloc((void **)&out, qbytes));
+	CHECK(kvmm_cuda_memset(q, 0, qbytes));
+
+	memset(&b, 0, sizeof(b));
+	b.kv.base = pool;
+	b.kv.fmt = &f;
+	b.kv.nr_frames = blocks;
+	b.nr_seqs = 1;
+	b.num_q_heads = nqh;
+	b.block_tables = table;
+	b.max_blocks = blocks;
+	b.ctx_lens = lens;
+	b.q_lens = qlens;
+	{
+		struct prefill_run r = {.b = &b, .max_q = qlen, .q = q, .out = out};
+
+		timed(run_prefill, &r, &med, &best);
+	}
+	rows = prefill_rows(&f, &b, qlen);
+	for (uint32_t r0 = 0; r0 < qlen; r0 += rows)
+		staged += first + (qlen - r0 < rows ? qlen : r0 + rows);
+	staged *= 2.0 * (double)(f.row_bytes + f.scale_row_bytes);
+	for (uint32_t r = 0; r < qlen; r++)
+		visible += first + r + 1;
+	snprintf(shape, sizeof(shape), "%u new + %u, %u/%u h", qlen, first, nqh, kvh);
+	row("prefill", kvmm_dtype_name(dt), shape, med, best, staged, base);
+	printf("%-11s %-5s %-28s %9.2f TFLOP/s (4 x head_dim per query head and token seen)\n", "",
+	       "", "", 4.0 * dim * nqh * visible / med / 1e12);
+
+	kvmm_cuda_free(q);
+	kvmm_cuda_free(out);
+	kvmm_cuda_free(table);
+	kvmm_cuda_free(lens);
+	kvmm_cuda_free(qlens);
+	kvmm_cuda_free(pool);
+	free(perm);
+}
+
 int main(int argc, char **argv)
 {
 	const char *e = getenv("KVMM_CUDA_DEVICE");
@@ -295,6 +413,12 @@ int main(int argc, char **argv)
 		bench_dtype(dt, 1, 32768 / div, base, false); /* one long context */
 		bench_dtype(dt, 8 / (div > 1 ? 4 : 1), 8192 / div, base,
 			    true); /* a batch of long ones; and copy_pages */
+	}
+	/* (--quick: prompts 32 times shorter, their cost is quadratic) */
+	for (uint32_t dt = KVMM_DTYPE_FP16; dt < KVMM_DTYPE_COUNT; dt += 2) {
+		bench_prefill(dt, 4096 / (2 * div - 1), 4096 / (2 * div - 1), base); /* a prompt */
+		bench_prefill(dt, 8704 / (2 * div - 1), 512 / (2 * div - 1),
+			      base); /* a chunk over a long context */
 	}
 	drv->cuEventDestroy(ev0);
 	drv->cuEventDestroy(ev1);

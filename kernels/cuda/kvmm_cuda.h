@@ -50,11 +50,17 @@ int kvmm_cuda_device(void);
 int kvmm_cuda_paged_decode(const struct kvmm_attn_batch *b, const float *q, float *out,
 			   kvmm_cuda_stream_t stream);
 /*
- * Decode splits each sequence's context over enough blocks to fill the GPU this many times
- * (resident blocks x waves); 0 never splits.  Default 1.  A tuning knob for benchmarks and
- * tests, like kvmm_cpu_split_min_bytes; set it before launching, not while launches run.
+ * Decode and prefill split each sequence's context over enough blocks to fill the GPU this
+ * many times (resident blocks x waves); 0 never splits.  Default 1.  A tuning knob for
+ * benchmarks and tests, like kvmm_cpu_split_min_bytes; set it before launching, not while
+ * launches run.
  */
 extern uint32_t kvmm_cuda_decode_waves;
+/*
+ * max_q_len: at least every sequence's q_lens (clamped to its ctx_lens); it sizes the grid
+ * and the split scratch, and rows past it are not computed (left as they were in out), though
+ * they still count in the row offsets of the sequences after them.  0: nothing is computed.
+ */
 int kvmm_cuda_paged_prefill(const struct kvmm_attn_batch *b, uint32_t max_q_len, const float *q,
 			    float *out, kvmm_cuda_stream_t stream);
 int kvmm_cuda_reshape_and_cache(const struct kvmm_kv_pages *kv, uint32_t nr_tokens,

@@ -7,7 +7,8 @@
  * usual figure of a GPU's memory bandwidth).  Each kernel then runs on a pool of 2 MiB frames
  * in a shuffled order (a paged layout, as kvmmd hands out), and its achieved bandwidth is the
  * bytes it must move divided by its time: decode reads every K and V row (and scale) of its
- * sequences' layer once; copy_pages reads and writes whole pages.  The issue's target is
+ * sequences' layer once; reshape_and_cache reads fp32 K and V rows and writes them into their
+ * pages (8 sequences of 8k tokens); copy_pages reads and writes whole pages.  The issue's target is
  * decode at >= 80 % of the copy bandwidth.  Decode shapes: short contexts (512 sequences of
  * 32 tokens), one 32k-token sequence, and 8 sequences of 8k, 32 query / 8 KV heads, dim 128.
  * Prefill (fp16 and int8): a 4096-token prompt, and 512 new tokens over 8192 cached (chunked
@@ -168,6 +169,20 @@ static void run_prefill(void *arg)
 	CHECK(kvmm_cuda_paged_prefill(r->b, r->max_q, r->q, r->out, NULL));
 }
 
+struct cache_run {
+	struct kvmm_kv_pages *kv;
+	uint32_t ntok;
+	int64_t *slots;
+	float *k, *v;
+};
+
+static void run_cache(void *arg)
+{
+	struct cache_run *r = arg;
+
+	CHECK(kvmm_cuda_reshape_and_cache(r->kv, r->ntok, r->slots, r->k, r->v, NULL));
+}
+
 struct copy_run {
 	struct kvmm_fmt *f;
 	char *pool;
@@ -244,6 +259,36 @@ static void bench_dtype(uint32_t dt, uint32_t nseq, uint32_t ctx, double base, b
 	snprintf(shape, sizeof(shape), "%u seq x %u tok, %u/%u h", nseq, ctx, nqh, kvh);
 	row("decode", kvmm_dtype_name(dt), shape, med, best, bytes, base);
 
+	if (with_copy) {
+		/*
+		 * reshape_and_cache: every token of the batch written into its page (the
+		 * sequences' shuffled frames), from fp32 K and V; bytes read and written
+		 */
+		uint32_t ntok = nseq * ctx;
+		size_t in = sizeof(float) * (size_t)ntok * kvh * dim;
+		int64_t *hslots = malloc(sizeof(int64_t) * ntok);
+		struct cache_run c = {.kv = &b.kv, .ntok = ntok};
+
+		if (!hslots)
+			die("malloc", -ENOMEM);
+		for (uint32_t i = 0; i < nseq; i++)
+			for (uint32_t t = 0; t < ctx; t++)
+				hslots[(size_t)i * ctx + t] = kvmm_kv_slot(
+					&f, perm[(size_t)i * blocks + t / tpp], t % tpp);
+		c.slots = dev_from(hslots, sizeof(int64_t) * ntok);
+		CHECK(kvmm_cuda_malloc((void **)&c.k, in));
+		CHECK(kvmm_cuda_malloc((void **)&c.v, in));
+		CHECK(kvmm_cuda_memset(c.k, 0, in));
+		CHECK(kvmm_cuda_memset(c.v, 0, in));
+		timed(run_cache, &c, &med, &best);
+		snprintf(shape, sizeof(shape), "%u tokens, %u h x %u", ntok, kvh, dim);
+		row("reshape", kvmm_dtype_name(dt), shape, med, best,
+		    2.0 * in + 2.0 * ntok * (double)(f.row_bytes + f.scale_row_bytes), base);
+		kvmm_cuda_free(c.slots);
+		kvmm_cuda_free(c.k);
+		kvmm_cuda_free(c.v);
+		free(hslots);
+	}
 	if (with_copy) {
 		/* copy_pages: half the pool onto the other half, whole pages */
 		struct copy_run r = {.f = &f, .pool = pool, .table = table, .half = nframes / 2};

@@ -346,6 +346,10 @@ static int attn_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, uint32
 	if (!elem || !dim || dim > KVMM_CUDA_MAX_HEAD_DIM || !pg->kv_heads ||
 	    a->num_q_heads % pg->kv_heads || !pg->tokens_per_page || !a->max_blocks)
 		return -EINVAL;
+	/* no sequence has more new tokens than its block table holds */
+	cap = (uint64_t)a->max_blocks * pg->tokens_per_page;
+	cap = cap > UINT32_MAX ? UINT32_MAX : cap;
+	max_q = max_q > cap ? (uint32_t)cap : max_q;
 	memset(d, 0, sizeof(*d));
 	d->a = *a;
 	d->group = a->num_q_heads / pg->kv_heads;
@@ -397,8 +401,6 @@ static int attn_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, uint32
 		return -ENOTSUP; /* grid x */
 
 	d->nsplit = 1;
-	cap = (uint64_t)a->max_blocks * pg->tokens_per_page;
-	cap = cap > UINT32_MAX ? UINT32_MAX : cap;
 	pairs = (uint64_t)a->nr_seqs * pg->kv_heads * d->nqg * d->row_tiles;
 	if (resident && pairs && kvmm_cuda_decode_waves) {
 		uint64_t want = (uint64_t)resident * kvmm_cuda_decode_waves / pairs, per, n;
@@ -467,7 +469,7 @@ static int attn_launch(const struct kvmm_attn_batch *b, uint32_t max_q, const fl
 	if (d.nsplit > 1) {
 		/* parts: [part row][split] rows of head_dim floats, then (max, sum) pairs */
 		uint64_t rows =
-			(uint64_t)b->nr_seqs * (pre ? max_q : 1) * b->num_q_heads * d.nsplit;
+			(uint64_t)b->nr_seqs * (pre ? d.max_q : 1) * b->num_q_heads * d.nsplit;
 
 		if (cu.drv->cuMemAllocAsync(&scratch, rows * (d.a.pg.head_dim + 2) * sizeof(float),
 					    (struct CUstream_st *)stream)) {
@@ -483,8 +485,8 @@ static int attn_launch(const struct kvmm_attn_batch *b, uint32_t max_q, const fl
 			  pre ? "paged prefill launch" : "paged decode launch");
 	if (!ret && d.nsplit > 1)
 		ret = launch(pre ? cu.pmerge : cu.merge, b->num_q_heads, b->nr_seqs,
-			     pre ? (max_q < 65535 ? max_q : 65535) : 1, KVMM_CUDA_DECODE_THREADS,
-			     &d, stream,
+			     pre ? (d.max_q < 65535 ? d.max_q : 65535) : 1,
+			     KVMM_CUDA_DECODE_THREADS, &d, stream,
 			     pre ? "paged prefill merge launch" : "paged decode merge launch");
 	if (scratch)
 		cu.drv->cuMemFreeAsync(scratch, (struct CUstream_st *)stream);

@@ -221,9 +221,122 @@ out:
 	return ret;
 }
 
+/*
+ * The second agent's own question over the shared prompt: append new tokens to seq (which
+ * holds the prompt, tpp * ATTN_PAGES tokens, on shared frames), write their K and V into the
+ * sequence's new private pages with the CUDA reshape_and_cache kernel, and prefill them over
+ * the whole context with the CUDA prefill kernel; the CPU does the same over host pages built
+ * from the same inputs.  0 when they agree.
+ */
+static int attn_prefill_check(kvmm_client_t *c, uint64_t seq)
+{
+	const uint32_t tpp = kvmm_tokens_per_page(c), np = tpp * ATTN_PAGES, nn = tpp + 3;
+	const uint32_t ctx = np + nn, nelem = itest_fmt.kv_heads * itest_fmt.head_dim;
+	const uint32_t nb = (ctx + tpp - 1) / tpp;
+	const size_t qn = (size_t)nn * ATTN_Q_HEADS * itest_fmt.head_dim;
+	struct kvmm_attn_batch b;
+	struct kvmm_fmt f;
+	uint32_t *ids = malloc(sizeof(uint32_t) * nn);
+	uint64_t len = 0;
+	int32_t table[MAXB], local[MAXB];
+	int64_t *slots = malloc(sizeof(int64_t) * ctx), *dslots = NULL;
+	float *k = malloc(sizeof(float) * ctx * nelem), *v = malloc(sizeof(float) * ctx * nelem);
+	float *q = malloc(sizeof(float) * qn), *want = malloc(sizeof(float) * qn);
+	float *got = malloc(sizeof(float) * qn), qd[ATTN_Q_HEADS * 256];
+	void *dk = NULL, *dv = NULL, *dtab = NULL, *dctx = NULL, *dql = NULL, *dq = NULL;
+	void *dout = NULL;
+	char *host = NULL;
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	int ret = -1;
+
+	if (!ids || !slots || !k || !v || !q || !want || !got || nb > MAXB || attn_fmt(c, &f))
+		goto out;
+	/* the prompt's rows as the first client wrote them, then the new ones */
+	attn_inputs(np, k, v, qd);
+	for (uint64_t i = (uint64_t)np * nelem; i < (uint64_t)ctx * nelem; i++) {
+		k[i] = attn_rand(&x);
+		v[i] = attn_rand(&x);
+	}
+	for (size_t i = 0; i < qn; i++)
+		q[i] = 2.0f * attn_rand(&x);
+	itest_tokens(ids, nn, 11);
+	if (kvmm_seq_append(c, seq, ids, nn, &len) || len != ctx ||
+	    kvmm_block_table(c, &seq, 1, table, MAXB) || table[nb - 1] == KVMM_BLOCK_NONE ||
+	    table[nb] != KVMM_BLOCK_NONE)
+		goto out;
+	/* the reference: every row in host pages 0 .. nb - 1 */
+	host = calloc(nb, f.page_size);
+	if (!host)
+		goto out;
+	for (uint32_t t = 0; t < ctx; t++)
+		slots[t] = kvmm_kv_slot(&f, (int32_t)(t / tpp), t % tpp);
+	for (uint32_t p = 0; p < nb; p++)
+		local[p] = (int32_t)p;
+	memset(&b, 0, sizeof(b));
+	b.kv = (struct kvmm_kv_pages){host, &f, ATTN_LAYER, nb};
+	if (kvmm_cpu_reshape_and_cache(&b.kv, ctx, slots, k, v))
+		goto out;
+	b.nr_seqs = 1;
+	b.num_q_heads = ATTN_Q_HEADS;
+	b.max_blocks = nb;
+	b.block_tables = local;
+	b.ctx_lens = &ctx;
+	b.q_lens = &nn;
+	if (kvmm_cpu_paged_prefill(&b, q, want))
+		goto out;
+	/* the GPU path: the new rows into the daemon's frames, then prefill over all of them */
+	for (uint32_t t = np; t < ctx; t++)
+		slots[t - np] = kvmm_kv_slot(&f, table[t / tpp], t % tpp);
+	dslots = dev_copy(slots, sizeof(int64_t) * nn);
+	dk = dev_copy(k + (size_t)np * nelem, sizeof(float) * nn * nelem);
+	dv = dev_copy(v + (size_t)np * nelem, sizeof(float) * nn * nelem);
+	dtab = dev_copy(table, sizeof(int32_t) * nb);
+	dctx = dev_copy(&ctx, sizeof(ctx));
+	dql = dev_copy(&nn, sizeof(nn));
+	dq = dev_copy(q, sizeof(float) * qn);
+	dout = dev_copy(NULL, sizeof(float) * qn);
+	if (!dslots || !dk || !dv || !dtab || !dctx || !dql || !dq || !dout)
+		goto out;
+	b.kv = (struct kvmm_kv_pages){(void *)(uintptr_t)kvmm_frame_devptr(c, 0), &f, ATTN_LAYER,
+				      kvmm_nr_frames(c)};
+	b.block_tables = dtab;
+	b.ctx_lens = dctx;
+	b.q_lens = dql;
+	if (kvmm_cuda_reshape_and_cache(&b.kv, nn, dslots, dk, dv, NULL) ||
+	    kvmm_cuda_paged_prefill(&b, nn, dq, dout, NULL) || kvmm_cuda_sync() ||
+	    kvmm_cuda_memcpy_dtoh(got, dout, sizeof(float) * qn))
+		goto out;
+	ret = 0;
+	for (size_t i = 0; i < qn; i++)
+		if (!(fabsf(got[i] - want[i]) <= 1e-4f * (1.0f + fabsf(want[i])))) {
+			fprintf(stderr, "prefill element %zu: GPU path %g, CPU %g\n", i, got[i],
+				want[i]);
+			ret = -1;
+			break;
+		}
+out:
+	kvmm_cuda_free(dslots);
+	kvmm_cuda_free(dk);
+	kvmm_cuda_free(dv);
+	kvmm_cuda_free(dtab);
+	kvmm_cuda_free(dctx);
+	kvmm_cuda_free(dql);
+	kvmm_cuda_free(dq);
+	kvmm_cuda_free(dout);
+	free(host);
+	free(ids);
+	free(slots);
+	free(k);
+	free(v);
+	free(q);
+	free(want);
+	free(got);
+	return ret;
+}
+
 /* ---- the other processes ---------------------------------------------------------------------- */
 
-/* look the attention test's prompt up (frames @frames) and decode over it */
+/* look the attention test's prompt up (frames @frames), decode over it, prefill after it */
 static int decoder(const char *sock, int n, char **frames)
 {
 	uint32_t tpp, tokens[ATTN_PAGES * 256];
@@ -250,6 +363,9 @@ static int decoder(const char *sock, int n, char **frames)
 		if (table[b] != atoi(frames[b]))
 			return 24;
 	ret = attn_decode_check(c, table) ? 25 : 0;
+	/* then a question of its own over the shared prompt */
+	if (!ret && attn_prefill_check(c, seq))
+		ret = 27;
 	if (kvmm_seq_free(c, seq))
 		return 26;
 	kvmm_cuda_fini();
@@ -537,7 +653,8 @@ static void read_frames(kvmm_client_t *c, const int32_t *table, char *dst)
  * it with the CUDA reshape_and_cache kernel (bit for bit what the CPU kernel writes) and seals
  * the prompt; a second, exec'd process looks it up, gets the same frames and decodes over
  * them through its own mapping with the CUDA decode kernel, matching the CPU decode of the
- * same inputs.
+ * same inputs; then it appends its own question after the shared prompt and prefills it with
+ * the CUDA kernels (attn_prefill_check), matching the CPU prefill.
  */
 static void test_attention_over_shared_pool(void **state)
 {

@@ -48,6 +48,10 @@
 #include "runtime/kvmm.h"
 
 #define STUB_LIBCUDA "/usr/local/cuda/lib64/stubs/libcuda.so"
+/* random prefill shapes a run checks (one-off: more, by -DKVMM_PREFILL_RANDOM=N) */
+#ifndef KVMM_PREFILL_RANDOM
+#define KVMM_PREFILL_RANDOM 6
+#endif
 
 static int gpu_state; /* 0 unknown, 1 usable, -1 not */
 static char gpu_why[512];
@@ -1101,22 +1105,22 @@ static void test_prefill_vs_cpu(void **state)
 }
 
 /*
- * Decode on random shapes, each as test_decode_split_vs_cpu's (split and unsplit, then a bad
- * table): any dtype, head_dim 1 to 256, int8 groups that divide it, 1 to 4 KV heads, GQA
- * groups of 1 to 20, page sizes from 4 KiB to 2 MiB (some not 16-byte multiples), 1 to 6
- * sequences of up to 2500 tokens.  The chosen shapes cover the plan's cases by design; these
- * cover what nobody thought of (test_decode_plan checks 3000 random plans' invariants, this
- * runs a sample of them).
+ * Decode (or prefill) on random shapes, each as test_decode_split_vs_cpu's (split and unsplit,
+ * then a bad table): any dtype, head_dim 1 to 256, int8 groups that divide it, 1 to 4 KV
+ * heads, GQA groups of 1 to 20, page sizes from 4 KiB to 2 MiB (some not 16-byte multiples),
+ * 1 to 6 sequences of up to 2500 tokens; prefill, whose cost on the emulator grows with the
+ * square of the new tokens, 1 to 3 sequences of up to 400 tokens, a third of them whole
+ * prompts, the others up to 16 new tokens.  The chosen shapes cover the plans' cases by
+ * design; these cover what nobody thought of (test_decode_plan checks 3000 random plans'
+ * invariants, this runs a sample of them).
  */
-static void test_decode_random_vs_cpu(void **state)
+static void random_attn(bool pre, unsigned int n)
 {
 	static const uint64_t pages[] = {4096,	   8192 + 8, 16 << 10, 24 << 10,
 					 40 << 10, 64 << 10, 2 << 20};
 	unsigned int done = 0;
 
-	(void)state;
-	NEED_GPU();
-	while (done < 10) {
+	while (done < n) {
 		struct dshape sh;
 		struct kvmm_fmt f;
 		uint32_t gs_try;
@@ -1134,16 +1138,31 @@ static void test_decode_random_vs_cpu(void **state)
 		sh.kvh = 1 + rnd(4);
 		sh.group = 1 + rnd(20);
 		sh.page = pages[rnd(sizeof(pages) / sizeof(pages[0]))];
-		sh.nr_seqs = 1 + rnd(6);
-		sh.max_ctx = 1 + rnd(2500);
+		sh.nr_seqs = 1 + rnd(pre ? 3 : 6);
+		sh.max_ctx = 1 + rnd(pre ? 400 : 2500);
+		sh.max_new = pre && rnd(3) ? 1 + rnd(16) : 0;
 		if (kvmm_fmt_init(&f, 2, sh.kvh, sh.dim, sh.dt, sh.gs, sh.page))
 			continue; /* no token fits the page: draw again */
 		if ((uint64_t)sh.nr_seqs * (sh.max_ctx / f.tokens_per_page + 2) * f.page_size >
 		    (UINT64_C(256) << 20))
 			continue; /* keep the pool small */
-		check_attn(&sh, false);
+		check_attn(&sh, pre);
 		done++;
 	}
+}
+
+static void test_decode_random_vs_cpu(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	random_attn(false, 10);
+}
+
+static void test_prefill_random_vs_cpu(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	random_attn(true, KVMM_PREFILL_RANDOM);
 }
 
 #define BE_FRAMES 6
@@ -1329,6 +1348,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_decode_split_vs_cpu),
 		cmocka_unit_test(test_decode_random_vs_cpu),
 		cmocka_unit_test(test_prefill_vs_cpu),
+		cmocka_unit_test(test_prefill_random_vs_cpu),
 		cmocka_unit_test(test_backend_round_trip),
 		cmocka_unit_test(test_export_import),
 	};

@@ -144,6 +144,26 @@ static void row(const char *name, const char *dt, const char *shape, double med,
 	       med * 1e6, best * 1e6, bw / 1e9, 100.0 * bw / base);
 }
 
+/* frames 0 .. n - 1 in a shuffled order (seeded: the same every run), malloc'd */
+static int32_t *shuffled(uint32_t n, unsigned int seed)
+{
+	int32_t *perm = malloc(sizeof(int32_t) * (n ? n : 1));
+
+	if (!perm)
+		die("malloc", -ENOMEM);
+	for (uint32_t i = 0; i < n; i++)
+		perm[i] = (int32_t)i;
+	srand(seed);
+	for (uint32_t i = n ? n - 1 : 0; i > 0; i--) {
+		uint32_t j = (uint32_t)rand() % (i + 1);
+		int32_t x = perm[i];
+
+		perm[i] = perm[j];
+		perm[j] = x;
+	}
+	return perm;
+}
+
 struct decode_run {
 	struct kvmm_attn_batch *b;
 	float *q, *out;
@@ -219,20 +239,10 @@ static void bench_dtype(uint32_t dt, uint32_t nseq, uint32_t ctx, double base, b
 	CHECK(kvmm_cuda_malloc((void **)&pool, (size_t)nframes * f.page_size));
 	/* 0x3c bytes: small finite values in every dtype (and int8 scales) */
 	CHECK(kvmm_cuda_memset(pool, 0x3c, (size_t)nframes * f.page_size));
-	perm = malloc(sizeof(int32_t) * nframes);
+	perm = shuffled(nframes, 1);
 	hlens = malloc(sizeof(uint32_t) * nseq);
-	if (!perm || !hlens)
+	if (!hlens)
 		die("malloc", -ENOMEM);
-	for (uint32_t i = 0; i < nframes; i++)
-		perm[i] = (int32_t)i;
-	srand(1);
-	for (uint32_t i = nframes - 1; i > 0; i--) {
-		uint32_t j = (uint32_t)rand() % (i + 1);
-		int32_t x = perm[i];
-
-		perm[i] = perm[j];
-		perm[j] = x;
-	}
 	for (uint32_t i = 0; i < nseq; i++)
 		hlens[i] = ctx;
 	table = dev_from(perm, sizeof(int32_t) * nframes);
@@ -308,32 +318,6 @@ static void bench_dtype(uint32_t dt, uint32_t nseq, uint32_t ctx, double base, b
 	free(hlens);
 }
 
-/* the rows a prefill block serves: the host's plan for this batch */
-static uint32_t prefill_rows(const struct kvmm_fmt *f, const struct kvmm_attn_batch *b,
-			     uint32_t max_q)
-{
-	struct kvmm_cuda_attn_args a;
-	struct kvmm_cuda_decode_args d;
-
-	memset(&a, 0, sizeof(a));
-	a.pg.base = (uint64_t)(uintptr_t)b->kv.base;
-	a.pg.page_size = f->page_size;
-	a.pg.row_bytes = f->row_bytes;
-	a.pg.v_off = f->slab_bytes;
-	a.pg.ks_off = f->dtype == KVMM_DTYPE_INT8 ? f->scale_off : 0;
-	a.pg.vs_off = f->dtype == KVMM_DTYPE_INT8 ? f->slab_bytes + f->scale_off : 0;
-	a.pg.scale_row_bytes = f->scale_row_bytes;
-	a.pg.kv_heads = f->kv_heads;
-	a.pg.head_dim = f->head_dim;
-	a.pg.gs = f->dtype == KVMM_DTYPE_INT8 ? f->group_size : f->head_dim;
-	a.pg.tokens_per_page = f->tokens_per_page;
-	a.nr_seqs = b->nr_seqs;
-	a.num_q_heads = b->num_q_heads;
-	a.max_blocks = b->max_blocks;
-	CHECK(kvmm_cuda_prefill_plan(&a, f->dtype, max_q, 0, &d));
-	return d.rows;
-}
-
 /* prefill of qlen new tokens over ctx - qlen cached ones, one sequence */
 static void bench_prefill(uint32_t dt, uint32_t ctx, uint32_t qlen, double base)
 {
@@ -353,19 +337,7 @@ static void bench_prefill(uint32_t dt, uint32_t ctx, uint32_t qlen, double base)
 	blocks = (ctx + f.tokens_per_page - 1) / f.tokens_per_page;
 	CHECK(kvmm_cuda_malloc((void **)&pool, (size_t)blocks * f.page_size));
 	CHECK(kvmm_cuda_memset(pool, 0x3c, (size_t)blocks * f.page_size));
-	perm = malloc(sizeof(int32_t) * blocks);
-	if (!perm)
-		die("malloc", -ENOMEM);
-	for (uint32_t i = 0; i < blocks; i++)
-		perm[i] = (int32_t)i;
-	srand(2);
-	for (uint32_t i = blocks - 1; i > 0; i--) {
-		uint32_t j = (uint32_t)rand() % (i + 1);
-		int32_t x = perm[i];
-
-		perm[i] = perm[j];
-		perm[j] = x;
-	}
+	perm = shuffled(blocks, 2);
 	table = dev_from(perm, sizeof(int32_t) * blocks);
 	lens = dev_from(&ctx, sizeof(ctx));
 	qlens = dev_from(&qlen, sizeof(qlen));
@@ -388,7 +360,12 @@ static void bench_prefill(uint32_t dt, uint32_t ctx, uint32_t qlen, double base)
 
 		timed(run_prefill, &r, &med, &best);
 	}
-	rows = prefill_rows(&f, &b, qlen);
+	{
+		struct kvmm_cuda_decode_args d;
+
+		CHECK(kvmm_cuda_batch_plan(&b, qlen, &d));
+		rows = d.rows;
+	}
 	for (uint32_t r0 = 0; r0 < qlen; r0 += rows)
 		staged += first + (qlen - r0 < rows ? qlen : r0 + rows);
 	staged *= 2.0 * (double)(f.row_bytes + f.scale_row_bytes);

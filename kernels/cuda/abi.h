@@ -135,6 +135,14 @@ int kvmm_cuda_decode_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, u
 /* the same for prefill of at most max_q_len new tokens per sequence */
 int kvmm_cuda_prefill_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, uint32_t max_q_len,
 			   uint32_t resident, struct kvmm_cuda_decode_args *d);
+/*
+ * The unsplit plan a launch for batch b starts from (max_q_len 0: decode, else prefill), for
+ * tests and benchmarks that must know a block's rows or tile; the batch is checked as a launch
+ * checks it (q and out aside).  struct kvmm_attn_batch comes from kernels/kernels.h.
+ */
+struct kvmm_attn_batch;
+int kvmm_cuda_batch_plan(const struct kvmm_attn_batch *b, uint32_t max_q_len,
+			 struct kvmm_cuda_decode_args *d);
 #endif
 
 #ifdef __cplusplus

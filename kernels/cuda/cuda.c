@@ -243,7 +243,7 @@ static int attn_args(const struct kvmm_attn_batch *b, const float *q, float *out
 {
 	int ret;
 
-	if (!b || (b->nr_seqs && (!q || !out)))
+	if (!b)
 		return -EINVAL;
 	ret = pages_args(&b->kv, &a->pg);
 	if (ret)
@@ -431,6 +431,15 @@ int kvmm_cuda_prefill_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, 
 	return max_q_len ? attn_plan(a, dtype, max_q_len, resident, d) : -EINVAL;
 }
 
+int kvmm_cuda_batch_plan(const struct kvmm_attn_batch *b, uint32_t max_q_len,
+			 struct kvmm_cuda_decode_args *d)
+{
+	struct kvmm_cuda_attn_args a;
+	int ret = attn_args(b, NULL, NULL, max_q_len > 0, &a);
+
+	return ret ? ret : attn_plan(&a, b->kv.fmt->dtype, max_q_len, 0, d);
+}
+
 /*
  * Decode (max_q 0) or prefill: plan, size the splits for this GPU, allocate the parts' scratch
  * on the stream, launch the kernel and, split, the merge; the scratch is freed after it in
@@ -447,6 +456,8 @@ static int attn_launch(const struct kvmm_attn_batch *b, uint32_t max_q, const fl
 	uint32_t dt;
 	int ret, occ = 0;
 
+	if (!b || (b->nr_seqs && (!q || !out)))
+		return -EINVAL;
 	ret = attn_args(b, q, out, pre, &a);
 	if (ret || !b->nr_seqs)
 		return ret;
@@ -506,7 +517,8 @@ int kvmm_cuda_paged_prefill(const struct kvmm_attn_batch *b, uint32_t max_q_len,
 
 	/* no new tokens: nothing to compute, but the arguments are still checked */
 	if (!max_q_len)
-		return attn_args(b, q, out, true, &a);
+		return !b || (b->nr_seqs && (!q || !out)) ? -EINVAL
+							  : attn_args(b, q, out, true, &a);
 	return attn_launch(b, max_q_len, q, out, stream);
 }
 

@@ -147,6 +147,49 @@ static void *dev_copy(const void *h, size_t n)
 }
 
 /*
+ * The CPU reference for one sequence of *ctx tokens (K and V rows k, v): host pages 0 .. nb - 1
+ * (returned, calloc'd; NULL on failure) written by the CPU reshape_and_cache through slots,
+ * and batch b over them with block table local (nb entries); slots and local are the caller's.
+ */
+static char *ref_batch(const struct kvmm_fmt *f, uint32_t nb, const uint32_t *ctx, const float *k,
+		       const float *v, int64_t *slots, int32_t *local, struct kvmm_attn_batch *b)
+{
+	char *host = calloc(nb, f->page_size);
+
+	if (!host)
+		return NULL;
+	for (uint32_t t = 0; t < *ctx; t++)
+		slots[t] =
+			kvmm_kv_slot(f, (int32_t)(t / f->tokens_per_page), t % f->tokens_per_page);
+	for (uint32_t p = 0; p < nb; p++)
+		local[p] = (int32_t)p;
+	memset(b, 0, sizeof(*b));
+	b->kv = (struct kvmm_kv_pages){host, f, ATTN_LAYER, nb};
+	b->nr_seqs = 1;
+	b->num_q_heads = ATTN_Q_HEADS;
+	b->max_blocks = nb;
+	b->block_tables = local;
+	b->ctx_lens = ctx;
+	if (kvmm_cpu_reshape_and_cache(&b->kv, *ctx, slots, k, v)) {
+		free(host);
+		return NULL;
+	}
+	return host;
+}
+
+/* 0 when the GPU path's n results are the CPU's within 1e-4 (relative), else -1 and why */
+static int agree(const float *got, const float *want, size_t n, const char *what)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!(fabsf(got[i] - want[i]) <= 1e-4f * (1.0f + fabsf(want[i])))) {
+			fprintf(stderr, "%s element %zu: GPU path %g, CPU %g\n", what, i, got[i],
+				want[i]);
+			return -1;
+		}
+	return 0;
+}
+
+/*
  * Decode the shared prompt (its frames in table) on the GPU path over this client's mapping
  * and on the CPU over pages built here from the same inputs; 0 when they agree.
  */
@@ -167,25 +210,10 @@ static int attn_decode_check(kvmm_client_t *c, const int32_t *table)
 
 	if (!slots || !k || !v || itest_fmt.head_dim > 256 || attn_fmt(c, &f))
 		goto out;
-	host = calloc(ATTN_PAGES, f.page_size);
-	if (!host)
-		goto out;
 	attn_inputs(ntok, k, v, q);
 	/* the reference: the same K and V in host pages 0 .. ATTN_PAGES - 1 */
-	for (uint32_t t = 0; t < ntok; t++)
-		slots[t] = kvmm_kv_slot(&f, (int32_t)(t / tpp), t % tpp);
-	for (uint32_t p = 0; p < ATTN_PAGES; p++)
-		local[p] = (int32_t)p;
-	memset(&b, 0, sizeof(b));
-	b.kv = (struct kvmm_kv_pages){host, &f, ATTN_LAYER, ATTN_PAGES};
-	if (kvmm_cpu_reshape_and_cache(&b.kv, ntok, slots, k, v))
-		goto out;
-	b.nr_seqs = 1;
-	b.num_q_heads = ATTN_Q_HEADS;
-	b.max_blocks = ATTN_PAGES;
-	b.block_tables = local;
-	b.ctx_lens = &ntok;
-	if (kvmm_cpu_paged_decode(&b, q, want))
+	host = ref_batch(&f, ATTN_PAGES, &ntok, k, v, slots, local, &b);
+	if (!host || kvmm_cpu_paged_decode(&b, q, want))
 		goto out;
 	/* the GPU path over the daemon's frames, through this process's mapping */
 	dtab = dev_copy(table, sizeof(int32_t) * ATTN_PAGES);
@@ -201,14 +229,7 @@ static int attn_decode_check(kvmm_client_t *c, const int32_t *table)
 	if (kvmm_cuda_paged_decode(&b, dq, dout, NULL) || kvmm_cuda_sync() ||
 	    kvmm_cuda_memcpy_dtoh(got, dout, sizeof(float) * qn))
 		goto out;
-	ret = 0;
-	for (size_t i = 0; i < qn; i++)
-		if (!(fabsf(got[i] - want[i]) <= 1e-4f * (1.0f + fabsf(want[i])))) {
-			fprintf(stderr, "decode element %zu: GPU path %g, CPU %g\n", i, got[i],
-				want[i]);
-			ret = -1;
-			break;
-		}
+	ret = agree(got, want, qn, "decode");
 out:
 	kvmm_cuda_free(dtab);
 	kvmm_cuda_free(dctx);
@@ -265,22 +286,9 @@ static int attn_prefill_check(kvmm_client_t *c, uint64_t seq)
 	    table[nb] != KVMM_BLOCK_NONE)
 		goto out;
 	/* the reference: every row in host pages 0 .. nb - 1 */
-	host = calloc(nb, f.page_size);
+	host = ref_batch(&f, nb, &ctx, k, v, slots, local, &b);
 	if (!host)
 		goto out;
-	for (uint32_t t = 0; t < ctx; t++)
-		slots[t] = kvmm_kv_slot(&f, (int32_t)(t / tpp), t % tpp);
-	for (uint32_t p = 0; p < nb; p++)
-		local[p] = (int32_t)p;
-	memset(&b, 0, sizeof(b));
-	b.kv = (struct kvmm_kv_pages){host, &f, ATTN_LAYER, nb};
-	if (kvmm_cpu_reshape_and_cache(&b.kv, ctx, slots, k, v))
-		goto out;
-	b.nr_seqs = 1;
-	b.num_q_heads = ATTN_Q_HEADS;
-	b.max_blocks = nb;
-	b.block_tables = local;
-	b.ctx_lens = &ctx;
 	b.q_lens = &nn;
 	if (kvmm_cpu_paged_prefill(&b, q, want))
 		goto out;
@@ -306,14 +314,7 @@ static int attn_prefill_check(kvmm_client_t *c, uint64_t seq)
 	    kvmm_cuda_paged_prefill(&b, nn, dq, dout, NULL) || kvmm_cuda_sync() ||
 	    kvmm_cuda_memcpy_dtoh(got, dout, sizeof(float) * qn))
 		goto out;
-	ret = 0;
-	for (size_t i = 0; i < qn; i++)
-		if (!(fabsf(got[i] - want[i]) <= 1e-4f * (1.0f + fabsf(want[i])))) {
-			fprintf(stderr, "prefill element %zu: GPU path %g, CPU %g\n", i, got[i],
-				want[i]);
-			ret = -1;
-			break;
-		}
+	ret = agree(got, want, qn, "prefill");
 out:
 	kvmm_cuda_free(dslots);
 	kvmm_cuda_free(dk);

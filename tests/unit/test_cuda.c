@@ -790,29 +790,9 @@ static uint32_t pick_qlen(uint32_t ctx, uint32_t cap)
 /* the rows a prefill block serves, from the host's own plan */
 static uint32_t prefill_rows(const struct kvmm_attn_batch *b, uint32_t max_q)
 {
-	const struct kvmm_fmt *f = b->kv.fmt;
-	struct kvmm_cuda_attn_args a;
 	struct kvmm_cuda_decode_args d;
 
-	memset(&a, 0, sizeof(a));
-	a.pg.base = (uint64_t)(uintptr_t)b->kv.base;
-	a.pg.page_size = f->page_size;
-	a.pg.k_off = (uint64_t)b->kv.layer * 2 * f->slab_bytes;
-	a.pg.v_off = a.pg.k_off + f->slab_bytes;
-	if (f->dtype == KVMM_DTYPE_INT8) {
-		a.pg.ks_off = a.pg.k_off + f->scale_off;
-		a.pg.vs_off = a.pg.v_off + f->scale_off;
-	}
-	a.pg.row_bytes = f->row_bytes;
-	a.pg.scale_row_bytes = f->scale_row_bytes;
-	a.pg.kv_heads = f->kv_heads;
-	a.pg.head_dim = f->head_dim;
-	a.pg.gs = f->dtype == KVMM_DTYPE_INT8 ? f->group_size : f->head_dim;
-	a.pg.tokens_per_page = f->tokens_per_page;
-	a.nr_seqs = b->nr_seqs;
-	a.num_q_heads = b->num_q_heads;
-	a.max_blocks = b->max_blocks;
-	assert_int_equal(kvmm_cuda_prefill_plan(&a, f->dtype, max_q, 0, &d), 0);
+	assert_int_equal(kvmm_cuda_batch_plan(b, max_q, &d), 0);
 	return d.rows;
 }
 #endif

@@ -367,6 +367,33 @@ static void test_decode_plan(void **state)
 					    528, 2048),
 				 1);
 	}
+	/* the plan of a batch, as a launch would start it: its checks, then the same plan */
+	{
+		struct kvmm_fmt f;
+		struct kvmm_attn_batch b;
+		struct kvmm_cuda_decode_args d;
+		uint32_t ctx = 100, ql = 5;
+		int32_t table[8] = {0};
+
+		assert_int_equal(kvmm_fmt_init(&f, 2, 2, 64, KVMM_DTYPE_BF16, 0, 16 << 10), 0);
+		memset(&b, 0, sizeof(b));
+		assert_int_equal(kvmm_cuda_batch_plan(NULL, 0, &d), -EINVAL);
+		assert_int_equal(kvmm_cuda_batch_plan(&b, 0, &d), -EINVAL); /* no format */
+		b.kv = (struct kvmm_kv_pages){(void *)(uintptr_t)0x10000, &f, 1, 8};
+		b.nr_seqs = 1;
+		b.num_q_heads = 6;
+		b.max_blocks = 8;
+		b.block_tables = table;
+		b.ctx_lens = &ctx;
+		assert_int_equal(kvmm_cuda_batch_plan(&b, 5, &d), -EINVAL); /* prefill, no q_lens */
+		b.q_lens = &ql;
+		assert_int_equal(kvmm_cuda_batch_plan(&b, 5, &d), 0);
+		assert_true(d.rows == 2 && d.gb == 3 && d.max_q == 5 && d.row_tiles == 3);
+		assert_int_equal(kvmm_cuda_batch_plan(&b, 0, &d), 0);
+		assert_true(d.rows == 1 && d.gb == 3 && d.nsplit == 1);
+		b.num_q_heads = 5; /* not a multiple of the KV heads */
+		assert_int_equal(kvmm_cuda_batch_plan(&b, 0, &d), -EINVAL);
+	}
 }
 
 #ifdef KVMM_TEST_SIMT

@@ -18,6 +18,14 @@
  * the softmax and the horizontal sums of the scores are what the bound leaves out).  Best of
  * several batches: the work is in cache and bound by the core, so the fastest batch is the
  * one a neighbour disturbed least.  Documentation/kernels/cpu.md explains the figures.
+ *
+ * And prefill, whole, through kvmm_cpu_paged_prefill() on one thread: one sequence of
+ * PF_NEW new tokens after PF_CACHED cached ones (--quick: a quarter of each) in shuffled
+ * frames of the suite's format, against the same bound for all its multiply-adds (each
+ * query head and token it sees: 2 x dim, the scores and the sums), the FMA loop timed
+ * between the calls:
+ *
+ *   attn.prefill_<new>x<ctx>.t1   ms per call, baseline fma_bound (ms)
  */
 #include <errno.h>
 #include <immintrin.h>
@@ -36,6 +44,9 @@
 #define ST_ROWS 64			     /* one chunk */
 #define ST_STRIDE (ST_HEADS * ST_DIM * 2)
 #define FMA_ITERS (1u << 21)
+#define PF_NEW 128
+#define PF_CACHED 1920
+#define PF_TPP 16
 
 /*
  * name(): floats multiplied and added per ns by twelve independent chains of the FMA of
@@ -140,6 +151,88 @@ static void steps_time(struct steps *st, double ns[STEP_COUNT], unsigned int bat
 		ns[w] /= (double)n * ST_HEADS * ST_ROWS;
 }
 
+/* fp16 values in [0.5, 1) with random mantissas (x: the generator's state) */
+static void fill_fp16(uint16_t *p, size_t n, uint64_t *x)
+{
+	for (size_t i = 0; i < n; i++) {
+		*x = *x * 6364136223846793005ull + 1442695040888963407ull;
+		p[i] = (uint16_t)(0x3800 | ((*x >> 33) & 0x3ff));
+	}
+}
+
+/* prefill against the FMA bound (see the top of this file); 0 or -ENOMEM */
+static int bench_prefill(const struct bench_opts *o, double (*fma_rate)(void))
+{
+	const uint32_t nnew = o->quick ? PF_NEW / 4 : PF_NEW;
+	const uint32_t ctx = nnew + (o->quick ? PF_CACHED / 4 : PF_CACHED);
+	const uint32_t nb = (ctx + PF_TPP - 1) / PF_TPP, runs = o->quick ? 3 : 9;
+	struct kvmm_attn_batch b;
+	struct kvmm_fmt f;
+	char name[64];
+	int32_t *table = malloc(sizeof(int32_t) * nb);
+	float *q = malloc(sizeof(float) * nnew * ATTN_Q_HEADS * ST_DIM);
+	float *out = malloc(sizeof(float) * nnew * ATTN_Q_HEADS * ST_DIM);
+	char *pool = NULL;
+	uint64_t x = 0x2545f4914f6cdd1dull, t0;
+	double best = INFINITY, rate = 0, fmas = 0;
+	int err = -ENOMEM;
+
+	if (kvmm_fmt_init(&f, 1, ATTN_KV_HEADS, ST_DIM, KVMM_DTYPE_FP16, 0,
+			  (uint64_t)PF_TPP * ST_STRIDE * 2))
+		goto out;
+	pool = aligned_alloc(64, (size_t)nb * f.page_size);
+	if (!table || !q || !out || !pool)
+		goto out;
+	fill_fp16((uint16_t *)pool, (size_t)nb * f.page_size / 2, &x);
+	for (uint32_t i = 0; i < nb; i++)
+		table[i] = (int32_t)i;
+	for (uint32_t i = nb - 1; i > 0; i--) {
+		uint32_t j, t;
+
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		j = (uint32_t)((x >> 33) % (i + 1));
+		t = (uint32_t)table[i];
+		table[i] = table[j];
+		table[j] = (int32_t)t;
+	}
+	for (size_t i = 0; i < (size_t)nnew * ATTN_Q_HEADS * ST_DIM; i++)
+		q[i] = (float)((i * 37) % 101) / 1000.0f;
+	memset(&b, 0, sizeof(b));
+	b.kv = (struct kvmm_kv_pages){pool, &f, 0, nb};
+	b.nr_seqs = 1;
+	b.num_q_heads = ATTN_Q_HEADS;
+	b.block_tables = table;
+	b.max_blocks = nb;
+	b.ctx_lens = &ctx;
+	b.q_lens = &nnew;
+	err = kvmm_cpu_paged_prefill(&b, q, out); /* and the warm-up */
+	for (uint32_t r = 0; r < runs && !err; r++) {
+		rate = fmax(rate, fma_rate());
+		t0 = bench_now_ns();
+		err = kvmm_cpu_paged_prefill(&b, q, out);
+		best = fmin(best, (double)(bench_now_ns() - t0));
+		bench_use_ptr(out);
+	}
+	if (err) {
+		fprintf(stderr, "kvmm-bench attn: prefill: %s\n", strerror(-err));
+		goto out;
+	}
+	/* query head r of new token i sees ctx - nnew + i + 1 tokens: 2 x dim each */
+	for (uint32_t i = 0; i < nnew; i++)
+		fmas += (double)(ctx - nnew + i + 1) * ATTN_Q_HEADS * 2 * ST_DIM;
+	snprintf(name, sizeof(name), "attn.prefill_%ux%u.t1", nnew, ctx);
+	bench_report(name, best / 1e6, "ms", "fma_bound", fmas / rate / 1e6);
+	bench_note("note: prefill (%u new tokens after %u, GQA %u, one thread) runs at %.0f %% of "
+		   "the FMA bound (%.1f G multiply-adds of %.1f G a second)",
+		   nnew, ctx - nnew, ST_NQ, fmas / rate / best * 100, fmas / 1e9, rate);
+out:
+	free(table);
+	free(q);
+	free(out);
+	free(pool);
+	return err;
+}
+
 int bench_attn_steps(const struct bench_opts *o)
 {
 	static const char *const names[STEP_COUNT] = {"attn.steps_scores.t1", "attn.steps_sums.t1",
@@ -166,11 +259,8 @@ int bench_attn_steps(const struct bench_opts *o)
 		goto out;
 	}
 	/* fp16 values in [0.5, 1) with random mantissas; queries small, so no exp overflows */
-	for (size_t i = 0; i < (size_t)ST_ROWS * ST_STRIDE / 2; i++) {
-		x = x * 6364136223846793005ull + 1442695040888963407ull;
-		((uint16_t *)st.k)[i] = (uint16_t)(0x3800 | ((x >> 33) & 0x3ff));
-		((uint16_t *)st.v)[i] = (uint16_t)(0x3800 | ((x >> 43) & 0x3ff));
-	}
+	fill_fp16((uint16_t *)st.k, (size_t)ST_ROWS * ST_STRIDE / 2, &x);
+	fill_fp16((uint16_t *)st.v, (size_t)ST_ROWS * ST_STRIDE / 2, &x);
 	for (uint32_t i = 0; i < ST_NQ * ST_DIM; i++) {
 		st.q[i] = (float)((i * 37) % 101) / 1000.0f;
 		st.acc[i] = 0.0f;
@@ -206,6 +296,15 @@ int bench_attn_steps(const struct bench_opts *o)
 		   ST_ROWS, ST_NQ, ST_DIM, kvmm_cpu_isa_name(isa), 2 * bound / ns[STEP_ALL] * 100,
 		   rate, bound / ns[STEP_SCORES] * 100, bound / ns[STEP_SUMS] * 100,
 		   ns[STEP_ALL] - ns[STEP_SCORES] - ns[STEP_SUMS]);
+	{
+		uint32_t saved = kvmm_cpu_get_threads();
+
+		err = kvmm_cpu_set_threads(1);
+		if (!err)
+			err = bench_prefill(o, isa == KVMM_CPU_ISA_AVX512 ? fma_rate_avx512
+									  : fma_rate_avx2);
+		kvmm_cpu_set_threads(saved);
+	}
 out:
 	free(st.k);
 	free(st.v);

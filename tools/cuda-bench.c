@@ -16,8 +16,9 @@
  * row sees, once for all its rows and heads: mostly L2 hits, so it may pass the copy's), and
  * its arithmetic rate, 4 * head_dim flops per query head and visible token, is printed too.
  * After the table, a "target:" line per dtype and long-context decode shape says whether it
- * reached 80 % of the copy bandwidth.  Every working set is larger than the L2 cache, and before each timed run a 256 MiB
- * device-to-device copy evicts what the previous run left there, so no run is served from L2.
+ * reached 80 % of the copy bandwidth.  Every working set is larger than the L2 cache, and
+ * before each timed run a 256 MiB device-to-device copy evicts what the previous run left
+ * there, so no run is served from L2.
  * Times come from CUDA events around the kernel alone (queued behind the eviction copy, so
  * the launch itself is not in them); the median of RUNS runs after a warm-up is reported,
  * with the fastest.  Without a GPU the program says why and exits 77 (skipped).

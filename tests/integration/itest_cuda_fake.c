@@ -270,7 +270,7 @@ static int attn_prefill_check(kvmm_client_t *c, uint64_t seq)
 	uint64_t x = 0x9e3779b97f4a7c15ull;
 	int ret = -1;
 
-	if (!ids || !slots || !k || !v || !q || !want || !got || nb > MAXB || attn_fmt(c, &f))
+	if (!ids || !slots || !k || !v || !q || !want || !got || nb >= MAXB || attn_fmt(c, &f))
 		goto out;
 	/* the prompt's rows as the first client wrote them, then the new ones */
 	attn_inputs(np, k, v, qd);

@@ -12,7 +12,8 @@
  * decode at >= 80 % of the copy bandwidth.  Decode shapes: short contexts (512 sequences of
  * 32 tokens), one 32k-token sequence, and 8 sequences of 8k, 32 query / 8 KV heads, dim 128.
  * Prefill (fp16 and int8): a 4096-token prompt, and 512 new tokens over 8192 cached (chunked
- * prefill); its bandwidth is the K/V bytes its blocks stage (each block the tokens its last
+ * prefill), fp16 both on the tensor cores ("prefill tc") and on the FMA kernel
+ * (kvmm_cuda_prefill_tc 0) with the ratio of their times; its bandwidth is the K/V bytes its blocks stage (each block the tokens its last
  * row sees, once for all its rows and heads: mostly L2 hits, so it may pass the copy's), and
  * its arithmetic rate, 4 * head_dim flops per query head and visible token, is printed too.
  * After the table, a "target:" line per dtype and long-context decode shape says whether it
@@ -337,13 +338,16 @@ static void bench_dtype(uint32_t dt, uint32_t nseq, uint32_t ctx, double base, b
 	free(hlens);
 }
 
-/* prefill of qlen new tokens over ctx - qlen cached ones, one sequence */
-static void bench_prefill(uint32_t dt, uint32_t ctx, uint32_t qlen, double base)
+/*
+ * prefill of qlen new tokens over ctx - qlen cached ones, one sequence, with the kernel
+ * kvmm_cuda_prefill_tc picks (row name: "prefill tc" on the tensor cores); the median time
+ */
+static double bench_prefill(uint32_t dt, uint32_t ctx, uint32_t qlen, double base)
 {
 	const uint32_t kvh = 8, dim = 128, nqh = 32;
 	struct kvmm_fmt f;
 	struct kvmm_attn_batch b;
-	uint32_t blocks, rows, first = ctx - qlen, *lens, *qlens;
+	uint32_t blocks, rows, tc, first = ctx - qlen, *lens, *qlens;
 	int32_t *table, *perm;
 	char *pool;
 	float *q, *out;
@@ -384,6 +388,7 @@ static void bench_prefill(uint32_t dt, uint32_t ctx, uint32_t qlen, double base)
 
 		CHECK(kvmm_cuda_batch_plan(&b, qlen, &d));
 		rows = d.rows;
+		tc = d.tc;
 	}
 	for (uint32_t r0 = 0; r0 < qlen; r0 += rows)
 		staged += first + (qlen - r0 < rows ? qlen : r0 + rows);
@@ -391,7 +396,7 @@ static void bench_prefill(uint32_t dt, uint32_t ctx, uint32_t qlen, double base)
 	for (uint32_t r = 0; r < qlen; r++)
 		visible += first + r + 1;
 	snprintf(shape, sizeof(shape), "%u new + %u, %u/%u h", qlen, first, nqh, kvh);
-	row("prefill", kvmm_dtype_name(dt), shape, med, best, staged, base);
+	row(tc ? "prefill tc" : "prefill", kvmm_dtype_name(dt), shape, med, best, staged, base);
 	printf("%-11s %-5s %-28s %9.2f TFLOP/s (4 x head_dim per query head and token seen)\n", "",
 	       "", "", 4.0 * dim * nqh * visible / med / 1e12);
 
@@ -402,6 +407,21 @@ static void bench_prefill(uint32_t dt, uint32_t ctx, uint32_t qlen, double base)
 	kvmm_cuda_free(qlens);
 	kvmm_cuda_free(pool);
 	free(perm);
+	return med;
+}
+
+/* fp16 prefill on the tensor cores and on the FMA kernel, the same shape, and their ratio */
+static void bench_prefill_tc(uint32_t ctx, uint32_t qlen, double base)
+{
+	double tc, fma;
+
+	kvmm_cuda_prefill_tc = 1;
+	tc = bench_prefill(KVMM_DTYPE_FP16, ctx, qlen, base);
+	kvmm_cuda_prefill_tc = 0;
+	fma = bench_prefill(KVMM_DTYPE_FP16, ctx, qlen, base);
+	kvmm_cuda_prefill_tc = 1;
+	printf("%-11s %-5s %-28s %9.2fx the FMA kernel's speed on the tensor cores\n", "", "", "",
+	       fma / tc);
 }
 
 int main(int argc, char **argv)
@@ -456,11 +476,10 @@ int main(int argc, char **argv)
 			    true); /* a batch of long ones; and copy_pages */
 	}
 	/* (--quick: prompts 32 times shorter, their cost is quadratic) */
-	for (uint32_t dt = KVMM_DTYPE_FP16; dt < KVMM_DTYPE_COUNT; dt += 2) {
-		bench_prefill(dt, 4096 / (2 * div - 1), 4096 / (2 * div - 1), base); /* a prompt */
-		bench_prefill(dt, 8704 / (2 * div - 1), 512 / (2 * div - 1),
-			      base); /* a chunk over a long context */
-	}
+	bench_prefill_tc(4096 / (2 * div - 1), 4096 / (2 * div - 1), base); /* a prompt */
+	bench_prefill_tc(8704 / (2 * div - 1), 512 / (2 * div - 1), base);  /* a chunk */
+	bench_prefill(KVMM_DTYPE_INT8, 4096 / (2 * div - 1), 4096 / (2 * div - 1), base);
+	bench_prefill(KVMM_DTYPE_INT8, 8704 / (2 * div - 1), 512 / (2 * div - 1), base);
 	for (unsigned int i = 0; i < nr_targets; i++)
 		printf("%s%s\n", targets[i], div > 1 ? " [--quick: not a measurement]" : "");
 	drv->cuEventDestroy(ev0);

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/abi.h"
@@ -48,7 +49,8 @@ static struct {
 	kvmm_cu_ctx ctx;
 	kvmm_cu_module mod;
 	kvmm_cu_function fn[KVMM_DTYPE_COUNT][FN_PER_DTYPE];
-	kvmm_cu_function copy, merge, pmerge; /* copy_pages, decode's and prefill's merges */
+	kvmm_cu_function copy, merge, pmerge;  /* copy_pages, decode's and prefill's merges */
+	kvmm_cu_function tc[KVMM_DTYPE_COUNT]; /* the tensor-core prefill: fp16 and bf16 only */
 	int sms; /* for grid sizing: a few blocks per SM keeps a copy busy */
 } cu = {.lock = PTHREAD_MUTEX_INITIALIZER, .ordinal = -1};
 
@@ -95,6 +97,7 @@ static void unload_locked(void)
 	cu.mod = NULL;
 	cu.ordinal = -1;
 	memset(cu.fn, 0, sizeof(cu.fn));
+	memset(cu.tc, 0, sizeof(cu.tc));
 	cu.copy = NULL;
 	cu.merge = NULL;
 	cu.pmerge = NULL;
@@ -122,6 +125,12 @@ static int load_module_locked(void)
 				return fail(r, name);
 		}
 	}
+	for (unsigned int dt = KVMM_DTYPE_FP16; dt <= KVMM_DTYPE_BF16; dt++) {
+		snprintf(name, sizeof(name), "kvmm_prefill_tc_%s", dtype_names[dt]);
+		r = cu.drv->cuModuleGetFunction(&cu.tc[dt], cu.mod, name);
+		if (r)
+			return fail(r, name);
+	}
 	r = cu.drv->cuModuleGetFunction(&cu.copy, cu.mod, "kvmm_copy_pages");
 	if (r)
 		return fail(r, "kvmm_copy_pages");
@@ -136,6 +145,7 @@ static int load_module_locked(void)
 
 int kvmm_cuda_init(int device)
 {
+	const char *env;
 	int ret = 0;
 
 	pthread_mutex_lock(&cu.lock);
@@ -159,6 +169,9 @@ int kvmm_cuda_init(int device)
 		unload_locked();
 		goto out_unlock;
 	}
+	env = getenv("KVMM_CUDA_PREFILL_TC");
+	if (env && *env)
+		kvmm_cuda_prefill_tc = strcmp(env, "0") != 0;
 	cu.sms = 0;
 	if (cu.drv->cuDeviceGetAttribute(&cu.sms, KVMM_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
 					 cu.dev) ||
@@ -283,6 +296,7 @@ static int attn_args(const struct kvmm_attn_batch *b, const float *q, float *out
  * two, over the longest context the block tables can hold (the host cannot read ctx_lens).
  */
 uint32_t kvmm_cuda_decode_waves = 1;
+uint32_t kvmm_cuda_prefill_tc = 1;
 
 static uint32_t pow2_at_least(uint32_t x)
 {
@@ -335,12 +349,83 @@ static bool decode_layout(struct kvmm_cuda_decode_args *d, uint32_t tile, uint32
 	return total <= limit;
 }
 
+/*
+ * The FMA kernel's slots and tile (attn.cu): the query heads per block (at most GMAX; a larger
+ * group spread evenly over nqg blocks), prefill's rows (as many as fill the slots: GQA 4: 2,
+ * MHA: 8; no more than max_q), then the largest tile that fits, with fewer slots when none
+ * does; -ENOTSUP when not even one slot fits.
+ */
+static int fma_layout(struct kvmm_cuda_decode_args *d, uint32_t max_q)
+{
+	uint32_t tile = 0;
+
+	d->nqg = (d->group + KVMM_CUDA_DECODE_GMAX - 1) / KVMM_CUDA_DECODE_GMAX;
+	d->gb = (d->group + d->nqg - 1) / d->nqg;
+	d->rows = 1;
+	if (max_q) {
+		d->rows = KVMM_CUDA_DECODE_GMAX / d->gb;
+		d->rows = d->rows > max_q ? max_q : d->rows;
+	}
+	for (;;) {
+		for (uint32_t t = 64; t >= 8 && !tile; t >>= 1)
+			if (decode_layout(d, t, KVMM_CUDA_DECODE_SMEM_BUDGET))
+				tile = t;
+		if (!tile && decode_layout(d, 8, KVMM_CUDA_DECODE_SMEM_MAX))
+			tile = 8;
+		if (tile)
+			return 0;
+		/* fewer slots: prefill's rows first, then the query heads */
+		if (d->rows > 1) {
+			d->rows /= 2;
+			continue;
+		}
+		if (d->gb == 1)
+			return -ENOTSUP;
+		d->nqg = (d->group + d->gb / 2 - 1) / (d->gb / 2);
+		d->gb = (d->group + d->nqg - 1) / d->nqg;
+	}
+}
+
+/*
+ * The tensor-core prefill's layout (attn_tc.cu): KVMM_CUDA_TC_SLOTS slots per block, tiles of
+ * KVMM_CUDA_TC_TILE tokens, rows 16 bytes longer than a head's row (bank-conflict free
+ * fragment loads), two stages, then rows_before()'s words.
+ */
+static void tc_layout(struct kvmm_cuda_decode_args *d, uint32_t max_q)
+{
+	const uint32_t tile = KVMM_CUDA_TC_TILE;
+	uint32_t stage;
+
+	d->tc = 1;
+	d->nqg = (d->group + KVMM_CUDA_TC_SLOTS - 1) / KVMM_CUDA_TC_SLOTS;
+	d->gb = (d->group + d->nqg - 1) / d->nqg;
+	d->rows = KVMM_CUDA_TC_SLOTS / d->gb;
+	d->rows = d->rows > max_q ? max_q : d->rows;
+	d->tile = tile;
+	d->tpt = KVMM_CUDA_DECODE_THREADS / tile;
+	d->row_stride = d->chunks * 16 + 16;
+	d->v_soff = tile * d->row_stride;
+	d->ok_soff = d->vs_soff = d->ks_soff = 2 * tile * d->row_stride;
+	stage = round_up16((uint64_t)d->ok_soff + tile * 4);
+	d->stage_bytes = stage;
+	d->q_soff = d->s_soff = d->st_soff = 2 * stage;
+	d->smem_bytes = d->st_soff + KVMM_CUDA_DECODE_WARPS * 8;
+}
+
+/* whether a prefill of this dtype and head_dim runs on the tensor cores */
+static bool tc_fits(uint32_t dtype, uint32_t dim, uint32_t max_q)
+{
+	return max_q && kvmm_cuda_prefill_tc &&
+	       (dtype == KVMM_DTYPE_FP16 || dtype == KVMM_DTYPE_BF16) && dim % 16 == 0 &&
+	       dim <= KVMM_CUDA_TC_MAX_DIM;
+}
+
 /* decode (max_q 0) or prefill of at most max_q new tokens per sequence */
 static int attn_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, uint32_t max_q,
 		     uint32_t resident, struct kvmm_cuda_decode_args *d)
 {
 	const struct kvmm_cuda_pages *pg = &a->pg;
-	uint32_t elem = kvmm_dtype_size(dtype), dim = pg->head_dim, tile = 0;
+	uint32_t elem = kvmm_dtype_size(dtype), dim = pg->head_dim;
 	uint64_t align, cap, pairs;
 
 	if (!elem || !dim || dim > KVMM_CUDA_MAX_HEAD_DIM || !pg->kv_heads ||
@@ -353,14 +438,6 @@ static int attn_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, uint32
 	memset(d, 0, sizeof(*d));
 	d->a = *a;
 	d->group = a->num_q_heads / pg->kv_heads;
-	d->nqg = (d->group + KVMM_CUDA_DECODE_GMAX - 1) / KVMM_CUDA_DECODE_GMAX;
-	d->gb = (d->group + d->nqg - 1) / d->nqg;
-	/* prefill: as many rows as fill the slots (GQA 4: 2, MHA: 8), no more than there are */
-	d->rows = 1;
-	if (max_q) {
-		d->rows = KVMM_CUDA_DECODE_GMAX / d->gb;
-		d->rows = d->rows > max_q ? max_q : d->rows;
-	}
 	d->chunks = (dim * elem + 15) / 16;
 	d->sl = pow2_at_least(d->chunks);
 	d->sl = d->sl > 32 ? 32 : d->sl;
@@ -377,24 +454,10 @@ static int attn_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, uint32
 	d->vec = !(align & 15);
 	if (dtype == KVMM_DTYPE_INT8 && ((pg->ks_off | pg->vs_off | pg->scale_row_bytes) & 3))
 		d->vec = 0;
-	for (;;) {
-		for (uint32_t t = 64; t >= 8 && !tile; t >>= 1)
-			if (decode_layout(d, t, KVMM_CUDA_DECODE_SMEM_BUDGET))
-				tile = t;
-		if (!tile && decode_layout(d, 8, KVMM_CUDA_DECODE_SMEM_MAX))
-			tile = 8;
-		if (tile)
-			break;
-		/* fewer slots: prefill's rows first, then the query heads */
-		if (d->rows > 1) {
-			d->rows /= 2;
-			continue;
-		}
-		if (d->gb == 1)
-			return -ENOTSUP; /* cannot happen with head_dim <= 256 */
-		d->nqg = (d->group + d->gb / 2 - 1) / (d->gb / 2);
-		d->gb = (d->group + d->nqg - 1) / d->nqg;
-	}
+	if (tc_fits(dtype, dim, max_q))
+		tc_layout(d, max_q);
+	else if (fma_layout(d, max_q))
+		return -ENOTSUP; /* cannot happen with head_dim <= 256 */
 	d->max_q = max_q;
 	d->row_tiles = max_q ? (max_q + d->rows - 1) / d->rows : 1;
 	if ((uint64_t)d->row_tiles * d->nqg > INT32_MAX)
@@ -470,7 +533,7 @@ static int attn_launch(const struct kvmm_attn_batch *b, uint32_t max_q, const fl
 	ret = enter();
 	if (ret)
 		return ret;
-	fn = cu.fn[dt][pre ? FN_PREFILL : FN_DECODE];
+	fn = d.tc ? cu.tc[dt] : cu.fn[dt][pre ? FN_PREFILL : FN_DECODE];
 	if (kvmm_cuda_decode_waves && cu.drv->cuMemAllocAsync && cu.drv->cuMemFreeAsync &&
 	    !cu.drv->cuOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, KVMM_CUDA_DECODE_THREADS,
 								 d.smem_bytes) &&

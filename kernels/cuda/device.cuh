@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kernels/cuda/device.cuh - what only the GPU build of the kernels has: the decode kernel's
- * dynamic shared memory and the helpers written in PTX (cp.async, cvt.f32.f16).  module.cu
+ * dynamic shared memory and the helpers written in PTX (cp.async, cvt, mma.sync).  module.cu
  * includes it before the kernel files; the host build of the same kernel files for the fake
  * driver's SIMT emulator (tests/fakecuda/simt_kernels.cc) provides these names itself, which
  * is why they live apart from the kernels that use them.
@@ -43,6 +43,39 @@ __device__ __forceinline__ float half_bits_to_f32(uint32_t h)
 
 	asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
 	return f;
+}
+
+/* fp32 to a 16-bit element of DT (fp16 or bf16), round to nearest even (common.cuh's rounding) */
+template <int DT> __device__ __forceinline__ uint32_t cvt_elem(float f)
+{
+	unsigned short h;
+
+	if constexpr (DT == DT_BF16)
+		asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+	else
+		asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+	return h;
+}
+
+/*
+ * c += a * b on the tensor cores: mma.sync m16n8k16, A row-major 16 x 16, B column-major
+ * 16 x 8, both fp16 or both bf16 (DT), fp32 accumulators; the fragments are laid out over the
+ * warp's lanes as the PTX ISA says (attn_tc.cu).  sm_80 and later.
+ */
+template <int DT>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+					 uint32_t b1)
+{
+	if constexpr (DT == DT_BF16)
+		asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+		    "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+		    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+	else
+		asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+		    "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+		    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 #endif /* KVMM_KERNELS_CUDA_DEVICE_CUH */

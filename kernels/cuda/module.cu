@@ -10,5 +10,6 @@
 #include "device.cuh"
 
 #include "attn.cu"
+#include "attn_tc.cu"
 #include "cache.cu"
 #include "copy.cu"

@@ -120,6 +120,10 @@ struct fiber {
 	void *fake_stack;	    /* ASan's for this fiber */
 	uint32_t shfl_in, shfl_out; /* the 32-bit words exchanged */
 	unsigned int shfl_mask, shfl_src;
+	/* a gather (simt_warp_gather) instead of a shuffle: n words in, 32 * n out; else n 0 */
+	const uint32_t *gather_in;
+	uint32_t *gather_out;
+	unsigned int gather_n;
 	struct copy *copies;
 	unsigned int ncopies, capcopies;
 };
@@ -252,9 +256,24 @@ uint32_t simt_shfl_xor(unsigned int mask, uint32_t v, int lane_mask)
 	f->shfl_in = v;
 	f->shfl_mask = mask;
 	f->shfl_src = lane ^ (unsigned int)lane_mask;
+	f->gather_n = 0;
 	f->state = F_WARP;
 	leave_fiber(false);
 	return f->shfl_out;
+}
+
+void simt_warp_gather(const uint32_t *in, unsigned int n, uint32_t *out)
+{
+	struct fiber *f = S.cur;
+
+	if (!n || n > SIMT_GATHER_MAX)
+		simt_fail("warp gather of %u words", n);
+	f->gather_in = in;
+	f->gather_out = out;
+	f->gather_n = n;
+	f->shfl_mask = 0xffffffffu;
+	f->state = F_WARP;
+	leave_fiber(false);
 }
 
 static bool in_smem(const void *p, unsigned int n)
@@ -391,6 +410,27 @@ static bool run_warp(unsigned int w)
 		for (unsigned int i = w0; i < w1; i++) {
 			struct fiber *f = &S.fibers[i];
 
+			if (f->gather_n != S.fibers[w0].gather_n) {
+				snprintf(S.why, sizeof(S.why),
+					 "%s block (%u,%u,%u): thread %u is at a %s (%u words) "
+					 "while "
+					 "thread %u is at a %s (%u words)",
+					 S.k->name, simt_block_idx.x, simt_block_idx.y,
+					 simt_block_idx.z, i,
+					 f->gather_n ? "warp gather" : "shuffle",
+					 f->gather_n ? f->gather_n : 1, w0,
+					 S.fibers[w0].gather_n ? "warp gather" : "shuffle",
+					 S.fibers[w0].gather_n ? S.fibers[w0].gather_n : 1);
+				S.failed = true;
+				return true;
+			}
+			if (f->gather_n) {
+				/* each lane's words to every lane, lane by lane (the lanes still wait) */
+				for (unsigned int j = w0; j < w1; j++)
+					memcpy(S.fibers[j].gather_out + (i - w0) * f->gather_n,
+					       f->gather_in, f->gather_n * sizeof(uint32_t));
+				continue;
+			}
 			if (f->shfl_mask != 0xffffffffu) {
 				snprintf(S.why, sizeof(S.why),
 					 "%s block (%u,%u,%u): thread %u shuffles with mask %#x; "

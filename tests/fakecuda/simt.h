@@ -71,6 +71,13 @@ extern char simt_dyn_smem[SIMT_DYN_SMEM_MAX];
 void simt_syncthreads(void);
 /* __shfl_xor_sync of a 32-bit word (simt_device.h gives it CUDA's typed overloads) */
 uint32_t simt_shfl_xor(unsigned int mask, uint32_t v, int lane_mask);
+/*
+ * A warp collective for what the GPU's warp-wide instructions exchange (mma.sync): every lane
+ * gives n (at most SIMT_GATHER_MAX) words at in and receives all 32 lanes' words at out, lane
+ * 0's first (32 * n words).  All 32 lanes must call it together with the same n.
+ */
+#define SIMT_GATHER_MAX 8u
+void simt_warp_gather(const uint32_t *in, unsigned int n, uint32_t *out);
 /* cp.async of n (4, 8 or 16) bytes: carried out at the thread's next wait */
 void simt_cp_async(void *dst, const void *src, unsigned int n);
 void simt_cp_async_commit(void);

@@ -42,8 +42,53 @@ static inline float half_bits_to_f32(uint32_t h)
 	return fp16_to_f32((uint16_t)h);
 }
 
+/* cvt.rn.f16.f32 / cvt.rn.bf16.f32: the same round to nearest even as common.cuh's */
+template <int DT> static inline uint32_t cvt_elem(float f)
+{
+	return DT == DT_BF16 ? f32_to_bf16(f) : f32_to_fp16(f);
+}
+
+/*
+ * mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: the warp's fragments gathered (all 32
+ * lanes must be here, as on the GPU), then this lane's four elements of D = A B + C with
+ * the fragment layouts of the PTX ISA (kernels/cuda/attn_tc.cu): lane 4 g + t holds A's
+ * rows g and g + 8, columns 2t, 2t + 1 (registers 0, 1) and + 8 (2, 3); B's rows 2t, 2t + 1
+ * (b0) and + 8 (b1) of column g; C's rows g (c0, c1) and g + 8 (c2, c3), columns 2t, 2t + 1.
+ * The products of 16-bit numbers are exact in double; the sum is rounded once to fp32.
+ */
+template <int DT>
+static inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+	const uint32_t in[6] = {a[0], a[1], a[2], a[3], b0, b1};
+	const uint32_t lane = simt_thread_idx.x % SIMT_WARP, g = lane / 4, t = lane % 4;
+	uint32_t all[SIMT_WARP][6];
+
+	simt_warp_gather(in, 6, &all[0][0]);
+	for (uint32_t i = 0; i < 4; i++) {
+		const uint32_t row = g + 8 * (i / 2), col = 2 * t + i % 2;
+		double sum = c[i];
+
+		for (uint32_t k = 0; k < 16; k++) {
+			/* A(row, k): lane 4 (row % 8) + (k % 8) / 2, register (row / 8) + 2 (k / 8) */
+			uint32_t aw = all[4 * (row % 8) + (k % 8) / 2][row / 8 + 2 * (k / 8)];
+			/* B(k, col): lane 4 col + (k % 8) / 2, b0 or b1 by k / 8 */
+			uint32_t bw = all[4 * col + (k % 8) / 2][4 + k / 8];
+			uint32_t ah = k % 2 ? aw >> 16 : aw & 0xffffu,
+				 bh = k % 2 ? bw >> 16 : bw & 0xffffu;
+			float av = DT == DT_BF16 ? __uint_as_float(ah << 16)
+						 : fp16_to_f32((uint16_t)ah);
+			float bv = DT == DT_BF16 ? __uint_as_float(bh << 16)
+						 : fp16_to_f32((uint16_t)bh);
+
+			sum += (double)av * bv;
+		}
+		c[i] = (float)sum;
+	}
+}
+
 /* ---- the kernel files, as module.cu includes them ---- */
 #include "kernels/cuda/attn.cu"
+#include "kernels/cuda/attn_tc.cu"
 #include "kernels/cuda/cache.cu"
 #include "kernels/cuda/copy.cu"
 
@@ -70,6 +115,8 @@ const struct simt_kernel simt_kernels[] = {
 	SIMT_DTYPES(kvmm_decode_, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
 	SIMT_KERNEL(kvmm_decode_merge, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
 	SIMT_KERNEL(kvmm_prefill_merge, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
+	SIMT_KERNEL(kvmm_prefill_tc_fp16, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
+	SIMT_KERNEL(kvmm_prefill_tc_bf16, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
 	SIMT_DTYPES(kvmm_cache_, struct kvmm_cuda_cache_args, SIMT_MAX_THREADS),
 	SIMT_KERNEL(kvmm_copy_pages, struct kvmm_cuda_copy_args, SIMT_MAX_THREADS),
 };

@@ -52,6 +52,10 @@
 #ifndef KVMM_PREFILL_RANDOM
 #define KVMM_PREFILL_RANDOM 6
 #endif
+/* the same for the tensor-core prefill's shapes */
+#ifndef KVMM_PREFILL_TC_RANDOM
+#define KVMM_PREFILL_TC_RANDOM 4
+#endif
 
 static int gpu_state; /* 0 unknown, 1 usable, -1 not */
 static char gpu_why[512];
@@ -212,6 +216,36 @@ static void test_arg_checks(void **state)
 	assert_int_equal(in_child("/nonexistent/libcuda.so.1", child_arg_checks), 0);
 }
 
+/* the FMA kernel's thread layouts and shared memory (attn.cu), for check_plan() */
+static void check_fma_layout(const struct kvmm_cuda_decode_args *dp, uint32_t dim, uint32_t elem,
+			     uint32_t slots)
+{
+	const struct kvmm_cuda_decode_args d = *dp;
+
+	/* thread layouts: powers of 2 that cover a row */
+	assert_true(d.tile >= 8 && d.tile <= 64 && !(d.tile & (d.tile - 1)));
+	assert_int_equal(d.tile * d.tpt, KVMM_CUDA_DECODE_THREADS);
+	assert_true(d.lpr <= 32 && !(d.lpr & (d.lpr - 1)) && d.lpr * KVMM_CUDA_DECODE_EPL >= dim);
+	assert_true(d.qstride == d.chunks * (16 / elem) && d.qstride >= dim);
+	/* shared rows: 16-byte aligned, padded against bank conflicts, everything inside */
+	assert_true(d.row_stride % 16 == 0 && d.row_stride >= d.chunks * 16);
+	if (d.tpt < 8)
+		assert_true(d.row_stride / 16 % d.tpt == 0 && (d.row_stride / 16 / d.tpt) % 2 == 1);
+	assert_int_equal(d.v_soff, d.tile * d.row_stride);
+	assert_int_equal(d.ks_soff, 2 * d.tile * d.row_stride);
+	assert_true(d.vs_soff == d.ks_soff + d.tile * d.ngroups * 4 &&
+		    d.ok_soff == d.vs_soff + d.tile * d.ngroups * 4);
+	assert_true(d.ok_soff + 4 * d.tile <= d.stage_bytes && d.stage_bytes % 16 == 0);
+	assert_true(2 * d.stage_bytes <= d.q_soff && slots * dim * 4 <= d.q_soff);
+	assert_true(d.q_soff % 16 == 0 && d.s_soff % 16 == 0 && d.st_soff % 16 == 0);
+	assert_true(d.s_soff >= d.q_soff + slots * d.qstride * 4);
+	assert_true(d.st_soff >= d.s_soff + slots * d.tile * 4);
+	assert_int_equal(d.smem_bytes, d.st_soff + KVMM_CUDA_DECODE_ST_WORDS * 4);
+	assert_true(d.smem_bytes <= KVMM_CUDA_DECODE_SMEM_MAX);
+	if (d.tile > 8)
+		assert_true(d.smem_bytes <= KVMM_CUDA_DECODE_SMEM_BUDGET);
+}
+
 /*
  * The split decode's and prefill's host plans (kernels/cuda/cuda.c) on many formats: every
  * size and offset the kernel relies on (Documentation/kernels/cuda.md, "decode") holds.  The
@@ -225,8 +259,9 @@ static uint32_t check_plan(uint32_t dt, uint32_t dim, uint32_t gs, uint32_t kvh,
 	struct kvmm_fmt f;
 	struct kvmm_cuda_attn_args a;
 	struct kvmm_cuda_decode_args d;
-	uint32_t elem = kvmm_dtype_size(dt), layer, slots;
+	uint32_t elem = kvmm_dtype_size(dt), layer, slots, smax;
 	uint64_t cap, align;
+	bool tc;
 
 	if (kvmm_fmt_init(&f, 3, kvh, dim, dt, gs, page_size))
 		return 0; /* a token larger than the page: not a format */
@@ -255,13 +290,18 @@ static uint32_t check_plan(uint32_t dt, uint32_t dim, uint32_t gs, uint32_t kvh,
 	else
 		assert_int_equal(kvmm_cuda_decode_plan(&a, dt, resident, &d), 0);
 
-	/* query heads: all of a group, spread evenly, at most GMAX per block */
+	/* fp16 and bf16 prefill with head_dim a multiple of 16 up to 128: the tensor cores */
+	tc = max_q && kvmm_cuda_prefill_tc && (dt == KVMM_DTYPE_FP16 || dt == KVMM_DTYPE_BF16) &&
+	     dim % 16 == 0 && dim <= KVMM_CUDA_TC_MAX_DIM;
+	assert_int_equal(d.tc, tc);
+	smax = tc ? KVMM_CUDA_TC_SLOTS : KVMM_CUDA_DECODE_GMAX;
+	/* query heads: all of a group, spread evenly, at most smax per block */
 	assert_int_equal(d.group, group);
-	assert_true(d.gb >= 1 && d.gb <= KVMM_CUDA_DECODE_GMAX);
+	assert_true(d.gb >= 1 && d.gb <= smax);
 	assert_true(d.gb * d.nqg >= group && (d.nqg - 1) * d.gb < group);
 	/* rows: decode one; prefill as many as fill the slots, no more than max_q */
 	slots = d.gb * d.rows;
-	assert_true(slots <= KVMM_CUDA_DECODE_GMAX && d.rows >= 1);
+	assert_true(slots <= smax && d.rows >= 1);
 	/* (a bound past what the block tables hold is that) */
 	cap = (uint64_t)max_blocks * f.tokens_per_page;
 	cap = cap > UINT32_MAX ? UINT32_MAX : cap;
@@ -272,34 +312,27 @@ static uint32_t check_plan(uint32_t dt, uint32_t dim, uint32_t gs, uint32_t kvh,
 	} else {
 		assert_true(d.rows <= max_q);
 		/* only a shared-memory squeeze (tile 8 at the hard limit) halves the rows */
-		if (d.tile > 8 && d.rows < max_q)
-			assert_true(2 * slots > KVMM_CUDA_DECODE_GMAX);
+		if ((tc || d.tile > 8) && d.rows < max_q)
+			assert_true(2 * slots > smax);
 		assert_int_equal(d.row_tiles, (max_q + d.rows - 1) / d.rows);
 	}
-	/* thread layouts: powers of 2 that cover a row */
-	assert_true(d.tile >= 8 && d.tile <= 64 && !(d.tile & (d.tile - 1)));
-	assert_int_equal(d.tile * d.tpt, KVMM_CUDA_DECODE_THREADS);
-	assert_true(d.lpr <= 32 && !(d.lpr & (d.lpr - 1)) && d.lpr * KVMM_CUDA_DECODE_EPL >= dim);
 	assert_true(d.sl <= 32 && !(d.sl & (d.sl - 1)) && d.sl >= (d.chunks < 32 ? d.chunks : 32));
 	assert_true(d.chunks * 16 >= dim * elem && (d.chunks - 1) * 16 < dim * elem);
-	assert_true(d.qstride == d.chunks * (16 / elem) && d.qstride >= dim);
-	/* shared rows: 16-byte aligned, padded against bank conflicts, everything inside */
-	assert_true(d.row_stride % 16 == 0 && d.row_stride >= d.chunks * 16);
-	if (d.tpt < 8)
-		assert_true(d.row_stride / 16 % d.tpt == 0 && (d.row_stride / 16 / d.tpt) % 2 == 1);
-	assert_int_equal(d.v_soff, d.tile * d.row_stride);
-	assert_int_equal(d.ks_soff, 2 * d.tile * d.row_stride);
-	assert_true(d.vs_soff == d.ks_soff + d.tile * d.ngroups * 4 &&
-		    d.ok_soff == d.vs_soff + d.tile * d.ngroups * 4);
-	assert_true(d.ok_soff + 4 * d.tile <= d.stage_bytes && d.stage_bytes % 16 == 0);
-	assert_true(2 * d.stage_bytes <= d.q_soff && slots * dim * 4 <= d.q_soff);
-	assert_true(d.q_soff % 16 == 0 && d.s_soff % 16 == 0 && d.st_soff % 16 == 0);
-	assert_true(d.s_soff >= d.q_soff + slots * d.qstride * 4);
-	assert_true(d.st_soff >= d.s_soff + slots * d.tile * 4);
-	assert_int_equal(d.smem_bytes, d.st_soff + KVMM_CUDA_DECODE_ST_WORDS * 4);
-	assert_true(d.smem_bytes <= KVMM_CUDA_DECODE_SMEM_MAX);
-	if (d.tile > 8)
-		assert_true(d.smem_bytes <= KVMM_CUDA_DECODE_SMEM_BUDGET);
+	if (tc) {
+		/* tiles of TC_TILE tokens; rows padded to a word stride of 4 mod 8 (banks) */
+		assert_int_equal(d.tile, KVMM_CUDA_TC_TILE);
+		assert_int_equal(d.row_stride, d.chunks * 16 + 16);
+		assert_int_equal(d.row_stride / 4 % 8, 4);
+		assert_int_equal(d.v_soff, d.tile * d.row_stride);
+		assert_int_equal(d.ok_soff, 2 * d.tile * d.row_stride);
+		assert_true(d.ngroups == 0 && d.ok_soff + 4 * d.tile <= d.stage_bytes &&
+			    d.stage_bytes % 16 == 0);
+		assert_true(d.st_soff >= 2 * d.stage_bytes && d.st_soff % 8 == 0);
+		assert_int_equal(d.smem_bytes, d.st_soff + 8 * KVMM_CUDA_DECODE_WARPS);
+		assert_true(d.smem_bytes <= KVMM_CUDA_DECODE_SMEM_MAX);
+	} else {
+		check_fma_layout(&d, dim, elem, slots);
+	}
 	/* the vector path only when every row start is 16-byte aligned */
 	align = base | f.page_size | a.pg.k_off | a.pg.v_off | f.row_bytes | (dim * elem);
 	if (dt == KVMM_DTYPE_INT8)
@@ -328,7 +361,7 @@ static uint32_t check_plan(uint32_t dt, uint32_t dim, uint32_t gs, uint32_t kvh,
 static void test_decode_plan(void **state)
 {
 	static const uint32_t dims[] = {128, 64, 256, 80, 96, 72, 100, 17, 1, 32, 160, 250};
-	static const uint32_t groups[] = {1, 2, 4, 5, 7, 8, 9, 12, 16, 32, 64};
+	static const uint32_t groups[] = {1, 2, 4, 5, 7, 8, 9, 12, 16, 32, 64, 96};
 
 	(void)state;
 	for (int i = 0; i < 3000; i++) {
@@ -346,10 +379,12 @@ static void test_decode_plan(void **state)
 			page += 4 * (1 + rnd(3)); /* frames not 16-byte aligned: the byte path */
 		if (rnd(8) == 0)
 			base += 8;
-		check_plan(dt, dim, gs, 1 + rnd(8), groups[rnd(11)], page, base, 1 + rnd(600),
+		kvmm_cuda_prefill_tc = rnd(4) != 0;
+		check_plan(dt, dim, gs, 1 + rnd(8), groups[rnd(12)], page, base, 1 + rnd(600),
 			   1 + rnd(600), rnd(3) ? 132 * (1 + rnd(8)) : 0,
 			   rnd(2) ? 0 : 1 + rnd(rnd(2) ? 8 : 3000));
 	}
+	kvmm_cuda_prefill_tc = 1;
 	/* the benchmark's shapes, fp16, 2 MiB pages, 132 SMs x 4 blocks: they split */
 	{
 		struct kvmm_fmt f;
@@ -388,7 +423,12 @@ static void test_decode_plan(void **state)
 		assert_int_equal(kvmm_cuda_batch_plan(&b, 5, &d), -EINVAL); /* prefill, no q_lens */
 		b.q_lens = &ql;
 		assert_int_equal(kvmm_cuda_batch_plan(&b, 5, &d), 0);
-		assert_true(d.rows == 2 && d.gb == 3 && d.max_q == 5 && d.row_tiles == 3);
+		/* on the tensor cores: all 5 rows x 3 heads in one block */
+		assert_true(d.tc && d.rows == 5 && d.gb == 3 && d.max_q == 5 && d.row_tiles == 1);
+		kvmm_cuda_prefill_tc = 0; /* the FMA kernel: 2 rows of 3 heads */
+		assert_int_equal(kvmm_cuda_batch_plan(&b, 5, &d), 0);
+		assert_true(!d.tc && d.rows == 2 && d.gb == 3 && d.max_q == 5 && d.row_tiles == 3);
+		kvmm_cuda_prefill_tc = 1;
 		assert_int_equal(kvmm_cuda_batch_plan(&b, 0, &d), 0);
 		assert_true(d.rows == 1 && d.gb == 3 && d.nsplit == 1);
 		b.num_q_heads = 5; /* not a multiple of the KV heads */
@@ -815,12 +855,13 @@ static uint32_t pick_qlen(uint32_t ctx, uint32_t cap)
 
 #ifdef KVMM_TEST_SIMT
 /* the rows a prefill block serves, from the host's own plan */
-static uint32_t prefill_rows(const struct kvmm_attn_batch *b, uint32_t max_q)
+/* the plan a launch of b starts from (max_q 0: decode) */
+static struct kvmm_cuda_decode_args batch_plan(const struct kvmm_attn_batch *b, uint32_t max_q)
 {
 	struct kvmm_cuda_decode_args d;
 
 	assert_int_equal(kvmm_cuda_batch_plan(b, max_q, &d), 0);
-	return d.rows;
+	return d;
 }
 #endif
 
@@ -937,17 +978,19 @@ static void check_attn(const struct dshape *sh, bool pre)
 #ifdef KVMM_TEST_SIMT
 		/*
 		 * Bandwidth, as far as it can be seen without a GPU: with one block per KV head
-		 * (GQA groups up to KVMM_CUDA_DECODE_GMAX) and 16-byte aligned rows (cp.async),
+		 * (GQA groups up to KVMM_CUDA_DECODE_GMAX, on the tensor cores up to
+		 * KVMM_CUDA_TC_SLOTS) and 16-byte aligned rows (cp.async),
 		 * decode reads every K and V row (and scale) of the layer exactly once, split or
 		 * not: no row twice, none skipped.  Prefill's block reads the tokens its last row
 		 * sees, once, for all its rows and query heads.
 		 */
-		if (sh->group <= KVMM_CUDA_DECODE_GMAX && (sh->dim * f.elem_bytes) % 16 == 0 &&
-		    f.page_size % 16 == 0) {
+		struct kvmm_cuda_decode_args pd = batch_plan(&b, pre ? mq : 0);
+
+		if (pd.nqg == 1 && (sh->dim * f.elem_bytes) % 16 == 0 && f.page_size % 16 == 0) {
 			uint64_t seen = ntok, per_row = 0, want;
 
 			if (pre) {
-				uint32_t rows = mq ? prefill_rows(&b, mq) : 1;
+				uint32_t rows = pd.rows;
 
 				seen = 0;
 				for (uint32_t i = 0; i < sh->nr_seqs; i++) {
@@ -1165,6 +1208,89 @@ static void test_decode_random_vs_cpu(void **state)
 	random_attn(false, 10);
 }
 
+/*
+ * Prefill on the tensor cores (attn_tc.cu; the shapes above that qualify ran there too):
+ * shapes that fill its 64 slots every way - MHA (64 rows over the 4 warps), GQA 3 (21 rows,
+ * 63 slots: the last warp partly empty), 64 query heads (one row), 96 (two blocks of 48 per KV
+ * head), head_dim 16 to 128, unaligned frames (the byte path), a few new tokens over a long
+ * context (split) - then random ones, all against the CPU with the fp32 kernels' bound; and
+ * the FMA kernel on the first two with kvmm_cuda_prefill_tc cleared.
+ */
+static void test_prefill_tc_vs_cpu(void **state)
+{
+	static const struct dshape shapes[] = {
+		/* dt, dim, gs, kvh, group, page, seqs, max ctx, max new */
+		{KVMM_DTYPE_FP16, 32, 0, 2, 1, 16 << 10, 2, 300, 0},	   /* MHA: 64 rows */
+		{KVMM_DTYPE_BF16, 112, 0, 1, 3, 24 << 10, 2, 200, 0},	   /* 21 rows of 3 */
+		{KVMM_DTYPE_FP16, 16, 0, 1, 64, 8192, 2, 120, 0},	   /* 1 row of 64 */
+		{KVMM_DTYPE_BF16, 80, 0, 1, 96, 40 << 10, 1, 60, 0},	   /* 2 blocks of 48 */
+		{KVMM_DTYPE_FP16, 48, 0, 2, 5, (16 << 10) + 8, 3, 150, 0}, /* unaligned */
+		{KVMM_DTYPE_BF16, 128, 0, 1, 4, 64 << 10, 1, 3000, 3},	   /* split */
+	};
+	static const uint64_t pages[] = {4096, 8192 + 8, 16 << 10, 64 << 10, 2 << 20};
+	struct kvmm_cuda_decode_args d;
+	unsigned int done = 0;
+
+	(void)state;
+	NEED_GPU();
+	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+		check_attn(&shapes[i], true);
+	while (done < KVMM_PREFILL_TC_RANDOM) {
+		/* (many query heads make many blocks: their contexts are kept short) */
+		uint32_t group = 1 + rnd(rnd(4) ? 8 : 64);
+		struct dshape sh = {rnd(2) ? KVMM_DTYPE_FP16 : KVMM_DTYPE_BF16,
+				    16 * (1 + rnd(8)),
+				    0,
+				    1 + rnd(2),
+				    group,
+				    pages[rnd(sizeof(pages) / sizeof(pages[0]))],
+				    1 + rnd(3),
+				    1 + rnd(group > 8 ? 60 : 250),
+				    rnd(3) ? 0 : 1 + rnd(16)};
+		struct kvmm_fmt f;
+
+		if (kvmm_fmt_init(&f, 2, sh.kvh, sh.dim, sh.dt, 0, sh.page))
+			continue; /* no token fits the page: draw again */
+		check_attn(&sh, true);
+		done++;
+	}
+	/* the same batches on the FMA kernel */
+	kvmm_cuda_prefill_tc = 0;
+	check_attn(&shapes[0], true);
+	check_attn(&shapes[1], true);
+	kvmm_cuda_prefill_tc = 1;
+	/* which kernel a plan picks */
+	{
+		struct kvmm_fmt f;
+		struct kvmm_attn_batch b;
+		uint32_t ctx = 40, ql = 40;
+		int32_t table[4] = {0};
+
+		memset(&b, 0, sizeof(b));
+		b.kv = (struct kvmm_kv_pages){(void *)(uintptr_t)0x10000, &f, 1, 8};
+		b.nr_seqs = 1;
+		b.num_q_heads = 4;
+		b.max_blocks = 4;
+		b.block_tables = table;
+		b.ctx_lens = &ctx;
+		b.q_lens = &ql;
+		for (uint32_t dt = KVMM_DTYPE_FP32; dt < KVMM_DTYPE_COUNT; dt++)
+			for (uint32_t dim = 8; dim <= 256; dim += 8) {
+				bool want = (dt == KVMM_DTYPE_FP16 || dt == KVMM_DTYPE_BF16) &&
+					    dim % 16 == 0 && dim <= KVMM_CUDA_TC_MAX_DIM;
+
+				assert_int_equal(kvmm_fmt_init(&f, 2, 2, dim, dt,
+							       dt == KVMM_DTYPE_INT8 ? 8 : 0,
+							       64 << 10),
+						 0);
+				assert_int_equal(kvmm_cuda_batch_plan(&b, 40, &d), 0);
+				assert_int_equal(d.tc, want);
+				assert_int_equal(kvmm_cuda_batch_plan(&b, 0, &d), 0);
+				assert_int_equal(d.tc, 0); /* decode never */
+			}
+	}
+}
+
 static void test_prefill_random_vs_cpu(void **state)
 {
 	(void)state;
@@ -1356,6 +1482,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_decode_random_vs_cpu),
 		cmocka_unit_test(test_prefill_vs_cpu),
 		cmocka_unit_test(test_prefill_random_vs_cpu),
+		cmocka_unit_test(test_prefill_tc_vs_cpu),
 		cmocka_unit_test(test_backend_round_trip),
 		cmocka_unit_test(test_export_import),
 	};

@@ -261,6 +261,61 @@ static void test_shuffle_errors(void **state)
 	test_correct_kernel(state);
 }
 
+/* ---- warp gathers (mma.sync) ---------------------------------------------------------------- */
+
+/*
+ * Every lane gathers knob words from all lanes (word i of lane l: l * 100 + i + 1000 * warp),
+ * twice in a row into the same buffer (the second must not see the first's words), and
+ * out[tid] counts the words that came back wrong.  knob 0: lanes below 16 shuffle while the
+ * others gather; knob 9: more words than a gather takes.
+ */
+static void k_gather(const void *p)
+{
+	const struct args *a = p;
+	uint32_t in[SIMT_GATHER_MAX + 1] = {0}, all[SIMT_WARP * (SIMT_GATHER_MAX + 1)];
+	unsigned int n = a->knob, bad = 0;
+
+	if (!n) {
+		if (LANE < 16)
+			warp_sum(1.0f, 0xffffffffu);
+		else
+			simt_warp_gather(in, 1, all);
+		return;
+	}
+	for (unsigned int round = 0; round < 2; round++) {
+		for (unsigned int i = 0; i < n; i++)
+			in[i] = LANE * 100 + i + 1000 * WARP + 77777 * round;
+		simt_warp_gather(in, n, all);
+		for (unsigned int l = 0; l < SIMT_WARP; l++)
+			for (unsigned int i = 0; i < n; i++)
+				bad += all[l * n + i] != l * 100 + i + 1000 * WARP + 77777 * round;
+	}
+	a->out[TID] = (float)bad;
+}
+
+static void test_warp_gather(void **state)
+{
+	float out[96];
+	struct args a = {out, NULL, 6};
+
+	(void)state;
+	for (unsigned int n = 1; n <= SIMT_GATHER_MAX; n += 5) {
+		a.knob = n;
+		memset(out, 0xff, sizeof(out));
+		assert_int_equal(launch(k_gather, 2, 96, 0, &a), 0);
+		for (unsigned int i = 0; i < 96; i++)
+			assert_true(out[i] == 0.0f);
+	}
+	a.knob = 0;
+	assert_int_equal(launch(k_gather, 1, 64, 0, &a), -1);
+	assert_non_null(strstr(err, "warp gather"));
+	assert_non_null(strstr(err, "shuffle"));
+	a.knob = SIMT_GATHER_MAX + 1;
+	assert_int_equal(launch(k_gather, 1, 32, 0, &a), -1);
+	assert_non_null(strstr(err, "warp gather of 9 words"));
+	test_correct_kernel(state);
+}
+
 /* ---- cp.async --------------------------------------------------------------------------------- */
 
 static const char *global_lo, *global_hi; /* what the test's "driver" calls device memory */
@@ -389,6 +444,7 @@ int main(void)
 		cmocka_unit_test(test_exited_threads_do_not_block),
 		cmocka_unit_test(test_lockstep_assumption_caught),
 		cmocka_unit_test(test_shuffle_errors),
+		cmocka_unit_test(test_warp_gather),
 		cmocka_unit_test(test_cp_async),
 		cmocka_unit_test(test_seed_and_dims),
 	};

@@ -1,0 +1,344 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kernels/cuda/attn_tc.cu - paged prefill attention on the tensor cores, for fp16 and bf16 KV
+ * (included by module.cu after attn.cu, whose staging, row offsets, splits and merge it uses).
+ *
+ * Prefill does many multiply-adds per K/V byte (every new token's query heads against every
+ * token it sees), so on CUDA cores it is bound by fp32 FMAs; the tensor cores do the same
+ * products an order of magnitude faster.  A block is kvmm_prefill_<dt>'s block grown to
+ * KVMM_CUDA_TC_SLOTS slots (d.rows new tokens x d.gb query heads of one KV head, same grid,
+ * same splits, same merge): each of its four warps holds 16 slots as the rows of mma.sync
+ * m16n8k16 fragments, and per tile of KVMM_CUDA_TC_TILE staged tokens it computes
+ *   S = Q K^T   (16 x 32 per warp: 4 n-tiles of 8 tokens, head_dim / 16 k-steps),
+ *   the online softmax of S's rows in registers (each lane holds 2 rows x 8 tokens; a row's
+ *   4 lanes reduce with two shuffles), and
+ *   O += P V    (16 x head_dim: head_dim / 8 n-tiles, 2 k-steps of 16 tokens),
+ * with fp32 accumulators throughout.  S's accumulator layout is exactly the A-fragment
+ * layout P needs, so the weights never leave the registers.
+ *
+ * Precision: the K and V elements are fp16 or bf16 already and enter the products exactly.
+ * The queries (fp32, scaled) and the weights (fp32) would lose their low bits as 16-bit
+ * operands, so each enters as two: hi, the value rounded to the KV's type, and lo, the rounding
+ * error x - hi rounded again; hi * k + lo * k is x * k to about 2^-22 (fp16) or 2^-16 (bf16)
+ * relative, against 2^-11 / 2^-8 for hi alone.  That doubles the tensor work (still far below
+ * the FMA kernel's time) and keeps the results within the bound the fp32 kernels meet against
+ * the CPU (test_cuda).  fp16's range still applies to hi: |q * scale| must stay below 65504.
+ *
+ * Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"),
+ * lane = 4 * g + t (g = lane / 4, t = lane % 4):
+ *   A (16 x 16, row-major), four 32-bit registers of two elements (lower index in the low half):
+ *     a[0] = (row g, cols 2t, 2t+1), a[1] = (row g+8, cols 2t, 2t+1),
+ *     a[2] = (row g, cols 2t+8, 2t+9), a[3] = (row g+8, cols 2t+8, 2t+9);
+ *   B (16 x 8, column-major): b0 = (rows 2t, 2t+1, col g), b1 = (rows 2t+8, 2t+9, col g);
+ *   C (16 x 8, fp32): c[0], c[1] = (row g, cols 2t, 2t+1), c[2], c[3] = (row g+8, same cols).
+ * K rows are staged [token][dim], so B = K^T's pairs are one 32-bit load; V's pairs are two
+ * 16-bit loads from consecutive token rows.  Staged rows are 16 * chunks + 16 bytes apart
+ * (a word stride of 4 mod 8), so the 32 lanes of either load hit 32 different banks.
+ *
+ * Shared memory: two stages of [K rows | V rows | ok flags] of KVMM_CUDA_TC_TILE tokens, then
+ * rows_before()'s words (the plan: kvmm_cuda_prefill_plan with tc set).  V rows past a tile's
+ * last token are zeroed: their weights are 0, but 0 times a NaN left in shared memory is not.
+ */
+
+#define TC_NK (KVMM_CUDA_TC_MAX_DIM / 16) /* k-steps of the scores, at most */
+#define TC_NJ (KVMM_CUDA_TC_MAX_DIM / 8)  /* n-tiles of the weighted sums, at most */
+#define TC_NT (KVMM_CUDA_TC_TILE / 8)	  /* n-tiles of the scores: 8 tokens each */
+
+/* fp32 from a 16-bit element of DT */
+template <int DT> __device__ __forceinline__ float elem16_to_f32(uint32_t b)
+{
+	if constexpr (DT == DT_BF16)
+		return __uint_as_float(b << 16);
+	else
+		return half_bits_to_f32(b);
+}
+
+/* (x0, x1) as two packed pairs of DT elements, x0 in the low halves: hi + lo == x to ~2x DT's bits */
+template <int DT>
+__device__ __forceinline__ void split2(float x0, float x1, uint32_t &hi, uint32_t &lo)
+{
+	const uint32_t h0 = cvt_elem<DT>(x0), h1 = cvt_elem<DT>(x1);
+
+	hi = h0 | h1 << 16;
+	lo = cvt_elem<DT>(x0 - elem16_to_f32<DT>(h0)) | cvt_elem<DT>(x1 - elem16_to_f32<DT>(h1))
+								<< 16;
+}
+
+/* column c of staged V rows r and r + 1 (rs bytes apart), packed with row r low */
+__device__ __forceinline__ uint32_t vpair(const char *v, uint32_t rs, uint32_t r, uint32_t c)
+{
+	const uint16_t lo = *(const uint16_t *)(v + r * rs + 2 * c);
+	const uint16_t hi = *(const uint16_t *)(v + (r + 1) * rs + 2 * c);
+
+	return (uint32_t)lo | (uint32_t)hi << 16;
+}
+
+/* stage_tile(), and zeros in the V rows of the tile past its tn tokens */
+template <int DT>
+__device__ __forceinline__ void
+tc_stage(const struct kvmm_cuda_decode_args &d, const int32_t *table, uint32_t h, char *st,
+	 uint32_t t0, uint32_t tn, uint32_t sl_sh, uint32_t &cur_pi, int32_t &cur_f)
+{
+	stage_tile<DT>(d, table, h, st, t0, tn, sl_sh, cur_pi, cur_f);
+	for (uint32_t i = threadIdx.x; i < (KVMM_CUDA_TC_TILE - tn) * d.row_stride / 16;
+	     i += KVMM_CUDA_DECODE_THREADS)
+		*(uint4 *)(st + d.v_soff + tn * d.row_stride + 16 * i) = make_uint4(0, 0, 0, 0);
+}
+
+/*
+ * The scores of one tile for the warp's 16 slots (sc: 4 n-tiles of C fragments), masked
+ * (absent tokens, tokens past the tile, causal limits la / lb of the lane's rows g and g + 8),
+ * then the online softmax: sc becomes the weights, mx / ls the rows' running max and (the
+ * lane's share of) sum, and o is rescaled to the new max.
+ */
+template <int DT>
+__device__ __forceinline__ void
+tc_scores(const struct kvmm_cuda_decode_args &d, const char *st, const uint32_t (&qh)[TC_NK][4],
+	  const uint32_t (&ql)[TC_NK][4], uint32_t t0, uint32_t tn, uint32_t la, uint32_t lb,
+	  float (&sc)[TC_NT][4], float (&mx)[2], float (&ls)[2], float (&o)[TC_NJ][4])
+{
+	const uint32_t lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+	const uint32_t nk = d.a.pg.head_dim / 16, nj = d.a.pg.head_dim / 8;
+	const int *okf = (const int *)(st + d.ok_soff);
+	float m[2] = {-INFINITY, -INFINITY}, nm[2], corr[2], sum[2] = {0.0f, 0.0f};
+
+#pragma unroll
+	for (uint32_t nt = 0; nt < TC_NT; nt++) {
+		/* B = K^T: this lane's token nt * 8 + g, dims 2t, 2t + 1 (+ 8) of each k-step */
+		const char *kr = st + (nt * 8 + g) * d.row_stride + 4 * t4;
+
+#pragma unroll
+		for (uint32_t i = 0; i < 4; i++)
+			sc[nt][i] = 0.0f;
+#pragma unroll
+		for (uint32_t kk = 0; kk < TC_NK; kk++) {
+			uint32_t b0, b1;
+
+			if (kk >= nk)
+				break;
+			b0 = *(const uint32_t *)(kr + 32 * kk);
+			b1 = *(const uint32_t *)(kr + 32 * kk + 16);
+			mma16816<DT>(sc[nt], qh[kk], b0, b1);
+			mma16816<DT>(sc[nt], ql[kk], b0, b1);
+		}
+#pragma unroll
+		for (uint32_t i = 0; i < 4; i++) {
+			const uint32_t tok = nt * 8 + 2 * t4 + (i & 1);
+
+			if (!(tok < tn && okf[tok] && t0 + tok < (i < 2 ? la : lb)))
+				sc[nt][i] = -INFINITY;
+			m[i >> 1] = fmaxf(m[i >> 1], sc[nt][i]);
+		}
+	}
+#pragma unroll
+	for (uint32_t r = 0; r < 2; r++) {
+		/* a row's 32 tokens are on its 4 lanes (t = 0..3) */
+		m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
+		m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 2));
+		nm[r] = fmaxf(mx[r], m[r]);
+		/* no token seen yet: weights 0, factor 1 (exp(-inf - -inf) would be NaN) */
+		corr[r] = nm[r] == -INFINITY ? 1.0f : expf(mx[r] - nm[r]);
+		mx[r] = nm[r];
+	}
+#pragma unroll
+	for (uint32_t nt = 0; nt < TC_NT; nt++)
+#pragma unroll
+		for (uint32_t i = 0; i < 4; i++) {
+			const float n = nm[i >> 1];
+			const float p = n == -INFINITY ? 0.0f : expf(sc[nt][i] - n);
+
+			sc[nt][i] = p;
+			sum[i >> 1] += p;
+		}
+	ls[0] = ls[0] * corr[0] + sum[0];
+	ls[1] = ls[1] * corr[1] + sum[1];
+#pragma unroll
+	for (uint32_t j = 0; j < TC_NJ; j++) {
+		if (j >= nj)
+			break;
+		o[j][0] *= corr[0];
+		o[j][1] *= corr[0];
+		o[j][2] *= corr[1];
+		o[j][3] *= corr[1];
+	}
+}
+
+/* o += P V for one tile: the weights sc (C fragments) reused as A fragments, hi and lo */
+template <int DT>
+__device__ __forceinline__ void tc_values(const struct kvmm_cuda_decode_args &d, const char *st,
+					  const float (&sc)[TC_NT][4], float (&o)[TC_NJ][4])
+{
+	const uint32_t lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+	const uint32_t nj = d.a.pg.head_dim / 8, rs = d.row_stride;
+	const char *vs = st + d.v_soff;
+
+#pragma unroll
+	for (uint32_t kk = 0; kk < TC_NT / 2; kk++) {
+		/* tokens 16 kk ... 16 kk + 15: S's n-tiles 2 kk (cols 0-7) and 2 kk + 1 (8-15) */
+		const uint32_t r = 16 * kk + 2 * t4;
+		uint32_t ph[4], pl[4];
+
+		split2<DT>(sc[2 * kk][0], sc[2 * kk][1], ph[0], pl[0]);
+		split2<DT>(sc[2 * kk][2], sc[2 * kk][3], ph[1], pl[1]);
+		split2<DT>(sc[2 * kk + 1][0], sc[2 * kk + 1][1], ph[2], pl[2]);
+		split2<DT>(sc[2 * kk + 1][2], sc[2 * kk + 1][3], ph[3], pl[3]);
+#pragma unroll
+		for (uint32_t j = 0; j < TC_NJ; j++) {
+			uint32_t b0, b1;
+
+			if (j >= nj)
+				break;
+			b0 = vpair(vs, rs, r, 8 * j + g);
+			b1 = vpair(vs, rs, r + 8, 8 * j + g);
+			mma16816<DT>(o[j], ph, b0, b1);
+			mma16816<DT>(o[j], pl, b0, b1);
+		}
+	}
+}
+
+template <int DT> __device__ __forceinline__ void tc_body(const struct kvmm_cuda_decode_args &d)
+{
+	const struct kvmm_cuda_attn_args &a = d.a;
+	char *smem = kvmm_decode_smem;
+	const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const uint32_t g = lane >> 2, t4 = lane & 3;
+	const uint32_t seq = blockIdx.z, h = blockIdx.y;
+	/* blockIdx.x = (split * row_tiles + row tile) * nqg + query group, as attn_body() */
+	const uint32_t xq = blockIdx.x / d.nqg, qg = blockIdx.x - xq * d.nqg;
+	const uint32_t xs = xq / d.row_tiles, rt = xq - xs * d.row_tiles;
+	const uint32_t hq0 = h * d.group + qg * d.gb, gbn = min(d.gb, d.group - qg * d.gb);
+	const uint32_t dim = a.pg.head_dim, nk = dim / 16, nj = dim / 8;
+	const uint32_t ctx = clamp_len(a, ((const uint32_t *)a.ctx_lens)[seq]);
+	const int32_t *table = (const int32_t *)a.block_tables + (uint64_t)seq * a.max_blocks;
+	const uint32_t sl_sh = __ffs(d.sl) - 1;
+	const uint32_t qnew = seq_new(d, seq, ctx), qlen = min(qnew, d.max_q), r0 = rt * d.rows;
+	const uint32_t m0 = warp * 16 + g, m1 = m0 + 8; /* the lane's two fragment rows: slots */
+	struct slots sl = {0, 0, gbn, a.num_q_heads};
+	uint32_t qh[TC_NK][4], ql[TC_NK][4], nr, ns, lim0, la, lb, tbeg = 0, tend, s = 0;
+	uint32_t cur_pi = 0xffffffffu;
+	int32_t cur_f = -1;
+	float o[TC_NJ][4], mx[2] = {-INFINITY, -INFINITY}, ls[2] = {0.0f, 0.0f};
+
+	if (r0 >= qlen)
+		return; /* the same for the whole block, before any barrier */
+	nr = min(d.rows, qlen - r0);
+	sl.orow0 = (rows_before(d, seq, (uint64_t *)(smem + d.st_soff)) + r0) * a.num_q_heads + hq0;
+	sl.prow0 = ((uint64_t)seq * d.max_q + r0) * a.num_q_heads + hq0;
+	ns = nr * gbn;
+	lim0 = ctx - qnew + r0 + 1; /* row r0's position + 1 */
+	tend = lim0 + nr - 1;	    /* the last row's limit */
+	if (d.nsplit > 1) {
+		uint64_t b = (uint64_t)xs * d.split_tokens;
+
+		if (b >= tend)
+			return; /* nothing here; the merge reads no part of these rows from here */
+		tbeg = (uint32_t)b;
+		tend = (uint32_t)min((uint64_t)tend, b + d.split_tokens);
+	}
+	/* causal limits of the lane's rows; 0 for slots past ns, whose tokens are all masked */
+	la = m0 < ns ? lim0 + m0 / gbn : 0;
+	lb = m1 < ns ? lim0 + m1 / gbn : 0;
+
+	/* the scaled queries as A fragments (zero for slots past ns), hi and lo */
+#pragma unroll
+	for (uint32_t kk = 0; kk < TC_NK; kk++)
+#pragma unroll
+		for (uint32_t r = 0; r < 4; r++) {
+			const uint32_t m = r & 1 ? m1 : m0, c = 16 * kk + 8 * (r >> 1) + 2 * t4;
+			float x0 = 0.0f, x1 = 0.0f;
+
+			if (kk < nk && m < ns) {
+				const float *q =
+					(const float *)a.q + slot_row(sl, sl.orow0, m) * dim + c;
+
+				x0 = q[0] * a.scale;
+				x1 = q[1] * a.scale;
+			}
+			split2<DT>(x0, x1, qh[kk][r], ql[kk][r]);
+		}
+#pragma unroll
+	for (uint32_t j = 0; j < TC_NJ; j++)
+#pragma unroll
+		for (uint32_t i = 0; i < 4; i++)
+			o[j][i] = 0.0f;
+
+	if (tbeg < tend)
+		tc_stage<DT>(d, table, h, smem, tbeg, min(KVMM_CUDA_TC_TILE, tend - tbeg), sl_sh,
+			     cur_pi, cur_f);
+	cp_async_commit();
+	for (uint32_t t0 = tbeg; t0 < tend; s ^= 1) {
+		const char *st = smem + s * d.stage_bytes;
+		const uint32_t tn = min(KVMM_CUDA_TC_TILE, tend - t0);
+
+		/* tile t0 is in stage s; every warp is done with stage s ^ 1 */
+		cp_async_wait_all();
+		__syncthreads();
+		if (tend - t0 > KVMM_CUDA_TC_TILE)
+			tc_stage<DT>(d, table, h, smem + (s ^ 1) * d.stage_bytes,
+				     t0 + KVMM_CUDA_TC_TILE,
+				     min(KVMM_CUDA_TC_TILE, tend - t0 - KVMM_CUDA_TC_TILE), sl_sh,
+				     cur_pi, cur_f);
+		cp_async_commit();
+		if (warp * 16 < ns) { /* the same for the whole warp: mma.sync needs all lanes */
+			float sc[TC_NT][4];
+
+			tc_scores<DT>(d, st, qh, ql, t0, tn, la, lb, sc, mx, ls, o);
+			tc_values<DT>(d, st, sc, o);
+		}
+		if (tend - t0 <= KVMM_CUDA_TC_TILE)
+			break;
+		t0 += KVMM_CUDA_TC_TILE;
+	}
+
+	/* the rows' sums over their 4 lanes, then each lane writes its 2 columns per n-tile */
+#pragma unroll
+	for (uint32_t r = 0; r < 2; r++) {
+		ls[r] += __shfl_xor_sync(0xffffffffu, ls[r], 1);
+		ls[r] += __shfl_xor_sync(0xffffffffu, ls[r], 2);
+	}
+#pragma unroll
+	for (uint32_t r = 0; r < 2; r++) {
+		const uint32_t m = r ? m1 : m0;
+
+		if (m >= ns)
+			continue;
+		if (d.nsplit == 1) {
+			float *out = (float *)a.out + slot_row(sl, sl.orow0, m) * dim + 2 * t4;
+			const float inv = ls[r] > 0.0f ? 1.0f / ls[r] : 0.0f;
+
+#pragma unroll
+			for (uint32_t j = 0; j < TC_NJ; j++) {
+				if (j >= nj)
+					break;
+				out[8 * j] = ls[r] > 0.0f ? o[j][2 * r] * inv : 0.0f;
+				out[8 * j + 1] = ls[r] > 0.0f ? o[j][2 * r + 1] * inv : 0.0f;
+			}
+		} else {
+			/* part xs of slot m: part row slot_row(prow0, m) * nsplit + xs */
+			const uint64_t pr = slot_row(sl, sl.prow0, m) * d.nsplit + xs;
+			float *acc = (float *)d.part_acc + pr * dim + 2 * t4;
+
+#pragma unroll
+			for (uint32_t j = 0; j < TC_NJ; j++) {
+				if (j >= nj)
+					break;
+				acc[8 * j] = o[j][2 * r];
+				acc[8 * j + 1] = o[j][2 * r + 1];
+			}
+			if (t4 == 0) {
+				((float *)d.part_ml)[pr * 2] = mx[r];
+				((float *)d.part_ml)[pr * 2 + 1] = ls[r];
+			}
+		}
+	}
+}
+
+#define KVMM_ATTN_TC_KERNEL(name, dt)                                             \
+	extern "C" __global__ void __launch_bounds__(KVMM_CUDA_DECODE_THREADS, 2) \
+		kvmm_prefill_tc_##name(const struct kvmm_cuda_decode_args d)      \
+	{                                                                         \
+		tc_body<dt>(d);                                                   \
+	}
+
+KVMM_ATTN_TC_KERNEL(fp16, DT_FP16)
+KVMM_ATTN_TC_KERNEL(bf16, DT_BF16)

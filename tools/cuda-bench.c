@@ -12,7 +12,7 @@
  * decode at >= 80 % of the copy bandwidth.  Decode shapes: short contexts (512 sequences of
  * 32 tokens), one 32k-token sequence, and 8 sequences of 8k, 32 query / 8 KV heads, dim 128.
  * Prefill (fp16 and int8): a 4096-token prompt, and 512 new tokens over 8192 cached (chunked
- * prefill), fp16 both on the tensor cores ("prefill tc") and on the FMA kernel
+ * prefill), each both on the tensor cores ("prefill tc") and on the FMA kernel
  * (kvmm_cuda_prefill_tc 0) with the ratio of their times; its bandwidth is the K/V bytes its blocks stage (each block the tokens its last
  * row sees, once for all its rows and heads: mostly L2 hits, so it may pass the copy's), and
  * its arithmetic rate, 4 * head_dim flops per query head and visible token, is printed too.
@@ -410,15 +410,15 @@ static double bench_prefill(uint32_t dt, uint32_t ctx, uint32_t qlen, double bas
 	return med;
 }
 
-/* fp16 prefill on the tensor cores and on the FMA kernel, the same shape, and their ratio */
-static void bench_prefill_tc(uint32_t ctx, uint32_t qlen, double base)
+/* prefill on the tensor cores and on the FMA kernel, the same shape, and their ratio */
+static void bench_prefill_tc(uint32_t dt, uint32_t ctx, uint32_t qlen, double base)
 {
 	double tc, fma;
 
 	kvmm_cuda_prefill_tc = 1;
-	tc = bench_prefill(KVMM_DTYPE_FP16, ctx, qlen, base);
+	tc = bench_prefill(dt, ctx, qlen, base);
 	kvmm_cuda_prefill_tc = 0;
-	fma = bench_prefill(KVMM_DTYPE_FP16, ctx, qlen, base);
+	fma = bench_prefill(dt, ctx, qlen, base);
 	kvmm_cuda_prefill_tc = 1;
 	printf("%-11s %-5s %-28s %9.2fx the FMA kernel's speed on the tensor cores\n", "", "", "",
 	       fma / tc);
@@ -476,10 +476,11 @@ int main(int argc, char **argv)
 			    true); /* a batch of long ones; and copy_pages */
 	}
 	/* (--quick: prompts 32 times shorter, their cost is quadratic) */
-	bench_prefill_tc(4096 / (2 * div - 1), 4096 / (2 * div - 1), base); /* a prompt */
-	bench_prefill_tc(8704 / (2 * div - 1), 512 / (2 * div - 1), base);  /* a chunk */
-	bench_prefill(KVMM_DTYPE_INT8, 4096 / (2 * div - 1), 4096 / (2 * div - 1), base);
-	bench_prefill(KVMM_DTYPE_INT8, 8704 / (2 * div - 1), 512 / (2 * div - 1), base);
+	for (uint32_t dt = KVMM_DTYPE_FP16; dt < KVMM_DTYPE_COUNT; dt += 2) {
+		bench_prefill_tc(dt, 4096 / (2 * div - 1), 4096 / (2 * div - 1),
+				 base); /* a prompt */
+		bench_prefill_tc(dt, 8704 / (2 * div - 1), 512 / (2 * div - 1), base); /* a chunk */
+	}
 	for (unsigned int i = 0; i < nr_targets; i++)
 		printf("%s%s\n", targets[i], div > 1 ? " [--quick: not a measurement]" : "");
 	drv->cuEventDestroy(ev0);

@@ -107,14 +107,15 @@ struct kvmm_cuda_decode_args {
 };
 
 /*
- * Prefill on tensor cores (attn_tc.cu, Documentation/kernels/cuda.md "Tensor cores"):
- * kvmm_prefill_tc_fp16 and _bf16 take the same arguments, grid and merge as kvmm_prefill_<dt>
- * with a plan of their own (tc 1): KVMM_CUDA_DECODE_THREADS threads, each warp 16 of the
- * block's KVMM_CUDA_TC_SLOTS slots (rows x query heads), tiles of KVMM_CUDA_TC_TILE tokens,
- * head_dim a multiple of 16 up to KVMM_CUDA_TC_MAX_DIM.  The scores and the weighted sums are
- * mma.sync m16n8k16 products with fp32 accumulators; the fp32 queries and weights enter as the
- * sum of two 16-bit numbers (the rounded value and its rounding error), so the result is as
- * close to the fp32 kernels' as theirs is to the CPU's.
+ * Prefill on the tensor cores (attn_tc.cu, Documentation/kernels/cuda.md "Prefill on the
+ * tensor cores"): kvmm_prefill_tc_fp16, _bf16 and _int8 take the same arguments, grid and merge
+ * as kvmm_prefill_<dt> with a plan of their own (tc 1): KVMM_CUDA_DECODE_THREADS threads, each
+ * warp 16 of the block's KVMM_CUDA_TC_SLOTS slots (rows x query heads), tiles of
+ * KVMM_CUDA_TC_TILE tokens, head_dim a multiple of 16 up to KVMM_CUDA_TC_MAX_DIM (int8: scale
+ * groups of a multiple of 16 elements).  The scores and the weighted sums are mma.sync
+ * m16n8k16 products with fp32 accumulators; the fp32 queries and weights enter as the sum of
+ * two 16-bit numbers (the rounded value and its rounding error), so the result is as close to
+ * the fp32 kernels' as theirs is to the CPU's.
  */
 #define KVMM_CUDA_TC_SLOTS 64
 #define KVMM_CUDA_TC_TILE 32

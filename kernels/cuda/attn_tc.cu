@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * kernels/cuda/attn_tc.cu - paged prefill attention on the tensor cores, for fp16 and bf16 KV
- * (included by module.cu after attn.cu, whose staging, row offsets, splits and merge it uses).
+ * kernels/cuda/attn_tc.cu - paged prefill attention on the tensor cores, for fp16, bf16 and int8
+ * KV (included by module.cu after attn.cu, whose staging, row offsets, splits and merge it
+ * uses).
  *
  * Prefill does many multiply-adds per K/V byte (every new token's query heads against every
  * token it sees), so on CUDA cores it is bound by fp32 FMAs; the tensor cores do the same
@@ -24,6 +25,14 @@
  * the FMA kernel's time) and keeps the results within the bound the fp32 kernels meet against
  * the CPU (test_cuda).  fp16's range still applies to hi: |q * scale| must stay below 65504.
  *
+ * int8 (groups of gs elements, gs a multiple of 16, each with an fp32 scale per token): the
+ * integers are exact in fp16, so the products run as fp16's; the scores sum each group's
+ * k-steps apart and add them times the tokens' K scales, and the weighted sums take, for each
+ * group's n-tiles, the weights times the tokens' V scales (split hi + lo again), so no scaled
+ * element is ever rounded to 16 bits.  The integers are widened where the fragments are
+ * loaded (each warp its own; converting the tile once in shared memory is left to a GPU
+ * session that can measure it).
+ *
  * Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"),
  * lane = 4 * g + t (g = lane / 4, t = lane % 4):
  *   A (16 x 16, row-major), four 32-bit registers of two elements (lower index in the low half):
@@ -43,6 +52,11 @@
 #define TC_NK (KVMM_CUDA_TC_MAX_DIM / 16) /* k-steps of the scores, at most */
 #define TC_NJ (KVMM_CUDA_TC_MAX_DIM / 8)  /* n-tiles of the weighted sums, at most */
 #define TC_NT (KVMM_CUDA_TC_TILE / 8)	  /* n-tiles of the scores: 8 tokens each */
+
+/* the 16-bit type the tensor cores multiply for KV of type DT: int8 values are exact in fp16 */
+template <int DT> struct tc_type {
+	static const int v = DT == DT_BF16 ? DT_BF16 : DT_FP16;
+};
 
 /* fp32 from a 16-bit element of DT */
 template <int DT> __device__ __forceinline__ float elem16_to_f32(uint32_t b)
@@ -64,16 +78,41 @@ __device__ __forceinline__ void split2(float x0, float x1, uint32_t &hi, uint32_
 								<< 16;
 }
 
-/* column c of staged V rows r and r + 1 (rs bytes apart), packed with row r low */
-__device__ __forceinline__ uint32_t vpair(const char *v, uint32_t rs, uint32_t r, uint32_t c)
+/* an int8 element (the low byte of b) as fp16 bits, exactly */
+__device__ __forceinline__ uint32_t i8_to_fp16(uint32_t b)
 {
-	const uint16_t lo = *(const uint16_t *)(v + r * rs + 2 * c);
-	const uint16_t hi = *(const uint16_t *)(v + (r + 1) * rs + 2 * c);
-
-	return (uint32_t)lo | (uint32_t)hi << 16;
+	/* 1.5 * 2^23 + i is exact for |i| < 2^22: an add instead of a slow I2F, as widen() */
+	return cvt_elem<DT_FP16>(__int_as_float(0x4b400000 + (int)(signed char)b) - 12582912.0f);
 }
 
-/* stage_tile(), and zeros in the V rows of the tile past its tn tokens */
+/* elements 0 and 1 of DT at p as a packed pair of tc_type<DT> (element 0 low) */
+template <int DT> __device__ __forceinline__ uint32_t pair_at(const char *p)
+{
+	if constexpr (DT == DT_INT8) {
+		const uint32_t w = *(const uint16_t *)p;
+
+		return i8_to_fp16(w & 0xffu) | i8_to_fp16(w >> 8) << 16;
+	} else {
+		return *(const uint32_t *)p;
+	}
+}
+
+/* element c of staged V rows r and r + 1 (rs bytes apart), packed with row r low */
+template <int DT>
+__device__ __forceinline__ uint32_t vpair(const char *v, uint32_t rs, uint32_t r, uint32_t c)
+{
+	if constexpr (DT == DT_INT8) {
+		return i8_to_fp16((uint8_t)v[r * rs + c]) | i8_to_fp16((uint8_t)v[(r + 1) * rs + c])
+								    << 16;
+	} else {
+		const uint16_t lo = *(const uint16_t *)(v + r * rs + 2 * c);
+		const uint16_t hi = *(const uint16_t *)(v + (r + 1) * rs + 2 * c);
+
+		return (uint32_t)lo | (uint32_t)hi << 16;
+	}
+}
+
+/* stage_tile(), and zeros in the V rows (and scales) of the tile past its tn tokens */
 template <int DT>
 __device__ __forceinline__ void
 tc_stage(const struct kvmm_cuda_decode_args &d, const int32_t *table, uint32_t h, char *st,
@@ -83,6 +122,9 @@ tc_stage(const struct kvmm_cuda_decode_args &d, const int32_t *table, uint32_t h
 	for (uint32_t i = threadIdx.x; i < (KVMM_CUDA_TC_TILE - tn) * d.row_stride / 16;
 	     i += KVMM_CUDA_DECODE_THREADS)
 		*(uint4 *)(st + d.v_soff + tn * d.row_stride + 16 * i) = make_uint4(0, 0, 0, 0);
+	for (uint32_t i = tn * d.ngroups + threadIdx.x; i < KVMM_CUDA_TC_TILE * d.ngroups;
+	     i += KVMM_CUDA_DECODE_THREADS)
+		((float *)(st + d.vs_soff))[i] = 0.0f; /* int8: their scales (else none) */
 }
 
 /*
@@ -97,15 +139,20 @@ tc_scores(const struct kvmm_cuda_decode_args &d, const char *st, const uint32_t 
 	  const uint32_t (&ql)[TC_NK][4], uint32_t t0, uint32_t tn, uint32_t la, uint32_t lb,
 	  float (&sc)[TC_NT][4], float (&mx)[2], float (&ls)[2], float (&o)[TC_NJ][4])
 {
+	typedef dec_shape<DT> X;
+	const int MT = tc_type<DT>::v;
 	const uint32_t lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-	const uint32_t nk = d.a.pg.head_dim / 16, nj = d.a.pg.head_dim / 8;
+	const uint32_t nk = d.a.pg.head_dim / 16, nj = d.a.pg.head_dim / 8, kpg = d.a.pg.gs / 16;
 	const int *okf = (const int *)(st + d.ok_soff);
 	float m[2] = {-INFINITY, -INFINITY}, nm[2], corr[2], sum[2] = {0.0f, 0.0f};
 
 #pragma unroll
 	for (uint32_t nt = 0; nt < TC_NT; nt++) {
 		/* B = K^T: this lane's token nt * 8 + g, dims 2t, 2t + 1 (+ 8) of each k-step */
-		const char *kr = st + (nt * 8 + g) * d.row_stride + 4 * t4;
+		const char *kr = st + (nt * 8 + g) * d.row_stride + 2 * t4 * X::elem;
+		/* int8: the dot products of the current scale group, its k-steps left, its index */
+		float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+		uint32_t left = kpg, grp = 0;
 
 #pragma unroll
 		for (uint32_t i = 0; i < 4; i++)
@@ -116,10 +163,30 @@ tc_scores(const struct kvmm_cuda_decode_args &d, const char *st, const uint32_t 
 
 			if (kk >= nk)
 				break;
-			b0 = *(const uint32_t *)(kr + 32 * kk);
-			b1 = *(const uint32_t *)(kr + 32 * kk + 16);
-			mma16816<DT>(sc[nt], qh[kk], b0, b1);
-			mma16816<DT>(sc[nt], ql[kk], b0, b1);
+			b0 = pair_at<DT>(kr + 16 * kk * X::elem);
+			b1 = pair_at<DT>(kr + (16 * kk + 8) * X::elem);
+			if constexpr (DT == DT_INT8) {
+				/* a group's products exact, then times the tokens' scales */
+				const float *ks = (const float *)(st + d.ks_soff) +
+						  (nt * 8 + 2 * t4) * d.ngroups;
+
+				mma16816<MT>(part, qh[kk], b0, b1);
+				mma16816<MT>(part, ql[kk], b0, b1);
+				if (--left)
+					continue;
+				sc[nt][0] += part[0] * ks[grp];
+				sc[nt][1] += part[1] * ks[d.ngroups + grp];
+				sc[nt][2] += part[2] * ks[grp];
+				sc[nt][3] += part[3] * ks[d.ngroups + grp];
+#pragma unroll
+				for (uint32_t i = 0; i < 4; i++)
+					part[i] = 0.0f;
+				left = kpg;
+				grp++;
+			} else {
+				mma16816<MT>(sc[nt], qh[kk], b0, b1);
+				mma16816<MT>(sc[nt], ql[kk], b0, b1);
+			}
 		}
 #pragma unroll
 		for (uint32_t i = 0; i < 4; i++) {
@@ -163,35 +230,62 @@ tc_scores(const struct kvmm_cuda_decode_args &d, const char *st, const uint32_t 
 	}
 }
 
-/* o += P V for one tile: the weights sc (C fragments) reused as A fragments, hi and lo */
+/*
+ * o += P V for one tile: the weights sc (C fragments) reused as A fragments, hi and lo; int8:
+ * each scale group's n-tiles with the weights times the tokens' V scales of that group
+ */
 template <int DT>
 __device__ __forceinline__ void tc_values(const struct kvmm_cuda_decode_args &d, const char *st,
 					  const float (&sc)[TC_NT][4], float (&o)[TC_NJ][4])
 {
+	const int MT = tc_type<DT>::v;
 	const uint32_t lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-	const uint32_t nj = d.a.pg.head_dim / 8, rs = d.row_stride;
+	const uint32_t nj = d.a.pg.head_dim / 8, rs = d.row_stride, jpg = d.a.pg.gs / 8;
 	const char *vs = st + d.v_soff;
 
 #pragma unroll
 	for (uint32_t kk = 0; kk < TC_NT / 2; kk++) {
 		/* tokens 16 kk ... 16 kk + 15: S's n-tiles 2 kk (cols 0-7) and 2 kk + 1 (8-15) */
 		const uint32_t r = 16 * kk + 2 * t4;
-		uint32_t ph[4], pl[4];
+		uint32_t ph[4] = {0, 0, 0, 0}, pl[4] = {0, 0, 0, 0}, jn = 0, grp = 0;
 
-		split2<DT>(sc[2 * kk][0], sc[2 * kk][1], ph[0], pl[0]);
-		split2<DT>(sc[2 * kk][2], sc[2 * kk][3], ph[1], pl[1]);
-		split2<DT>(sc[2 * kk + 1][0], sc[2 * kk + 1][1], ph[2], pl[2]);
-		split2<DT>(sc[2 * kk + 1][2], sc[2 * kk + 1][3], ph[3], pl[3]);
+		if constexpr (DT != DT_INT8) {
+			split2<MT>(sc[2 * kk][0], sc[2 * kk][1], ph[0], pl[0]);
+			split2<MT>(sc[2 * kk][2], sc[2 * kk][3], ph[1], pl[1]);
+			split2<MT>(sc[2 * kk + 1][0], sc[2 * kk + 1][1], ph[2], pl[2]);
+			split2<MT>(sc[2 * kk + 1][2], sc[2 * kk + 1][3], ph[3], pl[3]);
+		}
 #pragma unroll
 		for (uint32_t j = 0; j < TC_NJ; j++) {
 			uint32_t b0, b1;
 
 			if (j >= nj)
 				break;
-			b0 = vpair(vs, rs, r, 8 * j + g);
-			b1 = vpair(vs, rs, r + 8, 8 * j + g);
-			mma16816<DT>(o[j], ph, b0, b1);
-			mma16816<DT>(o[j], pl, b0, b1);
+			if constexpr (DT == DT_INT8) {
+				if (j == jn) {
+					/* the first n-tile of scale group grp: tokens r, r + 1, r + 8, r + 9 */
+					const float *vsc = (const float *)(st + d.vs_soff) +
+							   r * d.ngroups + grp;
+					const float s0 = vsc[0], s1 = vsc[d.ngroups];
+					const float s2 = vsc[8 * d.ngroups],
+						    s3 = vsc[9 * d.ngroups];
+
+					split2<MT>(sc[2 * kk][0] * s0, sc[2 * kk][1] * s1, ph[0],
+						   pl[0]);
+					split2<MT>(sc[2 * kk][2] * s0, sc[2 * kk][3] * s1, ph[1],
+						   pl[1]);
+					split2<MT>(sc[2 * kk + 1][0] * s2, sc[2 * kk + 1][1] * s3,
+						   ph[2], pl[2]);
+					split2<MT>(sc[2 * kk + 1][2] * s2, sc[2 * kk + 1][3] * s3,
+						   ph[3], pl[3]);
+					jn += jpg;
+					grp++;
+				}
+			}
+			b0 = vpair<DT>(vs, rs, r, 8 * j + g);
+			b1 = vpair<DT>(vs, rs, r + 8, 8 * j + g);
+			mma16816<MT>(o[j], ph, b0, b1);
+			mma16816<MT>(o[j], pl, b0, b1);
 		}
 	}
 }
@@ -254,7 +348,7 @@ template <int DT> __device__ __forceinline__ void tc_body(const struct kvmm_cuda
 				x0 = q[0] * a.scale;
 				x1 = q[1] * a.scale;
 			}
-			split2<DT>(x0, x1, qh[kk][r], ql[kk][r]);
+			split2<tc_type<DT>::v>(x0, x1, qh[kk][r], ql[kk][r]);
 		}
 #pragma unroll
 	for (uint32_t j = 0; j < TC_NJ; j++)
@@ -342,3 +436,4 @@ template <int DT> __device__ __forceinline__ void tc_body(const struct kvmm_cuda
 
 KVMM_ATTN_TC_KERNEL(fp16, DT_FP16)
 KVMM_ATTN_TC_KERNEL(bf16, DT_BF16)
+KVMM_ATTN_TC_KERNEL(int8, DT_INT8)

@@ -50,7 +50,7 @@ static struct {
 	kvmm_cu_module mod;
 	kvmm_cu_function fn[KVMM_DTYPE_COUNT][FN_PER_DTYPE];
 	kvmm_cu_function copy, merge, pmerge;  /* copy_pages, decode's and prefill's merges */
-	kvmm_cu_function tc[KVMM_DTYPE_COUNT]; /* the tensor-core prefill: fp16 and bf16 only */
+	kvmm_cu_function tc[KVMM_DTYPE_COUNT]; /* the tensor-core prefill: all but fp32 */
 	int sms; /* for grid sizing: a few blocks per SM keeps a copy busy */
 } cu = {.lock = PTHREAD_MUTEX_INITIALIZER, .ordinal = -1};
 
@@ -125,7 +125,7 @@ static int load_module_locked(void)
 				return fail(r, name);
 		}
 	}
-	for (unsigned int dt = KVMM_DTYPE_FP16; dt <= KVMM_DTYPE_BF16; dt++) {
+	for (unsigned int dt = KVMM_DTYPE_FP16; dt < KVMM_DTYPE_COUNT; dt++) {
 		snprintf(name, sizeof(name), "kvmm_prefill_tc_%s", dtype_names[dt]);
 		r = cu.drv->cuModuleGetFunction(&cu.tc[dt], cu.mod, name);
 		if (r)
@@ -403,21 +403,27 @@ static void tc_layout(struct kvmm_cuda_decode_args *d, uint32_t max_q)
 	d->rows = d->rows > max_q ? max_q : d->rows;
 	d->tile = tile;
 	d->tpt = KVMM_CUDA_DECODE_THREADS / tile;
-	d->row_stride = d->chunks * 16 + 16;
+	/* an odd number of 16-byte units: a word stride of 4 mod 8 */
+	d->row_stride = (d->chunks + 1 + d->chunks % 2) * 16;
 	d->v_soff = tile * d->row_stride;
-	d->ok_soff = d->vs_soff = d->ks_soff = 2 * tile * d->row_stride;
+	d->ks_soff = 2 * tile * d->row_stride;
+	d->vs_soff = d->ks_soff + tile * d->ngroups * 4;
+	d->ok_soff = d->vs_soff + tile * d->ngroups * 4;
 	stage = round_up16((uint64_t)d->ok_soff + tile * 4);
 	d->stage_bytes = stage;
 	d->q_soff = d->s_soff = d->st_soff = 2 * stage;
 	d->smem_bytes = d->st_soff + KVMM_CUDA_DECODE_WARPS * 8;
 }
 
-/* whether a prefill of this dtype and head_dim runs on the tensor cores */
-static bool tc_fits(uint32_t dtype, uint32_t dim, uint32_t max_q)
+/*
+ * whether a prefill of this dtype, head_dim and int8 group size runs on the tensor cores:
+ * fp16, bf16, and int8 in scale groups of whole k-steps (16 elements)
+ */
+static bool tc_fits(uint32_t dtype, uint32_t dim, uint32_t gs, uint32_t max_q)
 {
-	return max_q && kvmm_cuda_prefill_tc &&
-	       (dtype == KVMM_DTYPE_FP16 || dtype == KVMM_DTYPE_BF16) && dim % 16 == 0 &&
-	       dim <= KVMM_CUDA_TC_MAX_DIM;
+	return max_q && kvmm_cuda_prefill_tc && dim % 16 == 0 && dim <= KVMM_CUDA_TC_MAX_DIM &&
+	       (dtype == KVMM_DTYPE_FP16 || dtype == KVMM_DTYPE_BF16 ||
+		(dtype == KVMM_DTYPE_INT8 && gs % 16 == 0));
 }
 
 /* decode (max_q 0) or prefill of at most max_q new tokens per sequence */
@@ -454,7 +460,7 @@ static int attn_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, uint32
 	d->vec = !(align & 15);
 	if (dtype == KVMM_DTYPE_INT8 && ((pg->ks_off | pg->vs_off | pg->scale_row_bytes) & 3))
 		d->vec = 0;
-	if (tc_fits(dtype, dim, max_q))
+	if (tc_fits(dtype, dim, pg->gs, max_q))
 		tc_layout(d, max_q);
 	else if (fma_layout(d, max_q))
 		return -ENOTSUP; /* cannot happen with head_dim <= 256 */

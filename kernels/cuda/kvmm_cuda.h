@@ -64,10 +64,12 @@ extern uint32_t kvmm_cuda_decode_waves;
 int kvmm_cuda_paged_prefill(const struct kvmm_attn_batch *b, uint32_t max_q_len, const float *q,
 			    float *out, kvmm_cuda_stream_t stream);
 /*
- * Prefill of fp16 and bf16 KV with head_dim a multiple of 16 up to 128 runs on the tensor cores
- * (kvmm_prefill_tc_<dt>, attn_tc.cu) while this is non-zero (the default); 0 uses the FMA
- * kernel for every prefill.  Both meet the same error bound.  KVMM_CUDA_PREFILL_TC=0 in the
- * environment at kvmm_cuda_init() clears it.  Set it before launching, not while launches run.
+ * Prefill of fp16, bf16 and int8 KV (int8: scale groups of a multiple of 16 elements) with
+ * head_dim a multiple of 16 up to 128 runs on the tensor cores (kvmm_prefill_tc_<dt>,
+ * attn_tc.cu) while this is non-zero (the default); 0 uses the FMA kernel for every prefill.
+ * Both meet the same error bound; fp16's range applies to the scaled queries (|q * scale| <
+ * 65504).  KVMM_CUDA_PREFILL_TC=0 in the environment at kvmm_cuda_init() clears it.  Set it
+ * before launching, not while launches run.
  */
 extern uint32_t kvmm_cuda_prefill_tc;
 int kvmm_cuda_reshape_and_cache(const struct kvmm_kv_pages *kv, uint32_t nr_tokens,

@@ -117,6 +117,7 @@ const struct simt_kernel simt_kernels[] = {
 	SIMT_KERNEL(kvmm_prefill_merge, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
 	SIMT_KERNEL(kvmm_prefill_tc_fp16, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
 	SIMT_KERNEL(kvmm_prefill_tc_bf16, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
+	SIMT_KERNEL(kvmm_prefill_tc_int8, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
 	SIMT_DTYPES(kvmm_cache_, struct kvmm_cuda_cache_args, SIMT_MAX_THREADS),
 	SIMT_KERNEL(kvmm_copy_pages, struct kvmm_cuda_copy_args, SIMT_MAX_THREADS),
 };

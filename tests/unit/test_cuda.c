@@ -290,9 +290,10 @@ static uint32_t check_plan(uint32_t dt, uint32_t dim, uint32_t gs, uint32_t kvh,
 	else
 		assert_int_equal(kvmm_cuda_decode_plan(&a, dt, resident, &d), 0);
 
-	/* fp16 and bf16 prefill with head_dim a multiple of 16 up to 128: the tensor cores */
-	tc = max_q && kvmm_cuda_prefill_tc && (dt == KVMM_DTYPE_FP16 || dt == KVMM_DTYPE_BF16) &&
-	     dim % 16 == 0 && dim <= KVMM_CUDA_TC_MAX_DIM;
+	/* prefill with head_dim a multiple of 16 up to 128: the tensor cores, but for fp32 */
+	tc = max_q && kvmm_cuda_prefill_tc && dim % 16 == 0 && dim <= KVMM_CUDA_TC_MAX_DIM &&
+	     (dt == KVMM_DTYPE_FP16 || dt == KVMM_DTYPE_BF16 ||
+	      (dt == KVMM_DTYPE_INT8 && gs % 16 == 0));
 	assert_int_equal(d.tc, tc);
 	smax = tc ? KVMM_CUDA_TC_SLOTS : KVMM_CUDA_DECODE_GMAX;
 	/* query heads: all of a group, spread evenly, at most smax per block */
@@ -321,12 +322,13 @@ static uint32_t check_plan(uint32_t dt, uint32_t dim, uint32_t gs, uint32_t kvh,
 	if (tc) {
 		/* tiles of TC_TILE tokens; rows padded to a word stride of 4 mod 8 (banks) */
 		assert_int_equal(d.tile, KVMM_CUDA_TC_TILE);
-		assert_int_equal(d.row_stride, d.chunks * 16 + 16);
+		assert_true(d.row_stride > d.chunks * 16 && d.row_stride <= d.chunks * 16 + 32);
 		assert_int_equal(d.row_stride / 4 % 8, 4);
 		assert_int_equal(d.v_soff, d.tile * d.row_stride);
-		assert_int_equal(d.ok_soff, 2 * d.tile * d.row_stride);
-		assert_true(d.ngroups == 0 && d.ok_soff + 4 * d.tile <= d.stage_bytes &&
-			    d.stage_bytes % 16 == 0);
+		assert_int_equal(d.ks_soff, 2 * d.tile * d.row_stride);
+		assert_true(d.vs_soff == d.ks_soff + d.tile * d.ngroups * 4 &&
+			    d.ok_soff == d.vs_soff + d.tile * d.ngroups * 4);
+		assert_true(d.ok_soff + 4 * d.tile <= d.stage_bytes && d.stage_bytes % 16 == 0);
 		assert_true(d.st_soff >= 2 * d.stage_bytes && d.st_soff % 8 == 0);
 		assert_int_equal(d.smem_bytes, d.st_soff + 8 * KVMM_CUDA_DECODE_WARPS);
 		assert_true(d.smem_bytes <= KVMM_CUDA_DECODE_SMEM_MAX);
@@ -979,14 +981,14 @@ static void check_attn(const struct dshape *sh, bool pre)
 		/*
 		 * Bandwidth, as far as it can be seen without a GPU: with one block per KV head
 		 * (GQA groups up to KVMM_CUDA_DECODE_GMAX, on the tensor cores up to
-		 * KVMM_CUDA_TC_SLOTS) and 16-byte aligned rows (cp.async),
+		 * KVMM_CUDA_TC_SLOTS) and 16-byte aligned rows (cp.async: the plan's vec),
 		 * decode reads every K and V row (and scale) of the layer exactly once, split or
 		 * not: no row twice, none skipped.  Prefill's block reads the tokens its last row
 		 * sees, once, for all its rows and query heads.
 		 */
 		struct kvmm_cuda_decode_args pd = batch_plan(&b, pre ? mq : 0);
 
-		if (pd.nqg == 1 && (sh->dim * f.elem_bytes) % 16 == 0 && f.page_size % 16 == 0) {
+		if (pd.nqg == 1 && pd.vec) {
 			uint64_t seen = ntok, per_row = 0, want;
 
 			if (pre) {
@@ -1005,8 +1007,10 @@ static void check_attn(const struct dshape *sh, bool pre)
 			}
 			want = seen * 2 * (f.row_bytes + f.scale_row_bytes);
 			if (staged_bytes() - staged != want)
-				fail_msg("%s (waves %u) staged %llu bytes, want %llu",
-					 pre ? "prefill" : "decode", waves,
+				fail_msg("%s (%s, dim %u, group %u, waves %u) staged %llu bytes, "
+					 "want %llu",
+					 pre ? "prefill" : "decode", kvmm_dtype_name(sh->dt),
+					 sh->dim, sh->group, waves,
 					 (unsigned long long)(staged_bytes() - staged),
 					 (unsigned long long)want);
 			if (pre) {
@@ -1226,6 +1230,9 @@ static void test_prefill_tc_vs_cpu(void **state)
 		{KVMM_DTYPE_BF16, 80, 0, 1, 96, 40 << 10, 1, 60, 0},	   /* 2 blocks of 48 */
 		{KVMM_DTYPE_FP16, 48, 0, 2, 5, (16 << 10) + 8, 3, 150, 0}, /* unaligned */
 		{KVMM_DTYPE_BF16, 128, 0, 1, 4, 64 << 10, 1, 3000, 3},	   /* split */
+		{KVMM_DTYPE_INT8, 128, 32, 2, 4, 32 << 10, 2, 200, 0},	   /* 4 scale groups */
+		{KVMM_DTYPE_INT8, 48, 16, 1, 6, 8192 + 8, 2, 150, 0},	   /* odd rows, unaligned */
+		{KVMM_DTYPE_INT8, 64, 64, 1, 1, 16 << 10, 1, 2000, 2},	   /* 1 group, split */
 	};
 	static const uint64_t pages[] = {4096, 8192 + 8, 16 << 10, 64 << 10, 2 << 20};
 	struct kvmm_cuda_decode_args d;
@@ -1238,7 +1245,7 @@ static void test_prefill_tc_vs_cpu(void **state)
 	while (done < KVMM_PREFILL_TC_RANDOM) {
 		/* (many query heads make many blocks: their contexts are kept short) */
 		uint32_t group = 1 + rnd(rnd(4) ? 8 : 64);
-		struct dshape sh = {rnd(2) ? KVMM_DTYPE_FP16 : KVMM_DTYPE_BF16,
+		struct dshape sh = {KVMM_DTYPE_FP16 + rnd(3), /* fp16, bf16, int8 */
 				    16 * (1 + rnd(8)),
 				    0,
 				    1 + rnd(2),
@@ -1249,7 +1256,14 @@ static void test_prefill_tc_vs_cpu(void **state)
 				    rnd(3) ? 0 : 1 + rnd(16)};
 		struct kvmm_fmt f;
 
-		if (kvmm_fmt_init(&f, 2, sh.kvh, sh.dim, sh.dt, 0, sh.page))
+		if (sh.dt == KVMM_DTYPE_INT8) {
+			/* groups of whole k-steps: 16 times a divisor of dim / 16 */
+			sh.gs = 1 + rnd(sh.dim / 16);
+			while ((sh.dim / 16) % sh.gs)
+				sh.gs--;
+			sh.gs *= 16;
+		}
+		if (kvmm_fmt_init(&f, 2, sh.kvh, sh.dim, sh.dt, sh.gs, sh.page))
 			continue; /* no token fits the page: draw again */
 		check_attn(&sh, true);
 		done++;

@@ -451,6 +451,52 @@ __device__ __forceinline__ uint64_t slot_row(const struct slots &sl, uint64_t ro
 	return row0 + (uint64_t)r * sl.nqh + (g - r * sl.heads);
 }
 
+/*
+ * Prefill: the block's rows, row tile rt of sequence seq (context ctx) for the gbn query heads
+ * from hq0: their rows of q, out and the parts (sl), the slots (ns), row r0's causal limit
+ * (lim0) and the tokens the last row sees (tend).  False when the tile is past the sequence's
+ * rows: the same for the whole block, before any barrier, so the block may return at once;
+ * otherwise every thread must call it (rows_before() has a barrier).
+ */
+__device__ __forceinline__ bool prefill_rows(const struct kvmm_cuda_decode_args &d, uint32_t seq,
+					     uint32_t ctx, uint32_t rt, uint32_t hq0, uint32_t gbn,
+					     uint64_t *red, struct slots &sl, uint32_t &ns,
+					     uint32_t &lim0, uint32_t &tend)
+{
+	const struct kvmm_cuda_attn_args &a = d.a;
+	/* rows past max_q are not computed (the plan sized the grid and parts by it) */
+	const uint32_t qnew = seq_new(d, seq, ctx), qlen = min(qnew, d.max_q), r0 = rt * d.rows;
+	uint32_t nr;
+
+	if (r0 >= qlen)
+		return false;
+	nr = min(d.rows, qlen - r0);
+	sl.orow0 = (rows_before(d, seq, red) + r0) * a.num_q_heads + hq0;
+	sl.prow0 = ((uint64_t)seq * d.max_q + r0) * a.num_q_heads + hq0;
+	ns = nr * gbn;
+	lim0 = ctx - qnew + r0 + 1; /* row r0's position + 1 */
+	tend = lim0 + nr - 1;	    /* the last row's limit */
+	return true;
+}
+
+/*
+ * Split xs of a context cut into nsplit ranges: [tbeg, tend) narrowed to its range; false when
+ * nothing is left (the merge reads no part of these rows from this block)
+ */
+__device__ __forceinline__ bool split_range(const struct kvmm_cuda_decode_args &d, uint32_t xs,
+					    uint32_t &tbeg, uint32_t &tend)
+{
+	uint64_t b = (uint64_t)xs * d.split_tokens;
+
+	if (d.nsplit == 1)
+		return true;
+	if (b >= tend)
+		return false;
+	tbeg = (uint32_t)b;
+	tend = (uint32_t)min((uint64_t)tend, b + d.split_tokens);
+	return true;
+}
+
 template <int DT, bool P>
 __device__ __forceinline__ void attn_body(const struct kvmm_cuda_decode_args &d)
 {
@@ -479,29 +525,10 @@ __device__ __forceinline__ void attn_body(const struct kvmm_cuda_decode_args &d)
 	int32_t cur_f = -1;
 
 	sl.prow0 = sl.orow0;
-	if (P) {
-		/* rows past max_q are not computed (the plan sized the grid and parts by it) */
-		const uint32_t qnew = seq_new(d, seq, ctx), qlen = min(qnew, d.max_q);
-		const uint32_t r0 = rt * d.rows;
-		uint32_t nr;
-
-		if (r0 >= qlen)
-			return; /* the same for the whole block, before any barrier */
-		nr = min(d.rows, qlen - r0);
-		sl.orow0 = (rows_before(d, seq, sred) + r0) * a.num_q_heads + hq0;
-		sl.prow0 = ((uint64_t)seq * d.max_q + r0) * a.num_q_heads + hq0;
-		ns = nr * gbn;
-		lim0 = ctx - qnew + r0 + 1; /* row r0's position + 1 */
-		tend = lim0 + nr - 1;	    /* the last row's limit */
-	}
-	if (d.nsplit > 1) {
-		uint64_t b = (uint64_t)xs * d.split_tokens;
-
-		if (b >= tend)
-			return; /* nothing here; the merge reads no part of these rows from here */
-		tbeg = (uint32_t)b;
-		tend = (uint32_t)min((uint64_t)tend, b + d.split_tokens);
-	}
+	if (P && !prefill_rows(d, seq, ctx, rt, hq0, gbn, sred, sl, ns, lim0, tend))
+		return; /* the same for the whole block, before any barrier */
+	if (!split_range(d, xs, tbeg, tend))
+		return;
 
 	/* the scaled queries, zero past head_dim (the padded chunk tail of K is zero too) */
 	for (uint32_t i = tid; i < ns * d.qstride; i += KVMM_CUDA_DECODE_THREADS) {

@@ -305,30 +305,18 @@ template <int DT> __device__ __forceinline__ void tc_body(const struct kvmm_cuda
 	const uint32_t ctx = clamp_len(a, ((const uint32_t *)a.ctx_lens)[seq]);
 	const int32_t *table = (const int32_t *)a.block_tables + (uint64_t)seq * a.max_blocks;
 	const uint32_t sl_sh = __ffs(d.sl) - 1;
-	const uint32_t qnew = seq_new(d, seq, ctx), qlen = min(qnew, d.max_q), r0 = rt * d.rows;
 	const uint32_t m0 = warp * 16 + g, m1 = m0 + 8; /* the lane's two fragment rows: slots */
 	struct slots sl = {0, 0, gbn, a.num_q_heads};
-	uint32_t qh[TC_NK][4], ql[TC_NK][4], nr, ns, lim0, la, lb, tbeg = 0, tend, s = 0;
+	uint32_t qh[TC_NK][4], ql[TC_NK][4], ns = 0, lim0 = 0, la, lb, tbeg = 0, tend = 0, s = 0;
 	uint32_t cur_pi = 0xffffffffu;
 	int32_t cur_f = -1;
 	float o[TC_NJ][4], mx[2] = {-INFINITY, -INFINITY}, ls[2] = {0.0f, 0.0f};
 
-	if (r0 >= qlen)
+	if (!prefill_rows(d, seq, ctx, rt, hq0, gbn, (uint64_t *)(smem + d.st_soff), sl, ns, lim0,
+			  tend))
 		return; /* the same for the whole block, before any barrier */
-	nr = min(d.rows, qlen - r0);
-	sl.orow0 = (rows_before(d, seq, (uint64_t *)(smem + d.st_soff)) + r0) * a.num_q_heads + hq0;
-	sl.prow0 = ((uint64_t)seq * d.max_q + r0) * a.num_q_heads + hq0;
-	ns = nr * gbn;
-	lim0 = ctx - qnew + r0 + 1; /* row r0's position + 1 */
-	tend = lim0 + nr - 1;	    /* the last row's limit */
-	if (d.nsplit > 1) {
-		uint64_t b = (uint64_t)xs * d.split_tokens;
-
-		if (b >= tend)
-			return; /* nothing here; the merge reads no part of these rows from here */
-		tbeg = (uint32_t)b;
-		tend = (uint32_t)min((uint64_t)tend, b + d.split_tokens);
-	}
+	if (!split_range(d, xs, tbeg, tend))
+		return;
 	/* causal limits of the lane's rows; 0 for slots past ns, whose tokens are all masked */
 	la = m0 < ns ? lim0 + m0 / gbn : 0;
 	lb = m1 < ns ? lim0 + m1 / gbn : 0;

@@ -1288,15 +1288,17 @@ static void test_prefill_tc_vs_cpu(void **state)
 		b.block_tables = table;
 		b.ctx_lens = &ctx;
 		b.q_lens = &ql;
-		for (uint32_t dt = KVMM_DTYPE_FP32; dt < KVMM_DTYPE_COUNT; dt++)
+		/* (KVMM_DTYPE_COUNT: int8 in groups of 8, which are not whole k-steps) */
+		for (uint32_t dt = KVMM_DTYPE_FP32; dt <= KVMM_DTYPE_COUNT; dt++)
 			for (uint32_t dim = 8; dim <= 256; dim += 8) {
-				bool want = (dt == KVMM_DTYPE_FP16 || dt == KVMM_DTYPE_BF16) &&
+				uint32_t t = dt < KVMM_DTYPE_COUNT ? dt : KVMM_DTYPE_INT8;
+				uint32_t gs = t != KVMM_DTYPE_INT8 ? 0
+					      : dt == t		   ? 8 * (2 - dim % 16 / 8)
+								   : 8;
+				bool want = t != KVMM_DTYPE_FP32 && dt != KVMM_DTYPE_COUNT &&
 					    dim % 16 == 0 && dim <= KVMM_CUDA_TC_MAX_DIM;
 
-				assert_int_equal(kvmm_fmt_init(&f, 2, 2, dim, dt,
-							       dt == KVMM_DTYPE_INT8 ? 8 : 0,
-							       64 << 10),
-						 0);
+				assert_int_equal(kvmm_fmt_init(&f, 2, 2, dim, t, gs, 64 << 10), 0);
 				assert_int_equal(kvmm_cuda_batch_plan(&b, 40, &d), 0);
 				assert_int_equal(d.tc, want);
 				assert_int_equal(kvmm_cuda_batch_plan(&b, 0, &d), 0);

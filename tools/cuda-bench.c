@@ -10,7 +10,10 @@
  * sequences' layer once; reshape_and_cache reads fp32 K and V rows and writes them into their
  * pages (8 sequences of 8k tokens); copy_pages reads and writes whole pages.  The issue's target is
  * decode at >= 80 % of the copy bandwidth.  Decode shapes: short contexts (512 sequences of
- * 32 tokens), one 32k-token sequence, and 8 sequences of 8k, 32 query / 8 KV heads, dim 128.
+ * 32 tokens), one 32k-token sequence, and 8 sequences of 8k, 32 query / 8 KV heads, dim 128;
+ * and one 32k-token sequence with 64 query heads (GQA 8) in fp16 and bf16.  A decode the plan
+ * puts on the tensor cores ("decode tc": int8 GQA 4, fp16 and bf16 GQA 8) is timed on the FMA
+ * kernel too (kvmm_cuda_decode_tc 0), with the ratio.
  * Prefill (fp16 and int8): a 4096-token prompt, and 512 new tokens over 8192 cached (chunked
  * prefill), each both on the tensor cores ("prefill tc") and on the FMA kernel
  * (kvmm_cuda_prefill_tc 0) with the ratio of their times; its bandwidth is the K/V bytes its blocks stage (each block the tokens its last
@@ -231,12 +234,13 @@ static char targets[16][160];
 static unsigned int nr_targets;
 
 /* decode over nseq sequences of ctx tokens each, and copy_pages on the same pool */
-static void bench_dtype(uint32_t dt, uint32_t nseq, uint32_t ctx, double base, bool with_copy)
+static void bench_dtype(uint32_t dt, uint32_t nseq, uint32_t ctx, uint32_t nqh, double base,
+			bool with_copy)
 {
-	const uint32_t layers = 4, kvh = 8, dim = 128, nqh = 32;
+	const uint32_t layers = 4, kvh = 8, dim = 128;
 	struct kvmm_fmt f;
 	struct kvmm_attn_batch b;
-	uint32_t tpp, blocks, nframes, *hlens, *lens;
+	uint32_t tpp, blocks, nframes, tc, *hlens, *lens;
 	int32_t *table, *perm;
 	char *pool;
 	float *q, *out;
@@ -274,12 +278,28 @@ static void bench_dtype(uint32_t dt, uint32_t nseq, uint32_t ctx, double base, b
 	b.ctx_lens = lens;
 	{
 		struct decode_run r = {.b = &b, .q = q, .out = out};
+		struct kvmm_cuda_decode_args d;
 
+		CHECK(kvmm_cuda_batch_plan(&b, 0, &d));
+		tc = d.tc;
 		timed(run_decode, &r, &med, &best);
+		bytes = 2.0 * nseq * ctx * (double)(f.row_bytes + f.scale_row_bytes);
+		snprintf(shape, sizeof(shape), "%u seq x %u tok, %u/%u h", nseq, ctx, nqh, kvh);
+		row(tc ? "decode tc" : "decode", kvmm_dtype_name(dt), shape, med, best, bytes,
+		    base);
+		if (tc) {
+			/* the same on the FMA kernel, and the ratio */
+			double fmed, fbest;
+
+			kvmm_cuda_decode_tc = 0;
+			timed(run_decode, &r, &fmed, &fbest);
+			kvmm_cuda_decode_tc = 1;
+			row("decode", kvmm_dtype_name(dt), shape, fmed, fbest, bytes, base);
+			printf("%-11s %-5s %-28s %9.2fx the FMA kernel's speed on the tensor "
+			       "cores\n",
+			       "", "", "", fmed / med);
+		}
 	}
-	bytes = 2.0 * nseq * ctx * (double)(f.row_bytes + f.scale_row_bytes);
-	snprintf(shape, sizeof(shape), "%u seq x %u tok, %u/%u h", nseq, ctx, nqh, kvh);
-	row("decode", kvmm_dtype_name(dt), shape, med, best, bytes, base);
 	if (ctx >= 1024 && nr_targets < sizeof(targets) / sizeof(targets[0])) {
 		double pct = 100.0 * bytes / med / base;
 
@@ -470,11 +490,14 @@ int main(int argc, char **argv)
 	printf("%-11s %-5s %-28s %12s %12s %13s %8s\n", "kernel", "dtype", "shape", "median",
 	       "fastest", "bandwidth", "of copy");
 	for (uint32_t dt = KVMM_DTYPE_FP32; dt < KVMM_DTYPE_COUNT; dt++) {
-		bench_dtype(dt, 512 / div, 32, base, false);  /* short contexts */
-		bench_dtype(dt, 1, 32768 / div, base, false); /* one long context */
-		bench_dtype(dt, 8 / (div > 1 ? 4 : 1), 8192 / div, base,
+		bench_dtype(dt, 512 / div, 32, 32, base, false);  /* short contexts */
+		bench_dtype(dt, 1, 32768 / div, 32, base, false); /* one long context */
+		bench_dtype(dt, 8 / (div > 1 ? 4 : 1), 8192 / div, 32, base,
 			    true); /* a batch of long ones; and copy_pages */
 	}
+	/* GQA 8: fp16 and bf16 decode on the tensor cores (and the FMA kernel beside) */
+	for (uint32_t dt = KVMM_DTYPE_FP16; dt <= KVMM_DTYPE_BF16; dt++)
+		bench_dtype(dt, 1, 32768 / div, 64, base, false);
 	/* (--quick: prompts 32 times shorter, their cost is quadratic) */
 	for (uint32_t dt = KVMM_DTYPE_FP16; dt < KVMM_DTYPE_COUNT; dt += 2) {
 		bench_prefill_tc(dt, 4096 / (2 * div - 1), 4096 / (2 * div - 1),

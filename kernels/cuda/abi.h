@@ -115,7 +115,9 @@ struct kvmm_cuda_decode_args {
  * groups of a multiple of 16 elements).  The scores and the weighted sums are mma.sync
  * m16n8k16 products with fp32 accumulators; the fp32 queries and weights enter as the sum of
  * two 16-bit numbers (the rounded value and its rounding error), so the result is as close to
- * the fp32 kernels' as theirs is to the CPU's.
+ * the fp32 kernels' as theirs is to the CPU's.  kvmm_decode_tc_<dt>: the decode kernels'
+ * arguments, grid and merge, a block's gb (at most 16) query heads one fragment, the four
+ * warps taking 8 tokens each of every tile, combined at the end (plan: tc 1, rows 1).
  */
 #define KVMM_CUDA_TC_SLOTS 64
 #define KVMM_CUDA_TC_TILE 32

@@ -128,16 +128,17 @@ tc_stage(const struct kvmm_cuda_decode_args &d, const int32_t *table, uint32_t h
 }
 
 /*
- * The scores of one tile for the warp's 16 slots (sc: 4 n-tiles of C fragments), masked
- * (absent tokens, tokens past the tile, causal limits la / lb of the lane's rows g and g + 8),
- * then the online softmax: sc becomes the weights, mx / ls the rows' running max and (the
- * lane's share of) sum, and o is rescaled to the new max.
+ * The scores of the warp's NT * 8 tokens of a tile, from its token tok0 (prefill: all 32 from
+ * 0; decode: 8 per warp), for the warp's 16 slots (sc: NT n-tiles of C fragments), masked
+ * (absent tokens, tokens past the tile's tn, causal limits la / lb of the lane's rows g and
+ * g + 8), then the online softmax: sc becomes the weights, mx / ls the rows' running max and
+ * (the lane's share of) sum, and o is rescaled to the new max.
  */
-template <int DT>
+template <int DT, uint32_t NT>
 __device__ __forceinline__ void
 tc_scores(const struct kvmm_cuda_decode_args &d, const char *st, const uint32_t (&qh)[TC_NK][4],
-	  const uint32_t (&ql)[TC_NK][4], uint32_t t0, uint32_t tn, uint32_t la, uint32_t lb,
-	  float (&sc)[TC_NT][4], float (&mx)[2], float (&ls)[2], float (&o)[TC_NJ][4])
+	  const uint32_t (&ql)[TC_NK][4], uint32_t tok0, uint32_t t0, uint32_t tn, uint32_t la,
+	  uint32_t lb, float (&sc)[NT][4], float (&mx)[2], float (&ls)[2], float (&o)[TC_NJ][4])
 {
 	typedef dec_shape<DT> X;
 	const int MT = tc_type<DT>::v;
@@ -147,9 +148,9 @@ tc_scores(const struct kvmm_cuda_decode_args &d, const char *st, const uint32_t 
 	float m[2] = {-INFINITY, -INFINITY}, nm[2], corr[2], sum[2] = {0.0f, 0.0f};
 
 #pragma unroll
-	for (uint32_t nt = 0; nt < TC_NT; nt++) {
-		/* B = K^T: this lane's token nt * 8 + g, dims 2t, 2t + 1 (+ 8) of each k-step */
-		const char *kr = st + (nt * 8 + g) * d.row_stride + 2 * t4 * X::elem;
+	for (uint32_t nt = 0; nt < NT; nt++) {
+		/* B = K^T: this lane's token tok0 + nt * 8 + g, dims 2t, 2t + 1 (+ 8) of a k-step */
+		const char *kr = st + (tok0 + nt * 8 + g) * d.row_stride + 2 * t4 * X::elem;
 		/* int8: the dot products of the current scale group, its k-steps left, its index */
 		float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 		uint32_t left = kpg, grp = 0;
@@ -168,7 +169,7 @@ tc_scores(const struct kvmm_cuda_decode_args &d, const char *st, const uint32_t 
 			if constexpr (DT == DT_INT8) {
 				/* a group's products exact, then times the tokens' scales */
 				const float *ks = (const float *)(st + d.ks_soff) +
-						  (nt * 8 + 2 * t4) * d.ngroups;
+						  (tok0 + nt * 8 + 2 * t4) * d.ngroups;
 
 				mma16816<MT>(part, qh[kk], b0, b1);
 				mma16816<MT>(part, ql[kk], b0, b1);
@@ -190,7 +191,7 @@ tc_scores(const struct kvmm_cuda_decode_args &d, const char *st, const uint32_t 
 		}
 #pragma unroll
 		for (uint32_t i = 0; i < 4; i++) {
-			const uint32_t tok = nt * 8 + 2 * t4 + (i & 1);
+			const uint32_t tok = tok0 + nt * 8 + 2 * t4 + (i & 1);
 
 			if (!(tok < tn && okf[tok] && t0 + tok < (i < 2 ? la : lb)))
 				sc[nt][i] = -INFINITY;
@@ -199,7 +200,7 @@ tc_scores(const struct kvmm_cuda_decode_args &d, const char *st, const uint32_t 
 	}
 #pragma unroll
 	for (uint32_t r = 0; r < 2; r++) {
-		/* a row's 32 tokens are on its 4 lanes (t = 0..3) */
+		/* a row's tokens are on its 4 lanes (t = 0..3) */
 		m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
 		m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 2));
 		nm[r] = fmaxf(mx[r], m[r]);
@@ -208,7 +209,7 @@ tc_scores(const struct kvmm_cuda_decode_args &d, const char *st, const uint32_t 
 		mx[r] = nm[r];
 	}
 #pragma unroll
-	for (uint32_t nt = 0; nt < TC_NT; nt++)
+	for (uint32_t nt = 0; nt < NT; nt++)
 #pragma unroll
 		for (uint32_t i = 0; i < 4; i++) {
 			const float n = nm[i >> 1];
@@ -290,6 +291,32 @@ __device__ __forceinline__ void tc_values(const struct kvmm_cuda_decode_args &d,
 	}
 }
 
+/* the scaled queries of slots m0 and m1 (the lane's rows) as A fragments, hi and lo; 0 past ns */
+template <int DT>
+__device__ __forceinline__ void
+tc_queries(const struct kvmm_cuda_decode_args &d, const struct slots &sl, uint32_t ns, uint32_t m0,
+	   uint32_t m1, uint32_t (&qh)[TC_NK][4], uint32_t (&ql)[TC_NK][4])
+{
+	const uint32_t t4 = threadIdx.x & 3, dim = d.a.pg.head_dim, nk = dim / 16;
+
+#pragma unroll
+	for (uint32_t kk = 0; kk < TC_NK; kk++)
+#pragma unroll
+		for (uint32_t r = 0; r < 4; r++) {
+			const uint32_t m = r & 1 ? m1 : m0, c = 16 * kk + 8 * (r >> 1) + 2 * t4;
+			float x0 = 0.0f, x1 = 0.0f;
+
+			if (kk < nk && m < ns) {
+				const float *q =
+					(const float *)d.a.q + slot_row(sl, sl.orow0, m) * dim + c;
+
+				x0 = q[0] * d.a.scale;
+				x1 = q[1] * d.a.scale;
+			}
+			split2<tc_type<DT>::v>(x0, x1, qh[kk][r], ql[kk][r]);
+		}
+}
+
 template <int DT> __device__ __forceinline__ void tc_body(const struct kvmm_cuda_decode_args &d)
 {
 	const struct kvmm_cuda_attn_args &a = d.a;
@@ -301,7 +328,7 @@ template <int DT> __device__ __forceinline__ void tc_body(const struct kvmm_cuda
 	const uint32_t xq = blockIdx.x / d.nqg, qg = blockIdx.x - xq * d.nqg;
 	const uint32_t xs = xq / d.row_tiles, rt = xq - xs * d.row_tiles;
 	const uint32_t hq0 = h * d.group + qg * d.gb, gbn = min(d.gb, d.group - qg * d.gb);
-	const uint32_t dim = a.pg.head_dim, nk = dim / 16, nj = dim / 8;
+	const uint32_t dim = a.pg.head_dim, nj = dim / 8;
 	const uint32_t ctx = clamp_len(a, ((const uint32_t *)a.ctx_lens)[seq]);
 	const int32_t *table = (const int32_t *)a.block_tables + (uint64_t)seq * a.max_blocks;
 	const uint32_t sl_sh = __ffs(d.sl) - 1;
@@ -321,23 +348,7 @@ template <int DT> __device__ __forceinline__ void tc_body(const struct kvmm_cuda
 	la = m0 < ns ? lim0 + m0 / gbn : 0;
 	lb = m1 < ns ? lim0 + m1 / gbn : 0;
 
-	/* the scaled queries as A fragments (zero for slots past ns), hi and lo */
-#pragma unroll
-	for (uint32_t kk = 0; kk < TC_NK; kk++)
-#pragma unroll
-		for (uint32_t r = 0; r < 4; r++) {
-			const uint32_t m = r & 1 ? m1 : m0, c = 16 * kk + 8 * (r >> 1) + 2 * t4;
-			float x0 = 0.0f, x1 = 0.0f;
-
-			if (kk < nk && m < ns) {
-				const float *q =
-					(const float *)a.q + slot_row(sl, sl.orow0, m) * dim + c;
-
-				x0 = q[0] * a.scale;
-				x1 = q[1] * a.scale;
-			}
-			split2<tc_type<DT>::v>(x0, x1, qh[kk][r], ql[kk][r]);
-		}
+	tc_queries<DT>(d, sl, ns, m0, m1, qh, ql);
 #pragma unroll
 	for (uint32_t j = 0; j < TC_NJ; j++)
 #pragma unroll
@@ -364,7 +375,7 @@ template <int DT> __device__ __forceinline__ void tc_body(const struct kvmm_cuda
 		if (warp * 16 < ns) { /* the same for the whole warp: mma.sync needs all lanes */
 			float sc[TC_NT][4];
 
-			tc_scores<DT>(d, st, qh, ql, t0, tn, la, lb, sc, mx, ls, o);
+			tc_scores<DT, TC_NT>(d, st, qh, ql, 0, t0, tn, la, lb, sc, mx, ls, o);
 			tc_values<DT>(d, st, sc, o);
 		}
 		if (tend - t0 <= KVMM_CUDA_TC_TILE)
@@ -415,11 +426,188 @@ template <int DT> __device__ __forceinline__ void tc_body(const struct kvmm_cuda
 	}
 }
 
+/*
+ * Decode on the tensor cores: one query row per sequence, so a block's slots are the gb (at
+ * most 16) query heads of its KV head, one fragment's rows, and the four warps split each
+ * staged tile's tokens instead: warp w takes tokens 8w ... 8w + 7, computes their 16 x 8
+ * scores (m16n8k16 over head_dim) and adds P V with m16n8k8 (k = its 8 tokens), each warp
+ * with its own running max, sum and accumulators, combined at the end through shared memory
+ * as split parts are (merge_row()).
+ */
+
+/* o += P V for the warp's 8 tokens from tok0 (m16n8k8); int8 as tc_values() */
+template <int DT>
+__device__ __forceinline__ void tcd_values(const struct kvmm_cuda_decode_args &d, const char *st,
+					   uint32_t tok0, const float (&sc)[1][4],
+					   float (&o)[TC_NJ][4])
+{
+	const int MT = tc_type<DT>::v;
+	const uint32_t lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+	const uint32_t nj = d.a.pg.head_dim / 8, rs = d.row_stride, jpg = d.a.pg.gs / 8;
+	const uint32_t r = tok0 + 2 * t4; /* the lane's tokens: its columns of S, rows of B */
+	const char *vs = st + d.v_soff;
+	uint32_t ph[2] = {0, 0}, pl[2] = {0, 0}, jn = 0, grp = 0;
+
+	if constexpr (DT != DT_INT8) {
+		split2<MT>(sc[0][0], sc[0][1], ph[0], pl[0]);
+		split2<MT>(sc[0][2], sc[0][3], ph[1], pl[1]);
+	}
+#pragma unroll
+	for (uint32_t j = 0; j < TC_NJ; j++) {
+		uint32_t b;
+
+		if (j >= nj)
+			break;
+		if constexpr (DT == DT_INT8) {
+			if (j == jn) {
+				const float *vsc =
+					(const float *)(st + d.vs_soff) + r * d.ngroups + grp;
+				const float s0 = vsc[0], s1 = vsc[d.ngroups];
+
+				split2<MT>(sc[0][0] * s0, sc[0][1] * s1, ph[0], pl[0]);
+				split2<MT>(sc[0][2] * s0, sc[0][3] * s1, ph[1], pl[1]);
+				jn += jpg;
+				grp++;
+			}
+		}
+		b = vpair<DT>(vs, rs, r, 8 * j + g);
+		mma1688<MT>(o[j], ph[0], ph[1], b);
+		mma1688<MT>(o[j], pl[0], pl[1], b);
+	}
+}
+
+template <int DT> __device__ __forceinline__ void tcd_body(const struct kvmm_cuda_decode_args &d)
+{
+	const struct kvmm_cuda_attn_args &a = d.a;
+	char *smem = kvmm_decode_smem;
+	const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const uint32_t g = lane >> 2, t4 = lane & 3, tok0 = 8 * warp;
+	const uint32_t seq = blockIdx.z, h = blockIdx.y;
+	/* blockIdx.x = split * nqg + query group */
+	const uint32_t xs = blockIdx.x / d.nqg, qg = blockIdx.x - xs * d.nqg;
+	const uint32_t hq0 = h * d.group + qg * d.gb, gbn = min(d.gb, d.group - qg * d.gb);
+	const uint32_t dim = a.pg.head_dim, nj = dim / 8, ns = gbn;
+	const uint32_t ctx = clamp_len(a, ((const uint32_t *)a.ctx_lens)[seq]);
+	const int32_t *table = (const int32_t *)a.block_tables + (uint64_t)seq * a.max_blocks;
+	const uint32_t sl_sh = __ffs(d.sl) - 1;
+	/* every row sees every token; rows past ns none */
+	const uint32_t la = g < ns ? 0xffffffffu : 0, lb = g + 8 < ns ? 0xffffffffu : 0;
+	struct slots sl = {(uint64_t)seq * a.num_q_heads + hq0, 0, gbn, a.num_q_heads};
+	uint32_t qh[TC_NK][4], ql[TC_NK][4], tbeg = 0, tend = ctx, s = 0;
+	uint32_t cur_pi = 0xffffffffu;
+	int32_t cur_f = -1;
+	float o[TC_NJ][4], mx[2] = {-INFINITY, -INFINITY}, ls[2] = {0.0f, 0.0f};
+	/* the combine, over the stages after the loop: per warp 16 rows of (max, sum), then acc */
+	float *cml = (float *)smem, *cacc = cml + KVMM_CUDA_DECODE_WARPS * 16 * 2;
+
+	sl.prow0 = sl.orow0;
+	if (!split_range(d, xs, tbeg, tend))
+		return; /* the same for the whole block, before any barrier */
+	tc_queries<DT>(d, sl, ns, g, g + 8, qh, ql);
+#pragma unroll
+	for (uint32_t j = 0; j < TC_NJ; j++)
+#pragma unroll
+		for (uint32_t i = 0; i < 4; i++)
+			o[j][i] = 0.0f;
+
+	if (tbeg < tend)
+		tc_stage<DT>(d, table, h, smem, tbeg, min(KVMM_CUDA_TC_TILE, tend - tbeg), sl_sh,
+			     cur_pi, cur_f);
+	cp_async_commit();
+	for (uint32_t t0 = tbeg; t0 < tend; s ^= 1) {
+		const char *st = smem + s * d.stage_bytes;
+		const uint32_t tn = min(KVMM_CUDA_TC_TILE, tend - t0);
+
+		/* tile t0 is in stage s; every warp is done with stage s ^ 1 */
+		cp_async_wait_all();
+		__syncthreads();
+		if (tend - t0 > KVMM_CUDA_TC_TILE)
+			tc_stage<DT>(d, table, h, smem + (s ^ 1) * d.stage_bytes,
+				     t0 + KVMM_CUDA_TC_TILE,
+				     min(KVMM_CUDA_TC_TILE, tend - t0 - KVMM_CUDA_TC_TILE), sl_sh,
+				     cur_pi, cur_f);
+		cp_async_commit();
+		if (tok0 < tn) { /* the same for the whole warp: mma.sync needs all lanes */
+			float sc[1][4];
+
+			tc_scores<DT, 1>(d, st, qh, ql, tok0, t0, tn, la, lb, sc, mx, ls, o);
+			tcd_values<DT>(d, st, tok0, sc, o);
+		}
+		if (tend - t0 <= KVMM_CUDA_TC_TILE)
+			break;
+		t0 += KVMM_CUDA_TC_TILE;
+	}
+
+	/* each warp's state into shared memory (the stages are free after the barrier) */
+#pragma unroll
+	for (uint32_t r = 0; r < 2; r++) {
+		ls[r] += __shfl_xor_sync(0xffffffffu, ls[r], 1);
+		ls[r] += __shfl_xor_sync(0xffffffffu, ls[r], 2);
+	}
+	__syncthreads();
+#pragma unroll
+	for (uint32_t r = 0; r < 2; r++) {
+		const uint32_t m = g + 8 * r, w = warp * 16 + m;
+
+		if (m >= ns)
+			continue;
+		if (t4 == 0) {
+			cml[2 * w] = mx[r];
+			cml[2 * w + 1] = ls[r];
+		}
+#pragma unroll
+		for (uint32_t j = 0; j < TC_NJ; j++) {
+			if (j >= nj)
+				break;
+			cacc[w * dim + 8 * j + 2 * t4] = o[j][2 * r];
+			cacc[w * dim + 8 * j + 2 * t4 + 1] = o[j][2 * r + 1];
+		}
+	}
+	__syncthreads();
+	/* the warps' states combined as merge_row() combines parts */
+	for (uint32_t i = tid; i < ns * dim; i += KVMM_CUDA_DECODE_THREADS) {
+		const uint32_t m = i / dim, e = i - m * dim;
+		float mm = -INFINITY, num = 0.0f, den = 0.0f;
+
+		for (uint32_t w = 0; w < KVMM_CUDA_DECODE_WARPS; w++)
+			if (cml[2 * (w * 16 + m) + 1] > 0.0f)
+				mm = fmaxf(mm, cml[2 * (w * 16 + m)]);
+		for (uint32_t w = 0; w < KVMM_CUDA_DECODE_WARPS; w++) {
+			const float l = cml[2 * (w * 16 + m) + 1];
+			float f;
+
+			if (!(l > 0.0f))
+				continue; /* a warp that saw no token */
+			f = expf(cml[2 * (w * 16 + m)] - mm);
+			num += f * cacc[(w * 16 + m) * dim + e];
+			den += f * l;
+		}
+		if (d.nsplit == 1) {
+			((float *)a.out)[slot_row(sl, sl.orow0, m) * dim + e] =
+				den > 0.0f ? num * (1.0f / den) : 0.0f;
+		} else {
+			/* part xs of slot m, relative to mm */
+			const uint64_t pr = slot_row(sl, sl.prow0, m) * d.nsplit + xs;
+
+			((float *)d.part_acc)[pr * dim + e] = num;
+			if (e == 0) {
+				((float *)d.part_ml)[pr * 2] = mm;
+				((float *)d.part_ml)[pr * 2 + 1] = den;
+			}
+		}
+	}
+}
+
 #define KVMM_ATTN_TC_KERNEL(name, dt)                                             \
 	extern "C" __global__ void __launch_bounds__(KVMM_CUDA_DECODE_THREADS, 2) \
 		kvmm_prefill_tc_##name(const struct kvmm_cuda_decode_args d)      \
 	{                                                                         \
 		tc_body<dt>(d);                                                   \
+	}                                                                         \
+	extern "C" __global__ void __launch_bounds__(KVMM_CUDA_DECODE_THREADS, 2) \
+		kvmm_decode_tc_##name(const struct kvmm_cuda_decode_args d)       \
+	{                                                                         \
+		tcd_body<dt>(d);                                                  \
 	}
 
 KVMM_ATTN_TC_KERNEL(fp16, DT_FP16)

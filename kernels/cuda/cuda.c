@@ -49,8 +49,8 @@ static struct {
 	kvmm_cu_ctx ctx;
 	kvmm_cu_module mod;
 	kvmm_cu_function fn[KVMM_DTYPE_COUNT][FN_PER_DTYPE];
-	kvmm_cu_function copy, merge, pmerge;  /* copy_pages, decode's and prefill's merges */
-	kvmm_cu_function tc[KVMM_DTYPE_COUNT]; /* the tensor-core prefill: all but fp32 */
+	kvmm_cu_function copy, merge, pmerge; /* copy_pages, decode's and prefill's merges */
+	kvmm_cu_function tc[KVMM_DTYPE_COUNT], dtc[KVMM_DTYPE_COUNT]; /* tensor cores: not fp32 */
 	int sms; /* for grid sizing: a few blocks per SM keeps a copy busy */
 } cu = {.lock = PTHREAD_MUTEX_INITIALIZER, .ordinal = -1};
 
@@ -98,6 +98,7 @@ static void unload_locked(void)
 	cu.ordinal = -1;
 	memset(cu.fn, 0, sizeof(cu.fn));
 	memset(cu.tc, 0, sizeof(cu.tc));
+	memset(cu.dtc, 0, sizeof(cu.dtc));
 	cu.copy = NULL;
 	cu.merge = NULL;
 	cu.pmerge = NULL;
@@ -128,6 +129,10 @@ static int load_module_locked(void)
 	for (unsigned int dt = KVMM_DTYPE_FP16; dt < KVMM_DTYPE_COUNT; dt++) {
 		snprintf(name, sizeof(name), "kvmm_prefill_tc_%s", dtype_names[dt]);
 		r = cu.drv->cuModuleGetFunction(&cu.tc[dt], cu.mod, name);
+		if (r)
+			return fail(r, name);
+		snprintf(name, sizeof(name), "kvmm_decode_tc_%s", dtype_names[dt]);
+		r = cu.drv->cuModuleGetFunction(&cu.dtc[dt], cu.mod, name);
 		if (r)
 			return fail(r, name);
 	}
@@ -172,6 +177,9 @@ int kvmm_cuda_init(int device)
 	env = getenv("KVMM_CUDA_PREFILL_TC");
 	if (env && *env)
 		kvmm_cuda_prefill_tc = strcmp(env, "0") != 0;
+	env = getenv("KVMM_CUDA_DECODE_TC");
+	if (env && *env)
+		kvmm_cuda_decode_tc = strcmp(env, "0") != 0;
 	cu.sms = 0;
 	if (cu.drv->cuDeviceGetAttribute(&cu.sms, KVMM_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
 					 cu.dev) ||
@@ -297,6 +305,7 @@ static int attn_args(const struct kvmm_attn_batch *b, const float *q, float *out
  */
 uint32_t kvmm_cuda_decode_waves = 1;
 uint32_t kvmm_cuda_prefill_tc = 1;
+uint32_t kvmm_cuda_decode_tc = 1;
 
 static uint32_t pow2_at_least(uint32_t x)
 {
@@ -387,23 +396,24 @@ static int fma_layout(struct kvmm_cuda_decode_args *d, uint32_t max_q)
 }
 
 /*
- * The tensor-core prefill's layout (attn_tc.cu): KVMM_CUDA_TC_SLOTS slots per block, tiles of
- * KVMM_CUDA_TC_TILE tokens, rows 16 bytes longer than a head's row (bank-conflict free
- * fragment loads), two stages, then rows_before()'s words.
+ * The tensor-core kernels' layout (attn_tc.cu): tiles of KVMM_CUDA_TC_TILE tokens, rows an odd
+ * number of 16-byte units apart (bank-conflict free fragment loads), two stages.  Prefill:
+ * KVMM_CUDA_TC_SLOTS slots per block, then rows_before()'s words.  Decode (max_q 0): the gb
+ * (at most 16) query heads of a KV head per block, and after the loop the four warps' states
+ * over the stages (per warp 16 rows of max and sum, then 16 rows of head_dim sums).
  */
 static void tc_layout(struct kvmm_cuda_decode_args *d, uint32_t max_q)
 {
-	const uint32_t tile = KVMM_CUDA_TC_TILE;
-	uint32_t stage;
+	const uint32_t tile = KVMM_CUDA_TC_TILE, slots = max_q ? KVMM_CUDA_TC_SLOTS : 16;
+	uint32_t stage, comb;
 
 	d->tc = 1;
-	d->nqg = (d->group + KVMM_CUDA_TC_SLOTS - 1) / KVMM_CUDA_TC_SLOTS;
+	d->nqg = (d->group + slots - 1) / slots;
 	d->gb = (d->group + d->nqg - 1) / d->nqg;
-	d->rows = KVMM_CUDA_TC_SLOTS / d->gb;
-	d->rows = d->rows > max_q ? max_q : d->rows;
+	d->rows = max_q ? KVMM_CUDA_TC_SLOTS / d->gb : 1;
+	d->rows = d->rows > max_q && max_q ? max_q : d->rows;
 	d->tile = tile;
 	d->tpt = KVMM_CUDA_DECODE_THREADS / tile;
-	/* an odd number of 16-byte units: a word stride of 4 mod 8 */
 	d->row_stride = (d->chunks + 1 + d->chunks % 2) * 16;
 	d->v_soff = tile * d->row_stride;
 	d->ks_soff = 2 * tile * d->row_stride;
@@ -411,19 +421,28 @@ static void tc_layout(struct kvmm_cuda_decode_args *d, uint32_t max_q)
 	d->ok_soff = d->vs_soff + tile * d->ngroups * 4;
 	stage = round_up16((uint64_t)d->ok_soff + tile * 4);
 	d->stage_bytes = stage;
-	d->q_soff = d->s_soff = d->st_soff = 2 * stage;
-	d->smem_bytes = d->st_soff + KVMM_CUDA_DECODE_WARPS * 8;
+	comb = max_q ? 0 : KVMM_CUDA_DECODE_WARPS * 16 * (2 + d->a.pg.head_dim) * 4;
+	d->q_soff = d->s_soff = d->st_soff = round_up16(2 * stage > comb ? 2 * stage : comb);
+	d->smem_bytes = d->st_soff + (max_q ? KVMM_CUDA_DECODE_WARPS * 8 : 0);
 }
 
 /*
- * whether a prefill of this dtype, head_dim and int8 group size runs on the tensor cores:
- * fp16, bf16, and int8 in scale groups of whole k-steps (16 elements)
+ * Whether attention of this dtype, head_dim and int8 group size runs on the tensor cores: fp16,
+ * bf16, and int8 in scale groups of whole k-steps (16 elements); prefill (max_q > 0) whenever
+ * kvmm_cuda_prefill_tc allows, decode where the FMA kernel would need 4 or more multiply-adds
+ * per KV byte (group / element size >= 4: fp16 and bf16 groups of 8 and more, int8 of 4 and
+ * more, about 57 % of an H200's fp32 FMA rate at its memory bandwidth) and
+ * kvmm_cuda_decode_tc allows.
  */
-static bool tc_fits(uint32_t dtype, uint32_t dim, uint32_t gs, uint32_t max_q)
+static bool tc_fits(uint32_t dtype, uint32_t dim, uint32_t gs, uint32_t group, uint32_t max_q)
 {
-	return max_q && kvmm_cuda_prefill_tc && dim % 16 == 0 && dim <= KVMM_CUDA_TC_MAX_DIM &&
-	       (dtype == KVMM_DTYPE_FP16 || dtype == KVMM_DTYPE_BF16 ||
-		(dtype == KVMM_DTYPE_INT8 && gs % 16 == 0));
+	if (dim % 16 || dim > KVMM_CUDA_TC_MAX_DIM ||
+	    !(dtype == KVMM_DTYPE_FP16 || dtype == KVMM_DTYPE_BF16 ||
+	      (dtype == KVMM_DTYPE_INT8 && gs % 16 == 0)))
+		return false;
+	if (max_q)
+		return kvmm_cuda_prefill_tc;
+	return kvmm_cuda_decode_tc && group >= 4 * kvmm_dtype_size(dtype);
 }
 
 /* decode (max_q 0) or prefill of at most max_q new tokens per sequence */
@@ -460,7 +479,7 @@ static int attn_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, uint32
 	d->vec = !(align & 15);
 	if (dtype == KVMM_DTYPE_INT8 && ((pg->ks_off | pg->vs_off | pg->scale_row_bytes) & 3))
 		d->vec = 0;
-	if (tc_fits(dtype, dim, pg->gs, max_q))
+	if (tc_fits(dtype, dim, pg->gs, d->group, max_q))
 		tc_layout(d, max_q);
 	else if (fma_layout(d, max_q))
 		return -ENOTSUP; /* cannot happen with head_dim <= 256 */
@@ -539,7 +558,7 @@ static int attn_launch(const struct kvmm_attn_batch *b, uint32_t max_q, const fl
 	ret = enter();
 	if (ret)
 		return ret;
-	fn = d.tc ? cu.tc[dt] : cu.fn[dt][pre ? FN_PREFILL : FN_DECODE];
+	fn = d.tc ? (pre ? cu.tc[dt] : cu.dtc[dt]) : cu.fn[dt][pre ? FN_PREFILL : FN_DECODE];
 	if (kvmm_cuda_decode_waves && cu.drv->cuMemAllocAsync && cu.drv->cuMemFreeAsync &&
 	    !cu.drv->cuOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, KVMM_CUDA_DECODE_THREADS,
 								 d.smem_bytes) &&

@@ -72,6 +72,13 @@ int kvmm_cuda_paged_prefill(const struct kvmm_attn_batch *b, uint32_t max_q_len,
  * before launching, not while launches run.
  */
 extern uint32_t kvmm_cuda_prefill_tc;
+/*
+ * Decode of the same formats runs on the tensor cores (kvmm_decode_tc_<dt>) when its GQA group
+ * would make the FMA kernel do 4 or more multiply-adds per KV byte (fp16 and bf16: 8 or more
+ * query heads per KV head; int8: 4 or more) and this is non-zero (the default);
+ * KVMM_CUDA_DECODE_TC=0 at kvmm_cuda_init() clears it.
+ */
+extern uint32_t kvmm_cuda_decode_tc;
 int kvmm_cuda_reshape_and_cache(const struct kvmm_kv_pages *kv, uint32_t nr_tokens,
 				const int64_t *slots, const float *k, const float *v,
 				kvmm_cuda_stream_t stream);

@@ -56,34 +56,57 @@ template <int DT> static inline uint32_t cvt_elem(float f)
  * (b0) and + 8 (b1) of column g; C's rows g (c0, c1) and g + 8 (c2, c3), columns 2t, 2t + 1.
  * The products of 16-bit numbers are exact in double; the sum is rounded once to fp32.
  */
-template <int DT>
-static inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+/* element k (0 or 1) of a packed pair of DT (fp16 or bf16) as fp32 */
+template <int DT> static inline float mma_half(uint32_t w, uint32_t k)
 {
-	const uint32_t in[6] = {a[0], a[1], a[2], a[3], b0, b1};
-	const uint32_t lane = simt_thread_idx.x % SIMT_WARP, g = lane / 4, t = lane % 4;
-	uint32_t all[SIMT_WARP][6];
+	const uint32_t h = k ? w >> 16 : w & 0xffffu;
 
-	simt_warp_gather(in, 6, &all[0][0]);
+	return DT == DT_BF16 ? __uint_as_float(h << 16) : fp16_to_f32((uint16_t)h);
+}
+
+/*
+ * c += A B for m16n8kK (K 8 or 16) from the warp's gathered words: all[lane][0 .. K / 4) are
+ * A's registers, all[lane][K / 4 .. K / 4 + K / 8) B's
+ */
+template <int DT, uint32_t K, uint32_t N>
+static inline void mma_lane(float (&c)[4], const uint32_t (*all)[N])
+{
+	const uint32_t lane = simt_thread_idx.x % SIMT_WARP, g = lane / 4, t = lane % 4;
+
 	for (uint32_t i = 0; i < 4; i++) {
 		const uint32_t row = g + 8 * (i / 2), col = 2 * t + i % 2;
 		double sum = c[i];
 
-		for (uint32_t k = 0; k < 16; k++) {
+		for (uint32_t k = 0; k < K; k++) {
 			/* A(row, k): lane 4 (row % 8) + (k % 8) / 2, register (row / 8) + 2 (k / 8) */
-			uint32_t aw = all[4 * (row % 8) + (k % 8) / 2][row / 8 + 2 * (k / 8)];
-			/* B(k, col): lane 4 col + (k % 8) / 2, b0 or b1 by k / 8 */
-			uint32_t bw = all[4 * col + (k % 8) / 2][4 + k / 8];
-			uint32_t ah = k % 2 ? aw >> 16 : aw & 0xffffu,
-				 bh = k % 2 ? bw >> 16 : bw & 0xffffu;
-			float av = DT == DT_BF16 ? __uint_as_float(ah << 16)
-						 : fp16_to_f32((uint16_t)ah);
-			float bv = DT == DT_BF16 ? __uint_as_float(bh << 16)
-						 : fp16_to_f32((uint16_t)bh);
+			const uint32_t aw = all[4 * (row % 8) + (k % 8) / 2][row / 8 + 2 * (k / 8)];
+			/* B(k, col): lane 4 col + (k % 8) / 2, register k / 8 after A's */
+			const uint32_t bw = all[4 * col + (k % 8) / 2][K / 4 + k / 8];
 
-			sum += (double)av * bv;
+			sum += (double)mma_half<DT>(aw, k % 2) * mma_half<DT>(bw, k % 2);
 		}
 		c[i] = (float)sum;
 	}
+}
+
+template <int DT>
+static inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+	const uint32_t in[6] = {a[0], a[1], a[2], a[3], b0, b1};
+	uint32_t all[SIMT_WARP][6];
+
+	simt_warp_gather(in, 6, &all[0][0]);
+	mma_lane<DT, 16, 6>(c, all);
+}
+
+/* mma.sync.aligned.m16n8k8: A's registers 0 and 1 (rows g and g + 8, columns 2t, 2t + 1), b0 */
+template <int DT> static inline void mma1688(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t b)
+{
+	const uint32_t in[3] = {a0, a1, b};
+	uint32_t all[SIMT_WARP][3];
+
+	simt_warp_gather(in, 3, &all[0][0]);
+	mma_lane<DT, 8, 3>(c, all);
 }
 
 /* ---- the kernel files, as module.cu includes them ---- */
@@ -118,6 +141,9 @@ const struct simt_kernel simt_kernels[] = {
 	SIMT_KERNEL(kvmm_prefill_tc_fp16, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
 	SIMT_KERNEL(kvmm_prefill_tc_bf16, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
 	SIMT_KERNEL(kvmm_prefill_tc_int8, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
+	SIMT_KERNEL(kvmm_decode_tc_fp16, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
+	SIMT_KERNEL(kvmm_decode_tc_bf16, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
+	SIMT_KERNEL(kvmm_decode_tc_int8, struct kvmm_cuda_decode_args, KVMM_CUDA_DECODE_THREADS),
 	SIMT_DTYPES(kvmm_cache_, struct kvmm_cuda_cache_args, SIMT_MAX_THREADS),
 	SIMT_KERNEL(kvmm_copy_pages, struct kvmm_cuda_copy_args, SIMT_MAX_THREADS),
 };

@@ -290,12 +290,16 @@ static uint32_t check_plan(uint32_t dt, uint32_t dim, uint32_t gs, uint32_t kvh,
 	else
 		assert_int_equal(kvmm_cuda_decode_plan(&a, dt, resident, &d), 0);
 
-	/* prefill with head_dim a multiple of 16 up to 128: the tensor cores, but for fp32 */
-	tc = max_q && kvmm_cuda_prefill_tc && dim % 16 == 0 && dim <= KVMM_CUDA_TC_MAX_DIM &&
+	/*
+	 * head_dim a multiple of 16 up to 128, fp16, bf16 or int8 in groups of 16k: prefill on the
+	 * tensor cores; decode too when the group is 4 per byte of an element or more
+	 */
+	tc = dim % 16 == 0 && dim <= KVMM_CUDA_TC_MAX_DIM &&
 	     (dt == KVMM_DTYPE_FP16 || dt == KVMM_DTYPE_BF16 ||
-	      (dt == KVMM_DTYPE_INT8 && gs % 16 == 0));
+	      (dt == KVMM_DTYPE_INT8 && gs % 16 == 0)) &&
+	     (max_q ? kvmm_cuda_prefill_tc : kvmm_cuda_decode_tc && group >= 4 * elem);
 	assert_int_equal(d.tc, tc);
-	smax = tc ? KVMM_CUDA_TC_SLOTS : KVMM_CUDA_DECODE_GMAX;
+	smax = !tc ? KVMM_CUDA_DECODE_GMAX : max_q ? KVMM_CUDA_TC_SLOTS : 16;
 	/* query heads: all of a group, spread evenly, at most smax per block */
 	assert_int_equal(d.group, group);
 	assert_true(d.gb >= 1 && d.gb <= smax);
@@ -330,7 +334,13 @@ static uint32_t check_plan(uint32_t dt, uint32_t dim, uint32_t gs, uint32_t kvh,
 			    d.ok_soff == d.vs_soff + d.tile * d.ngroups * 4);
 		assert_true(d.ok_soff + 4 * d.tile <= d.stage_bytes && d.stage_bytes % 16 == 0);
 		assert_true(d.st_soff >= 2 * d.stage_bytes && d.st_soff % 8 == 0);
-		assert_int_equal(d.smem_bytes, d.st_soff + 8 * KVMM_CUDA_DECODE_WARPS);
+		if (max_q) {
+			/* then rows_before()'s words */
+			assert_int_equal(d.smem_bytes, d.st_soff + 8 * KVMM_CUDA_DECODE_WARPS);
+		} else {
+			/* the warps' states after the loop: 16 rows of max, sum and head_dim sums */
+			assert_true(d.smem_bytes >= KVMM_CUDA_DECODE_WARPS * 16 * (2 + dim) * 4);
+		}
 		assert_true(d.smem_bytes <= KVMM_CUDA_DECODE_SMEM_MAX);
 	} else {
 		check_fma_layout(&d, dim, elem, slots);
@@ -382,11 +392,13 @@ static void test_decode_plan(void **state)
 		if (rnd(8) == 0)
 			base += 8;
 		kvmm_cuda_prefill_tc = rnd(4) != 0;
+		kvmm_cuda_decode_tc = rnd(4) != 0;
 		check_plan(dt, dim, gs, 1 + rnd(8), groups[rnd(12)], page, base, 1 + rnd(600),
 			   1 + rnd(600), rnd(3) ? 132 * (1 + rnd(8)) : 0,
 			   rnd(2) ? 0 : 1 + rnd(rnd(2) ? 8 : 3000));
 	}
 	kvmm_cuda_prefill_tc = 1;
+	kvmm_cuda_decode_tc = 1;
 	/* the benchmark's shapes, fp16, 2 MiB pages, 132 SMs x 4 blocks: they split */
 	{
 		struct kvmm_fmt f;
@@ -1205,6 +1217,59 @@ static void random_attn(bool pre, unsigned int n)
 	}
 }
 
+/*
+ * Decode on the tensor cores (attn_tc.cu, tcd_body; the decode shapes above that qualify ran
+ * there too): GQA 8 over long contexts (split), 16 query heads (a full fragment), 40 (three
+ * blocks of 14), int8 in groups of 16 (GQA 4) and of 48 with unaligned frames, and a batch of
+ * 5-token contexts (warps with no token), against the CPU; then two of them on the FMA kernel;
+ * and which kernel a decode plan picks: groups of 4 per byte of an element and more.
+ */
+static void test_decode_tc_vs_cpu(void **state)
+{
+	static const struct dshape shapes[] = {
+		/* dt, dim, gs, kvh, group, page, seqs, max ctx */
+		{KVMM_DTYPE_FP16, 128, 0, 2, 8, 64 << 10, 2, 2000}, /* split */
+		{KVMM_DTYPE_BF16, 64, 0, 1, 16, 16 << 10, 4, 700},  /* 16 rows */
+		{KVMM_DTYPE_FP16, 32, 0, 1, 40, 8192, 2, 300},	    /* 3 blocks */
+		{KVMM_DTYPE_INT8, 128, 16, 2, 4, 32 << 10, 2, 800}, /* 8 groups */
+		{KVMM_DTYPE_INT8, 48, 48, 1, 6, 8192 + 8, 3, 500},  /* unaligned */
+		{KVMM_DTYPE_FP16, 128, 0, 4, 8, 2 << 20, 40, 5},    /* short */
+	};
+	struct kvmm_cuda_decode_args d;
+
+	(void)state;
+	NEED_GPU();
+	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+		check_attn(&shapes[i], false);
+	kvmm_cuda_decode_tc = 0;
+	check_attn(&shapes[0], false);
+	check_attn(&shapes[3], false);
+	kvmm_cuda_decode_tc = 1;
+	{
+		struct kvmm_fmt f;
+		struct kvmm_attn_batch b;
+		uint32_t ctx = 40;
+		int32_t table[4] = {0};
+
+		memset(&b, 0, sizeof(b));
+		b.kv = (struct kvmm_kv_pages){(void *)(uintptr_t)0x10000, &f, 1, 8};
+		b.nr_seqs = 1;
+		b.max_blocks = 4;
+		b.block_tables = table;
+		b.ctx_lens = &ctx;
+		for (uint32_t dt = KVMM_DTYPE_FP32; dt < KVMM_DTYPE_COUNT; dt++)
+			for (uint32_t group = 1; group <= 20; group++) {
+				uint32_t gs = dt == KVMM_DTYPE_INT8 ? 32 : 0;
+
+				assert_int_equal(kvmm_fmt_init(&f, 2, 2, 128, dt, gs, 64 << 10), 0);
+				b.num_q_heads = 2 * group;
+				assert_int_equal(kvmm_cuda_batch_plan(&b, 0, &d), 0);
+				assert_int_equal(d.tc, dt != KVMM_DTYPE_FP32 &&
+							       group >= 4 * kvmm_dtype_size(dt));
+			}
+	}
+}
+
 static void test_decode_random_vs_cpu(void **state)
 {
 	(void)state;
@@ -1302,7 +1367,7 @@ static void test_prefill_tc_vs_cpu(void **state)
 				assert_int_equal(kvmm_cuda_batch_plan(&b, 40, &d), 0);
 				assert_int_equal(d.tc, want);
 				assert_int_equal(kvmm_cuda_batch_plan(&b, 0, &d), 0);
-				assert_int_equal(d.tc, 0); /* decode never */
+				assert_int_equal(d.tc, 0); /* decode: GQA 2 is FMA's */
 			}
 	}
 }
@@ -1499,6 +1564,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_prefill_vs_cpu),
 		cmocka_unit_test(test_prefill_random_vs_cpu),
 		cmocka_unit_test(test_prefill_tc_vs_cpu),
+		cmocka_unit_test(test_decode_tc_vs_cpu),
 		cmocka_unit_test(test_backend_round_trip),
 		cmocka_unit_test(test_export_import),
 	};

@@ -48,14 +48,6 @@ template <int DT> static inline uint32_t cvt_elem(float f)
 	return DT == DT_BF16 ? f32_to_bf16(f) : f32_to_fp16(f);
 }
 
-/*
- * mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: the warp's fragments gathered (all 32
- * lanes must be here, as on the GPU), then this lane's four elements of D = A B + C with
- * the fragment layouts of the PTX ISA (kernels/cuda/attn_tc.cu): lane 4 g + t holds A's
- * rows g and g + 8, columns 2t, 2t + 1 (registers 0, 1) and + 8 (2, 3); B's rows 2t, 2t + 1
- * (b0) and + 8 (b1) of column g; C's rows g (c0, c1) and g + 8 (c2, c3), columns 2t, 2t + 1.
- * The products of 16-bit numbers are exact in double; the sum is rounded once to fp32.
- */
 /* element k (0 or 1) of a packed pair of DT (fp16 or bf16) as fp32 */
 template <int DT> static inline float mma_half(uint32_t w, uint32_t k)
 {
@@ -65,8 +57,16 @@ template <int DT> static inline float mma_half(uint32_t w, uint32_t k)
 }
 
 /*
- * c += A B for m16n8kK (K 8 or 16) from the warp's gathered words: all[lane][0 .. K / 4) are
- * A's registers, all[lane][K / 4 .. K / 4 + K / 8) B's
+ * mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: the warp's fragments gathered (all 32
+ * lanes must be here, as on the GPU), then this lane's four elements of D = A B + C with
+ * the fragment layouts of the PTX ISA (kernels/cuda/attn_tc.cu): lane 4 g + t holds A's
+ * rows g and g + 8, columns 2t, 2t + 1 (registers 0, 1) and + 8 (2, 3); B's rows 2t, 2t + 1
+ * (b0) and + 8 (b1) of column g; C's rows g (c0, c1) and g + 8 (c2, c3), columns 2t, 2t + 1.
+ * The products of 16-bit numbers are exact in double; the sum is rounded once to fp32.
+ * m16n8k8 is the same with k < 8: A's registers 0 and 1, B's b0.
+ *
+ * mma_lane(): c += A B for m16n8kK (K 8 or 16) from the warp's gathered words:
+ * all[lane][0 .. K / 4) are A's registers, all[lane][K / 4 .. K / 4 + K / 8) B's.
  */
 template <int DT, uint32_t K, uint32_t N>
 static inline void mma_lane(float (&c)[4], const uint32_t (*all)[N])

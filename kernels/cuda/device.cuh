@@ -60,19 +60,20 @@ template <int DT> __device__ __forceinline__ uint32_t cvt_elem(float f)
 /*
  * c += a * b on the tensor cores: mma.sync m16n8k16, A row-major 16 x 16, B column-major
  * 16 x 8, both fp16 or both bf16 (DT), fp32 accumulators; the fragments are laid out over the
- * warp's lanes as the PTX ISA says (attn_tc.cu).  sm_80 and later.
+ * warp's lanes as the PTX ISA says (attn_tc.cu).  sm_80 and later.  volatile, so that the
+ * compiler never moves one into code some lanes skip: .aligned needs the whole warp there.
  */
 template <int DT>
 __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
 					 uint32_t b1)
 {
 	if constexpr (DT == DT_BF16)
-		asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
 		    "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
 		    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
 		    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 	else
-		asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
 		    "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
 		    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
 		    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -83,12 +84,12 @@ template <int DT>
 __device__ __forceinline__ void mma1688(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t b)
 {
 	if constexpr (DT == DT_BF16)
-		asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+		asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
 		    "{%4, %5}, {%6}, {%0, %1, %2, %3};\n"
 		    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
 		    : "r"(a0), "r"(a1), "r"(b));
 	else
-		asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+		asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
 		    "{%4, %5}, {%6}, {%0, %1, %2, %3};\n"
 		    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
 		    : "r"(a0), "r"(a1), "r"(b));

@@ -251,6 +251,58 @@ stage_tile(const struct kvmm_cuda_decode_args &d, const int32_t *table, uint32_t
 }
 
 /*
+ * The double-buffered walk over tokens [tbeg, tend) in tiles of `tile`: while work(st, t0, tn)
+ * computes the tile of tn tokens from t0 in stage st, the next tile is in flight (cp.async) to
+ * the other stage.  Every thread of the block calls it, and work may hold barriers of its own;
+ * when work runs, every thread is done with the other stage.  ZT: zero the V rows (and int8
+ * scales) of a stage past its tile's last token, up to `tile` (the tensor-core kernels
+ * multiply whole fragments of them by weight 0, and 0 times a NaN left in shared memory is
+ * not 0).
+ */
+template <int DT, bool ZT, typename W>
+__device__ __forceinline__ void tile_walk(const struct kvmm_cuda_decode_args &d,
+					  const int32_t *table, uint32_t h, uint32_t tile,
+					  uint32_t tbeg, uint32_t tend, W &&work)
+{
+	char *smem = kvmm_decode_smem;
+	const uint32_t sl_sh = __ffs(d.sl) - 1;
+	uint32_t cur_pi = 0xffffffffu, s = 0;
+	int32_t cur_f = -1;
+	/* stage tn tokens from t0 into st */
+	auto stage = [&](char *st, uint32_t t0, uint32_t tn) {
+		stage_tile<DT>(d, table, h, st, t0, tn, sl_sh, cur_pi, cur_f);
+		if constexpr (ZT) {
+			for (uint32_t i = threadIdx.x; i < (tile - tn) * d.row_stride / 16;
+			     i += KVMM_CUDA_DECODE_THREADS)
+				*(uint4 *)(st + d.v_soff + tn * d.row_stride + 16 * i) =
+					make_uint4(0, 0, 0, 0);
+			for (uint32_t i = tn * d.ngroups + threadIdx.x; i < tile * d.ngroups;
+			     i += KVMM_CUDA_DECODE_THREADS)
+				((float *)(st + d.vs_soff))[i] = 0.0f;
+		}
+	};
+
+	if (tbeg < tend)
+		stage(smem, tbeg, min(tile, tend - tbeg));
+	cp_async_commit();
+	for (uint32_t t0 = tbeg; t0 < tend; s ^= 1) {
+		const uint32_t tn = min(tile, tend - t0);
+
+		/* tile t0 is in stage s; every thread is done with stage s ^ 1 */
+		cp_async_wait_all();
+		__syncthreads();
+		if (tend - t0 > tile)
+			stage(smem + (s ^ 1) * d.stage_bytes, t0 + tile,
+			      min(tile, tend - t0 - tile));
+		cp_async_commit();
+		work((const char *)smem + s * d.stage_bytes, t0, tn);
+		if (tend - t0 <= tile)
+			break;
+		t0 += tile;
+	}
+}
+
+/*
  * scores of the tile's tn tokens (t0 ...) for the block's ns slots, into ss[g][t]; prefill
  * (P) scores a token at or past slot g's limit slim[g] -inf, as an absent one
  */
@@ -513,7 +565,7 @@ __device__ __forceinline__ void attn_body(const struct kvmm_cuda_decode_args &d)
 	const uint32_t ctx = clamp_len(a, ((const uint32_t *)a.ctx_lens)[seq]);
 	const int32_t *table = (const int32_t *)a.block_tables + (uint64_t)seq * a.max_blocks;
 	/* log2 of the power-of-2 thread layouts, so that the index math is shifts and masks */
-	const uint32_t sl_sh = __ffs(d.sl) - 1, tpt_sh = __ffs(d.tpt) - 1, lpr_sh = __ffs(lpr) - 1;
+	const uint32_t tpt_sh = __ffs(d.tpt) - 1, lpr_sh = __ffs(lpr) - 1;
 	float *sq = (float *)(smem + d.q_soff), *ss = (float *)(smem + d.s_soff);
 	float *sst = (float *)(smem + d.st_soff), *sacc = (float *)smem;
 	/* slot limits (prefill) and rows_before()'s words, after max, sum and correction */
@@ -521,8 +573,7 @@ __device__ __forceinline__ void attn_body(const struct kvmm_cuda_decode_args &d)
 	uint64_t *sred = (uint64_t *)(sst + 4 * KVMM_CUDA_DECODE_GMAX);
 	float acc[KVMM_CUDA_DECODE_GMAX][KVMM_CUDA_DECODE_EPL];
 	struct slots sl = {(uint64_t)seq * a.num_q_heads + hq0, 0, gbn, a.num_q_heads};
-	uint32_t tbeg = 0, tend = ctx, ns = gbn, lim0 = ctx, cur_pi = 0xffffffffu, s = 0;
-	int32_t cur_f = -1;
+	uint32_t tbeg = 0, tend = ctx, ns = gbn, lim0 = ctx;
 
 	sl.prow0 = sl.orow0;
 	if (P && !prefill_rows(d, seq, ctx, rt, hq0, gbn, sred, sl, ns, lim0, tend))
@@ -550,30 +601,14 @@ __device__ __forceinline__ void attn_body(const struct kvmm_cuda_decode_args &d)
 		for (uint32_t i = 0; i < KVMM_CUDA_DECODE_EPL; i++)
 			acc[g][i] = 0.0f;
 
-	if (tbeg < tend)
-		stage_tile<DT>(d, table, h, smem, tbeg, min(tile, tend - tbeg), sl_sh, cur_pi,
-			       cur_f);
-	cp_async_commit();
-	for (uint32_t t0 = tbeg; t0 < tend; s ^= 1) {
-		const char *st = smem + s * d.stage_bytes;
-		const uint32_t tn = min(tile, tend - t0);
-
-		/* tile t0 is in stage s; every thread is done with stage s ^ 1 and the scores */
-		cp_async_wait_all();
-		__syncthreads();
-		if (tend - t0 > tile)
-			stage_tile<DT>(d, table, h, smem + (s ^ 1) * d.stage_bytes, t0 + tile,
-				       min(tile, tend - t0 - tile), sl_sh, cur_pi, cur_f);
-		cp_async_commit();
-		tile_scores<DT, P>(d, st, sq, ss, tn, ns, tpt_sh, t0, slim);
-		__syncthreads();
-		tile_softmax(d, ss, sst, tn, ns);
-		__syncthreads();
-		tile_values<DT>(d, st, ss, sst, tn, ns, lpr_sh, acc);
-		if (tend - t0 <= tile)
-			break;
-		t0 += tile;
-	}
+	tile_walk<DT, false>(d, table, h, tile, tbeg, tend,
+			     [&](const char *st, uint32_t t0, uint32_t tn) {
+				     tile_scores<DT, P>(d, st, sq, ss, tn, ns, tpt_sh, t0, slim);
+				     __syncthreads();
+				     tile_softmax(d, ss, sst, tn, ns);
+				     __syncthreads();
+				     tile_values<DT>(d, st, ss, sst, tn, ns, lpr_sh, acc);
+			     });
 
 	/* sum the accumulators: first the row slots of a warp, then the warps in turn */
 	for (uint32_t o = lpr; o < 32; o <<= 1) {

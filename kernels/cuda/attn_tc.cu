@@ -112,21 +112,6 @@ __device__ __forceinline__ uint32_t vpair(const char *v, uint32_t rs, uint32_t r
 	}
 }
 
-/* stage_tile(), and zeros in the V rows (and scales) of the tile past its tn tokens */
-template <int DT>
-__device__ __forceinline__ void
-tc_stage(const struct kvmm_cuda_decode_args &d, const int32_t *table, uint32_t h, char *st,
-	 uint32_t t0, uint32_t tn, uint32_t sl_sh, uint32_t &cur_pi, int32_t &cur_f)
-{
-	stage_tile<DT>(d, table, h, st, t0, tn, sl_sh, cur_pi, cur_f);
-	for (uint32_t i = threadIdx.x; i < (KVMM_CUDA_TC_TILE - tn) * d.row_stride / 16;
-	     i += KVMM_CUDA_DECODE_THREADS)
-		*(uint4 *)(st + d.v_soff + tn * d.row_stride + 16 * i) = make_uint4(0, 0, 0, 0);
-	for (uint32_t i = tn * d.ngroups + threadIdx.x; i < KVMM_CUDA_TC_TILE * d.ngroups;
-	     i += KVMM_CUDA_DECODE_THREADS)
-		((float *)(st + d.vs_soff))[i] = 0.0f; /* int8: their scales (else none) */
-}
-
 /*
  * The scores of the warp's NT * 8 tokens of a tile, from its token tok0 (prefill: all 32 from
  * 0; decode: 8 per warp), for the warp's 16 slots (sc: NT n-tiles of C fragments), masked
@@ -291,11 +276,14 @@ __device__ __forceinline__ void tc_values(const struct kvmm_cuda_decode_args &d,
 	}
 }
 
-/* the scaled queries of slots m0 and m1 (the lane's rows) as A fragments, hi and lo; 0 past ns */
+/*
+ * A warp's start: the scaled queries of slots m0 and m1 (the lane's rows) as A fragments, hi
+ * and lo (0 past ns), and the accumulators o zeroed
+ */
 template <int DT>
 __device__ __forceinline__ void
-tc_queries(const struct kvmm_cuda_decode_args &d, const struct slots &sl, uint32_t ns, uint32_t m0,
-	   uint32_t m1, uint32_t (&qh)[TC_NK][4], uint32_t (&ql)[TC_NK][4])
+tc_start(const struct kvmm_cuda_decode_args &d, const struct slots &sl, uint32_t ns, uint32_t m0,
+	 uint32_t m1, uint32_t (&qh)[TC_NK][4], uint32_t (&ql)[TC_NK][4], float (&o)[TC_NJ][4])
 {
 	const uint32_t t4 = threadIdx.x & 3, dim = d.a.pg.head_dim, nk = dim / 16;
 
@@ -315,6 +303,11 @@ tc_queries(const struct kvmm_cuda_decode_args &d, const struct slots &sl, uint32
 			}
 			split2<tc_type<DT>::v>(x0, x1, qh[kk][r], ql[kk][r]);
 		}
+#pragma unroll
+	for (uint32_t j = 0; j < TC_NJ; j++)
+#pragma unroll
+		for (uint32_t i = 0; i < 4; i++)
+			o[j][i] = 0.0f;
 }
 
 template <int DT> __device__ __forceinline__ void tc_body(const struct kvmm_cuda_decode_args &d)
@@ -331,12 +324,9 @@ template <int DT> __device__ __forceinline__ void tc_body(const struct kvmm_cuda
 	const uint32_t dim = a.pg.head_dim, nj = dim / 8;
 	const uint32_t ctx = clamp_len(a, ((const uint32_t *)a.ctx_lens)[seq]);
 	const int32_t *table = (const int32_t *)a.block_tables + (uint64_t)seq * a.max_blocks;
-	const uint32_t sl_sh = __ffs(d.sl) - 1;
 	const uint32_t m0 = warp * 16 + g, m1 = m0 + 8; /* the lane's two fragment rows: slots */
 	struct slots sl = {0, 0, gbn, a.num_q_heads};
-	uint32_t qh[TC_NK][4], ql[TC_NK][4], ns = 0, lim0 = 0, la, lb, tbeg = 0, tend = 0, s = 0;
-	uint32_t cur_pi = 0xffffffffu;
-	int32_t cur_f = -1;
+	uint32_t qh[TC_NK][4], ql[TC_NK][4], ns = 0, lim0 = 0, la, lb, tbeg = 0, tend = 0;
 	float o[TC_NJ][4], mx[2] = {-INFINITY, -INFINITY}, ls[2] = {0.0f, 0.0f};
 
 	if (!prefill_rows(d, seq, ctx, rt, hq0, gbn, (uint64_t *)(smem + d.st_soff), sl, ns, lim0,
@@ -348,40 +338,19 @@ template <int DT> __device__ __forceinline__ void tc_body(const struct kvmm_cuda
 	la = m0 < ns ? lim0 + m0 / gbn : 0;
 	lb = m1 < ns ? lim0 + m1 / gbn : 0;
 
-	tc_queries<DT>(d, sl, ns, m0, m1, qh, ql);
-#pragma unroll
-	for (uint32_t j = 0; j < TC_NJ; j++)
-#pragma unroll
-		for (uint32_t i = 0; i < 4; i++)
-			o[j][i] = 0.0f;
+	tc_start<DT>(d, sl, ns, m0, m1, qh, ql, o);
 
-	if (tbeg < tend)
-		tc_stage<DT>(d, table, h, smem, tbeg, min(KVMM_CUDA_TC_TILE, tend - tbeg), sl_sh,
-			     cur_pi, cur_f);
-	cp_async_commit();
-	for (uint32_t t0 = tbeg; t0 < tend; s ^= 1) {
-		const char *st = smem + s * d.stage_bytes;
-		const uint32_t tn = min(KVMM_CUDA_TC_TILE, tend - t0);
+	tile_walk<DT, true>(d, table, h, KVMM_CUDA_TC_TILE, tbeg, tend,
+			    [&](const char *st, uint32_t t0, uint32_t tn) {
+				    /* the same for the whole warp: mma.sync needs all lanes */
+				    if (warp * 16 < ns) {
+					    float sc[TC_NT][4];
 
-		/* tile t0 is in stage s; every warp is done with stage s ^ 1 */
-		cp_async_wait_all();
-		__syncthreads();
-		if (tend - t0 > KVMM_CUDA_TC_TILE)
-			tc_stage<DT>(d, table, h, smem + (s ^ 1) * d.stage_bytes,
-				     t0 + KVMM_CUDA_TC_TILE,
-				     min(KVMM_CUDA_TC_TILE, tend - t0 - KVMM_CUDA_TC_TILE), sl_sh,
-				     cur_pi, cur_f);
-		cp_async_commit();
-		if (warp * 16 < ns) { /* the same for the whole warp: mma.sync needs all lanes */
-			float sc[TC_NT][4];
-
-			tc_scores<DT, TC_NT>(d, st, qh, ql, 0, t0, tn, la, lb, sc, mx, ls, o);
-			tc_values<DT>(d, st, sc, o);
-		}
-		if (tend - t0 <= KVMM_CUDA_TC_TILE)
-			break;
-		t0 += KVMM_CUDA_TC_TILE;
-	}
+					    tc_scores<DT, TC_NT>(d, st, qh, ql, 0, t0, tn, la, lb,
+								 sc, mx, ls, o);
+					    tc_values<DT>(d, st, sc, o);
+				    }
+			    });
 
 	/* the rows' sums over their 4 lanes, then each lane writes its 2 columns per n-tile */
 #pragma unroll
@@ -489,13 +458,10 @@ template <int DT> __device__ __forceinline__ void tcd_body(const struct kvmm_cud
 	const uint32_t dim = a.pg.head_dim, nj = dim / 8, ns = gbn;
 	const uint32_t ctx = clamp_len(a, ((const uint32_t *)a.ctx_lens)[seq]);
 	const int32_t *table = (const int32_t *)a.block_tables + (uint64_t)seq * a.max_blocks;
-	const uint32_t sl_sh = __ffs(d.sl) - 1;
 	/* every row sees every token; rows past ns none */
 	const uint32_t la = g < ns ? 0xffffffffu : 0, lb = g + 8 < ns ? 0xffffffffu : 0;
 	struct slots sl = {(uint64_t)seq * a.num_q_heads + hq0, 0, gbn, a.num_q_heads};
-	uint32_t qh[TC_NK][4], ql[TC_NK][4], tbeg = 0, tend = ctx, s = 0;
-	uint32_t cur_pi = 0xffffffffu;
-	int32_t cur_f = -1;
+	uint32_t qh[TC_NK][4], ql[TC_NK][4], tbeg = 0, tend = ctx;
 	float o[TC_NJ][4], mx[2] = {-INFINITY, -INFINITY}, ls[2] = {0.0f, 0.0f};
 	/* the combine, over the stages after the loop: per warp 16 rows of (max, sum), then acc */
 	float *cml = (float *)smem, *cacc = cml + KVMM_CUDA_DECODE_WARPS * 16 * 2;
@@ -503,40 +469,19 @@ template <int DT> __device__ __forceinline__ void tcd_body(const struct kvmm_cud
 	sl.prow0 = sl.orow0;
 	if (!split_range(d, xs, tbeg, tend))
 		return; /* the same for the whole block, before any barrier */
-	tc_queries<DT>(d, sl, ns, g, g + 8, qh, ql);
-#pragma unroll
-	for (uint32_t j = 0; j < TC_NJ; j++)
-#pragma unroll
-		for (uint32_t i = 0; i < 4; i++)
-			o[j][i] = 0.0f;
+	tc_start<DT>(d, sl, ns, g, g + 8, qh, ql, o);
 
-	if (tbeg < tend)
-		tc_stage<DT>(d, table, h, smem, tbeg, min(KVMM_CUDA_TC_TILE, tend - tbeg), sl_sh,
-			     cur_pi, cur_f);
-	cp_async_commit();
-	for (uint32_t t0 = tbeg; t0 < tend; s ^= 1) {
-		const char *st = smem + s * d.stage_bytes;
-		const uint32_t tn = min(KVMM_CUDA_TC_TILE, tend - t0);
+	tile_walk<DT, true>(d, table, h, KVMM_CUDA_TC_TILE, tbeg, tend,
+			    [&](const char *st, uint32_t t0, uint32_t tn) {
+				    /* the same for the whole warp: mma.sync needs all lanes */
+				    if (tok0 < tn) {
+					    float sc[1][4];
 
-		/* tile t0 is in stage s; every warp is done with stage s ^ 1 */
-		cp_async_wait_all();
-		__syncthreads();
-		if (tend - t0 > KVMM_CUDA_TC_TILE)
-			tc_stage<DT>(d, table, h, smem + (s ^ 1) * d.stage_bytes,
-				     t0 + KVMM_CUDA_TC_TILE,
-				     min(KVMM_CUDA_TC_TILE, tend - t0 - KVMM_CUDA_TC_TILE), sl_sh,
-				     cur_pi, cur_f);
-		cp_async_commit();
-		if (tok0 < tn) { /* the same for the whole warp: mma.sync needs all lanes */
-			float sc[1][4];
-
-			tc_scores<DT, 1>(d, st, qh, ql, tok0, t0, tn, la, lb, sc, mx, ls, o);
-			tcd_values<DT>(d, st, tok0, sc, o);
-		}
-		if (tend - t0 <= KVMM_CUDA_TC_TILE)
-			break;
-		t0 += KVMM_CUDA_TC_TILE;
-	}
+					    tc_scores<DT, 1>(d, st, qh, ql, tok0, t0, tn, la, lb,
+							     sc, mx, ls, o);
+					    tcd_values<DT>(d, st, tok0, sc, o);
+				    }
+			    });
 
 	/* each warp's state into shared memory (the stages are free after the barrier) */
 #pragma unroll

@@ -68,15 +68,16 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
 					 uint32_t b1)
 {
 	if constexpr (DT == DT_BF16)
-		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-		    "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-		    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-		    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+		asm volatile(
+			"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+			"{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+			: "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+			: "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 	else
 		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-		    "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-		    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-		    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+			     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+			     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+			     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /* the same with k = 8: A 16 x 8 (two registers), B 8 x 8 (one) */
@@ -85,14 +86,14 @@ __device__ __forceinline__ void mma1688(float (&c)[4], uint32_t a0, uint32_t a1,
 {
 	if constexpr (DT == DT_BF16)
 		asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-		    "{%4, %5}, {%6}, {%0, %1, %2, %3};\n"
-		    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-		    : "r"(a0), "r"(a1), "r"(b));
+			     "{%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+			     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+			     : "r"(a0), "r"(a1), "r"(b));
 	else
 		asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-		    "{%4, %5}, {%6}, {%0, %1, %2, %3};\n"
-		    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-		    : "r"(a0), "r"(a1), "r"(b));
+			     "{%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+			     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+			     : "r"(a0), "r"(a1), "r"(b));
 }
 
 #endif /* KVMM_KERNELS_CUDA_DEVICE_CUH */

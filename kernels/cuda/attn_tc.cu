@@ -20,10 +20,15 @@
  * Precision: the K and V elements are fp16 or bf16 already and enter the products exactly.
  * The queries (fp32, scaled) and the weights (fp32) would lose their low bits as 16-bit
  * operands, so each enters as two: hi, the value rounded to the KV's type, and lo, the rounding
- * error x - hi rounded again; hi * k + lo * k is x * k to about 2^-22 (fp16) or 2^-16 (bf16)
- * relative, against 2^-11 / 2^-8 for hi alone.  That doubles the tensor work (still far below
- * the FMA kernel's time) and keeps the results within the bound the fp32 kernels meet against
- * the CPU (test_cuda).  fp16's range still applies to hi: |q * scale| must stay below 65504.
+ * error x - hi rounded again; hi * k + lo * k is x * k to about 2^-22 (fp16, for |x| >= 2^-3;
+ * below, lo is subnormal and the error at most 2^-25 absolute) or 2^-16 (bf16) relative,
+ * against 2^-11 / 2^-8 for hi alone.  That doubles the tensor work (still far below the FMA
+ * kernel's time) and keeps the results within the bound the fp32 kernels meet against the CPU
+ * (test_cuda).  fp16's range still applies to hi: |q * scale| must stay below 65504.  The
+ * weights of a tile are divided by a power of two per row first (tc_weights()), so weights far
+ * below 1 keep their bits too; and each tile's P V products start from zero and are added to
+ * the output in fp32, so no sum runs on through the tensor cores' accumulator from tile to
+ * tile (the hardware truncates in its additions, which would drift over a long context).
  *
  * int8 (groups of gs elements, gs a multiple of 16, each with an fp32 scale per token): the
  * integers are exact in fp16, so the products run as fp16's; the scores sum each group's
@@ -41,8 +46,9 @@
  *   B (16 x 8, column-major): b0 = (rows 2t, 2t+1, col g), b1 = (rows 2t+8, 2t+9, col g);
  *   C (16 x 8, fp32): c[0], c[1] = (row g, cols 2t, 2t+1), c[2], c[3] = (row g+8, same cols).
  * K rows are staged [token][dim], so B = K^T's pairs are one 32-bit load; V's pairs are two
- * 16-bit loads from consecutive token rows.  Staged rows are 16 * chunks + 16 bytes apart
- * (a word stride of 4 mod 8), so the 32 lanes of either load hit 32 different banks.
+ * 16-bit loads from consecutive token rows.  Staged rows are an odd number of 16-byte units
+ * apart (a word stride of 4 mod 8), so no two lanes of a load hit one bank at different words
+ * (K: 32 banks; V and int8: lanes sharing a word).
  *
  * Shared memory: two stages of [K rows | V rows | ok flags] of KVMM_CUDA_TC_TILE tokens, then
  * rows_before()'s words (the plan: kvmm_cuda_prefill_plan with tc set).  V rows past a tile's
@@ -217,8 +223,56 @@ tc_scores(const struct kvmm_cuda_decode_args &d, const char *st, const uint32_t 
 }
 
 /*
- * o += P V for one tile: the weights sc (C fragments) reused as A fragments, hi and lo; int8:
- * each scale group's n-tiles with the weights times the tokens' V scales of that group
+ * The weights of a warp's NT n-tiles of tokens from tok0 (the scores' C fragments sc), int8
+ * times the tokens' V scales of group grp, as w, and for each of the lane's two rows the power
+ * of two at or below the row's largest weight in the tile (nrm; 1 if none), w divided by it.
+ * So the 16-bit hi + lo halves of the weights are as precise relative to the tile's largest
+ * weight as they are for weights near 1: small weights (a tile far below the running max, or
+ * int8's small V scales) would otherwise fall into fp16's subnormals and lose their bits.
+ * Every lane of the warp must call it (the rows' maxima are reduced over their 4 lanes).
+ */
+template <int DT, uint32_t NT>
+__device__ __forceinline__ void tc_weights(const struct kvmm_cuda_decode_args &d, const char *st,
+					   uint32_t tok0, uint32_t grp, const float (&sc)[NT][4],
+					   float (&w)[NT][4], float (&nrm)[2])
+{
+	const uint32_t t4 = threadIdx.x & 3;
+	float mx[2] = {0.0f, 0.0f};
+
+#pragma unroll
+	for (uint32_t nt = 0; nt < NT; nt++)
+#pragma unroll
+		for (uint32_t i = 0; i < 4; i++) {
+			w[nt][i] = sc[nt][i];
+			if constexpr (DT == DT_INT8)
+				w[nt][i] *= ((const float *)(st + d.vs_soff))
+					[(tok0 + nt * 8 + 2 * t4 + (i & 1)) * d.ngroups + grp];
+			mx[i >> 1] = fmaxf(mx[i >> 1], w[nt][i]);
+		}
+#pragma unroll
+	for (uint32_t r = 0; r < 2; r++) {
+		float inv;
+
+		mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+		mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+		/* the exponent bits alone: a power of two, exact to divide by (0: subnormal, none) */
+		nrm[r] = __uint_as_float(__float_as_uint(mx[r]) & 0x7f800000u);
+		nrm[r] = nrm[r] > 0.0f ? nrm[r] : 1.0f;
+		inv = 1.0f / nrm[r];
+#pragma unroll
+		for (uint32_t nt = 0; nt < NT; nt++) {
+			w[nt][2 * r] *= inv;
+			w[nt][2 * r + 1] *= inv;
+		}
+	}
+}
+
+/*
+ * o += P V for one tile (prefill, 32 tokens): the weights (tc_weights()) as A fragments, hi
+ * and lo, of two k-steps of 16 tokens (S's n-tiles 2 kk and 2 kk + 1); each n-tile's products
+ * start from zero and are added to o in fp32, times the rows' factors, so no sum runs on
+ * through the tensor cores' accumulator across tiles (their additions truncate on some GPUs);
+ * int8: the weights anew for each scale group's n-tiles
  */
 template <int DT>
 __device__ __forceinline__ void tc_values(const struct kvmm_cuda_decode_args &d, const char *st,
@@ -228,51 +282,50 @@ __device__ __forceinline__ void tc_values(const struct kvmm_cuda_decode_args &d,
 	const uint32_t lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
 	const uint32_t nj = d.a.pg.head_dim / 8, rs = d.row_stride, jpg = d.a.pg.gs / 8;
 	const char *vs = st + d.v_soff;
+	uint32_t ph[TC_NT / 2][4], pl[TC_NT / 2][4], jn = 0, grp = 0;
+	float nrm[2];
+	/* the A fragments of both k-steps from the weights of scale group grp */
+	auto frags = [&](uint32_t grp) {
+		float w[TC_NT][4];
 
+		tc_weights<DT, TC_NT>(d, st, 0, grp, sc, w, nrm);
 #pragma unroll
-	for (uint32_t kk = 0; kk < TC_NT / 2; kk++) {
-		/* tokens 16 kk ... 16 kk + 15: S's n-tiles 2 kk (cols 0-7) and 2 kk + 1 (8-15) */
-		const uint32_t r = 16 * kk + 2 * t4;
-		uint32_t ph[4] = {0, 0, 0, 0}, pl[4] = {0, 0, 0, 0}, jn = 0, grp = 0;
-
-		if constexpr (DT != DT_INT8) {
-			split2<MT>(sc[2 * kk][0], sc[2 * kk][1], ph[0], pl[0]);
-			split2<MT>(sc[2 * kk][2], sc[2 * kk][3], ph[1], pl[1]);
-			split2<MT>(sc[2 * kk + 1][0], sc[2 * kk + 1][1], ph[2], pl[2]);
-			split2<MT>(sc[2 * kk + 1][2], sc[2 * kk + 1][3], ph[3], pl[3]);
+		for (uint32_t kk = 0; kk < TC_NT / 2; kk++) {
+			split2<MT>(w[2 * kk][0], w[2 * kk][1], ph[kk][0], pl[kk][0]);
+			split2<MT>(w[2 * kk][2], w[2 * kk][3], ph[kk][1], pl[kk][1]);
+			split2<MT>(w[2 * kk + 1][0], w[2 * kk + 1][1], ph[kk][2], pl[kk][2]);
+			split2<MT>(w[2 * kk + 1][2], w[2 * kk + 1][3], ph[kk][3], pl[kk][3]);
 		}
+	};
+
+	if constexpr (DT != DT_INT8)
+		frags(0);
 #pragma unroll
-		for (uint32_t j = 0; j < TC_NJ; j++) {
-			uint32_t b0, b1;
+	for (uint32_t j = 0; j < TC_NJ; j++) {
+		float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 
-			if (j >= nj)
-				break;
-			if constexpr (DT == DT_INT8) {
-				if (j == jn) {
-					/* the first n-tile of scale group grp: tokens r, r + 1, r + 8, r + 9 */
-					const float *vsc = (const float *)(st + d.vs_soff) +
-							   r * d.ngroups + grp;
-					const float s0 = vsc[0], s1 = vsc[d.ngroups];
-					const float s2 = vsc[8 * d.ngroups],
-						    s3 = vsc[9 * d.ngroups];
-
-					split2<MT>(sc[2 * kk][0] * s0, sc[2 * kk][1] * s1, ph[0],
-						   pl[0]);
-					split2<MT>(sc[2 * kk][2] * s0, sc[2 * kk][3] * s1, ph[1],
-						   pl[1]);
-					split2<MT>(sc[2 * kk + 1][0] * s2, sc[2 * kk + 1][1] * s3,
-						   ph[2], pl[2]);
-					split2<MT>(sc[2 * kk + 1][2] * s2, sc[2 * kk + 1][3] * s3,
-						   ph[3], pl[3]);
-					jn += jpg;
-					grp++;
-				}
+		if (j >= nj)
+			break;
+		if constexpr (DT == DT_INT8) {
+			if (j == jn) { /* the first n-tile of scale group grp */
+				frags(grp);
+				jn += jpg;
+				grp++;
 			}
-			b0 = vpair<DT>(vs, rs, r, 8 * j + g);
-			b1 = vpair<DT>(vs, rs, r + 8, 8 * j + g);
-			mma16816<MT>(o[j], ph, b0, b1);
-			mma16816<MT>(o[j], pl, b0, b1);
 		}
+#pragma unroll
+		for (uint32_t kk = 0; kk < TC_NT / 2; kk++) {
+			/* V rows 16 kk + 2t, + 1 (b0) and + 8, + 9 (b1), column 8 j + g */
+			const uint32_t b0 = vpair<DT>(vs, rs, 16 * kk + 2 * t4, 8 * j + g);
+			const uint32_t b1 = vpair<DT>(vs, rs, 16 * kk + 8 + 2 * t4, 8 * j + g);
+
+			mma16816<MT>(t, ph[kk], b0, b1);
+			mma16816<MT>(t, pl[kk], b0, b1);
+		}
+		o[j][0] += t[0] * nrm[0];
+		o[j][1] += t[1] * nrm[0];
+		o[j][2] += t[2] * nrm[1];
+		o[j][3] += t[3] * nrm[1];
 	}
 }
 
@@ -404,7 +457,7 @@ template <int DT> __device__ __forceinline__ void tc_body(const struct kvmm_cuda
  * as split parts are (merge_row()).
  */
 
-/* o += P V for the warp's 8 tokens from tok0 (m16n8k8); int8 as tc_values() */
+/* o += P V for the warp's 8 tokens from tok0 (m16n8k8), as tc_values() */
 template <int DT>
 __device__ __forceinline__ void tcd_values(const struct kvmm_cuda_decode_args &d, const char *st,
 					   uint32_t tok0, const float (&sc)[1][4],
@@ -413,35 +466,41 @@ __device__ __forceinline__ void tcd_values(const struct kvmm_cuda_decode_args &d
 	const int MT = tc_type<DT>::v;
 	const uint32_t lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
 	const uint32_t nj = d.a.pg.head_dim / 8, rs = d.row_stride, jpg = d.a.pg.gs / 8;
-	const uint32_t r = tok0 + 2 * t4; /* the lane's tokens: its columns of S, rows of B */
 	const char *vs = st + d.v_soff;
-	uint32_t ph[2] = {0, 0}, pl[2] = {0, 0}, jn = 0, grp = 0;
+	uint32_t ph[2], pl[2], jn = 0, grp = 0;
+	float nrm[2];
+	/* A's registers: rows g and g + 8, the lane's tokens tok0 + 2t, + 1 */
+	auto frags = [&](uint32_t grp) {
+		float w[1][4];
 
-	if constexpr (DT != DT_INT8) {
-		split2<MT>(sc[0][0], sc[0][1], ph[0], pl[0]);
-		split2<MT>(sc[0][2], sc[0][3], ph[1], pl[1]);
-	}
+		tc_weights<DT, 1>(d, st, tok0, grp, sc, w, nrm);
+		split2<MT>(w[0][0], w[0][1], ph[0], pl[0]);
+		split2<MT>(w[0][2], w[0][3], ph[1], pl[1]);
+	};
+
+	if constexpr (DT != DT_INT8)
+		frags(0);
 #pragma unroll
 	for (uint32_t j = 0; j < TC_NJ; j++) {
+		float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 		uint32_t b;
 
 		if (j >= nj)
 			break;
 		if constexpr (DT == DT_INT8) {
 			if (j == jn) {
-				const float *vsc =
-					(const float *)(st + d.vs_soff) + r * d.ngroups + grp;
-				const float s0 = vsc[0], s1 = vsc[d.ngroups];
-
-				split2<MT>(sc[0][0] * s0, sc[0][1] * s1, ph[0], pl[0]);
-				split2<MT>(sc[0][2] * s0, sc[0][3] * s1, ph[1], pl[1]);
+				frags(grp);
 				jn += jpg;
 				grp++;
 			}
 		}
-		b = vpair<DT>(vs, rs, r, 8 * j + g);
-		mma1688<MT>(o[j], ph[0], ph[1], b);
-		mma1688<MT>(o[j], pl[0], pl[1], b);
+		b = vpair<DT>(vs, rs, tok0 + 2 * t4, 8 * j + g);
+		mma1688<MT>(t, ph[0], ph[1], b);
+		mma1688<MT>(t, pl[0], pl[1], b);
+		o[j][0] += t[0] * nrm[0];
+		o[j][1] += t[1] * nrm[0];
+		o[j][2] += t[2] * nrm[1];
+		o[j][3] += t[3] * nrm[1];
 	}
 }
 

@@ -655,14 +655,21 @@ static void kcase_free(struct kcase *c)
 	free(c->slots);
 }
 
-static void assert_close(const float *got, const float *want, size_t n, const char *what)
+/* within 1e-4 relative, or 1e-4 of scale (the inputs' magnitude) where the result is small */
+static void assert_close_s(const float *got, const float *want, size_t n, double scale,
+			   const char *what)
 {
 	for (size_t i = 0; i < n; i++) {
-		double tol = 1e-4 * (1.0 + fabs(want[i]));
+		double tol = 1e-4 * (scale + fabs(want[i]));
 
 		if (!(fabs((double)got[i] - want[i]) <= tol))
 			fail_msg("%s: element %zu: GPU %g, CPU %g", what, i, got[i], want[i]);
 	}
+}
+
+static void assert_close(const float *got, const float *want, size_t n, const char *what)
+{
+	assert_close_s(got, want, n, 1.0, what);
 }
 
 static void check_kernels(uint32_t dt, uint32_t layer)
@@ -826,6 +833,7 @@ struct dshape {
 	uint64_t page;
 	uint32_t nr_seqs, max_ctx;
 	uint32_t max_new; /* prefill: new tokens a sequence at most (0: its context) */
+	float kmul, vmul; /* K and V drawn times these (0: 1); the bound scales with vmul */
 };
 
 #ifdef KVMM_TEST_SIMT
@@ -898,6 +906,7 @@ static void check_attn(const struct dshape *sh, bool pre)
 	int32_t *dtab;
 	uint32_t *dctx, *dql = NULL;
 	size_t nq, nrows = 0;
+	const float vscale = sh->vmul ? sh->vmul : 1.0f;
 
 	assert_int_equal(kvmm_fmt_init(&f, 2, sh->kvh, sh->dim, sh->dt, sh->gs, sh->page), 0);
 	tpp = f.tokens_per_page;
@@ -935,8 +944,8 @@ static void check_attn(const struct dshape *sh, bool pre)
 	slots = malloc(sizeof(int64_t) * (ntok + 1));
 	assert_true(k && v && slots);
 	for (uint64_t i = 0; i < (uint64_t)ntok * nelem; i++) {
-		k[i] = 2.0f * frand();
-		v[i] = frand();
+		k[i] = 2.0f * frand() * (sh->kmul ? sh->kmul : 1.0f);
+		v[i] = frand() * vscale;
 	}
 	for (uint32_t s = 0; s < sh->nr_seqs; s++)
 		for (uint32_t p = 0; p < ctx[s]; p++)
@@ -1034,9 +1043,9 @@ static void check_attn(const struct dshape *sh, bool pre)
 		}
 #endif
 		assert_int_equal(kvmm_cuda_memcpy_dtoh(out_gpu, dout, sizeof(float) * nq), 0);
-		assert_close(out_gpu, out_cpu, nq,
-			     waves ? (pre ? "prefill (split)" : "decode (split)")
-				   : (pre ? "prefill (unsplit)" : "decode (unsplit)"));
+		assert_close_s(out_gpu, out_cpu, nq, vscale,
+			       waves ? (pre ? "prefill (split)" : "decode (split)")
+				     : (pre ? "prefill (unsplit)" : "decode (unsplit)"));
 	}
 
 	/* prefill with max_q_len below the longest: the rows past it are left as they were */
@@ -1052,7 +1061,8 @@ static void check_attn(const struct dshape *sh, bool pre)
 				const float *g = out_gpu + row * hd;
 
 				if (r < maxq - 1) {
-					assert_close(g, out_cpu + row * hd, hd, "prefill (max_q)");
+					assert_close_s(g, out_cpu + row * hd, hd, vscale,
+						       "prefill (max_q)");
 					continue;
 				}
 				for (size_t e = 0; e < hd; e++)
@@ -1233,7 +1243,10 @@ static void test_decode_tc_vs_cpu(void **state)
 		{KVMM_DTYPE_FP16, 32, 0, 1, 40, 8192, 2, 300},	    /* 3 blocks */
 		{KVMM_DTYPE_INT8, 128, 16, 2, 4, 32 << 10, 2, 800}, /* 8 groups */
 		{KVMM_DTYPE_INT8, 48, 48, 1, 6, 8192 + 8, 3, 500},  /* unaligned */
-		{KVMM_DTYPE_FP16, 128, 0, 4, 8, 2 << 20, 40, 5},    /* short */
+		{KVMM_DTYPE_FP16, 128, 0, 4, 8, 2 << 20, 40, 5},
+		/* short */
+		{KVMM_DTYPE_FP16, 128, 0, 1, 8, 64 << 10, 2, 1500, 0, 8.0f, 0.0f},   /* peaked */
+		{KVMM_DTYPE_INT8, 128, 32, 1, 4, 32 << 10, 2, 1500, 0, 0.0f, 1e-4f}, /* small V */
 	};
 	struct kvmm_cuda_decode_args d;
 
@@ -1297,7 +1310,10 @@ static void test_prefill_tc_vs_cpu(void **state)
 		{KVMM_DTYPE_BF16, 128, 0, 1, 4, 64 << 10, 1, 3000, 3},	   /* split */
 		{KVMM_DTYPE_INT8, 128, 32, 2, 4, 32 << 10, 2, 200, 0},	   /* 4 scale groups */
 		{KVMM_DTYPE_INT8, 48, 16, 1, 6, 8192 + 8, 2, 150, 0},	   /* odd rows, unaligned */
-		{KVMM_DTYPE_INT8, 64, 64, 1, 1, 16 << 10, 1, 2000, 2},	   /* 1 group, split */
+		{KVMM_DTYPE_INT8, 64, 64, 1, 1, 16 << 10, 1, 2000, 2},
+		/* 1 group, split */ /* weights far below 1 (peaked scores), and int8 V of small scales */
+		{KVMM_DTYPE_FP16, 64, 0, 1, 4, 16 << 10, 2, 600, 0, 8.0f, 0.0f},
+		{KVMM_DTYPE_INT8, 64, 32, 1, 4, 16 << 10, 2, 600, 0, 0.0f, 1e-4f},
 	};
 	static const uint64_t pages[] = {4096, 8192 + 8, 16 << 10, 64 << 10, 2 << 20};
 	struct kvmm_cuda_decode_args d;

@@ -834,6 +834,7 @@ struct dshape {
 	uint32_t nr_seqs, max_ctx;
 	uint32_t max_new; /* prefill: new tokens a sequence at most (0: its context) */
 	float kmul, vmul; /* K and V drawn times these (0: 1); the bound scales with vmul */
+	float vadd;	  /* and V shifted by this (a mean far from 0) */
 };
 
 #ifdef KVMM_TEST_SIMT
@@ -876,7 +877,6 @@ static uint32_t pick_qlen(uint32_t ctx, uint32_t cap)
 }
 
 #ifdef KVMM_TEST_SIMT
-/* the rows a prefill block serves, from the host's own plan */
 /* the plan a launch of b starts from (max_q 0: decode) */
 static struct kvmm_cuda_decode_args batch_plan(const struct kvmm_attn_batch *b, uint32_t max_q)
 {
@@ -906,7 +906,7 @@ static void check_attn(const struct dshape *sh, bool pre)
 	int32_t *dtab;
 	uint32_t *dctx, *dql = NULL;
 	size_t nq, nrows = 0;
-	const float vscale = sh->vmul ? sh->vmul : 1.0f;
+	const float vscale = (sh->vmul ? sh->vmul : 1.0f) + fabsf(sh->vadd);
 
 	assert_int_equal(kvmm_fmt_init(&f, 2, sh->kvh, sh->dim, sh->dt, sh->gs, sh->page), 0);
 	tpp = f.tokens_per_page;
@@ -945,7 +945,7 @@ static void check_attn(const struct dshape *sh, bool pre)
 	assert_true(k && v && slots);
 	for (uint64_t i = 0; i < (uint64_t)ntok * nelem; i++) {
 		k[i] = 2.0f * frand() * (sh->kmul ? sh->kmul : 1.0f);
-		v[i] = frand() * vscale;
+		v[i] = frand() * vscale + sh->vadd;
 	}
 	for (uint32_t s = 0; s < sh->nr_seqs; s++)
 		for (uint32_t p = 0; p < ctx[s]; p++)
@@ -1283,6 +1283,33 @@ static void test_decode_tc_vs_cpu(void **state)
 	}
 }
 
+#ifndef KVMM_TEST_SIMT
+/*
+ * Long contexts on a real GPU only (too slow for the emulator): one 32k-token sequence, V with
+ * a mean of 0.5 (errors that drift one way add up instead of cancelling), decode (GQA 8 and
+ * int8 GQA 4: the tensor cores; fp16 GQA 4: the FMA kernel) and a few new tokens of prefill,
+ * unsplit (waves 0: one block walks all 32k tokens, the longest chain of sums) and split.
+ * The tensor cores' additions truncate on some GPUs (the emulator rounds once), so this is
+ * where a drift in the kernels' accumulation would show.
+ */
+static void test_long_context_vs_cpu(void **state)
+{
+	static const struct dshape shapes[] = {
+		/* dt, dim, gs, kvh, group, page, seqs, max ctx, max new, kmul, vmul, vadd */
+		{KVMM_DTYPE_FP16, 128, 0, 1, 8, 64 << 10, 1, 32768, 4, 0.0f, 0.5f, 0.5f},
+		{KVMM_DTYPE_INT8, 128, 32, 1, 4, 64 << 10, 1, 32768, 4, 0.0f, 0.5f, 0.5f},
+		{KVMM_DTYPE_FP16, 128, 0, 1, 4, 64 << 10, 1, 32768, 4, 0.0f, 0.5f, 0.5f},
+	};
+
+	(void)state;
+	NEED_GPU();
+	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+		check_attn(&shapes[i], false);
+		check_attn(&shapes[i], true);
+	}
+}
+#endif
+
 static void test_decode_random_vs_cpu(void **state)
 {
 	(void)state;
@@ -1581,6 +1608,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_prefill_random_vs_cpu),
 		cmocka_unit_test(test_prefill_tc_vs_cpu),
 		cmocka_unit_test(test_decode_tc_vs_cpu),
+#ifndef KVMM_TEST_SIMT
+		cmocka_unit_test(test_long_context_vs_cpu),
+#endif
 		cmocka_unit_test(test_backend_round_trip),
 		cmocka_unit_test(test_export_import),
 	};

@@ -1197,7 +1197,7 @@ static void random_attn(bool pre, unsigned int n)
 	unsigned int done = 0;
 
 	while (done < n) {
-		struct dshape sh;
+		struct dshape sh = {0};
 		struct kvmm_fmt f;
 		uint32_t gs_try;
 

@@ -13,7 +13,9 @@
  * 32 tokens), one 32k-token sequence, and 8 sequences of 8k, 32 query / 8 KV heads, dim 128;
  * and one 32k-token sequence with 64 query heads (GQA 8) in fp16 and bf16.  A decode the plan
  * puts on the tensor cores ("decode tc": int8 GQA 4, fp16 and bf16 GQA 8) is timed on the FMA
- * kernel too (kvmm_cuda_decode_tc 0), with the ratio.
+ * kernel too (kvmm_cuda_decode_tc 0), with the ratio; and a crossover table times both kernels
+ * at GQA 1, 2, 4, 8 and 16 (one 32k sequence, 8 KV heads, fp16, bf16, int8; the tensor cores
+ * forced with kvmm_cuda_decode_tc 2) and says from which group the tensor cores win.
  * Prefill (fp16 and int8): a 4096-token prompt, and 512 new tokens over 8192 cached (chunked
  * prefill), each both on the tensor cores ("prefill tc") and on the FMA kernel
  * (kvmm_cuda_prefill_tc 0) with the ratio of their times; its bandwidth is the K/V bytes its blocks stage (each block the tokens its last
@@ -233,67 +235,97 @@ static void run_copy_pages(void *arg)
 static char targets[16][160];
 static unsigned int nr_targets;
 
+/* a decode batch on the device: nseq sequences of ctx tokens, nqh query heads over 8 KV heads */
+struct dsetup {
+	struct kvmm_fmt f;
+	struct kvmm_attn_batch b;
+	uint32_t blocks, nframes, *hlens, *lens;
+	int32_t *table, *perm;
+	char *pool;
+	float *q, *out;
+	double bytes; /* what one decode must read: every K and V row (and scale) once */
+};
+
+static void decode_setup(struct dsetup *s, uint32_t dt, uint32_t nseq, uint32_t ctx, uint32_t nqh)
+{
+	const uint32_t layers = 4, kvh = 8, dim = 128;
+	struct kvmm_fmt *f = &s->f;
+
+	memset(s, 0, sizeof(*s));
+	CHECK(kvmm_fmt_init(f, layers, kvh, dim, dt, dt == KVMM_DTYPE_INT8 ? 32 : 0,
+			    UINT64_C(2) << 20));
+	s->blocks = (ctx + f->tokens_per_page - 1) / f->tokens_per_page;
+	s->nframes = nseq * s->blocks;
+	CHECK(kvmm_cuda_malloc((void **)&s->pool, (size_t)s->nframes * f->page_size));
+	/* 0x3c bytes: small finite values in every dtype (and int8 scales) */
+	CHECK(kvmm_cuda_memset(s->pool, 0x3c, (size_t)s->nframes * f->page_size));
+	s->perm = shuffled(s->nframes, 1);
+	s->hlens = malloc(sizeof(uint32_t) * nseq);
+	if (!s->hlens)
+		die("malloc", -ENOMEM);
+	for (uint32_t i = 0; i < nseq; i++)
+		s->hlens[i] = ctx;
+	s->table = dev_from(s->perm, sizeof(int32_t) * s->nframes);
+	s->lens = dev_from(s->hlens, sizeof(uint32_t) * nseq);
+	CHECK(kvmm_cuda_malloc((void **)&s->q, sizeof(float) * nseq * nqh * dim));
+	CHECK(kvmm_cuda_malloc((void **)&s->out, sizeof(float) * nseq * nqh * dim));
+	CHECK(kvmm_cuda_memset(s->q, 0, sizeof(float) * nseq * nqh * dim));
+	s->b.kv.base = s->pool;
+	s->b.kv.fmt = f;
+	s->b.kv.nr_frames = s->nframes;
+	s->b.nr_seqs = nseq;
+	s->b.num_q_heads = nqh;
+	s->b.block_tables = s->table;
+	s->b.max_blocks = s->blocks;
+	s->b.ctx_lens = s->lens;
+	s->bytes = 2.0 * nseq * ctx * (double)(f->row_bytes + f->scale_row_bytes);
+}
+
+static void decode_free(struct dsetup *s)
+{
+	kvmm_cuda_free(s->q);
+	kvmm_cuda_free(s->out);
+	kvmm_cuda_free(s->table);
+	kvmm_cuda_free(s->lens);
+	kvmm_cuda_free(s->pool);
+	free(s->perm);
+	free(s->hlens);
+}
+
 /* decode over nseq sequences of ctx tokens each, and copy_pages on the same pool */
 static void bench_dtype(uint32_t dt, uint32_t nseq, uint32_t ctx, uint32_t nqh, double base,
 			bool with_copy)
 {
 	const uint32_t layers = 4, kvh = 8, dim = 128;
-	struct kvmm_fmt f;
-	struct kvmm_attn_batch b;
-	uint32_t tpp, blocks, nframes, tc, *hlens, *lens;
-	int32_t *table, *perm;
-	char *pool;
-	float *q, *out;
+	struct dsetup s;
+	struct kvmm_fmt *f = &s.f;
+	uint32_t tpp, blocks, nframes, tc;
 	double med, best, bytes;
 	char shape[64];
 
-	CHECK(kvmm_fmt_init(&f, layers, kvh, dim, dt, dt == KVMM_DTYPE_INT8 ? 32 : 0,
-			    UINT64_C(2) << 20));
-	tpp = f.tokens_per_page;
-	blocks = (ctx + tpp - 1) / tpp;
-	nframes = nseq * blocks;
-	CHECK(kvmm_cuda_malloc((void **)&pool, (size_t)nframes * f.page_size));
-	/* 0x3c bytes: small finite values in every dtype (and int8 scales) */
-	CHECK(kvmm_cuda_memset(pool, 0x3c, (size_t)nframes * f.page_size));
-	perm = shuffled(nframes, 1);
-	hlens = malloc(sizeof(uint32_t) * nseq);
-	if (!hlens)
-		die("malloc", -ENOMEM);
-	for (uint32_t i = 0; i < nseq; i++)
-		hlens[i] = ctx;
-	table = dev_from(perm, sizeof(int32_t) * nframes);
-	lens = dev_from(hlens, sizeof(uint32_t) * nseq);
-	CHECK(kvmm_cuda_malloc((void **)&q, sizeof(float) * nseq * nqh * dim));
-	CHECK(kvmm_cuda_malloc((void **)&out, sizeof(float) * nseq * nqh * dim));
-	CHECK(kvmm_cuda_memset(q, 0, sizeof(float) * nseq * nqh * dim));
-
-	memset(&b, 0, sizeof(b));
-	b.kv.base = pool;
-	b.kv.fmt = &f;
-	b.kv.nr_frames = nframes;
-	b.nr_seqs = nseq;
-	b.num_q_heads = nqh;
-	b.block_tables = table;
-	b.max_blocks = blocks;
-	b.ctx_lens = lens;
+	decode_setup(&s, dt, nseq, ctx, nqh);
+	tpp = f->tokens_per_page;
+	blocks = s.blocks;
+	nframes = s.nframes;
+	bytes = s.bytes;
 	{
-		struct decode_run r = {.b = &b, .q = q, .out = out};
+		struct decode_run r = {.b = &s.b, .q = s.q, .out = s.out};
 		struct kvmm_cuda_decode_args d;
 
-		CHECK(kvmm_cuda_batch_plan(&b, 0, &d));
+		CHECK(kvmm_cuda_batch_plan(&s.b, 0, &d));
 		tc = d.tc;
 		timed(run_decode, &r, &med, &best);
-		bytes = 2.0 * nseq * ctx * (double)(f.row_bytes + f.scale_row_bytes);
 		snprintf(shape, sizeof(shape), "%u seq x %u tok, %u/%u h", nseq, ctx, nqh, kvh);
 		row(tc ? "decode tc" : "decode", kvmm_dtype_name(dt), shape, med, best, bytes,
 		    base);
 		if (tc) {
 			/* the same on the FMA kernel, and the ratio */
 			double fmed, fbest;
+			uint32_t was = kvmm_cuda_decode_tc;
 
 			kvmm_cuda_decode_tc = 0;
 			timed(run_decode, &r, &fmed, &fbest);
-			kvmm_cuda_decode_tc = 1;
+			kvmm_cuda_decode_tc = was;
 			row("decode", kvmm_dtype_name(dt), shape, fmed, fbest, bytes, base);
 			printf("%-11s %-5s %-28s %9.2fx the FMA kernel's speed on the tensor "
 			       "cores\n",
@@ -317,14 +349,14 @@ static void bench_dtype(uint32_t dt, uint32_t nseq, uint32_t ctx, uint32_t nqh, 
 		uint32_t ntok = nseq * ctx;
 		size_t in = sizeof(float) * (size_t)ntok * kvh * dim;
 		int64_t *hslots = malloc(sizeof(int64_t) * ntok);
-		struct cache_run c = {.kv = &b.kv, .ntok = ntok};
+		struct cache_run c = {.kv = &s.b.kv, .ntok = ntok};
 
 		if (!hslots)
 			die("malloc", -ENOMEM);
 		for (uint32_t i = 0; i < nseq; i++)
 			for (uint32_t t = 0; t < ctx; t++)
 				hslots[(size_t)i * ctx + t] = kvmm_kv_slot(
-					&f, perm[(size_t)i * blocks + t / tpp], t % tpp);
+					f, s.perm[(size_t)i * blocks + t / tpp], t % tpp);
 		c.slots = dev_from(hslots, sizeof(int64_t) * ntok);
 		CHECK(kvmm_cuda_malloc((void **)&c.k, in));
 		CHECK(kvmm_cuda_malloc((void **)&c.v, in));
@@ -333,7 +365,7 @@ static void bench_dtype(uint32_t dt, uint32_t nseq, uint32_t ctx, uint32_t nqh, 
 		timed(run_cache, &c, &med, &best);
 		snprintf(shape, sizeof(shape), "%u tokens, %u h x %u", ntok, kvh, dim);
 		row("reshape", kvmm_dtype_name(dt), shape, med, best,
-		    2.0 * in + 2.0 * ntok * (double)(f.row_bytes + f.scale_row_bytes), base);
+		    2.0 * in + 2.0 * ntok * (double)(f->row_bytes + f->scale_row_bytes), base);
 		kvmm_cuda_free(c.slots);
 		kvmm_cuda_free(c.k);
 		kvmm_cuda_free(c.v);
@@ -341,21 +373,68 @@ static void bench_dtype(uint32_t dt, uint32_t nseq, uint32_t ctx, uint32_t nqh, 
 	}
 	if (with_copy) {
 		/* copy_pages: half the pool onto the other half, whole pages */
-		struct copy_run r = {.f = &f, .pool = pool, .table = table, .half = nframes / 2};
+		struct copy_run r = {.f = f, .pool = s.pool, .table = s.table, .half = nframes / 2};
 
 		timed(run_copy_pages, &r, &med, &best);
 		snprintf(shape, sizeof(shape), "%u pages of 2 MiB", nframes / 2);
 		row("copy_pages", kvmm_dtype_name(dt), shape, med, best,
-		    2.0 * (nframes / 2) * (double)(2 * layers * f.slab_bytes), base);
+		    2.0 * (nframes / 2) * (double)(2 * layers * f->slab_bytes), base);
 	}
+	decode_free(&s);
+}
 
-	kvmm_cuda_free(q);
-	kvmm_cuda_free(out);
-	kvmm_cuda_free(table);
-	kvmm_cuda_free(lens);
-	kvmm_cuda_free(pool);
-	free(perm);
-	free(hlens);
+/*
+ * Where decode on the tensor cores starts to pay: one sequence of ctx tokens, 8 KV heads, GQA
+ * groups 1 to 16, each decode timed on the tensor cores (kvmm_cuda_decode_tc 2: whatever the
+ * group) and on the FMA kernel (0); per dtype, the smallest group from which the tensor cores
+ * are faster at every larger group measured, beside the group the plan's rule picks them from
+ * (kvmm_cuda_decode_tc 1: 4 x the element size).  The numbers a session with a GPU needs to
+ * set that rule.
+ */
+static void bench_crossover(uint32_t ctx)
+{
+	static const uint32_t groups[] = {1, 2, 4, 8, 16};
+	const uint32_t ng = sizeof(groups) / sizeof(groups[0]);
+
+	printf("decode on the tensor cores against the FMA kernel, 1 seq x %u tok, 8 KV heads "
+	       "(median times, us):\n",
+	       ctx);
+	printf("%-5s", "dtype");
+	for (uint32_t i = 0; i < ng; i++)
+		printf("  GQA %-2u tc / fma  ", groups[i]);
+	printf("\n");
+	for (uint32_t dt = KVMM_DTYPE_FP16; dt < KVMM_DTYPE_COUNT; dt++) {
+		uint32_t was = kvmm_cuda_decode_tc, from = 0;
+		double ratio[sizeof(groups) / sizeof(groups[0])];
+
+		printf("%-5s", kvmm_dtype_name(dt));
+		for (uint32_t i = 0; i < ng; i++) {
+			struct dsetup s;
+			struct decode_run r;
+			double tc, fma, best;
+
+			decode_setup(&s, dt, 1, ctx, 8 * groups[i]);
+			r = (struct decode_run){.b = &s.b, .q = s.q, .out = s.out};
+			kvmm_cuda_decode_tc = 2;
+			timed(run_decode, &r, &tc, &best);
+			kvmm_cuda_decode_tc = 0;
+			timed(run_decode, &r, &fma, &best);
+			kvmm_cuda_decode_tc = was;
+			decode_free(&s);
+			ratio[i] = fma / tc;
+			printf("  %7.1f / %-7.1f", tc * 1e6, fma * 1e6);
+		}
+		printf("\n");
+		for (uint32_t i = ng; i > 0 && ratio[i - 1] > 1.0; i--)
+			from = groups[i - 1];
+		if (from)
+			printf("%-5s tensor cores faster from GQA %u (the plan's rule: from %u)\n",
+			       kvmm_dtype_name(dt), from, 4 * kvmm_dtype_size(dt));
+		else
+			printf("%-5s tensor cores not faster at GQA %u (the plan's rule: from "
+			       "%u)\n",
+			       kvmm_dtype_name(dt), groups[ng - 1], 4 * kvmm_dtype_size(dt));
+	}
 }
 
 /*
@@ -498,6 +577,7 @@ int main(int argc, char **argv)
 	/* GQA 8: fp16 and bf16 decode on the tensor cores (and the FMA kernel beside) */
 	for (uint32_t dt = KVMM_DTYPE_FP16; dt <= KVMM_DTYPE_BF16; dt++)
 		bench_dtype(dt, 1, 32768 / div, 64, base, false);
+	bench_crossover(32768 / (div > 1 ? 16 * div : 1)); /* --quick: 128 tokens */
 	/* (--quick: prompts 32 times shorter, their cost is quadratic) */
 	for (uint32_t dt = KVMM_DTYPE_FP16; dt < KVMM_DTYPE_COUNT; dt += 2) {
 		bench_prefill_tc(dt, 4096 / (2 * div - 1), 4096 / (2 * div - 1),

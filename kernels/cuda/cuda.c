@@ -179,7 +179,7 @@ int kvmm_cuda_init(int device)
 		kvmm_cuda_prefill_tc = strcmp(env, "0") != 0;
 	env = getenv("KVMM_CUDA_DECODE_TC");
 	if (env && *env)
-		kvmm_cuda_decode_tc = strcmp(env, "0") != 0;
+		kvmm_cuda_decode_tc = !strcmp(env, "0") ? 0 : !strcmp(env, "2") ? 2 : 1;
 	cu.sms = 0;
 	if (cu.drv->cuDeviceGetAttribute(&cu.sms, KVMM_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
 					 cu.dev) ||
@@ -431,8 +431,8 @@ static void tc_layout(struct kvmm_cuda_decode_args *d, uint32_t max_q)
  * bf16, and int8 in scale groups of whole k-steps (16 elements); prefill (max_q > 0) whenever
  * kvmm_cuda_prefill_tc allows, decode where the FMA kernel would need 4 or more multiply-adds
  * per KV byte (group / element size >= 4: fp16 and bf16 groups of 8 and more, int8 of 4 and
- * more, about 57 % of an H200's fp32 FMA rate at its memory bandwidth) and
- * kvmm_cuda_decode_tc allows.
+ * more, about 57 % of an H200's fp32 FMA rate at its memory bandwidth) when
+ * kvmm_cuda_decode_tc is 1, every group when it is 2 (cuda-bench's crossover rows).
  */
 static bool tc_fits(uint32_t dtype, uint32_t dim, uint32_t gs, uint32_t group, uint32_t max_q)
 {
@@ -442,6 +442,8 @@ static bool tc_fits(uint32_t dtype, uint32_t dim, uint32_t gs, uint32_t group, u
 		return false;
 	if (max_q)
 		return kvmm_cuda_prefill_tc;
+	if (kvmm_cuda_decode_tc >= 2)
+		return true;
 	return kvmm_cuda_decode_tc && group >= 4 * kvmm_dtype_size(dtype);
 }
 

@@ -75,8 +75,10 @@ extern uint32_t kvmm_cuda_prefill_tc;
 /*
  * Decode of the same formats runs on the tensor cores (kvmm_decode_tc_<dt>) when its GQA group
  * would make the FMA kernel do 4 or more multiply-adds per KV byte (fp16 and bf16: 8 or more
- * query heads per KV head; int8: 4 or more) and this is non-zero (the default);
- * KVMM_CUDA_DECODE_TC=0 at kvmm_cuda_init() clears it.
+ * query heads per KV head; int8: 4 or more) and this is 1 (the default); 0 keeps every decode
+ * on the FMA kernel, 2 puts every decode of those formats on the tensor cores, whatever its
+ * group (for measuring where they start to pay: cuda-bench's crossover rows).
+ * KVMM_CUDA_DECODE_TC=0, 1 or 2 at kvmm_cuda_init() sets it (another value: 1).
  */
 extern uint32_t kvmm_cuda_decode_tc;
 int kvmm_cuda_reshape_and_cache(const struct kvmm_kv_pages *kv, uint32_t nr_tokens,

@@ -1234,6 +1234,27 @@ static void random_attn(bool pre, unsigned int n)
  * 5-token contexts (warps with no token), against the CPU; then two of them on the FMA kernel;
  * and which kernel a decode plan picks: groups of 4 per byte of an element and more.
  */
+/* whether decode of @sh's format and group is planned on the tensor cores now */
+static bool shape_on_tc(const struct dshape *sh)
+{
+	struct kvmm_fmt f;
+	struct kvmm_attn_batch b;
+	struct kvmm_cuda_decode_args d;
+	uint32_t ctx = 1;
+	int32_t table[1] = {0};
+
+	assert_int_equal(kvmm_fmt_init(&f, 2, sh->kvh, sh->dim, sh->dt, sh->gs, sh->page), 0);
+	memset(&b, 0, sizeof(b));
+	b.kv = (struct kvmm_kv_pages){(void *)(uintptr_t)0x10000, &f, 1, 1};
+	b.nr_seqs = 1;
+	b.num_q_heads = sh->kvh * sh->group;
+	b.max_blocks = 1;
+	b.block_tables = table;
+	b.ctx_lens = &ctx;
+	assert_int_equal(kvmm_cuda_batch_plan(&b, 0, &d), 0);
+	return d.tc;
+}
+
 static void test_decode_tc_vs_cpu(void **state)
 {
 	static const struct dshape shapes[] = {
@@ -1248,6 +1269,11 @@ static void test_decode_tc_vs_cpu(void **state)
 		{KVMM_DTYPE_FP16, 128, 0, 1, 8, 64 << 10, 2, 1500, 0, 8.0f, 0.0f},   /* peaked */
 		{KVMM_DTYPE_INT8, 128, 32, 1, 4, 32 << 10, 2, 1500, 0, 0.0f, 1e-4f}, /* small V */
 	};
+	static const struct dshape small[] = {
+		{KVMM_DTYPE_FP16, 128, 0, 2, 1, 64 << 10, 2, 900}, /* MHA, split */
+		{KVMM_DTYPE_BF16, 64, 0, 2, 2, 16 << 10, 3, 400},
+		{KVMM_DTYPE_INT8, 48, 16, 1, 3, 8192 + 8, 2, 300}, /* unaligned */
+	};
 	struct kvmm_cuda_decode_args d;
 
 	(void)state;
@@ -1257,6 +1283,12 @@ static void test_decode_tc_vs_cpu(void **state)
 	kvmm_cuda_decode_tc = 0;
 	check_attn(&shapes[0], false);
 	check_attn(&shapes[3], false);
+	/* 2: the tensor cores for small groups too (one row of 16 used: MHA; 3 rows, unaligned) */
+	kvmm_cuda_decode_tc = 2;
+	for (size_t i = 0; i < sizeof(small) / sizeof(small[0]); i++) {
+		assert_true(shape_on_tc(&small[i]));
+		check_attn(&small[i], false);
+	}
 	kvmm_cuda_decode_tc = 1;
 	{
 		struct kvmm_fmt f;
@@ -1276,10 +1308,17 @@ static void test_decode_tc_vs_cpu(void **state)
 
 				assert_int_equal(kvmm_fmt_init(&f, 2, 2, 128, dt, gs, 64 << 10), 0);
 				b.num_q_heads = 2 * group;
-				assert_int_equal(kvmm_cuda_batch_plan(&b, 0, &d), 0);
-				assert_int_equal(d.tc, dt != KVMM_DTYPE_FP32 &&
-							       group >= 4 * kvmm_dtype_size(dt));
+				for (uint32_t on = 0; on <= 2; on++) {
+					kvmm_cuda_decode_tc = on;
+					assert_int_equal(kvmm_cuda_batch_plan(&b, 0, &d), 0);
+					assert_int_equal(
+						d.tc, dt != KVMM_DTYPE_FP32 &&
+							      (on == 2 ||
+							       (on == 1 &&
+								group >= 4 * kvmm_dtype_size(dt))));
+				}
 			}
+		kvmm_cuda_decode_tc = 1;
 	}
 }
 

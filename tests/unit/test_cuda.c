@@ -56,6 +56,10 @@
 #ifndef KVMM_PREFILL_TC_RANDOM
 #define KVMM_PREFILL_TC_RANDOM 4
 #endif
+/* and for the decode forced onto the tensor cores (kvmm_cuda_decode_tc 2) */
+#ifndef KVMM_DECODE_TC_RANDOM
+#define KVMM_DECODE_TC_RANDOM 4
+#endif
 
 static int gpu_state; /* 0 unknown, 1 usable, -1 not */
 static char gpu_why[512];
@@ -1228,12 +1232,36 @@ static void random_attn(bool pre, unsigned int n)
 }
 
 /*
- * Decode on the tensor cores (attn_tc.cu, tcd_body; the decode shapes above that qualify ran
- * there too): GQA 8 over long contexts (split), 16 query heads (a full fragment), 40 (three
- * blocks of 14), int8 in groups of 16 (GQA 4) and of 48 with unaligned frames, and a batch of
- * 5-token contexts (warps with no token), against the CPU; then two of them on the FMA kernel;
- * and which kernel a decode plan picks: groups of 4 per byte of an element and more.
+ * A random shape of the tensor-core formats: fp16, bf16 or int8 (scale groups of whole
+ * k-steps), head_dim 16-128, 1-2 KV heads, groups 1-8 mostly and up to 64 (their contexts
+ * kept short: many query heads make many blocks), 1-3 sequences, a third with up to 16 new
+ * tokens (prefill).  false when no token fits the page drawn.
  */
+static bool random_tc_shape(struct dshape *sh)
+{
+	static const uint64_t pages[] = {4096, 8192 + 8, 16 << 10, 64 << 10, 2 << 20};
+	uint32_t group = 1 + rnd(rnd(4) ? 8 : 64);
+	struct kvmm_fmt f;
+
+	*sh = (struct dshape){KVMM_DTYPE_FP16 + rnd(3), /* fp16, bf16, int8 */
+			      16 * (1 + rnd(8)),
+			      0,
+			      1 + rnd(2),
+			      group,
+			      pages[rnd(sizeof(pages) / sizeof(pages[0]))],
+			      1 + rnd(3),
+			      1 + rnd(group > 8 ? 60 : 250),
+			      rnd(3) ? 0 : 1 + rnd(16)};
+	if (sh->dt == KVMM_DTYPE_INT8) {
+		/* groups of whole k-steps: 16 times a divisor of dim / 16 */
+		sh->gs = 1 + rnd(sh->dim / 16);
+		while ((sh->dim / 16) % sh->gs)
+			sh->gs--;
+		sh->gs *= 16;
+	}
+	return kvmm_fmt_init(&f, 2, sh->kvh, sh->dim, sh->dt, sh->gs, sh->page) == 0;
+}
+
 /* whether decode of @sh's format and group is planned on the tensor cores now */
 static bool shape_on_tc(const struct dshape *sh)
 {
@@ -1255,6 +1283,15 @@ static bool shape_on_tc(const struct dshape *sh)
 	return d.tc;
 }
 
+/*
+ * Decode on the tensor cores (attn_tc.cu, tcd_body; the decode shapes above that qualify ran
+ * there too): GQA 8 over long contexts (split), 16 query heads (a full fragment), 40 (three
+ * blocks of 14), int8 in groups of 16 (GQA 4) and of 48 with unaligned frames, and a batch of
+ * 5-token contexts (warps with no token), against the CPU; then two of them on the FMA kernel,
+ * and three small groups (1, 2, 3) forced onto the tensor cores (kvmm_cuda_decode_tc 2); and
+ * which kernel a decode plan picks with each setting (1: groups of 4 per byte of an element
+ * and more).
+ */
 static void test_decode_tc_vs_cpu(void **state)
 {
 	static const struct dshape shapes[] = {
@@ -1288,6 +1325,16 @@ static void test_decode_tc_vs_cpu(void **state)
 	for (size_t i = 0; i < sizeof(small) / sizeof(small[0]); i++) {
 		assert_true(shape_on_tc(&small[i]));
 		check_attn(&small[i], false);
+	}
+	/* and random shapes of these formats, every group on the tensor cores */
+	for (unsigned int done = 0; done < KVMM_DECODE_TC_RANDOM;) {
+		struct dshape sh;
+
+		if (!random_tc_shape(&sh))
+			continue;
+		assert_true(shape_on_tc(&sh));
+		check_attn(&sh, false);
+		done++;
 	}
 	kvmm_cuda_decode_tc = 1;
 	{
@@ -1388,7 +1435,6 @@ static void test_prefill_tc_vs_cpu(void **state)
 		{KVMM_DTYPE_FP16, 64, 0, 1, 4, 16 << 10, 2, 600, 0, 8.0f, 0.0f},
 		{KVMM_DTYPE_INT8, 64, 32, 1, 4, 16 << 10, 2, 600, 0, 0.0f, 1e-4f},
 	};
-	static const uint64_t pages[] = {4096, 8192 + 8, 16 << 10, 64 << 10, 2 << 20};
 	struct kvmm_cuda_decode_args d;
 	unsigned int done = 0;
 
@@ -1397,27 +1443,9 @@ static void test_prefill_tc_vs_cpu(void **state)
 	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
 		check_attn(&shapes[i], true);
 	while (done < KVMM_PREFILL_TC_RANDOM) {
-		/* (many query heads make many blocks: their contexts are kept short) */
-		uint32_t group = 1 + rnd(rnd(4) ? 8 : 64);
-		struct dshape sh = {KVMM_DTYPE_FP16 + rnd(3), /* fp16, bf16, int8 */
-				    16 * (1 + rnd(8)),
-				    0,
-				    1 + rnd(2),
-				    group,
-				    pages[rnd(sizeof(pages) / sizeof(pages[0]))],
-				    1 + rnd(3),
-				    1 + rnd(group > 8 ? 60 : 250),
-				    rnd(3) ? 0 : 1 + rnd(16)};
-		struct kvmm_fmt f;
+		struct dshape sh;
 
-		if (sh.dt == KVMM_DTYPE_INT8) {
-			/* groups of whole k-steps: 16 times a divisor of dim / 16 */
-			sh.gs = 1 + rnd(sh.dim / 16);
-			while ((sh.dim / 16) % sh.gs)
-				sh.gs--;
-			sh.gs *= 16;
-		}
-		if (kvmm_fmt_init(&f, 2, sh.kvh, sh.dim, sh.dt, sh.gs, sh.page))
+		if (!random_tc_shape(&sh))
 			continue; /* no token fits the page: draw again */
 		check_attn(&sh, true);
 		done++;

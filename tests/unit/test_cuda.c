@@ -18,6 +18,9 @@
  * a GPU these cases are skipped and say why.  Built as test_cuda_simt (KVMM_TEST_SIMT), the
  * "GPU" is the fake driver's SIMT emulator (tests/fakecuda/simt.h): the GPU cases run on every
  * machine, plus test_simt_driver (the fake's refusals in SIMT mode, a faulting kernel).
+ *
+ * Seeds: the random shapes and inputs are fresh every run (each test reseeded from the run's
+ * seed and its place in the list); the seed is printed first, KVMM_TEST_SEED=<n> repeats it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -65,6 +68,20 @@ static int gpu_state; /* 0 unknown, 1 usable, -1 not */
 static char gpu_why[512];
 static int device;
 static uint64_t rng = 0x2545f4914f6cdd1dull;
+static uint64_t base_seed;
+static unsigned int test_no;
+
+/* before each test: its own stream of the run's seed (xorshift must not start at 0) */
+static int reseed(void **state)
+{
+	uint64_t z = base_seed + 0x9e3779b97f4a7c15ull * ++test_no;
+
+	(void)state;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	rng = (z ^ (z >> 31)) | 1;
+	return 0;
+}
 
 static uint32_t rnd(uint32_t n)
 {
@@ -1667,30 +1684,36 @@ static int teardown(void **state)
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_fatbin_embedded),
-		cmocka_unit_test(test_init_without_driver),
-		cmocka_unit_test(test_stub_driver_symbols),
-		cmocka_unit_test(test_arg_checks),
-		cmocka_unit_test(test_decode_plan),
+		cmocka_unit_test_setup(test_fatbin_embedded, reseed),
+		cmocka_unit_test_setup(test_init_without_driver, reseed),
+		cmocka_unit_test_setup(test_stub_driver_symbols, reseed),
+		cmocka_unit_test_setup(test_arg_checks, reseed),
+		cmocka_unit_test_setup(test_decode_plan, reseed),
 #ifdef KVMM_TEST_SIMT
-		cmocka_unit_test(test_simt_driver),
+		cmocka_unit_test_setup(test_simt_driver, reseed),
 #endif
-		cmocka_unit_test(test_kernels_vs_cpu),
-		cmocka_unit_test(test_decode_split_vs_cpu),
-		cmocka_unit_test(test_decode_random_vs_cpu),
-		cmocka_unit_test(test_prefill_vs_cpu),
-		cmocka_unit_test(test_prefill_random_vs_cpu),
-		cmocka_unit_test(test_prefill_tc_vs_cpu),
-		cmocka_unit_test(test_decode_tc_vs_cpu),
+		cmocka_unit_test_setup(test_kernels_vs_cpu, reseed),
+		cmocka_unit_test_setup(test_decode_split_vs_cpu, reseed),
+		cmocka_unit_test_setup(test_decode_random_vs_cpu, reseed),
+		cmocka_unit_test_setup(test_prefill_vs_cpu, reseed),
+		cmocka_unit_test_setup(test_prefill_random_vs_cpu, reseed),
+		cmocka_unit_test_setup(test_prefill_tc_vs_cpu, reseed),
+		cmocka_unit_test_setup(test_decode_tc_vs_cpu, reseed),
 #ifndef KVMM_TEST_SIMT
-		cmocka_unit_test(test_long_context_vs_cpu),
+		cmocka_unit_test_setup(test_long_context_vs_cpu, reseed),
 #endif
-		cmocka_unit_test(test_backend_round_trip),
-		cmocka_unit_test(test_export_import),
+		cmocka_unit_test_setup(test_backend_round_trip, reseed),
+		cmocka_unit_test_setup(test_export_import, reseed),
 	};
+
+	const char *seed = getenv("KVMM_TEST_SEED");
 
 	if (argc >= 2 && !strcmp(argv[1], "--import-child"))
 		return import_child(argc, argv);
+	base_seed = seed && *seed ? strtoull(seed, NULL, 0)
+				  : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	print_message("test_cuda: seed %llu (KVMM_TEST_SEED to repeat)\n",
+		      (unsigned long long)base_seed);
 #ifdef KVMM_TEST_SIMT
 	{
 		/* the fake in SIMT mode, for this process and the children it execs */

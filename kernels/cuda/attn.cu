@@ -115,6 +115,7 @@ template <int DT, uint32_t NB> __device__ __forceinline__ void load_vec(const ch
 	const uint32_t per = 4 / elem_size<DT>::v; /* elements per 32-bit word */
 	uint32_t w[NB / 4];
 
+	KVMM_SMEM_LOAD(p, NB);
 	if constexpr (NB == 16) {
 		uint4 u = *(const uint4 *)p;
 

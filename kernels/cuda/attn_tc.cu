@@ -95,10 +95,12 @@ __device__ __forceinline__ uint32_t i8_to_fp16(uint32_t b)
 template <int DT> __device__ __forceinline__ uint32_t pair_at(const char *p)
 {
 	if constexpr (DT == DT_INT8) {
+		KVMM_SMEM_LOAD(p, 2);
 		const uint32_t w = *(const uint16_t *)p;
 
 		return i8_to_fp16(w & 0xffu) | i8_to_fp16(w >> 8) << 16;
 	} else {
+		KVMM_SMEM_LOAD(p, 4);
 		return *(const uint32_t *)p;
 	}
 }
@@ -108,9 +110,13 @@ template <int DT>
 __device__ __forceinline__ uint32_t vpair(const char *v, uint32_t rs, uint32_t r, uint32_t c)
 {
 	if constexpr (DT == DT_INT8) {
+		KVMM_SMEM_LOAD(v + r * rs + c, 1);
+		KVMM_SMEM_LOAD(v + (r + 1) * rs + c, 1);
 		return i8_to_fp16((uint8_t)v[r * rs + c]) | i8_to_fp16((uint8_t)v[(r + 1) * rs + c])
 								    << 16;
 	} else {
+		KVMM_SMEM_LOAD(v + r * rs + 2 * c, 2);
+		KVMM_SMEM_LOAD(v + (r + 1) * rs + 2 * c, 2);
 		const uint16_t lo = *(const uint16_t *)(v + r * rs + 2 * c);
 		const uint16_t hi = *(const uint16_t *)(v + (r + 1) * rs + 2 * c);
 

@@ -16,6 +16,16 @@
 
 #include "abi.h"
 
+/*
+ * A load of n bytes of shared memory at p that the kernel is about to make (the staged K/V
+ * rows of the inner loops): nothing on a GPU; on the fake driver's SIMT emulator a misaligned
+ * or out-of-range one is a fault and the bank conflicts of each warp-wide load are counted
+ * (Documentation/dev-tools/fake-cuda.md).
+ */
+#ifndef KVMM_SMEM_LOAD
+#define KVMM_SMEM_LOAD(p, n) ((void)0)
+#endif
+
 /* the values of enum kvmm_dtype (uapi/kvmm.h), which C++ cannot include as is */
 enum {
 	DT_FP32 = 1,

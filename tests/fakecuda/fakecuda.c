@@ -1748,6 +1748,10 @@ API int kvmm_fakecuda_stats(struct kvmm_fakecuda_stats *st)
 	pthread_mutex_lock(&fk.lock);
 	*st = fk.st;
 	st->staged_bytes = simt_staged_bytes;
+	st->smem_requests = simt_smem_requests;
+	st->smem_wavefronts = simt_smem_wavefronts;
+	st->smem_ideal = simt_smem_ideal;
+	st->smem_unpaired = simt_smem_unpaired;
 	pthread_mutex_unlock(&fk.lock);
 	return 0;
 }

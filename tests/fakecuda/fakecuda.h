@@ -38,7 +38,13 @@ struct kvmm_fakecuda_stats {
 	uint64_t copy_bytes;
 	uint64_t launches;     /* kernels run (KVMM_FAKECUDA_SIMT=1) */
 	uint64_t staged_bytes; /* global memory they staged into shared memory with cp.async */
-	char last_error[256];  /* why the last refused call was refused */
+	/*
+	 * the kernels' declared shared-memory loads (KVMM_SMEM_LOAD), warp-wide: how many, the
+	 * wavefronts the 32 banks needed for them and the fewest possible (equal: no bank
+	 * conflict), and loads a warp's lanes did not make together (not counted)
+	 */
+	uint64_t smem_requests, smem_wavefronts, smem_ideal, smem_unpaired;
+	char last_error[256]; /* why the last refused call was refused */
 };
 
 /* Fill @st (under the fake's lock).  0. */

@@ -108,6 +108,12 @@ struct copy {
 	unsigned int n;
 };
 
+/* a shared-memory load the kernel declared (KVMM_SMEM_LOAD): its first 4-byte word, its size */
+struct smem_load {
+	uint32_t word;
+	uint32_t n;
+};
+
 struct fiber {
 #ifdef SIMT_ASM_SWITCH
 	void *sp;
@@ -126,12 +132,16 @@ struct fiber {
 	unsigned int gather_n;
 	struct copy *copies;
 	unsigned int ncopies, capcopies;
+	/* the loads since the warp last met (a shuffle, gather, barrier or exit) */
+	struct smem_load *loads;
+	unsigned int nloads, caploads;
 };
 
 struct simt_dim3 simt_thread_idx, simt_block_idx, simt_block_dim, simt_grid_dim;
 char simt_dyn_smem[SIMT_DYN_SMEM_MAX] __attribute__((aligned(128)));
 int (*simt_check_global)(const void *p, size_t n);
 uint64_t simt_staged_bytes;
+uint64_t simt_smem_requests, simt_smem_wavefronts, simt_smem_ideal, simt_smem_unpaired;
 
 static struct {
 #ifdef SIMT_ASM_SWITCH
@@ -310,6 +320,92 @@ void simt_cp_async(void *dst, const void *src, unsigned int n)
 	simt_staged_bytes += n;
 }
 
+void simt_smem_load(const void *p, unsigned int n)
+{
+	struct fiber *f = S.cur;
+
+	if (n != 1 && n != 2 && n != 4 && n != 8 && n != 16)
+		simt_fail("shared-memory load of %u bytes", n);
+	if ((uintptr_t)p % n)
+		simt_fail("shared-memory load of %u bytes at %p: not %u-byte aligned", n, p, n);
+	if (!in_smem(p, n))
+		simt_fail("shared-memory load at %p: outside the %u bytes of dynamic shared memory",
+			  p, S.smem);
+	if (f->nloads == f->caploads) {
+		unsigned int cap = f->caploads ? 2 * f->caploads : 256;
+		struct smem_load *l = realloc(f->loads, cap * sizeof(*l));
+
+		if (!l)
+			simt_fail("out of host memory for the shared-memory load log");
+		f->loads = l;
+		f->caploads = cap;
+	}
+	f->loads[f->nloads++] =
+		(struct smem_load){(uint32_t)(((const char *)p - simt_dyn_smem) / 4), n};
+}
+
+/*
+ * The bank conflicts of the loads warp w0..w1 made since it last met: its lanes' k-th loads
+ * are one instruction (the instrumented helpers run converged, as mma.sync needs), served
+ * as the hardware does: 32 banks of 4-byte words, lanes reading the same word share it; loads
+ * of 8 bytes in two phases of 16 lanes, of 16 bytes in four of 8.  A phase takes as many
+ * wavefronts as the most distinct words any one bank must deliver (1: conflict-free).
+ */
+static void smem_settle(unsigned int w0, unsigned int w1)
+{
+	unsigned int most = 0;
+
+	for (unsigned int i = w0; i < w1; i++)
+		most = S.fibers[i].nloads > most ? S.fibers[i].nloads : most;
+	for (unsigned int k = 0; k < most; k++) {
+		unsigned int n = 0, phases, per;
+		bool same = true;
+
+		for (unsigned int i = w0; i < w1; i++) {
+			const struct fiber *f = &S.fibers[i];
+
+			if (f->nloads <= k)
+				same = false;
+			else if (!n)
+				n = f->loads[k].n;
+			else if (f->loads[k].n != n)
+				same = false;
+		}
+		if (!same) {
+			simt_smem_unpaired++; /* lanes that diverged around their loads */
+			continue;
+		}
+		phases = n <= 4 ? 1 : n / 4;
+		per = SIMT_WARP / phases;
+		simt_smem_requests++;
+		for (unsigned int ph = 0; ph < phases; ph++) {
+			uint32_t bank[SIMT_WARP][SIMT_WARP]; /* distinct words per bank */
+			unsigned int cnt[SIMT_WARP] = {0}, worst = 0, any = 0;
+
+			for (unsigned int i = w0 + ph * per; i < w1 && i < w0 + (ph + 1) * per;
+			     i++) {
+				uint32_t first = S.fibers[i].loads[k].word;
+
+				any = 1;
+				for (uint32_t w = first; w < first + (n + 3) / 4; w++) {
+					unsigned int b = w % SIMT_WARP, j;
+
+					for (j = 0; j < cnt[b] && bank[b][j] != w; j++)
+						;
+					if (j == cnt[b] && cnt[b] < SIMT_WARP) {
+						bank[b][cnt[b]++] = w;
+						worst = cnt[b] > worst ? cnt[b] : worst;
+					}
+				}
+			}
+			simt_smem_wavefronts += worst;
+			simt_smem_ideal += any;
+		}
+	}
+	for (unsigned int i = w0; i < w1; i++)
+		S.fibers[i].nloads = 0;
+}
+
 void simt_cp_async_commit(void)
 {
 	/* groups are only waited for all at once (cp.async.wait_all): nothing to mark */
@@ -400,6 +496,7 @@ static bool run_warp(unsigned int w)
 				enter_fiber(&S.fibers[lanes[i]]);
 		if (S.failed)
 			return true;
+		smem_settle(w0, w1);
 		for (unsigned int i = w0; i < w1; i++)
 			waiting += S.fibers[i].state == F_WARP;
 		if (!waiting)
@@ -508,6 +605,7 @@ static void run_block(void)
 
 		f->state = F_RUN;
 		f->ncopies = 0;
+		f->nloads = 0;
 		f->fake_stack = NULL;
 		f->tid = (struct simt_dim3){i % simt_block_dim.x,
 					    i / simt_block_dim.x % simt_block_dim.y,

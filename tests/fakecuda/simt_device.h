@@ -23,6 +23,8 @@
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static
+/* the kernels' declared shared-memory loads: checked and their bank conflicts counted */
+#define KVMM_SMEM_LOAD(p, n) simt_smem_load((p), (n))
 
 #define threadIdx simt_thread_idx
 #define blockIdx simt_block_idx

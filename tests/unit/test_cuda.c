@@ -847,6 +847,9 @@ static void test_kernels_vs_cpu(void **state)
 static unsigned int checked_once; /* decodes and prefills whose staged bytes were checked */
 /* prefill: the bytes staged, and what one warp per query row and head would have read */
 static uint64_t prefill_staged, prefill_per_row;
+/* the kernels' declared shared-memory loads this test: [FMA, tensor cores][loads, wavefronts,
+ * conflict-free wavefronts] */
+static uint64_t smem_count[2][3];
 #endif
 
 struct dshape {
@@ -860,7 +863,7 @@ struct dshape {
 
 #ifdef KVMM_TEST_SIMT
 /* what the SIMT emulator's kernels have staged with cp.async so far */
-static uint64_t staged_bytes(void)
+static struct kvmm_fakecuda_stats fake_stats(void)
 {
 	struct kvmm_fakecuda_stats st;
 	void *lib = dlopen(getenv("KVMM_LIBCUDA"), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
@@ -871,7 +874,12 @@ static uint64_t staged_bytes(void)
 	assert_non_null(fn);
 	fn(&st);
 	dlclose(lib);
-	return st.staged_bytes;
+	return st;
+}
+
+static uint64_t staged_bytes(void)
+{
+	return fake_stats().staged_bytes;
 }
 #endif
 
@@ -1011,6 +1019,7 @@ static void check_attn(const struct dshape *sh, bool pre)
 		uint32_t mq = waves == 4 ? UINT32_MAX : maxq + (rnd(3) ? 0 : 1 + rnd(20));
 #ifdef KVMM_TEST_SIMT
 		uint64_t staged = staged_bytes();
+		struct kvmm_fakecuda_stats st0 = fake_stats(), st1;
 #endif
 
 		kvmm_cuda_decode_waves = waves;
@@ -1030,6 +1039,26 @@ static void check_attn(const struct dshape *sh, bool pre)
 		 */
 		struct kvmm_cuda_decode_args pd = batch_plan(&b, pre ? mq : 0);
 
+		/*
+		 * Shared-memory banks: the tensor-core kernels' fragment loads are conflict-free
+		 * by design (rows an odd number of 16-byte units apart) and are made by all lanes
+		 * together (mma.sync); the FMA kernels' loads are counted and reported.
+		 */
+		st1 = fake_stats();
+		if (pd.tc &&
+		    (st1.smem_wavefronts - st0.smem_wavefronts != st1.smem_ideal - st0.smem_ideal ||
+		     st1.smem_unpaired != st0.smem_unpaired))
+			fail_msg(
+				"%s on the tensor cores (%s, dim %u, group %u): %llu shared-memory "
+				"wavefronts where %llu would do, %llu loads not made together",
+				pre ? "prefill" : "decode", kvmm_dtype_name(sh->dt), sh->dim,
+				sh->group,
+				(unsigned long long)(st1.smem_wavefronts - st0.smem_wavefronts),
+				(unsigned long long)(st1.smem_ideal - st0.smem_ideal),
+				(unsigned long long)(st1.smem_unpaired - st0.smem_unpaired));
+		smem_count[pd.tc][0] += st1.smem_requests - st0.smem_requests;
+		smem_count[pd.tc][1] += st1.smem_wavefronts - st0.smem_wavefronts;
+		smem_count[pd.tc][2] += st1.smem_ideal - st0.smem_ideal;
 		if (pd.nqg == 1 && pd.vec) {
 			uint64_t seen = ntok, per_row = 0, want;
 
@@ -1674,6 +1703,23 @@ static void test_export_import(void **state)
 	be.ops->fini(&be);
 }
 
+/* after each test: on the emulator, the bank conflicts of the shared-memory loads it made */
+static int after_test(void **state)
+{
+	(void)state;
+#ifdef KVMM_TEST_SIMT
+	for (int tc = 0; tc < 2; tc++)
+		if (smem_count[tc][0])
+			print_message("%s kernels: %llu warp-wide shared-memory loads, %.3fx the "
+				      "wavefronts of conflict-free ones\n",
+				      tc ? "tensor-core" : "FMA",
+				      (unsigned long long)smem_count[tc][0],
+				      (double)smem_count[tc][1] / (double)smem_count[tc][2]);
+	memset(smem_count, 0, sizeof(smem_count));
+#endif
+	return 0;
+}
+
 static int teardown(void **state)
 {
 	(void)state;
@@ -1684,26 +1730,26 @@ static int teardown(void **state)
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup(test_fatbin_embedded, reseed),
-		cmocka_unit_test_setup(test_init_without_driver, reseed),
-		cmocka_unit_test_setup(test_stub_driver_symbols, reseed),
-		cmocka_unit_test_setup(test_arg_checks, reseed),
-		cmocka_unit_test_setup(test_decode_plan, reseed),
+		cmocka_unit_test_setup_teardown(test_fatbin_embedded, reseed, after_test),
+		cmocka_unit_test_setup_teardown(test_init_without_driver, reseed, after_test),
+		cmocka_unit_test_setup_teardown(test_stub_driver_symbols, reseed, after_test),
+		cmocka_unit_test_setup_teardown(test_arg_checks, reseed, after_test),
+		cmocka_unit_test_setup_teardown(test_decode_plan, reseed, after_test),
 #ifdef KVMM_TEST_SIMT
-		cmocka_unit_test_setup(test_simt_driver, reseed),
+		cmocka_unit_test_setup_teardown(test_simt_driver, reseed, after_test),
 #endif
-		cmocka_unit_test_setup(test_kernels_vs_cpu, reseed),
-		cmocka_unit_test_setup(test_decode_split_vs_cpu, reseed),
-		cmocka_unit_test_setup(test_decode_random_vs_cpu, reseed),
-		cmocka_unit_test_setup(test_prefill_vs_cpu, reseed),
-		cmocka_unit_test_setup(test_prefill_random_vs_cpu, reseed),
-		cmocka_unit_test_setup(test_prefill_tc_vs_cpu, reseed),
-		cmocka_unit_test_setup(test_decode_tc_vs_cpu, reseed),
+		cmocka_unit_test_setup_teardown(test_kernels_vs_cpu, reseed, after_test),
+		cmocka_unit_test_setup_teardown(test_decode_split_vs_cpu, reseed, after_test),
+		cmocka_unit_test_setup_teardown(test_decode_random_vs_cpu, reseed, after_test),
+		cmocka_unit_test_setup_teardown(test_prefill_vs_cpu, reseed, after_test),
+		cmocka_unit_test_setup_teardown(test_prefill_random_vs_cpu, reseed, after_test),
+		cmocka_unit_test_setup_teardown(test_prefill_tc_vs_cpu, reseed, after_test),
+		cmocka_unit_test_setup_teardown(test_decode_tc_vs_cpu, reseed, after_test),
 #ifndef KVMM_TEST_SIMT
-		cmocka_unit_test_setup(test_long_context_vs_cpu, reseed),
+		cmocka_unit_test_setup_teardown(test_long_context_vs_cpu, reseed, after_test),
 #endif
-		cmocka_unit_test_setup(test_backend_round_trip, reseed),
-		cmocka_unit_test_setup(test_export_import, reseed),
+		cmocka_unit_test_setup_teardown(test_backend_round_trip, reseed, after_test),
+		cmocka_unit_test_setup_teardown(test_export_import, reseed, after_test),
 	};
 
 	const char *seed = getenv("KVMM_TEST_SEED");

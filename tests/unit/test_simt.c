@@ -388,6 +388,75 @@ static void test_cp_async(void **state)
 	simt_check_global = NULL;
 }
 
+/*
+ * Shared-memory loads (simt_smem_load): lane l of each warp declares a load of knob / 100
+ * bytes at word (l * (knob % 100)) of its warp's region (knob % 100: the lanes' stride in
+ * 4-byte words), then every thread meets at a barrier; knob 999: only even lanes load.
+ */
+static void k_smem(const void *p)
+{
+	const struct args *a = p;
+	unsigned int lane = TID % 32, n = a->knob / 100, stride = a->knob % 100;
+
+	if (a->knob == 999) {
+		if (lane % 2 == 0)
+			simt_smem_load(simt_dyn_smem + 4 * lane, 4);
+	} else {
+		simt_smem_load(simt_dyn_smem + 4 * stride * lane, n);
+	}
+	simt_syncthreads();
+}
+
+/* the requests, wavefronts, fewest wavefronts and unpaired loads of one launch */
+static void smem_counts(unsigned int knob, unsigned int threads, uint64_t want[4])
+{
+	uint64_t r = simt_smem_requests, w = simt_smem_wavefronts, i = simt_smem_ideal,
+		 u = simt_smem_unpaired;
+	struct args a = {NULL, NULL, knob};
+
+	assert_int_equal(launch(k_smem, 1, threads, 48 << 10, &a), 0);
+	assert_int_equal(simt_smem_requests - r, want[0]);
+	assert_int_equal(simt_smem_wavefronts - w, want[1]);
+	assert_int_equal(simt_smem_ideal - i, want[2]);
+	assert_int_equal(simt_smem_unpaired - u, want[3]);
+}
+
+static void test_smem_banks(void **state)
+{
+	struct args a = {NULL, NULL, 0};
+
+	(void)state;
+	/* 4 bytes, consecutive words: 32 banks once; per warp of 64 threads */
+	smem_counts(401, 64, (uint64_t[4]){2, 2, 2, 0});
+	/* the same word for all: a broadcast */
+	smem_counts(400, 32, (uint64_t[4]){1, 1, 1, 0});
+	/* 2 words apart: 2-way; 32 apart: every lane in bank 0, 32-way */
+	smem_counts(402, 32, (uint64_t[4]){1, 2, 1, 0});
+	smem_counts(432, 32, (uint64_t[4]){1, 32, 1, 0});
+	/* 2-byte loads of adjacent halves share words: 16 words, one wavefront */
+	smem_counts(200, 32, (uint64_t[4]){1, 1, 1, 0});
+	/* 16 bytes, consecutive: four phases of 8 lanes, each 128 bytes, conflict-free */
+	smem_counts(1604, 32, (uint64_t[4]){1, 4, 4, 0});
+	/* 16 bytes 32 bytes apart: each phase spans 256 bytes, 2-way */
+	smem_counts(1608, 32, (uint64_t[4]){1, 8, 4, 0});
+	/* 8 bytes consecutive: two phases of 16 lanes */
+	smem_counts(802, 32, (uint64_t[4]){1, 2, 2, 0});
+	/* only some lanes load: not one instruction of the warp, not counted */
+	smem_counts(999, 32, (uint64_t[4]){0, 0, 0, 1});
+	/* misaligned, outside the launch's shared memory, a size no load has */
+	a.knob = 403; /* 4 bytes at 12 l: aligned */
+	assert_int_equal(launch(k_smem, 1, 32, 48 << 10, &a), 0);
+	a.knob = 801; /* 8 bytes at 4 l: lane 1 misaligned */
+	assert_int_equal(launch(k_smem, 1, 32, 48 << 10, &a), -1);
+	assert_non_null(strstr(err, "aligned"));
+	a.knob = 499; /* 4 bytes at 396 l: past 4 KiB for lane 11 */
+	assert_int_equal(launch(k_smem, 1, 32, 4 << 10, &a), -1);
+	assert_non_null(strstr(err, "outside"));
+	a.knob = 300;
+	assert_int_equal(launch(k_smem, 1, 32, 48 << 10, &a), -1);
+	assert_non_null(strstr(err, "3 bytes"));
+}
+
 /* ---- launches and schedules ------------------------------------------------------------------ */
 
 static unsigned int order_next;
@@ -446,6 +515,7 @@ int main(void)
 		cmocka_unit_test(test_shuffle_errors),
 		cmocka_unit_test(test_warp_gather),
 		cmocka_unit_test(test_cp_async),
+		cmocka_unit_test(test_smem_banks),
 		cmocka_unit_test(test_seed_and_dims),
 	};
 

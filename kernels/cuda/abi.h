@@ -90,6 +90,7 @@ struct kvmm_cuda_decode_args {
 	uint32_t tile;	       /* tokens per tile, a power of 2 in [8, 128] */
 	uint32_t tpt;	       /* threads per token in the scores: threads / tile */
 	uint32_t lpr;	       /* lanes per V row: pow2 >= head_dim / EPL, <= 32 */
+	uint32_t vk;	       /* V rows of one shared-memory phase this many apart (banks) */
 	uint32_t sl;	       /* staging lanes per row: pow2 >= chunks, <= 32 */
 	uint32_t chunks;       /* 16-byte chunks of one head's row: ceil(dim * elem / 16) */
 	uint32_t row_stride;   /* bytes between rows of a staged tile (16 * chunks + pad) */
@@ -104,6 +105,7 @@ struct kvmm_cuda_decode_args {
 	uint32_t st_soff;    /* the softmax state: KVMM_CUDA_DECODE_ST_WORDS words */
 	uint32_t smem_bytes; /* all of it; the final sums alias the stages at 0 */
 	uint32_t tc;	     /* 1: kvmm_prefill_tc_<dt>'s plan (below), 0: the kernel above */
+	uint32_t pad;
 };
 
 /*
@@ -169,7 +171,7 @@ int kvmm_cuda_batch_plan(const struct kvmm_attn_batch *b, uint32_t max_q_len,
 #endif
 KVMM_CUDA_ABI_ASSERT(sizeof(struct kvmm_cuda_pages) == 88, "kvmm_cuda_pages layout");
 KVMM_CUDA_ABI_ASSERT(sizeof(struct kvmm_cuda_attn_args) == 144, "kvmm_cuda_attn_args layout");
-KVMM_CUDA_ABI_ASSERT(sizeof(struct kvmm_cuda_decode_args) == 272, "kvmm_cuda_decode_args layout");
+KVMM_CUDA_ABI_ASSERT(sizeof(struct kvmm_cuda_decode_args) == 280, "kvmm_cuda_decode_args layout");
 KVMM_CUDA_ABI_ASSERT(sizeof(struct kvmm_cuda_cache_args) == 120, "kvmm_cuda_cache_args layout");
 KVMM_CUDA_ABI_ASSERT(sizeof(struct kvmm_cuda_copy_args) == 96, "kvmm_cuda_copy_args layout");
 

@@ -410,9 +410,17 @@ tile_values(const struct kvmm_cuda_decode_args &d, const char *st, const float *
 	    float (&acc)[KVMM_CUDA_DECODE_GMAX][KVMM_CUDA_DECODE_EPL])
 {
 	typedef dec_shape<DT> X;
-	const uint32_t lpr = d.lpr, j = threadIdx.x >> lpr_sh, c = threadIdx.x & (lpr - 1);
+	const uint32_t lpr = d.lpr, c = threadIdx.x & (lpr - 1);
 	const uint32_t nsub = KVMM_CUDA_DECODE_THREADS >> lpr_sh, dim = d.a.pg.head_dim;
 	const float *sc = sst + 2 * KVMM_CUDA_DECODE_GMAX;
+	uint32_t j = threadIdx.x >> lpr_sh;
+
+	if (d.vk > 1) {
+		/* the r rows of a bank phase (128 bytes of loads) vk apart, not consecutive */
+		const uint32_t r = (128 / X::vb) >> lpr_sh, i = j % r, p = j / r;
+
+		j = p / d.vk * r * d.vk + p % d.vk + i * d.vk;
+	}
 
 #pragma unroll
 	for (uint32_t g = 0; g < KVMM_CUDA_DECODE_GMAX; g++) {

@@ -337,6 +337,21 @@ static bool decode_layout(struct kvmm_cuda_decode_args *d, uint32_t tile, uint32
 	if (tpt < 8)
 		while (rs16 % tpt || !((rs16 / tpt) & 1))
 			rs16++;
+	/*
+	 * The weighted sums: lpr lanes per V row, each loading vb bytes (16; int8 8), served
+	 * 128 bytes (128 / vb lanes) at a time, so a phase holds r = 128 / vb / lpr rows of lu =
+	 * lpr * vb / 16 units each.  Rows rs16 units apart fall in distinct bank groups when rs16
+	 * has as many factors of 2 as lu; with fewer (the padding above is the scores'), rows vk =
+	 * lu / 2^v2(rs16) apart do, and tile_values() gives a phase's lanes such rows.  (Counted
+	 * on the emulator: Documentation/kernels/cuda.md, "Shared-memory banks".)
+	 */
+	d->vk = 1;
+	{
+		const uint32_t vb = d->ngroups ? 8 : 16, lu = d->lpr * vb / 16;
+
+		if (d->lpr < 128 / vb && lu && __builtin_ctz(lu) > __builtin_ctz(rs16))
+			d->vk = 1u << (__builtin_ctz(lu) - __builtin_ctz(rs16));
+	}
 	d->tile = tile;
 	d->tpt = tpt;
 	d->row_stride = rs16 * 16;

@@ -108,10 +108,13 @@ struct copy {
 	unsigned int n;
 };
 
-/* a shared-memory load the kernel declared (KVMM_SMEM_LOAD): its first 4-byte word, its size */
+/*
+ * a shared-memory load the kernel declared (KVMM_SMEM_LOAD): where in the code, its first
+ * 4-byte word, its size, and its place in the lane's log
+ */
 struct smem_load {
-	uint32_t word;
-	uint32_t n;
+	uintptr_t site;
+	uint32_t word, n, seq;
 };
 
 struct fiber {
@@ -320,7 +323,7 @@ void simt_cp_async(void *dst, const void *src, unsigned int n)
 	simt_staged_bytes += n;
 }
 
-void simt_smem_load(const void *p, unsigned int n)
+void simt_smem_load(const void *p, unsigned int n, const void *site)
 {
 	struct fiber *f = S.cur;
 
@@ -340,54 +343,83 @@ void simt_smem_load(const void *p, unsigned int n)
 		f->loads = l;
 		f->caploads = cap;
 	}
-	f->loads[f->nloads++] =
-		(struct smem_load){(uint32_t)(((const char *)p - simt_dyn_smem) / 4), n};
+	f->loads[f->nloads] = (struct smem_load){
+		(uintptr_t)site, (uint32_t)(((const char *)p - simt_dyn_smem) / 4), n, f->nloads};
+	f->nloads++;
+}
+
+static int by_site(const void *a, const void *b)
+{
+	const struct smem_load *x = a, *y = b;
+
+	if (x->site != y->site)
+		return x->site < y->site ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
 /*
- * The bank conflicts of the loads warp w0..w1 made since it last met: its lanes' k-th loads
- * are one instruction (the instrumented helpers run converged, as mma.sync needs), served
- * as the hardware does: 32 banks of 4-byte words, lanes reading the same word share it; loads
- * of 8 bytes in two phases of 16 lanes, of 16 bytes in four of 8.  A phase takes as many
- * wavefronts as the most distinct words any one bank must deliver (1: conflict-free).
+ * The bank conflicts of the loads warp w0..w1 made since it last met.  The m-th load a lane
+ * made at one place in the code (one KVMM_SMEM_LOAD) is one warp-wide instruction with the
+ * m-th loads of the other lanes there, as the warp runs in lockstep (a lane that made fewer,
+ * in a shorter loop or a branch, is inactive for the rest), and it is served as the hardware
+ * serves it: 32 banks of 4-byte words, lanes reading the same word share it; loads of 8 bytes
+ * in two phases of 16 lanes, of 16 bytes in four of 8.  A phase takes as many wavefronts as
+ * the most distinct words one bank must deliver (1: conflict-free).
  */
 static void smem_settle(unsigned int w0, unsigned int w1)
 {
-	unsigned int most = 0;
+	unsigned int pos[SIMT_WARP] = {0};
 
 	for (unsigned int i = w0; i < w1; i++)
-		most = S.fibers[i].nloads > most ? S.fibers[i].nloads : most;
-	for (unsigned int k = 0; k < most; k++) {
+		if (S.fibers[i].nloads > 1)
+			qsort(S.fibers[i].loads, S.fibers[i].nloads, sizeof(struct smem_load),
+			      by_site);
+	for (;;) {
+		uintptr_t site = UINTPTR_MAX;
 		unsigned int n = 0, phases, per;
-		bool same = true;
+		bool any_left = false, same = true;
 
 		for (unsigned int i = w0; i < w1; i++) {
 			const struct fiber *f = &S.fibers[i];
 
-			if (f->nloads <= k)
-				same = false;
-			else if (!n)
-				n = f->loads[k].n;
-			else if (f->loads[k].n != n)
-				same = false;
+			if (pos[i - w0] < f->nloads) {
+				any_left = true;
+				if (f->loads[pos[i - w0]].site < site)
+					site = f->loads[pos[i - w0]].site;
+			}
 		}
-		if (!same) {
-			simt_smem_unpaired++; /* lanes that diverged around their loads */
-			continue;
+		if (!any_left)
+			break;
+		for (unsigned int i = w0; i < w1; i++) {
+			const struct fiber *f = &S.fibers[i];
+
+			if (pos[i - w0] < f->nloads && f->loads[pos[i - w0]].site == site) {
+				if (!n)
+					n = f->loads[pos[i - w0]].n;
+				else if (f->loads[pos[i - w0]].n != n)
+					same = false;
+			}
 		}
 		phases = n <= 4 ? 1 : n / 4;
 		per = SIMT_WARP / phases;
-		simt_smem_requests++;
+		if (same)
+			simt_smem_requests++;
+		else
+			simt_smem_unpaired++; /* one place, different sizes: not one instruction */
 		for (unsigned int ph = 0; ph < phases; ph++) {
 			uint32_t bank[SIMT_WARP][SIMT_WARP]; /* distinct words per bank */
 			unsigned int cnt[SIMT_WARP] = {0}, worst = 0, any = 0;
 
 			for (unsigned int i = w0 + ph * per; i < w1 && i < w0 + (ph + 1) * per;
 			     i++) {
-				uint32_t first = S.fibers[i].loads[k].word;
+				const struct fiber *f = &S.fibers[i];
+				const struct smem_load *l;
 
+				if (pos[i - w0] >= f->nloads || f->loads[pos[i - w0]].site != site)
+					continue; /* inactive in this instruction */
+				l = &f->loads[pos[i - w0]++];
 				any = 1;
-				for (uint32_t w = first; w < first + (n + 3) / 4; w++) {
+				for (uint32_t w = l->word; same && w < l->word + (n + 3) / 4; w++) {
 					unsigned int b = w % SIMT_WARP, j;
 
 					for (j = 0; j < cnt[b] && bank[b][j] != w; j++)
@@ -398,8 +430,10 @@ static void smem_settle(unsigned int w0, unsigned int w1)
 					}
 				}
 			}
-			simt_smem_wavefronts += worst;
-			simt_smem_ideal += any;
+			if (same) {
+				simt_smem_wavefronts += worst;
+				simt_smem_ideal += any;
+			}
 		}
 	}
 	for (unsigned int i = w0; i < w1; i++)

@@ -79,13 +79,13 @@ uint32_t simt_shfl_xor(unsigned int mask, uint32_t v, int lane_mask);
 #define SIMT_GATHER_MAX 8u
 void simt_warp_gather(const uint32_t *in, unsigned int n, uint32_t *out);
 /*
- * A shared-memory load of n (1, 2, 4, 8 or 16) bytes at p, declared by the kernel
- * (KVMM_SMEM_LOAD in kernels/cuda/common.cuh; nothing on a GPU): misaligned or outside the
- * dynamic shared memory is a fault; otherwise its bank conflicts are counted (per warp-wide
- * load: requests, the wavefronts the banks need, the fewest possible, and loads the lanes did
- * not make together).
+ * A shared-memory load of n (1, 2, 4, 8 or 16) bytes at p, declared by the kernel at the place
+ * site (KVMM_SMEM_LOAD in kernels/cuda/common.cuh; nothing on a GPU): misaligned or outside
+ * the dynamic shared memory is a fault; otherwise its bank conflicts are counted (per
+ * warp-wide load: requests, the wavefronts the banks need, the fewest possible, and loads
+ * the lanes made at one site with different sizes, not counted).
  */
-void simt_smem_load(const void *p, unsigned int n);
+void simt_smem_load(const void *p, unsigned int n, const void *site);
 extern uint64_t simt_smem_requests, simt_smem_wavefronts, simt_smem_ideal, simt_smem_unpaired;
 /* cp.async of n (4, 8 or 16) bytes: carried out at the thread's next wait */
 void simt_cp_async(void *dst, const void *src, unsigned int n);

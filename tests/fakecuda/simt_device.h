@@ -24,7 +24,11 @@
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static
 /* the kernels' declared shared-memory loads: checked and their bank conflicts counted */
-#define KVMM_SMEM_LOAD(p, n) simt_smem_load((p), (n))
+#define KVMM_SMEM_LOAD(p, n)                           \
+	do {                                           \
+		static const char kvmm_site_ = 0;      \
+		simt_smem_load((p), (n), &kvmm_site_); \
+	} while (0)
 
 #define threadIdx simt_thread_idx
 #define blockIdx simt_block_idx

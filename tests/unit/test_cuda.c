@@ -1189,6 +1189,29 @@ static void test_decode_split_vs_cpu(void **state)
 	/* most of the shapes have aligned rows and groups up to GMAX: their reads were counted */
 	print_message("decodes whose reads were counted: %u\n", checked_once);
 	assert_true(checked_once >= 15);
+	{
+		/*
+		 * Small head dims on the FMA kernel, where the sums read fewer than 8 16-byte
+		 * chunks of a V row at a time: decode_layout()'s vk puts a bank phase's rows in
+		 * distinct banks (consecutive rows of the scores' padded stride would not)
+		 */
+		static const struct dshape small[] = {
+			{KVMM_DTYPE_FP16, 32, 0, 2, 2, 16 << 10, 2, 300},
+			{KVMM_DTYPE_INT8, 64, 32, 1, 3, 16 << 10, 2, 300},
+			{KVMM_DTYPE_FP32, 16, 0, 2, 4, 16 << 10, 2, 300},
+			{KVMM_DTYPE_BF16, 32, 0, 1, 1, 8192, 3, 200},
+		};
+		uint64_t wf = smem_count[0][1], ideal = smem_count[0][2];
+
+		for (size_t i = 0; i < sizeof(small) / sizeof(small[0]); i++)
+			check_attn(&small[i], false);
+		assert_true(smem_count[0][2] > ideal);
+		if (smem_count[0][1] - wf != smem_count[0][2] - ideal)
+			fail_msg("small head dims: %llu shared-memory wavefronts where %llu would "
+				 "do",
+				 (unsigned long long)(smem_count[0][1] - wf),
+				 (unsigned long long)(smem_count[0][2] - ideal));
+	}
 #endif
 }
 

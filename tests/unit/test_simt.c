@@ -391,8 +391,12 @@ static void test_cp_async(void **state)
 /*
  * Shared-memory loads (simt_smem_load): lane l of each warp declares a load of knob / 100
  * bytes at word (l * (knob % 100)) of its warp's region (knob % 100: the lanes' stride in
- * 4-byte words), then every thread meets at a barrier; knob 999: only even lanes load.
+ * 4-byte words), then every thread meets at a barrier.  knob 999: only even lanes load;
+ * 998: lane l loads l % 2 + 1 times at one place (a loop of two trips for odd lanes), then
+ * once at another, 32 words apart each time (32-way conflicts where all lanes take part).
  */
+static const char site_a, site_b;
+
 static void k_smem(const void *p)
 {
 	const struct args *a = p;
@@ -400,9 +404,13 @@ static void k_smem(const void *p)
 
 	if (a->knob == 999) {
 		if (lane % 2 == 0)
-			simt_smem_load(simt_dyn_smem + 4 * lane, 4);
+			simt_smem_load(simt_dyn_smem + 4 * lane, 4, &site_a);
+	} else if (a->knob == 998) {
+		for (unsigned int i = 0; i <= lane % 2; i++)
+			simt_smem_load(simt_dyn_smem + 128 * lane, 4, &site_a);
+		simt_smem_load(simt_dyn_smem + 128 * lane, 4, &site_b);
 	} else {
-		simt_smem_load(simt_dyn_smem + 4 * stride * lane, n);
+		simt_smem_load(simt_dyn_smem + 4 * stride * lane, n, &site_a);
 	}
 	simt_syncthreads();
 }
@@ -441,8 +449,14 @@ static void test_smem_banks(void **state)
 	smem_counts(1608, 32, (uint64_t[4]){1, 8, 4, 0});
 	/* 8 bytes consecutive: two phases of 16 lanes */
 	smem_counts(802, 32, (uint64_t[4]){1, 2, 2, 0});
-	/* only some lanes load: not one instruction of the warp, not counted */
-	smem_counts(999, 32, (uint64_t[4]){0, 0, 0, 1});
+	/* only even lanes load: one instruction with 16 lanes active, 16 words, 1 wavefront */
+	smem_counts(999, 32, (uint64_t[4]){1, 1, 1, 0});
+	/*
+	 * loops of different trips: the first trip of all 32 lanes (32-way), the second of the
+	 * odd ones (16-way), then the other place's load of all 32 (32-way), not its first
+	 * lanes' second trip paired with the others' next load
+	 */
+	smem_counts(998, 32, (uint64_t[4]){3, 80, 3, 0});
 	/* misaligned, outside the launch's shared memory, a size no load has */
 	a.knob = 403; /* 4 bytes at 12 l: aligned */
 	assert_int_equal(launch(k_smem, 1, 32, 48 << 10, &a), 0);

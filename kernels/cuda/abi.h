@@ -100,7 +100,8 @@ struct kvmm_cuda_decode_args {
 	uint32_t stage_bytes;  /* one stage: K rows, V rows, K scales, V scales, ok flags */
 	uint32_t v_soff, ks_soff, vs_soff, ok_soff; /* inside a stage */
 	uint32_t q_soff;			    /* scaled queries: slots of qstride floats */
-	uint32_t qstride;    /* chunks * (16 / elem) floats, zero past head_dim */
+	uint32_t qstride;    /* chunks * qcs floats (qcs: 16 / elem rounded to an odd number of */
+			     /* 4-float units), zero past head_dim and in the padding */
 	uint32_t s_soff;     /* scores, then weights: slots rows of tile floats */
 	uint32_t st_soff;    /* the softmax state: KVMM_CUDA_DECODE_ST_WORDS words */
 	uint32_t smem_bytes; /* all of it; the final sums alias the stages at 0 */

@@ -65,7 +65,13 @@ __device__ __forceinline__ uint32_t clamp_len(const struct kvmm_cuda_attn_args &
 /* per-dtype constants of the decode kernel */
 template <int DT> struct dec_shape {
 	static const uint32_t elem = elem_size<DT>::v;
-	static const uint32_t vek = 16 / elem;		      /* elements per 16-byte K chunk */
+	static const uint32_t vek = 16 / elem; /* elements per 16-byte K chunk */
+	/*
+	 * floats between the queries of consecutive K chunks in shared memory: vek, made an odd
+	 * number of 16-byte units (fp16 12, int8 20), so that the scores' lanes of one row, each
+	 * on its own chunk, read their queries from distinct banks (plan: qstride)
+	 */
+	static const uint32_t qcs = (vek / 4 | 1) * 4;
 	static const uint32_t vb = DT == DT_INT8 ? 8 : 16;    /* bytes per V vector */
 	static const uint32_t ve = vb / elem;		      /* elements per V vector */
 	static const uint32_t nv = KVMM_CUDA_DECODE_EPL / ve; /* V vectors per lane */
@@ -333,12 +339,13 @@ __device__ __forceinline__ void tile_scores(const struct kvmm_cuda_decode_args &
 #pragma unroll
 			for (uint32_t g = 0; g < KVMM_CUDA_DECODE_GMAX; g++) {
 				const float4 *qv =
-					(const float4 *)(sq + g * d.qstride + c * X::vek);
+					(const float4 *)(sq + g * d.qstride + c * X::qcs);
 
 				if (g >= ns)
 					break;
 #pragma unroll
 				for (uint32_t i = 0; i < X::vek / 4; i++) {
+					KVMM_SMEM_LOAD(qv + i, 16);
 					float4 q4 = qv[i];
 
 					dot[g] = fmaf(q4.x, k[4 * i], dot[g]);
@@ -440,8 +447,11 @@ tile_values(const struct kvmm_cuda_decode_args &d, const char *st, const float *
 		float p[KVMM_CUDA_DECODE_GMAX];
 
 #pragma unroll
-		for (uint32_t g = 0; g < KVMM_CUDA_DECODE_GMAX; g++)
+		for (uint32_t g = 0; g < KVMM_CUDA_DECODE_GMAX; g++) {
+			if (g < ns)
+				KVMM_SMEM_LOAD(ss + g * d.tile + t, 4);
 			p[g] = g < ns ? ss[g * d.tile + t] : 0.0f;
+		}
 #pragma unroll
 		for (uint32_t v = 0; v < X::nv; v++) {
 			const uint32_t d0 = (v * lpr + c) * X::ve;
@@ -590,11 +600,16 @@ __device__ __forceinline__ void attn_body(const struct kvmm_cuda_decode_args &d)
 	if (!split_range(d, xs, tbeg, tend))
 		return;
 
-	/* the scaled queries, zero past head_dim (the padded chunk tail of K is zero too) */
+	/*
+	 * the scaled queries, chunk by chunk qcs floats apart (dec_shape), zero past head_dim (the
+	 * padded chunk tail of K is zero too) and in the padding
+	 */
 	for (uint32_t i = tid; i < ns * d.qstride; i += KVMM_CUDA_DECODE_THREADS) {
-		uint32_t g = i / d.qstride, e = i - g * d.qstride;
+		const uint32_t g = i / d.qstride, x = i - g * d.qstride, c = x / X::qcs;
+		const uint32_t r = x - c * X::qcs, e = c * X::vek + r;
 
-		sq[i] = e < dim ? ((const float *)a.q)[slot_row(sl, sl.orow0, g) * dim + e] *
+		sq[i] = r < X::vek && e < dim
+				? ((const float *)a.q)[slot_row(sl, sl.orow0, g) * dim + e] *
 					  a.scale
 				: 0.0f;
 	}

@@ -484,7 +484,8 @@ static int attn_plan(const struct kvmm_cuda_attn_args *a, uint32_t dtype, uint32
 	d->sl = pow2_at_least(d->chunks);
 	d->sl = d->sl > 32 ? 32 : d->sl;
 	d->lpr = pow2_at_least((dim + KVMM_CUDA_DECODE_EPL - 1) / KVMM_CUDA_DECODE_EPL);
-	d->qstride = d->chunks * (16 / elem);
+	/* chunks' queries an odd number of 16-byte units apart (attn.cu, dec_shape::qcs) */
+	d->qstride = d->chunks * ((16 / elem / 4) | 1) * 4;
 	if (dtype == KVMM_DTYPE_INT8) {
 		if (!pg->gs || dim % pg->gs)
 			return -EINVAL;

@@ -247,7 +247,8 @@ static void check_fma_layout(const struct kvmm_cuda_decode_args *dp, uint32_t di
 	assert_true(d.tile >= 8 && d.tile <= 64 && !(d.tile & (d.tile - 1)));
 	assert_int_equal(d.tile * d.tpt, KVMM_CUDA_DECODE_THREADS);
 	assert_true(d.lpr <= 32 && !(d.lpr & (d.lpr - 1)) && d.lpr * KVMM_CUDA_DECODE_EPL >= dim);
-	assert_true(d.qstride == d.chunks * (16 / elem) && d.qstride >= dim);
+	/* a chunk's queries an odd number of 16-byte units apart: fp32 4, fp16 12, int8 20 */
+	assert_true(d.qstride == d.chunks * ((16 / elem / 4) | 1) * 4 && d.qstride >= dim);
 	/* shared rows: 16-byte aligned, padded against bank conflicts, everything inside */
 	assert_true(d.row_stride % 16 == 0 && d.row_stride >= d.chunks * 16);
 	if (d.tpt < 8)
@@ -1191,23 +1192,29 @@ static void test_decode_split_vs_cpu(void **state)
 	assert_true(checked_once >= 15);
 	{
 		/*
-		 * Small head dims on the FMA kernel, where the sums read fewer than 8 16-byte
-		 * chunks of a V row at a time: decode_layout()'s vk puts a bank phase's rows in
-		 * distinct banks (consecutive rows of the scores' padded stride would not)
+		 * The FMA kernel without bank conflicts: small head dims, where the sums read
+		 * fewer than 8 16-byte chunks of a V row at a time (decode_layout()'s vk puts a
+		 * bank phase's rows in distinct banks; consecutive rows of the scores' padded
+		 * stride would not), and int8 and fp16 rows, whose chunks' queries would share
+		 * banks without the padding of dec_shape::qcs
 		 */
 		static const struct dshape small[] = {
 			{KVMM_DTYPE_FP16, 32, 0, 2, 2, 16 << 10, 2, 300},
 			{KVMM_DTYPE_INT8, 64, 32, 1, 3, 16 << 10, 2, 300},
 			{KVMM_DTYPE_FP32, 16, 0, 2, 4, 16 << 10, 2, 300},
 			{KVMM_DTYPE_BF16, 32, 0, 1, 1, 8192, 3, 200},
+			{KVMM_DTYPE_INT8, 128, 16, 2, 4, 32 << 10, 2, 400}, /* 32-token tiles */
+			{KVMM_DTYPE_FP16, 128, 0, 1, 4, 64 << 10, 1, 500},
 		};
 		uint64_t wf = smem_count[0][1], ideal = smem_count[0][2];
 
+		kvmm_cuda_decode_tc = 0; /* (int8 GQA 4 would run on the tensor cores) */
 		for (size_t i = 0; i < sizeof(small) / sizeof(small[0]); i++)
 			check_attn(&small[i], false);
+		kvmm_cuda_decode_tc = 1;
 		assert_true(smem_count[0][2] > ideal);
 		if (smem_count[0][1] - wf != smem_count[0][2] - ideal)
-			fail_msg("small head dims: %llu shared-memory wavefronts where %llu would "
+			fail_msg("FMA kernels: %llu shared-memory wavefronts where %llu would "
 				 "do",
 				 (unsigned long long)(smem_count[0][1] - wf),
 				 (unsigned long long)(smem_count[0][2] - ideal));

@@ -110,11 +110,11 @@ struct copy {
 
 /*
  * a shared-memory load the kernel declared (KVMM_SMEM_LOAD): where in the code, its first
- * 4-byte word, its size, and its place in the lane's log
+ * 4-byte word, its size, and (smem_settle()) the number of its site among the warp's
  */
 struct smem_load {
 	uintptr_t site;
-	uint32_t word, n, seq;
+	uint32_t word, n, loc;
 };
 
 struct fiber {
@@ -129,9 +129,8 @@ struct fiber {
 	void *fake_stack;	    /* ASan's for this fiber */
 	uint32_t shfl_in, shfl_out; /* the 32-bit words exchanged */
 	unsigned int shfl_mask, shfl_src;
-	/* a gather (simt_warp_gather) instead of a shuffle: n words in, 32 * n out; else n 0 */
+	/* a gather (simt_warp_gather) instead of a shuffle: n words in; else n 0 */
 	const uint32_t *gather_in;
-	uint32_t *gather_out;
 	unsigned int gather_n;
 	struct copy *copies;
 	unsigned int ncopies, capcopies;
@@ -155,11 +154,17 @@ static struct {
 	struct fiber *fibers; /* grown to the largest block launched, kept */
 	unsigned int cap, nthreads;
 	struct fiber *cur;
+	/* each warp's words of its last gather, and the exchanges so far (their serials) */
+	struct simt_gathered gathered[SIMT_MAX_THREADS / SIMT_WARP];
+	uint64_t exchanges;
 	const struct simt_kernel *k;
 	const void *args;
 	unsigned int smem;
 	bool failed;
 	bool no_banks; /* KVMM_FAKECUDA_BANKS=0: loads checked, bank conflicts not counted */
+	struct smem_load *sorted; /* smem_settle()'s: a warp's loads by lane, site, order */
+	unsigned int warp_loads[SIMT_MAX_THREADS / SIMT_WARP]; /* logged since the warp met */
+	size_t capsorted;
 	char why[256];
 	uint64_t rng; /* the warp order */
 	void *sched_fake_stack;
@@ -276,18 +281,18 @@ uint32_t simt_shfl_xor(unsigned int mask, uint32_t v, int lane_mask)
 	return f->shfl_out;
 }
 
-void simt_warp_gather(const uint32_t *in, unsigned int n, uint32_t *out)
+const struct simt_gathered *simt_warp_gather(const uint32_t *in, unsigned int n)
 {
 	struct fiber *f = S.cur;
 
 	if (!n || n > SIMT_GATHER_MAX)
 		simt_fail("warp gather of %u words", n);
 	f->gather_in = in;
-	f->gather_out = out;
 	f->gather_n = n;
 	f->shfl_mask = 0xffffffffu;
 	f->state = F_WARP;
 	leave_fiber(false);
+	return &S.gathered[(unsigned int)(f - S.fibers) / SIMT_WARP];
 }
 
 static bool in_smem(const void *p, unsigned int n)
@@ -346,18 +351,83 @@ void simt_smem_load(const void *p, unsigned int n, const void *site)
 		f->loads = l;
 		f->caploads = cap;
 	}
-	f->loads[f->nloads] = (struct smem_load){
-		(uintptr_t)site, (uint32_t)(((const char *)p - simt_dyn_smem) / 4), n, f->nloads};
-	f->nloads++;
+	S.warp_loads[(unsigned int)(f - S.fibers) / SIMT_WARP]++;
+	f->loads[f->nloads++] = (struct smem_load){
+		(uintptr_t)site, (uint32_t)(((const char *)p - simt_dyn_smem) / 4), n, 0};
 }
 
-static int by_site(const void *a, const void *b)
-{
-	const struct smem_load *x = a, *y = b;
+/* distinct load sites a warp may use between two meetings (more is a launch failure) */
+#define SETTLE_SITES 64u
 
-	if (x->site != y->site)
-		return x->site < y->site ? -1 : 1;
-	return x->seq < y->seq ? -1 : x->seq > y->seq;
+/*
+ * Warp w0..w1's loads (since it last met) in S.sorted: each lane's, lane after lane, by site
+ * (in the order the warp first used them) and within a site in the order made: a counting
+ * sort, sites numbered in l->loc.  base[i], start[i][s] and cnt[i][s] say where lane w0 + i's
+ * loads at site s are.  Returns the number of sites, or -1 (S.failed and S.why set).
+ */
+static int sort_loads(unsigned int w0, unsigned int w1, size_t *base,
+		      unsigned int (*start)[SETTLE_SITES], unsigned int (*cnt)[SETTLE_SITES])
+{
+	uintptr_t sites[SETTLE_SITES];
+	unsigned int nsites = 0, last = 0;
+	size_t total = 0;
+
+	for (unsigned int i = w0; i < w1; i++) {
+		struct fiber *f = &S.fibers[i];
+
+		for (unsigned int j = 0; j < f->nloads; j++) {
+			struct smem_load *l = &f->loads[j];
+
+			if (!nsites || sites[last] != l->site) {
+				for (last = 0; last < nsites && sites[last] != l->site; last++)
+					;
+				if (last == nsites) {
+					if (nsites == SETTLE_SITES) {
+						snprintf(
+							S.why, sizeof(S.why),
+							"%s: more than %u shared-memory load sites "
+							"between two meetings of a warp",
+							S.k->name, SETTLE_SITES);
+						S.failed = true;
+						return -1;
+					}
+					sites[nsites++] = l->site;
+				}
+			}
+			l->loc = last;
+		}
+		total += f->nloads;
+	}
+	if (total > S.capsorted) {
+		struct smem_load *m = realloc(S.sorted, total * sizeof(*m));
+
+		if (!m) {
+			snprintf(S.why, sizeof(S.why), "%s: out of host memory for the load log",
+				 S.k->name);
+			S.failed = true;
+			return -1;
+		}
+		S.sorted = m;
+		S.capsorted = total;
+	}
+	total = 0;
+	for (unsigned int i = w0; i < w1; i++) {
+		const struct fiber *f = &S.fibers[i];
+		unsigned int *c = cnt[i - w0], *st = start[i - w0], next[SETTLE_SITES], at = 0;
+
+		memset(c, 0, nsites * sizeof(*c));
+		for (unsigned int j = 0; j < f->nloads; j++)
+			c[f->loads[j].loc]++;
+		for (unsigned int s = 0; s < nsites; s++) {
+			st[s] = next[s] = at;
+			at += c[s];
+		}
+		base[i - w0] = total;
+		for (unsigned int j = 0; j < f->nloads; j++)
+			S.sorted[total + next[f->loads[j].loc]++] = f->loads[j];
+		total += f->nloads;
+	}
+	return (int)nsites;
 }
 
 /*
@@ -371,75 +441,69 @@ static int by_site(const void *a, const void *b)
  */
 static void smem_settle(unsigned int w0, unsigned int w1)
 {
-	unsigned int pos[SIMT_WARP] = {0};
+	unsigned int start[SIMT_WARP][SETTLE_SITES], cnt[SIMT_WARP][SETTLE_SITES];
+	size_t base[SIMT_WARP];
+	unsigned int i;
+	int nsites;
 
-	for (unsigned int i = w0; i < w1; i++)
-		if (S.fibers[i].nloads > 1)
-			qsort(S.fibers[i].loads, S.fibers[i].nloads, sizeof(struct smem_load),
-			      by_site);
-	for (;;) {
-		uintptr_t site = UINTPTR_MAX;
-		unsigned int n = 0, phases, per;
-		bool any_left = false, same = true;
+	if (!S.warp_loads[w0 / SIMT_WARP])
+		return; /* no loads: a shuffle in the softmax, say */
+	S.warp_loads[w0 / SIMT_WARP] = 0;
+	nsites = sort_loads(w0, w1, base, start, cnt);
+	for (int site = 0; site < nsites; site++) {
+		unsigned int most = 0;
 
-		for (unsigned int i = w0; i < w1; i++) {
-			const struct fiber *f = &S.fibers[i];
+		for (i = 0; i < w1 - w0; i++)
+			most = cnt[i][site] > most ? cnt[i][site] : most;
+		for (unsigned int m = 0; m < most; m++) {
+			const struct smem_load *at[SIMT_WARP];
+			unsigned int n = 0, phases, per;
+			bool same = true;
 
-			if (pos[i - w0] < f->nloads) {
-				any_left = true;
-				if (f->loads[pos[i - w0]].site < site)
-					site = f->loads[pos[i - w0]].site;
-			}
-		}
-		if (!any_left)
-			break;
-		for (unsigned int i = w0; i < w1; i++) {
-			const struct fiber *f = &S.fibers[i];
-
-			if (pos[i - w0] < f->nloads && f->loads[pos[i - w0]].site == site) {
+			/* the m-th load of each lane at this site; NULL: inactive in it */
+			for (i = 0; i < w1 - w0; i++) {
+				at[i] = m < cnt[i][site] ? &S.sorted[base[i] + start[i][site] + m]
+							 : NULL;
+				if (!at[i])
+					continue;
 				if (!n)
-					n = f->loads[pos[i - w0]].n;
-				else if (f->loads[pos[i - w0]].n != n)
+					n = at[i]->n;
+				else if (at[i]->n != n)
 					same = false;
 			}
-		}
-		phases = n <= 4 ? 1 : n / 4;
-		per = SIMT_WARP / phases;
-		if (same)
+			if (!same) {
+				simt_smem_unpaired++; /* one place, different sizes: not one instruction */
+				continue;
+			}
 			simt_smem_requests++;
-		else
-			simt_smem_unpaired++; /* one place, different sizes: not one instruction */
-		for (unsigned int ph = 0; ph < phases; ph++) {
-			uint32_t bank[SIMT_WARP][SIMT_WARP]; /* distinct words per bank */
-			unsigned int cnt[SIMT_WARP] = {0}, worst = 0, any = 0;
+			phases = n <= 4 ? 1 : n / 4;
+			per = SIMT_WARP / phases;
+			for (unsigned int ph = 0; ph < phases; ph++) {
+				uint32_t bank[SIMT_WARP][SIMT_WARP]; /* distinct words per bank */
+				unsigned int bcnt[SIMT_WARP] = {0}, worst = 0, any = 0;
 
-			for (unsigned int i = w0 + ph * per; i < w1 && i < w0 + (ph + 1) * per;
-			     i++) {
-				const struct fiber *f = &S.fibers[i];
-				const struct smem_load *l;
+				for (i = ph * per; i < w1 - w0 && i < (ph + 1) * per; i++) {
+					if (!at[i])
+						continue;
+					any = 1;
+					for (uint32_t w = at[i]->word;
+					     w < at[i]->word + (n + 3) / 4; w++) {
+						unsigned int b = w % SIMT_WARP, j;
 
-				if (pos[i - w0] >= f->nloads || f->loads[pos[i - w0]].site != site)
-					continue; /* inactive in this instruction */
-				l = &f->loads[pos[i - w0]++];
-				any = 1;
-				for (uint32_t w = l->word; same && w < l->word + (n + 3) / 4; w++) {
-					unsigned int b = w % SIMT_WARP, j;
-
-					for (j = 0; j < cnt[b] && bank[b][j] != w; j++)
-						;
-					if (j == cnt[b] && cnt[b] < SIMT_WARP) {
-						bank[b][cnt[b]++] = w;
-						worst = cnt[b] > worst ? cnt[b] : worst;
+						for (j = 0; j < bcnt[b] && bank[b][j] != w; j++)
+							;
+						if (j == bcnt[b]) {
+							bank[b][bcnt[b]++] = w;
+							worst = bcnt[b] > worst ? bcnt[b] : worst;
+						}
 					}
 				}
-			}
-			if (same) {
 				simt_smem_wavefronts += worst;
 				simt_smem_ideal += any;
 			}
 		}
 	}
-	for (unsigned int i = w0; i < w1; i++)
+	for (i = w0; i < w1; i++)
 		S.fibers[i].nloads = 0;
 }
 
@@ -559,10 +623,9 @@ static bool run_warp(unsigned int w)
 				return true;
 			}
 			if (f->gather_n) {
-				/* each lane's words to every lane, lane by lane (the lanes still wait) */
-				for (unsigned int j = w0; j < w1; j++)
-					memcpy(S.fibers[j].gather_out + (i - w0) * f->gather_n,
-					       f->gather_in, f->gather_n * sizeof(uint32_t));
+				/* each lane's words into the warp's buffer (the lanes still wait) */
+				memcpy(S.gathered[w].words + (i - w0) * f->gather_n, f->gather_in,
+				       f->gather_n * sizeof(uint32_t));
 				continue;
 			}
 			if (f->shfl_mask != 0xffffffffu) {
@@ -576,6 +639,8 @@ static bool run_warp(unsigned int w)
 			}
 			f->shfl_out = S.fibers[w0 + f->shfl_src].shfl_in;
 		}
+		S.gathered[w].serial = ++S.exchanges;
+		S.gathered[w].warp = w;
 		for (unsigned int i = w0; i < w1; i++)
 			S.fibers[i].state = F_RUN;
 	}
@@ -649,6 +714,7 @@ static void run_block(void)
 					    i / (simt_block_dim.x * simt_block_dim.y)};
 		new_stack(f);
 	}
+	memset(S.warp_loads, 0, sizeof(S.warp_loads));
 	/* shared memory starts as garbage on the GPU: here as NaNs */
 	memset(simt_dyn_smem, 0xff, S.smem);
 	for (unsigned int w = 0; w < nw; w++)

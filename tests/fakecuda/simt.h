@@ -73,11 +73,21 @@ void simt_syncthreads(void);
 uint32_t simt_shfl_xor(unsigned int mask, uint32_t v, int lane_mask);
 /*
  * A warp collective for what the GPU's warp-wide instructions exchange (mma.sync): every lane
- * gives n (at most SIMT_GATHER_MAX) words at in and receives all 32 lanes' words at out, lane
- * 0's first (32 * n words).  All 32 lanes must call it together with the same n.
+ * gives n (at most SIMT_GATHER_MAX) words at in and gets back all 32 lanes' words, lane 0's
+ * first (words[l * n + i]: word i of lane l), in one buffer the warp's lanes share and read
+ * until their next shuffle, gather or barrier (it is written once per exchange, not copied to
+ * every lane).  serial is a number no other exchange of the process has, warp the warp's
+ * index in its block: what a lane needs to tell whether another lane of its warp has already
+ * worked on these words (mma16816's decoded fragments, simt_kernels.cc).  All 32 lanes must
+ * call it together with the same n.
  */
 #define SIMT_GATHER_MAX 8u
-void simt_warp_gather(const uint32_t *in, unsigned int n, uint32_t *out);
+struct simt_gathered {
+	uint64_t serial;
+	unsigned int warp;
+	uint32_t words[SIMT_WARP * SIMT_GATHER_MAX];
+};
+const struct simt_gathered *simt_warp_gather(const uint32_t *in, unsigned int n);
 /*
  * A shared-memory load of n (1, 2, 4, 8 or 16) bytes at p, declared by the kernel at the place
  * site (KVMM_SMEM_LOAD in kernels/cuda/common.cuh; nothing on a GPU): misaligned or outside

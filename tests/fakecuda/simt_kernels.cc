@@ -65,26 +65,58 @@ template <int DT> static inline float mma_half(uint32_t w, uint32_t k)
  * The products of 16-bit numbers are exact in double; the sum is rounded once to fp32.
  * m16n8k8 is the same with k < 8: A's registers 0 and 1, B's b0.
  *
- * mma_lane(): c += A B for m16n8kK (K 8 or 16) from the warp's gathered words:
- * all[lane][0 .. K / 4) are A's registers, all[lane][K / 4 .. K / 4 + K / 8) B's.
+ * The first lane of the warp to get past the gather decodes A and B from the gathered words
+ * into floats (mma_decode(); 384 conversions where every lane decoding its own would make
+ * 4096), the others find them decoded (the gather's serial), and each lane sums its four
+ * elements from them.  A warp's lanes run one at a time, so nothing races.
  */
+struct mma_frag {
+	uint64_t serial;
+	float a[16][16], b[16][8]; /* A(row, k), B(k, col) */
+};
+
+static mma_frag mma_frags[SIMT_MAX_THREADS / SIMT_WARP];
+
+/* the words: all[lane * N + i]; A's registers first (K / 4 a lane), then B's (K / 8) */
 template <int DT, uint32_t K, uint32_t N>
-static inline void mma_lane(float (&c)[4], const uint32_t (*all)[N])
+static inline const mma_frag &mma_decode(const struct simt_gathered *g)
 {
-	const uint32_t lane = simt_thread_idx.x % SIMT_WARP, g = lane / 4, t = lane % 4;
+	mma_frag &m = mma_frags[g->warp];
 
-	for (uint32_t i = 0; i < 4; i++) {
-		const uint32_t row = g + 8 * (i / 2), col = 2 * t + i % 2;
-		double sum = c[i];
-
+	if (m.serial == g->serial)
+		return m;
+	for (uint32_t row = 0; row < 16; row++)
 		for (uint32_t k = 0; k < K; k++) {
 			/* A(row, k): lane 4 (row % 8) + (k % 8) / 2, register (row / 8) + 2 (k / 8) */
-			const uint32_t aw = all[4 * (row % 8) + (k % 8) / 2][row / 8 + 2 * (k / 8)];
-			/* B(k, col): lane 4 col + (k % 8) / 2, register k / 8 after A's */
-			const uint32_t bw = all[4 * col + (k % 8) / 2][K / 4 + k / 8];
+			const uint32_t aw =
+				g->words[(4 * (row % 8) + (k % 8) / 2) * N + row / 8 + 2 * (k / 8)];
 
-			sum += (double)mma_half<DT>(aw, k % 2) * mma_half<DT>(bw, k % 2);
+			m.a[row][k] = mma_half<DT>(aw, k % 2);
 		}
+	for (uint32_t col = 0; col < 8; col++)
+		for (uint32_t k = 0; k < K; k++) {
+			/* B(k, col): lane 4 col + (k % 8) / 2, register k / 8 after A's */
+			const uint32_t bw = g->words[(4 * col + (k % 8) / 2) * N + K / 4 + k / 8];
+
+			m.b[k][col] = mma_half<DT>(bw, k % 2);
+		}
+	m.serial = g->serial;
+	return m;
+}
+
+/* c += A B for m16n8kK (K 8 or 16), this lane's four elements */
+template <int DT, uint32_t K, uint32_t N>
+static inline void mma_lane(float (&c)[4], const struct simt_gathered *g)
+{
+	const mma_frag &m = mma_decode<DT, K, N>(g);
+	const uint32_t lane = simt_thread_idx.x % SIMT_WARP, gr = lane / 4, t = lane % 4;
+
+	for (uint32_t i = 0; i < 4; i++) {
+		const uint32_t row = gr + 8 * (i / 2), col = 2 * t + i % 2;
+		double sum = c[i];
+
+		for (uint32_t k = 0; k < K; k++)
+			sum += (double)m.a[row][k] * m.b[k][col];
 		c[i] = (float)sum;
 	}
 }
@@ -93,20 +125,16 @@ template <int DT>
 static inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
 	const uint32_t in[6] = {a[0], a[1], a[2], a[3], b0, b1};
-	uint32_t all[SIMT_WARP][6];
 
-	simt_warp_gather(in, 6, &all[0][0]);
-	mma_lane<DT, 16, 6>(c, all);
+	mma_lane<DT, 16, 6>(c, simt_warp_gather(in, 6));
 }
 
 /* mma.sync.aligned.m16n8k8: A's registers 0 and 1 (rows g and g + 8, columns 2t, 2t + 1), b0 */
 template <int DT> static inline void mma1688(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t b)
 {
 	const uint32_t in[3] = {a0, a1, b};
-	uint32_t all[SIMT_WARP][3];
 
-	simt_warp_gather(in, 3, &all[0][0]);
-	mma_lane<DT, 8, 3>(c, all);
+	mma_lane<DT, 8, 3>(c, simt_warp_gather(in, 3));
 }
 
 /* ---- the kernel files, as module.cu includes them ---- */

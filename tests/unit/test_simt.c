@@ -272,23 +272,30 @@ static void test_shuffle_errors(void **state)
 static void k_gather(const void *p)
 {
 	const struct args *a = p;
-	uint32_t in[SIMT_GATHER_MAX + 1] = {0}, all[SIMT_WARP * (SIMT_GATHER_MAX + 1)];
+	uint32_t in[SIMT_GATHER_MAX + 1] = {0};
 	unsigned int n = a->knob, bad = 0;
+	uint64_t serial = 0;
 
 	if (!n) {
 		if (LANE < 16)
 			warp_sum(1.0f, 0xffffffffu);
 		else
-			simt_warp_gather(in, 1, all);
+			simt_warp_gather(in, 1);
 		return;
 	}
 	for (unsigned int round = 0; round < 2; round++) {
+		const struct simt_gathered *g;
+
 		for (unsigned int i = 0; i < n; i++)
 			in[i] = LANE * 100 + i + 1000 * WARP + 77777 * round;
-		simt_warp_gather(in, n, all);
+		g = simt_warp_gather(in, n);
+		/* a new exchange, and the warp it says */
+		bad += g->serial <= serial || g->warp != WARP;
+		serial = g->serial;
 		for (unsigned int l = 0; l < SIMT_WARP; l++)
 			for (unsigned int i = 0; i < n; i++)
-				bad += all[l * n + i] != l * 100 + i + 1000 * WARP + 77777 * round;
+				bad += g->words[l * n + i] !=
+				       l * 100 + i + 1000 * WARP + 77777 * round;
 	}
 	a->out[TID] = (float)bad;
 }

@@ -24,8 +24,8 @@
  * (code that assumes lockstep warps, wrong since Volta) reads it too early now and then.
  * Not caught: anything about speed, coalescing or registers.
  *
- * On x86-64 a switch is a dozen instructions of our own (callee-saved registers, the SSE and
- * x87 control words, the stack pointer); elsewhere ucontext, whose every switch is also a
+ * On x86-64 a switch is a dozen instructions of our own (callee-saved registers and the stack
+ * pointer); elsewhere ucontext, whose every switch is also a
  * sigprocmask system call (ten times slower).
  */
 #include <stdarg.h>
@@ -61,9 +61,12 @@ void __asan_unpoison_memory_region(const volatile void *addr, size_t size);
 
 #if defined(__x86_64__)
 /*
- * Save the callee-saved registers and control words on the current stack, store the stack
- * pointer in *from, load @to and restore what it saved.  A new fiber's stack is laid out as
- * if it had switched away just before fiber_start (new_stack()).
+ * Save the callee-saved registers on the current stack, store the stack pointer in *from, load
+ * @to and restore what it saved.  A new fiber's stack is laid out as if it had switched away
+ * just before fiber_start (new_stack()).  The SSE and x87 control words, callee-saved too in
+ * the ABI, are left alone: every fiber runs with the thread's, which nothing in a launch
+ * changes (device code has no floating-point environment: CUDA rounds per instruction), and
+ * saving and loading them took 80 % of the switch's time (perf, 2026-12-03).
  */
 void simt_switch(void **from, void *to);
 __asm__(".text\n"
@@ -76,14 +79,8 @@ __asm__(".text\n"
 	"	pushq %r13\n"
 	"	pushq %r14\n"
 	"	pushq %r15\n"
-	"	subq $8, %rsp\n"
-	"	stmxcsr (%rsp)\n"
-	"	fnstcw 4(%rsp)\n"
 	"	movq %rsp, (%rdi)\n"
 	"	movq %rsi, %rsp\n"
-	"	ldmxcsr (%rsp)\n"
-	"	fldcw 4(%rsp)\n"
-	"	addq $8, %rsp\n"
 	"	popq %r15\n"
 	"	popq %r14\n"
 	"	popq %r13\n"
@@ -161,8 +158,8 @@ static struct {
 	const void *args;
 	unsigned int smem;
 	bool failed;
-	bool no_banks; /* KVMM_FAKECUDA_BANKS=0: loads checked, bank conflicts not counted */
-	struct smem_load *sorted; /* smem_settle()'s: a warp's loads by lane, site, order */
+	bool no_banks;	  /* KVMM_FAKECUDA_BANKS=0: loads checked, bank conflicts not counted */
+	uint32_t *sorted; /* smem_settle()'s: a warp's loads (indices) by lane, site, order */
 	unsigned int warp_loads[SIMT_MAX_THREADS / SIMT_WARP]; /* logged since the warp met */
 	size_t capsorted;
 	char why[256];
@@ -302,6 +299,20 @@ static bool in_smem(const void *p, unsigned int n)
 	return c >= simt_dyn_smem && c + n <= simt_dyn_smem + S.smem;
 }
 
+/*
+ * A fiber's log of *cap entries of size bytes made twice as large (first entries when empty):
+ * the new log, *cap updated; NULL (the old log and *cap as they were) without memory.
+ */
+static void *grow_log(void *log, unsigned int *cap, size_t size, unsigned int first)
+{
+	unsigned int n = *cap ? 2 * *cap : first;
+	void *p = realloc(log, n * size);
+
+	if (p)
+		*cap = n;
+	return p;
+}
+
 void simt_cp_async(void *dst, const void *src, unsigned int n)
 {
 	struct fiber *f = S.cur;
@@ -317,13 +328,11 @@ void simt_cp_async(void *dst, const void *src, unsigned int n)
 	if (simt_check_global && simt_check_global(src, n))
 		simt_fail("cp.async from %p (%u bytes): not device memory", src, n);
 	if (f->ncopies == f->capcopies) {
-		unsigned int cap = f->capcopies ? 2 * f->capcopies : 64;
-		struct copy *c = realloc(f->copies, cap * sizeof(*c));
+		struct copy *c = grow_log(f->copies, &f->capcopies, sizeof(*c), 64);
 
 		if (!c)
 			simt_fail("out of host memory for cp.async");
 		f->copies = c;
-		f->capcopies = cap;
 	}
 	f->copies[f->ncopies++] = (struct copy){dst, src, n};
 	simt_staged_bytes += n;
@@ -343,13 +352,11 @@ void simt_smem_load(const void *p, unsigned int n, const void *site)
 	if (S.no_banks)
 		return;
 	if (f->nloads == f->caploads) {
-		unsigned int cap = f->caploads ? 2 * f->caploads : 256;
-		struct smem_load *l = realloc(f->loads, cap * sizeof(*l));
+		struct smem_load *l = grow_log(f->loads, &f->caploads, sizeof(*l), 256);
 
 		if (!l)
 			simt_fail("out of host memory for the shared-memory load log");
 		f->loads = l;
-		f->caploads = cap;
 	}
 	S.warp_loads[(unsigned int)(f - S.fibers) / SIMT_WARP]++;
 	f->loads[f->nloads++] = (struct smem_load){
@@ -360,10 +367,12 @@ void simt_smem_load(const void *p, unsigned int n, const void *site)
 #define SETTLE_SITES 64u
 
 /*
- * Warp w0..w1's loads (since it last met) in S.sorted: each lane's, lane after lane, by site
- * (in the order the warp first used them) and within a site in the order made: a counting
- * sort, sites numbered in l->loc.  base[i], start[i][s] and cnt[i][s] say where lane w0 + i's
- * loads at site s are.  Returns the number of sites, or -1 (S.failed and S.why set).
+ * Warp w0..w1's loads (since it last met) by lane, site and order: each load's site numbered
+ * in l->loc (in the order the warp first used them), then per lane a counting sort of the
+ * loads' indices into S.sorted, lane after lane.  base[i], start[i][s] and cnt[i][s] say where
+ * lane w0 + i's loads at site s are.  Counts and places are kept in registers along runs of
+ * one site (a loop's loads), not bumped in memory per load.  Returns the number of sites, or
+ * -1 (S.failed and S.why set).
  */
 static int sort_loads(unsigned int w0, unsigned int w1, size_t *base,
 		      unsigned int (*start)[SETTLE_SITES], unsigned int (*cnt)[SETTLE_SITES])
@@ -374,6 +383,7 @@ static int sort_loads(unsigned int w0, unsigned int w1, size_t *base,
 
 	for (unsigned int i = w0; i < w1; i++) {
 		struct fiber *f = &S.fibers[i];
+		unsigned int run = 0, len = 0;
 
 		for (unsigned int j = 0; j < f->nloads; j++) {
 			struct smem_load *l = &f->loads[j];
@@ -391,15 +401,27 @@ static int sort_loads(unsigned int w0, unsigned int w1, size_t *base,
 						S.failed = true;
 						return -1;
 					}
+					for (unsigned int k = 0; k < w1 - w0; k++)
+						cnt[k][nsites] = 0;
 					sites[nsites++] = l->site;
 				}
 			}
 			l->loc = last;
+			if (len && last == run) {
+				len++;
+			} else {
+				if (len)
+					cnt[i - w0][run] += len;
+				run = last;
+				len = 1;
+			}
 		}
+		if (len)
+			cnt[i - w0][run] += len;
 		total += f->nloads;
 	}
 	if (total > S.capsorted) {
-		struct smem_load *m = realloc(S.sorted, total * sizeof(*m));
+		uint32_t *m = realloc(S.sorted, total * sizeof(*m));
 
 		if (!m) {
 			snprintf(S.why, sizeof(S.why), "%s: out of host memory for the load log",
@@ -413,21 +435,80 @@ static int sort_loads(unsigned int w0, unsigned int w1, size_t *base,
 	total = 0;
 	for (unsigned int i = w0; i < w1; i++) {
 		const struct fiber *f = &S.fibers[i];
-		unsigned int *c = cnt[i - w0], *st = start[i - w0], next[SETTLE_SITES], at = 0;
+		unsigned int *st = start[i - w0], next[SETTLE_SITES], at = 0, run = 0, pos = 0;
+		uint32_t *out = S.sorted + total;
 
-		memset(c, 0, nsites * sizeof(*c));
-		for (unsigned int j = 0; j < f->nloads; j++)
-			c[f->loads[j].loc]++;
-		for (unsigned int s = 0; s < nsites; s++) {
+		for (unsigned int s = 0; s < (unsigned int)nsites; s++) {
 			st[s] = next[s] = at;
-			at += c[s];
+			at += cnt[i - w0][s];
 		}
 		base[i - w0] = total;
-		for (unsigned int j = 0; j < f->nloads; j++)
-			S.sorted[total + next[f->loads[j].loc]++] = f->loads[j];
+		for (unsigned int j = 0; j < f->nloads; j++) {
+			if (!j || f->loads[j].loc != run) {
+				if (j)
+					next[run] = pos;
+				run = f->loads[j].loc;
+				pos = next[run];
+			}
+			out[pos++] = j;
+		}
 		total += f->nloads;
 	}
 	return (int)nsites;
+}
+
+/* phase_wavefronts() where some bank must deliver two words or more: count them */
+static __attribute__((noinline)) unsigned int conflict_wavefronts(const struct smem_load *const *at,
+								  unsigned int lo, unsigned int hi,
+								  unsigned int words)
+{
+	uint32_t bank[SIMT_WARP][SIMT_WARP]; /* a phase loads at most 32 words */
+	unsigned int cnt[SIMT_WARP] = {0}, worst = 1;
+
+	for (unsigned int i = lo; i < hi; i++) {
+		if (!at[i])
+			continue;
+		for (uint32_t w = at[i]->word; w < at[i]->word + words; w++) {
+			unsigned int b = w % SIMT_WARP, j;
+
+			for (j = 0; j < cnt[b] && bank[b][j] != w; j++)
+				;
+			if (j == cnt[b]) {
+				bank[b][cnt[b]++] = w;
+				worst = cnt[b] > worst ? cnt[b] : worst;
+			}
+		}
+	}
+	return worst;
+}
+
+/*
+ * The wavefronts one phase takes: the loads at[lo..hi) (NULL: a lane inactive in it) of n
+ * bytes each, each bank delivering its distinct words one per wavefront.  0: no lane active.
+ * Most phases ask no bank for two words: one wavefront, found with a mask of the banks seen.
+ */
+static unsigned int phase_wavefronts(const struct smem_load *const *at, unsigned int lo,
+				     unsigned int hi, unsigned int n)
+{
+	uint32_t seen = 0, word[SIMT_WARP];
+	unsigned int words = (n + 3) / 4, any = 0;
+
+	for (unsigned int i = lo; i < hi; i++) {
+		if (!at[i])
+			continue;
+		any = 1;
+		for (uint32_t w = at[i]->word; w < at[i]->word + words; w++) {
+			unsigned int b = w % SIMT_WARP;
+
+			if (!(seen >> b & 1)) {
+				seen |= 1u << b;
+				word[b] = w;
+			} else if (word[b] != w) {
+				return conflict_wavefronts(at, lo, hi, words);
+			}
+		}
+	}
+	return any;
 }
 
 /*
@@ -462,8 +543,10 @@ static void smem_settle(unsigned int w0, unsigned int w1)
 
 			/* the m-th load of each lane at this site; NULL: inactive in it */
 			for (i = 0; i < w1 - w0; i++) {
-				at[i] = m < cnt[i][site] ? &S.sorted[base[i] + start[i][site] + m]
-							 : NULL;
+				at[i] = m < cnt[i][site]
+						? &S.fibers[w0 + i].loads
+							   [S.sorted[base[i] + start[i][site] + m]]
+						: NULL;
 				if (!at[i])
 					continue;
 				if (!n)
@@ -479,27 +562,13 @@ static void smem_settle(unsigned int w0, unsigned int w1)
 			phases = n <= 4 ? 1 : n / 4;
 			per = SIMT_WARP / phases;
 			for (unsigned int ph = 0; ph < phases; ph++) {
-				uint32_t bank[SIMT_WARP][SIMT_WARP]; /* distinct words per bank */
-				unsigned int bcnt[SIMT_WARP] = {0}, worst = 0, any = 0;
+				unsigned int hi =
+					(ph + 1) * per < w1 - w0 ? (ph + 1) * per : w1 - w0;
+				unsigned int wf =
+					ph * per < hi ? phase_wavefronts(at, ph * per, hi, n) : 0;
 
-				for (i = ph * per; i < w1 - w0 && i < (ph + 1) * per; i++) {
-					if (!at[i])
-						continue;
-					any = 1;
-					for (uint32_t w = at[i]->word;
-					     w < at[i]->word + (n + 3) / 4; w++) {
-						unsigned int b = w % SIMT_WARP, j;
-
-						for (j = 0; j < bcnt[b] && bank[b][j] != w; j++)
-							;
-						if (j == bcnt[b]) {
-							bank[b][bcnt[b]++] = w;
-							worst = bcnt[b] > worst ? bcnt[b] : worst;
-						}
-					}
-				}
-				simt_smem_wavefronts += worst;
-				simt_smem_ideal += any;
+				simt_smem_wavefronts += wf;
+				simt_smem_ideal += wf > 0;
 			}
 		}
 	}
@@ -567,7 +636,8 @@ static void shuffle_order(unsigned int *order, unsigned int n)
 		S.rng ^= S.rng << 13;
 		S.rng ^= S.rng >> 7;
 		S.rng ^= S.rng << 17;
-		j = (unsigned int)(S.rng % (i + 1));
+		/* the high 32 bits scaled to [0, i] (no division) */
+		j = (unsigned int)(((S.rng >> 32) * (i + 1)) >> 32);
 		x = order[i];
 		order[i] = order[j];
 		order[j] = x;
@@ -675,18 +745,12 @@ static void deadlock(void)
 static void new_stack(struct fiber *f)
 {
 #ifdef SIMT_ASM_SWITCH
-	/* what simt_switch pops: control words, r15 ... rbp, then fiber_main as the return */
-	uint64_t *top = (uint64_t *)(f->stack + STACK_SIZE), *sp = top - 9;
-	uint32_t mxcsr;
-	uint16_t fpcw;
+	/* what simt_switch pops: r15 ... rbp, then fiber_main as the return */
+	uint64_t *top = (uint64_t *)(f->stack + STACK_SIZE), *sp = top - 8;
 
-	__asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
-	__asm__ volatile("fnstcw %0" : "=m"(fpcw));
-	memset(sp, 0, 9 * sizeof(*sp));
-	memcpy(sp, &mxcsr, sizeof(mxcsr));
-	memcpy((char *)sp + 4, &fpcw, sizeof(fpcw));
-	sp[7] = (uint64_t)(uintptr_t)fiber_main;
-	sp[8] = 0; /* fiber_main's return address: it never returns (rsp = 8 mod 16 at entry) */
+	memset(sp, 0, 8 * sizeof(*sp));
+	sp[6] = (uint64_t)(uintptr_t)fiber_main;
+	sp[7] = 0; /* fiber_main's return address: it never returns (rsp = 8 mod 16 at entry) */
 	f->sp = sp;
 #else
 	getcontext(&f->ctx);

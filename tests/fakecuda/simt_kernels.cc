@@ -66,13 +66,13 @@ template <int DT> static inline float mma_half(uint32_t w, uint32_t k)
  * m16n8k8 is the same with k < 8: A's registers 0 and 1, B's b0.
  *
  * The first lane of the warp to get past the gather decodes A and B from the gathered words
- * into floats (mma_decode(); 384 conversions where every lane decoding its own would make
+ * into doubles (mma_decode(); 384 conversions where every lane decoding its own would make
  * 4096), the others find them decoded (the gather's serial), and each lane sums its four
  * elements from them.  A warp's lanes run one at a time, so nothing races.
  */
 struct mma_frag {
 	uint64_t serial;
-	float a[16][16], b[16][8]; /* A(row, k), B(k, col) */
+	double a[16][16], b[8][16]; /* A(row, k), B(k, col) at b[col][k]: rows of the sums */
 };
 
 static mma_frag mma_frags[SIMT_MAX_THREADS / SIMT_WARP];
@@ -98,7 +98,7 @@ static inline const mma_frag &mma_decode(const struct simt_gathered *g)
 			/* B(k, col): lane 4 col + (k % 8) / 2, register k / 8 after A's */
 			const uint32_t bw = g->words[(4 * col + (k % 8) / 2) * N + K / 4 + k / 8];
 
-			m.b[k][col] = mma_half<DT>(bw, k % 2);
+			m.b[col][k] = mma_half<DT>(bw, k % 2);
 		}
 	m.serial = g->serial;
 	return m;
@@ -116,7 +116,7 @@ static inline void mma_lane(float (&c)[4], const struct simt_gathered *g)
 		double sum = c[i];
 
 		for (uint32_t k = 0; k < K; k++)
-			sum += (double)m.a[row][k] * m.b[k][col];
+			sum += m.a[row][k] * m.b[col][k];
 		c[i] = (float)sum;
 	}
 }

@@ -401,8 +401,11 @@ static void test_cp_async(void **state)
  * 4-byte words), then every thread meets at a barrier.  knob 999: only even lanes load;
  * 998: lane l loads l % 2 + 1 times at one place (a loop of two trips for odd lanes), then
  * once at another, 32 words apart each time (32-way conflicts where all lanes take part).
+ * 997 and 996: one 4-byte load at each of 64 (65) places, in a row of its own and a bank that
+ * depends on lane and place, the odd lanes visiting the places in the reverse order (the emulator takes 64 places between two
+ * meetings of a warp, and fails the launch beyond).
  */
-static const char site_a, site_b;
+static const char site_a, site_b, sites[65];
 
 static void k_smem(const void *p)
 {
@@ -416,6 +419,16 @@ static void k_smem(const void *p)
 		for (unsigned int i = 0; i <= lane % 2; i++)
 			simt_smem_load(simt_dyn_smem + 128 * lane, 4, &site_a);
 		simt_smem_load(simt_dyn_smem + 128 * lane, 4, &site_b);
+	} else if (a->knob == 997 || a->knob == 996) {
+		unsigned int places = a->knob == 997 ? 64 : 65;
+
+		for (unsigned int i = 0; i < places; i++) {
+			unsigned int at = lane % 2 ? places - 1 - i : i;
+
+			/* bank (lane + at) % 32: conflict-free unless places are mispaired */
+			simt_smem_load(simt_dyn_smem + 4 * ((lane + at) % 32 + 32 * at), 4,
+				       &sites[at]);
+		}
 	} else {
 		simt_smem_load(simt_dyn_smem + 4 * stride * lane, n, &site_a);
 	}
@@ -464,6 +477,11 @@ static void test_smem_banks(void **state)
 	 * lanes' second trip paired with the others' next load
 	 */
 	smem_counts(998, 32, (uint64_t[4]){3, 80, 3, 0});
+	/* 64 places, visited in two orders: one conflict-free instruction each; 65: a failure */
+	smem_counts(997, 32, (uint64_t[4]){64, 64, 64, 0});
+	a.knob = 996;
+	assert_int_equal(launch(k_smem, 1, 32, 48 << 10, &a), -1);
+	assert_non_null(strstr(err, "more than 64 shared-memory load sites"));
 	/* misaligned, outside the launch's shared memory, a size no load has */
 	a.knob = 403; /* 4 bytes at 12 l: aligned */
 	assert_int_equal(launch(k_smem, 1, 32, 48 << 10, &a), 0);

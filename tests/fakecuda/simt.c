@@ -160,7 +160,6 @@ static struct {
 	bool failed;
 	bool no_banks;	  /* KVMM_FAKECUDA_BANKS=0: loads checked, bank conflicts not counted */
 	uint32_t *sorted; /* smem_settle()'s: a warp's loads (indices) by lane, site, order */
-	unsigned int warp_loads[SIMT_MAX_THREADS / SIMT_WARP]; /* logged since the warp met */
 	size_t capsorted;
 	char why[256];
 	uint64_t rng; /* the warp order */
@@ -358,7 +357,6 @@ void simt_smem_load(const void *p, unsigned int n, const void *site)
 			simt_fail("out of host memory for the shared-memory load log");
 		f->loads = l;
 	}
-	S.warp_loads[(unsigned int)(f - S.fibers) / SIMT_WARP]++;
 	f->loads[f->nloads++] = (struct smem_load){
 		(uintptr_t)site, (uint32_t)(((const char *)p - simt_dyn_smem) / 4), n, 0};
 }
@@ -527,9 +525,10 @@ static void smem_settle(unsigned int w0, unsigned int w1)
 	unsigned int i;
 	int nsites;
 
-	if (!S.warp_loads[w0 / SIMT_WARP])
+	for (i = w0; i < w1 && !S.fibers[i].nloads; i++)
+		;
+	if (i == w1)
 		return; /* no loads: a shuffle in the softmax, say */
-	S.warp_loads[w0 / SIMT_WARP] = 0;
 	nsites = sort_loads(w0, w1, base, start, cnt);
 	for (int site = 0; site < nsites; site++) {
 		unsigned int most = 0;
@@ -778,7 +777,6 @@ static void run_block(void)
 					    i / (simt_block_dim.x * simt_block_dim.y)};
 		new_stack(f);
 	}
-	memset(S.warp_loads, 0, sizeof(S.warp_loads));
 	/* shared memory starts as garbage on the GPU: here as NaNs */
 	memset(simt_dyn_smem, 0xff, S.smem);
 	for (unsigned int w = 0; w < nw; w++)

@@ -32,6 +32,11 @@ typedef struct CUfunc_st *kvmm_cu_function;
 typedef struct CUstream_st *kvmm_cu_stream;
 typedef struct CUevent_st *kvmm_cu_event;
 
+/* CUuuid: a device's 16-byte UUID (the same in every process, whatever its ordinal there) */
+typedef struct {
+	unsigned char bytes[16];
+} kvmm_cu_uuid;
+
 /* ---- constants (values from cuda.h) ---- */
 enum {
 	KVMM_CUDA_SUCCESS = 0,
@@ -107,6 +112,7 @@ struct kvmm_cuda_drv {
 	kvmm_cu_result (*cuDeviceGet)(kvmm_cu_device *dev, int ordinal);
 	kvmm_cu_result (*cuDeviceGetName)(char *name, int len, kvmm_cu_device dev);
 	kvmm_cu_result (*cuDeviceGetAttribute)(int *value, int attrib, kvmm_cu_device dev);
+	kvmm_cu_result (*cuDeviceGetUuid)(kvmm_cu_uuid *uuid, kvmm_cu_device dev);
 	kvmm_cu_result (*cuDevicePrimaryCtxRetain)(kvmm_cu_ctx *ctx, kvmm_cu_device dev);
 	kvmm_cu_result (*cuDevicePrimaryCtxRelease)(kvmm_cu_device dev);
 	kvmm_cu_result (*cuCtxSetCurrent)(kvmm_cu_ctx ctx);

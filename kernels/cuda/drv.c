@@ -56,6 +56,8 @@ static const struct drv_sym drv_syms[] = {
 	SYM(cuDeviceGet, "cuDeviceGet"),
 	SYM(cuDeviceGetName, "cuDeviceGetName"),
 	SYM(cuDeviceGetAttribute, "cuDeviceGetAttribute"),
+	/* cuda.h maps the call to _v2 since CUDA 11.4 (a MIG instance's own UUID) */
+	SYM2(cuDeviceGetUuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid"),
 	SYM(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
 	SYM(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
 	SYM(cuCtxSetCurrent, "cuCtxSetCurrent"),

@@ -6,28 +6,36 @@
  * cuda backend, libkvmm's mapping of its pool, swap staging) runs where there is no GPU.  Tests
  * select it with $KVMM_LIBCUDA; nothing in kvmm knows it exists.
  *
- * One fake device, ordinal 0, whose "device memory" is host memory: cuMemCreate is a memfd of
- * the size, exporting it as a POSIX fd a dup of that memfd, importing one a dup again; a
+ * Fake devices (one by default, KVMM_FAKECUDA_DEVICES=N up to 8, each a "physical" device with
+ * a UUID that is the same in every process; KVMM_FAKECUDA_VISIBLE=LIST chooses and orders the
+ * ones this process sees, as CUDA_VISIBLE_DEVICES does), each with its own primary context,
+ * whose "device memory" is host memory: cuMemCreate is a memfd of the size, named for its
+ * physical device (memfd:kvmm-fakecuda-dev1), exporting it as a POSIX fd a dup of that memfd,
+ * importing one a dup again, on the device its name says (which must be visible here); a
  * reservation (cuMemAddressReserve) is a PROT_NONE mapping, cuMemMap maps the memfd over it
  * (MAP_SHARED|MAP_FIXED, still inaccessible) and cuMemSetAccess makes it read-write.  A
  * CUdeviceptr is therefore a host address, and two processes that map the same exported fd see
- * the same bytes, as two processes mapping one GPU allocation do.  cuMemAlloc and
- * cuMemHostAlloc are aligned host allocations.  No GPU code runs: cuModuleLoadData says "no
- * kernel image for this device", so the kernels skip.
+ * the same bytes, as two processes mapping one GPU allocation do.  cuMemAlloc (on the current
+ * context's device) and cuMemHostAlloc are aligned host allocations.  No peer access is
+ * modelled: cuMemSetAccess for a device other than the allocation's is refused, which is what
+ * catches a process mapping one group member's memory for another GPU.  No GPU code runs:
+ * cuModuleLoadData says "no kernel image for this device", so the kernels skip.
  *
  * The point of a double is to fail where the real driver would, so each call checks what our
  * code could get wrong: sizes and addresses against the 2 MiB granularity, a mapping inside a
  * reservation and over nothing already mapped, handles live (a second release is refused),
  * device ranges of copies wholly mapped and made accessible (refused, never a segfault), a
- * current context for the calls that need one, and no use after fork (a child of a process
- * that initialised the driver is refused, like the real one).  Streams are queues for real:
+ * current context for the calls that need one, work queued on a stream only while the stream's
+ * context is current (a stream belongs to the context current at its creation; the legacy
+ * stream is the current context's), and no use after fork (a child of a process that
+ * initialised the driver is refused, like the real one).  Streams are queues for real:
  * asynchronous copies and memsets (and cuMemcpyDtoD and cuMemsetD8, which the driver does not
  * wait for either) happen only when something waits for them (stream, event or context
  * synchronisation, a synchronous copy, a free), so code that forgets to wait reads stale
- * bytes.  The legacy stream and blocking streams form one queue; every non-blocking stream is
- * its own, and an operation touching memory that an unfinished operation of another queue
- * writes (or writing what it touches) counts as a race.  Live objects are counted for leak
- * checks (fakecuda.h); KVMM_FAKECUDA_FAIL injects a failure into the Nth call of an entry.
+ * bytes.  A context's legacy stream and its blocking streams form one queue; every non-blocking
+ * stream is its own, and an operation touching memory that an unfinished operation of another
+ * queue writes (or writing what it touches) counts as a race.  Live objects are counted for
+ * leak checks (fakecuda.h); KVMM_FAKECUDA_FAIL injects a failure into the Nth call of an entry.
  * Event times come from a simulated clock (100 GB/s plus 2 us an operation), plausible and
  * deterministic.  One mutex serialises everything; the current context is per thread.
  */
@@ -64,7 +72,8 @@ enum {
 #define LAUNCH_ARGS_MAX 512	 /* the largest kernel argument struct (272 now) */
 
 #define GRAN ((size_t)KVMM_FAKECUDA_GRANULARITY)
-#define MEMFD_NAME "kvmm-fakecuda"
+#define MEMFD_NAME "kvmm-fakecuda-dev" /* and the physical device: kvmm-fakecuda-dev1 */
+#define MAX_DEVS KVMM_FAKECUDA_MAX_DEVICES
 #define MAX_PENDING 4096 /* past this the "device" catches up: all queues are carried out */
 #define HOST_ALIGN 4096
 #define DEV_ALIGN 512
@@ -75,6 +84,7 @@ struct fk_alloc {
 	kvmm_cu_mem_handle id;
 	int fd;
 	size_t size;
+	int phys;      /* the physical device it is memory of */
 	bool released; /* its handle is gone; alive while mapped */
 	bool imported;
 	unsigned int maps;
@@ -95,6 +105,7 @@ struct fk_range {
 	struct fk_alloc *alloc; /* FK_MAP */
 	bool access;		/* FK_MAP: after cuMemSetAccess; FK_DEVALLOC: always */
 	void *mem;		/* FK_DEVALLOC */
+	int phys;		/* FK_DEVALLOC: the physical device */
 };
 
 struct fk_host {
@@ -103,15 +114,18 @@ struct fk_host {
 	size_t size;
 };
 
+/* a device's primary context (one a device, fk.ctx[] by ordinal) */
 struct CUctx_st {
-	int dev;
+	int dev;  /* its ordinal in this process, also the number of its legacy queue */
+	int phys; /* the physical device */
 	unsigned int refs;
 };
 
 struct CUstream_st {
 	struct CUstream_st *next;
+	struct CUctx_st *ctx; /* current at its creation: work is queued only while it is */
 	unsigned int flags;
-	unsigned int queue; /* 0: the legacy queue */
+	unsigned int queue; /* its context's legacy queue (ctx->dev), or its own */
 };
 
 struct CUevent_st {
@@ -132,6 +146,7 @@ struct fk_launch {
 /* an operation queued on a stream */
 struct fk_op {
 	struct fk_op *next;
+	struct CUctx_st *ctx; /* its stream's */
 	unsigned int queue;
 	char *dst;	 /* NULL for an event or a launch */
 	const char *src; /* NULL for a memset */
@@ -149,17 +164,21 @@ struct CUmod_st {
 static struct {
 	pthread_mutex_t lock;
 	bool init;
-	pid_t pid; /* the process that called cuInit */
-	struct CUctx_st ctx;
+	pid_t pid;		       /* the process that called cuInit */
+	int nphys;		       /* physical devices (KVMM_FAKECUDA_DEVICES) */
+	int ndev;		       /* ordinals this process sees (KVMM_FAKECUDA_VISIBLE) */
+	int phys[MAX_DEVS];	       /* ordinal -> physical device */
+	struct CUctx_st ctx[MAX_DEVS]; /* primary contexts, by ordinal */
 	struct fk_alloc *allocs;
 	struct fk_range *ranges;
 	struct fk_host *hosts;
 	struct CUstream_st *streams;
 	struct CUevent_st *events;
 	struct fk_op *ops, **ops_tail;
-	unsigned int next_queue;
+	unsigned int next_queue; /* 0 to MAX_DEVS - 1 are the contexts' legacy queues */
 	kvmm_cu_mem_handle next_id;
-	uint64_t mem_total, mem_used, sim_ns;
+	uint64_t mem_total, sim_ns;  /* mem_total: each device's */
+	uint64_t mem_used[MAX_DEVS]; /* by physical device; imports not counted */
 	struct kvmm_fakecuda_stats st;
 	bool verbose;
 	bool simt; /* KVMM_FAKECUDA_SIMT=1: modules load and kernels run (simt.c) */
@@ -172,6 +191,7 @@ static struct {
 } fk = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.ops_tail = &fk.ops,
+	.next_queue = MAX_DEVS - 1,
 	.next_id = 0x1000,
 };
 
@@ -259,15 +279,15 @@ static void run_op(struct fk_op *o)
 	}
 }
 
-/* carry out the ops of @queue (all queues when @all), in order */
-static void flush(unsigned int queue, bool all)
+/* carry out, in order, the ops of @ctx (of @queue when @ctx is NULL; all when @all) */
+static void flush_ops(unsigned int queue, const struct CUctx_st *ctx, bool all)
 {
 	struct fk_op **pp = &fk.ops;
 
 	while (*pp) {
 		struct fk_op *o = *pp;
 
-		if (!all && o->queue != queue) {
+		if (!all && (ctx ? o->ctx != ctx : o->queue != queue)) {
 			pp = &o->next;
 			continue;
 		}
@@ -282,6 +302,18 @@ static void flush(unsigned int queue, bool all)
 	fk.ops_tail = pp;
 }
 
+/* carry out the ops of @queue (all queues when @all), in order */
+static void flush(unsigned int queue, bool all)
+{
+	flush_ops(queue, NULL, all);
+}
+
+/* the current context's legacy queue (a call that needs a context: there is one) */
+static unsigned int legacy_queue(void)
+{
+	return cur_ctx ? (unsigned int)cur_ctx->dev : 0;
+}
+
 static kvmm_cu_result enqueue_op(unsigned int queue, char *dst, const char *src, size_t n,
 				 unsigned char val, struct CUevent_st *ev, struct fk_launch *launch)
 {
@@ -294,7 +326,8 @@ static kvmm_cu_result enqueue_op(unsigned int queue, char *dst, const char *src,
 		return refuse(KVMM_CUDA_ERROR_OUT_OF_MEMORY, "no memory to queue an operation");
 	if (dst)
 		check_race(queue, dst, src, n);
-	*o = (struct fk_op){.queue = queue,
+	*o = (struct fk_op){.ctx = cur_ctx, /* the stream's: checked by stream_for_work() */
+			    .queue = queue,
 			    .dst = dst,
 			    .src = src,
 			    .n = n,
@@ -419,7 +452,7 @@ static void free_alloc(struct fk_alloc *a)
 	}
 	close(a->fd);
 	if (!a->imported)
-		fk.mem_used -= a->size;
+		fk.mem_used[a->phys] -= a->size;
 	fk.st.allocs--;
 	fk.st.alloc_bytes -= a->size;
 	free(a);
@@ -449,20 +482,46 @@ static struct CUevent_st *find_event(kvmm_cu_event e)
 	return NULL;
 }
 
-/* the queue of stream @s (NULL and the legacy/per-thread handles: the legacy queue) */
-static kvmm_cu_result stream_queue(kvmm_cu_stream s, unsigned int *queue)
+/*
+ * The queue of stream @s (NULL and the legacy/per-thread handles: the current context's legacy
+ * queue); its context in *@ctx if @ctx.
+ */
+static kvmm_cu_result stream_queue(kvmm_cu_stream s, unsigned int *queue, struct CUctx_st **ctx)
 {
 	struct CUstream_st *x;
 
 	if ((uintptr_t)s <= 2) { /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD */
-		*queue = 0;
+		*queue = legacy_queue();
+		if (ctx)
+			*ctx = cur_ctx;
 		return KVMM_CUDA_SUCCESS;
 	}
 	x = find_stream(s);
 	if (!x)
 		return refuse(FK_INVALID_HANDLE, "stream %p does not exist", (void *)s);
 	*queue = x->queue;
+	if (ctx)
+		*ctx = x->ctx;
 	return KVMM_CUDA_SUCCESS;
+}
+
+/*
+ * The queue of stream @s, to put work on: only while the stream's context is current.  The
+ * driver runs work on the context it is issued in, so code that forgot to make the device
+ * current first would run it on the wrong GPU; the fake refuses it instead (waiting for and
+ * destroying a stream work from any context).
+ */
+static kvmm_cu_result stream_for_work(kvmm_cu_stream s, unsigned int *queue, const char *what)
+{
+	struct CUctx_st *ctx = NULL;
+	kvmm_cu_result r = stream_queue(s, queue, &ctx);
+
+	if (r || ctx == cur_ctx)
+		return r;
+	return refuse(FK_INVALID_CONTEXT,
+		      "%s: stream %p belongs to device %d's context, but device %d's is current "
+		      "(make the stream's device current first)",
+		      what, (void *)s, ctx->dev, cur_ctx->dev);
 }
 
 /* ---- entry and exit of every call ------------------------------------------------------------ */
@@ -517,13 +576,96 @@ static kvmm_cu_result fk_leave(kvmm_cu_result r, bool need_ctx)
 
 /* ---- initialisation, devices, contexts ------------------------------------------------------- */
 
+/* a bad KVMM_FAKECUDA_* value: cuInit fails, and says why on stderr whatever VERBOSE says */
+static kvmm_cu_result env_refuse(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static kvmm_cu_result env_refuse(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(fk.st.last_error, sizeof(fk.st.last_error), fmt, ap);
+	va_end(ap);
+	fk.st.refused++;
+	fprintf(stderr, "fakecuda[%d]: cuInit refused: %s\n", (int)getpid(), fk.st.last_error);
+	return KVMM_CUDA_ERROR_INVALID_VALUE;
+}
+
+/* a whole decimal number, digits only (no sign, no blanks), in *@v; the end in *@end */
+static bool parse_index(const char *p, long *v, const char **end)
+{
+	char *e;
+
+	if (*p < '0' || *p > '9')
+		return false;
+	errno = 0;
+	*v = strtol(p, &e, 10);
+	*end = e;
+	return !errno;
+}
+
+/*
+ * KVMM_FAKECUDA_DEVICES=N physical devices (1 to 8, default 1) and KVMM_FAKECUDA_VISIBLE=LIST,
+ * the physical devices this process sees, in the order of its ordinals (default all, in
+ * order).  Anything else is refused: a test with a typo must not quietly get one device.
+ */
+static kvmm_cu_result init_devices(void)
+{
+	const char *n = getenv("KVMM_FAKECUDA_DEVICES"), *vis = getenv("KVMM_FAKECUDA_VISIBLE");
+	const char *p, *end;
+	bool seen[MAX_DEVS] = {false};
+	long v;
+
+	fk.nphys = 1;
+	if (n) {
+		if (!parse_index(n, &v, &end) || *end || v < 1 || v > MAX_DEVS)
+			return env_refuse("KVMM_FAKECUDA_DEVICES=\"%s\": a number of devices, "
+					  "1 to %d, expected",
+					  n, MAX_DEVS);
+		fk.nphys = (int)v;
+	}
+	fk.ndev = 0;
+	if (!vis) {
+		for (int i = 0; i < fk.nphys; i++)
+			fk.phys[fk.ndev++] = i;
+		return KVMM_CUDA_SUCCESS;
+	}
+	for (p = vis;; p = end + 1) {
+		if (!*p || *p == ',')
+			return env_refuse("KVMM_FAKECUDA_VISIBLE=\"%s\": item %d is empty", vis,
+					  fk.ndev + 1);
+		if (!parse_index(p, &v, &end) || (*end && *end != ','))
+			return env_refuse("KVMM_FAKECUDA_VISIBLE=\"%s\": item %d is not a device "
+					  "index (comma-separated physical indexes expected)",
+					  vis, fk.ndev + 1);
+		if (v >= fk.nphys)
+			return env_refuse("KVMM_FAKECUDA_VISIBLE=\"%s\": there is no device %ld "
+					  "(KVMM_FAKECUDA_DEVICES=%d: 0 to %d)",
+					  vis, v, fk.nphys, fk.nphys - 1);
+		if (seen[v])
+			return env_refuse("KVMM_FAKECUDA_VISIBLE=\"%s\": device %ld is listed "
+					  "twice",
+					  vis, v);
+		seen[v] = true;
+		fk.phys[fk.ndev++] = (int)v;
+		if (!*end)
+			return KVMM_CUDA_SUCCESS;
+	}
+}
+
 static kvmm_cu_result do_init(unsigned int flags)
 {
 	const char *mem = getenv("KVMM_FAKECUDA_MEM");
+	kvmm_cu_result r;
 
 	if (flags)
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE, "cuInit: flags must be 0");
 	if (!fk.init) {
+		r = init_devices();
+		if (r)
+			return r;
+		for (int i = 0; i < fk.ndev; i++)
+			fk.ctx[i] = (struct CUctx_st){.dev = i, .phys = fk.phys[i]};
 		fk.init = true;
 		fk.pid = getpid();
 		fk.mem_total = mem && *mem ? strtoull(mem, NULL, 0) : UINT64_C(8) << 30;
@@ -600,7 +742,7 @@ static kvmm_cu_result do_device_count(int *count)
 {
 	if (!count)
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE, "cuDeviceGetCount: NULL");
-	*count = 1;
+	*count = fk.ndev;
 	return KVMM_CUDA_SUCCESS;
 }
 
@@ -609,20 +751,25 @@ API kvmm_cu_result cuDeviceGetCount(int *count)
 	FK_CALL("cuDeviceGetCount", true, false, do_device_count(count));
 }
 
+/* a CUdevice is the ordinal, as in the driver */
 static kvmm_cu_result check_dev(kvmm_cu_device dev, const char *what)
 {
-	if (dev != 0)
-		return refuse(KVMM_CUDA_ERROR_INVALID_DEVICE, "%s: no device %d", what, dev);
+	if (dev < 0 || dev >= fk.ndev)
+		return refuse(KVMM_CUDA_ERROR_INVALID_DEVICE, "%s: no device %d (%d device%s)",
+			      what, dev, fk.ndev, fk.ndev == 1 ? "" : "s");
 	return KVMM_CUDA_SUCCESS;
 }
 
 static kvmm_cu_result do_device_get(kvmm_cu_device *dev, int ordinal)
 {
+	kvmm_cu_result r;
+
 	if (!dev)
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE, "cuDeviceGet: NULL");
-	if (ordinal != 0)
-		return refuse(KVMM_CUDA_ERROR_INVALID_DEVICE, "cuDeviceGet: no device %d", ordinal);
-	*dev = 0;
+	r = check_dev(ordinal, "cuDeviceGet");
+	if (r)
+		return r;
+	*dev = ordinal;
 	return KVMM_CUDA_SUCCESS;
 }
 
@@ -633,10 +780,18 @@ API kvmm_cu_result cuDeviceGet(kvmm_cu_device *dev, int ordinal)
 
 static kvmm_cu_result do_device_name(char *name, int len, kvmm_cu_device dev)
 {
+	kvmm_cu_result r = check_dev(dev, "cuDeviceGetName");
+
+	if (r)
+		return r;
 	if (!name || len <= 0)
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE, "cuDeviceGetName: bad buffer");
-	snprintf(name, (size_t)len, "kvmm fake CUDA device (host memory)");
-	return check_dev(dev, "cuDeviceGetName");
+	/* physical device 0 keeps the one device's old name; the others say which they are */
+	if (!fk.phys[dev])
+		snprintf(name, (size_t)len, "kvmm fake CUDA device (host memory)");
+	else
+		snprintf(name, (size_t)len, "kvmm fake CUDA device %d (host memory)", fk.phys[dev]);
+	return KVMM_CUDA_SUCCESS;
 }
 
 API kvmm_cu_result cuDeviceGetName(char *name, int len, kvmm_cu_device dev)
@@ -685,6 +840,29 @@ API kvmm_cu_result cuDeviceGetAttribute(int *value, int attrib, kvmm_cu_device d
 	FK_CALL("cuDeviceGetAttribute", true, false, do_attribute(value, attrib, dev));
 }
 
+static kvmm_cu_result do_uuid(kvmm_cu_uuid *uuid, kvmm_cu_device dev)
+{
+	kvmm_cu_result r = check_dev(dev, "cuDeviceGetUuid");
+
+	if (r)
+		return r;
+	if (!uuid)
+		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE, "cuDeviceGetUuid: NULL");
+	kvmm_fakecuda_uuid(fk.phys[dev], uuid->bytes); /* the physical device's, as in fakecuda.h */
+	return KVMM_CUDA_SUCCESS;
+}
+
+/* _v2 (CUDA 11.4 on) differs only for MIG instances, which the fake does not model */
+API kvmm_cu_result cuDeviceGetUuid_v2(kvmm_cu_uuid *uuid, kvmm_cu_device dev)
+{
+	FK_CALL("cuDeviceGetUuid", true, false, do_uuid(uuid, dev));
+}
+
+API kvmm_cu_result cuDeviceGetUuid(kvmm_cu_uuid *uuid, kvmm_cu_device dev)
+{
+	FK_CALL("cuDeviceGetUuid", true, false, do_uuid(uuid, dev));
+}
+
 static kvmm_cu_result do_retain(kvmm_cu_ctx *ctx, kvmm_cu_device dev)
 {
 	kvmm_cu_result r = check_dev(dev, "cuDevicePrimaryCtxRetain");
@@ -693,9 +871,9 @@ static kvmm_cu_result do_retain(kvmm_cu_ctx *ctx, kvmm_cu_device dev)
 		return r;
 	if (!ctx)
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE, "cuDevicePrimaryCtxRetain: NULL");
-	fk.ctx.refs++;
+	fk.ctx[dev].refs++;
 	fk.st.ctx_refs++;
-	*ctx = &fk.ctx;
+	*ctx = &fk.ctx[dev];
 	return KVMM_CUDA_SUCCESS;
 }
 
@@ -710,11 +888,13 @@ static kvmm_cu_result do_release(kvmm_cu_device dev)
 
 	if (r)
 		return r;
-	if (!fk.ctx.refs)
+	if (!fk.ctx[dev].refs)
 		return refuse(FK_INVALID_CONTEXT,
-			      "cuDevicePrimaryCtxRelease: the primary context is not retained");
-	if (!--fk.ctx.refs)
-		flush(0, true); /* the context goes: its work is done first */
+			      "cuDevicePrimaryCtxRelease: device %d's primary context is not "
+			      "retained",
+			      dev);
+	if (!--fk.ctx[dev].refs)
+		flush_ops(0, &fk.ctx[dev], false); /* the context goes: its work is done first */
 	fk.st.ctx_refs--;
 	return KVMM_CUDA_SUCCESS;
 }
@@ -724,9 +904,18 @@ API kvmm_cu_result cuDevicePrimaryCtxRelease_v2(kvmm_cu_device dev)
 	FK_CALL("cuDevicePrimaryCtxRelease", true, false, do_release(dev));
 }
 
+/* @ctx is one of this process's primary contexts, retained */
+static bool ctx_alive(kvmm_cu_ctx ctx)
+{
+	for (int i = 0; i < fk.ndev; i++)
+		if (ctx == &fk.ctx[i])
+			return fk.ctx[i].refs;
+	return false;
+}
+
 static kvmm_cu_result do_set_current(kvmm_cu_ctx ctx)
 {
-	if (ctx && (ctx != &fk.ctx || !fk.ctx.refs))
+	if (ctx && !ctx_alive(ctx))
 		return refuse(FK_INVALID_CONTEXT, "cuCtxSetCurrent: context %p is not alive",
 			      (void *)ctx);
 	cur_ctx = ctx;
@@ -738,9 +927,10 @@ API kvmm_cu_result cuCtxSetCurrent(kvmm_cu_ctx ctx)
 	FK_CALL("cuCtxSetCurrent", true, false, do_set_current(ctx));
 }
 
+/* the current context's work, not the other devices' */
 static kvmm_cu_result do_ctx_sync(void)
 {
-	flush(0, true);
+	flush_ops(0, cur_ctx, false);
 	return KVMM_CUDA_SUCCESS;
 }
 
@@ -848,7 +1038,7 @@ static kvmm_cu_result do_launch(kvmm_cu_function fn, struct simt_dim3 grid, stru
 
 	if (!k)
 		return FK_INVALID_HANDLE;
-	r = stream_queue(stream, &queue);
+	r = stream_for_work(stream, &queue, "cuLaunchKernel");
 	if (r)
 		return r;
 	/* the limits of a compute capability 9.0 device, and the kernel's own */
@@ -934,9 +1124,11 @@ static kvmm_cu_result do_mem_alloc(kvmm_cu_ptr *p, size_t bytes)
 	struct fk_range *r;
 	void *mem = NULL;
 
+	int phys = cur_ctx->phys; /* the current context's device */
+
 	if (!p || !bytes)
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE, "cuMemAlloc: NULL or 0 bytes");
-	if (sz < bytes || fk.mem_used + sz > fk.mem_total)
+	if (sz < bytes || fk.mem_used[phys] + sz > fk.mem_total)
 		return refuse(KVMM_CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc: %zu bytes", bytes);
 	if (posix_memalign(&mem, DEV_ALIGN, sz))
 		return refuse(KVMM_CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc: %zu bytes", bytes);
@@ -947,7 +1139,8 @@ static kvmm_cu_result do_mem_alloc(kvmm_cu_ptr *p, size_t bytes)
 	}
 	r->access = true;
 	r->mem = mem;
-	fk.mem_used += sz;
+	r->phys = phys;
+	fk.mem_used[phys] += sz;
 	fk.st.dev_allocs++;
 	*p = (kvmm_cu_ptr)(uintptr_t)mem;
 	return KVMM_CUDA_SUCCESS;
@@ -967,7 +1160,7 @@ static kvmm_cu_result do_mem_free(kvmm_cu_ptr p)
 			      "cuMemFree: 0x%llx is not a cuMemAlloc allocation",
 			      (unsigned long long)p);
 	flush(0, true);
-	fk.mem_used -= r->size;
+	fk.mem_used[r->phys] -= r->size;
 	free(r->mem);
 	del_range(r);
 	fk.st.dev_allocs--;
@@ -983,7 +1176,7 @@ API kvmm_cu_result cuMemFree_v2(kvmm_cu_ptr p)
 static kvmm_cu_result do_mem_alloc_async(kvmm_cu_ptr *p, size_t bytes, kvmm_cu_stream s)
 {
 	unsigned int queue = 0;
-	kvmm_cu_result r = stream_queue(s, &queue);
+	kvmm_cu_result r = stream_for_work(s, &queue, "cuMemAllocAsync");
 
 	return r ? r : do_mem_alloc(p, bytes);
 }
@@ -996,7 +1189,7 @@ API kvmm_cu_result cuMemAllocAsync(kvmm_cu_ptr *p, size_t bytes, kvmm_cu_stream 
 static kvmm_cu_result do_mem_free_async(kvmm_cu_ptr p, kvmm_cu_stream s)
 {
 	unsigned int queue = 0;
-	kvmm_cu_result r = stream_queue(s, &queue);
+	kvmm_cu_result r = stream_for_work(s, &queue, "cuMemFreeAsync");
 
 	if (r)
 		return r;
@@ -1073,8 +1266,8 @@ static kvmm_cu_result copy_now(char *dst, const char *src, size_t n, kvmm_cu_ptr
 	r = dev_ok(dev, n, what);
 	if (r)
 		return r;
-	flush(0, false);
-	check_race(0, dst, src, n);
+	flush(legacy_queue(), false);
+	check_race(legacy_queue(), dst, src, n);
 	memmove(dst, src, n);
 	fk.st.copies++;
 	fk.st.copy_bytes += n;
@@ -1113,7 +1306,7 @@ static kvmm_cu_result copy_async(char *dst, const char *src, size_t n, kvmm_cu_p
 	if (!r && dsrc)
 		r = dev_ok(dsrc, n, what);
 	if (!r)
-		r = stream_queue(s, &queue);
+		r = stream_for_work(s, &queue, what);
 	if (r)
 		return r;
 	if (host && !is_pinned(host, n))
@@ -1162,7 +1355,7 @@ static kvmm_cu_result do_memset(kvmm_cu_ptr dst, unsigned char v, size_t n)
 	if (r)
 		return r;
 	/* a memset of device memory does not wait either: queued on the legacy stream */
-	return enqueue(0, (char *)(uintptr_t)dst, NULL, n, v, NULL);
+	return enqueue(legacy_queue(), (char *)(uintptr_t)dst, NULL, n, v, NULL);
 }
 
 API kvmm_cu_result cuMemsetD8_v2(kvmm_cu_ptr dst, unsigned char v, size_t n)
@@ -1181,9 +1374,10 @@ static kvmm_cu_result do_stream_create(kvmm_cu_stream *s, unsigned int flags)
 	x = calloc(1, sizeof(*x));
 	if (!x)
 		return refuse(KVMM_CUDA_ERROR_OUT_OF_MEMORY, "cuStreamCreate");
+	x->ctx = cur_ctx;
 	x->flags = flags;
-	/* a blocking stream is ordered with the legacy stream: one queue */
-	x->queue = (flags & KVMM_CU_STREAM_NON_BLOCKING) ? ++fk.next_queue : 0;
+	/* a blocking stream is ordered with its context's legacy stream: one queue */
+	x->queue = (flags & KVMM_CU_STREAM_NON_BLOCKING) ? ++fk.next_queue : legacy_queue();
 	x->next = fk.streams;
 	fk.streams = x;
 	fk.st.streams++;
@@ -1217,10 +1411,11 @@ API kvmm_cu_result cuStreamDestroy_v2(kvmm_cu_stream s)
 	FK_CALL("cuStreamDestroy", true, true, do_stream_destroy(s));
 }
 
+/* from any context (NULL: the current context's legacy stream) */
 static kvmm_cu_result do_stream_sync(kvmm_cu_stream s)
 {
 	unsigned int queue = 0;
-	kvmm_cu_result r = stream_queue(s, &queue);
+	kvmm_cu_result r = stream_queue(s, &queue, NULL);
 
 	if (!r)
 		flush(queue, false);
@@ -1285,7 +1480,7 @@ static kvmm_cu_result do_event_record(kvmm_cu_event e, kvmm_cu_stream s)
 	if (!x)
 		return refuse(FK_INVALID_HANDLE, "cuEventRecord: event %p does not exist",
 			      (void *)e);
-	r = stream_queue(s, &queue);
+	r = stream_for_work(s, &queue, "cuEventRecord");
 	if (r)
 		return r;
 	for (struct fk_op *o = fk.ops; o; o = o->next) /* re-recorded: the old one is moot */
@@ -1353,9 +1548,9 @@ static kvmm_cu_result check_prop(const struct kvmm_cu_mem_alloc_prop *prop, cons
 	    prop->location.type != KVMM_CU_MEM_LOCATION_TYPE_DEVICE)
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE,
 			      "%s: only pinned device allocations are modelled", what);
-	if (prop->location.id != 0)
-		return refuse(KVMM_CUDA_ERROR_INVALID_DEVICE, "%s: no device %d", what,
-			      prop->location.id);
+	if (prop->location.id < 0 || prop->location.id >= fk.ndev)
+		return refuse(KVMM_CUDA_ERROR_INVALID_DEVICE, "%s: no device %d (%d device%s)",
+			      what, prop->location.id, fk.ndev, fk.ndev == 1 ? "" : "s");
 	if (prop->requested_handle_types & ~KVMM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
 		return refuse(KVMM_CUDA_ERROR_NOT_SUPPORTED,
 			      "%s: only POSIX file descriptor handles are modelled", what);
@@ -1393,7 +1588,7 @@ static kvmm_cu_result check_size(size_t bytes, const char *what)
 	return KVMM_CUDA_SUCCESS;
 }
 
-static struct fk_alloc *new_alloc(int fd, size_t size, bool imported)
+static struct fk_alloc *new_alloc(int fd, size_t size, int phys, bool imported)
 {
 	struct fk_alloc *a = calloc(1, sizeof(*a));
 
@@ -1402,6 +1597,7 @@ static struct fk_alloc *new_alloc(int fd, size_t size, bool imported)
 	a->id = fk.next_id++;
 	a->fd = fd;
 	a->size = size;
+	a->phys = phys;
 	a->imported = imported;
 	a->next = fk.allocs;
 	fk.allocs = a;
@@ -1409,7 +1605,7 @@ static struct fk_alloc *new_alloc(int fd, size_t size, bool imported)
 	fk.st.handles++;
 	fk.st.alloc_bytes += size;
 	if (!imported)
-		fk.mem_used += size;
+		fk.mem_used[phys] += size;
 	return a;
 }
 
@@ -1418,8 +1614,9 @@ static kvmm_cu_result do_mem_create(kvmm_cu_mem_handle *h, size_t bytes,
 				    unsigned long long flags)
 {
 	kvmm_cu_result r = check_prop(prop, "cuMemCreate");
+	char name[32];
 	struct fk_alloc *a;
-	int fd;
+	int fd, phys;
 
 	if (!r)
 		r = check_size(bytes, "cuMemCreate");
@@ -1427,13 +1624,17 @@ static kvmm_cu_result do_mem_create(kvmm_cu_mem_handle *h, size_t bytes,
 		return r;
 	if (!h || flags)
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE, "cuMemCreate: bad arguments");
-	if (fk.mem_used + bytes > fk.mem_total)
-		return refuse(KVMM_CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate: %zu bytes", bytes);
-	fd = memfd_create(MEMFD_NAME, MFD_CLOEXEC);
+	phys = fk.phys[prop->location.id];
+	if (fk.mem_used[phys] + bytes > fk.mem_total)
+		return refuse(KVMM_CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate: %zu bytes on device %d",
+			      bytes, prop->location.id);
+	/* the name carries the physical device to the processes the fd is passed to */
+	snprintf(name, sizeof(name), MEMFD_NAME "%d", phys);
+	fd = memfd_create(name, MFD_CLOEXEC);
 	if (fd < 0)
 		return refuse(KVMM_CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate: memfd: %s",
 			      strerror(errno));
-	if (ftruncate(fd, (off_t)bytes) || !(a = new_alloc(fd, bytes, false))) {
+	if (ftruncate(fd, (off_t)bytes) || !(a = new_alloc(fd, bytes, phys, false))) {
 		close(fd);
 		return refuse(KVMM_CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate: %zu bytes", bytes);
 	}
@@ -1494,12 +1695,38 @@ API kvmm_cu_result cuMemExportToShareableHandle(void *shareable, kvmm_cu_mem_han
 	FK_CALL("cuMemExportToShareableHandle", true, false, do_export(shareable, h, type, flags));
 }
 
+/* the ordinal here of physical device @phys, or -1 when this process does not see it */
+static int phys_ordinal(long phys)
+{
+	for (int i = 0; i < fk.ndev; i++)
+		if (fk.phys[i] == phys)
+			return i;
+	return -1;
+}
+
+/*
+ * The physical device of the fd whose /proc/self/fd link is @target, one of the fake's memfds
+ * ("/memfd:kvmm-fakecuda-dev1 (deleted)"), or -1 when it is not one.
+ */
+static long memfd_phys(const char *target)
+{
+	static const char pre[] = "/memfd:" MEMFD_NAME;
+	const char *end;
+	long phys;
+
+	if (strncmp(target, pre, strlen(pre)) || !parse_index(target + strlen(pre), &phys, &end) ||
+	    phys >= MAX_DEVS)
+		return -1;
+	return !*end || !strcmp(end, " (deleted)") ? phys : -1;
+}
+
 static kvmm_cu_result do_import(kvmm_cu_mem_handle *h, void *os_handle, int type)
 {
 	int fd = (int)(intptr_t)os_handle, dupfd;
 	char link[64], target[256];
 	struct fk_alloc *a;
 	struct stat st;
+	long phys;
 	ssize_t n;
 
 	if (!h || type != KVMM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fd < 0)
@@ -1512,18 +1739,28 @@ static kvmm_cu_result do_import(kvmm_cu_mem_handle *h, void *os_handle, int type
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE,
 			      "cuMemImportFromShareableHandle: fd %d is not open", fd);
 	target[n] = '\0';
-	if (strncmp(target, "/memfd:" MEMFD_NAME, strlen("/memfd:" MEMFD_NAME)))
+	phys = memfd_phys(target);
+	if (phys < 0)
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE,
 			      "cuMemImportFromShareableHandle: fd %d (%s) was not exported by this "
 			      "driver",
 			      fd, target);
+	/* an allocation of a GPU this process does not see cannot be imported */
+	if (phys_ordinal(phys) < 0)
+		return refuse(KVMM_CUDA_ERROR_INVALID_DEVICE,
+			      "cuMemImportFromShareableHandle: fd %d is memory of physical device "
+			      "%ld, which this process does not see (KVMM_FAKECUDA_DEVICES=%d, "
+			      "KVMM_FAKECUDA_VISIBLE=%s)",
+			      fd, phys, fk.nphys,
+			      getenv("KVMM_FAKECUDA_VISIBLE") ? getenv("KVMM_FAKECUDA_VISIBLE")
+							      : "(all)");
 	if (check_size((size_t)st.st_size, "cuMemImportFromShareableHandle"))
 		return KVMM_CUDA_ERROR_INVALID_VALUE;
 	dupfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	if (dupfd < 0)
 		return refuse(KVMM_CUDA_ERROR_OUT_OF_MEMORY, "cuMemImportFromShareableHandle: %s",
 			      strerror(errno));
-	a = new_alloc(dupfd, (size_t)st.st_size, true);
+	a = new_alloc(dupfd, (size_t)st.st_size, (int)phys, true);
 	if (!a) {
 		close(dupfd);
 		return refuse(KVMM_CUDA_ERROR_OUT_OF_MEMORY, "cuMemImportFromShareableHandle");
@@ -1707,13 +1944,17 @@ static kvmm_cu_result do_set_access(kvmm_cu_ptr p, size_t bytes,
 				    const struct kvmm_cu_mem_access_desc *desc, size_t count)
 {
 	uintptr_t cur = (uintptr_t)p, end = cur + bytes;
-	int prot;
+	int prot, dev;
 
 	if (!desc || count != 1)
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE,
-			      "cuMemSetAccess: one descriptor (the one device) expected");
-	if (desc->location.type != KVMM_CU_MEM_LOCATION_TYPE_DEVICE || desc->location.id != 0)
-		return refuse(KVMM_CUDA_ERROR_INVALID_DEVICE, "cuMemSetAccess: bad location");
+			      "cuMemSetAccess: one descriptor (the allocation's device) expected; "
+			      "the fake models no peer access");
+	dev = desc->location.id;
+	if (desc->location.type != KVMM_CU_MEM_LOCATION_TYPE_DEVICE || dev < 0 || dev >= fk.ndev)
+		return refuse(KVMM_CUDA_ERROR_INVALID_DEVICE,
+			      "cuMemSetAccess: bad location (type %d, device %d of %d)",
+			      desc->location.type, dev, fk.ndev);
 	if (desc->flags == KVMM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
 		prot = PROT_READ | PROT_WRITE;
 	else if (desc->flags == 0)
@@ -1725,6 +1966,24 @@ static kvmm_cu_result do_set_access(kvmm_cu_ptr p, size_t bytes,
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE,
 			      "cuMemSetAccess: 0x%llx + %zu is not wholly mapped",
 			      (unsigned long long)p, bytes);
+	/*
+	 * Only the allocation's own device: a process that maps a group member's memory and
+	 * asks access for another GPU (its ordinal of the wrong device) is refused, all or
+	 * nothing.
+	 */
+	for (uintptr_t c = cur; c < end;) {
+		struct fk_range *m = find_range(c, FK_MAP);
+		int mine = phys_ordinal(m->alloc->phys);
+
+		if (m->alloc->phys != fk.phys[dev])
+			return refuse(
+				KVMM_CUDA_ERROR_INVALID_DEVICE,
+				"cuMemSetAccess: 0x%llx: allocation on device %d, access asked "
+				"for device %d; the fake models no peer access (physical "
+				"devices %d and %d)",
+				(unsigned long long)m->va, mine, dev, m->alloc->phys, fk.phys[dev]);
+		c += m->size;
+	}
 	while (cur < end) {
 		struct fk_range *m = find_range(cur, FK_MAP);
 
@@ -1752,6 +2011,10 @@ API int kvmm_fakecuda_stats(struct kvmm_fakecuda_stats *st)
 	st->smem_wavefronts = simt_smem_wavefronts;
 	st->smem_ideal = simt_smem_ideal;
 	st->smem_unpaired = simt_smem_unpaired;
+	st->phys_devices = (uint64_t)fk.nphys;
+	st->devices = (uint64_t)fk.ndev;
+	for (int i = 0; i < MAX_DEVS; i++)
+		st->dev_bytes[i] = fk.mem_used[i];
 	pthread_mutex_unlock(&fk.lock);
 	return 0;
 }

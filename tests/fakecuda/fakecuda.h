@@ -3,17 +3,33 @@
  * tests/fakecuda/fakecuda.h - what tests may ask of libcuda-fake.so, kvmm's own test double of
  * the CUDA driver (fakecuda.c, Documentation/dev-tools/fake-cuda.md) beyond the driver entry
  * points: its live-object counts, so a test can assert that nothing leaked, the races and
- * refused calls it saw, and fault injection.  A test reaches these with dlopen of the same
- * path it gave kvmm in $KVMM_LIBCUDA (the library is then loaded once) and dlsym of the names
- * below; nothing in kvmm itself knows the fake exists.
+ * refused calls it saw, fault injection, and the UUIDs of its devices.  A test reaches these
+ * with dlopen of the same path it gave kvmm in $KVMM_LIBCUDA (the library is then loaded once)
+ * and dlsym of the names below; nothing in kvmm itself knows the fake exists.
  */
 #ifndef KVMM_TESTS_FAKECUDA_H
 #define KVMM_TESTS_FAKECUDA_H
 
 #include <stdint.h>
+#include <string.h>
 
 /* The fake's allocation granularity (cuMemGetAllocationGranularity): 2 MiB, as on real GPUs. */
 #define KVMM_FAKECUDA_GRANULARITY (UINT64_C(2) << 20)
+
+/* KVMM_FAKECUDA_DEVICES=N: 1 to this many physical devices */
+#define KVMM_FAKECUDA_MAX_DEVICES 8
+
+/*
+ * The UUID (cuDeviceGetUuid) of physical device @phys, the same in every process whatever its
+ * ordinal there: the 15 ASCII bytes "kvmm-fakecuda-d" followed by the digit '0' + @phys, so
+ * physical device 1 is 6b 76 6d 6d 2d 66 61 6b 65 63 75 64 61 2d 64 31.
+ */
+#define KVMM_FAKECUDA_UUID_PREFIX "kvmm-fakecuda-d"
+static inline void kvmm_fakecuda_uuid(int phys, unsigned char out[16])
+{
+	memcpy(out, KVMM_FAKECUDA_UUID_PREFIX, 15);
+	out[15] = (unsigned char)('0' + phys);
+}
 
 struct kvmm_fakecuda_stats {
 	/* live objects: all zero once a well-behaved process has torn everything down */
@@ -44,6 +60,10 @@ struct kvmm_fakecuda_stats {
 	 * conflict), and loads a warp's lanes did not make together (not counted)
 	 */
 	uint64_t smem_requests, smem_wavefronts, smem_ideal, smem_unpaired;
+	/* devices: physical (KVMM_FAKECUDA_DEVICES) and seen here (KVMM_FAKECUDA_VISIBLE) */
+	uint64_t phys_devices, devices;
+	/* bytes this process allocated on each physical device (cuMemCreate, cuMemAlloc) */
+	uint64_t dev_bytes[KVMM_FAKECUDA_MAX_DEVICES];
 	char last_error[256]; /* why the last refused call was refused */
 };
 
@@ -62,10 +82,17 @@ typedef void (*kvmm_fakecuda_fail_fn)(const char *call, unsigned int nth, int re
 
 /*
  * Environment:
+ *   KVMM_FAKECUDA_DEVICES=N     N physical devices, 1 to 8 (default 1); a UUID each (above)
+ *   KVMM_FAKECUDA_VISIBLE=LIST  the physical devices this process sees, comma-separated, in
+ *                               the order of its ordinals (as CUDA_VISIBLE_DEVICES): with
+ *                               "1,0", ordinal 0 is physical device 1 (default: all, in order)
+ *                               A bad value of either (out of range, a duplicate, an empty
+ *                               item) makes cuInit fail with error 1 and say why on stderr.
  *   KVMM_FAKECUDA_REPORT=FILE   at exit, append one line of this process's live counts:
  *                               "fakecuda pid=N allocs=N ... races=N refused=N"
  *   KVMM_FAKECUDA_VERBOSE=1     say each refused call on stderr
- *   KVMM_FAKECUDA_MEM=BYTES     device memory size (default 8 GiB): beyond it, out of memory
+ *   KVMM_FAKECUDA_MEM=BYTES     each device's memory size (default 8 GiB): beyond it, out of
+ *                               memory
  *   KVMM_FAKECUDA_SIMT=1        cuModuleLoadData succeeds and kernels/cuda's kernels run on
  *                               the host (simt.h); a kernel that faults makes the context
  *                               unusable (error 719) and says why on stderr

@@ -10,7 +10,13 @@
  * refuses where our code could go wrong (sizes off the granularity, a mapping outside a
  * reservation, a double release, access before cuMemSetAccess, copies over unmapped device
  * addresses, use after fork), its streams really defer work until it is waited for, and the
- * kernels report "skipped" with the reason.  Group "cuda_backend" then drives the backend
+ * kernels report "skipped" with the reason.  Then several devices (KVMM_FAKECUDA_DEVICES,
+ * KVMM_FAKECUDA_VISIBLE), in processes this program starts again with the environment set
+ * (the fake reads it at cuInit, once): distinct UUIDs that are the documented bytes, a context
+ * per device, memory on the device asked for, the device travelling with an exported fd to
+ * another process, cuMemSetAccess refused for any device but the allocation's, a remapped
+ * ordinal, work on a stream of a context that is not current refused, and bad values of the
+ * variables refused with their reason.  Group "cuda_backend" then drives the backend
  * through the real core: pool create/destroy with the chunk fds checked, the chunk-size rule,
  * copy-on-write copy, scrub, swap staging, the chunk fds imported and mapped a second time by
  * kvmm_cuda_map_fds (the client's path) onto the same bytes, failures injected into every
@@ -58,6 +64,7 @@ static kvmm_fakecuda_fail_fn fk_fail;
 static kvmm_cu_device dev;
 static kvmm_cu_ctx ctx;
 static char fake_path[PATH_MAX];
+static char self_exe[PATH_MAX]; /* this program, run again for the several-device checks */
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
@@ -166,6 +173,9 @@ static int group_setup(void **state)
 	}
 	setenv("KVMM_LIBCUDA", fake_path, 1);
 	setenv("KVMM_FAKECUDA_MEM", "0x1000000000", 1); /* 64 GiB (sparse memfds) */
+	/* one device here, whatever the caller's environment; children set their own */
+	unsetenv("KVMM_FAKECUDA_DEVICES");
+	unsetenv("KVMM_FAKECUDA_VISIBLE");
 	d = kvmm_cuda_drv_load();
 	if (!d) {
 		print_error("the fake does not load: %s\n", kvmm_cuda_drv_why());
@@ -204,6 +214,8 @@ static void test_fake_loads(void **state)
 	int v = 0, n = 0;
 	size_t gran = 0;
 	char name[64];
+	kvmm_cu_uuid uuid;
+	unsigned char want[16];
 	struct kvmm_cu_mem_alloc_prop prop = {
 		.type = KVMM_CU_MEM_ALLOCATION_TYPE_PINNED,
 		.requested_handle_types = KVMM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
@@ -218,6 +230,14 @@ static void test_fake_loads(void **state)
 	assert_int_equal(n, 1);
 	assert_int_equal(d->cuDeviceGetName(name, sizeof(name), dev), 0);
 	assert_non_null(strstr(name, "fake"));
+	/* one device by default: physical device 0's UUID, the bytes fakecuda.h documents */
+	assert_int_equal(d->cuDeviceGetUuid(&uuid, dev), 0);
+	kvmm_fakecuda_uuid(0, want);
+	assert_memory_equal(uuid.bytes, want, 16);
+	assert_memory_equal(uuid.bytes, "kvmm-fakecuda-d0", 16);
+	assert_int_equal(d->cuDeviceGetUuid(&uuid, 1), KVMM_CUDA_ERROR_INVALID_DEVICE);
+	assert_int_equal(stats().phys_devices, 1);
+	assert_int_equal(stats().devices, 1);
 	assert_int_equal(
 		d->cuDeviceGetAttribute(
 			&v, KVMM_CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev),
@@ -387,6 +407,554 @@ static void test_fake_no_kernels_no_fork(void **state)
 		_exit(d->cuCtxSetCurrent(ctx) == 3 ? 0 : 1);
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* ---- several devices, in processes of their own ------------------------------------------- */
+
+/*
+ * KVMM_FAKECUDA_DEVICES and KVMM_FAKECUDA_VISIBLE are read at cuInit, once a process, so each
+ * case runs in this program started again ("--child ROLE ARGS...") with its variables set; the
+ * child checks with CHILD_CHECK (which says what failed, where, and the fake's last reason on
+ * stderr) and exits 0 when all held.  fork and exec, not fork alone: a forked child of a process
+ * that used the driver may not use it.
+ */
+static const char *child_role = "";
+
+static int child_failed(int line, const char *what)
+{
+	struct kvmm_fakecuda_stats s;
+
+	memset(&s, 0, sizeof(s));
+	if (fk_stats)
+		fk_stats(&s);
+	fprintf(stderr, "test_cuda_fake --child %s: line %d: %s is false (the fake: %s)\n",
+		child_role, line, what, s.last_error);
+	return 1;
+}
+
+#define CHILD_CHECK(cond)                                     \
+	do {                                                  \
+		if (!(cond))                                  \
+			return child_failed(__LINE__, #cond); \
+	} while (0)
+
+/* the fake's last refusal mentions @text */
+static bool said(const char *text)
+{
+	return strstr(stats().last_error, text) != NULL;
+}
+
+/* "NAME=VALUE" strings for the child's environment, then NULL; argv[0] is filled in */
+static int run_child(const char *const *env, const char **argv)
+{
+	int status;
+	pid_t pid;
+
+	argv[0] = self_exe;
+	fflush(stdout);
+	fflush(stderr);
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		for (; *env; env++)
+			putenv((char *)*env);
+		execv(self_exe, (char *const *)argv);
+		_exit(127);
+	}
+	if (waitpid(pid, &status, 0) != pid)
+		return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* in a child: the fake through drv.c, as kvmm opens it, and its test hooks */
+static int child_load(void)
+{
+	void *lib;
+
+	d = kvmm_cuda_drv_load();
+	if (!d) {
+		fprintf(stderr, "test_cuda_fake --child %s: %s\n", child_role, kvmm_cuda_drv_why());
+		return -1;
+	}
+	lib = dlopen(getenv("KVMM_LIBCUDA"), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+	if (!lib)
+		return -1;
+	fk_stats = (kvmm_fakecuda_stats_fn)dlsym(lib, KVMM_FAKECUDA_STATS);
+	dlclose(lib);
+	return fk_stats ? 0 : -1;
+}
+
+/* nothing of the fake left alive in a child, and no race */
+static bool child_clean(void)
+{
+	struct kvmm_fakecuda_stats s = stats();
+
+	return !s.allocs && !s.handles && !s.reservations && !s.mappings && !s.dev_allocs &&
+	       !s.host_allocs && !s.streams && !s.events && !s.ctx_refs && !s.pending && !s.races &&
+	       !s.modules;
+}
+
+static struct kvmm_cu_mem_alloc_prop vmm_prop(int ordinal)
+{
+	struct kvmm_cu_mem_alloc_prop prop = {
+		.type = KVMM_CU_MEM_ALLOCATION_TYPE_PINNED,
+		.requested_handle_types = KVMM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+		.location = {KVMM_CU_MEM_LOCATION_TYPE_DEVICE, ordinal},
+	};
+
+	return prop;
+}
+
+static struct kvmm_cu_mem_access_desc rw_on(int ordinal)
+{
+	struct kvmm_cu_mem_access_desc acc = {{KVMM_CU_MEM_LOCATION_TYPE_DEVICE, ordinal},
+					      KVMM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+
+	return acc;
+}
+
+/* KVMM_FAKECUDA_DEVICES=2: two devices, their UUIDs, a context each, memory where asked */
+static int child_devices(void)
+{
+	static const unsigned char uuid1[16] = {0x6b, 0x76, 0x6d, 0x6d, 0x2d, 0x66, 0x61, 0x6b,
+						0x65, 0x63, 0x75, 0x64, 0x61, 0x2d, 0x64, 0x31};
+	kvmm_cu_device d0, d1, dx;
+	kvmm_cu_ctx c0, c1, again;
+	kvmm_cu_uuid u[2];
+	unsigned char want[16];
+	kvmm_cu_ptr p0, p1;
+	char name[2][64];
+	size_t gran = 0;
+	int n = 0, v;
+
+	CHILD_CHECK(!child_load());
+	CHILD_CHECK(stats().phys_devices == 2 && stats().devices == 2);
+	CHILD_CHECK(d->cuDeviceGetCount(&n) == 0 && n == 2);
+	CHILD_CHECK(d->cuDeviceGet(&dx, 2) == KVMM_CUDA_ERROR_INVALID_DEVICE);
+	for (int i = 0; i < 2; i++) {
+		struct kvmm_cu_mem_alloc_prop prop = vmm_prop(i);
+
+		CHILD_CHECK(d->cuDeviceGet(&dx, i) == 0 && dx == i);
+		CHILD_CHECK(d->cuDeviceGetUuid(&u[i], dx) == 0);
+		kvmm_fakecuda_uuid(i, want);
+		CHILD_CHECK(!memcmp(u[i].bytes, want, 16));
+		CHILD_CHECK(d->cuDeviceGetName(name[i], sizeof(name[i]), dx) == 0);
+		CHILD_CHECK(strstr(name[i], "fake") != NULL);
+		v = 0;
+		CHILD_CHECK(d->cuDeviceGetAttribute(
+				    &v,
+				    KVMM_CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+				    dx) == 0 &&
+			    v == 1);
+		CHILD_CHECK(d->cuDeviceGetAttribute(
+				    &v, KVMM_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dx) ==
+				    0 &&
+			    v == 9);
+		CHILD_CHECK(d->cuMemGetAllocationGranularity(
+				    &gran, &prop, KVMM_CU_MEM_ALLOC_GRANULARITY_MINIMUM) == 0 &&
+			    gran == GRAN);
+	}
+	/* distinct, and the bytes fakecuda.h spells out */
+	CHILD_CHECK(memcmp(u[0].bytes, u[1].bytes, 16) != 0);
+	CHILD_CHECK(!memcmp(u[1].bytes, uuid1, 16));
+	CHILD_CHECK(strcmp(name[0], name[1]) != 0);
+	CHILD_CHECK(d->cuDeviceGetUuid(&u[0], 2) == KVMM_CUDA_ERROR_INVALID_DEVICE);
+	CHILD_CHECK(d->cuDeviceGetAttribute(&v, KVMM_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 2) ==
+		    KVMM_CUDA_ERROR_INVALID_DEVICE);
+	{
+		struct kvmm_cu_mem_alloc_prop prop = vmm_prop(2);
+
+		CHILD_CHECK(d->cuMemGetAllocationGranularity(
+				    &gran, &prop, KVMM_CU_MEM_ALLOC_GRANULARITY_MINIMUM) ==
+			    KVMM_CUDA_ERROR_INVALID_DEVICE);
+	}
+	/* a primary context each, counted per device */
+	CHILD_CHECK(kvmm_cuda_drv_get_device(0, &d0, &c0) == 0);
+	CHILD_CHECK(kvmm_cuda_drv_get_device(1, &d1, &c1) == 0);
+	CHILD_CHECK(c0 != c1 && stats().ctx_refs == 2);
+	CHILD_CHECK(d->cuDevicePrimaryCtxRetain(&again, d0) == 0 && again == c0);
+	CHILD_CHECK(d->cuDevicePrimaryCtxRelease(d0) == 0 && stats().ctx_refs == 2);
+	/* cuMemAlloc: on the current context's device (device 1's was made current last) */
+	CHILD_CHECK(d->cuMemAlloc(&p1, 4096) == 0);
+	CHILD_CHECK(stats().dev_bytes[1] == 4096 && stats().dev_bytes[0] == 0);
+	CHILD_CHECK(d->cuCtxSetCurrent(c0) == 0);
+	CHILD_CHECK(d->cuMemAlloc(&p0, 8192) == 0);
+	CHILD_CHECK(stats().dev_bytes[0] == 8192 && stats().dev_bytes[1] == 4096);
+	CHILD_CHECK(d->cuMemFree(p1) == 0 && d->cuMemFree(p0) == 0);
+	CHILD_CHECK(stats().dev_bytes[0] == 0 && stats().dev_bytes[1] == 0);
+	/* device 1's context goes with its last reference; device 0's stays */
+	kvmm_cuda_drv_put_device(d1);
+	CHILD_CHECK(d->cuDevicePrimaryCtxRelease(d1) == 201);
+	CHILD_CHECK(d->cuCtxSetCurrent(c1) == 201);
+	CHILD_CHECK(d->cuCtxSetCurrent(c0) == 0 && stats().ctx_refs == 1);
+	kvmm_cuda_drv_put_device(d0);
+	CHILD_CHECK(child_clean());
+	return 0;
+}
+
+/* a stream belongs to the context current at its creation; work on it only from there */
+static int child_streams(void)
+{
+	const uint32_t image[4] = {0xba55ed50u}; /* the fatbin magic: SIMT mode's module */
+	kvmm_cu_stream s0, b0;
+	kvmm_cu_device d0, d1;
+	kvmm_cu_ctx c0, c1;
+	kvmm_cu_module mod;
+	kvmm_cu_function fn;
+	kvmm_cu_event e;
+	unsigned char *pin, back[16];
+	kvmm_cu_ptr p0;
+
+	CHILD_CHECK(!child_load());
+	CHILD_CHECK(kvmm_cuda_drv_get_device(1, &d1, &c1) == 0);
+	CHILD_CHECK(kvmm_cuda_drv_get_device(0, &d0, &c0) == 0);
+	CHILD_CHECK(d->cuMemAlloc(&p0, 4096) == 0);
+	CHILD_CHECK(d->cuMemHostAlloc((void **)&pin, 4096, KVMM_CU_MEMHOSTALLOC_PORTABLE) == 0);
+	memset(pin, 0x5a, 4096);
+	CHILD_CHECK(d->cuStreamCreate(&s0, KVMM_CU_STREAM_NON_BLOCKING) == 0);
+	CHILD_CHECK(d->cuStreamCreate(&b0, 0) == 0);
+	CHILD_CHECK(d->cuModuleLoadData(&mod, image) == 0);
+	CHILD_CHECK(d->cuModuleGetFunction(&fn, mod, "kvmm_copy_pages") == 0);
+	/* device 1 current: device 0's streams take no work, and say why */
+	CHILD_CHECK(d->cuCtxSetCurrent(c1) == 0);
+	CHILD_CHECK(d->cuEventCreate(&e, KVMM_CU_EVENT_DEFAULT) == 0);
+	CHILD_CHECK(d->cuMemcpyHtoDAsync(p0, pin, 4096, s0) == 201);
+	CHILD_CHECK(said("cuMemcpyHtoDAsync") && said("belongs to device 0's context") &&
+		    said("device 1's is current"));
+	CHILD_CHECK(d->cuMemcpyDtoHAsync(pin, p0, 16, b0) == 201);
+	CHILD_CHECK(d->cuMemcpyDtoDAsync(p0, p0 + 2048, 16, s0) == 201);
+	CHILD_CHECK(d->cuEventRecord(e, s0) == 201);
+	CHILD_CHECK(d->cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, b0, NULL, NULL) == 201);
+	CHILD_CHECK(said("cuLaunchKernel"));
+	/* on its own legacy stream the launch gets as far as its (missing) arguments */
+	CHILD_CHECK(d->cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) ==
+		    KVMM_CUDA_ERROR_INVALID_VALUE);
+	CHILD_CHECK(stats().pending == 0);
+	/* the legacy stream is the current context's: device 1 waiting leaves device 0's work */
+	CHILD_CHECK(d->cuCtxSetCurrent(c0) == 0);
+	CHILD_CHECK(d->cuMemsetD8(p0, 7, 16) == 0 && stats().pending == 1);
+	CHILD_CHECK(d->cuCtxSetCurrent(c1) == 0);
+	CHILD_CHECK(d->cuStreamSynchronize(NULL) == 0 && stats().pending == 1);
+	CHILD_CHECK(d->cuCtxSynchronize() == 0 && stats().pending == 1);
+	CHILD_CHECK(d->cuCtxSetCurrent(c0) == 0);
+	CHILD_CHECK(d->cuStreamSynchronize(NULL) == 0 && stats().pending == 0);
+	/* from its own context it works; waiting and destroying work from any context */
+	CHILD_CHECK(d->cuMemcpyHtoDAsync(p0, pin, 16, s0) == 0 && stats().pending == 1);
+	CHILD_CHECK(d->cuModuleUnload(mod) == 0);
+	CHILD_CHECK(d->cuCtxSetCurrent(c1) == 0);
+	CHILD_CHECK(d->cuStreamSynchronize(s0) == 0 && stats().pending == 0);
+	CHILD_CHECK(d->cuStreamDestroy(s0) == 0 && d->cuStreamDestroy(b0) == 0);
+	CHILD_CHECK(d->cuEventDestroy(e) == 0);
+	CHILD_CHECK(d->cuCtxSetCurrent(c0) == 0);
+	CHILD_CHECK(d->cuMemcpyDtoH(back, p0, sizeof(back)) == 0 && back[15] == 0x5a);
+	CHILD_CHECK(d->cuMemFree(p0) == 0 && d->cuMemFreeHost(pin) == 0);
+	kvmm_cuda_drv_put_device(d0);
+	kvmm_cuda_drv_put_device(d1);
+	CHILD_CHECK(child_clean());
+	return 0;
+}
+
+/*
+ * An importer: fd @argv[0] (an allocation of GRAN bytes of @argv[1]'s value) is imported, mapped
+ * and read; access for ordinal @argv[2] works, for @argv[3] (if not -1) it is refused.  @argv[2]
+ * -1: the import itself is refused (a device this process does not see).
+ */
+static int child_import(char **argv)
+{
+	int fd = atoi(argv[0]), val = atoi(argv[1]), good = atoi(argv[2]), bad = atoi(argv[3]);
+	struct kvmm_cu_mem_access_desc acc;
+	unsigned char buf[64];
+	kvmm_cu_mem_handle h;
+	kvmm_cu_device dv;
+	kvmm_cu_ctx cx;
+	kvmm_cu_ptr va;
+
+	CHILD_CHECK(!child_load());
+	if (good < 0) {
+		CHILD_CHECK(d->cuMemImportFromShareableHandle(
+				    &h, (void *)(uintptr_t)fd,
+				    KVMM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ==
+			    KVMM_CUDA_ERROR_INVALID_DEVICE);
+		CHILD_CHECK(said("does not see"));
+		CHILD_CHECK(child_clean());
+		return 0;
+	}
+	CHILD_CHECK(kvmm_cuda_drv_get_device(good, &dv, &cx) == 0);
+	CHILD_CHECK(d->cuMemImportFromShareableHandle(
+			    &h, (void *)(uintptr_t)fd,
+			    KVMM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0);
+	CHILD_CHECK(d->cuMemAddressReserve(&va, GRAN, 0, 0, 0) == 0);
+	CHILD_CHECK(d->cuMemMap(va, GRAN, 0, h, 0) == 0);
+	CHILD_CHECK(d->cuMemRelease(h) == 0);
+	if (bad >= 0) {
+		acc = rw_on(bad);
+		CHILD_CHECK(d->cuMemSetAccess(va, GRAN, &acc, 1) == KVMM_CUDA_ERROR_INVALID_DEVICE);
+		CHILD_CHECK(said("no peer access"));
+		/* nothing changed: still not accessible */
+		CHILD_CHECK(d->cuMemcpyDtoH(buf, va, sizeof(buf)) == KVMM_CUDA_ERROR_INVALID_VALUE);
+	}
+	acc = rw_on(good);
+	CHILD_CHECK(d->cuMemSetAccess(va, GRAN, &acc, 1) == 0);
+	CHILD_CHECK(d->cuMemcpyDtoH(buf, va + GRAN - sizeof(buf), sizeof(buf)) == 0);
+	CHILD_CHECK(buf[0] == val && buf[sizeof(buf) - 1] == val);
+	CHILD_CHECK(d->cuMemUnmap(va, GRAN) == 0 && d->cuMemAddressFree(va, GRAN) == 0);
+	kvmm_cuda_drv_put_device(dv);
+	CHILD_CHECK(child_clean());
+	return 0;
+}
+
+/*
+ * KVMM_FAKECUDA_DEVICES=2: an allocation on each device, exported; other processes import
+ * them and may give access only to the allocation's own device, whatever its ordinal there.
+ */
+static int child_export(void)
+{
+	static const char *const two[] = {"KVMM_FAKECUDA_DEVICES=2", NULL},
+				 *const remapped[] = {"KVMM_FAKECUDA_DEVICES=2",
+						      "KVMM_FAKECUDA_VISIBLE=1,0", NULL},
+				 *const only0[] = {"KVMM_FAKECUDA_DEVICES=2",
+						   "KVMM_FAKECUDA_VISIBLE=0", NULL};
+	kvmm_cu_mem_handle h[2];
+	kvmm_cu_ptr va;
+	kvmm_cu_device dv[2];
+	kvmm_cu_ctx cx[2];
+	char fds[2][16], link[64], target[128];
+	int fd[2];
+	ssize_t n;
+
+	CHILD_CHECK(!child_load());
+	CHILD_CHECK(kvmm_cuda_drv_get_device(0, &dv[0], &cx[0]) == 0);
+	CHILD_CHECK(kvmm_cuda_drv_get_device(1, &dv[1], &cx[1]) == 0);
+	CHILD_CHECK(d->cuMemAddressReserve(&va, 2 * GRAN, 0, 0, 0) == 0);
+	for (int i = 0; i < 2; i++) {
+		struct kvmm_cu_mem_alloc_prop prop = vmm_prop(i);
+		struct kvmm_cu_mem_access_desc acc = rw_on(1 - i);
+
+		CHILD_CHECK(d->cuMemCreate(&h[i], GRAN, &prop, 0) == 0);
+		CHILD_CHECK(stats().dev_bytes[i] == GRAN);
+		CHILD_CHECK(d->cuMemMap(va + i * GRAN, GRAN, 0, h[i], 0) == 0);
+		/* the other device: no peer access, here either */
+		CHILD_CHECK(d->cuMemSetAccess(va + i * GRAN, GRAN, &acc, 1) ==
+			    KVMM_CUDA_ERROR_INVALID_DEVICE);
+		CHILD_CHECK(said("no peer access"));
+		acc = rw_on(i);
+		CHILD_CHECK(d->cuMemSetAccess(va + i * GRAN, GRAN, &acc, 1) == 0);
+		CHILD_CHECK(d->cuCtxSetCurrent(cx[i]) == 0);
+		CHILD_CHECK(d->cuMemsetD8(va + i * GRAN, (unsigned char)(0x10 + i), GRAN) == 0);
+		CHILD_CHECK(d->cuCtxSynchronize() == 0);
+		CHILD_CHECK(d->cuMemExportToShareableHandle(
+				    &fd[i], h[i], KVMM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+				    0) == 0);
+		snprintf(fds[i], sizeof(fds[i]), "%d", fd[i]);
+	}
+	/* one descriptor for a range of both devices' mappings: refused, all or nothing */
+	{
+		struct kvmm_cu_mem_access_desc acc = rw_on(0);
+
+		CHILD_CHECK(d->cuMemSetAccess(va, 2 * GRAN, &acc, 1) ==
+			    KVMM_CUDA_ERROR_INVALID_DEVICE);
+	}
+	/* the exported fd names its physical device */
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd[1]);
+	n = readlink(link, target, sizeof(target) - 1);
+	CHILD_CHECK(n > 0);
+	target[n] = '\0';
+	CHILD_CHECK(strstr(target, "memfd:kvmm-fakecuda-dev1") != NULL);
+	/* device 1's memory: access on device 1 only; device 0's: device 0 only */
+	CHILD_CHECK(run_child(two, (const char *[]){"", "--child", "import", fds[1], "17", "1", "0",
+						    NULL}) == 0);
+	CHILD_CHECK(run_child(two, (const char *[]){"", "--child", "import", fds[0], "16", "0", "1",
+						    NULL}) == 0);
+	/* where ordinal 0 is physical device 1, device 1's memory is ordinal 0's */
+	CHILD_CHECK(run_child(remapped, (const char *[]){"", "--child", "import", fds[1], "17", "0",
+							 "1", NULL}) == 0);
+	CHILD_CHECK(run_child(remapped, (const char *[]){"", "--child", "import", fds[0], "16", "1",
+							 "0", NULL}) == 0);
+	/* a process that does not see device 1 cannot import its memory */
+	CHILD_CHECK(run_child(only0, (const char *[]){"", "--child", "import", fds[1], "17", "-1",
+						      "-1", NULL}) == 0);
+	for (int i = 0; i < 2; i++) {
+		close(fd[i]);
+		CHILD_CHECK(d->cuMemRelease(h[i]) == 0);
+	}
+	CHILD_CHECK(d->cuMemUnmap(va, 2 * GRAN) == 0 && d->cuMemAddressFree(va, 2 * GRAN) == 0);
+	CHILD_CHECK(stats().dev_bytes[0] == 0 && stats().dev_bytes[1] == 0);
+	kvmm_cuda_drv_put_device(dv[0]);
+	kvmm_cuda_drv_put_device(dv[1]);
+	CHILD_CHECK(child_clean());
+	return 0;
+}
+
+/* KVMM_FAKECUDA_VISIBLE: ordinal k is physical device argv[k] (UUID, memory, name) */
+static int child_visible(int argc, char **argv)
+{
+	unsigned char want[16];
+	kvmm_cu_uuid u;
+	kvmm_cu_device dv;
+	kvmm_cu_ctx cx;
+	kvmm_cu_mem_handle h;
+	kvmm_cu_ptr p;
+	char name[64];
+	int n = 0;
+
+	CHILD_CHECK(!child_load());
+	CHILD_CHECK(d->cuDeviceGetCount(&n) == 0 && n == argc);
+	CHILD_CHECK(stats().devices == (uint64_t)argc);
+	for (int i = 0; i < argc; i++) {
+		int phys = atoi(argv[i]);
+		struct kvmm_cu_mem_alloc_prop prop = vmm_prop(i);
+
+		CHILD_CHECK(d->cuDeviceGetUuid(&u, i) == 0);
+		kvmm_fakecuda_uuid(phys, want);
+		CHILD_CHECK(!memcmp(u.bytes, want, 16));
+		CHILD_CHECK(d->cuDeviceGetName(name, sizeof(name), i) == 0);
+		CHILD_CHECK(phys == 0 || strstr(name, argv[i]));
+		/* cuMemCreate for ordinal i and cuMemAlloc in its context: physical device phys */
+		CHILD_CHECK(d->cuMemCreate(&h, GRAN, &prop, 0) == 0);
+		CHILD_CHECK(stats().dev_bytes[phys] == GRAN);
+		CHILD_CHECK(kvmm_cuda_drv_get_device(i, &dv, &cx) == 0);
+		CHILD_CHECK(d->cuMemAlloc(&p, 4096) == 0);
+		CHILD_CHECK(stats().dev_bytes[phys] == GRAN + 4096);
+		CHILD_CHECK(d->cuMemFree(p) == 0 && d->cuMemRelease(h) == 0);
+		CHILD_CHECK(stats().dev_bytes[phys] == 0);
+		kvmm_cuda_drv_put_device(dv);
+	}
+	CHILD_CHECK(d->cuDeviceGetUuid(&u, argc) == KVMM_CUDA_ERROR_INVALID_DEVICE);
+	CHILD_CHECK(child_clean());
+	return 0;
+}
+
+/* cuInit of the fake, opened directly, fails (error 1) and its reason mentions @text */
+static int child_refused(const char *text)
+{
+	kvmm_cu_result (*init)(unsigned int);
+	kvmm_cu_result (*count)(int *);
+	void *lib = dlopen(getenv("KVMM_LIBCUDA"), RTLD_NOW | RTLD_LOCAL);
+	int n = -1;
+
+	CHILD_CHECK(lib != NULL);
+	init = (kvmm_cu_result(*)(unsigned int))dlsym(lib, "cuInit");
+	count = (kvmm_cu_result(*)(int *))dlsym(lib, "cuDeviceGetCount");
+	fk_stats = (kvmm_fakecuda_stats_fn)dlsym(lib, KVMM_FAKECUDA_STATS);
+	CHILD_CHECK(init && count && fk_stats);
+	CHILD_CHECK(init(0) == KVMM_CUDA_ERROR_INVALID_VALUE);
+	CHILD_CHECK(said(text));
+	CHILD_CHECK(count(&n) == 3 && n == -1); /* not initialised */
+	dlclose(lib);
+	return 0;
+}
+
+static int child_main(int argc, char **argv)
+{
+	child_role = argv[0];
+	if (!strcmp(argv[0], "devices"))
+		return child_devices();
+	if (!strcmp(argv[0], "streams"))
+		return child_streams();
+	if (!strcmp(argv[0], "export"))
+		return child_export();
+	if (!strcmp(argv[0], "import") && argc == 5)
+		return child_import(argv + 1);
+	if (!strcmp(argv[0], "visible"))
+		return child_visible(argc - 1, argv + 1);
+	if (!strcmp(argv[0], "refused") && argc == 2)
+		return child_refused(argv[1]);
+	fprintf(stderr, "test_cuda_fake: no child role %s\n", argv[0]);
+	return 2;
+}
+
+/* KVMM_FAKECUDA_DEVICES=2: count, UUIDs, names, attributes, contexts, memory per device */
+static void test_fake_devices(void **state)
+{
+	static const char *const env[] = {"KVMM_FAKECUDA_DEVICES=2", NULL};
+
+	(void)state;
+	assert_int_equal(run_child(env, (const char *[]){"", "--child", "devices", NULL}), 0);
+}
+
+/* async work only on a stream of the current context; the legacy stream is the current one */
+static void test_fake_stream_contexts(void **state)
+{
+	static const char *const env[] = {"KVMM_FAKECUDA_DEVICES=2", "KVMM_FAKECUDA_SIMT=1", NULL};
+
+	(void)state;
+	assert_int_equal(run_child(env, (const char *[]){"", "--child", "streams", NULL}), 0);
+}
+
+/* an exported fd keeps its device in other processes; access only for that device */
+static void test_fake_peer_access(void **state)
+{
+	static const char *const env[] = {"KVMM_FAKECUDA_DEVICES=2", NULL};
+
+	(void)state;
+	assert_int_equal(run_child(env, (const char *[]){"", "--child", "export", NULL}), 0);
+}
+
+/* KVMM_FAKECUDA_VISIBLE remaps ordinals onto physical devices */
+static void test_fake_visible(void **state)
+{
+	static const char *const swapped[] = {"KVMM_FAKECUDA_DEVICES=2",
+					      "KVMM_FAKECUDA_VISIBLE=1,0", NULL},
+				 *const one[] = {"KVMM_FAKECUDA_DEVICES=3",
+						 "KVMM_FAKECUDA_VISIBLE=2", NULL},
+				 *const all[] = {"KVMM_FAKECUDA_DEVICES=3", NULL};
+
+	(void)state;
+	assert_int_equal(
+		run_child(swapped, (const char *[]){"", "--child", "visible", "1", "0", NULL}), 0);
+	assert_int_equal(run_child(one, (const char *[]){"", "--child", "visible", "2", NULL}), 0);
+	assert_int_equal(
+		run_child(all, (const char *[]){"", "--child", "visible", "0", "1", "2", NULL}), 0);
+}
+
+/* bad values: cuInit refuses, saying why */
+static void test_fake_bad_env(void **state)
+{
+	static const struct {
+		const char *devices, *visible, *reason;
+	} bad[] = {
+		{"0", NULL, "1 to 8"},
+		{"9", NULL, "1 to 8"},
+		{"two", NULL, "KVMM_FAKECUDA_DEVICES=\"two\""},
+		{"", NULL, "KVMM_FAKECUDA_DEVICES=\"\""},
+		{"2 ", NULL, "1 to 8"},
+		{NULL, "1", "no device 1"},
+		{"2", "2", "no device 2"},
+		{"2", "0,0", "device 0 is listed twice"},
+		{"2", "0,,1", "item 2 is empty"},
+		{"2", "1,", "item 2 is empty"},
+		{"2", "", "item 1 is empty"},
+		{"2", "-1", "item 1 is not a device index"},
+		{"3", "0,1x", "item 2 is not a device index"},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		char devices[64], visible[64];
+		const char *env[3] = {NULL, NULL, NULL};
+		int n = 0;
+
+		if (bad[i].devices) {
+			snprintf(devices, sizeof(devices), "KVMM_FAKECUDA_DEVICES=%s",
+				 bad[i].devices);
+			env[n++] = devices;
+		}
+		if (bad[i].visible) {
+			snprintf(visible, sizeof(visible), "KVMM_FAKECUDA_VISIBLE=%s",
+				 bad[i].visible);
+			env[n++] = visible;
+		}
+		if (run_child(env,
+			      (const char *[]){"", "--child", "refused", bad[i].reason, NULL})) {
+			print_error(
+				"KVMM_FAKECUDA_DEVICES=%s KVMM_FAKECUDA_VISIBLE=%s: not refused "
+				"for \"%s\"\n",
+				bad[i].devices ? bad[i].devices : "(unset)",
+				bad[i].visible ? bad[i].visible : "(unset)", bad[i].reason);
+			fail();
+		}
+	}
 }
 
 /* ---- the backend ------------------------------------------------------------------------------ */
@@ -770,13 +1338,18 @@ static void test_swap_nvme_tier(void **state)
 	assert_int_equal(kvmm_swapoff(f->pool, 2), 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	const struct CMUnitTest fake_tests[] = {
 		cmocka_unit_test(test_fake_loads),
 		cmocka_unit_test(test_fake_vmm_checks),
 		cmocka_unit_test(test_fake_streams),
 		cmocka_unit_test(test_fake_no_kernels_no_fork),
+		cmocka_unit_test(test_fake_devices),
+		cmocka_unit_test(test_fake_stream_contexts),
+		cmocka_unit_test(test_fake_peer_access),
+		cmocka_unit_test(test_fake_visible),
+		cmocka_unit_test(test_fake_bad_env),
 	};
 	const struct CMUnitTest backend_tests[] = {
 		cmocka_unit_test(test_backend_pool),
@@ -787,8 +1360,15 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_swap_host_tier, swap_setup, swap_teardown),
 		cmocka_unit_test_setup_teardown(test_swap_nvme_tier, swap_setup, swap_teardown),
 	};
+	ssize_t n;
 	int ret;
 
+	n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
+	if (n <= 0)
+		return 1;
+	self_exe[n] = '\0';
+	if (argc >= 3 && !strcmp(argv[1], "--child"))
+		return child_main(argc - 2, argv + 2);
 	ret = cmocka_run_group_tests_name("fakecuda", fake_tests, group_setup, NULL);
 	ret |= cmocka_run_group_tests_name("cuda_backend", backend_tests, backend_setup,
 					   group_teardown);

@@ -378,15 +378,35 @@ static int set_daemon(struct kvmm_config *cfg, size_t idx, const char *val, char
 		cfg->max_clients = (uint32_t)v;
 		return 0;
 	case KVMM_CFG_DEVICE: {
-		char *end;
-		long d;
+		/* N, or N,M,... : a tensor-parallel group mirroring every frame */
+		const char *p = val;
+		unsigned int nr = 0;
 
-		errno = 0;
-		d = strtol(val, &end, 10);
-		if (errno || end == val || *end || d < 0 || d > 1023)
-			return msg(err, len, "device '%s' is not a CUDA device number (0-1023)",
-				   val);
-		cfg->device = (int)d;
+		for (;;) {
+			char *end;
+			long d;
+
+			errno = 0;
+			d = strtol(p, &end, 10);
+			if (errno || end == p || (*end && *end != ',') || d < 0 || d > 1023 ||
+			    *p == '-' || *p == '+' || *p == ' ')
+				return msg(err, len,
+					   "device '%s' is not a CUDA device number (0-1023) or a "
+					   "list of them (0,1,2,3)",
+					   val);
+			for (unsigned int j = 0; j < nr; j++)
+				if (cfg->devices[j] == (int)d)
+					return msg(err, len, "device %ld is named twice in '%s'", d,
+						   val);
+			if (nr == KVMM_CONFIG_MAX_DEVICES)
+				return msg(err, len, "more than %d devices in '%s'",
+					   KVMM_CONFIG_MAX_DEVICES, val);
+			cfg->devices[nr++] = (int)d;
+			if (!*end)
+				break;
+			p = end + 1;
+		}
+		cfg->nr_devices = nr;
 		return 0;
 	}
 	case KVMM_CFG_METRICS: {
@@ -956,6 +976,7 @@ void kvmm_config_init(struct kvmm_config *cfg)
 	cfg->swap.prefetch = 2;
 	cfg->swap.kswapd = true;
 	cfg->page_size = KVMM_CONFIG_DEFAULT_PAGE_SIZE;
+	cfg->nr_devices = 1; /* device 0 */
 	cfg->log_level = KVMM_LOG_DEFAULT_LEVEL;
 	cfg->max_clients = KVMM_CONFIG_DEFAULT_MAX_CLIENTS;
 }
@@ -1161,8 +1182,12 @@ void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
 	if (cfg->socket_path[0])
 		fprintf(f, "socket = \"%s\"\n", cfg->socket_path);
 	fprintf(f, "backend = %s\n", cfg->backend);
-	if (!strcmp(cfg->backend, "cuda"))
-		fprintf(f, "device = %d\n", cfg->device);
+	if (!strcmp(cfg->backend, "cuda")) {
+		fprintf(f, "device = ");
+		for (i = 0; i < cfg->nr_devices; i++)
+			fprintf(f, "%s%d", i ? "," : "", cfg->devices[i]);
+		fprintf(f, "\n");
+	}
 	print_size(f, "page_size", cfg->page_size);
 	if (cfg->chunk_size)
 		print_size(f, "chunk_size", cfg->chunk_size);

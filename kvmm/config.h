@@ -95,11 +95,15 @@ struct kvmm_config_swap {
 	unsigned int section_line;
 };
 
+#define KVMM_CONFIG_MAX_DEVICES 16 /* = KVMM_CUDA_MAX_DEVICES */
+
 struct kvmm_config {
 	char file[KVMM_CONFIG_PATH_LEN * 2];	/* the file read, for messages ("" = none) */
 	char socket_path[KVMM_CONFIG_PATH_LEN]; /* "" until finalize picks the default */
 	char backend[16];
-	int device; /* backend cuda: CUDA device ordinal (default 0) */
+	/* backend cuda: CUDA device ordinals, one or a tensor-parallel group (default 0) */
+	int devices[KVMM_CONFIG_MAX_DEVICES];
+	unsigned int nr_devices;
 	uint64_t page_size;
 	uint64_t chunk_size; /* 0 = the backend's default */
 	uint64_t pool_size;  /* bytes, 0 = unset */

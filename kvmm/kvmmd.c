@@ -108,7 +108,8 @@ static void usage(FILE *f)
 		"$XDG_RUNTIME_DIR/kvmm/kvmmd.sock\n"
 		"                           or /run/kvmm/kvmmd.sock)\n"
 		"      --backend NAME       pool memory: host (default) or cuda (GPU memory)\n"
-		"      --device N           cuda backend: the CUDA device (default 0)\n"
+		"      --device N[,M...]    cuda backend: the CUDA device, or a tensor-parallel\n"
+		"                           group mirroring every frame (default 0)\n"
 		"      --page-size SIZE     bytes per frame, a power of two >= 4K (default 2M)\n"
 		"      --chunk-size SIZE    bytes per shared memory chunk (default 64M)\n"
 		"      --pool-size SIZE     total pool memory (default 1G), or\n"
@@ -446,9 +447,13 @@ static void server_config(const struct kvmm_config *cfg, struct kvmm_ns_config *
 	sc->chunks = kvmm_host_backend_chunks;
 #if CONFIG_KVMM_CUDA
 	if (!strcmp(cfg->backend, "cuda")) {
-		kvmm_cuda_backend_init(&cuda_backend, cfg->device, cfg->chunk_size);
+		/* the config checked the list: no more than the backend takes, none twice */
+		BUILD_BUG_ON(KVMM_CONFIG_MAX_DEVICES > KVMM_CUDA_MAX_DEVICES);
+		kvmm_cuda_backend_init_group(&cuda_backend, cfg->devices, cfg->nr_devices,
+					     cfg->chunk_size);
 		sc->backend = &cuda_backend.ops;
 		sc->chunks = kvmm_cuda_backend_chunks;
+		sc->member = kvmm_cuda_backend_member;
 	}
 #endif
 	sc->max_clients = cfg->max_clients;
@@ -530,8 +535,11 @@ int main(int argc, char **argv)
 	if (!strcmp(cfg->backend, "cuda")) {
 		char why[256];
 
-		if (kvmm_cuda_backend_probe(cfg->device, why, sizeof(why))) {
-			fprintf(stderr, "kvmmd: cuda backend on device %d: %s\n", cfg->device, why);
+		for (i = 0; i < cfg->nr_devices; i++) {
+			if (!kvmm_cuda_backend_probe(cfg->devices[i], why, sizeof(why)))
+				continue;
+			fprintf(stderr, "kvmmd: cuda backend on device %d: %s\n", cfg->devices[i],
+				why);
 			report_startup(&notify_fd, EXIT_FAILURE);
 			free(cfg);
 			return EXIT_FAILURE;

@@ -159,7 +159,7 @@ struct kvmm_backend_ops {
 	/*
 	 * Swap staging, for memory the host cannot address (cuda backend); NULL when frame_addr
 	 * and memcpy serve.  copy_to_host / copy_from_host start copying whole frames
-	 * frames[i] to / from @host + i * page_size, asynchronously on the backend's own stream
+	 * frames[i] to / from @host + i * page_size * nr_devices, asynchronously on the backend's own stream
 	 * (so with pinned @host from host_alloc a swap-out overlaps the next step); sync waits
 	 * for every copy started.  host_alloc returns page-aligned, DMA-able (pinned) memory or
 	 * NULL; host_free frees it.  0 or -errno.
@@ -177,6 +177,14 @@ struct kvmm_backend_ctx {
 	const struct kvmm_backend_ops *ops;
 	uint64_t page_size;
 	uint32_t nframes;
+	/*
+	 * Devices mirroring each frame: 1 (set before init), more for a cuda pool spanning a
+	 * tensor-parallel group, where frame n is page_size bytes on each device (each its own
+	 * shard of the heads).  copy and scrub then act on every device, and the staging hooks
+	 * move a frame as nr_devices * page_size bytes (device d's at d * page_size), which is
+	 * the size of a swap slot (kvmm_frame_bytes()).  frame_addr must be NULL when above 1.
+	 */
+	uint32_t nr_devices;
 	void *priv;
 };
 
@@ -296,6 +304,12 @@ struct kvmm_pool {
 
 int kvmm_pool_create(const struct kvmm_pool_params *params, struct kvmm_pool **out);
 void kvmm_pool_destroy(struct kvmm_pool *pool);
+
+/* Bytes one frame holds over all the devices mirroring it: a swap slot's size. */
+static inline uint64_t kvmm_frame_bytes(const struct kvmm_pool *pool)
+{
+	return pool->page_size * (pool->be.nr_devices ? pool->be.nr_devices : 1);
+}
 
 static inline uint32_t kvmm_page_to_frame(const struct kvmm_pool *pool, const struct kvmm_page *pg)
 {

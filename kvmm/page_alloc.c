@@ -756,9 +756,16 @@ int kvmm_pool_create(const struct kvmm_pool_params *params, struct kvmm_pool **o
 	pool->be.ops = ops;
 	pool->be.page_size = params->page_size;
 	pool->be.nframes = params->nframes;
+	pool->be.nr_devices = 1;
 	ret = ops->init(&pool->be, params->page_size, params->nframes);
 	if (ret)
 		goto out_mutex;
+	if (!pool->be.nr_devices ||
+	    (pool->be.nr_devices > 1 && ops->frame_addr && ops->frame_addr(&pool->be, 0))) {
+		ops->fini(&pool->be); /* a backend bug: mirrored frames have no one host address */
+		ret = -EINVAL;
+		goto out_mutex;
+	}
 
 	*out = pool;
 	return 0;

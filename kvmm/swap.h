@@ -150,7 +150,8 @@ struct kvmm_swap_tier {
 	void *priv;
 	unsigned int id;
 	int priority;
-	uint64_t page_size;
+	uint64_t
+		page_size; /* bytes per slot: kvmm_frame_bytes() of the pool (every device's copy) */
 	uint64_t size;
 	uint64_t nslots;
 	uint64_t nr_used;

@@ -127,8 +127,10 @@ int kvmm_swapon(struct kvmm_pool *pool, const struct kvmm_swap_ops *ops,
 	if (!pool || !ops || !p || !ops->init || !ops->fini || !ops->submit || !ops->flush ||
 	    !ops->poll)
 		return -EINVAL;
-	if (!p->tier || p->tier > KVMM_SWAP_TIER_MAX || !p->size || p->size % pool->page_size ||
-	    p->size / pool->page_size > KVMM_SWAP_SLOT_MAX || p->queue_depth > KVMM_SWAP_QD_MAX)
+	if (!p->tier || p->tier > KVMM_SWAP_TIER_MAX || !p->size ||
+	    p->size % kvmm_frame_bytes(pool) ||
+	    p->size / kvmm_frame_bytes(pool) > KVMM_SWAP_SLOT_MAX ||
+	    p->queue_depth > KVMM_SWAP_QD_MAX)
 		return -EINVAL;
 	if (p->path && strlen(p->path) >= KVMM_PATH_LEN)
 		return -ENAMETOOLONG;
@@ -148,9 +150,9 @@ int kvmm_swapon(struct kvmm_pool *pool, const struct kvmm_swap_ops *ops,
 	t->pool = pool;
 	t->id = p->tier;
 	t->priority = p->priority;
-	t->page_size = pool->page_size;
+	t->page_size = kvmm_frame_bytes(pool); /* a slot: the frame on every device */
 	t->size = p->size;
-	t->nslots = p->size / pool->page_size;
+	t->nslots = p->size / t->page_size;
 	t->nclusters = (uint32_t)DIV_ROUND_UP(t->nslots, (uint64_t)KVMM_SWAP_CLUSTER);
 	t->map = kvmm_calloc(1, bitmap_size(t->nslots));
 	t->cluster_free = kvmm_calloc(t->nclusters, sizeof(*t->cluster_free));

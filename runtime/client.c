@@ -685,7 +685,8 @@ static int client_attach(struct kvmm_client *c, const char *ns, const struct kvm
 		.fmt = *fmt,
 		.flags = (c->features & KVMM_FEAT_RINGS) ? KVMM_ATTACH_F_RINGS : 0,
 	};
-	struct kvmm_iov part = {&req, sizeof(req)};
+	struct kvmm_attach_device dev;
+	struct kvmm_iov part[2] = {{&req, sizeof(req)}, {&dev, sizeof(dev)}};
 	const struct kvmm_msg_hdr *hdr = (const struct kvmm_msg_hdr *)c->rx;
 	struct kvmm_attach_rep rep;
 	struct kvmm_rx rx;
@@ -696,7 +697,20 @@ static int client_attach(struct kvmm_client *c, const char *ns, const struct kvm
 	int err;
 
 	memcpy(req.ns, ns, sizeof(req.ns)); /* ns is the caller's NUL-padded copy */
-	err = kvmm_msg_send(c, KVMM_OP_ATTACH, &part, 1, &seq);
+	/*
+	 * A pool in GPU memory: name our GPU, so that the daemon passes the chunks of the copy
+	 * of the pool on it (a tensor-parallel group mirrors every frame on each of its
+	 * devices), or refuses when it holds none (mapping another GPU's memory would be peer
+	 * access at best).
+	 */
+	if (c->backend == KVMM_BACKEND_CUDA) {
+		err = kvmm_client_cuda_uuid(c, dev.uuid);
+		if (err)
+			return err;
+		req.flags |= KVMM_ATTACH_F_DEVICE;
+	}
+	err = kvmm_msg_send(c, KVMM_OP_ATTACH, part, (req.flags & KVMM_ATTACH_F_DEVICE) ? 2 : 1,
+			    &seq);
 	if (err)
 		return err;
 	err = msg_wait_raw(c, seq, &rx);
@@ -712,6 +726,8 @@ static int client_attach(struct kvmm_client *c, const char *ns, const struct kvm
 		more = hdr->flags & KVMM_MSG_F_MORE;
 		if (hdr->status < 0) {
 			err = hdr->status;
+			if (err == -ENODEV && (req.flags & KVMM_ATTACH_F_DEVICE))
+				kvmm_client_cuda_refused(c); /* our GPU holds no copy of the pool */
 			rx_close_fds(&rx);
 			goto out_fds;
 		}
@@ -749,9 +765,19 @@ static int client_attach(struct kvmm_client *c, const char *ns, const struct kvm
 		err = -EBADMSG;
 		goto out_fds;
 	}
+	/* a daemon before device groups sends zeros: one device, member 0 */
+	if (rep.nr_devices > 1 && rep.nr_devices != c->nr_devices) {
+		err = -EBADMSG;
+		goto out_fds;
+	}
+	if (rep.device_index >= (c->nr_devices ? c->nr_devices : 1)) {
+		err = -EBADMSG;
+		goto out_fds;
+	}
 	c->tokens_per_page = rep.tokens_per_page;
 	c->bytes_per_token = rep.bytes_per_token;
 	c->ns_id = rep.ns_id;
+	c->device_index = rep.device_index;
 	err = client_map(c, &rep, fds, nr_fds);
 out_fds:
 	/* mappings hold the memory; the descriptors are not needed any more */
@@ -860,6 +886,16 @@ uint32_t kvmm_bytes_per_token(const kvmm_client_t *c)
 uint32_t kvmm_nr_frames(const kvmm_client_t *c)
 {
 	return c->nr_frames;
+}
+
+uint32_t kvmm_nr_devices(const kvmm_client_t *c)
+{
+	return c->nr_devices ? c->nr_devices : 1;
+}
+
+uint32_t kvmm_device_index(const kvmm_client_t *c)
+{
+	return c->device_index;
 }
 
 void *kvmm_frame_addr(const kvmm_client_t *c, uint32_t frame)

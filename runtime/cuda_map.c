@@ -16,7 +16,9 @@
  */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "generated/autoconf.h"
 #include "runtime/libkvmm.h"
@@ -126,7 +128,45 @@ out_unmap:
 	return ret;
 }
 
+static void set_why(const char *why)
+{
+	kvmm_cuda_drv_set_why("%s", why);
+}
+
+static int device_uuid(int device, uint8_t uuid[16])
+{
+	const struct kvmm_cuda_drv *d;
+	kvmm_cu_device dev;
+	kvmm_cu_ctx ctx;
+	kvmm_cu_uuid u;
+	kvmm_cu_result r;
+	int ret;
+
+	ret = kvmm_cuda_drv_get_device(device, &dev, &ctx);
+	if (ret)
+		return ret;
+	d = kvmm_cuda_drv_load();
+	r = d->cuDeviceGetUuid(&u, dev);
+	kvmm_cuda_drv_put_device(dev);
+	if (r)
+		return map_fail(r, "cuDeviceGetUuid");
+	memcpy(uuid, u.bytes, sizeof(u.bytes));
+	return 0;
+}
+
 #else /* !CONFIG_KVMM_CUDA */
+
+static int device_uuid(int device, uint8_t uuid[16])
+{
+	(void)device;
+	(void)uuid;
+	return -ENODEV;
+}
+
+static void set_why(const char *why)
+{
+	(void)why; /* never reached: without CUDA there is no UUID to be refused for */
+}
 
 const char *kvmm_cuda_map_why(void)
 {
@@ -185,6 +225,28 @@ int kvmm_client_cuda_map(struct kvmm_client *c, const int *fds, uint32_t nr_chun
 	c->cuda_device = device;
 	c->devbase = devptr;
 	return 0;
+}
+
+int kvmm_client_cuda_uuid(struct kvmm_client *c, uint8_t uuid[16])
+{
+	int device, err;
+
+	err = cuda_device_env(&device);
+	if (err)
+		return err;
+	c->cuda_device = device;
+	return device_uuid(device, uuid);
+}
+
+void kvmm_client_cuda_refused(struct kvmm_client *c)
+{
+	char why[224];
+
+	snprintf(why, sizeof(why),
+		 "this process's CUDA device %d ($KVMM_CUDA_DEVICE) is not one of the daemon's %u "
+		 "device(s) holding the pool: run it on a GPU of kvmmd's --device group",
+		 c->cuda_device, c->nr_devices ? c->nr_devices : 1);
+	set_why(why);
 }
 
 void kvmm_client_cuda_unmap(struct kvmm_client *c)

@@ -60,6 +60,17 @@ uint32_t kvmm_bytes_per_token(const kvmm_client_t *client);
 /* Frames this handle maps (the namespace's pool). */
 uint32_t kvmm_nr_frames(const kvmm_client_t *client);
 /*
+ * Devices mirroring each frame: 1, or the size of the daemon's tensor-parallel group (kvmmd
+ * --device 0,1,...), where frame n is page_size bytes on each device, each holding its shard
+ * of the KV heads (the format given at attach is that shard's).
+ */
+uint32_t kvmm_nr_devices(const kvmm_client_t *client);
+/*
+ * Which member of that group this handle maps (0 .. kvmm_nr_devices() - 1): the one on this
+ * process's GPU ($KVMM_CUDA_DEVICE), whatever its ordinal in the daemon; 0 for host memory.
+ */
+uint32_t kvmm_device_index(const kvmm_client_t *client);
+/*
  * Address of frame in this process, or NULL (errno EINVAL) if it is not a frame we map. A pool
  * in GPU memory (a daemon with --backend cuda) has no host address: NULL, errno EOPNOTSUPP;
  * use kvmm_frame_devptr().

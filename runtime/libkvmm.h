@@ -53,8 +53,9 @@ struct kvmm_client {
 	uint64_t chunk_size;
 	uint32_t nr_chunks;
 	uint32_t ns_id;
-	uint32_t nr_frames; /* frames mapped at base */
-	void *base;	    /* frame n at base + n * page_size */
+	uint32_t nr_frames;    /* frames mapped at base */
+	uint32_t device_index; /* the member of the device group mapped (0: host, one GPU) */
+	void *base;	       /* frame n at base + n * page_size */
 	size_t map_len;
 	/* cuda backend (cuda_map.c): the chunks are mapped on a GPU instead; base stays NULL */
 	struct kvmm_cuda_map *cuda;
@@ -174,6 +175,14 @@ KVMM_INTERNAL int kvmm_mirror_row(struct kvmm_client *c, uint64_t seq, int32_t *
  */
 KVMM_INTERNAL int kvmm_client_cuda_map(struct kvmm_client *c, const int *fds, uint32_t nr_chunks,
 				       uint64_t chunk_size);
+/*
+ * The UUID of the GPU this process maps a cuda-backend pool on ($KVMM_CUDA_DEVICE, default
+ * 0), which ATTACH names so that the daemon passes that device's chunks.  0, -EINVAL (a bad
+ * $KVMM_CUDA_DEVICE), -ENODEV (no driver or no such device: kvmm_cuda_map_why()).
+ */
+KVMM_INTERNAL int kvmm_client_cuda_uuid(struct kvmm_client *c, uint8_t uuid[16]);
+/* The daemon refused the GPU kvmm_client_cuda_uuid named (-ENODEV): say why, for the user. */
+KVMM_INTERNAL void kvmm_client_cuda_refused(struct kvmm_client *c);
 /* Undo kvmm_client_cuda_map (nothing when there is no device mapping). */
 KVMM_INTERNAL void kvmm_client_cuda_unmap(struct kvmm_client *c);
 

@@ -413,6 +413,7 @@ static void verb_status(int fd)
 static void verb_meminfo(int fd)
 {
 	const char *l = NULL;
+	long long group = 1;
 	char *t;
 
 	if (print_verbatim(fd, "meminfo", KVMM_OP_MEMINFO, 0, 0))
@@ -422,7 +423,7 @@ static void verb_meminfo(int fd)
 	       "shared", "free", "limit", "avail");
 	while ((l = ctl_next(t, "Namespace", l))) {
 		char name[64], b[7][24];
-		long long ps = ctl_tag(l, "PageSize");
+		long long ps = ctl_tag(l, "PageSize"), nd = ctl_tag(l, "Devices");
 		uint64_t total = (uint64_t)ctl_tag(l, "Total"), used = (uint64_t)ctl_tag(l, "Used");
 		uint64_t cached = (uint64_t)ctl_tag(l, "Cached");
 		uint64_t nfree = (uint64_t)ctl_tag(l, "Free") + (uint64_t)ctl_tag(l, "Magazines");
@@ -434,6 +435,11 @@ static void verb_meminfo(int fd)
 			avail = avail < limit - used ? avail : limit - used;
 		else if (limit <= used)
 			avail = 0;
+		/* a frame mirrored on a tensor-parallel group takes PageSize on each device */
+		if (nd > 1 && ps > 0) {
+			ps *= nd;
+			group = nd;
+		}
 		ctl_first(l, name, sizeof(name));
 		printf("%-16s %9s %9s %9s %9s %9s %9s %9s\n", name,
 		       ctl_size(total, (uint64_t)ps, b[0], 24),
@@ -444,6 +450,8 @@ static void verb_meminfo(int fd)
 		       ctl_size(limit, (uint64_t)ps, b[5], 24),
 		       ctl_size(avail, (uint64_t)ps, b[6], 24));
 	}
+	if (group > 1)
+		printf("(sizes are over the %lld devices that each hold every frame)\n", group);
 	free(t);
 }
 
@@ -485,16 +493,17 @@ static void verb_clients(int fd)
 	if (print_verbatim(fd, "clients", KVMM_OP_CLIENTS, ctl.client, 0))
 		return;
 	t = read_or_die(fd, "clients", KVMM_OP_CLIENTS, 0, ctl.client, 0);
-	printf("%6s %-16s %8s %6s %-9s %-16s %6s %8s %10s\n", "ID", "NAME", "PID", "UID", "STATE",
-	       "NAMESPACE", "SEQS", "BLOCKS", "REQUESTS");
+	printf("%6s %-16s %8s %6s %-9s %-16s %3s %6s %8s %10s\n", "ID", "NAME", "PID", "UID",
+	       "STATE", "NAMESPACE", "DEV", "SEQS", "BLOCKS", "REQUESTS");
 	while ((l = ctl_next(t, "Client", l))) {
 		char id[16], name[40], st[16], ns[40];
 
-		printf("%6s %-16s %8llu %6llu %-9s %-16s %6llu %8llu %10llu\n",
+		/* DEV: the member of a tensor-parallel device group it maps (0 otherwise) */
+		printf("%6s %-16s %8llu %6llu %-9s %-16s %3llu %6llu %8llu %10llu\n",
 		       ctl_first(l, id, sizeof(id)), ctl_kv(l, "name", name, sizeof(name)),
 		       ctl_kvu(l, "pid"), ctl_kvu(l, "uid"), ctl_kv(l, "state", st, sizeof(st)),
-		       ctl_kv(l, "ns", ns, sizeof(ns)), ctl_kvu(l, "seqs"), ctl_kvu(l, "blocks"),
-		       ctl_kvu(l, "requests"));
+		       ctl_kv(l, "ns", ns, sizeof(ns)), ctl_kvu(l, "device"), ctl_kvu(l, "seqs"),
+		       ctl_kvu(l, "blocks"), ctl_kvu(l, "requests"));
 	}
 	free(t);
 }

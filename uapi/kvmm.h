@@ -28,7 +28,9 @@
  *      plane (KVMM_ATTACH_F_RINGS, struct kvmm_shm_hdr and the ring, mirror and magazine
  *      areas after it, shm fd then eventfd first in ATTACH's descriptors); PREFETCH;
  *      SEQ_APPEND_FRAMES (append into frames popped from the magazine) and the magazine
- *      head moved by compare-and-swap on both sides, daemon top-ups below the low mark.
+ *      head moved by compare-and-swap on both sides, daemon top-ups below the low mark;
+ *      tensor-parallel groups: KVMM_ATTACH_F_DEVICE + struct kvmm_attach_device,
+ *      attach_rep.device_index and nr_devices.
  */
 #ifndef KVMM_UAPI_KVMM_H
 #define KVMM_UAPI_KVMM_H
@@ -843,6 +845,14 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_hello_rep, max_msg, 44);
  * descriptors: with the data plane (shm_size != 0), the client's shared-memory region (rings,
  * page tables, magazine) first and its doorbell eventfd second; then the pool chunks of the
  * namespace in chunk order, each mapped at base + i * chunk_size.
+ *
+ * A cuda-backend pool may span a tensor-parallel group of hello_rep.nr_devices GPUs with
+ * mirrored frames: frame n is page_size bytes at base + n * page_size on each device of the
+ * group (each holding its own shard of the KV heads; the format a client registers is its
+ * device's shard).  The chunks passed are those of one member of the group: the one whose
+ * device UUID the request names (KVMM_ATTACH_F_DEVICE, struct kvmm_attach_device after the
+ * request; -ENODEV when no member is that device), else member 0.  attach_rep.device_index
+ * says which member was passed.
  */
 struct kvmm_attach_req {
 	char ns[KVMM_NAME_LEN]; /* namespace, kvmm_name_check() */
@@ -856,6 +866,12 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_req, fmt, 32);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_req, flags, 56);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_req, ring_entries, 60);
 
+/* After struct kvmm_attach_req when KVMM_ATTACH_F_DEVICE is set. */
+struct kvmm_attach_device {
+	uint8_t uuid[16]; /* the CUDA device (cuDeviceGetUuid) whose member of the group to map */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_attach_device, 16);
+
 struct kvmm_attach_rep {
 	uint32_t tokens_per_page; /* page_size / bytes_per_token, rounded down */
 	uint32_t bytes_per_token; /* K and V of all layers, quantization scales included */
@@ -867,8 +883,10 @@ struct kvmm_attach_rep {
 	uint32_t ring_entries;	  /* SQ/CQ entries granted, 0 without KVMM_FEAT_RINGS */
 	uint32_t mag_size;	  /* magazine capacity in frames */
 	uint32_t nr_frames;	  /* frames of the namespace's pool (frame numbers < this) */
+	uint32_t device_index;	  /* the group member whose chunks are passed (0: host, 1 GPU) */
+	uint32_t nr_devices;	  /* devices mirroring each frame (hello_rep.nr_devices) */
 };
-KVMM_ABI_ASSERT_SIZE(struct kvmm_attach_rep, 48);
+KVMM_ABI_ASSERT_SIZE(struct kvmm_attach_rep, 56);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, tokens_per_page, 0);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, bytes_per_token, 4);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, chunk_size, 8);
@@ -879,6 +897,8 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, nr_fds, 32);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, ring_entries, 36);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, mag_size, 40);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, nr_frames, 44);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, device_index, 48);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_rep, nr_devices, 52);
 
 /* ---- Sequence and memory payloads ---------------------------------------------------- */
 
@@ -1183,7 +1203,9 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_mag_rep, nr_held, 4);
 #define KVMM_SHM_ALIGN 64 /* offsets and ring index words: cache-line aligned */
 
 #define KVMM_ATTACH_F_RINGS (1U << 0) /* attach_req.flags: create the data plane (FEAT_RINGS) */
-#define KVMM_ATTACH_F_ALL_V0 KVMM_ATTACH_F_RINGS
+/* attach_req.flags: a struct kvmm_attach_device follows the request (a cuda-backend pool) */
+#define KVMM_ATTACH_F_DEVICE (1U << 1)
+#define KVMM_ATTACH_F_ALL_V0 (KVMM_ATTACH_F_RINGS | KVMM_ATTACH_F_DEVICE)
 
 #define KVMM_RING_DEFAULT_ENTRIES 256
 #define KVMM_RING_MIN_ENTRIES 8

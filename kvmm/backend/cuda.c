@@ -28,19 +28,28 @@
 #include "kernels/cuda/cuda_drv.h"
 #include "kvmm/backend/cuda.h"
 
+/* one device of the group: its chunks, mapped back to back at base */
+struct cuda_dev {
+	int ordinal;
+	bool have_dev; /* primary context retained */
+	kvmm_cu_device dev;
+	kvmm_cu_ctx ctx;
+	kvmm_cu_stream stream; /* copies, scrub and swap staging */
+	kvmm_cu_ptr base;      /* frame 0 */
+	uint32_t nr_mapped;
+	kvmm_cu_mem_handle *handles;
+	uint8_t uuid[16];
+};
+
 /* per pool: struct kvmm_backend_ctx.priv */
 struct cuda_mem {
 	const struct kvmm_cuda_drv *d;
-	kvmm_cu_device dev;
-	kvmm_cu_ctx ctx;
-	kvmm_cu_stream stream; /* swap staging */
-	kvmm_cu_ptr base;      /* frame 0 */
 	uint64_t chunk_size;
-	uint64_t reserved; /* nr_chunks * chunk_size */
-	uint32_t nr_chunks;
-	uint32_t nr_mapped;
-	int *fds;
-	kvmm_cu_mem_handle *handles;
+	uint64_t reserved;  /* nr_chunks * chunk_size, on each device */
+	uint32_t nr_chunks; /* per device */
+	uint32_t nr_devs;
+	int *fds; /* nr_devs * nr_chunks, member-major */
+	struct cuda_dev devs[];
 };
 
 static int cu_fail(kvmm_cu_result r, const char *what)
@@ -113,100 +122,176 @@ static void cuda_teardown(struct cuda_mem *cm)
 {
 	const struct kvmm_cuda_drv *d = cm->d;
 
-	d->cuCtxSetCurrent(cm->ctx);
-	if (cm->stream) {
-		d->cuStreamSynchronize(cm->stream);
-		d->cuStreamDestroy(cm->stream);
+	for (uint32_t k = 0; k < cm->nr_devs; k++) {
+		struct cuda_dev *cd = &cm->devs[k];
+
+		if (!cd->have_dev)
+			continue;
+		d->cuCtxSetCurrent(cd->ctx);
+		if (cd->stream) {
+			d->cuStreamSynchronize(cd->stream);
+			d->cuStreamDestroy(cd->stream);
+		}
+		for (uint32_t i = 0; i < cd->nr_mapped; i++)
+			d->cuMemUnmap(cd->base + (uint64_t)i * cm->chunk_size, cm->chunk_size);
+		for (uint32_t i = 0; cd->handles && i < cm->nr_chunks; i++)
+			if (cd->handles[i])
+				d->cuMemRelease(cd->handles[i]);
+		if (cd->base)
+			d->cuMemAddressFree(cd->base, cm->reserved);
+		kvmm_cuda_drv_put_device(cd->dev);
+		free(cd->handles);
 	}
-	for (uint32_t i = 0; i < cm->nr_mapped; i++)
-		d->cuMemUnmap(cm->base + (uint64_t)i * cm->chunk_size, cm->chunk_size);
-	for (uint32_t i = 0; i < cm->nr_chunks; i++) {
-		if (cm->handles && cm->handles[i])
-			d->cuMemRelease(cm->handles[i]);
-		if (cm->fds && cm->fds[i] >= 0)
+	for (uint64_t i = 0; cm->fds && i < (uint64_t)cm->nr_devs * cm->nr_chunks; i++)
+		if (cm->fds[i] >= 0)
 			close(cm->fds[i]);
-	}
-	if (cm->base)
-		d->cuMemAddressFree(cm->base, cm->reserved);
-	kvmm_cuda_drv_put_device(cm->dev);
-	free(cm->handles);
 	free(cm->fds);
 	free(cm);
 }
 
-static int create_chunk(struct cuda_mem *cm, uint32_t i, const struct kvmm_cu_mem_alloc_prop *p)
+static int create_chunk(struct cuda_mem *cm, struct cuda_dev *cd, int *fdp, uint32_t i,
+			const struct kvmm_cu_mem_alloc_prop *p)
 {
 	const struct kvmm_cuda_drv *d = cm->d;
 	kvmm_cu_result r;
 	int fd = -1;
 
-	r = d->cuMemCreate(&cm->handles[i], cm->chunk_size, p, 0);
+	r = d->cuMemCreate(&cd->handles[i], cm->chunk_size, p, 0);
 	if (r) {
-		cm->handles[i] = 0;
+		cd->handles[i] = 0;
 		return cu_fail(r, "cuMemCreate");
 	}
-	r = d->cuMemExportToShareableHandle(&fd, cm->handles[i],
+	r = d->cuMemExportToShareableHandle(&fd, cd->handles[i],
 					    KVMM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
 	if (r)
 		return cu_fail(r, "cuMemExportToShareableHandle");
-	cm->fds[i] = fd;
+	*fdp = fd;
 	/* like the host backend's memfds: never inherited by a program kvmmd might exec */
 	if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
 		return -errno;
-	r = d->cuMemMap(cm->base + (uint64_t)i * cm->chunk_size, cm->chunk_size, 0, cm->handles[i],
+	r = d->cuMemMap(cd->base + (uint64_t)i * cm->chunk_size, cm->chunk_size, 0, cd->handles[i],
 			0);
 	if (r)
 		return cu_fail(r, "cuMemMap");
-	cm->nr_mapped = i + 1;
+	cd->nr_mapped = i + 1;
+	return 0;
+}
+
+/* Open member @cd's device: context, checks, UUID, allocation granularity into @gran. */
+static int open_device(struct cuda_mem *cm, struct cuda_dev *cd, size_t *gran)
+{
+	struct kvmm_cu_mem_alloc_prop prop;
+	kvmm_cu_uuid uuid;
+	kvmm_cu_result r;
+	int ret;
+
+	ret = kvmm_cuda_drv_get_device(cd->ordinal, &cd->dev, &cd->ctx);
+	if (ret) {
+		kvmm_err("cuda backend: device %d: %s", cd->ordinal, kvmm_cuda_drv_why());
+		return ret;
+	}
+	cd->have_dev = true;
+	cm->d = kvmm_cuda_drv_load();
+	ret = check_device(cm->d, cd->dev, cd->ordinal);
+	if (ret) {
+		kvmm_err("cuda backend: %s", kvmm_cuda_drv_why());
+		return ret;
+	}
+	r = cm->d->cuDeviceGetUuid(&uuid, cd->dev);
+	if (r)
+		return cu_fail(r, "cuDeviceGetUuid");
+	memcpy(cd->uuid, uuid.bytes, sizeof(cd->uuid));
+	alloc_prop(&prop, cd->ordinal);
+	*gran = 0;
+	r = cm->d->cuMemGetAllocationGranularity(gran, &prop,
+						 KVMM_CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+	if (r || !*gran)
+		return r ? cu_fail(r, "cuMemGetAllocationGranularity") : -EIO;
+	return 0;
+}
+
+/* Reserve, create, export and map member @k's chunks; grant access; its stream. */
+static int map_device(struct cuda_mem *cm, uint32_t k)
+{
+	struct cuda_dev *cd = &cm->devs[k];
+	struct kvmm_cu_mem_alloc_prop prop;
+	struct kvmm_cu_mem_access_desc acc;
+	kvmm_cu_result r;
+	int ret;
+
+	r = cm->d->cuCtxSetCurrent(cd->ctx);
+	if (r)
+		return cu_fail(r, "cuCtxSetCurrent");
+	cd->handles = calloc(cm->nr_chunks, sizeof(*cd->handles));
+	if (!cd->handles)
+		return -ENOMEM;
+	r = cm->d->cuMemAddressReserve(&cd->base, cm->reserved, 0, 0, 0);
+	if (r) {
+		cd->base = 0;
+		return cu_fail(r, "cuMemAddressReserve");
+	}
+	alloc_prop(&prop, cd->ordinal);
+	for (uint32_t i = 0; i < cm->nr_chunks; i++) {
+		ret = create_chunk(cm, cd, &cm->fds[(uint64_t)k * cm->nr_chunks + i], i, &prop);
+		if (ret)
+			return ret;
+	}
+	memset(&acc, 0, sizeof(acc));
+	acc.location.type = KVMM_CU_MEM_LOCATION_TYPE_DEVICE;
+	acc.location.id = cd->ordinal;
+	acc.flags = KVMM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	r = cm->d->cuMemSetAccess(cd->base, cm->reserved, &acc, 1);
+	if (r)
+		return cu_fail(r, "cuMemSetAccess");
+	r = cm->d->cuStreamCreate(&cd->stream, KVMM_CU_STREAM_NON_BLOCKING);
+	if (r) {
+		cd->stream = NULL;
+		return cu_fail(r, "cuStreamCreate");
+	}
 	return 0;
 }
 
 static int cuda_setup(struct kvmm_backend_ctx *be, uint64_t page_size, uint32_t nframes,
-		      int ordinal, uint64_t want_chunk)
+		      const struct kvmm_cuda_backend *cb)
 {
-	struct kvmm_cu_mem_alloc_prop prop;
-	struct kvmm_cu_mem_access_desc acc;
 	struct cuda_mem *cm;
-	uint64_t bytes, unit, cs, nr;
-	size_t gran = 0;
-	kvmm_cu_result r;
-	int ret;
+	uint64_t bytes, unit = 0, cs, nr, nfds;
+	int ret = 0;
 
-	if (!page_size || !nframes || check_mul_overflow(page_size, (uint64_t)nframes, &bytes))
+	if (!page_size || !nframes || !cb->nr_devices || cb->nr_devices > KVMM_CUDA_MAX_DEVICES ||
+	    check_mul_overflow(page_size, (uint64_t)nframes, &bytes))
 		return -EINVAL;
-	cm = calloc(1, sizeof(*cm));
+	cm = calloc(1, sizeof(*cm) + cb->nr_devices * sizeof(cm->devs[0]));
 	if (!cm)
 		return -ENOMEM;
-	ret = kvmm_cuda_drv_get_device(ordinal, &cm->dev, &cm->ctx);
-	if (ret) {
-		kvmm_err("cuda backend: %s", kvmm_cuda_drv_why());
-		free(cm);
-		return ret;
-	}
-	cm->d = kvmm_cuda_drv_load();
-	ret = check_device(cm->d, cm->dev, ordinal);
-	if (ret) {
-		kvmm_err("cuda backend: %s", kvmm_cuda_drv_why());
-		kvmm_cuda_drv_put_device(cm->dev);
-		free(cm);
-		return ret;
-	}
-	alloc_prop(&prop, ordinal);
-	r = cm->d->cuMemGetAllocationGranularity(&gran, &prop,
-						 KVMM_CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-	if (r || !gran) {
-		ret = r ? cu_fail(r, "cuMemGetAllocationGranularity") : -EIO;
-		kvmm_cuda_drv_put_device(cm->dev);
-		free(cm);
-		return ret;
+	cm->nr_devs = cb->nr_devices;
+	for (uint32_t k = 0; k < cm->nr_devs; k++) {
+		size_t gran;
+
+		cm->devs[k].ordinal = cb->devices[k];
+		ret = open_device(cm, &cm->devs[k], &gran);
+		if (ret)
+			goto out_teardown;
+		/* chunks are whole pages and whole granules of every device: lcm of them all */
+		if (!unit)
+			unit = page_size / gcd64(page_size, gran) * gran;
+		else
+			unit = unit / gcd64(unit, gran) * gran;
+		for (uint32_t j = 0; j < k; j++) {
+			if (!memcmp(cm->devs[j].uuid, cm->devs[k].uuid, 16)) {
+				kvmm_cuda_drv_set_why("CUDA devices %d and %d are the same GPU",
+						      cm->devs[j].ordinal, cm->devs[k].ordinal);
+				kvmm_err("cuda backend: %s", kvmm_cuda_drv_why());
+				ret = -EINVAL;
+				goto out_teardown;
+			}
+		}
 	}
 
-	/* chunks are whole pages and whole granules: a multiple of lcm(page_size, gran) */
-	unit = page_size / gcd64(page_size, gran) * gran;
-	if (want_chunk) {
-		if (want_chunk % unit)
+	if (cb->chunk_size) {
+		if (cb->chunk_size % unit)
 			ret = -EINVAL;
-		cs = want_chunk;
+		cs = cb->chunk_size;
 	} else {
 		cs = round_up64(KVMM_CUDA_CHUNK_DEFAULT, unit);
 		/* a large pool (a whole GPU) gets larger chunks: ATTACH passes every fd at once */
@@ -215,54 +300,33 @@ static int cuda_setup(struct kvmm_backend_ctx *be, uint64_t page_size, uint32_t 
 		cs = min(cs, round_up64(bytes, unit)); /* no bigger than the pool */
 	}
 	nr = DIV_ROUND_UP(bytes, cs);
-	if (ret || nr > UINT32_MAX || check_mul_overflow(nr, cs, &cm->reserved)) {
-		kvmm_cuda_drv_put_device(cm->dev);
-		free(cm);
-		return -EINVAL;
+	if (ret || nr > UINT32_MAX || check_mul_overflow(nr, cs, &cm->reserved) ||
+	    check_mul_overflow(nr, (uint64_t)cm->nr_devs, &nfds) || nfds > INT32_MAX) {
+		ret = -EINVAL;
+		goto out_teardown;
 	}
 	cm->chunk_size = cs;
 	cm->nr_chunks = (uint32_t)nr;
-	cm->fds = malloc(nr * sizeof(int));
-	cm->handles = calloc(nr, sizeof(*cm->handles));
-	if (!cm->fds || !cm->handles) {
+	cm->fds = malloc(nfds * sizeof(int));
+	if (!cm->fds) {
 		ret = -ENOMEM;
 		goto out_teardown;
 	}
-	for (uint32_t i = 0; i < cm->nr_chunks; i++)
+	for (uint64_t i = 0; i < nfds; i++)
 		cm->fds[i] = -1;
-
-	r = cm->d->cuMemAddressReserve(&cm->base, cm->reserved, 0, 0, 0);
-	if (r) {
-		cm->base = 0;
-		ret = cu_fail(r, "cuMemAddressReserve");
-		goto out_teardown;
-	}
-	for (uint32_t i = 0; i < cm->nr_chunks; i++) {
-		ret = create_chunk(cm, i, &prop);
+	for (uint32_t k = 0; k < cm->nr_devs; k++) {
+		ret = map_device(cm, k);
 		if (ret)
 			goto out_teardown;
 	}
-	memset(&acc, 0, sizeof(acc));
-	acc.location.type = KVMM_CU_MEM_LOCATION_TYPE_DEVICE;
-	acc.location.id = ordinal;
-	acc.flags = KVMM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-	r = cm->d->cuMemSetAccess(cm->base, cm->reserved, &acc, 1);
-	if (r) {
-		ret = cu_fail(r, "cuMemSetAccess");
-		goto out_teardown;
-	}
-	r = cm->d->cuStreamCreate(&cm->stream, KVMM_CU_STREAM_NON_BLOCKING);
-	if (r) {
-		cm->stream = NULL;
-		ret = cu_fail(r, "cuStreamCreate");
-		goto out_teardown;
-	}
 	be->page_size = page_size;
 	be->nframes = nframes;
+	be->nr_devices = cm->nr_devs;
 	be->priv = cm;
-	kvmm_debug("cuda backend: device %d, %u frames of %llu bytes in %u chunks of %llu bytes",
-		   ordinal, nframes, (unsigned long long)page_size, cm->nr_chunks,
-		   (unsigned long long)cs);
+	kvmm_debug("cuda backend: %u device(s) from %d, %u frames of %llu bytes in %u chunks of "
+		   "%llu bytes each",
+		   cm->nr_devs, cm->devs[0].ordinal, nframes, (unsigned long long)page_size,
+		   cm->nr_chunks, (unsigned long long)cs);
 	return 0;
 
 out_teardown:
@@ -274,7 +338,7 @@ static int cuda_init(struct kvmm_backend_ctx *be, uint64_t page_size, uint32_t n
 {
 	const struct kvmm_cuda_backend *cb = container_of(be->ops, struct kvmm_cuda_backend, ops);
 
-	return cuda_setup(be, page_size, nframes, cb->device, cb->chunk_size);
+	return cuda_setup(be, page_size, nframes, cb);
 }
 
 static void cuda_fini(struct kvmm_backend_ctx *be)
@@ -284,19 +348,17 @@ static void cuda_fini(struct kvmm_backend_ctx *be)
 	be->priv = NULL;
 }
 
-/* the pool's memory, current in this thread; NULL for a bad call */
-static struct cuda_mem *enter(struct kvmm_backend_ctx *be)
+/* Member @k's context current in this thread; 0 or -errno (recorded) */
+static int enter_dev(struct cuda_mem *cm, uint32_t k)
 {
-	struct cuda_mem *cm = be->priv;
+	kvmm_cu_result r = cm->d->cuCtxSetCurrent(cm->devs[k].ctx);
 
-	if (!cm || cm->d->cuCtxSetCurrent(cm->ctx))
-		return NULL;
-	return cm;
+	return r ? cu_fail(r, "cuCtxSetCurrent") : 0;
 }
 
-static kvmm_cu_ptr frame_ptr(struct kvmm_backend_ctx *be, uint32_t frame)
+static kvmm_cu_ptr frame_ptr(struct kvmm_backend_ctx *be, const struct cuda_dev *cd, uint32_t frame)
 {
-	return ((struct cuda_mem *)be->priv)->base + (uint64_t)frame * be->page_size;
+	return cd->base + (uint64_t)frame * be->page_size;
 }
 
 /* device memory: no host address */
@@ -307,46 +369,85 @@ static void *cuda_frame_addr(struct kvmm_backend_ctx *be, uint32_t frame)
 	return NULL;
 }
 
+/* Wait for every member's stream; the first error. */
+static int sync_all(struct cuda_mem *cm, const char *what)
+{
+	int ret = 0;
+
+	for (uint32_t k = 0; k < cm->nr_devs; k++) {
+		kvmm_cu_result r;
+		int err = enter_dev(cm, k);
+
+		if (!err) {
+			r = cm->d->cuStreamSynchronize(cm->devs[k].stream);
+			err = r ? cu_fail(r, what) : 0;
+		}
+		if (!ret)
+			ret = err;
+	}
+	return ret;
+}
+
+/* Every member copies the frame on its own device, in parallel; then all are waited for. */
 static int cuda_copy(struct kvmm_backend_ctx *be, uint32_t dst, uint32_t src, uint64_t bytes)
 {
-	struct cuda_mem *cm = enter(be);
-	kvmm_cu_result r;
+	struct cuda_mem *cm = be->priv;
+	int ret = 0;
 
 	if (!cm || dst >= be->nframes || src >= be->nframes || bytes > be->page_size)
 		return -EINVAL;
 	if (dst == src || !bytes)
 		return 0;
-	r = cm->d->cuMemcpyDtoDAsync(frame_ptr(be, dst), frame_ptr(be, src), bytes, cm->stream);
-	if (!r)
-		r = cm->d->cuStreamSynchronize(cm->stream);
-	return r ? cu_fail(r, "copy (cuMemcpyDtoDAsync)") : 0;
+	for (uint32_t k = 0; !ret && k < cm->nr_devs; k++) {
+		struct cuda_dev *cd = &cm->devs[k];
+		kvmm_cu_result r;
+
+		ret = enter_dev(cm, k);
+		if (ret)
+			break;
+		r = cm->d->cuMemcpyDtoDAsync(frame_ptr(be, cd, dst), frame_ptr(be, cd, src), bytes,
+					     cd->stream);
+		if (r)
+			ret = cu_fail(r, "copy (cuMemcpyDtoDAsync)");
+	}
+	/* wait for what was started even after a failure: nothing may run on behind our back */
+	return sync_all(cm, "copy (cuStreamSynchronize)") ?: ret;
 }
 
 static int cuda_scrub(struct kvmm_backend_ctx *be, uint32_t frame)
 {
-	struct cuda_mem *cm = enter(be);
-	kvmm_cu_result r;
+	struct cuda_mem *cm = be->priv;
+	int ret = 0;
 
 	if (!cm || frame >= be->nframes)
 		return -EINVAL;
 	/*
-	 * cuMemsetD8 runs on the legacy stream, which does not wait for our non-blocking one:
-	 * a staging copy still in flight there could read the frame after the scrub, or write
-	 * it after.  So finish those first, then wait for the memset, which orders the scrub
-	 * before any later use.
+	 * cuMemsetD8 runs on the device's legacy stream, which does not wait for our
+	 * non-blocking one: a staging copy still in flight there could read the frame after the
+	 * scrub, or write it after.  So on each member finish those first, then wait for the
+	 * memset, which orders the scrub before any later use.
 	 */
-	r = cm->d->cuStreamSynchronize(cm->stream);
-	if (!r)
-		r = cm->d->cuMemsetD8(frame_ptr(be, frame), 0, be->page_size);
-	if (!r)
-		r = cm->d->cuStreamSynchronize(NULL);
-	return r ? cu_fail(r, "scrub (cuMemsetD8)") : 0;
+	for (uint32_t k = 0; !ret && k < cm->nr_devs; k++) {
+		kvmm_cu_result r;
+
+		ret = enter_dev(cm, k);
+		if (ret)
+			break;
+		r = cm->d->cuStreamSynchronize(cm->devs[k].stream);
+		if (!r)
+			r = cm->d->cuMemsetD8(frame_ptr(be, &cm->devs[k], frame), 0, be->page_size);
+		if (!r)
+			r = cm->d->cuStreamSynchronize(NULL);
+		if (r)
+			ret = cu_fail(r, "scrub (cuMemsetD8)");
+	}
+	return ret;
 }
 
 static int check_frames(struct kvmm_backend_ctx *be, const void *host, const uint32_t *frames,
 			uint32_t nr)
 {
-	if (nr && (!host || !frames))
+	if (!be->priv || (nr && (!host || !frames)))
 		return -EINVAL;
 	for (uint32_t i = 0; i < nr; i++)
 		if (frames[i] >= be->nframes)
@@ -354,19 +455,30 @@ static int check_frames(struct kvmm_backend_ctx *be, const void *host, const uin
 	return 0;
 }
 
+/*
+ * Staging: frame frames[i] is nr_devs * page_size bytes at @host + i * that, member k's
+ * copy at k * page_size.  Each member's copies go on its own stream (the devices' copy
+ * engines work in parallel); sync waits for all.
+ */
 static int cuda_copy_to_host(struct kvmm_backend_ctx *be, void *host, const uint32_t *frames,
 			     uint32_t nr)
 {
-	struct cuda_mem *cm = enter(be);
-	int ret = cm ? check_frames(be, host, frames, nr) : -EINVAL;
+	struct cuda_mem *cm = be->priv;
+	int ret = check_frames(be, host, frames, nr);
 
-	for (uint32_t i = 0; !ret && i < nr; i++) {
-		kvmm_cu_result r = cm->d->cuMemcpyDtoHAsync(
-			(char *)host + (uint64_t)i * be->page_size, frame_ptr(be, frames[i]),
-			be->page_size, cm->stream);
+	for (uint32_t k = 0; !ret && nr && k < cm->nr_devs; k++) {
+		struct cuda_dev *cd = &cm->devs[k];
 
-		if (r)
-			ret = cu_fail(r, "swap-out copy (cuMemcpyDtoHAsync)");
+		ret = enter_dev(cm, k);
+		for (uint32_t i = 0; !ret && i < nr; i++) {
+			uint64_t off = ((uint64_t)i * cm->nr_devs + k) * be->page_size;
+			kvmm_cu_result r = cm->d->cuMemcpyDtoHAsync((char *)host + off,
+								    frame_ptr(be, cd, frames[i]),
+								    be->page_size, cd->stream);
+
+			if (r)
+				ret = cu_fail(r, "swap-out copy (cuMemcpyDtoHAsync)");
+		}
 	}
 	return ret;
 }
@@ -374,42 +486,52 @@ static int cuda_copy_to_host(struct kvmm_backend_ctx *be, void *host, const uint
 static int cuda_copy_from_host(struct kvmm_backend_ctx *be, const uint32_t *frames,
 			       const void *host, uint32_t nr)
 {
-	struct cuda_mem *cm = enter(be);
-	int ret = cm ? check_frames(be, host, frames, nr) : -EINVAL;
+	struct cuda_mem *cm = be->priv;
+	int ret = check_frames(be, host, frames, nr);
 
-	for (uint32_t i = 0; !ret && i < nr; i++) {
-		kvmm_cu_result r = cm->d->cuMemcpyHtoDAsync(
-			frame_ptr(be, frames[i]), (const char *)host + (uint64_t)i * be->page_size,
-			be->page_size, cm->stream);
+	for (uint32_t k = 0; !ret && nr && k < cm->nr_devs; k++) {
+		struct cuda_dev *cd = &cm->devs[k];
 
-		if (r)
-			ret = cu_fail(r, "swap-in copy (cuMemcpyHtoDAsync)");
+		ret = enter_dev(cm, k);
+		for (uint32_t i = 0; !ret && i < nr; i++) {
+			uint64_t off = ((uint64_t)i * cm->nr_devs + k) * be->page_size;
+			kvmm_cu_result r = cm->d->cuMemcpyHtoDAsync(frame_ptr(be, cd, frames[i]),
+								    (const char *)host + off,
+								    be->page_size, cd->stream);
+
+			if (r)
+				ret = cu_fail(r, "swap-in copy (cuMemcpyHtoDAsync)");
+		}
 	}
 	return ret;
 }
 
 static int cuda_sync(struct kvmm_backend_ctx *be)
 {
-	struct cuda_mem *cm = enter(be);
-	kvmm_cu_result r;
+	struct cuda_mem *cm = be->priv;
 
 	if (!cm)
 		return -EINVAL;
-	r = cm->d->cuStreamSynchronize(cm->stream);
-	return r ? cu_fail(r, "swap copy (cuStreamSynchronize)") : 0;
+	return sync_all(cm, "swap copy (cuStreamSynchronize)");
 }
 
 static void *cuda_host_alloc(struct kvmm_backend_ctx *be, uint64_t bytes)
 {
-	struct cuda_mem *cm = enter(be);
+	struct cuda_mem *cm = be->priv;
 	void *p = NULL;
 	kvmm_cu_result r;
+	int err;
 
 	if (!cm || !bytes) {
 		errno = EINVAL;
 		return NULL;
 	}
-	/* portable: pinned for every context, whatever thread later copies */
+	err = enter_dev(cm, 0);
+	if (err) {
+		errno = -err;
+		return NULL;
+	}
+	/* portable: pinned for every context (every member's), whatever thread later copies */
 	r = cm->d->cuMemHostAlloc(&p, bytes, KVMM_CU_MEMHOSTALLOC_PORTABLE);
 	if (r) {
 		errno = -cu_fail(r, "staging buffer (cuMemHostAlloc)");
@@ -420,10 +542,10 @@ static void *cuda_host_alloc(struct kvmm_backend_ctx *be, uint64_t bytes)
 
 static void cuda_host_free(struct kvmm_backend_ctx *be, void *host, uint64_t bytes)
 {
-	struct cuda_mem *cm = enter(be);
+	struct cuda_mem *cm = be->priv;
 
 	(void)bytes;
-	if (cm && host)
+	if (cm && host && !enter_dev(cm, 0))
 		cm->d->cuMemFreeHost(host);
 }
 
@@ -443,9 +565,29 @@ static const struct kvmm_backend_ops cuda_ops = {
 
 void kvmm_cuda_backend_init(struct kvmm_cuda_backend *cb, int device, uint64_t chunk_size)
 {
+	memset(cb, 0, sizeof(*cb));
 	cb->ops = cuda_ops;
-	cb->device = device;
+	cb->devices[0] = device;
+	cb->nr_devices = 1;
 	cb->chunk_size = chunk_size;
+}
+
+int kvmm_cuda_backend_init_group(struct kvmm_cuda_backend *cb, const int *devices, uint32_t nr,
+				 uint64_t chunk_size)
+{
+	if (!cb || !devices || !nr || nr > KVMM_CUDA_MAX_DEVICES)
+		return -EINVAL;
+	for (uint32_t k = 0; k < nr; k++) {
+		if (devices[k] < 0 || devices[k] > 1023)
+			return -EINVAL;
+		for (uint32_t j = 0; j < k; j++)
+			if (devices[j] == devices[k])
+				return -EINVAL;
+	}
+	kvmm_cuda_backend_init(cb, devices[0], chunk_size);
+	memcpy(cb->devices, devices, nr * sizeof(*devices));
+	cb->nr_devices = nr;
+	return 0;
 }
 
 bool kvmm_is_cuda_backend(const struct kvmm_backend_ctx *be)
@@ -453,16 +595,24 @@ bool kvmm_is_cuda_backend(const struct kvmm_backend_ctx *be)
 	return be && be->ops && be->ops->init == cuda_init;
 }
 
+static struct cuda_mem *cuda_mem_of(struct kvmm_backend_ctx *be, int *err)
+{
+	if (!kvmm_is_cuda_backend(be)) {
+		*err = -EOPNOTSUPP;
+		return NULL;
+	}
+	*err = be->priv ? 0 : -EINVAL;
+	return be->priv;
+}
+
 int kvmm_cuda_backend_chunks(struct kvmm_backend_ctx *be, const int **fds, uint32_t *nr_chunks,
 			     uint64_t *chunk_size)
 {
-	struct cuda_mem *cm;
+	int err;
+	struct cuda_mem *cm = cuda_mem_of(be, &err);
 
-	if (!kvmm_is_cuda_backend(be))
-		return -EOPNOTSUPP;
-	cm = be->priv;
 	if (!cm)
-		return -EINVAL;
+		return err;
 	if (fds)
 		*fds = cm->fds;
 	if (nr_chunks)
@@ -472,12 +622,47 @@ int kvmm_cuda_backend_chunks(struct kvmm_backend_ctx *be, const int **fds, uint3
 	return 0;
 }
 
+int kvmm_cuda_backend_member(struct kvmm_backend_ctx *be, const uint8_t uuid[16])
+{
+	int err;
+	struct cuda_mem *cm = cuda_mem_of(be, &err);
+
+	if (!cm)
+		return err;
+	if (!uuid)
+		return -EINVAL;
+	for (uint32_t k = 0; k < cm->nr_devs; k++)
+		if (!memcmp(cm->devs[k].uuid, uuid, sizeof(cm->devs[k].uuid)))
+			return (int)k;
+	return -ENODEV;
+}
+
+int kvmm_cuda_backend_device(struct kvmm_backend_ctx *be, uint32_t member, int *ordinal,
+			     uint8_t uuid[16])
+{
+	int err;
+	struct cuda_mem *cm = cuda_mem_of(be, &err);
+
+	if (!cm)
+		return err;
+	if (member >= cm->nr_devs)
+		return -EINVAL;
+	if (ordinal)
+		*ordinal = cm->devs[member].ordinal;
+	if (uuid)
+		memcpy(uuid, cm->devs[member].uuid, sizeof(cm->devs[member].uuid));
+	return 0;
+}
+
+uint64_t kvmm_cuda_backend_base_on(struct kvmm_backend_ctx *be, uint32_t member)
+{
+	int err;
+	struct cuda_mem *cm = cuda_mem_of(be, &err);
+
+	return cm && member < cm->nr_devs ? cm->devs[member].base : 0;
+}
+
 uint64_t kvmm_cuda_backend_base(struct kvmm_backend_ctx *be)
 {
-	struct cuda_mem *cm;
-
-	if (!kvmm_is_cuda_backend(be))
-		return 0;
-	cm = be->priv;
-	return cm ? cm->base : 0;
+	return kvmm_cuda_backend_base_on(be, 0);
 }

@@ -10,7 +10,9 @@
  * Every chunk is exactly chunk_size bytes (the last one too: the pool is rounded up to whole
  * chunks, and frames past nframes are never handed out), a multiple of both the page size and
  * the device's allocation granularity (2 MiB on current GPUs), so a client maps chunk i at
- * base + i * chunk_size with no special case.  Swap staging uses pinned host buffers
+ * base + i * chunk_size with no special case.  A pool may span a tensor-parallel group of
+ * devices (kvmm_cuda_backend_init_group): each holds every frame (its shard of the heads) in
+ * chunks and a reserved range of its own, and a client maps the chunks of its own device.  Swap staging uses pinned host buffers
  * (host_alloc) and asynchronous copies on a stream of the daemon's (copy_to_host,
  * copy_from_host, sync in struct kvmm_backend_ops).
  *
@@ -34,10 +36,14 @@
 #define KVMM_CUDA_CHUNK_DEFAULT (UINT64_C(64) << 20)
 #define KVMM_CUDA_DEFAULT_MAX_CHUNKS 128
 
+/* devices of one tensor-parallel group (one node's GPUs) */
+#define KVMM_CUDA_MAX_DEVICES 16
+
 struct kvmm_cuda_backend {
-	struct kvmm_backend_ops ops; /* pass &ops as kvmm_pool_params.backend / server backend */
-	int device;		     /* CUDA device ordinal */
-	uint64_t chunk_size;	     /* bytes; 0 = default */
+	struct kvmm_backend_ops ops;	    /* pass &ops as kvmm_pool_params.backend */
+	int devices[KVMM_CUDA_MAX_DEVICES]; /* CUDA device ordinals, member order */
+	uint32_t nr_devices;
+	uint64_t chunk_size; /* bytes per chunk on each device; 0 = default */
 };
 
 /*
@@ -46,6 +52,16 @@ struct kvmm_cuda_backend {
  * As with the host backend, @cb must outlive every pool created with it.
  */
 void kvmm_cuda_backend_init(struct kvmm_cuda_backend *cb, int device, uint64_t chunk_size);
+
+/*
+ * The same over a tensor-parallel group: frame n is page_size bytes at base_d + n * page_size
+ * on each of the @nr devices (member d = devices[d]), every device with its own chunks of
+ * chunk_size bytes; copy and scrub act on all of them, swap staging moves all of them (a
+ * frame's bytes are nr * page_size, device d's at d * page_size).  -EINVAL for no device,
+ * more than KVMM_CUDA_MAX_DEVICES, an ordinal outside 0-1023 or one named twice.
+ */
+int kvmm_cuda_backend_init_group(struct kvmm_cuda_backend *cb, const int *devices, uint32_t nr,
+				 uint64_t chunk_size);
 
 /* Whether @be is an instance of the cuda backend. */
 bool kvmm_is_cuda_backend(const struct kvmm_backend_ctx *be);
@@ -59,14 +75,28 @@ int kvmm_cuda_backend_probe(int device, char *why, size_t len);
 
 /*
  * The chunk fds of a cuda-backend pool, for SCM_RIGHTS (a kvmm_backend_chunks_fn of
- * kvmm/ipc/server.h): nr_chunks POSIX fds from cuMemExportToShareableHandle, owned by the
- * backend, close-on-exec, in chunk order, every chunk chunk_size bytes.  0, -EOPNOTSUPP when
- * @be is not a cuda backend, -EINVAL when it is not initialized.
+ * kvmm/ipc/server.h): POSIX fds from cuMemExportToShareableHandle, owned by the backend,
+ * close-on-exec, nr_chunks per device, every chunk chunk_size bytes; member-major: member
+ * d's chunks in chunk order are (*fds)[d * nr_chunks ...] (be->nr_devices members).  0,
+ * -EOPNOTSUPP when @be is not a cuda backend, -EINVAL when it is not initialized.
  */
 int kvmm_cuda_backend_chunks(struct kvmm_backend_ctx *be, const int **fds, uint32_t *nr_chunks,
 			     uint64_t *chunk_size);
 
-/* Device address of frame 0 in this process, or 0. */
+/*
+ * Which member of the group is the device with this UUID (cuDeviceGetUuid): its index, or
+ * -ENODEV (none), -EOPNOTSUPP / -EINVAL as above (a kvmm_backend_member_fn).
+ */
+int kvmm_cuda_backend_member(struct kvmm_backend_ctx *be, const uint8_t uuid[16]);
+
+/* Member @member's ordinal and UUID (either may be NULL): 0, or -EINVAL. */
+int kvmm_cuda_backend_device(struct kvmm_backend_ctx *be, uint32_t member, int *ordinal,
+			     uint8_t uuid[16]);
+
+/* Device address of frame 0 in this process on member 0, or 0. */
 uint64_t kvmm_cuda_backend_base(struct kvmm_backend_ctx *be);
+
+/* The same on member @member, or 0 (no such member). */
+uint64_t kvmm_cuda_backend_base_on(struct kvmm_backend_ctx *be, uint32_t member);
 
 #endif /* KVMM_BACKEND_CUDA_H */

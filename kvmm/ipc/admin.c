@@ -454,6 +454,8 @@ static void status_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct 
 	out_u64(o, "Uptime", (now - srv->start_ns) / 1000000000u, "s");
 	out_u64(o, "Namespaces", one ? 1 : srv->nr_ns, NULL);
 	out_u64(o, "PageSize", srv->cfg.page_size, "bytes");
+	/* a tensor-parallel group: every frame is PageSize bytes on each device */
+	out_u64(o, "Devices", srv->ns[0].nr_devices ? srv->ns[0].nr_devices : 1, NULL);
 	out_u64(o, "Frames", frames, "frames");
 	out_u64(o, "FramesFree", nfree, "frames");
 	out_u64(o, "FramesUsed", used, "frames");
@@ -519,6 +521,7 @@ static void meminfo_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct
 		out_u64(o, "WmarkLow", s.wmark_low, "frames");
 		out_u64(o, "WmarkHigh", s.wmark_high, "frames");
 		out_u64(o, "PageSize", n->pool->page_size, "bytes");
+		out_u64(o, "Devices", n->pool->be.nr_devices, NULL);
 		out_sect_end(o);
 	}
 	out_list_end(o);
@@ -617,6 +620,7 @@ static void clients_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, uint64
 		out_u64(o, "gid", (unsigned int)c->cred.gid, NULL);
 		out_str(o, "state", kvmm_session_state_name(c->state));
 		out_str(o, "ns", c->ns ? c->ns->cfg.name : "");
+		out_u64(o, "device", c->device, NULL); /* member of a tensor-parallel group */
 		out_u64(o, "seqs", c->nr_seqs, NULL);
 		out_u64(o, "requests", c->nr_requests, NULL);
 		out_u64(o, "bad", c->nr_bad, NULL);

@@ -43,9 +43,10 @@ struct kvmm_ipc_ns {
 	struct kvmm_ns_config cfg;
 	struct kvmm_pool *pool;
 	struct kvmm_ns *ns;
-	uint32_t id; /* 1-based index, attach_rep.ns_id */
-	const int *fds;
-	uint32_t nr_chunks;
+	uint32_t id;	     /* 1-based index, attach_rep.ns_id */
+	const int *fds;	     /* nr_devices * nr_chunks, member-major */
+	uint32_t nr_chunks;  /* per device */
+	uint32_t nr_devices; /* devices mirroring each frame (the pool's backend) */
 	uint64_t chunk_size;
 	uint32_t nr_clients; /* sessions attached */
 };
@@ -81,6 +82,7 @@ struct kvmm_session {
 	uint64_t features; /* granted */
 
 	struct kvmm_ipc_ns *ns; /* ATTACHED */
+	uint32_t device;	/* ATTACHED: the member of ns's device group it maps */
 	struct kvmm_aspace *as;
 	struct kvmm_magazine mag;
 	struct kvmm_htable seqs;

@@ -336,6 +336,9 @@ int kvmm_obs_metrics_text(struct kvmm_server *srv, char **out, size_t *outlen)
 	}
 	family(&b, "kvmm_page_size_bytes", "gauge", "Bytes per frame.");
 	bprintf(&b, "kvmm_page_size_bytes %" PRIu64 "\n", srv->cfg.page_size);
+	family(&b, "kvmm_devices", "gauge",
+	       "Devices mirroring each frame (a tensor-parallel group; 1 otherwise).");
+	bprintf(&b, "kvmm_devices %u\n", srv->ns[0].nr_devices ? srv->ns[0].nr_devices : 1u);
 	family(&b, "kvmm_clients", "gauge", "Client connections open.");
 	bprintf(&b, "kvmm_clients %" PRIu64 "\n", st.clients);
 #define SRV_COUNTER(metric, help, field)                                 \

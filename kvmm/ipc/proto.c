@@ -46,8 +46,17 @@ int kvmm_ipc_check_payload(unsigned int op, const void *payload, size_t plen)
 		return exact(plen, 0);
 	case KVMM_OP_PING:
 		return 0;
-	case KVMM_OP_ATTACH:
-		return exact(plen, sizeof(struct kvmm_attach_req));
+	case KVMM_OP_ATTACH: {
+		struct kvmm_attach_req r;
+
+		if (plen < sizeof(r))
+			return -EBADMSG;
+		memcpy(&r, payload, sizeof(r));
+		/* the device a tensor-parallel client maps follows the request */
+		return exact(plen, sizeof(r) + ((r.flags & KVMM_ATTACH_F_DEVICE)
+							? sizeof(struct kvmm_attach_device)
+							: 0));
+	}
 	case KVMM_OP_SEQ_CREATE:
 		return exact(plen, sizeof(struct kvmm_seq_create_req));
 	case KVMM_OP_SEQ_APPEND:

@@ -105,6 +105,7 @@ static int create_pools(struct kvmm_server *srv)
 				 strerror(-ret));
 			return ret;
 		}
+		n->nr_devices = n->pool->be.nr_devices;
 		ret = kvmm_ns_create(n->pool, n->cfg.name,
 				     n->cfg.limit == n->cfg.nframes ? 0 : n->cfg.limit,
 				     n->cfg.priority, &n->ns);

@@ -43,10 +43,18 @@ struct kvmm_ns_config {
 /*
  * The memfds of a backend instance's chunks, for SCM_RIGHTS: kvmm_host_backend_chunks() of
  * kvmm/backend/host.c.  Called once per namespace pool at kvmm_server_create(); the fds stay
- * owned by the backend.  0 or -errno.
+ * owned by the backend.  A pool mirrored on several devices (be->nr_devices > 1, the cuda
+ * backend's tensor-parallel group) has nr_chunks per device, member-major: member d's are
+ * (*fds)[d * nr_chunks ...].  0 or -errno.
  */
 typedef int (*kvmm_backend_chunks_fn)(struct kvmm_backend_ctx *be, const int **fds,
 				      uint32_t *nr_chunks, uint64_t *chunk_size);
+
+/*
+ * Which member of a mirrored pool's device group has this device UUID (ATTACH with
+ * KVMM_ATTACH_F_DEVICE): kvmm_cuda_backend_member().  The index, or -ENODEV.
+ */
+typedef int (*kvmm_backend_member_fn)(struct kvmm_backend_ctx *be, const uint8_t uuid[16]);
 
 /* At most this many chunk fds per namespace (the kernel's SCM_MAX_FD is 253 per message). */
 #define KVMM_SERVER_MAX_CHUNKS 253
@@ -88,6 +96,8 @@ struct kvmm_server_config {
 	 * host-backend pool, and no fds for any other backend.
 	 */
 	kvmm_backend_chunks_fn chunks;
+	/* NULL: an ATTACH naming a device gets -ENODEV unless it is a one-device pool's */
+	kvmm_backend_member_fn member;
 	const struct kvmm_ns_config *ns;
 	unsigned int nr_ns;   /* >= 1 */
 	uint32_t max_clients; /* 0 = KVMM_SERVER_DEFAULT_MAX_CLIENTS */

@@ -11,6 +11,7 @@
  * which is what keeps reclaim off it.  Every core call runs under the namespace pool's lock.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -239,7 +240,7 @@ static void do_hello(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 		frames += srv->ns[i].cfg.nframes;
 	rep.nr_frames = (uint32_t)min_t(uint64_t, frames, UINT32_MAX);
 	rep.client_id = s->id;
-	rep.nr_devices = 1; /* host memory, or the one GPU of --device: no mirroring yet */
+	rep.nr_devices = srv->ns[0].nr_devices ? srv->ns[0].nr_devices : 1; /* same backend */
 	rep.max_msg = KVMM_MSG_MAX;
 
 	if (s->state != KVMM_SESSION_NEW) {
@@ -276,12 +277,38 @@ out_reply:
 	kvmm_session_reply(s, hdr, status, NULL, 0);
 }
 
+/*
+ * The member of @n's device group whose chunks an ATTACH gets: the one with device @uuid, or
+ * member 0 when the client names none (a host-memory pool, a client that maps no device).
+ * -ENODEV, with a notice, when the named device is not in the group.
+ */
+static int attach_member(struct kvmm_session *s, struct kvmm_ipc_ns *n, const uint8_t *uuid)
+{
+	kvmm_backend_member_fn member = s->srv->cfg.member;
+	char hex[33];
+	int ret;
+
+	if (!uuid)
+		return 0;
+	ret = member ? member(&n->pool->be, uuid) : -ENODEV;
+	if (ret >= 0 && (uint32_t)ret < max_t(uint32_t, n->nr_devices, 1))
+		return ret;
+	for (unsigned int i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", uuid[i]);
+	kvmm_notice("ipc: client %u (pid %d): its device %s is not one of namespace %s's %u "
+		    "device(s)",
+		    s->id, (int)s->cred.pid, hex, n->cfg.name, max_t(uint32_t, n->nr_devices, 1));
+	return -ENODEV;
+}
+
 static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 {
 	struct kvmm_server *srv = s->srv;
 	struct kvmm_attach_req req;
+	struct kvmm_attach_device dev;
 	struct kvmm_attach_rep rep;
 	struct kvmm_ipc_ns *n = NULL;
+	uint32_t member;
 	struct kvmm_fmt fmt;
 	struct kvmm_msg_hdr *out;
 	const int *fds;
@@ -294,6 +321,8 @@ static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	memcpy(&req, hdr + 1, sizeof(req));
 	if ((req.flags & ~KVMM_ATTACH_F_ALL_V0) || kvmm_name_check(req.ns))
 		return -EINVAL;
+	if (req.flags & KVMM_ATTACH_F_DEVICE)
+		memcpy(&dev, (const uint8_t *)(hdr + 1) + sizeof(req), sizeof(dev));
 	if ((req.flags & KVMM_ATTACH_F_RINGS) && !(s->features & KVMM_FEAT_RINGS))
 		return -EOPNOTSUPP;
 	if (req.ring_entries &&
@@ -310,6 +339,10 @@ static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 			    (unsigned int)s->cred.uid, n->cfg.name);
 		return -EACCES;
 	}
+	ret = attach_member(s, n, (req.flags & KVMM_ATTACH_F_DEVICE) ? dev.uuid : NULL);
+	if (ret < 0)
+		return ret;
+	member = (uint32_t)ret;
 	if (kvmm_format_check(&req.fmt))
 		return -EINVAL;
 	ret = kvmm_fmt_init(&fmt, req.fmt.layers, req.fmt.kv_heads, req.fmt.head_dim, req.fmt.dtype,
@@ -327,6 +360,7 @@ static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	if (ret)
 		return ret;
 	s->ns = n;
+	s->device = member;
 	s->state = KVMM_SESSION_ATTACHED;
 	n->nr_clients++;
 	KVMM_STAT_INC(srv, attached);
@@ -340,7 +374,9 @@ static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	rep.ns_id = n->id;
 	rep.nr_fds = n->nr_chunks;
 	rep.nr_frames = n->cfg.nframes;
-	fds = n->fds;
+	rep.device_index = member;
+	rep.nr_devices = n->nr_devices;
+	fds = n->fds ? n->fds + (size_t)member * n->nr_chunks : NULL;
 	/* the data plane: its region and doorbell go first; without it the socket serves all */
 	if ((req.flags & KVMM_ATTACH_F_RINGS) && n->nr_chunks + 2 <= KVMM_SERVER_MAX_CHUNKS) {
 		int dp_fds[2];
@@ -352,7 +388,7 @@ static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 		if (all_fds) {
 			all_fds[0] = dp_fds[0];
 			all_fds[1] = dp_fds[1];
-			memcpy(all_fds + 2, n->fds, sizeof(int) * n->nr_chunks);
+			memcpy(all_fds + 2, fds, sizeof(int) * n->nr_chunks);
 			fds = all_fds;
 			rep.nr_fds += 2;
 		} else {

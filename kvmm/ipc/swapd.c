@@ -79,7 +79,7 @@ static int add_tier(struct kvmm_server *srv, struct kvmm_ipc_ns *n, unsigned int
 	char file[KVMM_PATH_LEN];
 	int ret;
 
-	p.size = size / n->pool->page_size * n->pool->page_size;
+	p.size = size / kvmm_frame_bytes(n->pool) * kvmm_frame_bytes(n->pool);
 	if (path && path[0]) {
 		ret = tier_path(srv, n, path, file, sizeof(file));
 		if (ret)

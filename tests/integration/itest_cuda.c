@@ -8,6 +8,9 @@
  * client, a freshly exec'd process (CUDA does not survive fork), attaches to the same
  * namespace and reads the frame back with cuMemcpyDtoH: the frame-to-offset rule holds on the
  * device across processes. Exit 77 (skip, with the reason) without a CUDA driver or GPU.
+ * On a machine with two GPUs or more, the same over a tensor-parallel group (--device 0,1):
+ * each GPU's client maps its own copy of the pool and writes its own bytes into the frame, and
+ * a reader on each GPU finds that GPU's bytes (skipped, saying so, with one GPU).
  *
  *   itest_cuda                      the test (KVMM_CUDA_DEVICE picks the GPU, default 0)
  *   itest_cuda --read SOCK FRAME    the reader (internal)
@@ -29,6 +32,12 @@
 static unsigned char pattern_byte(uint64_t i)
 {
 	return (unsigned char)((i * 131 + 7) ^ (i >> 9));
+}
+
+/* the bytes group member @m writes (member 0: the one-GPU test's) */
+static unsigned char member_byte(uint32_t m, uint64_t i)
+{
+	return pattern_byte(i + (uint64_t)m * 4099);
 }
 
 static int device_env(void)
@@ -67,9 +76,11 @@ static int reader(const char *sock, uint32_t frame)
 		goto out;
 	}
 	for (uint64_t i = 0; i < ps; i++) {
-		if (buf[i] != pattern_byte(i)) {
-			fprintf(stderr, "itest_cuda reader: byte %llu is %u, want %u\n",
-				(unsigned long long)i, buf[i], pattern_byte(i));
+		unsigned char want = member_byte(kvmm_device_index(c), i);
+
+		if (buf[i] != want) {
+			fprintf(stderr, "itest_cuda reader: member %u byte %llu is %u, want %u\n",
+				kvmm_device_index(c), (unsigned long long)i, buf[i], want);
 			goto out;
 		}
 	}
@@ -77,6 +88,109 @@ static int reader(const char *sock, uint32_t frame)
 out:
 	free(buf);
 	kvmm_detach(c);
+	return ret;
+}
+
+/* exec the reader on GPU @dev of this process; 0 when it found its member's bytes */
+static int exec_reader(const char *argv0, const char *sock, int dev)
+{
+	char frame_s[16], dev_s[16];
+	int status;
+	pid_t pid;
+
+	snprintf(frame_s, sizeof(frame_s), "%u", TEST_FRAME);
+	snprintf(dev_s, sizeof(dev_s), "%d", dev);
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		setenv("KVMM_CUDA_DEVICE", dev_s, 1);
+		execl("/proc/self/exe", argv0, "--read", sock, frame_s, (char *)NULL);
+		_exit(127);
+	}
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+		return -1;
+	return 0;
+}
+
+/* client on GPU @dev writes member_byte(its member) into TEST_FRAME; 0 or -1 */
+static int group_write(const struct kvmm_cuda_drv *drv, kvmm_client_t *c, int dev, uint32_t want)
+{
+	uint64_t ps = kvmm_page_size(c);
+	unsigned char *buf = malloc(ps);
+	kvmm_cu_device d;
+	kvmm_cu_ctx ctx;
+	int ret = -1;
+
+	if (!buf || kvmm_device_index(c) != want || kvmm_nr_devices(c) != 2) {
+		fprintf(stderr, "itest_cuda: GPU %d: member %u of %u, want %u of 2\n", dev,
+			kvmm_device_index(c), kvmm_nr_devices(c), want);
+		free(buf);
+		return -1;
+	}
+	for (uint64_t i = 0; i < ps; i++)
+		buf[i] = member_byte(want, i);
+	if (!kvmm_cuda_drv_get_device(dev, &d, &ctx)) {
+		if (!drv->cuCtxSetCurrent(ctx) &&
+		    !drv->cuMemcpyHtoD(kvmm_frame_devptr(c, TEST_FRAME), buf, ps) &&
+		    !drv->cuCtxSynchronize())
+			ret = 0;
+		kvmm_cuda_drv_put_device(d);
+	}
+	free(buf);
+	return ret;
+}
+
+/* The pool mirrored on GPUs 0 and 1: each GPU's clients see that GPU's copy. */
+static int group_test(const char *argv0)
+{
+	const struct kvmm_cuda_drv *drv = kvmm_cuda_drv_load();
+	const char *const args[] = {"--backend", "cuda", "--device", "0,1", NULL};
+	struct itest_daemon d = {0};
+	kvmm_client_t *c[2] = {NULL, NULL};
+	int count = 0, err, ret = 1;
+
+	if (!drv || drv->cuDeviceGetCount(&count) || count < 2) {
+		printf("itest_cuda: tensor-parallel group: skipped: %d GPU(s) here, it needs 2\n",
+		       count);
+		return 0;
+	}
+	if (!itest_daemon_find(&d))
+		return 1;
+	err = itest_daemon_start(&d, args);
+	if (err) {
+		fprintf(stderr, "itest_cuda: kvmmd --device 0,1 did not start: %s\n",
+			strerror(-err));
+		return 1;
+	}
+	for (int g = 0; g < 2; g++) {
+		setenv("KVMM_CUDA_DEVICE", g ? "1" : "0", 1);
+		err = kvmm_attach(d.sock, ITEST_NS_A, &itest_fmt, &c[g]);
+		if (err) {
+			fprintf(stderr, "itest_cuda: group attach on GPU %d: %s (%s)\n", g,
+				kvmm_strerror(err), kvmm_cuda_map_why());
+			goto out;
+		}
+		if (group_write(drv, c[g], g, (uint32_t)g))
+			goto out;
+	}
+	if (exec_reader(argv0, d.sock, 1) || exec_reader(argv0, d.sock, 0)) {
+		fprintf(stderr, "itest_cuda: a group reader did not find its GPU's bytes\n");
+		goto out;
+	}
+	printf("itest_cuda: frame %u of a 2-GPU group: each GPU's copy read back by another "
+	       "process on that GPU\n",
+	       TEST_FRAME);
+	ret = 0;
+out:
+	kvmm_detach(c[1]);
+	kvmm_detach(c[0]);
+	if (itest_daemon_stop(&d) != 0) {
+		fprintf(stderr, "itest_cuda: kvmmd (group) did not exit cleanly\n");
+		ret = 1;
+	}
+	if (ret)
+		itest_daemon_dump_log(&d);
 	return ret;
 }
 
@@ -154,6 +268,15 @@ int main(int argc, char **argv)
 	printf("itest_cuda: frame %u written through one process's mapping, read back by another\n",
 	       TEST_FRAME);
 	ret = 0;
+	kvmm_detach(c);
+	c = NULL;
+	if (itest_daemon_stop(&d) != 0) {
+		fprintf(stderr, "itest_cuda: kvmmd did not exit cleanly\n");
+		itest_daemon_dump_log(&d);
+		return 1;
+	}
+	free(buf);
+	return group_test(argv[0]);
 out:
 	free(buf);
 	kvmm_detach(c);

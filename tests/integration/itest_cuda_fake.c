@@ -20,6 +20,11 @@
  * on SIGTERM, and the fake's report of its live objects at exit is all zeros, with no race
  * between streams and no pageable staging buffer.
  *
+ * A second daemon mirrors its pool on a tensor-parallel group of two of the fake's three
+ * devices (--device 2,0): clients on each member's GPU map that member's copy (found by UUID,
+ * also from a process that sees the GPUs under other ordinals, KVMM_FAKECUDA_VISIBLE), a
+ * client on the third GPU is refused, and copy-on-write and swap keep each device's own bytes.
+ *
  *   itest_cuda_fake                              the test
  *   itest_cuda_fake --reader SOCK N F0 F1 ...    the second client (internal)
  *   itest_cuda_fake --decoder SOCK N F0 F1 ...   the attention test's second client (internal)
@@ -38,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -380,13 +386,15 @@ static int reader(const char *sock, int n, char **frames)
 	const struct kvmm_cuda_drv *drv;
 	uint32_t tpp, tokens[PROMPT_PAGES * 64];
 	int32_t table[MAXB];
-	uint64_t seq, hit = 0;
+	uint64_t seq, hit = 0, tag;
 	kvmm_client_t *c;
 
 	if (kvmm_attach(sock, ITEST_NS_A, &itest_fmt, &c)) {
 		fprintf(stderr, "reader: attach: %s\n", kvmm_cuda_map_why());
 		return 10;
 	}
+	/* a group member's copy of the prompt has bytes of its own (test_group_visible) */
+	tag = PROMPT_TAG + 1000 * kvmm_device_index(c);
 	drv = kvmm_cuda_drv_load();
 	tpp = kvmm_tokens_per_page(c);
 	if (!drv || n != PROMPT_PAGES || tpp * PROMPT_PAGES > sizeof(tokens) / sizeof(tokens[0]))
@@ -401,8 +409,8 @@ static int reader(const char *sock, int n, char **frames)
 	for (int b = 0; b < n; b++) {
 		if (table[b] != atoi(frames[b]))
 			return 14;
-		if (page_io(drv, kvmm_frame_devptr(c, (uint32_t)table[b]), kvmm_page_size(c),
-			    PROMPT_TAG, (uint32_t)b, false))
+		if (page_io(drv, kvmm_frame_devptr(c, (uint32_t)table[b]), kvmm_page_size(c), tag,
+			    (uint32_t)b, false))
 			return 15;
 	}
 	if (kvmm_seq_free(c, seq))
@@ -826,6 +834,8 @@ static void test_kill9_leaks_nothing(void **state)
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
+		/* a failed check below must not leave it waiting forever */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		dup2(pipefd[1], STDOUT_FILENO);
 		close(pipefd[0]);
 		close(pipefd[1]);
@@ -853,6 +863,209 @@ static void test_kill9_leaks_nothing(void **state)
 	assert_true(itest_daemon_alive(&itest_d));
 }
 
+/* ---- a tensor-parallel group: the pool mirrored on two of the fake's three GPUs ---------------- */
+
+#define GROUP_DEVICES "2,0" /* member 0 on ordinal 2, member 1 on ordinal 0; ordinal 1 outside */
+
+static int setup_group(void **state)
+{
+	const char *extra[] = {"--backend", "cuda",   "--device", GROUP_DEVICES, "--swap",
+			       sd.hostarg,  "--swap", sd.filearg, NULL};
+
+	(void)state;
+	if (!itest_daemon_find(&itest_d))
+		return 0;
+	/* slots of two devices' frames: the same number of frames as the first daemon's */
+	if (itest_swapdir_make(&sd, "itcudatp", 2 * 64, 2 * 256))
+		return -1;
+	snprintf(report, sizeof(report), "%s/fakecuda.report", sd.dir);
+	setenv("KVMM_FAKECUDA_REPORT", report, 1);
+	if (itest_daemon_start(&itest_d, extra))
+		return -1;
+	daemon_pid = itest_d.pid;
+	itest_have_daemon = true;
+	return 0;
+}
+
+/* a client on CUDA device @ordinal of this process */
+static kvmm_client_t *attach_on(int ordinal)
+{
+	char dev[16];
+	kvmm_client_t *c;
+
+	snprintf(dev, sizeof(dev), "%d", ordinal);
+	setenv("KVMM_CUDA_DEVICE", dev, 1);
+	c = attach();
+	unsetenv("KVMM_CUDA_DEVICE");
+	return c;
+}
+
+/* page_io on device @ordinal's primary context (each member's memory is its device's) */
+static int member_io(kvmm_client_t *c, int ordinal, uint32_t frame, uint64_t tag, uint32_t b,
+		     bool write)
+{
+	const struct kvmm_cuda_drv *drv = kvmm_cuda_drv_load();
+	kvmm_cu_device dev;
+	kvmm_cu_ctx ctx;
+	int ret;
+
+	if (kvmm_cuda_drv_get_device(ordinal, &dev, &ctx) || drv->cuCtxSetCurrent(ctx))
+		return -1;
+	ret = page_io(drv, kvmm_frame_devptr(c, frame), kvmm_page_size(c), tag, b, write);
+	kvmm_cuda_drv_put_device(dev);
+	return ret;
+}
+
+/* write (or check) blocks [from, to) of @seq (table @t) on both members: tags tag, tag + 1000 */
+static void group_io(kvmm_client_t *m0, kvmm_client_t *m1, const int32_t *t, uint32_t from,
+		     uint32_t to, uint64_t tag, bool write)
+{
+	for (uint32_t b = from; b < to; b++) {
+		if (member_io(m0, 2, (uint32_t)t[b], tag, b, write))
+			fail_msg("member 0 (device 2): block %u frame %d differs", b, t[b]);
+		if (member_io(m1, 0, (uint32_t)t[b], tag + 1000, b, write))
+			fail_msg("member 1 (device 0): block %u frame %d differs", b, t[b]);
+	}
+}
+
+/* each member's client maps its own device's copy; a GPU outside the group is refused */
+static void test_group_attach(void **state)
+{
+	kvmm_client_t *m0, *m1, *c = NULL;
+	int err;
+
+	(void)state;
+	itest_need_daemon();
+	m0 = attach_on(2);
+	m1 = attach_on(0);
+	assert_int_equal(kvmm_nr_devices(m0), 2);
+	assert_int_equal(kvmm_nr_devices(m1), 2);
+	assert_int_equal(kvmm_device_index(m0), 0);
+	assert_int_equal(kvmm_device_index(m1), 1);
+	assert_int_equal(kvmm_page_size(m0), ITEST_PAGE_SIZE);
+	/* two devices' copies: two mappings of the pool in this process, apart */
+	assert_int_not_equal(kvmm_frame_devptr(m0, 0), kvmm_frame_devptr(m1, 0));
+	assert_int_equal(kvmm_frame_devptr(m1, 9), kvmm_frame_devptr(m1, 0) + 9 * ITEST_PAGE_SIZE);
+	setenv("KVMM_CUDA_DEVICE", "1", 1);
+	err = kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &c);
+	unsetenv("KVMM_CUDA_DEVICE");
+	assert_int_equal(err, -ENODEV);
+	assert_null(c);
+	assert_non_null(strstr(kvmm_cuda_map_why(), "not one of the daemon's"));
+	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_STATUS, "Devices"), 2);
+	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "Devices"), 2);
+	{
+		char *text = NULL;
+
+		/* kvmmctl clients: each client's member of the group */
+		assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_CLIENTS, &text), 0);
+		assert_non_null(strstr(text, " device=0"));
+		assert_non_null(strstr(text, " device=1"));
+		free(text);
+	}
+	kvmm_detach(m1);
+	kvmm_detach(m0);
+	assert_int_equal(fake_stats().mappings, 0);
+}
+
+/*
+ * Copy-on-write of a shared partial page copies it on both devices; sequences larger than the
+ * pool swap out and back in with each device's bytes where they were.
+ */
+static void test_group_cow_and_swap(void **state)
+{
+	kvmm_client_t *m0, *m1;
+	int32_t t[MAXB], tc[MAXB];
+	uint32_t tpp, n, *tok;
+	uint64_t s[3], child;
+
+	(void)state;
+	itest_need_daemon();
+	m0 = attach_on(2);
+	m1 = attach_on(0);
+	tpp = kvmm_tokens_per_page(m0);
+	n = 120 * tpp;
+	tok = malloc((n + 1) * sizeof(*tok));
+	assert_non_null(tok);
+
+	/* 3 blocks, the last one partial, shared with a fork: the fork's append copies it */
+	itest_tokens(tok, 2 * tpp + 1, 50);
+	assert_int_equal(kvmm_seq_create(m0, 0, &s[0]), 0);
+	assert_int_equal(kvmm_seq_append(m0, s[0], tok, 2 * tpp + 1, NULL), 0);
+	assert_int_equal(kvmm_block_table(m0, &s[0], 1, t, MAXB), 0);
+	group_io(m0, m1, t, 0, 3, 500, true);
+	assert_int_equal(kvmm_seq_fork(m0, s[0], KVMM_SEQ_ALL_TOKENS, &child), 0);
+	assert_int_equal(kvmm_seq_append(m0, child, tok, 1, NULL), 0);
+	assert_int_equal(kvmm_block_table(m0, &child, 1, tc, MAXB), 0);
+	assert_int_equal(tc[0], t[0]);
+	assert_int_not_equal(tc[2], t[2]);
+	group_io(m0, m1, tc, 0, 3, 500, false); /* the copy has both devices' bytes */
+	assert_int_equal(kvmm_seq_free(m0, child), 0);
+	assert_int_equal(kvmm_seq_free(m0, s[0]), 0);
+
+	/* 360 pages in a 256-frame pool: each sequence's turn swaps the others out */
+	for (int i = 0; i < 3; i++) {
+		itest_tokens(tok, n, 200 + (unsigned int)i);
+		assert_int_equal(kvmm_seq_create(m0, 0, &s[i]), 0);
+		assert_int_equal(kvmm_seq_append(m0, s[i], tok, n, NULL), 0);
+		assert_int_equal(kvmm_pin(m0, &s[i], 1, NULL), 0);
+		assert_int_equal(kvmm_block_table(m0, &s[i], 1, t, MAXB), 0);
+		group_io(m0, m1, t, 0, 120, 600 + (uint64_t)i, true);
+		assert_int_equal(kvmm_unpin(m0, &s[i], 1, NULL), 0);
+	}
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < 3; i++) {
+			assert_int_equal(kvmm_pin(m0, &s[i], 1, NULL), 0);
+			assert_int_equal(kvmm_block_table(m0, &s[i], 1, t, MAXB), 0);
+			group_io(m0, m1, t, 0, 120, 600 + (uint64_t)i, false);
+			assert_int_equal(kvmm_unpin(m0, &s[i], 1, NULL), 0);
+		}
+	}
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "seq_swapout") > 0);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "pswpin") > 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(kvmm_seq_free(m0, s[i]), 0);
+	free(tok);
+	kvmm_detach(m1);
+	kvmm_detach(m0);
+}
+
+/* processes that see the GPUs under other ordinals still map their own GPU's copy */
+static void test_group_visible(void **state)
+{
+	kvmm_client_t *m0, *m1;
+	uint32_t tpp, tokens[PROMPT_PAGES * 64];
+	int32_t t[MAXB];
+	uint64_t seq;
+
+	(void)state;
+	itest_need_daemon();
+	m0 = attach_on(2);
+	m1 = attach_on(0);
+	tpp = kvmm_tokens_per_page(m0);
+	assert_true(tpp * PROMPT_PAGES <= sizeof(tokens) / sizeof(tokens[0]));
+	itest_tokens(tokens, tpp * PROMPT_PAGES, 1);
+	assert_int_equal(kvmm_seq_create(m0, 0, &seq), 0);
+	assert_int_equal(kvmm_seq_append(m0, seq, tokens, tpp * PROMPT_PAGES, NULL), 0);
+	assert_int_equal(kvmm_block_table(m0, &seq, 1, t, MAXB), 0);
+	group_io(m0, m1, t, 0, PROMPT_PAGES, PROMPT_TAG, true);
+	assert_int_equal(kvmm_seal(m0, seq, 0, 0), 0);
+	/* GPU 2 as ordinal 0: member 0's bytes; GPU 0 as ordinal 1: member 1's (the reader checks) */
+	setenv("KVMM_FAKECUDA_VISIBLE", "2", 1);
+	assert_int_equal(exec_client("--reader", t, PROMPT_PAGES), 0);
+	setenv("KVMM_FAKECUDA_VISIBLE", "1,0", 1);
+	setenv("KVMM_CUDA_DEVICE", "1", 1);
+	assert_int_equal(exec_client("--reader", t, PROMPT_PAGES), 0);
+	/* GPU 1 as ordinal 0: outside the group, the attach fails */
+	setenv("KVMM_FAKECUDA_VISIBLE", "1", 1);
+	unsetenv("KVMM_CUDA_DEVICE");
+	assert_int_equal(exec_client("--reader", t, PROMPT_PAGES), 10);
+	unsetenv("KVMM_FAKECUDA_VISIBLE");
+	assert_int_equal(kvmm_seq_free(m0, seq), 0);
+	kvmm_detach(m1);
+	kvmm_detach(m0);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -860,6 +1073,12 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_share_between_processes),
 		cmocka_unit_test(test_attention_over_shared_pool),
 		cmocka_unit_test(test_swap_roundtrip),
+		cmocka_unit_test(test_kill9_leaks_nothing),
+	};
+	const struct CMUnitTest group[] = {
+		cmocka_unit_test(test_group_attach),
+		cmocka_unit_test(test_group_cow_and_swap),
+		cmocka_unit_test(test_group_visible),
 		cmocka_unit_test(test_kill9_leaks_nothing),
 	};
 
@@ -871,6 +1090,11 @@ int main(int argc, char **argv)
 		return decoder(argv[2], atoi(argv[3]), argv + 4);
 	if (argc == 3 && !strcmp(argv[1], "--holder"))
 		return holder(argv[2]);
+	/* three fake GPUs for every process here: the first daemon uses device 0 alone */
+	setenv("KVMM_FAKECUDA_DEVICES", "3", 1);
+	unsetenv("KVMM_FAKECUDA_VISIBLE");
 	ret = cmocka_run_group_tests_name("itest_cuda_fake", tests, setup, teardown);
-	return ret == 0 && !daemon_pid ? 77 : ret;
+	if (ret || !daemon_pid)
+		return ret == 0 && !daemon_pid ? 77 : ret;
+	return cmocka_run_group_tests_name("itest_cuda_fake_group", group, setup_group, teardown);
 }

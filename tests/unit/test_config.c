@@ -187,6 +187,34 @@ static void test_every_daemon_key(void **state)
 	assert_int_equal(cfg->ns[0].uids[0], 0);
 }
 
+/* device: one ordinal, or a tensor-parallel group in member order; printed back the same */
+static void test_device_group(void **state)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	(void)state;
+	assert_int_equal(cfg->nr_devices, 1); /* the default: device 0 */
+	assert_int_equal(cfg->devices[0], 0);
+	parse_ok("[daemon]\nbackend = cuda\ndevice = 3\n");
+	assert_int_equal(cfg->nr_devices, 1);
+	assert_int_equal(cfg->devices[0], 3);
+	kvmm_config_init(cfg);
+	parse_ok("[daemon]\nbackend = cuda\ndevice = 2,0,1023,5\n");
+	assert_int_equal(cfg->nr_devices, 4);
+	assert_int_equal(cfg->devices[0], 2);
+	assert_int_equal(cfg->devices[1], 0);
+	assert_int_equal(cfg->devices[2], 1023);
+	assert_int_equal(cfg->devices[3], 5);
+	f = open_memstream(&text, &len);
+	assert_non_null(f);
+	kvmm_config_print(cfg, f);
+	fclose(f);
+	assert_non_null(strstr(text, "\ndevice = 2,0,1023,5\n"));
+	free(text);
+}
+
 static void test_frames_key_and_names(void **state)
 {
 	(void)state;
@@ -415,6 +443,22 @@ static void test_bad_lines(void **state)
 		 NAME ":2: page_size: page_size 2K is not a power of two of at least 4K"},
 		{"[daemon]\nbackend = tpu\n",
 		 NAME ":2: backend: unknown backend 'tpu' (known: host, cuda)"},
+		{"[daemon]\ndevice = gpu0\n",
+		 NAME ":2: device: device 'gpu0' is not a CUDA device number (0-1023) or a list of "
+		      "them (0,1,2,3)"},
+		{"[daemon]\ndevice = 0,\n",
+		 NAME ":2: device: device '0,' is not a CUDA device number (0-1023) or a list of "
+		      "them (0,1,2,3)"},
+		{"[daemon]\ndevice = 0, 1\n",
+		 NAME ":2: device: device '0, 1' is not a CUDA device number (0-1023) or a list of "
+		      "them (0,1,2,3)"},
+		{"[daemon]\ndevice = 1024\n",
+		 NAME ":2: device: device '1024' is not a CUDA device number (0-1023) or a list of "
+		      "them (0,1,2,3)"},
+		{"[daemon]\ndevice = 2,1,2\n",
+		 NAME ":2: device: device 2 is named twice in '2,1,2'"},
+		{"[daemon]\ndevice = 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16\n", NAME
+		 ":2: device: more than 16 devices in '0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16'"},
 		{"[daemon]\nadmin_group = no-such-group-kvmm\n",
 		 NAME ":2: admin_group: unknown group 'no-such-group-kvmm'"},
 		{"[daemon]\nmax_clients = 0\n",
@@ -674,6 +718,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_default_socket, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_every_daemon_key, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_frames_key_and_names, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_device_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_namespace_keys, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_split_rest, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_from_namespaces, setup, teardown),

@@ -773,6 +773,17 @@ static void test_attach(void **state)
 	req.fmt = fmt_small;
 	req.flags = 1U << 31; /* not a KVMM_ATTACH_F_* bit */
 	assert_int_equal(xfer(fd, KVMM_OP_ATTACH, &req, sizeof(req), NULL, 0), -EINVAL);
+	/* naming a device: its UUID must follow, and host memory is on no device */
+	req.flags = KVMM_ATTACH_F_DEVICE;
+	assert_int_equal(xfer(fd, KVMM_OP_ATTACH, &req, sizeof(req), NULL, 0), -EBADMSG);
+	{
+		uint8_t buf[sizeof(req) + sizeof(struct kvmm_attach_device) + 1] = {0};
+
+		memcpy(buf, &req, sizeof(req));
+		assert_int_equal(xfer(fd, KVMM_OP_ATTACH, buf, sizeof(buf), NULL, 0), -EBADMSG);
+		assert_int_equal(xfer(fd, KVMM_OP_ATTACH, buf, sizeof(buf) - 1, NULL, 0), -ENODEV);
+	}
+	req.flags = 0;
 
 	assert_int_equal(attach(fd, "alpha", &rep, &nfds), 0);
 	assert_int_equal(nfds, 2); /* the chunk memfds rode along */
@@ -784,6 +795,8 @@ static void test_attach(void **state)
 	assert_int_equal(rep.nr_frames, 256);
 	assert_int_equal(rep.ns_id, 1);
 	assert_int_equal(rep.shm_size, 0);
+	assert_int_equal(rep.device_index, 0);
+	assert_int_equal(rep.nr_devices, 1);
 	assert_int_equal(attach(fd, "alpha", NULL, NULL), -EEXIST);
 
 	/* DETACH, then attach elsewhere */

@@ -11,6 +11,11 @@
  * counted page-aligned memory, so the tests see that the tiers take their arena and staging
  * buffers from it.  Random pages go round trips through the host tier, the NVMe tier (skipped
  * where io_uring or the file is unavailable), write-back, demotion + lookup and move-down.
+ *
+ * Every test runs twice: with one device, and as a tensor-parallel group of MIRRORS devices
+ * (be->nr_devices, the cuda backend's kvmmd --device 0,1,2): every frame then exists on each
+ * device with different bytes, a slot holds all of them (kvmm_frame_bytes()), and each must
+ * come back to its own device.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -35,6 +40,10 @@
 #define NFRAMES 64u
 #define MAXB 16u
 #define QMAX 256u
+#define MIRRORS 3u /* the group's devices in the second run */
+
+/* devices per frame of the pools the next setup creates: 1, then MIRRORS */
+static uint32_t nr_mirrors = 1;
 
 /* ---- the test backend: device-like memory, asynchronous staging copies ------------------- */
 
@@ -56,9 +65,10 @@ static struct dev_mem *dev_of(struct kvmm_backend_ctx *be)
 	return be->priv;
 }
 
-static uint8_t *dev_frame(struct kvmm_backend_ctx *be, uint32_t frame)
+/* frame @frame on device @k: each device's copies of the frames follow the last device's */
+static uint8_t *dev_frame_on(struct kvmm_backend_ctx *be, uint32_t k, uint32_t frame)
 {
-	return dev_of(be)->mem + (size_t)frame * be->page_size;
+	return dev_of(be)->mem + ((size_t)k * be->nframes + frame) * be->page_size;
 }
 
 static int dev_init(struct kvmm_backend_ctx *be, uint64_t page_size, uint32_t nframes)
@@ -67,12 +77,13 @@ static int dev_init(struct kvmm_backend_ctx *be, uint64_t page_size, uint32_t nf
 
 	if (!d)
 		return -ENOMEM;
-	d->mem = calloc(nframes, page_size);
+	d->mem = calloc((size_t)nframes * nr_mirrors, page_size);
 	if (!d->mem) {
 		free(d);
 		return -ENOMEM;
 	}
 	be->priv = d;
+	be->nr_devices = nr_mirrors;
 	return 0;
 }
 
@@ -83,10 +94,15 @@ static int dev_sync(struct kvmm_backend_ctx *be)
 	for (uint32_t i = 0; i < d->nq; i++) {
 		struct dev_copy *c = &d->q[i];
 
-		if (c->to_host)
-			memcpy(c->host, dev_frame(be, c->frame), be->page_size);
-		else
-			memcpy(dev_frame(be, c->frame), c->host, be->page_size);
+		/* device k's copy of the frame at k * page_size of the frame's host bytes */
+		for (uint32_t k = 0; k < be->nr_devices; k++) {
+			uint8_t *h = (uint8_t *)c->host + (size_t)k * be->page_size;
+
+			if (c->to_host)
+				memcpy(h, dev_frame_on(be, k, c->frame), be->page_size);
+			else
+				memcpy(dev_frame_on(be, k, c->frame), h, be->page_size);
+		}
 	}
 	d->nq = 0;
 	d->nr_syncs++;
@@ -114,14 +130,16 @@ static void *dev_frame_addr(struct kvmm_backend_ctx *be, uint32_t frame)
 static int dev_copy(struct kvmm_backend_ctx *be, uint32_t dst, uint32_t src, uint64_t bytes)
 {
 	dev_sync(be);
-	memmove(dev_frame(be, dst), dev_frame(be, src), bytes);
+	for (uint32_t k = 0; k < be->nr_devices; k++)
+		memmove(dev_frame_on(be, k, dst), dev_frame_on(be, k, src), bytes);
 	return 0;
 }
 
 static int dev_scrub(struct kvmm_backend_ctx *be, uint32_t frame)
 {
 	dev_sync(be);
-	memset(dev_frame(be, frame), 0, be->page_size);
+	for (uint32_t k = 0; k < be->nr_devices; k++)
+		memset(dev_frame_on(be, k, frame), 0, be->page_size);
 	return 0;
 }
 
@@ -138,7 +156,7 @@ static int dev_queue(struct kvmm_backend_ctx *be, void *host, const uint32_t *fr
 		if (d->nq == QMAX)
 			dev_sync(be);
 		d->q[d->nq++] = (struct dev_copy){
-			.host = (uint8_t *)host + (size_t)i * be->page_size,
+			.host = (uint8_t *)host + (size_t)i * be->page_size * be->nr_devices,
 			.frame = frames[i],
 			.to_host = to_host,
 		};
@@ -214,7 +232,7 @@ struct fx {
 	char dir[64];
 	char path[128];
 	uint64_t rng;
-	uint8_t want[MAXB][PAGE_SZ];
+	uint8_t want[MAXB][MIRRORS][PAGE_SZ]; /* block b's bytes on each device */
 };
 
 static uint64_t rnd(struct fx *f)
@@ -288,12 +306,14 @@ static struct kvmm_seq *mkseq(struct fx *f, uint32_t nb, uint32_t base)
 		uint32_t fr = kvmm_mm_seq_frame(seq, b);
 
 		assert_null(kvmm_pool_frame_addr(f->pool, fr));
-		for (i = 0; i < PAGE_SZ; i += 8) {
-			uint64_t v = rnd(f);
+		for (uint32_t k = 0; k < nr_mirrors; k++) {
+			for (i = 0; i < PAGE_SZ; i += 8) {
+				uint64_t v = rnd(f);
 
-			memcpy(&f->want[b][i], &v, 8);
+				memcpy(&f->want[b][k][i], &v, 8);
+			}
+			memcpy(dev_frame_on(&f->pool->be, k, fr), f->want[b][k], PAGE_SZ);
 		}
-		memcpy(dev_frame(&f->pool->be, fr), f->want[b], PAGE_SZ);
 	}
 	free(tok);
 	return seq;
@@ -305,7 +325,9 @@ static void check_bytes(struct fx *f, struct kvmm_seq *seq, uint32_t from, uint3
 		uint32_t fr = kvmm_mm_seq_frame(seq, b);
 
 		assert_int_not_equal(fr, KVMM_FRAME_NONE);
-		assert_memory_equal(dev_frame(&f->pool->be, fr), f->want[b], PAGE_SZ);
+		for (uint32_t k = 0; k < nr_mirrors; k++)
+			assert_memory_equal(dev_frame_on(&f->pool->be, k, fr), f->want[b][k],
+					    PAGE_SZ);
 	}
 }
 
@@ -315,17 +337,18 @@ static void poison_free(struct fx *f)
 	for (uint32_t fr = 0; fr < NFRAMES; fr++)
 		if (f->pool->pages[fr].state != KVMM_PAGE_MAPPED &&
 		    f->pool->pages[fr].state != KVMM_PAGE_CACHED)
-			memset(dev_frame(&f->pool->be, fr), 0xa5, PAGE_SZ);
+			for (uint32_t k = 0; k < nr_mirrors; k++)
+				memset(dev_frame_on(&f->pool->be, k, fr), 0xa5, PAGE_SZ);
 }
 
 static int add_host(struct fx *f, unsigned int id, int prio, uint32_t slots)
 {
-	return swapon_host(f->pool, id, prio, slots, PAGE_SZ);
+	return swapon_host(f->pool, id, prio, slots, PAGE_SZ * nr_mirrors);
 }
 
 static int add_nvme(struct fx *f, unsigned int id, int prio, uint32_t slots)
 {
-	return swapon_nvme(f->pool, id, prio, slots, PAGE_SZ, f->path, 4);
+	return swapon_nvme(f->pool, id, prio, slots, PAGE_SZ * nr_mirrors, f->path, 4);
 }
 
 /* ---- tests ----------------------------------------------------------------------------------- */
@@ -357,7 +380,7 @@ static void test_host_roundtrip(void **state)
 	assert_int_equal(add_host(f, 1, 10, 32), 0);
 	/* the arena is the backend's (pinned) host memory */
 	assert_int_equal(dev(f)->host_allocs, 1);
-	assert_int_equal(dev(f)->host_bytes, 32 * PAGE_SZ);
+	assert_int_equal(dev(f)->host_bytes, 32 * PAGE_SZ * nr_mirrors);
 	roundtrip(f, 8);
 	assert_int_equal(kvmm_swapoff(f->pool, 1), 0);
 	assert_int_equal(dev(f)->host_bytes, 0);
@@ -369,7 +392,7 @@ static void test_nvme_roundtrip(void **state)
 
 	assert_int_equal(add_nvme(f, 2, 0, 32), 0);
 	/* queue depth 4 staging buffers, from the backend */
-	assert_int_equal(dev(f)->host_bytes, 4 * PAGE_SZ);
+	assert_int_equal(dev(f)->host_bytes, 4 * PAGE_SZ * nr_mirrors);
 	/* more pages than staging buffers: buffers are reused, each after its copy was waited */
 	roundtrip(f, 12);
 	assert_int_equal(kvmm_swapoff(f->pool, 2), 0);
@@ -515,7 +538,7 @@ static void test_demote_move_down_lookup(void **state)
 	check_inv(f->pool);
 	assert_int_equal(kvmm_pagecache_count(f->pool), 6);
 	struct kvmm_swap_tier_params p = {
-		.tier = 2, .size = 16 * PAGE_SZ, .path = f->path, .queue_depth = 4};
+		.tier = 2, .size = 16 * PAGE_SZ * nr_mirrors, .path = f->path, .queue_depth = 4};
 	ret = kvmm_swapon(f->pool, &kvmm_swap_nvme_ops, &p);
 	nvme = !ret;
 	if (nvme) {
@@ -542,6 +565,20 @@ static void test_bare_backend_refused(void **state)
 	assert_int_equal(add_host(f, 1, 0, 16), -EOPNOTSUPP);
 }
 
+/* a tier's size is whole slots of every device's copy: one device's page size is not enough */
+static void test_tier_slot_size(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_swap_tier_info ti;
+
+	assert_int_equal(kvmm_frame_bytes(f->pool), (uint64_t)PAGE_SZ * nr_mirrors);
+	if (nr_mirrors > 1)
+		assert_int_equal(swapon_host(f->pool, 1, 0, 16, PAGE_SZ), -EINVAL);
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_swap_tier_info(f->pool, 1, &ti), 0);
+	assert_int_equal(ti.nslots, 16);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -554,7 +591,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fault_unlocked_staged, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_demote_move_down_lookup, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bare_backend_refused, setup_bare, teardown),
+		cmocka_unit_test_setup_teardown(test_tier_slot_size, setup, teardown),
 	};
+	int failed;
 
-	return cmocka_run_group_tests_name("swap_staged", tests, NULL, NULL);
+	failed = cmocka_run_group_tests_name("swap_staged", tests, NULL, NULL);
+	nr_mirrors = MIRRORS;
+	return failed + cmocka_run_group_tests_name("swap_staged_group_of_3", tests, NULL, NULL);
 }

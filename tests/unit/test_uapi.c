@@ -57,7 +57,8 @@ static const struct size_case size_cases[] = {
 	SIZE_CASE(struct kvmm_hello_req, 48),
 	SIZE_CASE(struct kvmm_hello_rep, 48),
 	SIZE_CASE(struct kvmm_attach_req, 64),
-	SIZE_CASE(struct kvmm_attach_rep, 48),
+	SIZE_CASE(struct kvmm_attach_rep, 56),
+	SIZE_CASE(struct kvmm_attach_device, 16),
 	SIZE_CASE(struct kvmm_seq_create_req, 16),
 	SIZE_CASE(struct kvmm_seq_create_rep, 16),
 	SIZE_CASE(struct kvmm_seq_append_req, 16),
@@ -162,6 +163,8 @@ static const struct offset_case offset_cases[] = {
 	OFF(struct kvmm_attach_rep, ring_entries, 36),
 	OFF(struct kvmm_attach_rep, mag_size, 40),
 	OFF(struct kvmm_attach_rep, nr_frames, 44),
+	OFF(struct kvmm_attach_rep, device_index, 48),
+	OFF(struct kvmm_attach_rep, nr_devices, 52),
 
 	OFF(struct kvmm_seq_create_req, nr_tokens, 0),
 	OFF(struct kvmm_seq_create_req, flags, 8),
@@ -265,7 +268,7 @@ static void test_no_hidden_padding(void **state)
 	assert_int_equal(sizeof(struct kvmm_hello_rep), 4 * 2 + 3 * 8 + 4 * 4);
 	assert_int_equal(sizeof(struct kvmm_attach_req),
 			 KVMM_NAME_LEN + sizeof(struct kvmm_format) + 2 * 4);
-	assert_int_equal(sizeof(struct kvmm_attach_rep), 8 * 4 + 2 * 8);
+	assert_int_equal(sizeof(struct kvmm_attach_rep), 10 * 4 + 2 * 8);
 	assert_int_equal(sizeof(struct kvmm_limit_req), KVMM_NAME_LEN + 2 * 8 + 2 * 4);
 	assert_int_equal(sizeof(struct kvmm_swapon_req), 4 + 4 + 8 + KVMM_PATH_LEN + KVMM_NAME_LEN);
 	assert_int_equal(sizeof(struct kvmm_swapoff_req), 4 + 4 + KVMM_PATH_LEN + KVMM_NAME_LEN);

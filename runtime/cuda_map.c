@@ -133,21 +133,27 @@ static void set_why(const char *why)
 	kvmm_cuda_drv_set_why("%s", why);
 }
 
+/* a device's UUID needs no context: nothing is created (and torn down) before the mapping */
 static int device_uuid(int device, uint8_t uuid[16])
 {
-	const struct kvmm_cuda_drv *d;
+	const struct kvmm_cuda_drv *d = kvmm_cuda_drv_load();
 	kvmm_cu_device dev;
-	kvmm_cu_ctx ctx;
 	kvmm_cu_uuid u;
 	kvmm_cu_result r;
-	int ret;
+	int count = 0;
 
-	ret = kvmm_cuda_drv_get_device(device, &dev, &ctx);
-	if (ret)
-		return ret;
-	d = kvmm_cuda_drv_load();
-	r = d->cuDeviceGetUuid(&u, dev);
-	kvmm_cuda_drv_put_device(dev);
+	if (!d)
+		return -ENODEV;
+	r = d->cuDeviceGetCount(&count);
+	if (r || device >= count) {
+		kvmm_cuda_drv_set_why("CUDA device %d: %s (%d device%s)", device,
+				      r ? kvmm_cuda_result_str(r) : "no such device", count,
+				      count == 1 ? "" : "s");
+		return -ENODEV;
+	}
+	r = d->cuDeviceGet(&dev, device);
+	if (!r)
+		r = d->cuDeviceGetUuid(&u, dev);
 	if (r)
 		return map_fail(r, "cuDeviceGetUuid");
 	memcpy(uuid, u.bytes, sizeof(u.bytes));

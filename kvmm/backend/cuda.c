@@ -15,6 +15,10 @@
  * as the core may one day call from a reclaim thread.  Teardown unmaps, releases the handles
  * (the memory lives on while a client still maps an imported handle), closes the fds and
  * frees the range.
+ *
+ * A tensor-parallel group (kvmm_cuda_backend_init_group) repeats all of that per device: each
+ * member has its context, stream, reserved range, chunks and exported fds (member-major in
+ * fds[]), and the ops loop over the members, each with its own context current.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -481,8 +481,9 @@ static int child_load(void)
 	if (!lib)
 		return -1;
 	fk_stats = (kvmm_fakecuda_stats_fn)dlsym(lib, KVMM_FAKECUDA_STATS);
+	fk_fail = (kvmm_fakecuda_fail_fn)dlsym(lib, KVMM_FAKECUDA_FAIL);
 	dlclose(lib);
-	return fk_stats ? 0 : -1;
+	return fk_stats && fk_fail ? 0 : -1;
 }
 
 /* nothing of the fake left alive in a child, and no race */
@@ -845,6 +846,118 @@ static int child_refused(const char *text)
 	return 0;
 }
 
+/* a device's copy of frame @fr of a group pool: write @src into it (@src NULL: read into @dst) */
+static int member_frame(struct kvmm_backend_ctx *be, uint32_t k, uint32_t fr, const void *src,
+			void *dst)
+{
+	kvmm_cu_ptr p = kvmm_cuda_backend_base_on(be, k) + (uint64_t)fr * be->page_size;
+
+	return src ? d->cuMemcpyHtoD(p, src, be->page_size)
+		   : d->cuMemcpyDtoH(dst, p, be->page_size);
+}
+
+/*
+ * KVMM_FAKECUDA_DEVICES=3: the cuda backend over a tensor-parallel group {2, 0}: every device
+ * holds every frame in chunks of its own, copy and scrub act on both, staging moves both
+ * devices' bytes (member k's at k * page_size), members are found by UUID; a group naming a
+ * missing device, or failing halfway through its second device, leaves nothing behind.
+ */
+static int child_backend_group(void)
+{
+	static const int group[] = {2, 0}, dup[] = {1, 1}, bad[] = {0, 3}, neg[] = {-1};
+	static unsigned char a[2][64 << 10], b[64 << 10], host[2][64 << 10];
+	struct kvmm_cuda_backend cb;
+	struct kvmm_backend_ctx be;
+	unsigned char uuid[16], got[16];
+	const int *fds;
+	uint32_t nr, frames[1] = {3};
+	uint64_t cs;
+	int ord;
+
+	CHILD_CHECK(child_load() == 0);
+	CHILD_CHECK(kvmm_cuda_backend_init_group(&cb, group, 0, 0) == -EINVAL);
+	CHILD_CHECK(kvmm_cuda_backend_init_group(&cb, dup, 2, 0) == -EINVAL);
+	CHILD_CHECK(kvmm_cuda_backend_init_group(&cb, neg, 1, 0) == -EINVAL);
+	CHILD_CHECK(kvmm_cuda_backend_init_group(&cb, group, KVMM_CUDA_MAX_DEVICES + 1, 0) ==
+		    -EINVAL);
+
+	CHILD_CHECK(kvmm_cuda_backend_init_group(&cb, group, 2, 4 * GRAN) == 0);
+	memset(&be, 0, sizeof(be));
+	be.ops = &cb.ops;
+	CHILD_CHECK(be.ops->init(&be, 64 << 10, 200) == 0);
+	CHILD_CHECK(be.nr_devices == 2);
+	CHILD_CHECK(kvmm_cuda_backend_chunks(&be, &fds, &nr, &cs) == 0);
+	CHILD_CHECK(nr == 2 && cs == 4 * GRAN); /* per device */
+	for (uint32_t i = 0; i < 2 * nr; i++) {
+		struct stat st;
+
+		CHILD_CHECK(fstat(fds[i], &st) == 0 && (uint64_t)st.st_size == cs);
+		for (uint32_t j = 0; j < i; j++)
+			CHILD_CHECK(fds[i] != fds[j]);
+	}
+	CHILD_CHECK(stats().dev_bytes[2] == 2 * cs && stats().dev_bytes[0] == 2 * cs);
+	CHILD_CHECK(stats().dev_bytes[1] == 0);
+	for (int k = 0; k < 2; k++) {
+		kvmm_fakecuda_uuid(group[k], uuid);
+		CHILD_CHECK(kvmm_cuda_backend_member(&be, uuid) == k);
+		CHILD_CHECK(kvmm_cuda_backend_device(&be, (uint32_t)k, &ord, got) == 0);
+		CHILD_CHECK(ord == group[k] && !memcmp(got, uuid, 16));
+		CHILD_CHECK(kvmm_cuda_backend_base_on(&be, (uint32_t)k) != 0);
+	}
+	kvmm_fakecuda_uuid(1, uuid);
+	CHILD_CHECK(kvmm_cuda_backend_member(&be, uuid) == -ENODEV);
+	CHILD_CHECK(kvmm_cuda_backend_device(&be, 2, &ord, got) == -EINVAL);
+	CHILD_CHECK(kvmm_cuda_backend_base_on(&be, 2) == 0);
+	CHILD_CHECK(kvmm_cuda_backend_base(&be) == kvmm_cuda_backend_base_on(&be, 0));
+
+	/* each device's copy of frame 3 has its own bytes; copy-on-write copies both */
+	for (uint32_t k = 0; k < 2; k++) {
+		fill_random(a[k], sizeof(a[k]));
+		CHILD_CHECK(member_frame(&be, k, 3, a[k], NULL) == 0);
+	}
+	CHILD_CHECK(be.ops->copy(&be, 7, 3, be.page_size) == 0);
+	for (uint32_t k = 0; k < 2; k++) {
+		CHILD_CHECK(member_frame(&be, k, 7, NULL, b) == 0);
+		CHILD_CHECK(!memcmp(b, a[k], sizeof(b)));
+	}
+	/* staging: member k's copy at k * page_size of the frame's host bytes, and back */
+	CHILD_CHECK(be.ops->copy_to_host(&be, host, frames, 1) == 0);
+	CHILD_CHECK(be.ops->sync(&be) == 0);
+	CHILD_CHECK(!memcmp(host[0], a[0], sizeof(b)) && !memcmp(host[1], a[1], sizeof(b)));
+	frames[0] = 9;
+	CHILD_CHECK(be.ops->copy_from_host(&be, frames, host, 1) == 0);
+	CHILD_CHECK(be.ops->sync(&be) == 0);
+	for (uint32_t k = 0; k < 2; k++) {
+		CHILD_CHECK(member_frame(&be, k, 9, NULL, b) == 0);
+		CHILD_CHECK(!memcmp(b, a[k], sizeof(b)));
+	}
+	/* scrub zeroes every device's copy */
+	CHILD_CHECK(be.ops->scrub(&be, 7) == 0);
+	for (uint32_t k = 0; k < 2; k++) {
+		CHILD_CHECK(member_frame(&be, k, 7, NULL, b) == 0);
+		for (size_t i = 0; i < sizeof(b); i++)
+			CHILD_CHECK(b[i] == 0);
+	}
+	CHILD_CHECK(stats().races == 0);
+	be.ops->fini(&be);
+	CHILD_CHECK(child_clean());
+
+	/* a group with a device that is not there: refused, nothing left of the first one */
+	CHILD_CHECK(kvmm_cuda_backend_init_group(&cb, bad, 2, 0) == 0);
+	memset(&be, 0, sizeof(be));
+	be.ops = &cb.ops;
+	CHILD_CHECK(be.ops->init(&be, 64 << 10, 200) == -ENODEV);
+	CHILD_CHECK(child_clean());
+	/* the second device's first chunk fails: the first device's chunks go too */
+	CHILD_CHECK(kvmm_cuda_backend_init_group(&cb, group, 2, 4 * GRAN) == 0);
+	memset(&be, 0, sizeof(be));
+	be.ops = &cb.ops;
+	fk_fail("cuMemCreate", 3, KVMM_CUDA_ERROR_OUT_OF_MEMORY);
+	CHILD_CHECK(be.ops->init(&be, 64 << 10, 200) == -ENOMEM);
+	CHILD_CHECK(child_clean());
+	return 0;
+}
+
 static int child_main(int argc, char **argv)
 {
 	child_role = argv[0];
@@ -860,6 +973,8 @@ static int child_main(int argc, char **argv)
 		return child_visible(argc - 1, argv + 1);
 	if (!strcmp(argv[0], "refused") && argc == 2)
 		return child_refused(argv[1]);
+	if (!strcmp(argv[0], "backend_group"))
+		return child_backend_group();
 	fprintf(stderr, "test_cuda_fake: no child role %s\n", argv[0]);
 	return 2;
 }
@@ -1142,6 +1257,15 @@ static void test_backend_export_import(void **state)
 }
 
 /* a failure in any driver call of setup or mapping unwinds everything */
+/* the backend over a group of devices (in a child: KVMM_FAKECUDA_DEVICES=3) */
+static void test_backend_group(void **state)
+{
+	static const char *const env[] = {"KVMM_FAKECUDA_DEVICES=3", NULL};
+
+	(void)state;
+	assert_int_equal(run_child(env, (const char *[]){"", "--child", "backend_group", NULL}), 0);
+}
+
 static void test_backend_injected_failures(void **state)
 {
 	static const struct {
@@ -1357,6 +1481,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_backend_round_trip),
 		cmocka_unit_test(test_backend_export_import),
 		cmocka_unit_test(test_backend_injected_failures),
+		cmocka_unit_test(test_backend_group),
 		cmocka_unit_test_setup_teardown(test_swap_host_tier, swap_setup, swap_teardown),
 		cmocka_unit_test_setup_teardown(test_swap_nvme_tier, swap_setup, swap_teardown),
 	};

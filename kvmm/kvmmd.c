@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -489,6 +490,23 @@ static void server_config(const struct kvmm_config *cfg, struct kvmm_ns_config *
 	sc->swap.nr_fault = cfg->swap.nr_fault;
 }
 
+/*
+ * The daemon holds a descriptor per pool chunk (per device of a tensor-parallel group: 8 GPUs
+ * of 128 chunks are 1024) and three per client (socket, data-plane region, doorbell), which the
+ * usual soft limit of 1024 does not cover: take the hard limit, as much as we may.
+ */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl))
+		kvmm_warn("cannot raise the open-file limit to %llu: %s",
+			  (unsigned long long)rl.rlim_max, strerror(errno));
+}
+
 int main(int argc, char **argv)
 {
 	struct kvmm_ns_config ns[KVMM_CONFIG_MAX_NS];
@@ -525,6 +543,7 @@ int main(int argc, char **argv)
 	if (!cfg->foreground)
 		daemonize(&notify_fd);
 	kvmm_log_init("kvmmd", (enum kvmm_log_level)cfg->log_level, !cfg->foreground);
+	raise_nofile();
 #if CONFIG_KVMM_CUDA
 	/*
 	 * No GPU, no driver: say so before anything else happens.  Only after daemonize(): a

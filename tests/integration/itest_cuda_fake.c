@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -871,6 +872,8 @@ static int setup_group(void **state)
 {
 	const char *extra[] = {"--backend", "cuda",   "--device", GROUP_DEVICES, "--swap",
 			       sd.hostarg,  "--swap", sd.filearg, NULL};
+	struct rlimit rl, low;
+	int ret;
 
 	(void)state;
 	if (!itest_daemon_find(&itest_d))
@@ -880,7 +883,16 @@ static int setup_group(void **state)
 		return -1;
 	snprintf(report, sizeof(report), "%s/fakecuda.report", sd.dir);
 	setenv("KVMM_FAKECUDA_REPORT", report, 1);
-	if (itest_daemon_start(&itest_d, extra))
+	/* started with a low soft open-file limit, which it must raise (test_group_attach) */
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return -1;
+	low = rl;
+	if (low.rlim_max > 256)
+		low.rlim_cur = 256;
+	if (setrlimit(RLIMIT_NOFILE, &low))
+		return -1;
+	ret = itest_daemon_start(&itest_d, extra);
+	if (setrlimit(RLIMIT_NOFILE, &rl) || ret)
 		return -1;
 	daemon_pid = itest_d.pid;
 	itest_have_daemon = true;
@@ -953,6 +965,26 @@ static void test_group_attach(void **state)
 	assert_null(c);
 	assert_non_null(strstr(kvmm_cuda_map_why(), "not one of the daemon's"));
 	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_STATUS, "Devices"), 2);
+	{
+		char path[64], line[256];
+		bool seen = false;
+		FILE *f;
+
+		/* a descriptor per chunk per device: kvmmd took the hard open-file limit */
+		snprintf(path, sizeof(path), "/proc/%d/limits", (int)daemon_pid);
+		f = fopen(path, "r");
+		assert_non_null(f);
+		while (fgets(line, sizeof(line), f)) {
+			char soft[32], hard[32];
+
+			if (sscanf(line, "Max open files %31s %31s", soft, hard) == 2) {
+				assert_string_equal(soft, hard);
+				seen = true;
+			}
+		}
+		fclose(f);
+		assert_true(seen);
+	}
 	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "Devices"), 2);
 	{
 		char *text = NULL;

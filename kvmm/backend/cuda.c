@@ -462,10 +462,10 @@ static int check_frames(struct kvmm_backend_ctx *be, const void *host, const uin
 /*
  * Staging: frame frames[i] is nr_devs * page_size bytes at @host + i * that, member k's
  * copy at k * page_size.  Each member's copies go on its own stream (the devices' copy
- * engines work in parallel); sync waits for all.
+ * engines work in parallel); sync waits for all.  @out: device to host (swap-out).
  */
-static int cuda_copy_to_host(struct kvmm_backend_ctx *be, void *host, const uint32_t *frames,
-			     uint32_t nr)
+static int stage(struct kvmm_backend_ctx *be, void *host, const uint32_t *frames, uint32_t nr,
+		 bool out)
 {
 	struct cuda_mem *cm = be->priv;
 	int ret = check_frames(be, host, frames, nr);
@@ -475,39 +475,30 @@ static int cuda_copy_to_host(struct kvmm_backend_ctx *be, void *host, const uint
 
 		ret = enter_dev(cm, k);
 		for (uint32_t i = 0; !ret && i < nr; i++) {
-			uint64_t off = ((uint64_t)i * cm->nr_devs + k) * be->page_size;
-			kvmm_cu_result r = cm->d->cuMemcpyDtoHAsync((char *)host + off,
-								    frame_ptr(be, cd, frames[i]),
-								    be->page_size, cd->stream);
+			char *h = (char *)host + ((uint64_t)i * cm->nr_devs + k) * be->page_size;
+			kvmm_cu_ptr dp = frame_ptr(be, cd, frames[i]);
+			kvmm_cu_result r =
+				out ? cm->d->cuMemcpyDtoHAsync(h, dp, be->page_size, cd->stream)
+				    : cm->d->cuMemcpyHtoDAsync(dp, h, be->page_size, cd->stream);
 
 			if (r)
-				ret = cu_fail(r, "swap-out copy (cuMemcpyDtoHAsync)");
+				ret = cu_fail(r, out ? "swap-out copy (cuMemcpyDtoHAsync)"
+						     : "swap-in copy (cuMemcpyHtoDAsync)");
 		}
 	}
 	return ret;
 }
 
+static int cuda_copy_to_host(struct kvmm_backend_ctx *be, void *host, const uint32_t *frames,
+			     uint32_t nr)
+{
+	return stage(be, host, frames, nr, true);
+}
+
 static int cuda_copy_from_host(struct kvmm_backend_ctx *be, const uint32_t *frames,
 			       const void *host, uint32_t nr)
 {
-	struct cuda_mem *cm = be->priv;
-	int ret = check_frames(be, host, frames, nr);
-
-	for (uint32_t k = 0; !ret && nr && k < cm->nr_devs; k++) {
-		struct cuda_dev *cd = &cm->devs[k];
-
-		ret = enter_dev(cm, k);
-		for (uint32_t i = 0; !ret && i < nr; i++) {
-			uint64_t off = ((uint64_t)i * cm->nr_devs + k) * be->page_size;
-			kvmm_cu_result r = cm->d->cuMemcpyHtoDAsync(frame_ptr(be, cd, frames[i]),
-								    (const char *)host + off,
-								    be->page_size, cd->stream);
-
-			if (r)
-				ret = cu_fail(r, "swap-in copy (cuMemcpyHtoDAsync)");
-		}
-	}
-	return ret;
+	return stage(be, (void *)host, frames, nr, false);
 }
 
 static int cuda_sync(struct kvmm_backend_ctx *be)

@@ -705,9 +705,10 @@ static int client_attach(struct kvmm_client *c, const char *ns, const struct kvm
 	 */
 	if (c->backend == KVMM_BACKEND_CUDA) {
 		err = kvmm_client_cuda_uuid(c, dev.uuid);
-		if (err)
+		if (err < 0)
 			return err;
-		req.flags |= KVMM_ATTACH_F_DEVICE;
+		if (!err)
+			req.flags |= KVMM_ATTACH_F_DEVICE; /* else $KVMM_CUDA_DEVICE=none */
 	}
 	err = kvmm_msg_send(c, KVMM_OP_ATTACH, part, (req.flags & KVMM_ATTACH_F_DEVICE) ? 2 : 1,
 			    &seq);
@@ -777,7 +778,9 @@ static int client_attach(struct kvmm_client *c, const char *ns, const struct kvm
 	c->tokens_per_page = rep.tokens_per_page;
 	c->bytes_per_token = rep.bytes_per_token;
 	c->ns_id = rep.ns_id;
-	c->device_index = rep.device_index;
+	c->device_index = c->backend == KVMM_BACKEND_CUDA && !(req.flags & KVMM_ATTACH_F_DEVICE)
+				  ? KVMM_DEVICE_NONE
+				  : rep.device_index;
 	err = client_map(c, &rep, fds, nr_fds);
 out_fds:
 	/* mappings hold the memory; the descriptors are not needed any more */
@@ -902,7 +905,7 @@ void *kvmm_frame_addr(const kvmm_client_t *c, uint32_t frame)
 {
 	if (!c || !c->base || frame >= c->nr_frames) {
 		/* a cuda-backend pool is not in host memory: kvmm_frame_devptr() */
-		errno = c && c->cuda ? EOPNOTSUPP : EINVAL;
+		errno = c && c->backend == KVMM_BACKEND_CUDA ? EOPNOTSUPP : EINVAL;
 		return NULL;
 	}
 	return (char *)c->base + (size_t)frame * c->page_size;

@@ -196,7 +196,10 @@ int kvmm_cuda_map_fds(int device, const int *fds, uint32_t nr_chunks, uint64_t c
 
 #endif /* CONFIG_KVMM_CUDA */
 
-/* $KVMM_CUDA_DEVICE: an ordinal of this process (CUDA_VISIBLE_DEVICES applies), default 0. */
+/*
+ * $KVMM_CUDA_DEVICE: an ordinal of this process (CUDA_VISIBLE_DEVICES applies), default 0, or
+ * "none" (-1): the handle maps no device (a scheduler process that only allocates).
+ */
 static int cuda_device_env(int *device)
 {
 	const char *env = getenv("KVMM_CUDA_DEVICE");
@@ -206,6 +209,10 @@ static int cuda_device_env(int *device)
 	*device = 0;
 	if (!env || !env[0])
 		return 0;
+	if (!strcmp(env, "none")) {
+		*device = -1;
+		return 0;
+	}
 	errno = 0;
 	v = strtol(env, &end, 10);
 	if (errno || *end || v < 0 || v > 1023)
@@ -223,6 +230,10 @@ int kvmm_client_cuda_map(struct kvmm_client *c, const int *fds, uint32_t nr_chun
 	err = cuda_device_env(&device);
 	if (err)
 		return err;
+	c->cuda = NULL;
+	c->cuda_device = device;
+	if (device < 0)
+		return 0; /* "none": the chunks are not mapped (the caller closes them) */
 	err = kvmm_cuda_map_fds(device, fds, nr_chunks, chunk_size, &c->cuda, &devptr);
 	if (err) {
 		c->cuda = NULL;
@@ -241,7 +252,7 @@ int kvmm_client_cuda_uuid(struct kvmm_client *c, uint8_t uuid[16])
 	if (err)
 		return err;
 	c->cuda_device = device;
-	return device_uuid(device, uuid);
+	return device < 0 ? 1 : device_uuid(device, uuid);
 }
 
 void kvmm_client_cuda_refused(struct kvmm_client *c)
@@ -267,7 +278,9 @@ void kvmm_client_cuda_unmap(struct kvmm_client *c)
 uint64_t kvmm_frame_devptr(const kvmm_client_t *c, uint32_t frame)
 {
 	if (!c || !c->cuda || frame >= c->nr_frames) {
-		errno = c && !c->cuda && c->base ? EOPNOTSUPP : EINVAL;
+		/* host memory, or a cuda pool this handle does not map ($KVMM_CUDA_DEVICE=none) */
+		errno = c && !c->cuda && (c->base || c->backend == KVMM_BACKEND_CUDA) ? EOPNOTSUPP
+										      : EINVAL;
 		return 0;
 	}
 	return c->devbase + (uint64_t)frame * c->page_size;

@@ -67,8 +67,11 @@ uint32_t kvmm_nr_frames(const kvmm_client_t *client);
 uint32_t kvmm_nr_devices(const kvmm_client_t *client);
 /*
  * Which member of that group this handle maps (0 .. kvmm_nr_devices() - 1): the one on this
- * process's GPU ($KVMM_CUDA_DEVICE), whatever its ordinal in the daemon; 0 for host memory.
+ * process's GPU ($KVMM_CUDA_DEVICE), whatever its ordinal in the daemon; 0 for host memory;
+ * KVMM_DEVICE_NONE for a handle that maps no device ($KVMM_CUDA_DEVICE=none: a process that
+ * allocates and hands block tables to others, with no GPU or CUDA context of its own).
  */
+#define KVMM_DEVICE_NONE UINT32_MAX
 uint32_t kvmm_device_index(const kvmm_client_t *client);
 /*
  * Address of frame in this process, or NULL (errno EINVAL) if it is not a frame we map. A pool

@@ -60,7 +60,7 @@ struct kvmm_client {
 	/* cuda backend (cuda_map.c): the chunks are mapped on a GPU instead; base stays NULL */
 	struct kvmm_cuda_map *cuda;
 	uint64_t devbase; /* CUdeviceptr of frame 0 */
-	int cuda_device;  /* the ordinal in this process ($KVMM_CUDA_DEVICE, default 0) */
+	int cuda_device;  /* the ordinal in this process ($KVMM_CUDA_DEVICE, default 0; -1 none) */
 	void *shm;	  /* the data-plane region, when the daemon sends one */
 	size_t shm_len;
 	struct kvmm_dp_client *dp; /* its rings, mirror and magazine (ring.c); NULL: socket only */
@@ -177,8 +177,9 @@ KVMM_INTERNAL int kvmm_client_cuda_map(struct kvmm_client *c, const int *fds, ui
 				       uint64_t chunk_size);
 /*
  * The UUID of the GPU this process maps a cuda-backend pool on ($KVMM_CUDA_DEVICE, default
- * 0), which ATTACH names so that the daemon passes that device's chunks.  0, -EINVAL (a bad
- * $KVMM_CUDA_DEVICE), -ENODEV (no driver or no such device: kvmm_cuda_map_why()).
+ * 0), which ATTACH names so that the daemon passes that device's chunks.  0, 1 (the handle
+ * maps no device: $KVMM_CUDA_DEVICE=none), -EINVAL (a bad $KVMM_CUDA_DEVICE), -ENODEV (no
+ * driver or no such device: kvmm_cuda_map_why()).
  */
 KVMM_INTERNAL int kvmm_client_cuda_uuid(struct kvmm_client *c, uint8_t uuid[16]);
 /* The daemon refused the GPU kvmm_client_cuda_uuid named (-ENODEV): say why, for the user. */

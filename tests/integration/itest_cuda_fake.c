@@ -955,6 +955,26 @@ static void test_group_attach(void **state)
 	assert_int_equal(kvmm_device_index(m0), 0);
 	assert_int_equal(kvmm_device_index(m1), 1);
 	assert_int_equal(kvmm_page_size(m0), ITEST_PAGE_SIZE);
+	/* a scheduler with no device of its own: allocates, maps nothing */
+	{
+		kvmm_client_t *sched;
+		uint32_t tok[64];
+		int32_t t[4];
+		uint64_t seq;
+
+		setenv("KVMM_CUDA_DEVICE", "none", 1);
+		sched = attach();
+		unsetenv("KVMM_CUDA_DEVICE");
+		assert_int_equal(kvmm_device_index(sched), KVMM_DEVICE_NONE);
+		assert_int_equal(kvmm_nr_devices(sched), 2);
+		assert_int_equal(kvmm_frame_devptr(sched, 0), 0);
+		itest_tokens(tok, 64, 77);
+		assert_int_equal(kvmm_seq_create(sched, 0, &seq), 0);
+		assert_int_equal(kvmm_seq_append(sched, seq, tok, 64, NULL), 0);
+		assert_int_equal(kvmm_block_table(sched, &seq, 1, t, 4), 0);
+		assert_true(t[0] >= 0 && (uint32_t)t[0] < kvmm_nr_frames(m0));
+		kvmm_detach(sched);
+	}
 	/* two devices' copies: two mappings of the pool in this process, apart */
 	assert_int_not_equal(kvmm_frame_devptr(m0, 0), kvmm_frame_devptr(m1, 0));
 	assert_int_equal(kvmm_frame_devptr(m1, 9), kvmm_frame_devptr(m1, 0) + 9 * ITEST_PAGE_SIZE);

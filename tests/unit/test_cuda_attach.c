@@ -241,6 +241,39 @@ static void test_cuda_attach_bad_device_env(void **state)
 	fake_stop(&f);
 }
 
+/*
+ * KVMM_CUDA_DEVICE=none: a process with no GPU (here no driver at all) attaches to a cuda-
+ * backend daemon without mapping the pool, to allocate and pass block tables to the ranks.
+ */
+static void test_cuda_attach_no_device(void **state)
+{
+	kvmm_client_t *c = NULL;
+	struct fake f;
+	int before;
+
+	(void)state;
+	fake_start(&f, KVMM_BACKEND_CUDA);
+	before = count_fds();
+	setenv("KVMM_CUDA_DEVICE", "none", 1);
+	assert_int_equal(kvmm_attach(f.sock, "alpha", &fmt, &c), 0);
+	unsetenv("KVMM_CUDA_DEVICE");
+	assert_non_null(c);
+	assert_int_equal(kvmm_device_index(c), KVMM_DEVICE_NONE);
+	assert_int_equal(kvmm_nr_devices(c), 1);
+	assert_int_equal(kvmm_nr_frames(c), FAKE_NR_CHUNKS * (FAKE_CHUNK_SIZE / FAKE_PAGE_SIZE));
+	errno = 0;
+	assert_int_equal(kvmm_frame_devptr(c, 0), 0);
+	assert_int_equal(errno, EOPNOTSUPP);
+	errno = 0;
+	assert_null(kvmm_frame_addr(c, 0));
+	assert_int_equal(errno, EOPNOTSUPP);
+	/* the chunk fds were closed unmapped: only the socket is left */
+	assert_int_equal(count_fds(), before + 1);
+	kvmm_detach(c);
+	assert_int_equal(count_fds(), before);
+	fake_stop(&f);
+}
+
 /* The same fake with host memory attaches: frames have host addresses, no device ones. */
 static void test_host_attach_through_fake(void **state)
 {
@@ -425,6 +458,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cuda_attach_enodev_no_leak),
 		cmocka_unit_test(test_cuda_attach_bad_device_env),
+		cmocka_unit_test(test_cuda_attach_no_device),
 		cmocka_unit_test(test_host_attach_through_fake),
 		cmocka_unit_test(test_devptr_args),
 		cmocka_unit_test(test_server_hello_reports_cuda),

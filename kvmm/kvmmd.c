@@ -501,10 +501,13 @@ static void raise_nofile(void)
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= rl.rlim_max)
 		return;
-	rl.rlim_cur = rl.rlim_max;
+	/* an unlimited hard limit still stops at fs.nr_open (1048576 by default) */
+	if (rl.rlim_max == RLIM_INFINITY && rl.rlim_cur >= 1048576)
+		return;
+	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? 1048576 : rl.rlim_max;
 	if (setrlimit(RLIMIT_NOFILE, &rl))
 		kvmm_warn("cannot raise the open-file limit to %llu: %s",
-			  (unsigned long long)rl.rlim_max, strerror(errno));
+			  (unsigned long long)rl.rlim_cur, strerror(errno));
 }
 
 int main(int argc, char **argv)

@@ -455,6 +455,7 @@ static void server_config(const struct kvmm_config *cfg, struct kvmm_ns_config *
 		sc->backend = &cuda_backend.ops;
 		sc->chunks = kvmm_cuda_backend_chunks;
 		sc->member = kvmm_cuda_backend_member;
+		sc->device_info = kvmm_cuda_backend_device;
 	}
 #endif
 	sc->max_clients = cfg->max_clients;

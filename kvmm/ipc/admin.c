@@ -426,6 +426,30 @@ static void kmalloc_out(struct out *o)
 	out_u64(o, "KmallocTotalMetadata", km.total_metadata, "bytes");
 }
 
+/*
+ * The GPUs of a cuda pool, in member order: DeviceN (the daemon's CUDA ordinal) and
+ * DeviceNUuid in nvidia-smi's form, so that an admin can tell which GPU each member is.
+ */
+static void devices_out(struct kvmm_server *srv, struct out *o)
+{
+	for (uint32_t k = 0; srv->cfg.device_info && k < srv->ns[0].nr_devices; k++) {
+		char tag[32], id[48];
+		uint8_t u[16];
+		int ord;
+
+		if (srv->cfg.device_info(&srv->ns[0].pool->be, k, &ord, u))
+			break;
+		snprintf(id, sizeof(id),
+			 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+			 u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
+			 u[12], u[13], u[14], u[15]);
+		snprintf(tag, sizeof(tag), "Device%u", k);
+		out_u64(o, tag, (uint64_t)ord, NULL);
+		snprintf(tag, sizeof(tag), "Device%uUuid", k);
+		out_str(o, tag, id);
+	}
+}
+
 static void status_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct out *o)
 {
 	struct kvmm_server_stats st;
@@ -456,6 +480,7 @@ static void status_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct 
 	out_u64(o, "PageSize", srv->cfg.page_size, "bytes");
 	/* a tensor-parallel group: every frame is PageSize bytes on each device */
 	out_u64(o, "Devices", srv->ns[0].nr_devices ? srv->ns[0].nr_devices : 1, NULL);
+	devices_out(srv, o);
 	out_u64(o, "Frames", frames, "frames");
 	out_u64(o, "FramesFree", nfree, "frames");
 	out_u64(o, "FramesUsed", used, "frames");

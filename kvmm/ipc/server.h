@@ -98,6 +98,9 @@ struct kvmm_server_config {
 	kvmm_backend_chunks_fn chunks;
 	/* NULL: an ATTACH naming a device gets -ENODEV unless it is a one-device pool's */
 	kvmm_backend_member_fn member;
+	/* STATUS's DeviceN lines: member n's ordinal and UUID (kvmm_cuda_backend_device()) */
+	int (*device_info)(struct kvmm_backend_ctx *be, uint32_t member, int *ordinal,
+			   uint8_t uuid[16]);
 	const struct kvmm_ns_config *ns;
 	unsigned int nr_ns;   /* >= 1 */
 	uint32_t max_clients; /* 0 = KVMM_SERVER_DEFAULT_MAX_CLIENTS */

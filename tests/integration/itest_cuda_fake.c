@@ -985,6 +985,18 @@ static void test_group_attach(void **state)
 	assert_null(c);
 	assert_non_null(strstr(kvmm_cuda_map_why(), "not one of the daemon's"));
 	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_STATUS, "Devices"), 2);
+	/* which GPU each member is: ordinals 2 and 0, UUIDs as nvidia-smi writes them */
+	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_STATUS, "Device0"), 2);
+	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_STATUS, "Device1"), 0);
+	{
+		char *text = NULL;
+
+		assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_STATUS, &text), 0);
+		/* physical device 0: "kvmm-fakecuda-d0" (fakecuda.h) */
+		assert_non_null(strstr(text, "Device1Uuid:"));
+		assert_non_null(strstr(text, "GPU-6b766d6d-2d66-616b-6563-7564612d6430"));
+		free(text);
+	}
 	{
 		char path[64], line[256];
 		bool seen = false;

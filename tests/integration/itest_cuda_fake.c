@@ -940,6 +940,39 @@ static void group_io(kvmm_client_t *m0, kvmm_client_t *m1, const int32_t *t, uin
 	}
 }
 
+/* the daemon's answer to admin verb @op has both strings in it */
+static void admin_says(unsigned int op, const char *a, const char *b)
+{
+	char *text = NULL;
+
+	assert_int_equal(itest_admin_text(&itest_d, op, &text), 0);
+	if (!strstr(text, a) || !strstr(text, b))
+		fail_msg("%s: no '%s' or no '%s' in:\n%s", kvmm_op_name(op), a, b, text);
+	free(text);
+}
+
+/* a descriptor per chunk per device: kvmmd took the hard open-file limit (setup_group) */
+static void nofile_raised(void)
+{
+	char path[64], line[256];
+	bool seen = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/limits", (int)daemon_pid);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		char soft[32], hard[32];
+
+		if (sscanf(line, "Max open files %31s %31s", soft, hard) == 2) {
+			assert_string_equal(soft, hard);
+			seen = true;
+		}
+	}
+	fclose(f);
+	assert_true(seen);
+}
+
 /* each member's client maps its own device's copy; a GPU outside the group is refused */
 static void test_group_attach(void **state)
 {
@@ -988,45 +1021,12 @@ static void test_group_attach(void **state)
 	/* which GPU each member is: ordinals 2 and 0, UUIDs as nvidia-smi writes them */
 	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_STATUS, "Device0"), 2);
 	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_STATUS, "Device1"), 0);
-	{
-		char *text = NULL;
-
-		assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_STATUS, &text), 0);
-		/* physical device 0: "kvmm-fakecuda-d0" (fakecuda.h) */
-		assert_non_null(strstr(text, "Device1Uuid:"));
-		assert_non_null(strstr(text, "GPU-6b766d6d-2d66-616b-6563-7564612d6430"));
-		free(text);
-	}
-	{
-		char path[64], line[256];
-		bool seen = false;
-		FILE *f;
-
-		/* a descriptor per chunk per device: kvmmd took the hard open-file limit */
-		snprintf(path, sizeof(path), "/proc/%d/limits", (int)daemon_pid);
-		f = fopen(path, "r");
-		assert_non_null(f);
-		while (fgets(line, sizeof(line), f)) {
-			char soft[32], hard[32];
-
-			if (sscanf(line, "Max open files %31s %31s", soft, hard) == 2) {
-				assert_string_equal(soft, hard);
-				seen = true;
-			}
-		}
-		fclose(f);
-		assert_true(seen);
-	}
+	/* physical device 0's UUID: "kvmm-fakecuda-d0" (fakecuda.h) */
+	admin_says(KVMM_OP_STATUS, "Device1Uuid:", "GPU-6b766d6d-2d66-616b-6563-7564612d6430");
+	nofile_raised();
 	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "Devices"), 2);
-	{
-		char *text = NULL;
-
-		/* kvmmctl clients: each client's member of the group */
-		assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_CLIENTS, &text), 0);
-		assert_non_null(strstr(text, " device=0"));
-		assert_non_null(strstr(text, " device=1"));
-		free(text);
-	}
+	/* kvmmctl clients: each client's member of the group */
+	admin_says(KVMM_OP_CLIENTS, " device=0", " device=1");
 	kvmm_detach(m1);
 	kvmm_detach(m0);
 	assert_int_equal(fake_stats().mappings, 0);

@@ -159,9 +159,9 @@ struct kvmm_backend_ops {
 	/*
 	 * Swap staging, for memory the host cannot address (cuda backend); NULL when frame_addr
 	 * and memcpy serve.  copy_to_host / copy_from_host start copying whole frames
-	 * frames[i] to / from @host + i * page_size * nr_devices, asynchronously on the backend's own stream
-	 * (so with pinned @host from host_alloc a swap-out overlaps the next step); sync waits
-	 * for every copy started.  host_alloc returns page-aligned, DMA-able (pinned) memory or
+	 * frames[i] to / from @host + i * page_size * nr_devices, asynchronously on the
+	 * backend's own stream (so with pinned @host from host_alloc a swap-out overlaps the
+	 * next step); sync waits for every copy started.  host_alloc returns page-aligned, DMA-able (pinned) memory or
 	 * NULL; host_free frees it.  0 or -errno.
 	 */
 	int (*copy_to_host)(struct kvmm_backend_ctx *be, void *host, const uint32_t *frames,

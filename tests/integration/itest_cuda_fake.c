@@ -973,6 +973,18 @@ static void nofile_raised(void)
 	assert_true(seen);
 }
 
+/* touch() for a group: PIN (faulting seq in), write or check its @nb blocks on both, UNPIN */
+static void group_touch(kvmm_client_t *m0, kvmm_client_t *m1, uint64_t seq, uint32_t nb,
+			uint64_t tag, bool write)
+{
+	int32_t t[MAXB];
+
+	assert_int_equal(kvmm_pin(m0, &seq, 1, NULL), 0);
+	assert_int_equal(kvmm_block_table(m0, &seq, 1, t, MAXB), 0);
+	group_io(m0, m1, t, 0, nb, tag, write);
+	assert_int_equal(kvmm_unpin(m0, &seq, 1, NULL), 0);
+}
+
 /* each member's client maps its own device's copy; a GPU outside the group is refused */
 static void test_group_attach(void **state)
 {
@@ -1072,19 +1084,11 @@ static void test_group_cow_and_swap(void **state)
 		itest_tokens(tok, n, 200 + (unsigned int)i);
 		assert_int_equal(kvmm_seq_create(m0, 0, &s[i]), 0);
 		assert_int_equal(kvmm_seq_append(m0, s[i], tok, n, NULL), 0);
-		assert_int_equal(kvmm_pin(m0, &s[i], 1, NULL), 0);
-		assert_int_equal(kvmm_block_table(m0, &s[i], 1, t, MAXB), 0);
-		group_io(m0, m1, t, 0, 120, 600 + (uint64_t)i, true);
-		assert_int_equal(kvmm_unpin(m0, &s[i], 1, NULL), 0);
+		group_touch(m0, m1, s[i], 120, 600 + (uint64_t)i, true);
 	}
-	for (int round = 0; round < 2; round++) {
-		for (int i = 0; i < 3; i++) {
-			assert_int_equal(kvmm_pin(m0, &s[i], 1, NULL), 0);
-			assert_int_equal(kvmm_block_table(m0, &s[i], 1, t, MAXB), 0);
-			group_io(m0, m1, t, 0, 120, 600 + (uint64_t)i, false);
-			assert_int_equal(kvmm_unpin(m0, &s[i], 1, NULL), 0);
-		}
-	}
+	for (int round = 0; round < 2; round++)
+		for (int i = 0; i < 3; i++)
+			group_touch(m0, m1, s[i], 120, 600 + (uint64_t)i, false);
 	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "seq_swapout") > 0);
 	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "pswpin") > 0);
 	for (int i = 0; i < 3; i++)

@@ -18,8 +18,9 @@ set -eu
 # integration test (top under tmux, /metrics scraped with curl).
 # fio: the swap benchmark's baseline; tmux: drives `kvmmctl top` in a test; curl and
 # prometheus (for promtool): scrape and check kvmmd's /metrics in a test.
+# libclang-rt-dev: clang's sanitizer and libFuzzer runtimes (tools/fuzz).
 PACKAGES="make gcc clang pkg-config clang-format liburing-dev libjemalloc-dev libcmocka-dev
-libxxhash-dev fio tmux curl prometheus"
+libxxhash-dev fio tmux curl prometheus libclang-rt-dev"
 
 # what a GPU machine lacks to build and run tools/gpu-check (runtime and -dev halves)
 CARRY="make liburing2 liburing-dev libjemalloc2 libjemalloc-dev libcmocka0 libcmocka-dev

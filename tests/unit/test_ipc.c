@@ -1197,6 +1197,31 @@ static void test_create_errors(void **state)
 	}
 }
 
+/*
+ * SEQ_CREATE of more blocks than the pool has frames is refused before anything is sized
+ * for it (found by tests/fuzz/fuzz_session.c: UINT32_MAX tokens made the daemon allocate
+ * gigabytes of page-table arrays before it ran out of frames).
+ */
+static void test_create_too_big(void **state)
+{
+	struct fixture *f = *state;
+	struct kvmm_seq_create_req cr = {0};
+	struct kvmm_seq_create_rep rep;
+	int fd = client(f, "beta"); /* 128 frames, 4 tokens per page */
+
+	cr.nr_tokens = 129 * 4;
+	assert_int_equal(xfer(fd, KVMM_OP_SEQ_CREATE, &cr, sizeof(cr), &rep, sizeof(rep)), -E2BIG);
+	cr.nr_tokens = UINT32_MAX;
+	assert_int_equal(xfer(fd, KVMM_OP_SEQ_CREATE, &cr, sizeof(cr), &rep, sizeof(rep)), -E2BIG);
+	/* nothing was taken, nobody was preempted, and a sequence that fits still does */
+	assert_int_equal(pool_state(f, "beta", KVMM_PAGE_MAPPED), 0);
+	cr.nr_tokens = 8;
+	assert_int_equal(xfer(fd, KVMM_OP_SEQ_CREATE, &cr, sizeof(cr), &rep, sizeof(rep)), 0);
+	assert_int_equal(rep.nr_blocks, 2);
+	assert_int_equal(check_invariants(f, "beta"), 0);
+	close(fd);
+}
+
 /* ---- the real host backend: chunk memfds over SCM_RIGHTS -------------------------------- */
 
 static int setup_host(void **state)
@@ -1320,6 +1345,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_shutdown, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_create_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_backend_fds, setup_host, teardown),
+		cmocka_unit_test_setup_teardown(test_create_too_big, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("ipc", tests, group_setup, group_teardown);

@@ -1222,6 +1222,79 @@ static void test_create_too_big(void **state)
 	close(fd);
 }
 
+/* ---- swap: a 16-frame pool with a host swap tier, no kvswapd ------------------------------ */
+
+static int setup_swap(void **state)
+{
+	static struct kvmm_ns_config ns;
+	struct kvmm_server_config cfg;
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return -1;
+	memset(&ns, 0, sizeof(ns));
+	strcpy(ns.name, "small");
+	ns.nframes = 16;
+	strcpy(f->dir, "/tmp/kvmm-test-ipc.XXXXXX");
+	if (!mkdtemp(f->dir))
+		return -1;
+	snprintf(f->path, sizeof(f->path), "%s/kvmmd.sock", f->dir);
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.socket_path = f->path;
+	cfg.page_size = PAGE;
+	cfg.backend = &kvmm_mmap_backend_ops;
+	cfg.ns = &ns;
+	cfg.nr_ns = 1;
+	cfg.swap.host_size = 32 * PAGE;
+	cfg.swap.no_kswapd = true;
+	if (kvmm_server_create(&cfg, &f->srv))
+		return -1;
+	if (pthread_create(&f->thread, NULL, server_thread, f))
+		return -1;
+	*state = f;
+	return 0;
+}
+
+/*
+ * SEAL of blocks that reclaim swapped out since the append brings them back first (found by
+ * tests/fuzz/fuzz_session.c: the daemon sealed the swap PTE's "frame" and hit a BUG).
+ */
+static void test_seal_swapped(void **state)
+{
+	struct fixture *f = *state;
+	struct kvmm_seq_create_req cr = {.priority = -10}; /* reclaim's first choice */
+	struct kvmm_seq_create_rep rep;
+	uint32_t tok[12], n;
+	int32_t b[64];
+	uint64_t a;
+	int fd = client(f, "small");
+
+	for (unsigned int i = 0; i < 12; i++)
+		tok[i] = 100 + i;
+	assert_int_equal(xfer(fd, KVMM_OP_SEQ_CREATE, &cr, sizeof(cr), &rep, sizeof(rep)), 0);
+	a = rep.seq;
+	assert_int_equal(seq_append(fd, a, tok, 12), 0); /* 3 full blocks */
+	assert_int_equal(seal(fd, a, 0, 1), 0);		 /* block 0 sealed, 1 and 2 not */
+	/* a sequence that needs nearly every frame: reclaim swaps the low-priority one out */
+	cr.priority = 0;
+	cr.nr_tokens = 14 * 4;
+	assert_int_equal(xfer(fd, KVMM_OP_SEQ_CREATE, &cr, sizeof(cr), &rep, sizeof(rep)), 0);
+	assert_int_equal(blocks(fd, a, b, &n), 0);
+	assert_int_equal(n, 3);
+	assert_int_equal(b[0], KVMM_BLOCK_NONE);
+	assert_int_equal(b[1], KVMM_BLOCK_NONE);
+	/* room for it to come back, then seal the rest: its blocks (and block 0) fault in */
+	assert_int_equal(seq_op(fd, KVMM_OP_SEQ_FREE, rep.seq, 0), 0);
+	assert_int_equal(seal(fd, a, 1, 0), 0);
+	assert_int_equal(blocks(fd, a, b, &n), 0);
+	for (unsigned int i = 0; i < 3; i++)
+		assert_true(b[i] >= 0);
+	assert_int_equal(check_invariants(f, "small"), 0);
+	close(fd);
+	wait_no_clients(f);
+	assert_int_equal(pool_state(f, "small", KVMM_PAGE_MAPPED), 0);
+}
+
 /* ---- the real host backend: chunk memfds over SCM_RIGHTS -------------------------------- */
 
 static int setup_host(void **state)
@@ -1346,6 +1419,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_create_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_backend_fds, setup_host, teardown),
 		cmocka_unit_test_setup_teardown(test_create_too_big, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_seal_swapped, setup_swap, teardown),
 	};
 
 	return cmocka_run_group_tests_name("ipc", tests, group_setup, group_teardown);

@@ -375,17 +375,22 @@ static int seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_id
 		/* written in place below: a swap-out in flight must not free it, nor its old slot */
 		kvmm_page_wb_touch(old);
 		kvmm_swap_page_dirty(pool, old);
+		/*
+		 * Pinned until the new frames are in: allocating them may reclaim, which must not
+		 * swap out the page that is written (or copied) below.
+		 */
+		old->pincount++;
 		if (old->refcount > 1 || (old->flags & KVMM_PG_SEALED)) {
 			cow = kvmm_alloc_page(pool, as->ns, as->mag);
-			if (!cow)
-				return -errno;
+			if (!cow) {
+				ret = -errno;
+				goto out_free;
+			}
 			/* whole page: its layout interleaves layers, a prefix would miss data */
 			ret = pool->be.ops->copy(&pool->be, kvmm_page_to_frame(pool, cow),
 						 kvmm_page_to_frame(pool, old), pool->page_size);
-			if (ret) {
-				kvmm_free_page(pool, cow, as->mag);
-				return ret;
-			}
+			if (ret)
+				goto out_free;
 		}
 	}
 	for (b = seq->nblocks; !given && b < new_nblocks;) {
@@ -418,6 +423,8 @@ static int seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_id
 	}
 
 	/* nothing can fail from here on */
+	if (old)
+		old->pincount--;
 	if (cow) {
 		kvmm_page_get(pool, cow);
 		cow->ntokens = in_block;
@@ -459,6 +466,8 @@ out_free:
 	free_unused(pool, &fresh, as->mag);
 	if (cow)
 		kvmm_free_page(pool, cow, as->mag);
+	if (old)
+		old->pincount--;
 	return ret;
 }
 

@@ -1295,6 +1295,45 @@ static void test_seal_swapped(void **state)
 	assert_int_equal(pool_state(f, "small", KVMM_PAGE_MAPPED), 0);
 }
 
+/*
+ * APPEND to a sequence whose partial last block was swapped out: the block comes back, and
+ * the reclaim that the new blocks' allocation runs must not swap it out again before it is
+ * written (found by tests/fuzz/fuzz_ring.c: the core then read the swap PTE as a frame and
+ * hit a BUG).
+ */
+static void test_append_swapped(void **state)
+{
+	struct fixture *f = *state;
+	struct kvmm_seq_create_req cr = {.priority = -10}; /* reclaim's first choice */
+	struct kvmm_seq_create_rep rep;
+	uint32_t tok[8], n;
+	int32_t b[64];
+	uint64_t a;
+	int fd = client(f, "small");
+
+	for (unsigned int i = 0; i < 8; i++)
+		tok[i] = 200 + i;
+	assert_int_equal(xfer(fd, KVMM_OP_SEQ_CREATE, &cr, sizeof(cr), &rep, sizeof(rep)), 0);
+	a = rep.seq;
+	assert_int_equal(seq_append(fd, a, tok, 5), 0); /* a full block and one token */
+	cr.priority = 0;
+	cr.nr_tokens = 15 * 4;
+	assert_int_equal(xfer(fd, KVMM_OP_SEQ_CREATE, &cr, sizeof(cr), &rep, sizeof(rep)), 0);
+	assert_int_equal(blocks(fd, a, b, &n), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(b[1], KVMM_BLOCK_NONE);
+	/* the tail faults in, then two new frames need reclaim: the tail must stay */
+	assert_int_equal(seq_append(fd, a, tok, 8), 0);
+	assert_int_equal(blocks(fd, a, b, &n), 0);
+	assert_int_equal(n, 4);
+	for (unsigned int i = 1; i < 4; i++)
+		assert_true(b[i] >= 0);
+	assert_int_equal(check_invariants(f, "small"), 0);
+	close(fd);
+	wait_no_clients(f);
+	assert_int_equal(pool_state(f, "small", KVMM_PAGE_MAPPED), 0);
+}
+
 /* ---- the real host backend: chunk memfds over SCM_RIGHTS -------------------------------- */
 
 static int setup_host(void **state)
@@ -1420,6 +1459,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_host_backend_fds, setup_host, teardown),
 		cmocka_unit_test_setup_teardown(test_create_too_big, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_seal_swapped, setup_swap, teardown),
+		cmocka_unit_test_setup_teardown(test_append_swapped, setup_swap, teardown),
 	};
 
 	return cmocka_run_group_tests_name("ipc", tests, group_setup, group_teardown);

@@ -578,7 +578,7 @@ static int by_address(struct attn_job *job, int32_t **scratch)
 
 		job->tables[i] = t;
 		if (kvmm_cpu_decode_by_address && nfull > 1 && !frames_sorted(t, nfull)) {
-			need += (b->ctx_lens[i] + tpp - 1) / tpp;
+			need += ((uint64_t)b->ctx_lens[i] + tpp - 1) / tpp;
 			maxn = max_t(uint64_t, maxn, nfull);
 			job->tables[i] = NULL; /* to sort */
 		}
@@ -592,7 +592,8 @@ static int by_address(struct attn_job *job, int32_t **scratch)
 	*scratch = buf;
 	for (uint32_t i = 0; i < b->nr_seqs; i++) {
 		const int32_t *t = b->block_tables + (uint64_t)i * b->max_blocks;
-		uint32_t nfull = sortable(job, i), nb = (b->ctx_lens[i] + tpp - 1) / tpp;
+		uint32_t nfull = sortable(job, i);
+		uint64_t nb = ((uint64_t)b->ctx_lens[i] + tpp - 1) / tpp; /* ctx_len near 2^32 */
 
 		if (job->tables[i])
 			continue;

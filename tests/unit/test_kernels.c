@@ -1235,6 +1235,52 @@ static void test_bad_args(void **state)
 	free(pool);
 }
 
+/*
+ * A context of nearly 2^32 tokens beside an ordinary one (tables out of frame order, so both
+ * are sorted into one scratch buffer): its block count must be computed in 64 bits.  Prefill
+ * with no new tokens in it, so nothing is computed over it; the other sequence must get what
+ * it gets alone.  Found by tests/fuzz/fuzz_kernels.c: the count wrapped to 0 and the copy of
+ * the rows after the sorted pages ran for 2^32 entries.
+ */
+static void test_prefill_huge_ctx(void **state)
+{
+	uint32_t saved = kvmm_cpu_decode_by_address;
+	uint32_t ctx[2], qlen[2] = {2, 0}, tpp, mb;
+	float q[2 * 2 * 2], out[2 * 2 * 2], alone[2 * 2 * 2];
+	struct kvmm_attn_batch b;
+	struct kvmm_fmt f;
+	uint16_t *pool;
+	int32_t *tables;
+
+	(void)state;
+	snprintf(case_desc, sizeof(case_desc), "prefill beside a context of 2^32 - 1 tokens");
+	assert_int_equal(kvmm_fmt_init(&f, 1, 1, 2, KVMM_DTYPE_FP16, 0, 64u << 10), 0);
+	tpp = f.tokens_per_page;
+	ctx[0] = 3 * tpp + 5;
+	ctx[1] = UINT32_MAX;
+	mb = (uint32_t)(((uint64_t)UINT32_MAX + tpp - 1) / tpp);
+	pool = malloc(4 * f.page_size);
+	tables = malloc(2 * (size_t)mb * sizeof(*tables));
+	assert_non_null(pool);
+	assert_non_null(tables);
+	rng_state = base_seed + 77;
+	for (size_t i = 0; i < 4 * f.page_size / 2; i++)
+		pool[i] = kvmm_f32_to_fp16(rndf(1.0f));
+	for (size_t i = 0; i < 2 * (size_t)mb; i++)
+		tables[i] = (int32_t)(3 - i % 4); /* descending: not in frame order */
+	for (size_t i = 0; i < sizeof(q) / sizeof(q[0]); i++)
+		q[i] = rndf(1.0f);
+	kvmm_cpu_decode_by_address = 1;
+	b = (struct kvmm_attn_batch){{pool, &f, 0, 4}, 1, 2, tables, mb, ctx, qlen, 0};
+	assert_int_equal(kvmm_cpu_paged_prefill(&b, q, alone), 0);
+	b.nr_seqs = 2;
+	assert_int_equal(kvmm_cpu_paged_prefill(&b, q, out), 0);
+	assert_memory_equal(out, alone, 2 * 2 * 2 * sizeof(float));
+	kvmm_cpu_decode_by_address = saved;
+	free(tables);
+	free(pool);
+}
+
 static void test_isa(void **state)
 {
 	(void)state;
@@ -1259,6 +1305,7 @@ int main(void)
 		cmocka_unit_test(test_reshape_roundtrip),
 		cmocka_unit_test(test_copy_pages),
 		cmocka_unit_test(test_bad_args),
+		cmocka_unit_test(test_prefill_huge_ctx),
 		cmocka_unit_test(test_decode_random),
 		cmocka_unit_test(test_decode_address_order),
 		cmocka_unit_test(test_prefill_random),

@@ -637,7 +637,10 @@ int kvmm_cpu_paged_decode(const struct kvmm_attn_batch *b, const float *q, float
 		per = (uint32_t)min_t(uint64_t, p, UINT32_MAX / 2);
 	}
 	for (uint32_t i = 0; i < b->nr_seqs; i++) {
-		uint32_t k = b->ctx_lens[i] > per ? (b->ctx_lens[i] + per - 1) / per : 1;
+		/* 64 bits: a context near 2^32 tokens */
+		uint32_t k = b->ctx_lens[i] > per
+				     ? (uint32_t)(((uint64_t)b->ctx_lens[i] + per - 1) / per)
+				     : 1;
 
 		n += k;
 		if (k > 1)
@@ -658,13 +661,14 @@ int kvmm_cpu_paged_decode(const struct kvmm_attn_batch *b, const float *q, float
 			job.units[u++] = (struct attn_unit){.seq = i, .end = ctx};
 			continue;
 		}
-		for (uint32_t t = 0; t < ctx; t += per) {
+		for (uint64_t t = 0; t < ctx; t += per) {
 			float *p = parts + nparts++ * hq * (dim + 2);
 
-			job.units[u++] = (struct attn_unit){.seq = i,
-							    .begin = t,
-							    .end = min_t(uint32_t, ctx, t + per),
-							    .part = p};
+			job.units[u++] =
+				(struct attn_unit){.seq = i,
+						   .begin = (uint32_t)t,
+						   .end = (uint32_t)min_t(uint64_t, ctx, t + per),
+						   .part = p};
 		}
 	}
 	job.nr_units = n;

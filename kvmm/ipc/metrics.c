@@ -229,7 +229,8 @@ static __printf(2, 3) void bprintf(struct buf *b, const char *fmt, ...)
 		return;
 	for (;;) {
 		va_start(ap, fmt);
-		n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+		/* the first call has no buffer yet: NULL + 0 is undefined, ask with NULL */
+		n = vsnprintf(b->p ? b->p + b->len : NULL, b->cap - b->len, fmt, ap);
 		va_end(ap);
 		if (n < 0) {
 			b->oom = true;

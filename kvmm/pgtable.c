@@ -372,6 +372,11 @@ static int seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_id
 	}
 	if (in_block) {
 		old = seq_page(seq, seq->nblocks - 1);
+		/*
+		 * held resident while the allocations below may reclaim: swapped out, it would be
+		 * marked (or copied) through a swap PTE
+		 */
+		old->pincount++;
 		/* written in place below: a swap-out in flight must not free it, nor its old slot */
 		kvmm_page_wb_touch(old);
 		kvmm_swap_page_dirty(pool, old);

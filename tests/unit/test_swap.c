@@ -427,6 +427,35 @@ static void test_append_truncate_seal_swapped(void **state)
 	check_inv(f->pool);
 }
 
+/*
+ * An append into a partial tail in a full pool: the pages it allocates make room by reclaim,
+ * which must not swap out the tail the append is writing into (first in reclaim order here).
+ * Found by tests/fuzz/fuzz_admin.c: seq_append() marked the swapped tail through its PTE and
+ * stopped on seq_page()'s KVMM_BUG_ON.
+ */
+static void test_append_reclaim_keeps_tail(void **state)
+{
+	struct fx *f = *state;
+	uint32_t tpp = f->fmt.tokens_per_page;
+	struct kvmm_seq *a = mkseq(f, 0, 2, 1), *b;
+
+	assert_int_equal(add_host(f, 1, 0, NFRAMES), 0);
+	assert_int_equal(kvmm_mm_seq_truncate(a, tpp + 5), 0); /* block 1 is a partial tail */
+	a->priority = -10;				       /* reclaim takes a first */
+	assert_int_equal(kvmm_mm_seq_create(f->as, &b), 0);
+	b->priority = 10;
+	while (kvmm_pool_nr_free(f->pool))
+		assert_int_equal(kvmm_mm_seq_append(b, tpp, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_append(a, 2 * tpp, NULL), 0);
+	check_inv(f->pool);
+	assert_true(kvmm_mm_seq_frame(a, 1) != KVMM_FRAME_NONE);
+	assert_memory_equal(kvmm_pool_frame_addr(f->pool, kvmm_mm_seq_frame(a, 1)), f->want[0][1],
+			    PAGE_SZ);
+	assert_int_equal(kvmm_mm_seq_truncate(a, 0), 0);
+	assert_int_equal(kvmm_mm_seq_truncate(b, 0), 0);
+	check_inv(f->pool);
+}
+
 /* ---- the swap cache and readahead, with a tier whose reads stay in flight ------------------- */
 
 struct manual_tier {
@@ -1776,6 +1805,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_sealed_swapout_shared_by_lookup, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_append_truncate_seal_swapped, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_append_reclaim_keeps_tail, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_readahead_joins_in_flight, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_prefetch_async, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_while_reading, setup, teardown),

@@ -42,6 +42,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * blocks back (PIN, UNPIN) before every SEAL; set this to 1 with the fix.
  */
 #define SEAL_FAULTS_IN 0
+/*
+ * SEQ_APPEND into a partial last block under memory pressure once let reclaim swap that block
+ * out (seed crash-append-swapped-tail; fixed in kvmm/pgtable.c).  0 gives no input a swap
+ * tier, should such a bug come back and need to be kept out of the way.
+ */
+#define APPEND_KEEPS_TAIL 1
 
 #define PAGE 4096u
 #define MAX_OPS 24
@@ -174,7 +180,7 @@ static int drain(struct conn *c, unsigned int op, uint64_t seq)
 			FAIL("reply op %#x seq %llu to op %#x seq %llu", rep.hdr.op,
 			     (unsigned long long)rep.hdr.seq, op, (unsigned long long)seq);
 		}
-		if (rep.hdr.status > 0 || rep.hdr.status < -4095)
+		if (rep.hdr.status > 0 || rep.hdr.status < -KVMM_ERRNO_MAX)
 			FAIL("op %#x: status %d", op, rep.hdr.status);
 		if (rep.hdr.status && (size_t)n != sizeof(rep.hdr))
 			FAIL("op %#x: an error reply with a payload", op);
@@ -341,6 +347,13 @@ static void admin_op(struct conn *c, struct in *in)
 		/* raw payload of any length: the checks must refuse what does not fit */
 		len = u8(in) % sizeof(r.raw);
 		bytes(in, r.raw, len);
+		if (op == KVMM_OP_SWAPON || op == KVMM_OP_SWAPOFF) {
+			/* no swap file anywhere but in our directory */
+			memset(op == KVMM_OP_SWAPON ? r.swapon.path : r.swapoff.path, 0,
+			       KVMM_PATH_LEN);
+			if (!APPEND_KEEPS_TAIL && op == KVMM_OP_SWAPON)
+				r.swapon.tier = 0;
+		}
 		request(c, op, &r, len);
 		return;
 	}
@@ -364,7 +377,7 @@ static void admin_op(struct conn *c, struct in *in)
 		len = sizeof(r.reclaim);
 		break;
 	case KVMM_OP_SWAPON:
-		r.swapon.tier = u8(in) % 4;
+		r.swapon.tier = APPEND_KEEPS_TAIL ? u8(in) % 4 : 0 * u8(in);
 		r.swapon.priority = (int8_t)u8(in);
 		r.swapon.size = (uint64_t)(u8(in) % 20) * PAGE + (u8(in) < 16 ? u8(in) : 0);
 		if (u8(in) & 1) /* nothing outside our directory */
@@ -449,7 +462,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	cfg.ns = ns;
 	cfg.nr_ns = 1 + (knobs >> 1 & 1);
 	cfg.trace_entries = knobs & 4 ? 8 : 256; /* a short ring wraps */
-	cfg.swap.host_size = knobs & 8 ? 16 * PAGE : 0;
+	cfg.swap.host_size = APPEND_KEEPS_TAIL && (knobs & 8) ? 16 * PAGE : 0;
 	cfg.swap.no_kswapd = true;
 	ret = kvmm_server_create(&cfg, &srv);
 	if (ret)

@@ -293,8 +293,9 @@ static void client_op(struct conn *c, struct in *in, uint32_t *nr)
 			uint64_t sid = id;
 
 			memcpy(pin + sizeof(struct kvmm_pin_req), &sid, sizeof(sid));
-			if (!request(c, KVMM_OP_PIN, pin, sizeof(pin)))
-				request(c, KVMM_OP_UNPIN, pin, sizeof(pin));
+			if (request(c, KVMM_OP_PIN, pin, sizeof(pin)))
+				break; /* not all back (-ENOMEM): no SEAL */
+			request(c, KVMM_OP_UNPIN, pin, sizeof(pin));
 		}
 		r.seal.seq = id;
 		r.seal.block = u8(in) % 4;

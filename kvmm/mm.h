@@ -571,6 +571,12 @@ int kvmm_mm_seq_fork(struct kvmm_seq *src, struct kvmm_seq **out);
 void kvmm_mm_seq_free(struct kvmm_seq *seq);
 /* Seal every full, unsealed block; inserts them in the page cache. Returns number sealed. */
 int kvmm_mm_seq_seal(struct kvmm_seq *seq);
+/*
+ * Before sealing blocks [nsealed, end): fault in those of them that reclaim swapped out, and
+ * the sealed block before them (the seal reads its cache entry through its page).  0 when
+ * nothing was swapped, else kvmm_mm_seq_fault()'s return (negative: -ENOMEM and the like).
+ */
+int kvmm_mm_seq_seal_fault(struct kvmm_seq *seq, uint32_t end);
 /* Frame of block i, or KVMM_FRAME_NONE. */
 uint32_t kvmm_mm_seq_frame(const struct kvmm_seq *seq, uint32_t block);
 /* Make room for @nblocks blocks in the page table and token array. 0 or -ENOMEM/-EINVAL. */

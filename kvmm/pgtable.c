@@ -372,11 +372,6 @@ static int seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_id
 	}
 	if (in_block) {
 		old = seq_page(seq, seq->nblocks - 1);
-		/*
-		 * held resident while the allocations below may reclaim: swapped out, it would be
-		 * marked (or copied) through a swap PTE
-		 */
-		old->pincount++;
 		/* written in place below: a swap-out in flight must not free it, nor its old slot */
 		kvmm_page_wb_touch(old);
 		kvmm_swap_page_dirty(pool, old);
@@ -623,6 +618,17 @@ out_free:
  * sealed once block i - 1 is.  On -ENOMEM the blocks sealed so far stay sealed (nsealed
  * says how far it got) and a later call carries on.
  */
+int kvmm_mm_seq_seal_fault(struct kvmm_seq *seq, uint32_t end)
+{
+	uint32_t first;
+
+	if (seq->nsealed >= end || !kvmm_mm_seq_nr_swapped(seq))
+		return 0;
+	/* sealing block b reads block b - 1's cache entry, through its page */
+	first = seq->nsealed ? seq->nsealed - 1 : 0;
+	return kvmm_mm_seq_fault(seq, first, end - first);
+}
+
 int kvmm_mm_seq_seal(struct kvmm_seq *seq)
 {
 	uint32_t full, sealed = 0;
@@ -631,11 +637,9 @@ int kvmm_mm_seq_seal(struct kvmm_seq *seq)
 	if (!seq)
 		return -EINVAL;
 	full = (uint32_t)(seq->ntokens / seq_tpp(seq));
-	if (seq->nsealed < full && kvmm_mm_seq_nr_swapped(seq)) {
-		ret = kvmm_mm_seq_fault(seq, seq->nsealed, full - seq->nsealed);
-		if (ret < 0)
-			return ret;
-	}
+	ret = kvmm_mm_seq_seal_fault(seq, full);
+	if (ret < 0)
+		return ret;
 	while (seq->nsealed < full) {
 		ret = kvmm_pagecache_seal_block(seq, seq->nsealed);
 		if (ret)

@@ -761,13 +761,9 @@ static int do_seal(struct kvmm_session *s, const void *p)
 	 * Sealing reads the frames of the blocks it seals and of the sealed block before them
 	 * (its key's parent): reclaim may have swapped any of them out since the append.
 	 */
-	if (seq->nsealed < end && kvmm_mm_seq_nr_swapped(seq)) {
-		uint32_t first = seq->nsealed ? seq->nsealed - 1 : 0;
-
-		ret = kvmm_mm_seq_fault(seq, first, end - first);
-		if (ret < 0)
-			return ret;
-	}
+	ret = kvmm_mm_seq_seal_fault(seq, end);
+	if (ret < 0)
+		return ret;
 	while (seq->nsealed < end) {
 		ret = kvmm_pagecache_seal_block(seq, seq->nsealed);
 		if (ret)

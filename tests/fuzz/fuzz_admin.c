@@ -35,14 +35,6 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /*
- * SEAL of a block that reclaim swapped out: session.c's do_seal() hands the swap PTE to
- * kvmm_pagecache_seal_block(), which takes it for a frame and stops the daemon on its
- * KVMM_BUG_ON (kvmm_mm_seq_seal() faults the blocks in first; do_seal() does not).  Seed
- * crash-seal-swapped-block.  Until do_seal() faults in, the harness brings the sequence's
- * blocks back (PIN, UNPIN) before every SEAL; set this to 1 with the fix.
- */
-#define SEAL_FAULTS_IN 0
-/*
  * SEQ_APPEND into a partial last block under memory pressure once let reclaim swap that block
  * out (seed crash-append-swapped-tail; fixed in kvmm/pgtable.c).  0 gives no input a swap
  * tier, should such a bug come back and need to be kept out of the way.
@@ -287,16 +279,6 @@ static void client_op(struct conn *c, struct in *in, uint32_t *nr)
 			(*nr)++;
 		break;
 	case 4:
-		if (!SEAL_FAULTS_IN) {
-			/* PIN faults the sequence's swapped blocks in; UNPIN leaves them there */
-			uint8_t pin[sizeof(struct kvmm_pin_req) + sizeof(uint64_t)] = {1};
-			uint64_t sid = id;
-
-			memcpy(pin + sizeof(struct kvmm_pin_req), &sid, sizeof(sid));
-			if (request(c, KVMM_OP_PIN, pin, sizeof(pin)))
-				break; /* not all back (-ENOMEM): no SEAL */
-			request(c, KVMM_OP_UNPIN, pin, sizeof(pin));
-		}
 		r.seal.seq = id;
 		r.seal.block = u8(in) % 4;
 		r.seal.nr_blocks = u8(in) % 8;

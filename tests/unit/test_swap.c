@@ -428,6 +428,31 @@ static void test_append_truncate_seal_swapped(void **state)
 }
 
 /*
+ * Sealing block b reads block b - 1's cache entry through its page: kvmm_mm_seq_seal() faults
+ * that sealed block in too, not only the blocks it seals (it stopped on block_page()'s
+ * KVMM_BUG_ON in the page cache when the sealed block before them was swapped out).
+ */
+static void test_seal_parent_swapped(void **state)
+{
+	struct fx *f = *state;
+	uint32_t tpp = f->fmt.tokens_per_page;
+	struct kvmm_seq *a = mkseq(f, 0, 3, 1);
+
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_mm_seq_truncate(a, tpp), 0);
+	assert_int_equal(kvmm_mm_seq_seal(a), 1); /* block 0 sealed */
+	assert_int_equal(kvmm_mm_seq_append(a, 2 * tpp, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 3), 3);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 3);
+	assert_int_equal(kvmm_mm_seq_seal(a), 2); /* blocks 1 and 2, and block 0 faults in */
+	check_inv(f->pool);
+	check_bytes(f, 0, a, 0, 1);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 0);
+	assert_int_equal(kvmm_mm_seq_truncate(a, 0), 0);
+	check_inv(f->pool);
+}
+
+/*
  * An append into a partial tail in a full pool: the pages it allocates make room by reclaim,
  * which must not swap out the tail the append is writing into (first in reclaim order here).
  * Found by tests/fuzz/fuzz_admin.c: seq_append() marked the swapped tail through its PTE and
@@ -1805,6 +1830,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_sealed_swapout_shared_by_lookup, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_append_truncate_seal_swapped, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_seal_parent_swapped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_append_reclaim_keeps_tail, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_readahead_joins_in_flight, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_prefetch_async, setup, teardown),

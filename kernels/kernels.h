@@ -25,7 +25,11 @@
 
 #include "kvmm/mm.h"
 
-/* The pages a kernel works on: one layer of the frames of one pool mapping. */
+/*
+ * The pages a kernel works on: one layer of the frames of one pool mapping.  base and
+ * fmt->page_size must be multiples of 4 bytes (frames hold fp32 elements and scales read as
+ * floats); a pool's mapping and page size always are.
+ */
 struct kvmm_kv_pages {
 	void *base;		    /* frame n at base + n * fmt->page_size */
 	const struct kvmm_fmt *fmt; /* from kvmm_fmt_init() */

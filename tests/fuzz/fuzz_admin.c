@@ -31,6 +31,7 @@
 #include "kvmm/ipc/obs.h"
 #include "kvmm/ipc/server.h"
 #include "uapi/kvmm.h"
+#include "tests/fuzz/fuzz_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -51,29 +52,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 		fprintf(stderr, "\n");           \
 		abort();                         \
 	} while (0)
-
-struct in {
-	const uint8_t *p;
-	size_t n;
-};
-
-static uint32_t u8(struct in *in)
-{
-	if (!in->n)
-		return 0;
-	in->n--;
-	return *in->p++;
-}
-
-static uint32_t u32(struct in *in)
-{
-	return u8(in) | u8(in) << 8 | u8(in) << 16 | u8(in) << 24;
-}
-
-static uint64_t u64(struct in *in)
-{
-	return u32(in) | (uint64_t)u32(in) << 32;
-}
 
 static void bytes(struct in *in, void *dst, size_t n)
 {

@@ -27,6 +27,7 @@
 
 #include "kernels/cpu/cpu.h" /* kvmm_cpu_split_min_bytes, kvmm_cpu_prefetch_chunks */
 #include "kernels/kernels.h"
+#include "tests/fuzz/fuzz_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -35,29 +36,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MAX_OPS 8
 #define MAX_WORK (1u << 18)  /* multiply-adds of one attention call, roughly */
 #define SENTINEL 0x7fc0beefu /* a NaN no kernel computes */
-
-struct in {
-	const uint8_t *p;
-	size_t n;
-};
-
-static uint32_t u8(struct in *in)
-{
-	if (!in->n)
-		return 0;
-	in->n--;
-	return *in->p++;
-}
-
-static uint32_t u16(struct in *in)
-{
-	return u8(in) | u8(in) << 8;
-}
-
-static uint32_t u32(struct in *in)
-{
-	return u16(in) | u16(in) << 16;
-}
 
 static uint64_t rng;
 

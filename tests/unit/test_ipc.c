@@ -1224,35 +1224,43 @@ static void test_create_too_big(void **state)
 
 /* ---- swap: a 16-frame pool with a host swap tier, no kvswapd ------------------------------ */
 
-static int setup_swap(void **state)
+/* A server of one namespace @name of @nframes frames; the cfg's other fields as given. */
+static int setup_one(void **state, const char *name, uint32_t nframes,
+		     struct kvmm_server_config *cfg)
 {
 	static struct kvmm_ns_config ns;
-	struct kvmm_server_config cfg;
 	struct fixture *f = calloc(1, sizeof(*f));
 
 	if (!f)
 		return -1;
 	memset(&ns, 0, sizeof(ns));
-	strcpy(ns.name, "small");
-	ns.nframes = 16;
+	strcpy(ns.name, name);
+	ns.nframes = nframes;
 	strcpy(f->dir, "/tmp/kvmm-test-ipc.XXXXXX");
 	if (!mkdtemp(f->dir))
 		return -1;
 	snprintf(f->path, sizeof(f->path), "%s/kvmmd.sock", f->dir);
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.socket_path = f->path;
-	cfg.page_size = PAGE;
-	cfg.backend = &kvmm_mmap_backend_ops;
-	cfg.ns = &ns;
-	cfg.nr_ns = 1;
-	cfg.swap.host_size = 32 * PAGE;
-	cfg.swap.no_kswapd = true;
-	if (kvmm_server_create(&cfg, &f->srv))
+	cfg->socket_path = f->path;
+	cfg->page_size = PAGE;
+	cfg->ns = &ns;
+	cfg->nr_ns = 1;
+	if (kvmm_server_create(cfg, &f->srv))
 		return -1;
 	if (pthread_create(&f->thread, NULL, server_thread, f))
 		return -1;
 	*state = f;
 	return 0;
+}
+
+static int setup_swap(void **state)
+{
+	struct kvmm_server_config cfg = {
+		.backend = &kvmm_mmap_backend_ops,
+		.swap.host_size = 32 * PAGE,
+		.swap.no_kswapd = true,
+	};
+
+	return setup_one(state, "small", 16, &cfg);
 }
 
 /*
@@ -1338,31 +1346,11 @@ static void test_append_swapped(void **state)
 
 static int setup_host(void **state)
 {
-	static struct kvmm_ns_config ns;
-	struct kvmm_server_config cfg;
-	struct fixture *f = calloc(1, sizeof(*f));
+	struct kvmm_server_config cfg = {
+		.chunk_size = 16 * PAGE, /* 4 chunks; backend NULL: the host backend */
+	};
 
-	if (!f)
-		return -1;
-	memset(&ns, 0, sizeof(ns));
-	strcpy(ns.name, "host");
-	ns.nframes = 64;
-	strcpy(f->dir, "/tmp/kvmm-test-ipc.XXXXXX");
-	if (!mkdtemp(f->dir))
-		return -1;
-	snprintf(f->path, sizeof(f->path), "%s/kvmmd.sock", f->dir);
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.socket_path = f->path;
-	cfg.page_size = PAGE;
-	cfg.chunk_size = 16 * PAGE; /* 4 chunks */
-	cfg.ns = &ns;
-	cfg.nr_ns = 1; /* backend NULL: the host backend */
-	if (kvmm_server_create(&cfg, &f->srv))
-		return -1;
-	if (pthread_create(&f->thread, NULL, server_thread, f))
-		return -1;
-	*state = f;
-	return 0;
+	return setup_one(state, "host", 64, &cfg);
 }
 
 /* ATTACH with the chunk fds kept: map them back to back, as libkvmm does. */

@@ -32,6 +32,7 @@
 #include "kvmm/ipc/server.h"
 #include "uapi/kvmm.h"
 #include "tests/fuzz/fuzz_input.h"
+#include "tests/fuzz/fuzz_tmp.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -68,7 +69,7 @@ struct conn {
 	int peer;
 };
 
-static char dir[64], swapfile[128], sockpath[128];
+static char swapfile[128], sockpath[128];
 static uint64_t next_seq;
 static union {
 	struct kvmm_msg_hdr hdr;
@@ -400,11 +401,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return -1;
 	if (!once) {
 		kvmm_log_set_level(KVMM_LOG_ERR);
-		strcpy(dir, "/tmp/kvmm-fuzz-admin.XXXXXX");
-		if (!mkdtemp(dir))
-			abort();
-		snprintf(swapfile, sizeof(swapfile), "%s/swap", dir);
-		snprintf(sockpath, sizeof(sockpath), "%s/kvmmd.sock", dir);
+		snprintf(swapfile, sizeof(swapfile), "%s/swap", fz_tmp("kvmm-fuzz-admin"));
+		snprintf(sockpath, sizeof(sockpath), "%s/kvmmd.sock", fz_tmp("kvmm-fuzz-admin"));
 		once = true;
 	}
 	unlink(swapfile);

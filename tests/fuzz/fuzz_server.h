@@ -26,6 +26,7 @@
 #include "kvmm/mm.h"
 #include "kvmm/swap.h"
 #include "uapi/kvmm.h"
+#include "tests/fuzz/fuzz_tmp.h"
 
 #define FZ_PAGE 4096u
 #define FZ_UID 4242	/* the fuzz client: allowed in both namespaces, not an admin */
@@ -33,7 +34,6 @@
 #define FZ_NS_B "beta"	/* 32 frames, limit 24 */
 
 static struct kvmm_server *fz_srv;
-static char fz_dir[64];
 
 /* Formats a preamble ATTACH picks from: 4, 1, 16 and 3 tokens per page. */
 static const struct kvmm_format fz_fmts[4] = {
@@ -53,10 +53,7 @@ static struct kvmm_server *fz_server(void)
 	if (fz_srv)
 		return fz_srv;
 	kvmm_log_set_level(KVMM_LOG_ERR);
-	strcpy(fz_dir, "/tmp/kvmm-fuzz.XXXXXX");
-	if (!mkdtemp(fz_dir))
-		abort();
-	snprintf(path, sizeof(path), "%s/kvmmd.sock", fz_dir);
+	snprintf(path, sizeof(path), "%s/kvmmd.sock", fz_tmp("kvmm-fuzz"));
 	memset(ns, 0, sizeof(ns));
 	strcpy(ns[0].name, FZ_NS_A);
 	ns[0].nframes = 64;

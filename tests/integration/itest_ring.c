@@ -493,6 +493,75 @@ static void test_magazine_reclaim(void **state)
 	kvmm_detach(c);
 }
 
+/*
+ * A namespace full of cached prefix pages (sealed, then freed: reclaimable, not used) must not
+ * starve the magazine: a refill reclaims them as an append would (issue 25's -ENOMEM).
+ */
+static void test_magazine_reclaims_cache(void **state)
+{
+	static uint32_t tok[ITEST_NS_B_FRAMES * 16];
+	static const struct {
+		const char *ns;
+		uint32_t frames;
+	} fill[] = {{ITEST_NS_A, ITEST_NS_FRAMES}, {ITEST_NS_B, ITEST_NS_B_FRAMES}};
+	uint32_t fr[32], got;
+	kvmm_client_t *c, *filler;
+	uint64_t s;
+
+	(void)state;
+	itest_need_daemon();
+	/* both namespaces, so the whole pool, full of cached pages */
+	for (unsigned int i = 0; i < 2; i++) {
+		uint32_t n = fill[i].frames * 16;
+
+		filler = attach_ns(fill[i].ns);
+		itest_tokens(tok, n, 23 + i);
+		assert_int_equal(kvmm_seq_create(filler, 0, &s), 0);
+		assert_int_equal(kvmm_seq_append(filler, s, tok, n, NULL), 0);
+		assert_int_equal(kvmm_seal(filler, s, 0, 0), 0);
+		assert_int_equal(kvmm_seq_free(filler, s), 0);
+		kvmm_detach(filler);
+	}
+
+	c = attach_ns(ITEST_NS_A);
+	/* an engine's request flow: look up, allocate what is missing, append, seal, free */
+	for (unsigned int req = 0; req < 64; req++) {
+		uint32_t ptok[64 * 16], pfr[64];
+		uint64_t hit = 0, ps;
+		uint32_t need;
+
+		itest_tokens(ptok, 32 * 16, 99);
+		itest_tokens(ptok + 32 * 16, 32 * 16, 1000 + req);
+		assert_int_equal(kvmm_seq_create(c, 0, &ps), 0);
+		assert_int_equal(kvmm_prefix_lookup(c, ps, ptok, 64 * 16, &hit), 0);
+		need = (uint32_t)(64 - hit / 16);
+		for (got = 0; got < need;) {
+			int r = kvmm_mag_alloc(c, pfr + got, need - got);
+
+			if (r <= 0)
+				fail_msg("request %u: kvmm_mag_alloc: %d (%u of %u)", req, r, got,
+					 need);
+			got += (uint32_t)r;
+		}
+		assert_int_equal(kvmm_seq_append_frames(c, ps, ptok + hit,
+							(uint32_t)(64 * 16 - hit), pfr, need, NULL),
+				 0);
+		assert_int_equal(kvmm_seal(c, ps, 0, 0), 0);
+		assert_int_equal(kvmm_seq_free(c, ps), 0);
+	}
+	for (int round = 0; round < 4; round++) {
+		for (got = 0; got < 32;) {
+			int r = kvmm_mag_alloc(c, fr + got, 32 - got);
+
+			assert_true(r > 0);
+			got += (uint32_t)r;
+		}
+		assert_int_equal(kvmm_mag_free(c, fr, 32), 0);
+	}
+	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "oom"), 0);
+	kvmm_detach(c);
+}
+
 /* A well-behaved client does some work while the others misbehave: it must be served. */
 static void good_client_works(kvmm_client_t *g, unsigned int round)
 {
@@ -594,9 +663,13 @@ static void test_hostile(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_ring_batches),   cmocka_unit_test(test_mirror),
-		cmocka_unit_test(test_magazine),       cmocka_unit_test(test_magazine_append),
-		cmocka_unit_test(test_magazine_topup), cmocka_unit_test(test_magazine_reclaim),
+		cmocka_unit_test(test_ring_batches),
+		cmocka_unit_test(test_mirror),
+		cmocka_unit_test(test_magazine),
+		cmocka_unit_test(test_magazine_append),
+		cmocka_unit_test(test_magazine_topup),
+		cmocka_unit_test(test_magazine_reclaim),
+		cmocka_unit_test(test_magazine_reclaims_cache),
 		cmocka_unit_test(test_hostile),
 	};
 	int ret;

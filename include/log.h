@@ -11,6 +11,8 @@
 #define KVMM_LOG_H
 
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 #include "compiler.h"
 
@@ -81,5 +83,41 @@ static inline bool kvmm_log_enabled(enum kvmm_log_level level)
 #define kvmm_notice(fmt, ...) kvmm_log(KVMM_LOG_NOTICE, fmt, ##__VA_ARGS__)
 #define kvmm_info(fmt, ...) kvmm_log(KVMM_LOG_INFO, fmt, ##__VA_ARGS__)
 #define kvmm_debug(fmt, ...) kvmm_log(KVMM_LOG_DEBUG, fmt, ##__VA_ARGS__)
+
+/*
+ * Rate limiting for messages a client or a storm can repeat without end (an OOM preemption per
+ * sequence, a failed swap write per page, a misbehaving client per message): each call site
+ * gets its own window.  At most KVMM_LOG_RL_BURST messages of one site pass per
+ * KVMM_LOG_RL_INTERVAL_MS; the rest are counted, and the first message that passes once the
+ * window is over is preceded by one line saying how many were suppressed, and where (the site's
+ * function).  A flood that stops is reported at the site's next message, as the kernel's
+ * printk_ratelimit() does.  Thread-safe (one lock, taken only on the way to emitting).
+ */
+#define KVMM_LOG_RL_INTERVAL_MS 5000
+#define KVMM_LOG_RL_BURST 10
+
+struct kvmm_log_ratelimit {
+	uint64_t begin_ms; /* start of the current window (CLOCK_MONOTONIC), 0: none yet */
+	uint32_t passed;   /* messages let through in this window */
+	uint32_t missed;   /* messages suppressed since the last report */
+};
+
+/*
+ * Whether a message of the site @rl may be emitted now (a report of what was suppressed is
+ * written first when one is due, at @level, naming @site).  Counts the message otherwise.
+ */
+bool kvmm_log_ratelimit(struct kvmm_log_ratelimit *rl, enum kvmm_log_level level, const char *site);
+
+/* kvmm_log() through its call site's rate limit; arguments evaluated only when emitted. */
+#define kvmm_log_ratelimited(level, fmt, ...)                                                  \
+	do {                                                                                   \
+		static struct kvmm_log_ratelimit kvmm_rl_;                                     \
+		if (kvmm_log_enabled(level) && kvmm_log_ratelimit(&kvmm_rl_, level, __func__)) \
+			kvmm_log_write(level, fmt, ##__VA_ARGS__);                             \
+	} while (0)
+
+#define kvmm_err_ratelimited(fmt, ...) kvmm_log_ratelimited(KVMM_LOG_ERR, fmt, ##__VA_ARGS__)
+#define kvmm_warn_ratelimited(fmt, ...) kvmm_log_ratelimited(KVMM_LOG_WARN, fmt, ##__VA_ARGS__)
+#define kvmm_notice_ratelimited(fmt, ...) kvmm_log_ratelimited(KVMM_LOG_NOTICE, fmt, ##__VA_ARGS__)
 
 #endif /* KVMM_LOG_H */

@@ -4,10 +4,14 @@
  * and text together) and leaves with one write(2) on stderr, so lines from concurrent threads
  * and processes sharing the descriptor never interleave (a pipe guarantees that up to
  * PIPE_BUF bytes, which is KVMM_LOG_LINE_MAX). With syslog chosen, the text goes to
- * syslog(3), which adds its own time and pid. No locks: the identity and sink are set by
- * kvmm_log_init before threads start; only the level changes later, atomically.
+ * syslog(3), which adds its own time and pid. No locks on the way out: the identity and sink
+ * are set by kvmm_log_init before threads start; only the level changes later, atomically.
+ * The rate limits (kvmm_log_ratelimit) share one mutex, taken only for a message that is
+ * enabled at its level.
  */
 #include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -180,4 +184,44 @@ void kvmm_log_write(enum kvmm_log_level level, const char *fmt, ...)
 	va_start(ap, fmt);
 	kvmm_log_vwrite(level, fmt, ap);
 	va_end(ap);
+}
+
+static pthread_mutex_t rl_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	/* never 0, which marks a window not begun */
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 + 1;
+}
+
+bool kvmm_log_ratelimit(struct kvmm_log_ratelimit *rl, enum kvmm_log_level level, const char *site)
+{
+	uint64_t now = now_ms();
+	uint32_t missed = 0;
+	bool pass;
+
+	pthread_mutex_lock(&rl_lock);
+	if (!rl->begin_ms || now - rl->begin_ms >= KVMM_LOG_RL_INTERVAL_MS) {
+		/* a new window: report what the last ones held back, then let this one through */
+		missed = rl->missed;
+		rl->missed = 0;
+		rl->begin_ms = now;
+		rl->passed = 0;
+	}
+	pass = rl->passed < KVMM_LOG_RL_BURST;
+	if (pass)
+		rl->passed++;
+	else
+		rl->missed++;
+	pthread_mutex_unlock(&rl_lock);
+	if (missed)
+		kvmm_log_write(level,
+			       "%s: %" PRIu32
+			       " similar message%s suppressed (rate limit: %d per %d s)",
+			       site ? site : "?", missed, missed == 1 ? "" : "s", KVMM_LOG_RL_BURST,
+			       KVMM_LOG_RL_INTERVAL_MS / 1000);
+	return pass;
 }

@@ -816,8 +816,9 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 	cq_head = smp_load_acquire(&dp->cq->head);
 	avail = tail - dp->sq_head;
 	if (avail > entries || (uint32_t)(dp->cq_tail - cq_head) > entries) {
-		kvmm_warn("ipc: client %u: ring indexes out of range (sq %u..%u, cq %u..%u)", s->id,
-			  dp->sq_head, tail, cq_head, dp->cq_tail);
+		kvmm_warn_ratelimited(
+			"ipc: client %u: ring indexes out of range (sq %u..%u, cq %u..%u)", s->id,
+			dp->sq_head, tail, cq_head, dp->cq_tail);
 		return -EPROTO;
 	}
 	room = entries - (dp->cq_tail - cq_head);
@@ -858,8 +859,9 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 		moved += mag_topup(s);
 	pthread_mutex_unlock(&pool->lock);
 	if (ret < 0) {
-		kvmm_warn("ipc: client %u: bad ring (magazine indexes or %u bad entries)", s->id,
-			  s->nr_bad);
+		kvmm_warn_ratelimited(
+			"ipc: client %u: bad ring (magazine indexes or %u bad entries)", s->id,
+			s->nr_bad);
 		return -EPROTO;
 	}
 	if (!i)

@@ -324,7 +324,7 @@ static void accept_one(struct kvmm_server *srv, int fd)
 	KVMM_STAT_INC(srv, accepted);
 	if (nr >= srv->cfg.max_clients) {
 		KVMM_STAT_INC(srv, refused);
-		kvmm_warn("ipc: %u clients, refusing another", nr);
+		kvmm_warn_ratelimited("ipc: %u clients, refusing another", nr);
 		close(fd);
 		return;
 	}
@@ -369,7 +369,7 @@ static void accept_all(struct kvmm_server *srv)
 				close(fd);
 			srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 			KVMM_STAT_INC(srv, refused);
-			kvmm_warn("ipc: out of file descriptors, refused a client");
+			kvmm_warn_ratelimited("ipc: out of file descriptors, refused a client");
 			continue;
 		}
 		return; /* EAGAIN, or an error the next wakeup will see again */
@@ -413,7 +413,8 @@ int kvmm_session_send(struct kvmm_session *s, const void *rec, size_t len, const
 	if (n < 0 && (errno == EAGAIN || errno == ENOBUFS)) {
 		/* it does not read its replies: drop it rather than wait for it */
 		KVMM_STAT_INC(s->srv, disconnect_slow);
-		kvmm_warn("ipc: client %u does not read its replies, disconnecting", s->id);
+		kvmm_warn_ratelimited("ipc: client %u does not read its replies, disconnecting",
+				      s->id);
 	}
 	s->dead = true;
 	return n < 0 ? -errno : -EIO;
@@ -444,7 +445,8 @@ static void session_bad(struct kvmm_session *s)
 {
 	if (++s->nr_bad >= KVMM_SERVER_MAX_BAD_MSGS && !s->dead) {
 		KVMM_STAT_INC(s->srv, disconnect_bad);
-		kvmm_warn("ipc: client %u sent %u bad messages, disconnecting", s->id, s->nr_bad);
+		kvmm_warn_ratelimited("ipc: client %u sent %u bad messages, disconnecting", s->id,
+				      s->nr_bad);
 		s->dead = true;
 	}
 }

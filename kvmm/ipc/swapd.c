@@ -203,9 +203,9 @@ static void preempt_session(struct kvmm_session *s)
 		m.ev.reason = KVMM_PREEMPT_OOM;
 		if (!kvmm_session_send(s, &m, sizeof(m), NULL, 0))
 			KVMM_STAT_INC(s->srv, events);
-		kvmm_notice("oom: namespace %s: client %u sequence %" PRIu64
-			    " preempted (%u frames)",
-			    s->ns->cfg.name, s->id, is->id, is->preempt_frames);
+		kvmm_notice_ratelimited("oom: namespace %s: client %u sequence %" PRIu64
+					" preempted (%u frames)",
+					s->ns->cfg.name, s->id, is->id, is->preempt_frames);
 	}
 }
 

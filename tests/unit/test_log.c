@@ -431,6 +431,61 @@ static void test_syslog_sink(void **state)
 	free(out);
 }
 
+/* one storm site */
+static void storm(unsigned int i)
+{
+	kvmm_notice_ratelimited("storm %u", i);
+}
+
+/*
+ * A storm from one call site yields KVMM_LOG_RL_BURST lines per window; another site has its
+ * own window; once a window is over, one line reports how many were held back.
+ */
+static void test_ratelimit(void **state)
+{
+	struct kvmm_log_ratelimit rl = {0};
+	char *out;
+	size_t lines;
+
+	(void)state;
+	capture_start();
+	for (unsigned int i = 0; i < 1000; i++)
+		storm(i);
+	kvmm_notice_ratelimited("another site");
+	out = capture_end(NULL);
+	assert_int_equal(count_lines(out), KVMM_LOG_RL_BURST + 1);
+	assert_non_null(strstr(out, "storm 0\n"));
+	assert_null(strstr(out, "storm 10\n"));
+	assert_non_null(strstr(out, "another site"));
+	free(out);
+
+	/* a window of our own, aged by hand instead of waiting 5 s */
+	capture_start();
+	for (unsigned int i = 0; i < KVMM_LOG_RL_BURST; i++)
+		assert_true(kvmm_log_ratelimit(&rl, KVMM_LOG_WARN, "site_a"));
+	for (unsigned int i = 0; i < 25; i++)
+		assert_false(kvmm_log_ratelimit(&rl, KVMM_LOG_WARN, "site_a"));
+	assert_int_equal(rl.missed, 25);
+	rl.begin_ms -= KVMM_LOG_RL_INTERVAL_MS;
+	assert_true(kvmm_log_ratelimit(&rl, KVMM_LOG_WARN, "site_a"));
+	assert_int_equal(rl.missed, 0);
+	assert_int_equal(rl.passed, 1);
+	out = capture_end(NULL);
+	lines = count_lines(out);
+	assert_int_equal(lines, 1);
+	assert_non_null(strstr(out, "warn: site_a: 25 similar messages suppressed"));
+	free(out);
+
+	/* a filtered level neither passes nor counts */
+	kvmm_log_set_level(KVMM_LOG_ERR);
+	capture_start();
+	for (unsigned int i = 0; i < 100; i++)
+		kvmm_notice_ratelimited("filtered %u", i);
+	out = capture_end(NULL);
+	assert_string_equal(out, "");
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -445,6 +500,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_truncation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_threads_whole_lines, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_syslog_sink, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ratelimit, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("log", tests, NULL, NULL);

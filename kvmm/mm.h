@@ -544,7 +544,16 @@ int kvmm_aspace_create(struct kvmm_pool *pool, struct kvmm_ns *ns, const struct 
 void kvmm_aspace_destroy(struct kvmm_aspace *as);
 
 int kvmm_mm_seq_create(struct kvmm_aspace *as, struct kvmm_seq **out);
-/* Append n tokens (ids may be NULL = zeros); allocates pages as needed; COW on shared tail. */
+/*
+ * The most blocks that could ever be given to sequences of @as at once: frames the namespace
+ * may hold (its limit, or the whole pool without one) plus every swap slot of the pool.
+ */
+uint64_t kvmm_mm_seq_blocks_max(const struct kvmm_aspace *as);
+/*
+ * Append n tokens (ids may be NULL = zeros); allocates pages as needed; COW on shared tail.
+ * -E2BIG, before anything is reclaimed, when the new blocks alone are more than
+ * kvmm_mm_seq_blocks_max() (such an append could never succeed).
+ */
 int kvmm_mm_seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_ids);
 /*
  * Append n tokens like kvmm_mm_seq_append(), but the blocks past the old last block are the

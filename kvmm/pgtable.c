@@ -327,6 +327,26 @@ static int check_given_pages(struct kvmm_seq *seq, struct kvmm_page *const *page
 	return ret;
 }
 
+/*
+ * An append of more new blocks than this could only fail, after reclaim, swap-out and OOM
+ * preemption had taken everything else down with it.
+ */
+uint64_t kvmm_mm_seq_blocks_max(const struct kvmm_aspace *as)
+{
+	struct kvmm_pool *pool = as->pool;
+	uint64_t cap = as->ns && as->ns->limit ? min_t(uint32_t, as->ns->limit, pool->nframes)
+					       : pool->nframes;
+	unsigned int ids[KVMM_SWAP_TIER_MAX + 1], nr = kvmm_swap_tiers(pool, ids, ARRAY_SIZE(ids));
+
+	for (unsigned int i = 0; i < nr; i++) {
+		struct kvmm_swap_tier_info ti;
+
+		if (!kvmm_swap_tier_info(pool, ids[i], &ti))
+			cap += ti.nslots;
+	}
+	return cap;
+}
+
 static int seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_ids,
 		      struct kvmm_page *const *given, uint32_t nr_given)
 {
@@ -350,6 +370,9 @@ static int seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_id
 	if (new_nblocks64 > UINT32_MAX)
 		return -EINVAL;
 	new_nblocks = (uint32_t)new_nblocks64;
+	/* more new blocks than could ever exist at once: nothing reclaimed, swapped or preempted */
+	if (new_nblocks - seq->nblocks > kvmm_mm_seq_blocks_max(as))
+		return -E2BIG;
 	if (given) {
 		/* exactly one page per block past the end, before anything changes */
 		if (nr_given != new_nblocks - seq->nblocks)

@@ -592,11 +592,12 @@ static int do_seq_create(struct kvmm_session *s, const void *p, void *rp, size_t
 	if (req.nr_tokens > UINT32_MAX)
 		return -E2BIG;
 	/*
-	 * Every block of a new sequence needs a frame at once: more than the pool has can never
-	 * be given, and the core would size the sequence's arrays for them first (gigabytes).
+	 * Every block of a new sequence needs a frame or a swap slot at once: more than the
+	 * namespace may hold (its limit, or the pool, plus the swap tiers) can never be given,
+	 * and the core would size the sequence's arrays for them first (gigabytes).
 	 */
 	if (DIV_ROUND_UP(req.nr_tokens, (uint64_t)s->as->fmt.tokens_per_page) >
-	    s->as->pool->nframes)
+	    kvmm_mm_seq_blocks_max(s->as))
 		return -E2BIG;
 	if (s->nr_seqs >= KVMM_SESSION_MAX_SEQS)
 		return -ENOSPC;

@@ -1222,6 +1222,37 @@ static void test_create_too_big(void **state)
 	close(fd);
 }
 
+/*
+ * A request that can never succeed fails at once with -E2BIG against the namespace's limit
+ * (plus its swap slots, none here), before reclaim or OOM preemption touch anyone: a create
+ * or an append of more new blocks than the limit (issue 26, defect 4).
+ */
+static void test_too_big_for_limit(void **state)
+{
+	struct fixture *f = *state;
+	struct kvmm_pool *pool = kvmm_server_ns_pool(f->srv, "beta");
+	struct kvmm_seq_create_req cr = {0};
+	struct kvmm_seq_create_rep rep;
+	uint32_t tok[64] = {0};
+	int fd = client(f, "beta"); /* 128 frames, 4 tokens per page */
+	uint64_t seq;
+
+	pthread_mutex_lock(&pool->lock);
+	assert_int_equal(kvmm_ns_set_limit(kvmm_ns_find(pool, "beta"), 8), 0);
+	pthread_mutex_unlock(&pool->lock);
+	cr.nr_tokens = 9 * 4;
+	assert_int_equal(xfer(fd, KVMM_OP_SEQ_CREATE, &cr, sizeof(cr), &rep, sizeof(rep)), -E2BIG);
+	seq = seq_create(fd);
+	/* 9 new blocks in one append: refused whole, nothing allocated */
+	assert_int_equal(seq_append(fd, seq, tok, 9 * 4), -E2BIG);
+	assert_int_equal(pool_state(f, "beta", KVMM_PAGE_MAPPED), 0);
+	/* 8 fit; then one more is an ordinary -ENOMEM (the limit, after reclaim) */
+	assert_int_equal(seq_append(fd, seq, tok, 8 * 4), 0);
+	assert_int_equal(seq_append(fd, seq, tok, 1), -ENOMEM);
+	assert_int_equal(check_invariants(f, "beta"), 0);
+	close(fd);
+}
+
 /* ---- swap: a 16-frame pool with a host swap tier, no kvswapd ------------------------------ */
 
 /* A server of one namespace @name of @nframes frames; the cfg's other fields as given. */
@@ -1446,6 +1477,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_create_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_backend_fds, setup_host, teardown),
 		cmocka_unit_test_setup_teardown(test_create_too_big, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_too_big_for_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_seal_swapped, setup_swap, teardown),
 		cmocka_unit_test_setup_teardown(test_append_swapped, setup_swap, teardown),
 	};

@@ -658,6 +658,10 @@ int kvmm_config_set_swap(struct kvmm_config *cfg, const char *key, const char *v
 		return parse_swap_file(sw, value, err, errlen);
 	if (!strcmp(k, "swap_queue_depth")) {
 		ret = parse_count(value, 4096, &n, err, errlen);
+		if (!ret && !n)
+			ret = msg(err, errlen,
+				  "swap_queue_depth must be at least 1 (an I/O queue "
+				  "of no entries could never swap)");
 		if (!ret)
 			sw->queue_depth = (uint32_t)n;
 		return ret;
@@ -730,7 +734,10 @@ static char *trim(char *s)
 	return s;
 }
 
-/* "x" -> x, so that a value can hold blanks or a '#' */
+/*
+ * "x" -> x, so that a value can hold blanks or a '#'.  NULL for a quote that is opened and
+ * never closed (taking it literally would give the socket or a name a stray '"').
+ */
 static char *unquote(char *s)
 {
 	size_t n = strlen(s);
@@ -739,6 +746,8 @@ static char *unquote(char *s)
 		s[n - 1] = '\0';
 		return s + 1;
 	}
+	if (n && s[0] == '"')
+		return NULL;
 	return s;
 }
 
@@ -792,6 +801,8 @@ static int parse_section(struct parser *p, char *line)
 	}
 	if (!strncmp(in, "namespace", 9) && isspace((unsigned char)in[9])) {
 		name = unquote(trim(in + 9));
+		if (!name)
+			return line_err(p, "unterminated quote in the namespace name");
 		p->ns = find_ns(cfg, name);
 		if (p->ns)
 			return line_err(p, "duplicate section [namespace %s] (first at line %u)",
@@ -829,6 +840,8 @@ static int parse_line(struct parser *p, char *line)
 	v = unquote(trim(eq + 1));
 	if (!*k)
 		return line_err(p, "missing key before '='");
+	if (!v)
+		return line_err(p, "unterminated quote in the value of '%.40s'", k);
 	if (strlen(k) >= sizeof(key))
 		return line_err(p, "unknown key '%.40s...'", k);
 	norm_key(key, sizeof(key), k);
@@ -1238,4 +1251,22 @@ void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
 			fprintf(f, "fault = \"%.*s:%s\"\n", (int)(sp - cfg->swap.fault[i]),
 				cfg->swap.fault[i], sp + 1);
 	}
+}
+
+int kvmm_config_check_memory(const struct kvmm_config *cfg, uint64_t ram_bytes, char *err,
+			     size_t errlen)
+{
+	uint64_t pool = 0, swap;
+
+	if (!strcmp(cfg->backend, "host"))
+		pool = cfg->frames * cfg->page_size;
+	swap = cfg->swap.host_size * cfg->nr_ns;
+	if (!ram_bytes || pool + swap <= ram_bytes)
+		return 0;
+	snprintf(err, errlen,
+		 "the pool (%llu MiB%s%llu MiB of host swap) is more than this machine's memory "
+		 "(%llu MiB): lower pool_size, frames or swap_host",
+		 (unsigned long long)(pool >> 20), pool ? " of frames and " : ", ",
+		 (unsigned long long)(swap >> 20), (unsigned long long)(ram_bytes >> 20));
+	return -ENOMEM;
 }

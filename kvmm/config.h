@@ -163,6 +163,17 @@ int kvmm_config_set_ns(struct kvmm_config *cfg, const char *spec, char *err, siz
 int kvmm_config_finalize(struct kvmm_config *cfg, uid_t owner, char *err, size_t errlen);
 
 /*
+ * After finalize: whether the host memory a host-backend pool takes (every frame, plus the
+ * host swap tier of each namespace pool) fits @ram_bytes, this machine's memory
+ * (sysconf(_SC_PHYS_PAGES) * page size in kvmmd).  The memfd chunks are filled lazily, so a
+ * pool larger than the machine would start and then die under the OOM killer at some later
+ * allocation.  0, or -ENOMEM with a message naming the sizes.  The cuda backend's frames are
+ * GPU memory: only its host swap tier counts.
+ */
+int kvmm_config_check_memory(const struct kvmm_config *cfg, uint64_t ram_bytes, char *err,
+			     size_t errlen);
+
+/*
  * The default socket path: $XDG_RUNTIME_DIR/kvmm/kvmmd.sock when XDG_RUNTIME_DIR is set
  * (absolute), else /run/kvmm/kvmmd.sock.  0 or -ENAMETOOLONG.
  */

@@ -300,6 +300,17 @@ static void load_config(const struct args *a, struct kvmm_config *cfg)
 		fprintf(stderr, "kvmmd: %s\n", err);
 		exit(EXIT_USAGE);
 	}
+	if (!a->print_config) {
+		long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+
+		ret = kvmm_config_check_memory(
+			cfg, pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0, err,
+			sizeof(err));
+		if (ret) {
+			fprintf(stderr, "kvmmd: %s\n", err);
+			exit(EXIT_USAGE);
+		}
+	}
 }
 
 /*

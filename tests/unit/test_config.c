@@ -469,6 +469,14 @@ static void test_bad_lines(void **state)
 		 "/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 		 "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
 		 NAME ":2: socket: socket path too long (at most 107 bytes)"},
+		/* an opened quote is never taken literally (issue 26) */
+		{"[daemon]\nsocket = \"/tmp/x.sock\n",
+		 NAME ":2: unterminated quote in the value of 'socket'"},
+		{"[daemon]\nsocket = \"\n", NAME ":2: unterminated quote in the value of 'socket'"},
+		{"[namespace \"a]\n", NAME ":1: unterminated quote in the namespace name"},
+		{"[swap]\nswap_queue_depth = 0\n", NAME
+		 ":2: swap_queue_depth: swap_queue_depth must be at least 1 (an I/O queue of no "
+		 "entries could never swap)"},
 	};
 	size_t i;
 
@@ -543,6 +551,32 @@ static void test_finalize_errors(void **state)
 	assert_int_equal(kvmm_config_set(cfg, "chunk-size", "100K", err, sizeof(err)), 0);
 	assert_int_equal(kvmm_config_finalize(cfg, 0, err, sizeof(err)), -EINVAL);
 	assert_string_equal(err, "chunk_size 102400 is not a multiple of page_size 65536");
+}
+
+/*
+ * A host pool (and its host swap tiers) larger than the machine is refused at start: its memfd
+ * chunks would fill lazily and the OOM killer would end kvmmd later (pool_size = 16T on a
+ * 23 GiB machine started silently).  The cuda backend's frames are GPU memory.
+ */
+static void test_check_memory(void **state)
+{
+	(void)state;
+	parse_ok("[daemon]\npool_size = 2G\n[namespace a]\n[namespace b]\n"
+		 "[swap]\nswap_host = 256M\n");
+	finalize_ok(0);
+	assert_int_equal(kvmm_config_check_memory(cfg, UINT64_C(3) << 30, err, sizeof(err)), 0);
+	assert_int_equal(kvmm_config_check_memory(cfg, UINT64_C(2) << 30, err, sizeof(err)),
+			 -ENOMEM);
+	assert_string_equal(err, "the pool (2048 MiB of frames and 512 MiB of host swap) is more "
+				 "than this machine's memory (2048 MiB): lower pool_size, frames "
+				 "or swap_host");
+	/* unknown machine size: nothing to check against */
+	assert_int_equal(kvmm_config_check_memory(cfg, 0, err, sizeof(err)), 0);
+	/* GPU frames do not count, the host swap tiers still do */
+	strcpy(cfg->backend, "cuda");
+	assert_int_equal(kvmm_config_check_memory(cfg, UINT64_C(1) << 30, err, sizeof(err)), 0);
+	assert_int_equal(kvmm_config_check_memory(cfg, UINT64_C(256) << 20, err, sizeof(err)),
+			 -ENOMEM);
 }
 
 static void test_flags_override(void **state)
@@ -730,6 +764,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bad_lines, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_too_many_namespaces, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_long_line, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_check_memory, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_finalize_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_flags_override, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_load, setup, teardown),

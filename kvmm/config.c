@@ -134,6 +134,29 @@ static int parse_count(const char *s, uint64_t max, uint64_t *out, char *err, si
 	return 0;
 }
 
+/* "250ms", "5s", or a plain number of milliseconds */
+static int parse_duration_ms(const char *s, uint64_t *out, char *err, size_t len)
+{
+	char num[32];
+	size_t n = strlen(s), k = n;
+	uint64_t mul = 1;
+
+	if (n > 2 && !strcmp(s + n - 2, "ms")) {
+		k = n - 2;
+	} else if (n > 1 && s[n - 1] == 's') {
+		k = n - 1;
+		mul = 1000;
+	}
+	if (k >= sizeof(num))
+		return msg(err, len, "'%s' is not a duration (e.g. 5s, 500ms)", s);
+	memcpy(num, s, k);
+	num[k] = '\0';
+	if (parse_u64(num, out) || *out > UINT64_MAX / 1000)
+		return msg(err, len, "'%s' is not a duration (e.g. 5s, 500ms)", s);
+	*out *= mul;
+	return 0;
+}
+
 static int parse_bytes(const char *s, uint64_t *out, char *err, size_t len)
 {
 	if (kvmm_config_parse_size(s, out))
@@ -236,6 +259,10 @@ static const struct {
 	{"max_clients", KVMM_CFG_MAX_CLIENTS},
 	{"metrics", KVMM_CFG_METRICS},
 	{"device", KVMM_CFG_DEVICE},
+	{"socket_mode", KVMM_CFG_SOCKET_MODE},
+	{"socket_group", KVMM_CFG_SOCKET_GROUP},
+	{"max_clients_per_uid", KVMM_CFG_MAX_CLIENTS_PER_UID},
+	{"hello_timeout", KVMM_CFG_HELLO_TIMEOUT},
 };
 
 /* the keys of [namespace]: two units of one setting share a slot (duplicate detection) */
@@ -368,6 +395,43 @@ static int set_daemon(struct kvmm_config *cfg, size_t idx, const char *val, char
 			cfg->foreground = b;
 		else
 			cfg->prefault = b;
+		return 0;
+	case KVMM_CFG_SOCKET_MODE: {
+		char *end;
+		unsigned long m;
+
+		errno = 0;
+		m = strtoul(val, &end, 8);
+		if (errno || end == val || *end || m > 0777 || val[0] == '-' || val[0] == '+')
+			return msg(err, len, "'%s' is not an octal mode (0600, 0660, 0666...)",
+				   val);
+		if ((m & 0600) != 0600)
+			return msg(err, len,
+				   "socket_mode %04lo must let the owner read and write (0600)", m);
+		cfg->socket_mode = (uint32_t)m;
+		return 0;
+	}
+	case KVMM_CFG_SOCKET_GROUP:
+		ret = parse_id(val, true, &id, err, len);
+		if (ret)
+			return ret;
+		cfg->socket_gid = (gid_t)id;
+		cfg->have_socket_gid = true;
+		return 0;
+	case KVMM_CFG_MAX_CLIENTS_PER_UID:
+		ret = parse_count(val, 65536, &v, err, len);
+		if (ret)
+			return ret;
+		cfg->max_clients_per_uid = (uint32_t)v;
+		return 0;
+	case KVMM_CFG_HELLO_TIMEOUT:
+		/* milliseconds, or a number with s / ms */
+		ret = parse_duration_ms(val, &v, err, len);
+		if (ret)
+			return ret;
+		if (!v || v > 3600000)
+			return msg(err, len, "hello_timeout must be 1 ms to 1 hour");
+		cfg->hello_timeout_ms = (uint32_t)v;
 		return 0;
 	case KVMM_CFG_MAX_CLIENTS:
 		ret = parse_count(val, 65536, &v, err, len);
@@ -992,6 +1056,9 @@ void kvmm_config_init(struct kvmm_config *cfg)
 	cfg->nr_devices = 1; /* device 0 */
 	cfg->log_level = KVMM_LOG_DEFAULT_LEVEL;
 	cfg->max_clients = KVMM_CONFIG_DEFAULT_MAX_CLIENTS;
+	cfg->max_clients_per_uid = KVMM_CONFIG_DEFAULT_MAX_CLIENTS_PER_UID;
+	cfg->socket_mode = KVMM_CONFIG_DEFAULT_SOCKET_MODE;
+	cfg->hello_timeout_ms = KVMM_CONFIG_DEFAULT_HELLO_TIMEOUT_MS;
 }
 
 int kvmm_config_default_socket(char *buf, size_t len)
@@ -1216,6 +1283,11 @@ void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
 	fprintf(f, "foreground = %s\n", cfg->foreground ? "yes" : "no");
 	fprintf(f, "prefault = %s\n", cfg->prefault ? "yes" : "no");
 	fprintf(f, "max_clients = %u\n", cfg->max_clients);
+	fprintf(f, "max_clients_per_uid = %u\n", cfg->max_clients_per_uid);
+	fprintf(f, "socket_mode = %04o\n", (unsigned int)cfg->socket_mode);
+	if (cfg->have_socket_gid)
+		fprintf(f, "socket_group = %u\n", (unsigned int)cfg->socket_gid);
+	fprintf(f, "hello_timeout = %ums\n", cfg->hello_timeout_ms);
 	if (cfg->metrics[0])
 		fprintf(f, "metrics = %s\n", cfg->metrics);
 	for (i = 0; i < cfg->nr_ns; i++) {

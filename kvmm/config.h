@@ -32,6 +32,12 @@
 #define KVMM_CONFIG_DEFAULT_PAGE_SIZE (UINT64_C(2) << 20) /* 16 tokens of an 8B model */
 #define KVMM_CONFIG_DEFAULT_POOL_SIZE (UINT64_C(1) << 30)
 #define KVMM_CONFIG_DEFAULT_MAX_CLIENTS 256
+/* connections one unprivileged user may hold (root and the admin group are not counted) */
+#define KVMM_CONFIG_DEFAULT_MAX_CLIENTS_PER_UID 64
+/* the socket's mode: owner and group, never everyone by default */
+#define KVMM_CONFIG_DEFAULT_SOCKET_MODE 0660
+/* a connection that has not said HELLO within this is closed */
+#define KVMM_CONFIG_DEFAULT_HELLO_TIMEOUT_MS 5000
 #define KVMM_CONFIG_DEFAULT_NS "default"
 
 /* keys of [daemon]; indexes into struct kvmm_config.line */
@@ -51,6 +57,10 @@ enum kvmm_config_key {
 	KVMM_CFG_MAX_CLIENTS,
 	KVMM_CFG_METRICS,
 	KVMM_CFG_DEVICE, /* cuda backend: the GPU ordinal */
+	KVMM_CFG_SOCKET_MODE,
+	KVMM_CFG_SOCKET_GROUP,
+	KVMM_CFG_MAX_CLIENTS_PER_UID,
+	KVMM_CFG_HELLO_TIMEOUT,
 	KVMM_CFG_KEY_COUNT,
 };
 
@@ -115,6 +125,11 @@ struct kvmm_config {
 	bool foreground;
 	bool prefault;
 	uint32_t max_clients;
+	uint32_t max_clients_per_uid; /* 0 = no per-user cap */
+	uint32_t socket_mode;	      /* permission bits of the socket file */
+	gid_t socket_gid;	      /* its group, when have_socket_gid */
+	bool have_socket_gid;
+	uint32_t hello_timeout_ms;
 	char metrics[64]; /* "IPV4:PORT" of the Prometheus /metrics listener, "" = off */
 	struct kvmm_config_ns ns[KVMM_CONFIG_MAX_NS];
 	unsigned int nr_ns;

@@ -69,6 +69,10 @@ enum {
 	OPT_DEVICE,
 	OPT_PRINT_CONFIG,
 	OPT_SWAP,
+	OPT_SOCKET_MODE,
+	OPT_SOCKET_GROUP,
+	OPT_MAX_CLIENTS_PER_UID,
+	OPT_HELLO_TIMEOUT,
 };
 
 static const struct option long_opts[] = {
@@ -92,6 +96,10 @@ static const struct option long_opts[] = {
 	{"namespace", required_argument, NULL, 'n'},
 	{"print-config", no_argument, NULL, OPT_PRINT_CONFIG},
 	{"swap", required_argument, NULL, OPT_SWAP},
+	{"socket-mode", required_argument, NULL, OPT_SOCKET_MODE},
+	{"socket-group", required_argument, NULL, OPT_SOCKET_GROUP},
+	{"max-clients-per-uid", required_argument, NULL, OPT_MAX_CLIENTS_PER_UID},
+	{"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
 	{NULL, 0, NULL, 0},
@@ -122,7 +130,13 @@ static void usage(FILE *f)
 		"      --log-level LEVEL    err, warn, notice (default), info, debug\n"
 		"  -f, --foreground         do not daemonize; log to stderr\n"
 		"      --prefault           fault the whole pool in at start\n"
-		"      --max-clients N      connections at most (default %d)\n"
+		"      --max-clients N      connections at most (default %d; root and the\n"
+		"                           admin group get 16 more)\n"
+		"      --max-clients-per-uid N  connections one other user may hold (default\n"
+		"                           64, 0 = no cap)\n"
+		"      --hello-timeout TIME close connections silent this long (default 5s)\n"
+		"      --socket-mode MODE   the socket's permissions (default 0660)\n"
+		"      --socket-group GROUP the socket's group (default the daemon's)\n"
 		"      --metrics ADDR:PORT  serve Prometheus /metrics (loopback; default off)\n"
 		"      --swap KEY=VALUE     a [swap] setting: swap_host=SIZE,\n"
 		"                           swap_file=PATH:SIZE[:PRIO], swap_queue_depth=N,\n"
@@ -189,6 +203,14 @@ static const char *opt_key(int opt)
 		return "metrics";
 	case OPT_DEVICE:
 		return "device";
+	case OPT_SOCKET_MODE:
+		return "socket_mode";
+	case OPT_SOCKET_GROUP:
+		return "socket_group";
+	case OPT_MAX_CLIENTS_PER_UID:
+		return "max_clients_per_uid";
+	case OPT_HELLO_TIMEOUT:
+		return "hello_timeout";
 	default:
 		return NULL;
 	}
@@ -470,6 +492,11 @@ static void server_config(const struct kvmm_config *cfg, struct kvmm_ns_config *
 	}
 #endif
 	sc->max_clients = cfg->max_clients;
+	sc->max_clients_per_uid = cfg->max_clients_per_uid;
+	sc->hello_timeout_ms = cfg->hello_timeout_ms;
+	sc->socket_mode = cfg->socket_mode;
+	sc->socket_gid = cfg->socket_gid;
+	sc->have_socket_gid = cfg->have_socket_gid;
 	sc->metrics_addr = cfg->metrics;
 	for (i = 0; i < cfg->nr_ns; i++) {
 		const struct kvmm_config_ns *c = &cfg->ns[i];

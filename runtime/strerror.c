@@ -32,6 +32,8 @@ static const struct {
 	{ENOTCONN, "not connected to kvmmd (the daemon went away, or the handle is detached)"},
 	{EPIPE, "connection to kvmmd broken (the daemon went away)"},
 	{ECONNREFUSED, "kvmmd is not running (connection refused on its socket)"},
+	{EUSERS, "kvmmd refused the connection: this user holds max_clients_per_uid connections "
+		 "already, or only the places kept for root and the admin group are left"},
 	{ESHUTDOWN, "kvmmd is shutting down and takes no new work"},
 	{KVMM_EPREEMPTED, "the sequence was preempted by kvmmd; its KV cache is gone"},
 	{KVMM_ELOST, "KV page content lost (swap I/O error or poisoned page)"},

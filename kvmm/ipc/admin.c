@@ -500,6 +500,7 @@ static void status_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct 
 	out_u64(o, "BadMessages", st.bad_msgs, NULL);
 	out_u64(o, "Denied", st.denied, NULL);
 	out_u64(o, "Hangups", st.hangups, NULL);
+	out_u64(o, "HelloTimeouts", st.hello_timeouts, NULL);
 	out_u64(o, "DisconnectBad", st.disconnect_bad, NULL);
 	out_u64(o, "DisconnectSlow", st.disconnect_slow, NULL);
 	out_u64(o, "Events", st.events, NULL);

@@ -74,6 +74,12 @@ struct kvmm_session {
 	uint32_t id;
 	enum kvmm_session_state state;
 	bool dead; /* close at the end of this event */
+	/*
+	 * Over its uid's connection cap (server.c): its first record is answered -EUSERS and
+	 * the connection closed, so the client reads why instead of a bare hang-up.
+	 */
+	bool refused;
+	uint64_t accept_ns; /* when it connected: the HELLO deadline runs from here */
 	struct ucred cred;
 	gid_t groups[64]; /* supplementary groups (SO_PEERGROUPS), primary first */
 	unsigned int nr_groups;
@@ -125,6 +131,7 @@ struct kvmm_server {
 	uint32_t next_client_id;
 	uint64_t start_ns;	 /* CLOCK_MONOTONIC at create */
 	uint64_t ring_last_work; /* CLOCK_MONOTONIC of the last ring work (spin window) */
+	uint64_t hello_next_ns;	 /* earliest HELLO deadline of a waiting connection, 0: none */
 
 	struct kvmm_server_stats stats; /* updated with relaxed atomics (read by other threads) */
 

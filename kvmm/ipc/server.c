@@ -193,8 +193,13 @@ static int open_socket(struct kvmm_server *srv)
 	if (bind(srv->listen_fd, (struct sockaddr *)&addr, sizeof(addr)))
 		return -errno;
 	srv->socket_bound = true;
-	/* anyone may connect; ATTACH checks the namespace's ids and admin verbs the group */
-	if (chmod(srv->socket_path, 0666))
+	/*
+	 * Who may connect at all (the config's mode and group; kvmmd's default 0660 keeps other
+	 * users out); then ATTACH checks the namespace's ids and admin verbs the group.
+	 */
+	if (srv->cfg.have_socket_gid && chown(srv->socket_path, (uid_t)-1, srv->cfg.socket_gid))
+		return -errno;
+	if (chmod(srv->socket_path, srv->cfg.socket_mode ? srv->cfg.socket_mode : 0666))
 		return -errno;
 	if (listen(srv->listen_fd, 128))
 		return -errno;
@@ -226,6 +231,8 @@ int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server 
 	srv->start_ns = now_ns();
 	if (!srv->cfg.max_clients)
 		srv->cfg.max_clients = KVMM_SERVER_DEFAULT_MAX_CLIENTS;
+	if (!srv->cfg.hello_timeout_ms)
+		srv->cfg.hello_timeout_ms = KVMM_SERVER_DEFAULT_HELLO_MS;
 	srv->socket_path = strdup(cfg->socket_path);
 	srv->ns = calloc(cfg->nr_ns, sizeof(*srv->ns));
 	srv->rx = malloc(KVMM_MSG_MAX);
@@ -316,13 +323,34 @@ static void peer_identity(struct kvmm_session *s)
 	}
 }
 
+/*
+ * Peers that are never locked out: root, the daemon's own user and the admin group.  An
+ * unprivileged user holding every connection it can get must leave room for them.
+ */
+static bool session_privileged(const struct kvmm_session *s)
+{
+	return s->cred.uid == 0 || s->cred.uid == s->srv->owner_uid || kvmm_session_is_admin(s);
+}
+
+/* Connections now held by @uid (a walk: max_clients bounds it, and accepts are rare). */
+static uint32_t uid_sessions(struct kvmm_server *srv, uid_t uid)
+{
+	struct kvmm_session *s;
+	uint32_t n = 0;
+
+	list_for_each_entry (s, &srv->sessions, node)
+		n += s->cred.uid == uid && !s->refused;
+	return n;
+}
+
 static void accept_one(struct kvmm_server *srv, int fd)
 {
 	struct kvmm_session *s;
 	uint32_t nr = (uint32_t)__atomic_load_n(&srv->stats.clients, __ATOMIC_RELAXED);
+	bool priv;
 
 	KVMM_STAT_INC(srv, accepted);
-	if (nr >= srv->cfg.max_clients) {
+	if (nr >= srv->cfg.max_clients + KVMM_SERVER_ADMIN_RESERVE) {
 		KVMM_STAT_INC(srv, refused);
 		kvmm_warn_ratelimited("ipc: %u clients, refusing another", nr);
 		close(fd);
@@ -337,7 +365,26 @@ static void accept_one(struct kvmm_server *srv, int fd)
 	s->srv = srv;
 	s->fd = fd;
 	s->id = ++srv->next_client_id;
+	s->accept_ns = now_ns();
+	if (!srv->hello_next_ns)
+		srv->hello_next_ns = s->accept_ns + (uint64_t)srv->cfg.hello_timeout_ms * 1000000;
 	peer_identity(s);
+	priv = session_privileged(s);
+	if (!priv && nr >= srv->cfg.max_clients) {
+		/* the last KVMM_SERVER_ADMIN_RESERVE places are for root and the admin group */
+		KVMM_STAT_INC(srv, refused);
+		kvmm_warn_ratelimited("ipc: %u clients, refusing uid %u (the rest is kept for "
+				      "root and the admin group)",
+				      nr, (unsigned int)s->cred.uid);
+		s->refused = true;
+	} else if (!priv && srv->cfg.max_clients_per_uid &&
+		   uid_sessions(srv, s->cred.uid) >= srv->cfg.max_clients_per_uid) {
+		KVMM_STAT_INC(srv, refused);
+		kvmm_warn_ratelimited("ipc: uid %u holds %u connections (max_clients_per_uid), "
+				      "refusing another",
+				      (unsigned int)s->cred.uid, srv->cfg.max_clients_per_uid);
+		s->refused = true;
+	}
 	if (epoll_add(srv, fd, EPOLLIN | EPOLLRDHUP, s)) {
 		kvmm_session_fini(s);
 		kvmm_free(s);
@@ -523,9 +570,56 @@ static bool session_read(struct kvmm_session *s)
 			session_bad(s);
 			continue;
 		}
+		if (s->refused) {
+			/* say why, then go: kvmm_attach() reports it as -EUSERS */
+			kvmm_session_reply(s, (const struct kvmm_msg_hdr *)srv->rx, -EUSERS, NULL,
+					   0);
+			s->dead = true;
+			break;
+		}
 		kvmm_session_handle(s, (const struct kvmm_msg_hdr *)srv->rx);
 	}
 	return !s->dead;
+}
+
+/*
+ * Close connections that have not said HELLO within hello_timeout_ms (refused ones too):
+ * idle sockets must not hold places that root or other users need.  Returns the
+ * milliseconds until the next deadline, -1 when no connection is waiting for one.
+ */
+static int reap_silent(struct kvmm_server *srv)
+{
+	struct kvmm_session *s, *tmp;
+	uint64_t now = now_ns(), limit = (uint64_t)srv->cfg.hello_timeout_ms * 1000000;
+	int next = -1;
+
+	/* the walk only when a deadline has come: the loop runs this on every round */
+	if (!srv->hello_next_ns)
+		return -1;
+	if (now < srv->hello_next_ns)
+		return (int)((srv->hello_next_ns - now + 999999) / 1000000);
+	srv->hello_next_ns = 0;
+	list_for_each_entry_safe (s, tmp, &srv->sessions, node) {
+		uint64_t age;
+		int left;
+
+		if (s->state != KVMM_SESSION_NEW && !s->refused)
+			continue;
+		age = now - s->accept_ns;
+		if (age >= limit) {
+			KVMM_STAT_INC(srv, hello_timeouts);
+			kvmm_info("ipc: client %u (uid %u) said no HELLO in %u ms, closing", s->id,
+				  (unsigned int)s->cred.uid, srv->cfg.hello_timeout_ms);
+			session_close(s);
+			continue;
+		}
+		left = (int)((limit - age + 999999) / 1000000);
+		if (next < 0 || left < next) {
+			next = left;
+			srv->hello_next_ns = s->accept_ns + limit;
+		}
+	}
+	return next;
 }
 
 static void session_event(struct kvmm_session *s, uint32_t events)
@@ -658,8 +752,12 @@ int kvmm_server_run(struct kvmm_server *srv)
 	if (!srv)
 		return -EINVAL;
 	for (;;) {
-		int i, n = epoll_wait(srv->epoll_fd, evs, KVMM_EPOLL_BATCH,
-				      loop_timeout(srv, busy, blocked, &armed));
+		int i, n, timeout = loop_timeout(srv, busy, blocked, &armed),
+			  hello = reap_silent(srv);
+
+		if (hello >= 0 && (timeout < 0 || hello < timeout))
+			timeout = hello;
+		n = epoll_wait(srv->epoll_fd, evs, KVMM_EPOLL_BATCH, timeout);
 
 		if (armed) {
 			/* awake: clients need not ring until we are about to sleep again */

@@ -105,6 +105,19 @@ struct kvmm_server_config {
 	unsigned int nr_ns;   /* >= 1 */
 	uint32_t max_clients; /* 0 = KVMM_SERVER_DEFAULT_MAX_CLIENTS */
 	/*
+	 * Lock-out defences (a local user holding every connection must not shut out root or
+	 * other users): connections one unprivileged uid may hold (0 = no cap); how long a
+	 * connection may stay without HELLO (0 = KVMM_SERVER_DEFAULT_HELLO_MS).  Privileged
+	 * peers (root, the daemon's own uid, the admin group) are never capped per uid and get
+	 * KVMM_SERVER_ADMIN_RESERVE connections past max_clients.
+	 */
+	uint32_t max_clients_per_uid;
+	uint32_t hello_timeout_ms;
+	/* the socket file's mode (0 = 0666, the library's default) and group */
+	uint32_t socket_mode;
+	gid_t socket_gid;
+	bool have_socket_gid;
+	/*
 	 * Prometheus /metrics on "ADDR:PORT" (IPv4, e.g. "127.0.0.1:9477"; port 0 picks one,
 	 * logged); NULL or "" = off.  kvmm/ipc/metrics.c.
 	 */
@@ -116,9 +129,12 @@ struct kvmm_server_config {
 #define KVMM_SERVER_DEFAULT_TRACE 16384
 
 #define KVMM_SERVER_DEFAULT_MAX_CLIENTS 1024
+#define KVMM_SERVER_DEFAULT_HELLO_MS 5000
+#define KVMM_SERVER_ADMIN_RESERVE 16
 
 /*
- * Create the pools and namespaces and bind the socket (mode 0666; a stale socket file is
+ * Create the pools and namespaces and bind the socket (cfg->socket_mode, 0666 when 0, and
+ * cfg->socket_gid's group; a stale socket file is
  * removed only when nobody answers a connect on it).  The config is copied; nothing in it
  * need outlive the call.  0 or -errno: -EINVAL (bad config), -EADDRINUSE (a daemon listens
  * on the path), -EEXIST (the path is not a socket), -ENAMETOOLONG, -E2BIG (too many chunks),
@@ -138,7 +154,7 @@ void kvmm_server_destroy(struct kvmm_server *srv);
 /* Event counters, shown by kvmmctl status; every field only grows, but clients. */
 struct kvmm_server_stats {
 	uint64_t accepted;	     /* connections accepted */
-	uint64_t refused;	     /* connections closed at once: max_clients reached */
+	uint64_t refused;	     /* connections refused: max_clients or a uid's cap reached */
 	uint64_t hellos;	     /* HELLOs answered with success */
 	uint64_t version_mismatch;   /* HELLOs answered -EPROTO (then closed) */
 	uint64_t attached;	     /* successful ATTACHes */
@@ -148,6 +164,7 @@ struct kvmm_server_stats {
 	uint64_t bad_msgs;	     /* of them: -EBADMSG, -EPROTO, -EOPNOTSUPP */
 	uint64_t denied;	     /* of them: -EACCES */
 	uint64_t hangups;	     /* sessions ended by the peer (hang-up, reset, BYE) */
+	uint64_t hello_timeouts;     /* connections closed for saying no HELLO in time */
 	uint64_t disconnect_bad;     /* sessions closed for too many bad messages */
 	uint64_t disconnect_slow;    /* sessions closed because a reply could not be queued */
 	uint64_t events;	     /* events sent (SHUTDOWN) */

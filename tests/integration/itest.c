@@ -156,6 +156,12 @@ int itest_daemon_start(struct itest_daemon *d, const char *const *extra)
 	argv[argc++] = ns_a;
 	argv[argc++] = "--namespace";
 	argv[argc++] = ns_b;
+	/*
+	 * Tests reach the socket as other users on purpose (to be refused by the daemon, not the
+	 * file system); kvmmd's own default, 0660, is itest_lockout's.  A later flag wins.
+	 */
+	argv[argc++] = "--socket-mode";
+	argv[argc++] = "0666";
 	for (unsigned int i = 0; extra && extra[i] && argc < 63; i++)
 		argv[argc++] = extra[i];
 	argv[argc] = NULL;

@@ -561,6 +561,10 @@ static void test_finalize_errors(void **state)
 static void test_check_memory(void **state)
 {
 	(void)state;
+	/* and the lock-out defaults (issue 26): not world-writable, a HELLO deadline, a cap */
+	assert_int_equal(cfg->socket_mode, 0660);
+	assert_int_equal(cfg->hello_timeout_ms, 5000);
+	assert_int_equal(cfg->max_clients_per_uid, 64);
 	parse_ok("[daemon]\npool_size = 2G\n[namespace a]\n[namespace b]\n"
 		 "[swap]\nswap_host = 256M\n");
 	finalize_ok(0);

@@ -114,7 +114,7 @@ static void status_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct 
 	uint64_t frames = 0, nfree = 0, used = 0, cached = 0, shared = 0, now;
 	uint64_t hits = 0, misses = 0;
 
-	kvmm_server_get_stats(srv, &st);
+	kvmm_obs_server_stats(srv, &st);
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 	for_each_selected(srv, n, one)

@@ -296,7 +296,7 @@ int kvmm_obs_metrics_text(struct kvmm_server *srv, char **out, size_t *outlen)
 		return -ENOMEM;
 	for (i = 0; i < srv->nr_ns; i++)
 		kvmm_obs_ns_snapshot(&srv->ns[i], &snap[i]);
-	kvmm_server_get_stats(srv, &st);
+	kvmm_obs_server_stats(srv, &st);
 
 	family(&b, "kvmm_frames", "gauge", "Frames of a namespace's pool by state.");
 	for (i = 0; i < srv->nr_ns; i++) {

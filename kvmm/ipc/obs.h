@@ -21,6 +21,7 @@
 struct kvmm_server;
 struct kvmm_ipc_ns;
 struct kvmm_trace;
+struct kvmm_server_stats;
 
 struct kvmm_obs {
 	struct kvmm_trace *trace; /* installed as kvmm_trace_ring while the server lives */
@@ -61,6 +62,8 @@ struct kvmm_obs_ns {
 
 /* snapshot.c: the numbers of @n, under its pool lock. */
 void kvmm_obs_ns_snapshot(struct kvmm_ipc_ns *n, struct kvmm_obs_ns *out);
+/* snapshot.c: the server's counters (kvmm_server_get_stats() of server.h is this). */
+void kvmm_obs_server_stats(struct kvmm_server *srv, struct kvmm_server_stats *st);
 
 /* ---- metrics.c ----------------------------------------------------------------------- */
 

@@ -681,13 +681,7 @@ void kvmm_server_destroy(struct kvmm_server *srv)
 
 void kvmm_server_get_stats(struct kvmm_server *srv, struct kvmm_server_stats *st)
 {
-	const uint64_t *src = (const uint64_t *)&srv->stats;
-	uint64_t *dst = (uint64_t *)st;
-	size_t i;
-
-	BUILD_BUG_ON(sizeof(*st) % sizeof(uint64_t));
-	for (i = 0; i < sizeof(*st) / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	kvmm_obs_server_stats(srv, st);
 }
 
 struct kvmm_pool *kvmm_server_ns_pool(struct kvmm_server *srv, const char *name)

@@ -1,14 +1,28 @@
 // SPDX-License-Identifier: MIT
 /*
- * kvmm/ipc/snapshot.c - one namespace's numbers, taken at once under its pool lock
- * (struct kvmm_obs_ns, obs.h).  Every view reads them from here - the admin read verbs,
- * Prometheus /metrics, `kvmmctl top` - so text, JSON and Prometheus cannot disagree.
+ * kvmm/ipc/snapshot.c - the numbers every view shows, taken here: one namespace's, at once
+ * under its pool lock (struct kvmm_obs_ns, obs.h), and the server's counters, each loaded
+ * atomically (they are bumped with relaxed atomics).  The admin read verbs, Prometheus
+ * /metrics and `kvmmctl top` all read them from here, so text, JSON and Prometheus cannot
+ * disagree.
  */
 #include <pthread.h>
 #include <string.h>
 
+#include "compiler.h"
 #include "kvmm/ipc/ipc.h"
 #include "kvmm/ipc/obs.h"
+
+void kvmm_obs_server_stats(struct kvmm_server *srv, struct kvmm_server_stats *st)
+{
+	const uint64_t *src = (const uint64_t *)&srv->stats;
+	uint64_t *dst = (uint64_t *)st;
+	size_t i;
+
+	BUILD_BUG_ON(sizeof(*st) % sizeof(uint64_t));
+	for (i = 0; i < sizeof(*st) / sizeof(uint64_t); i++)
+		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+}
 
 void kvmm_obs_ns_snapshot(struct kvmm_ipc_ns *n, struct kvmm_obs_ns *out)
 {

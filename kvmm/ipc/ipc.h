@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kvmm/ipc/ipc.h - what the files of kvmm/ipc/ share and nobody else sees: the server and
- * session structs, the message checks of proto.c, and the entry points between server.c
- * (socket, epoll loop, send/receive), session.c (the per-client state machine and the
- * sequence ops) and admin.c (the admin verbs).
+ * session structs, the message checks of proto.c, the handlers' shapes and the daemon's half
+ * of the operation table (opdef.c), and the entry points between server.c (socket, epoll
+ * loop, receive), dispatch.c (requests to their handlers by the table), session.c (the
+ * per-client state machine, sending, the session and sequence ops), ring.c (the data plane)
+ * and admin.c (the admin verbs).  Calls go one way: server.c -> dispatch.c -> the handlers
+ * (session.c, admin*.c, swapd.c) -> ring.c, snapshot.c, metrics.c; ring.c runs SQEs and
+ * metrics.c the trace pump through pointers given at create, never by calling up.
  *
  * Session state machine (one per connection):
  *

@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: MIT
 /*
- * kvmm/ipc/session.c - one client connection's state machine (ipc.h) and the requests that
- * act on its own objects: HELLO (version and feature negotiation), ATTACH (namespace access
- * from SO_PEERCRED, format, address space, chunk fds), DETACH, BYE, PING, and the sequence
- * ops.  Sequence ids are per session and looked up only in the session's own table, so a
- * client can never name another client's sequence (-ENOENT).  PIN raises the pincount of
- * every frame a sequence maps and records those frames; while pinned a sequence's frames
- * cannot change (the ops that would change them get -EBUSY), so UNPIN and teardown drop
- * exactly the pins taken, and a pinned frame always has a mapper and is never on an LRU list,
- * which is what keeps reclaim off it.  Every core call runs under the namespace pool's lock.
+ * kvmm/ipc/session.c - one client connection's state machine (ipc.h), sending to it
+ * (kvmm_session_send/reply: never blocking), and the requests that act on its own objects,
+ * as the operation table's handlers (opdef.c): HELLO (version and feature negotiation),
+ * ATTACH (namespace access from SO_PEERCRED, format, address space, chunk fds), DETACH, BYE,
+ * PING, and the sequence ops.  Sequence ids are per session and looked up only in the
+ * session's own table, so a client can never name another client's sequence (-ENOENT).  PIN
+ * raises the pincount of every frame a sequence maps and records those frames; while pinned a
+ * sequence's frames cannot change (the ops that would change them get -EBUSY), so UNPIN and
+ * teardown drop exactly the pins taken, and a pinned frame always has a mapper and is never
+ * on an LRU list, which is what keeps reclaim off it.  Every core call runs under the
+ * namespace pool's lock.
  */
 #include <errno.h>
 #include <stdio.h>

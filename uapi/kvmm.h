@@ -1618,7 +1618,11 @@ enum kvmm_reply_head {
 	X(SHUTDOWN, "shutdown", KVMM_OPF_EVENT, KVMM_PL_FIXED(struct kvmm_shutdown_event),        \
 	  KVMM_RH_NONE)
 
-/* Each row's index in the table: KVMM_OPI_HELLO, ...; KVMM_OP_COUNT rows in all. */
+/*
+ * Each row's index in the table: KVMM_OPI_HELLO, ...; KVMM_OP_COUNT rows in all.  Not ABI:
+ * they are positions in this header's copy of the table and move when a row is added; only
+ * the opcodes travel.
+ */
 enum kvmm_op_index {
 #define KVMM_OP_INDEX_(op, name, flags, rule, head) KVMM_OPI_##op,
 	KVMM_OPS(KVMM_OP_INDEX_)

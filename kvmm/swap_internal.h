@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kvmm/swap_internal.h - state shared by swapfile.c (tiers, slots, swap-out, fault injection)
- * and swap_state.c (swap cache, fault-in, readahead).  Not for use outside kvmm/swap*.c.
+ * kvmm/swap_internal.h - state shared by the swap files: swap_tier.c (tiers, slots),
+ * swapfile.c (synchronous I/O, swap-out, demotion, move-down, swapoff), swap_writeback.c
+ * (asynchronous swap-out), swap_fault.c (fault injection), swap_check.c (invariants) and
+ * swap_state.c (swap cache, fault-in, readahead).  Not for use outside kvmm/swap*.c.
  */
 #ifndef KVMM_SWAP_INTERNAL_H
 #define KVMM_SWAP_INTERNAL_H
@@ -125,18 +127,60 @@ static inline void swap_io_frame(struct kvmm_pool *pool, struct kvmm_swap_io *io
 	io->buf = swap_staged(pool) ? NULL : kvmm_pool_frame_addr(pool, frame);
 }
 
-/* swapfile.c */
+#define KVMM_SWAP_BATCH 64 /* pages per synchronous I/O batch */
+
+/* Slots in cluster @c of @t (the last cluster may be short). */
+static inline uint32_t kvmm_swap_cluster_size(const struct kvmm_swap_tier *t, uint32_t c)
+{
+	uint64_t start = (uint64_t)c * KVMM_SWAP_CLUSTER;
+
+	return (uint32_t)min_t(uint64_t, KVMM_SWAP_CLUSTER, t->nslots - start);
+}
+
+/* swap_tier.c */
+/* The pool's swap state, made at first use; NULL when out of memory. */
+struct kvmm_swap *kvmm_swap_get(struct kvmm_pool *pool);
 struct kvmm_swap_tier *kvmm_swap_decode(struct kvmm_pool *pool, uint64_t swp, uint64_t *slot);
-/* -1: no failure, else the enum kvmm_fault_mode to inject */
-int kvmm_swap_fault_hit(struct kvmm_swap *sw, int point);
-/* Run @n I/Os on @t to completion (fault points applied); each io->res says how it went. */
-void kvmm_swap_io_run(struct kvmm_swap *sw, struct kvmm_swap_tier *t, struct kvmm_swap_io *ios,
-		      uint32_t n);
+void kvmm_swap_tier_free(struct kvmm_swap_tier *t);
+/* Take @t off the tiers' list and free it (swapoff, teardown); kept slots are let go. */
+void kvmm_swap_tier_remove(struct kvmm_swap *sw, struct kvmm_swap_tier *t);
 void kvmm_swap_slot_release(struct kvmm_swap_tier *t, uint64_t slot);
 /* Free kept slot @slot of @t: its page is no longer swap-cached. */
 void kvmm_swap_kept_release(struct kvmm_swap_tier *t, uint64_t slot);
-void kvmm_swap_count_fail(struct kvmm_swap_tier *t);
+/*
+ * A full tier makes room: free up to @n slots kept by resident clean pages (they only lose
+ * their copy-free swap-out), from the kept cursor on.  Returns how many were freed.
+ */
+uint32_t kvmm_swap_release_kept(struct kvmm_swap_tier *t, uint32_t n);
+/*
+ * Allocate a run of up to @want slots on the best tier (not @skip; only below it with @below):
+ * its length, the tier in *tp and the first slot in *first; 0 with *err = -ENOSPC when none
+ * has room (or a failure was injected).
+ */
+uint32_t kvmm_swap_alloc_run(struct kvmm_swap *sw, const struct kvmm_swap_tier *skip, bool below,
+			     uint32_t want, struct kvmm_swap_tier **tp, uint64_t *first, int *err);
 
+/* swap_fault.c */
+/* -1: no failure, else the enum kvmm_fault_mode to inject */
+int kvmm_swap_fault_hit(struct kvmm_swap *sw, int point);
+
+/* swapfile.c */
+/* Run @n I/Os on @t to completion (fault points applied); each io->res says how it went. */
+void kvmm_swap_io_run(struct kvmm_swap *sw, struct kvmm_swap_tier *t, struct kvmm_swap_io *ios,
+		      uint32_t n);
+void kvmm_swap_count_fail(struct kvmm_swap_tier *t);
+/* Record in slot @s what page @pg was, and detach its page-cache entry to the slot. */
+void kvmm_swap_slot_fill(struct kvmm_swap *sw, struct kvmm_swap_tier *t, uint64_t s,
+			 struct kvmm_page *pg, struct kvmm_seq *seq, uint32_t block);
+/*
+ * The next swap-out candidates of @seq from block *b to @end: a clean swap-cached page needs
+ * no write and goes at once (counted in *clean); the others, up to KVMM_SWAP_BATCH, are put in
+ * @blocks and counted in the return value.  *b moves past the last block looked at.
+ */
+uint32_t kvmm_swap_out_candidates(struct kvmm_swap *sw, struct kvmm_seq *seq, uint32_t *b,
+				  uint32_t end, uint32_t *blocks, uint32_t *clean);
+
+/* swap_writeback.c */
 /* Finish every completed write-back (wb_done); returns the frames freed. */
 uint32_t kvmm_swap_wb_reap(struct kvmm_pool *pool);
 

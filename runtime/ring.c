@@ -208,16 +208,18 @@ void kvmm_ring_kick(struct kvmm_client *c)
 
 /* ---- completion ------------------------------------------------------------------------------ */
 
+/* A CQE's reply head, as the operation table says its op's replies start (KVMM_RH_*). */
 static void cqe_decode(const struct kvmm_ring_cqe *r, struct kvmm_cqe *cqe)
 {
+	const struct kvmm_op_info *info = kvmm_op_info(r->op);
+
 	memset(cqe, 0, sizeof(*cqe));
 	cqe->user_data = r->user_data;
 	cqe->res = r->res > 0 ? -EBADMSG : r->res;
-	if (cqe->res)
+	if (cqe->res || !info)
 		return;
-	switch (r->op) {
-	case KVMM_OP_SEQ_CREATE:
-	case KVMM_OP_SEQ_FORK: {
+	switch ((enum kvmm_reply_head)info->head) {
+	case KVMM_RH_SEQ: {
 		struct kvmm_seq_create_rep rep; /* same layout as kvmm_seq_fork_rep */
 
 		memcpy(&rep, r->rep, sizeof(rep));
@@ -225,32 +227,22 @@ static void cqe_decode(const struct kvmm_ring_cqe *r, struct kvmm_cqe *cqe)
 		cqe->nr_blocks = rep.nr_blocks;
 		break;
 	}
-	case KVMM_OP_SEQ_APPEND:
-	case KVMM_OP_SEQ_APPEND_FRAMES: {
-		struct kvmm_seq_append_rep rep;
+	case KVMM_RH_TOKENS: {
+		struct kvmm_seq_append_rep rep; /* kvmm_prefix_lookup_rep: the same two fields */
 
 		memcpy(&rep, r->rep, sizeof(rep));
 		cqe->nr_tokens = rep.nr_tokens;
 		cqe->nr_blocks = rep.nr_blocks;
 		break;
 	}
-	case KVMM_OP_PREFIX_LOOKUP: {
-		struct kvmm_prefix_lookup_rep rep;
-
-		memcpy(&rep, r->rep, sizeof(rep));
-		cqe->nr_tokens = rep.nr_tokens;
-		cqe->nr_blocks = rep.nr_blocks;
-		break;
-	}
-	case KVMM_OP_PIN:
-	case KVMM_OP_UNPIN: {
+	case KVMM_RH_FRAMES: {
 		struct kvmm_pin_rep rep;
 
 		memcpy(&rep, r->rep, sizeof(rep));
 		cqe->nr_frames = rep.nr_frames;
 		break;
 	}
-	default:
+	case KVMM_RH_NONE:
 		break;
 	}
 }

@@ -15,12 +15,13 @@
 
 #include "runtime/libkvmm.h"
 
-/* Wire form of one entry: opcode and up to two parts. */
+/*
+ * Wire form of one entry: opcode and up to three parts, the first the request's fixed head
+ * built in @fixed, as long as the operation table says that head is (uapi/kvmm.h KVMM_OPS).
+ */
 static int sqe_encode(const struct kvmm_sqe *sqe, unsigned int *op, struct kvmm_iov *parts,
 		      unsigned int *nr_parts, void *fixed)
 {
-	size_t fixed_len = 16;
-
 	*nr_parts = 1;
 	switch (sqe->op) {
 	case KVMM_SQE_NOP:
@@ -83,7 +84,6 @@ static int sqe_encode(const struct kvmm_sqe *sqe, unsigned int *op, struct kvmm_
 
 		*op = KVMM_OP_SEQ_FREE;
 		memcpy(fixed, &r, sizeof(r));
-		fixed_len = sizeof(r);
 		break;
 	}
 	case KVMM_SQE_SEAL: {
@@ -104,7 +104,6 @@ static int sqe_encode(const struct kvmm_sqe *sqe, unsigned int *op, struct kvmm_
 			return -EINVAL;
 		*op = sqe->op == KVMM_SQE_PIN ? KVMM_OP_PIN : KVMM_OP_UNPIN;
 		memcpy(fixed, &r, sizeof(r));
-		fixed_len = sizeof(r);
 		parts[1] = (struct kvmm_iov){sqe->data, (size_t)sqe->nr * sizeof(uint64_t)};
 		*nr_parts = 2;
 		break;
@@ -112,7 +111,7 @@ static int sqe_encode(const struct kvmm_sqe *sqe, unsigned int *op, struct kvmm_
 	default:
 		return -EINVAL;
 	}
-	parts[0] = (struct kvmm_iov){fixed, fixed_len};
+	parts[0] = (struct kvmm_iov){fixed, kvmm_op_info(*op)->size};
 	return 0;
 }
 
@@ -132,7 +131,8 @@ static int submit_locked(struct kvmm_client *c, const struct kvmm_sqe *sqes, uns
 		if (c->nr_async + kvmm_ring_inflight(c) >= KVMM_MAX_INFLIGHT)
 			break;
 		err = sqe_encode(sqe, &op, parts, &nr_parts, fixed);
-		if (!err && c->dp) {
+		/* every entry kind is a ring op today; one that is not would take the socket */
+		if (!err && c->dp && kvmm_op_ring_ok(op)) {
 			err = kvmm_ring_queue(c, op, parts, nr_parts, sqe->user_data);
 			if (err == -EAGAIN) {
 				/* full: let the daemon see what is queued, take what it answered */

@@ -316,103 +316,6 @@ static inline int kvmm_op_is_event(unsigned int op)
 	return (op & KVMM_OP_RANGE_MASK) == KVMM_OP_EVENT_BASE;
 }
 
-/*
- * Name of an opcode for logs and for kvmmctl (admin names are also its verbs); the reply bit
- * is ignored. Returns "?" for anything this version does not define, never NULL, so it can
- * go straight into a printf.
- */
-static inline const char *kvmm_op_name(unsigned int op)
-{
-	if (op > 0xffffU) /* not a 16-bit wire opcode */
-		return "?";
-	switch (op & KVMM_OP_MASK) {
-	case KVMM_OP_HELLO:
-		return "hello";
-	case KVMM_OP_BYE:
-		return "bye";
-	case KVMM_OP_ATTACH:
-		return "attach";
-	case KVMM_OP_DETACH:
-		return "detach";
-	case KVMM_OP_PING:
-		return "ping";
-	case KVMM_OP_SEQ_CREATE:
-		return "seq_create";
-	case KVMM_OP_SEQ_APPEND:
-		return "seq_append";
-	case KVMM_OP_SEQ_FORK:
-		return "seq_fork";
-	case KVMM_OP_SEQ_TRUNCATE:
-		return "seq_truncate";
-	case KVMM_OP_SEQ_FREE:
-		return "seq_free";
-	case KVMM_OP_PREFIX_LOOKUP:
-		return "prefix_lookup";
-	case KVMM_OP_SEAL:
-		return "seal";
-	case KVMM_OP_PIN:
-		return "pin";
-	case KVMM_OP_UNPIN:
-		return "unpin";
-	case KVMM_OP_MAG_REFILL:
-		return "mag_refill";
-	case KVMM_OP_MAG_DRAIN:
-		return "mag_drain";
-	case KVMM_OP_SEQ_BLOCKS:
-		return "seq_blocks";
-	case KVMM_OP_PREFETCH:
-		return "prefetch";
-	case KVMM_OP_SEQ_APPEND_FRAMES:
-		return "seq_append_frames";
-	case KVMM_OP_STATUS:
-		return "status";
-	case KVMM_OP_MEMINFO:
-		return "meminfo";
-	case KVMM_OP_VMSTAT:
-		return "vmstat";
-	case KVMM_OP_BUDDYINFO:
-		return "buddyinfo";
-	case KVMM_OP_CLIENTS:
-		return "clients";
-	case KVMM_OP_NAMESPACES:
-		return "namespaces";
-	case KVMM_OP_SEQS:
-		return "seqs";
-	case KVMM_OP_PAGETABLE:
-		return "pagetable";
-	case KVMM_OP_LRU:
-		return "lru";
-	case KVMM_OP_SWAP:
-		return "swap";
-	case KVMM_OP_TRACE:
-		return "trace";
-	case KVMM_OP_LIMIT:
-		return "limit";
-	case KVMM_OP_DROP_CACHES:
-		return "drop_caches";
-	case KVMM_OP_RECLAIM:
-		return "reclaim";
-	case KVMM_OP_SWAPON:
-		return "swapon";
-	case KVMM_OP_SWAPOFF:
-		return "swapoff";
-	case KVMM_OP_FAULT_INJECT:
-		return "fault_inject";
-	case KVMM_OP_PREEMPT:
-		return "preempt";
-	case KVMM_OP_SHUTDOWN:
-		return "shutdown";
-	default:
-		return "?";
-	}
-}
-
-/* Whether this version defines op (reply bit ignored). */
-static inline int kvmm_op_known(unsigned int op)
-{
-	return kvmm_op_name(op)[0] != '?';
-}
-
 /* Fill a header for a request or event of len total bytes in this header's ABI version. */
 static inline void kvmm_msg_hdr_init(struct kvmm_msg_hdr *hdr, unsigned int op, uint32_t len,
 				     uint64_t seq)
@@ -1595,6 +1498,202 @@ struct kvmm_fault_inject_req {
 KVMM_ABI_ASSERT_SIZE(struct kvmm_fault_inject_req, 256);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_fault_inject_req, ns, 0);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_fault_inject_req, spec, 32);
+
+/* ---- Operation table ------------------------------------------------------------------ */
+
+/*
+ * Every opcode's protocol facts, one row each (in the spirit of io_uring's per-opcode
+ * definitions): its name, the rule its request payload follows, whether it is an admin verb,
+ * whether it may travel on the data plane's rings, and the shape of its reply's head. kvmmd's
+ * checks (kvmm/ipc/proto.c), its dispatch (kvmm/ipc/opdef.c, whose table adds the handlers),
+ * the data plane and libkvmm's submission helpers all read these rows: none of them keeps a
+ * switch over opcodes of its own. Adding an operation is a value in enum kvmm_op, one row
+ * here, one row with its handler in kvmm/ipc/opdef.c (Documentation/dev-tools/adding-an-op.md).
+ *
+ * Row: X(OP, name, flags, payload rule, reply head), rows in opcode order:
+ *   OP     the enumerator without its KVMM_OP_ prefix
+ *   name   for logs and traces; an admin verb's name is also kvmmctl's verb
+ *   flags  KVMM_OPF_*
+ *   rule   one of the KVMM_PL_*() below: what a request's payload must be
+ *   head   KVMM_RH_*: what the first bytes of a successful reply (a ring CQE's rep) carry
+ */
+#define KVMM_OPF_ADMIN (1U << 0)    /* admin verb: root or the admin group (-EACCES otherwise) */
+#define KVMM_OPF_RING (1U << 1)	    /* may be submitted on the rings as well as the socket */
+#define KVMM_OPF_ATTACHED (1U << 2) /* needs an attached session (-ENOTCONN otherwise) */
+#define KVMM_OPF_EVENT (1U << 3)    /* daemon to client only: never a request */
+
+enum kvmm_payload_rule {
+	KVMM_PAYLOAD_NONE,  /* empty */
+	KVMM_PAYLOAD_ANY,   /* anything up to KVMM_MSG_PAYLOAD_MAX (PING's, echoed) */
+	KVMM_PAYLOAD_FIXED, /* exactly size bytes */
+	KVMM_PAYLOAD_MIN,   /* at least size bytes: a newer peer's may be longer (HELLO) */
+	KVMM_PAYLOAD_ARRAY, /* size bytes, then exactly count elements of elem bytes, where count
+			     * is the count_size-byte field at count_off of those size bytes */
+	KVMM_PAYLOAD_VAR,   /* at least size bytes; the rest is judged by the daemon's checker
+			     * for this opcode (kvmm/ipc/opdef.c) */
+};
+
+/* Payload rules, as the fields rule, size, count_off, count_size, elem of struct kvmm_op_info */
+#define KVMM_PL_NONE() KVMM_PAYLOAD_NONE, 0, 0, 0, 0
+#define KVMM_PL_ANY() KVMM_PAYLOAD_ANY, 0, 0, 0, 0
+#define KVMM_PL_FIXED(T) KVMM_PAYLOAD_FIXED, sizeof(T), 0, 0, 0
+#define KVMM_PL_MIN(T) KVMM_PAYLOAD_MIN, sizeof(T), 0, 0, 0
+#define KVMM_PL_ARRAY(T, count, E) \
+	KVMM_PAYLOAD_ARRAY, sizeof(T), offsetof(T, count), sizeof(((T *)0)->count), sizeof(E)
+#define KVMM_PL_VAR(T) KVMM_PAYLOAD_VAR, sizeof(T), 0, 0, 0
+
+/* What a successful reply starts with, for a client that turns replies into completions. */
+enum kvmm_reply_head {
+	KVMM_RH_NONE,	/* nothing a completion carries (or no payload) */
+	KVMM_RH_SEQ,	/* u64 new sequence id, u32 nr_blocks (seq_create_rep, seq_fork_rep) */
+	KVMM_RH_TOKENS, /* u64 nr_tokens, u32 nr_blocks (seq_append_rep, prefix_lookup_rep) */
+	KVMM_RH_FRAMES, /* u32 nr_frames (pin_rep) */
+};
+
+#define KVMM_OPS(X)                                                                               \
+	/* session */                                                                             \
+	X(HELLO, "hello", 0, KVMM_PL_MIN(struct kvmm_hello_req), KVMM_RH_NONE)                    \
+	X(BYE, "bye", 0, KVMM_PL_NONE(), KVMM_RH_NONE)                                            \
+	X(ATTACH, "attach", 0, KVMM_PL_VAR(struct kvmm_attach_req), KVMM_RH_NONE)                 \
+	X(DETACH, "detach", KVMM_OPF_ATTACHED, KVMM_PL_NONE(), KVMM_RH_NONE)                      \
+	X(PING, "ping", KVMM_OPF_RING, KVMM_PL_ANY(), KVMM_RH_NONE)                               \
+	/* sequences and memory */                                                                \
+	X(SEQ_CREATE, "seq_create", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                            \
+	  KVMM_PL_FIXED(struct kvmm_seq_create_req), KVMM_RH_SEQ)                                 \
+	X(SEQ_APPEND, "seq_append", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                            \
+	  KVMM_PL_ARRAY(struct kvmm_seq_append_req, nr_tokens, uint32_t), KVMM_RH_TOKENS)         \
+	X(SEQ_FORK, "seq_fork", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                \
+	  KVMM_PL_FIXED(struct kvmm_seq_fork_req), KVMM_RH_SEQ)                                   \
+	X(SEQ_TRUNCATE, "seq_truncate", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                        \
+	  KVMM_PL_FIXED(struct kvmm_seq_truncate_req), KVMM_RH_NONE)                              \
+	X(SEQ_FREE, "seq_free", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                \
+	  KVMM_PL_FIXED(struct kvmm_seq_free_req), KVMM_RH_NONE)                                  \
+	X(PREFIX_LOOKUP, "prefix_lookup", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                      \
+	  KVMM_PL_ARRAY(struct kvmm_prefix_lookup_req, nr_tokens, uint32_t), KVMM_RH_TOKENS)      \
+	X(SEAL, "seal", KVMM_OPF_ATTACHED | KVMM_OPF_RING, KVMM_PL_FIXED(struct kvmm_seal_req),   \
+	  KVMM_RH_NONE)                                                                           \
+	X(PIN, "pin", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                          \
+	  KVMM_PL_ARRAY(struct kvmm_pin_req, nr_seqs, uint64_t), KVMM_RH_FRAMES)                  \
+	X(UNPIN, "unpin", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                      \
+	  KVMM_PL_ARRAY(struct kvmm_pin_req, nr_seqs, uint64_t), KVMM_RH_FRAMES)                  \
+	X(MAG_REFILL, "mag_refill", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                            \
+	  KVMM_PL_FIXED(struct kvmm_mag_req), KVMM_RH_NONE)                                       \
+	X(MAG_DRAIN, "mag_drain", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                              \
+	  KVMM_PL_FIXED(struct kvmm_mag_req), KVMM_RH_NONE)                                       \
+	X(SEQ_BLOCKS, "seq_blocks", KVMM_OPF_ATTACHED, KVMM_PL_FIXED(struct kvmm_seq_blocks_req), \
+	  KVMM_RH_NONE)                                                                           \
+	X(PREFETCH, "prefetch", KVMM_OPF_ATTACHED,                                                \
+	  KVMM_PL_ARRAY(struct kvmm_pin_req, nr_seqs, uint64_t), KVMM_RH_FRAMES)                  \
+	X(SEQ_APPEND_FRAMES, "seq_append_frames", KVMM_OPF_ATTACHED | KVMM_OPF_RING,              \
+	  KVMM_PL_VAR(struct kvmm_seq_append_frames_req), KVMM_RH_TOKENS)                         \
+	/* admin: read verbs */                                                                   \
+	X(STATUS, "status", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)   \
+	X(MEMINFO, "meminfo", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE) \
+	X(VMSTAT, "vmstat", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)   \
+	X(BUDDYINFO, "buddyinfo", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req),           \
+	  KVMM_RH_NONE)                                                                           \
+	X(CLIENTS, "clients", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE) \
+	X(NAMESPACES, "namespaces", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req),         \
+	  KVMM_RH_NONE)                                                                           \
+	X(SEQS, "seqs", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)       \
+	X(PAGETABLE, "pagetable", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req),           \
+	  KVMM_RH_NONE)                                                                           \
+	X(LRU, "lru", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)         \
+	X(SWAP, "swap", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)       \
+	X(TRACE, "trace", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)     \
+	/* admin: write verbs */                                                                  \
+	X(LIMIT, "limit", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_limit_req), KVMM_RH_NONE)     \
+	X(DROP_CACHES, "drop_caches", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_drop_caches_req), \
+	  KVMM_RH_NONE)                                                                           \
+	X(RECLAIM, "reclaim", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_reclaim_req),             \
+	  KVMM_RH_NONE)                                                                           \
+	X(SWAPON, "swapon", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_swapon_req), KVMM_RH_NONE)  \
+	X(SWAPOFF, "swapoff", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_swapoff_req),             \
+	  KVMM_RH_NONE)                                                                           \
+	X(FAULT_INJECT, "fault_inject", KVMM_OPF_ADMIN,                                           \
+	  KVMM_PL_FIXED(struct kvmm_fault_inject_req), KVMM_RH_NONE)                              \
+	/* events */                                                                              \
+	X(PREEMPT, "preempt", KVMM_OPF_EVENT, KVMM_PL_FIXED(struct kvmm_preempt_event),           \
+	  KVMM_RH_NONE)                                                                           \
+	X(SHUTDOWN, "shutdown", KVMM_OPF_EVENT, KVMM_PL_FIXED(struct kvmm_shutdown_event),        \
+	  KVMM_RH_NONE)
+
+/*
+ * Each row's index in the table: KVMM_OPI_HELLO, ...; KVMM_OP_COUNT rows in all.  Not ABI:
+ * they are positions in this header's copy of the table and move when a row is added; only
+ * the opcodes travel.
+ */
+enum kvmm_op_index {
+#define KVMM_OP_INDEX_(op, name, flags, rule, head) KVMM_OPI_##op,
+	KVMM_OPS(KVMM_OP_INDEX_)
+#undef KVMM_OP_INDEX_
+	KVMM_OP_COUNT
+};
+
+struct kvmm_op_info {
+	uint16_t op;	    /* enum kvmm_op */
+	const char *name;   /* never NULL */
+	uint32_t flags;	    /* KVMM_OPF_* */
+	uint8_t rule;	    /* enum kvmm_payload_rule */
+	uint32_t size;	    /* FIXED: the size; MIN, ARRAY, VAR: the fixed head */
+	uint16_t count_off; /* ARRAY: offset of the element count in the head */
+	uint8_t count_size; /* ARRAY: its bytes, 4 or 8 */
+	uint16_t elem;	    /* ARRAY: bytes of one element */
+	uint8_t head;	    /* enum kvmm_reply_head */
+};
+
+/* The row index of opcode op (no reply bit), or -1 when this version does not define it. */
+static inline int kvmm_op_index(unsigned int op)
+{
+	switch (op) {
+#define KVMM_OP_CASE_(op, name, flags, rule, head) \
+	case KVMM_OP_##op:                         \
+		return KVMM_OPI_##op;
+		KVMM_OPS(KVMM_OP_CASE_)
+#undef KVMM_OP_CASE_
+	default:
+		return -1;
+	}
+}
+
+/* The table row of opcode op (no reply bit: a reply is not a request), or NULL if undefined. */
+static inline const struct kvmm_op_info *kvmm_op_info(unsigned int op)
+{
+	static const struct kvmm_op_info rows[KVMM_OP_COUNT] = {
+#define KVMM_OP_ROW_(op, name, flags, rule, head) {KVMM_OP_##op, name, flags, rule, head},
+		KVMM_OPS(KVMM_OP_ROW_)
+#undef KVMM_OP_ROW_
+	};
+	int i = kvmm_op_index(op);
+
+	return i < 0 ? NULL : &rows[i];
+}
+
+/*
+ * Name of an opcode for logs and for kvmmctl (admin names are also its verbs); the reply bit
+ * is ignored. Returns "?" for anything this version does not define, never NULL, so it can
+ * go straight into a printf.
+ */
+static inline const char *kvmm_op_name(unsigned int op)
+{
+	const struct kvmm_op_info *d = op > 0xffffU ? NULL : kvmm_op_info(op & KVMM_OP_MASK);
+
+	return d ? d->name : "?";
+}
+
+/* Whether this version defines op (reply bit ignored). */
+static inline int kvmm_op_known(unsigned int op)
+{
+	return kvmm_op_name(op)[0] != '?';
+}
+
+/* Whether op may be submitted on the data plane's rings. */
+static inline int kvmm_op_ring_ok(unsigned int op)
+{
+	const struct kvmm_op_info *d = kvmm_op_info(op);
+
+	return d && (d->flags & KVMM_OPF_RING);
+}
 
 #ifdef __cplusplus
 }

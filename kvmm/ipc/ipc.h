@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kvmm/ipc/ipc.h - what the files of kvmm/ipc/ share and nobody else sees: the server and
- * session structs, the message checks of proto.c, and the entry points between server.c
- * (socket, epoll loop, send/receive), session.c (the per-client state machine and the
- * sequence ops) and admin.c (the admin verbs).
+ * session structs, the message checks of proto.c, the handlers' shapes and the daemon's half
+ * of the operation table (opdef.c), and the entry points between server.c (socket, epoll
+ * loop, receive), dispatch.c (requests to their handlers by the table), session.c (the
+ * per-client state machine, sending, the session and sequence ops), ring.c (the data plane)
+ * and admin.c (the admin verbs).  Calls go one way: server.c -> dispatch.c -> the handlers
+ * (session.c, admin*.c, swapd.c) -> ring.c, snapshot.c, metrics.c; ring.c runs SQEs and
+ * metrics.c the trace pump through pointers given at create, never by calling up.
  *
  * Session state machine (one per connection):
  *
@@ -139,12 +143,37 @@ struct kvmm_server {
 	uint8_t *tx; /* KVMM_MSG_MAX bytes */
 
 	struct kvmm_obs *obs; /* trace ring, trace pump and /metrics (kvmm/ipc/obs.h) */
-	int preempt_pending;  /* some session has a PREEMPT to send (atomic, swapd.c) */
+	/*
+	 * How the data plane runs an SQE: dispatch.c's kvmm_ipc_ring_exec(), set at create.  A
+	 * pointer so that ring.c, which the handlers call, never calls up into the dispatch.
+	 */
+	int (*ring_exec)(struct kvmm_session *s, unsigned int op, const void *p, size_t plen,
+			 void *rp, size_t *rlen);
+	int preempt_pending; /* some session has a PREEMPT to send (atomic, swapd.c) */
 };
 
 #define KVMM_STAT_INC(srv, field) __atomic_fetch_add(&(srv)->stats.field, 1, __ATOMIC_RELAXED)
 #define KVMM_STAT_ADD(srv, field, n) __atomic_fetch_add(&(srv)->stats.field, (n), __ATOMIC_RELAXED)
 #define KVMM_STAT_DEC(srv, field) __atomic_fetch_sub(&(srv)->stats.field, 1, __ATOMIC_RELAXED)
+
+/* ---- the handlers' shapes (opdef.c) -------------------------------------------------- */
+
+struct kvmm_out;
+
+/* A request answered by its handler itself: session ops, admin write verbs. */
+typedef void kvmm_ipc_handle_fn(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr);
+/*
+ * A memory op of an attached session, from the socket or the ring, pool lock held: checked
+ * payload @p in; the reply payload goes to @rp (KVMM_MSG_PAYLOAD_MAX bytes), its length to
+ * *rlen.  0 or -errno.
+ */
+typedef int kvmm_ipc_mem_fn(struct kvmm_session *s, unsigned int op, const void *p, void *rp,
+			    size_t *rlen);
+/* An admin read verb's report of the namespace @one (NULL: all) into @o; 0 or -errno. */
+typedef int kvmm_ipc_report_fn(struct kvmm_server *srv, struct kvmm_ipc_ns *one,
+			       const struct kvmm_admin_req *req, struct kvmm_out *o);
+/* The variable part of a KVMM_PAYLOAD_VAR payload (@plen >= the fixed head): 0 or -EBADMSG. */
+typedef int kvmm_ipc_check_fn(const void *payload, size_t plen);
 
 /* ---- proto.c: message checks (pure functions, unit tested) -------------------------- */
 
@@ -165,7 +194,7 @@ int kvmm_ipc_check_request(const void *rec, size_t len);
  */
 void kvmm_ipc_error_hdr(struct kvmm_msg_hdr *rep, const void *rec, size_t len, int status);
 
-/* ---- server.c ----------------------------------------------------------------------- */
+/* ---- session.c ---------------------------------------------------------------------- */
 
 /*
  * Send one record (header + payload, hdr->len set by the caller) with @nfds descriptors.
@@ -177,24 +206,25 @@ int kvmm_session_send(struct kvmm_session *s, const void *rec, size_t len, const
 int kvmm_session_reply(struct kvmm_session *s, const struct kvmm_msg_hdr *req, int status,
 		       const void *payload, size_t plen);
 
-/* ---- session.c ---------------------------------------------------------------------- */
-
 int kvmm_session_init(struct kvmm_session *s);
-/* Handle one checked request record; replies itself. */
-void kvmm_session_handle(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr);
 /* Drop pins, free sequences, destroy the address space, drain the magazine; -> READY. */
 void kvmm_session_detach(struct kvmm_session *s);
 void kvmm_session_fini(struct kvmm_session *s);
 bool kvmm_session_is_admin(const struct kvmm_session *s);
+/* The session's sequence @id, or NULL: a client only ever names its own. */
+struct kvmm_ipc_seq *kvmm_session_seq_find(struct kvmm_session *s, uint64_t id);
 
+/* The session ops' handlers (opdef.c's rows): each answers the request itself. */
+kvmm_ipc_handle_fn kvmm_session_op_hello, kvmm_session_op_bye, kvmm_session_op_attach,
+	kvmm_session_op_detach, kvmm_session_op_ping;
 /*
- * One memory op (SEQ_*, PREFIX_LOOKUP, SEAL, PIN, UNPIN, MAG_*, SEQ_BLOCKS, PING) of an
- * attached session with its checked payload @p, from the socket or the ring; pool lock held.
- * The reply payload goes to @rp (KVMM_MSG_PAYLOAD_MAX bytes), its length to *rlen.  Keeps the
- * page-table mirror up to date.  0 or -errno.
+ * The memory ops' handlers (opdef.c's rows), run by dispatch.c with the pool lock held:
+ * checked payload in, reply payload built in @rp, its length in *rlen.  0 or -errno.
  */
-int kvmm_session_mem_op(struct kvmm_session *s, unsigned int op, const void *p, void *rp,
-			size_t *rlen);
+kvmm_ipc_mem_fn kvmm_session_op_nop, kvmm_session_op_seq_create, kvmm_session_op_seq_append,
+	kvmm_session_op_seq_fork, kvmm_session_op_seq_truncate, kvmm_session_op_seq_free,
+	kvmm_session_op_prefix_lookup, kvmm_session_op_seal, kvmm_session_op_pin,
+	kvmm_session_op_seq_blocks, kvmm_session_op_prefetch;
 
 /* ---- ring.c: the data plane (uapi/kvmm.h "Data plane") ------------------------------- */
 
@@ -248,9 +278,64 @@ int kvmm_swapd_swapoff(struct kvmm_server *srv, struct kvmm_ipc_ns *n, unsigned 
 /* Rewrite every mirrored table of the namespace's sessions (after a swapoff). */
 void kvmm_swapd_mirror_all(struct kvmm_server *srv, struct kvmm_ipc_ns *n);
 
-/* ---- admin.c ------------------------------------------------------------------------ */
+/* ---- admin.c: the admin verbs ------------------------------------------------------- */
 
-/* An admin verb from a session that passed the permission check. */
-void kvmm_admin_handle(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr);
+/* A read verb: check the request, run @report, send the answer in as many records as needed. */
+void kvmm_admin_read(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr,
+		     kvmm_ipc_report_fn *report);
+kvmm_ipc_report_fn kvmm_admin_status, kvmm_admin_meminfo, kvmm_admin_vmstat, kvmm_admin_buddyinfo,
+	kvmm_admin_clients, kvmm_admin_namespaces, kvmm_admin_seqs, kvmm_admin_pagetable,
+	kvmm_admin_lru, kvmm_admin_swap;
+/* The write verbs: each answers itself. */
+kvmm_ipc_handle_fn kvmm_admin_limit, kvmm_admin_drop_caches, kvmm_admin_reclaim, kvmm_admin_swapon,
+	kvmm_admin_swapoff, kvmm_admin_fault_inject;
+
+/* ---- admin_trace.c: TRACE ------------------------------------------------------------ */
+
+/* TRACE's report (a dump of the ring); the subscription of KVMM_ADMIN_F_FOLLOW is this: */
+kvmm_ipc_report_fn kvmm_admin_trace;
+/* Subscribe @s to new trace records; the reply (status 0, MORE) is the caller's to send. */
+int kvmm_admin_trace_follow(struct kvmm_session *s, const struct kvmm_admin_req *req,
+			    const struct kvmm_msg_hdr *hdr);
+
+/* ---- opdef.c: the daemon's half of the operation table ------------------------------ */
+
+/* How an op changes the client's page-table mirror (ring.c's copy of its block tables). */
+enum kvmm_ipc_mirror {
+	KVMM_MIRROR_NONE,   /* changes no table (SEQ_FREE clears its slot as it frees) */
+	KVMM_MIRROR_NEW,    /* on success, the new sequence whose id starts the reply */
+	KVMM_MIRROR_SEQ,    /* the sequence whose id starts the request, whole */
+	KVMM_MIRROR_APPEND, /* same, from the reply's first_new_block on (whole on error) */
+};
+
+/*
+ * One row per opcode, next to uapi/kvmm.h's row (KVMM_OPS) that holds the protocol facts.
+ * A request op has exactly one of handle (answers on the socket itself), mem (the memory ops:
+ * socket and ring, under the pool lock) or report (admin read verbs); PING has handle for
+ * the socket and mem for the ring.
+ */
+struct kvmm_ipc_opdef {
+	kvmm_ipc_handle_fn *handle;
+	kvmm_ipc_mem_fn *mem;
+	kvmm_ipc_report_fn *report;
+	kvmm_ipc_check_fn *check; /* KVMM_PAYLOAD_VAR only */
+	enum kvmm_ipc_mirror mirror;
+};
+
+/* The daemon's row of opcode @op (no reply bit), NULL when this version does not define it. */
+const struct kvmm_ipc_opdef *kvmm_ipc_opdef(unsigned int op);
+
+/* ---- dispatch.c: requests to their handlers ----------------------------------------- */
+
+/* Handle one checked request record (kvmm_ipc_check_request()); answers it. */
+void kvmm_ipc_dispatch(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr);
+/*
+ * Run a memory op of an attached session with its checked payload, pool lock held, and keep
+ * the page-table mirror in step (before the op is answered).  0 or -errno.
+ */
+int kvmm_ipc_mem_op(struct kvmm_session *s, unsigned int op, const void *p, void *rp, size_t *rlen);
+/* An SQE the data plane copied out: check its payload, then kvmm_ipc_mem_op(). */
+int kvmm_ipc_ring_exec(struct kvmm_session *s, unsigned int op, const void *p, size_t plen,
+		       void *rp, size_t *rlen);
 
 #endif /* KVMM_IPC_IPC_H */

@@ -2,9 +2,11 @@
 /*
  * kvmm/ipc/metrics.c - kvmmd's observability plumbing: the trace ring's lifetime (installed
  * as kvmm_trace_ring while the server lives), the timer that drives the TRACE subscribers'
- * pump (admin.c), and a tiny HTTP/1.0 responder serving the Prometheus text exposition on
- * GET /metrics.  These fds live in their own epoll set whose fd sits in the server's epoll
- * set (one registration in server.c), so nothing here touches the session dispatch.
+ * pump (admin_trace.c, called through the pointer given at create, so this file never calls
+ * up into the admin verbs), and a tiny HTTP/1.0 responder serving the Prometheus text
+ * exposition on GET /metrics.  These fds live in their own epoll set whose fd sits in the
+ * server's epoll set (one registration in server.c), so nothing here touches the session
+ * dispatch.
  *
  * The responder never blocks the daemon: the listener and every connection are
  * non-blocking, a request is read up to METRICS_REQ_MAX bytes (more: 413 and close), the
@@ -125,7 +127,7 @@ static int open_listener(struct kvmm_obs *obs, const char *addr)
 	return obs_add(obs, obs->listen_fd, EPOLLIN, &tag_listen);
 }
 
-int kvmm_obs_create(struct kvmm_server *srv)
+int kvmm_obs_create(struct kvmm_server *srv, bool (*trace_pump)(struct kvmm_server *srv))
 {
 	struct kvmm_obs *obs;
 	int ret;
@@ -134,6 +136,7 @@ int kvmm_obs_create(struct kvmm_server *srv)
 	if (!obs)
 		return -ENOMEM;
 	srv->obs = obs;
+	obs->trace_pump = trace_pump;
 	INIT_LIST_HEAD(&obs->conns);
 	obs->listen_fd = -1;
 	obs->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -293,7 +296,7 @@ int kvmm_obs_metrics_text(struct kvmm_server *srv, char **out, size_t *outlen)
 		return -ENOMEM;
 	for (i = 0; i < srv->nr_ns; i++)
 		kvmm_obs_ns_snapshot(&srv->ns[i], &snap[i]);
-	kvmm_server_get_stats(srv, &st);
+	kvmm_obs_server_stats(srv, &st);
 
 	family(&b, "kvmm_frames", "gauge", "Frames of a namespace's pool by state.");
 	for (i = 0; i < srv->nr_ns; i++) {
@@ -569,7 +572,7 @@ void kvmm_obs_event(struct kvmm_server *srv)
 
 			if (read(obs->timerfd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
 				kvmm_debug("trace: timerfd: %s", strerror(errno));
-			if (!kvmm_admin_trace_pump(srv))
+			if (!obs->trace_pump(srv))
 				set_tick(obs, false);
 			continue;
 		}

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kvmm/ipc/obs.h - kvmmd's observability side, shared by admin.c (the read verbs, TRACE
- * subscriptions), metrics.c (the trace ring's lifetime, the trace pump timer and the
+ * kvmm/ipc/obs.h - kvmmd's observability side, shared by admin.c (the read verbs),
+ * admin_trace.c (TRACE subscriptions), snapshot.c, metrics.c (the trace ring's lifetime, the trace pump timer and the
  * Prometheus /metrics listener) and server.c (one registration: the obs epoll fd sits in the
  * server's epoll set, so the observability fds never touch the data plane's dispatch).
  * Every number kvmmctl, /metrics and `kvmmctl top` show is collected by the snapshot helpers
@@ -21,6 +21,7 @@
 struct kvmm_server;
 struct kvmm_ipc_ns;
 struct kvmm_trace;
+struct kvmm_server_stats;
 
 struct kvmm_obs {
 	struct kvmm_trace *trace; /* installed as kvmm_trace_ring while the server lives */
@@ -29,6 +30,12 @@ struct kvmm_obs {
 	uint64_t trace_lost;	  /* overwritten before a subscriber got them */
 	uint64_t trace_dropped;	  /* did not fit a subscriber's socket */
 	uint32_t trace_subscribers;
+	/*
+	 * Run on each tick while there are subscribers (admin_trace.c's kvmm_admin_trace_pump(),
+	 * given at create): a pointer, so this file's loop never calls up into the admin verbs
+	 * that use it.  Returns whether any subscriber remains.
+	 */
+	bool (*trace_pump)(struct kvmm_server *srv);
 
 	int epfd;	   /* the obs epoll set, itself polled by the server */
 	int timerfd;	   /* trace pump tick while there are subscribers */
@@ -53,12 +60,18 @@ struct kvmm_obs_ns {
 	uint64_t stat[KVMM_STAT_COUNT];
 };
 
+/* snapshot.c: the numbers of @n, under its pool lock. */
 void kvmm_obs_ns_snapshot(struct kvmm_ipc_ns *n, struct kvmm_obs_ns *out);
+/* snapshot.c: the server's counters (kvmm_server_get_stats() of server.h is this). */
+void kvmm_obs_server_stats(struct kvmm_server *srv, struct kvmm_server_stats *st);
 
 /* ---- metrics.c ----------------------------------------------------------------------- */
 
-/* Create the trace ring (installed as kvmm_trace_ring), the obs epoll set, the listener. */
-int kvmm_obs_create(struct kvmm_server *srv);
+/*
+ * Create the trace ring (installed as kvmm_trace_ring), the obs epoll set, the listener;
+ * @trace_pump runs on the pump timer's ticks.
+ */
+int kvmm_obs_create(struct kvmm_server *srv, bool (*trace_pump)(struct kvmm_server *srv));
 /* The fd the server polls for EPOLLIN; readiness means: call kvmm_obs_event(). */
 int kvmm_obs_fd(const struct kvmm_obs *obs);
 void kvmm_obs_event(struct kvmm_server *srv);
@@ -72,7 +85,7 @@ unsigned int kvmm_obs_metrics_port(const struct kvmm_server *srv);
 /* Render the Prometheus text exposition into a malloc'd buffer; 0 or -ENOMEM. */
 int kvmm_obs_metrics_text(struct kvmm_server *srv, char **buf, size_t *len);
 
-/* ---- admin.c ------------------------------------------------------------------------- */
+/* ---- admin_trace.c ------------------------------------------------------------------- */
 
 /* Push pending trace records to every subscriber; true while any subscriber remains. */
 bool kvmm_admin_trace_pump(struct kvmm_server *srv);

@@ -3,8 +3,10 @@
  * kvmm/ipc/ring.c - the daemon's half of the data plane (uapi/kvmm.h, "Data plane"): one
  * sealed memfd region per client holding its submission and completion rings, its page-table
  * mirror and its magazine, plus an eventfd doorbell.  server.c polls every client's SQ on
- * each loop iteration through kvmm_dp_poll(); the SQEs run through the same
- * kvmm_session_mem_op() as socket requests, so the ring changes transport, not semantics.
+ * each loop iteration through kvmm_dp_poll(); the SQEs run through the same dispatch as
+ * socket requests (the server's ring_exec, dispatch.c's kvmm_ipc_ring_exec()), so the ring
+ * changes transport, not semantics.  The call goes through that pointer because the
+ * handlers call down into this file (mirror, magazine): ring.c never calls up.
  *
  * Nothing in the region is trusted: sizes and offsets come from the daemon's private copy of
  * the header, the indexes the daemon owns (SQ head, CQ tail, magazine tail, return head) are
@@ -750,28 +752,6 @@ void kvmm_dp_need_wakeup(struct kvmm_session *s, bool on)
 		WRITE_ONCE(s->dp->sq->flags, on ? KVMM_SQ_F_NEED_WAKEUP : 0);
 }
 
-static bool ring_op_ok(unsigned int op)
-{
-	switch (op) {
-	case KVMM_OP_PING:
-	case KVMM_OP_SEQ_CREATE:
-	case KVMM_OP_SEQ_APPEND:
-	case KVMM_OP_SEQ_APPEND_FRAMES:
-	case KVMM_OP_SEQ_FORK:
-	case KVMM_OP_SEQ_TRUNCATE:
-	case KVMM_OP_SEQ_FREE:
-	case KVMM_OP_PREFIX_LOOKUP:
-	case KVMM_OP_SEAL:
-	case KVMM_OP_PIN:
-	case KVMM_OP_UNPIN:
-	case KVMM_OP_MAG_REFILL:
-	case KVMM_OP_MAG_DRAIN:
-		return true;
-	default:
-		return false;
-	}
-}
-
 /* Run one SQE (already copied out of the region) into @cqe. Pool lock held. */
 static int run_sqe(struct kvmm_session *s, const struct kvmm_ring_sqe *e, struct kvmm_ring_cqe *cqe)
 {
@@ -781,19 +761,16 @@ static int run_sqe(struct kvmm_session *s, const struct kvmm_ring_sqe *e, struct
 	size_t rlen = 0;
 	int ret;
 
-	if (e->flags || e->reserved || e->reserved2 || !ring_op_ok(e->op))
+	/* the operation table says which ops the rings carry (uapi/kvmm.h KVMM_OPF_RING) */
+	if (e->flags || e->reserved || e->reserved2 || !kvmm_op_ring_ok(e->op))
 		return kvmm_op_known(e->op) && !e->flags ? -EOPNOTSUPP : -EBADMSG;
 	if (e->len > KVMM_MSG_PAYLOAD_MAX || e->data_off > dp->hdr.data_size ||
 	    e->len > dp->hdr.data_size - e->data_off)
 		return -EBADMSG;
 	/* copy first: the client may rewrite the data area while we look at it */
 	memcpy(buf, dp->data + e->data_off, e->len);
-	ret = kvmm_ipc_check_payload(e->op, buf, e->len);
-	if (ret)
-		return ret;
-	if (e->op == KVMM_OP_PING)
-		return 0;
-	ret = kvmm_session_mem_op(s, e->op, buf, rp, &rlen);
+	/* checked and run by the dispatch (kvmm_ipc_ring_exec()), as a socket request would be */
+	ret = s->srv->ring_exec(s, e->op, buf, e->len, rp, &rlen);
 	if (!ret)
 		memcpy(cqe->rep, rp, min_t(size_t, rlen, sizeof(cqe->rep)));
 	return ret;

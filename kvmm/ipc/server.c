@@ -5,7 +5,7 @@
  * checking each record, and sending replies without ever blocking.  It owns one pool per
  * namespace (namespaces are physically partitioned in v0, so frame numbers are per namespace
  * and a client only ever receives its own namespace's chunk fds).  What a request does is
- * session.c's and admin.c's business; this file only moves records.
+ * dispatch.c's business (by the operation table, opdef.c); this file only moves records.
  *
  * Why it cannot be stalled by one client: every socket is non-blocking, the loop reads at
  * most KVMM_RX_BURST records of one client per wakeup (level-triggered epoll brings it back),
@@ -256,6 +256,7 @@ int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server 
 	if (ret)
 		goto out_destroy;
 
+	srv->ring_exec = kvmm_ipc_ring_exec; /* the data plane's SQEs: the same dispatch */
 	srv->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
 	srv->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -267,7 +268,7 @@ int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server 
 	if (ret)
 		goto out_destroy;
 	/* observability (trace ring and pump, /metrics): one fd in our set (metrics.c) */
-	ret = kvmm_obs_create(srv);
+	ret = kvmm_obs_create(srv, kvmm_admin_trace_pump);
 	if (!ret)
 		ret = epoll_add(srv, kvmm_obs_fd(srv->obs), EPOLLIN, &tag_obs);
 	if (ret)
@@ -423,70 +424,6 @@ static void accept_all(struct kvmm_server *srv)
 	}
 }
 
-int kvmm_session_send(struct kvmm_session *s, const void *rec, size_t len, const int *fds,
-		      unsigned int nfds)
-{
-	struct iovec iov = {.iov_base = (void *)rec, .iov_len = len};
-	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * KVMM_SERVER_MAX_CHUNKS)];
-		struct cmsghdr align;
-	} cbuf;
-	ssize_t n;
-
-	if (s->dead)
-		return -EPIPE;
-	if (nfds) {
-		struct cmsghdr *c;
-
-		if (nfds > KVMM_SERVER_MAX_CHUNKS)
-			return -E2BIG;
-		memset(&cbuf, 0, sizeof(cbuf));
-		msg.msg_control = cbuf.buf;
-		msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-		c = CMSG_FIRSTHDR(&msg);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-		memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-	}
-	do {
-		n = sendmsg(s->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-	} while (n < 0 && errno == EINTR);
-	if (n == (ssize_t)len) {
-		KVMM_STAT_ADD(s->srv, fds_passed, nfds);
-		return 0;
-	}
-	if (n < 0 && (errno == EAGAIN || errno == ENOBUFS)) {
-		/* it does not read its replies: drop it rather than wait for it */
-		KVMM_STAT_INC(s->srv, disconnect_slow);
-		kvmm_warn_ratelimited("ipc: client %u does not read its replies, disconnecting",
-				      s->id);
-	}
-	s->dead = true;
-	return n < 0 ? -errno : -EIO;
-}
-
-int kvmm_session_reply(struct kvmm_session *s, const struct kvmm_msg_hdr *req, int status,
-		       const void *payload, size_t plen)
-{
-	struct kvmm_msg_hdr *rep = (struct kvmm_msg_hdr *)s->srv->tx;
-
-	if (status < 0) {
-		KVMM_STAT_INC(s->srv, errors);
-		if (status == -EBADMSG || status == -EPROTO || status == -EOPNOTSUPP)
-			KVMM_STAT_INC(s->srv, bad_msgs);
-		if (status == -EACCES)
-			KVMM_STAT_INC(s->srv, denied);
-	}
-	if (plen > KVMM_MSG_PAYLOAD_MAX)
-		return -E2BIG;
-	kvmm_msg_hdr_init_reply(rep, req, (uint32_t)(sizeof(*rep) + plen), status);
-	if (plen && payload != (const void *)(rep + 1))
-		memmove(rep + 1, payload, plen);
-	return kvmm_session_send(s, rep, sizeof(*rep) + plen, NULL, 0);
-}
-
 /* Count a bad message; past the limit the peer is not worth listening to. */
 static void session_bad(struct kvmm_session *s)
 {
@@ -570,14 +507,7 @@ static bool session_read(struct kvmm_session *s)
 			session_bad(s);
 			continue;
 		}
-		if (s->refused) {
-			/* say why, then go: kvmm_attach() reports it as -EUSERS */
-			kvmm_session_reply(s, (const struct kvmm_msg_hdr *)srv->rx, -EUSERS, NULL,
-					   0);
-			s->dead = true;
-			break;
-		}
-		kvmm_session_handle(s, (const struct kvmm_msg_hdr *)srv->rx);
+		kvmm_ipc_dispatch(s, (const struct kvmm_msg_hdr *)srv->rx);
 	}
 	return !s->dead;
 }
@@ -843,13 +773,7 @@ void kvmm_server_destroy(struct kvmm_server *srv)
 
 void kvmm_server_get_stats(struct kvmm_server *srv, struct kvmm_server_stats *st)
 {
-	const uint64_t *src = (const uint64_t *)&srv->stats;
-	uint64_t *dst = (uint64_t *)st;
-	size_t i;
-
-	BUILD_BUG_ON(sizeof(*st) % sizeof(uint64_t));
-	for (i = 0; i < sizeof(*st) / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	kvmm_obs_server_stats(srv, st);
 }
 
 struct kvmm_pool *kvmm_server_ns_pool(struct kvmm_server *srv, const char *name)

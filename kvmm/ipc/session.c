@@ -1,19 +1,22 @@
 // SPDX-License-Identifier: MIT
 /*
- * kvmm/ipc/session.c - one client connection's state machine (ipc.h) and the requests that
- * act on its own objects: HELLO (version and feature negotiation), ATTACH (namespace access
- * from SO_PEERCRED, format, address space, chunk fds), DETACH, BYE, PING, and the sequence
- * ops.  Sequence ids are per session and looked up only in the session's own table, so a
- * client can never name another client's sequence (-ENOENT).  PIN raises the pincount of
- * every frame a sequence maps and records those frames; while pinned a sequence's frames
- * cannot change (the ops that would change them get -EBUSY), so UNPIN and teardown drop
- * exactly the pins taken, and a pinned frame always has a mapper and is never on an LRU list,
- * which is what keeps reclaim off it.  Every core call runs under the namespace pool's lock.
+ * kvmm/ipc/session.c - one client connection's state machine (ipc.h), sending to it
+ * (kvmm_session_send/reply: never blocking), and the requests that act on its own objects,
+ * as the operation table's handlers (opdef.c): HELLO (version and feature negotiation),
+ * ATTACH (namespace access from SO_PEERCRED, format, address space, chunk fds), DETACH, BYE,
+ * PING, and the sequence ops.  Sequence ids are per session and looked up only in the
+ * session's own table, so a client can never name another client's sequence (-ENOENT).  PIN
+ * raises the pincount of every frame a sequence maps and records those frames; while pinned a
+ * sequence's frames cannot change (the ops that would change them get -EBUSY), so UNPIN and
+ * teardown drop exactly the pins taken, and a pinned frame always has a mapper and is never
+ * on an LRU list, which is what keeps reclaim off it.  Every core call runs under the
+ * namespace pool's lock.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "generated/autoconf.h"
 #include "compiler.h"
@@ -40,6 +43,72 @@ int kvmm_session_init(struct kvmm_session *s)
 	s->fd = -1;
 	s->next_seq = 1;
 	return kvmm_htable_init(&s->seqs, 8);
+}
+
+/* ---- sending ----------------------------------------------------------------------------- */
+
+int kvmm_session_send(struct kvmm_session *s, const void *rec, size_t len, const int *fds,
+		      unsigned int nfds)
+{
+	struct iovec iov = {.iov_base = (void *)rec, .iov_len = len};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * KVMM_SERVER_MAX_CHUNKS)];
+		struct cmsghdr align;
+	} cbuf;
+	ssize_t n;
+
+	if (s->dead)
+		return -EPIPE;
+	if (nfds) {
+		struct cmsghdr *c;
+
+		if (nfds > KVMM_SERVER_MAX_CHUNKS)
+			return -E2BIG;
+		memset(&cbuf, 0, sizeof(cbuf));
+		msg.msg_control = cbuf.buf;
+		msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+	}
+	do {
+		n = sendmsg(s->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+	} while (n < 0 && errno == EINTR);
+	if (n == (ssize_t)len) {
+		KVMM_STAT_ADD(s->srv, fds_passed, nfds);
+		return 0;
+	}
+	if (n < 0 && (errno == EAGAIN || errno == ENOBUFS)) {
+		/* it does not read its replies: drop it rather than wait for it */
+		KVMM_STAT_INC(s->srv, disconnect_slow);
+		kvmm_warn_ratelimited("ipc: client %u does not read its replies, disconnecting",
+				      s->id);
+	}
+	s->dead = true;
+	return n < 0 ? -errno : -EIO;
+}
+
+int kvmm_session_reply(struct kvmm_session *s, const struct kvmm_msg_hdr *req, int status,
+		       const void *payload, size_t plen)
+{
+	struct kvmm_msg_hdr *rep = (struct kvmm_msg_hdr *)s->srv->tx;
+
+	if (status < 0) {
+		KVMM_STAT_INC(s->srv, errors);
+		if (status == -EBADMSG || status == -EPROTO || status == -EOPNOTSUPP)
+			KVMM_STAT_INC(s->srv, bad_msgs);
+		if (status == -EACCES)
+			KVMM_STAT_INC(s->srv, denied);
+	}
+	if (plen > KVMM_MSG_PAYLOAD_MAX)
+		return -E2BIG;
+	kvmm_msg_hdr_init_reply(rep, req, (uint32_t)(sizeof(*rep) + plen), status);
+	if (plen && payload != (const void *)(rep + 1))
+		memmove(rep + 1, payload, plen);
+	return kvmm_session_send(s, rep, sizeof(*rep) + plen, NULL, 0);
 }
 
 /* ---- identity ------------------------------------------------------------------------- */
@@ -80,7 +149,7 @@ static bool ns_allowed(const struct kvmm_session *s, const struct kvmm_ns_config
 
 /* ---- sequences table ------------------------------------------------------------------ */
 
-static struct kvmm_ipc_seq *seq_find(struct kvmm_session *s, uint64_t id)
+struct kvmm_ipc_seq *kvmm_session_seq_find(struct kvmm_session *s, uint64_t id)
 {
 	struct kvmm_ipc_seq *is;
 
@@ -220,7 +289,7 @@ static uint64_t supported_features(const struct kvmm_server *srv)
 	return f;
 }
 
-static void do_hello(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
+void kvmm_session_op_hello(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 {
 	struct kvmm_server *srv = s->srv;
 	struct kvmm_hello_req req;
@@ -414,11 +483,48 @@ static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	return 0;
 }
 
+void kvmm_session_op_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
+{
+	int ret = do_attach(s, hdr);
+
+	/* on success do_attach() answered with the descriptors itself */
+	if (ret)
+		kvmm_session_reply(s, hdr, ret, NULL, 0);
+}
+
+void kvmm_session_op_detach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
+{
+	kvmm_session_detach(s);
+	kvmm_session_reply(s, hdr, 0, NULL, 0);
+}
+
+void kvmm_session_op_bye(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
+{
+	kvmm_session_reply(s, hdr, 0, NULL, 0);
+	kvmm_session_detach(s);
+	KVMM_STAT_INC(s->srv, hangups);
+	s->dead = true;
+}
+
+/* PING over the socket: its payload comes back. */
+void kvmm_session_op_ping(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
+{
+	kvmm_session_reply(s, hdr, 0, hdr + 1, hdr->len - sizeof(*hdr));
+}
+
+/* PING on the ring: a completion and nothing else (a CQE has no room for an echo). */
+int kvmm_session_op_nop(struct kvmm_session *s __maybe_unused, unsigned int op __maybe_unused,
+			const void *p __maybe_unused, void *rp __maybe_unused,
+			size_t *rlen __maybe_unused)
+{
+	return 0;
+}
+
 /* ---- sequence ops (pool lock held) -------------------------------------------------------- */
 
 static int lookup(struct kvmm_session *s, uint64_t id, bool change, struct kvmm_ipc_seq **out)
 {
-	struct kvmm_ipc_seq *is = seq_find(s, id);
+	struct kvmm_ipc_seq *is = kvmm_session_seq_find(s, id);
 
 	if (!is)
 		return -ENOENT;
@@ -451,7 +557,7 @@ static int pin_fault_in(struct kvmm_session *s, const uint8_t *ids, uint32_t nr)
 		uint64_t id;
 
 		memcpy(&id, ids + (size_t)i * sizeof(id), sizeof(id));
-		is = seq_find(s, id);
+		is = kvmm_session_seq_find(s, id);
 		if (!is)
 			continue; /* the caller reports -ENOENT */
 		if (is->preempted)
@@ -470,7 +576,7 @@ static int pin_fault_in(struct kvmm_session *s, const uint8_t *ids, uint32_t nr)
 			uint64_t id;
 
 			memcpy(&id, ids + (size_t)i * sizeof(id), sizeof(id));
-			is = seq_find(s, id);
+			is = kvmm_session_seq_find(s, id);
 			cap += is ? is->seq->nblocks : 0;
 		}
 		/*
@@ -488,7 +594,7 @@ static int pin_fault_in(struct kvmm_session *s, const uint8_t *ids, uint32_t nr)
 			uint64_t id;
 
 			memcpy(&id, ids + (size_t)i * sizeof(id), sizeof(id));
-			is = seq_find(s, id);
+			is = kvmm_session_seq_find(s, id);
 			for (b = 0; is && b < is->seq->nblocks; b++)
 				if (kvmm_pte_is_present(is->seq->pte[b])) {
 					struct kvmm_page *pg = kvmm_frame_to_page(
@@ -509,7 +615,7 @@ static int pin_fault_in(struct kvmm_session *s, const uint8_t *ids, uint32_t nr)
 		int r;
 
 		memcpy(&id, ids + (size_t)i * sizeof(id), sizeof(id));
-		is = seq_find(s, id);
+		is = kvmm_session_seq_find(s, id);
 		if (!is || !kvmm_mm_seq_nr_swapped(is->seq))
 			continue;
 		r = kvmm_mm_seq_fault(is->seq, 0, is->seq->nblocks);
@@ -528,7 +634,8 @@ static int pin_fault_in(struct kvmm_session *s, const uint8_t *ids, uint32_t nr)
 }
 
 /* PREFETCH: start the reads of the batch's swapped pages; nothing waits, nothing is pinned. */
-static int do_prefetch(struct kvmm_session *s, const void *p, void *rp, size_t *rlen)
+int kvmm_session_op_prefetch(struct kvmm_session *s, unsigned int op __maybe_unused, const void *p,
+			     void *rp, size_t *rlen)
 {
 	struct kvmm_pin_req req;
 	struct kvmm_pin_rep *rep = rp;
@@ -578,7 +685,8 @@ static int track_new_seq(struct kvmm_session *s, struct kvmm_seq *seq, int ret, 
 	return 0;
 }
 
-static int do_seq_create(struct kvmm_session *s, const void *p, void *rp, size_t *rlen)
+int kvmm_session_op_seq_create(struct kvmm_session *s, unsigned int op __maybe_unused,
+			       const void *p, void *rp, size_t *rlen)
 {
 	struct kvmm_seq_create_req req;
 	struct kvmm_seq_create_rep *rep = rp;
@@ -615,8 +723,8 @@ static int do_seq_create(struct kvmm_session *s, const void *p, void *rp, size_t
 	return 0;
 }
 
-static int do_seq_append(struct kvmm_session *s, unsigned int op, const void *p, void *rp,
-			 size_t *rlen)
+int kvmm_session_op_seq_append(struct kvmm_session *s, unsigned int op, const void *p, void *rp,
+			       size_t *rlen)
 {
 	struct kvmm_seq_append_req req;
 	struct kvmm_seq_append_frames_req freq = {0};
@@ -655,7 +763,8 @@ static int do_seq_append(struct kvmm_session *s, unsigned int op, const void *p,
 	return 0;
 }
 
-static int do_seq_fork(struct kvmm_session *s, const void *p, void *rp, size_t *rlen)
+int kvmm_session_op_seq_fork(struct kvmm_session *s, unsigned int op __maybe_unused, const void *p,
+			     void *rp, size_t *rlen)
 {
 	struct kvmm_seq_fork_req req;
 	struct kvmm_seq_fork_rep *rep = rp;
@@ -687,7 +796,9 @@ static int do_seq_fork(struct kvmm_session *s, const void *p, void *rp, size_t *
 	return 0;
 }
 
-static int do_seq_truncate(struct kvmm_session *s, const void *p)
+int kvmm_session_op_seq_truncate(struct kvmm_session *s, unsigned int op __maybe_unused,
+				 const void *p, void *rp __maybe_unused,
+				 size_t *rlen __maybe_unused)
 {
 	struct kvmm_seq_truncate_req req;
 	struct kvmm_ipc_seq *is;
@@ -700,14 +811,15 @@ static int do_seq_truncate(struct kvmm_session *s, const void *p)
 	return kvmm_mm_seq_truncate(is->seq, req.nr_tokens);
 }
 
-static int do_seq_free(struct kvmm_session *s, const void *p)
+int kvmm_session_op_seq_free(struct kvmm_session *s, unsigned int op __maybe_unused, const void *p,
+			     void *rp __maybe_unused, size_t *rlen __maybe_unused)
 {
 	struct kvmm_seq_free_req req;
 	struct kvmm_ipc_seq *is;
 	int ret;
 
 	memcpy(&req, p, sizeof(req));
-	is = seq_find(s, req.seq);
+	is = kvmm_session_seq_find(s, req.seq);
 	/* a preempted sequence may always be freed (even pinned: its pins go with it) */
 	if (is && is->preempted) {
 		seq_untrack(s, is);
@@ -720,7 +832,8 @@ static int do_seq_free(struct kvmm_session *s, const void *p)
 	return 0;
 }
 
-static int do_prefix_lookup(struct kvmm_session *s, const void *p, void *rp, size_t *rlen)
+int kvmm_session_op_prefix_lookup(struct kvmm_session *s, unsigned int op __maybe_unused,
+				  const void *p, void *rp, size_t *rlen)
 {
 	struct kvmm_prefix_lookup_req req;
 	struct kvmm_prefix_lookup_rep *rep = rp;
@@ -751,7 +864,8 @@ static int do_prefix_lookup(struct kvmm_session *s, const void *p, void *rp, siz
 	return 0;
 }
 
-static int do_seal(struct kvmm_session *s, const void *p)
+int kvmm_session_op_seal(struct kvmm_session *s, unsigned int op __maybe_unused, const void *p,
+			 void *rp __maybe_unused, size_t *rlen __maybe_unused)
 {
 	struct kvmm_seal_req req;
 	struct kvmm_ipc_seq *is;
@@ -794,7 +908,8 @@ static int do_seal(struct kvmm_session *s, const void *p)
  * PIN/UNPIN a batch, all or nothing: resolve and check every id first (batch_mark counts a
  * sequence's occurrences so a repeated id is checked against its real depth), then apply.
  */
-static int do_pin(struct kvmm_session *s, const void *p, bool pin, void *rp, size_t *rlen)
+int kvmm_session_op_pin(struct kvmm_session *s, unsigned int op, const void *p, void *rp,
+			size_t *rlen)
 {
 	struct kvmm_pin_req req;
 	struct kvmm_pin_rep *rep = rp;
@@ -802,6 +917,7 @@ static int do_pin(struct kvmm_session *s, const void *p, bool pin, void *rp, siz
 	const uint8_t *ids = (const uint8_t *)p + sizeof(req);
 	struct kvmm_ipc_seq **v;
 	uint32_t i, j, frames = 0, nr_swapin = 0;
+	bool pin = op == KVMM_OP_PIN;
 	int ret = 0;
 
 	memcpy(&req, p, sizeof(req));
@@ -821,7 +937,7 @@ static int do_pin(struct kvmm_session *s, const void *p, bool pin, void *rp, siz
 		uint64_t id;
 
 		memcpy(&id, ids + (size_t)i * sizeof(id), sizeof(id));
-		v[i] = seq_find(s, id);
+		v[i] = kvmm_session_seq_find(s, id);
 		if (!v[i]) {
 			ret = -ENOENT;
 			goto out_marks;
@@ -887,7 +1003,8 @@ out_marks:
 	return 0;
 }
 
-static int do_seq_blocks(struct kvmm_session *s, const void *p, void *rp, size_t *rlen)
+int kvmm_session_op_seq_blocks(struct kvmm_session *s, unsigned int op __maybe_unused,
+			       const void *p, void *rp, size_t *rlen)
 {
 	struct kvmm_seq_blocks_req req;
 	struct kvmm_seq_blocks_rep *rep = rp;
@@ -915,172 +1032,4 @@ static int do_seq_blocks(struct kvmm_session *s, const void *p, void *rp, size_t
 	rep->count = count;
 	*rlen = sizeof(*rep) + (size_t)count * sizeof(int32_t);
 	return 0;
-}
-
-/* A memory op of an attached session; the reply payload is built in place in the tx buffer. */
-/*
- * Keep the data plane's page-table mirror in step with an op that ran: the sequence it
- * created or changed is rewritten (an append from its first new block on) before the op is
- * answered, so a client never reads a table older than a reply it holds.
- */
-static void mirror_op(struct kvmm_session *s, unsigned int op, const void *p, const void *rp,
-		      int ret)
-{
-	struct kvmm_ipc_seq *is;
-	uint32_t from = 0;
-	uint64_t id;
-
-	if (!s->dp)
-		return;
-	switch (op) {
-	case KVMM_OP_SEQ_CREATE:
-	case KVMM_OP_SEQ_FORK:
-		if (ret)
-			return;
-		memcpy(&id, rp, sizeof(id)); /* create and fork replies start with the new id */
-		break;
-	case KVMM_OP_SEQ_APPEND:
-	case KVMM_OP_SEQ_APPEND_FRAMES:
-		if (!ret)
-			memcpy(&from,
-			       (const uint8_t *)rp +
-				       offsetof(struct kvmm_seq_append_rep, first_new_block),
-			       sizeof(from));
-		/* fall through */
-	case KVMM_OP_SEQ_TRUNCATE:
-	case KVMM_OP_PREFIX_LOOKUP:
-	case KVMM_OP_SEAL:
-		memcpy(&id, p, sizeof(id)); /* these requests start with the sequence id */
-		break;
-	default:
-		return; /* SEQ_FREE clears its slot in seq_untrack(); the rest change no table */
-	}
-	is = seq_find(s, id);
-	if (is)
-		kvmm_dp_seq_update(s, is, from);
-}
-
-int kvmm_session_mem_op(struct kvmm_session *s, unsigned int op, const void *p, void *rp,
-			size_t *rlen)
-{
-	int ret;
-
-	switch (op) {
-	case KVMM_OP_SEQ_CREATE:
-		ret = do_seq_create(s, p, rp, rlen);
-		break;
-	case KVMM_OP_SEQ_APPEND:
-	case KVMM_OP_SEQ_APPEND_FRAMES:
-		ret = do_seq_append(s, op, p, rp, rlen);
-		break;
-	case KVMM_OP_SEQ_FORK:
-		ret = do_seq_fork(s, p, rp, rlen);
-		break;
-	case KVMM_OP_SEQ_TRUNCATE:
-		ret = do_seq_truncate(s, p);
-		break;
-	case KVMM_OP_SEQ_FREE:
-		ret = do_seq_free(s, p);
-		break;
-	case KVMM_OP_PREFIX_LOOKUP:
-		ret = do_prefix_lookup(s, p, rp, rlen);
-		break;
-	case KVMM_OP_SEAL:
-		ret = do_seal(s, p);
-		break;
-	case KVMM_OP_PIN:
-	case KVMM_OP_UNPIN:
-		ret = do_pin(s, p, op == KVMM_OP_PIN, rp, rlen);
-		break;
-	case KVMM_OP_SEQ_BLOCKS:
-		ret = do_seq_blocks(s, p, rp, rlen);
-		break;
-	case KVMM_OP_PREFETCH:
-		ret = do_prefetch(s, p, rp, rlen);
-		break;
-	case KVMM_OP_MAG_REFILL:
-	case KVMM_OP_MAG_DRAIN:
-		/* the magazine lives in the data plane: -EOPNOTSUPP without one */
-		ret = kvmm_dp_mag_op(s, op, p, rp, rlen);
-		break;
-	default:
-		ret = -EOPNOTSUPP;
-		break;
-	}
-	mirror_op(s, op, p, rp, ret);
-	return ret;
-}
-
-/* A memory op of an attached session; the reply payload is built in place in the tx buffer. */
-static void do_mem(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
-{
-	struct kvmm_pool *pool = s->as->pool;
-	void *rp = (struct kvmm_msg_hdr *)s->srv->tx + 1;
-	size_t rlen = 0;
-	int ret;
-
-	pthread_mutex_lock(&pool->lock);
-	ret = kvmm_session_mem_op(s, hdr->op, hdr + 1, rp, &rlen);
-	pthread_mutex_unlock(&pool->lock);
-	kvmm_session_reply(s, hdr, ret, rp, ret ? 0 : rlen);
-}
-
-void kvmm_session_handle(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
-{
-	unsigned int op = hdr->op;
-	size_t plen = hdr->len - sizeof(*hdr);
-	int ret;
-
-	if (op == KVMM_OP_HELLO) {
-		do_hello(s, hdr);
-		return;
-	}
-	if (s->state == KVMM_SESSION_NEW || hdr->abi != s->abi) {
-		/* nothing before HELLO, and nothing in a version we did not agree on */
-		kvmm_session_reply(s, hdr, -EPROTO, NULL, 0);
-		if (++s->nr_bad >= KVMM_SERVER_MAX_BAD_MSGS && !s->dead) {
-			KVMM_STAT_INC(s->srv, disconnect_bad);
-			s->dead = true;
-		}
-		return;
-	}
-	switch (op) {
-	case KVMM_OP_PING:
-		kvmm_session_reply(s, hdr, 0, hdr + 1, plen);
-		return;
-	case KVMM_OP_BYE:
-		kvmm_session_reply(s, hdr, 0, NULL, 0);
-		kvmm_session_detach(s);
-		KVMM_STAT_INC(s->srv, hangups);
-		s->dead = true;
-		return;
-	case KVMM_OP_ATTACH:
-		ret = do_attach(s, hdr);
-		if (ret)
-			kvmm_session_reply(s, hdr, ret, NULL, 0);
-		return;
-	case KVMM_OP_DETACH:
-		if (s->state != KVMM_SESSION_ATTACHED) {
-			kvmm_session_reply(s, hdr, -ENOTCONN, NULL, 0);
-			return;
-		}
-		kvmm_session_detach(s);
-		kvmm_session_reply(s, hdr, 0, NULL, 0);
-		return;
-	default:
-		break;
-	}
-	if (kvmm_op_is_admin(op)) {
-		if (!kvmm_session_is_admin(s)) {
-			kvmm_session_reply(s, hdr, -EACCES, NULL, 0);
-			return;
-		}
-		kvmm_admin_handle(s, hdr);
-		return;
-	}
-	if (s->state != KVMM_SESSION_ATTACHED) {
-		kvmm_session_reply(s, hdr, -ENOTCONN, NULL, 0);
-		return;
-	}
-	do_mem(s, hdr);
 }

@@ -9,7 +9,7 @@
  * client says HELLO, attaches with a small format and makes some state from the input
  * (sequences, appends, forks that share pages, seals, pins), so that the dumps have things
  * to walk.  Then the input's admin requests (and a few more client ops) go through the same
- * path a received record takes (kvmm_ipc_check_request(), then kvmm_session_handle()); every
+ * path a received record takes (kvmm_ipc_check_request(), then kvmm_ipc_dispatch()); every
  * reply is read back and checked: whole records, the stated length, the request's op and
  * seq.  SWAPON and SWAPOFF name no file but one in the harness's own directory.  Built and
  * run by tools/fuzz (Documentation/dev-tools/fuzzing.md).
@@ -178,7 +178,7 @@ static int request(struct conn *c, unsigned int op, const void *pl, size_t plen)
 	ret = kvmm_ipc_check_request(rec.buf, sizeof(rec.hdr) + plen);
 	if (ret)
 		return ret;
-	kvmm_session_handle(c->s, &rec.hdr);
+	kvmm_ipc_dispatch(c->s, &rec.hdr);
 	kvmm_swapd_preempt_run(c->s->srv);
 	ret = drain(c, op, seq);
 	if (getenv("FUZZ_ADMIN_DEBUG")) {

@@ -167,7 +167,7 @@ static void fz_deliver(struct kvmm_session *s, const void *rec, size_t len)
 			s->dead = true;
 		return;
 	}
-	kvmm_session_handle(s, (const struct kvmm_msg_hdr *)srv->rx);
+	kvmm_ipc_dispatch(s, (const struct kvmm_msg_hdr *)srv->rx);
 }
 
 /* A well-formed request: header then @plen payload bytes. */

@@ -3,7 +3,7 @@
  * tests/fuzz/fuzz_session.c - libFuzzer harness: what a client can send kvmmd over its
  * socket.  One real server (tests/fuzz/fuzz_server.h) is made once; each input is a new
  * session on a socketpair, fed records decoded from the input exactly as server.c's
- * session_read() would feed them (kvmm_ipc_check_request(), then kvmm_session_handle()),
+ * session_read() would feed them (kvmm_ipc_check_request(), then kvmm_ipc_dispatch()),
  * with the loop's OOM preemption and the data plane's poll run after each record.
  *
  * Input: byte 0 chooses a preamble (bit 0: a valid HELLO + ATTACH first, so the memory ops

@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/ipc/snapshot.c - the numbers every view shows, taken here: one namespace's, at once
+ * under its pool lock (struct kvmm_obs_ns, obs.h), and the server's counters, each loaded
+ * atomically (they are bumped with relaxed atomics).  The admin read verbs, Prometheus
+ * /metrics and `kvmmctl top` all read them from here, so text, JSON and Prometheus cannot
+ * disagree.
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "compiler.h"
+#include "kvmm/ipc/ipc.h"
+#include "kvmm/ipc/obs.h"
+
+void kvmm_obs_server_stats(struct kvmm_server *srv, struct kvmm_server_stats *st)
+{
+	const uint64_t *src = (const uint64_t *)&srv->stats;
+	uint64_t *dst = (uint64_t *)st;
+	size_t i;
+
+	BUILD_BUG_ON(sizeof(*st) % sizeof(uint64_t));
+	for (i = 0; i < sizeof(*st) / sizeof(uint64_t); i++)
+		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+}
+
+void kvmm_obs_ns_snapshot(struct kvmm_ipc_ns *n, struct kvmm_obs_ns *out)
+{
+	struct kvmm_pool *pool = n->pool;
+	uint32_t i;
+
+	memset(out, 0, sizeof(*out));
+	memcpy(out->name, n->cfg.name, sizeof(out->name));
+	out->id = n->id;
+	out->clients = n->nr_clients;
+	out->chunks = n->nr_chunks;
+	pthread_mutex_lock(&pool->lock);
+	out->frames = pool->nframes;
+	out->free = pool->nr_free;
+	out->magazine = pool->nr_state[KVMM_PAGE_MAGAZINE];
+	out->mapped = pool->nr_state[KVMM_PAGE_MAPPED];
+	out->cached = pool->nr_state[KVMM_PAGE_CACHED];
+	out->used = n->ns->used;
+	out->limit = n->ns->limit ? n->ns->limit : pool->nframes;
+	out->priority = n->ns->priority;
+	out->active = pool->lru.nr_active;
+	out->inactive = pool->lru.nr_inactive;
+	out->pagecache = kvmm_pagecache_count(pool);
+	out->wmark_min = pool->wmark_min;
+	out->wmark_low = pool->wmark_low;
+	out->wmark_high = pool->wmark_high;
+	/* how much is shared: frames mapped by more than one sequence, and pinned frames */
+	for (i = 0; i < pool->nframes; i++) {
+		const struct kvmm_page *pg = &pool->pages[i];
+
+		if (pg->state != KVMM_PAGE_MAPPED)
+			continue;
+		if (pg->refcount > 1)
+			out->shared++;
+		if (pg->pincount)
+			out->pinned++;
+	}
+	memcpy(out->stat, pool->stat, sizeof(out->stat));
+	pthread_mutex_unlock(&pool->lock);
+}

@@ -2,7 +2,7 @@
 /*
  * kernels/kernels.h - the attention and page-copy kernels an engine runs over kvmm's pages.
  *
- * Every kernel reads or writes KV in the page layout of kvmm/format.c, [layer][K|V][token]
+ * Every kernel reads or writes KV in the page layout of include/format.h (lib/format.c), [layer][K|V][token]
  * [head][dim] (int8 slabs followed by their fp32 per-group scales), through block tables:
  * frame n is at base + n * page_size, a block table row holds the int32 frame numbers of a
  * sequence's logical blocks (KVMM_BLOCK_NONE for an absent one), and token t of a sequence is

@@ -17,6 +17,9 @@
 extern "C" {
 #endif
 
+/* libkvmm.so exports what is declared from here on (runtime/libkvmm.map, -fvisibility=hidden) */
+#pragma GCC visibility push(default)
+
 /*
  * Page layout (Documentation/mm/format.md): for each layer, the K slab then the V slab; a
  * slab holds tokens_per_page rows of [head][dim] elements.  For int8 a slab's data is padded
@@ -89,6 +92,8 @@ uint64_t kvmm_fmt_offset(const struct kvmm_fmt *fmt, uint32_t layer, uint32_t kv
  */
 uint64_t kvmm_fmt_scale_offset(const struct kvmm_fmt *fmt, uint32_t layer, uint32_t kv,
 			       uint32_t token);
+#pragma GCC visibility pop
+
 #ifdef __cplusplus
 }
 #endif

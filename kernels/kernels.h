@@ -21,9 +21,17 @@
 #ifndef KVMM_KERNELS_H
 #define KVMM_KERNELS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "format.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* libkvmm.so exports what is declared from here on (runtime/libkvmm.map, -fvisibility=hidden) */
+#pragma GCC visibility push(default)
 
 /*
  * The pages a kernel works on: one layer of the frames of one pool mapping.  base and
@@ -126,5 +134,11 @@ int kvmm_cpu_isa_set(enum kvmm_cpu_isa isa);
 #define KVMM_CPU_MAX_THREADS 64
 int kvmm_cpu_set_threads(uint32_t n);
 uint32_t kvmm_cpu_get_threads(void);
+
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* KVMM_KERNELS_H */

@@ -46,6 +46,7 @@
 
 #include "kernels/cuda/abi.h"
 #include "kernels/cuda/cuda_drv.h"
+#include "kernels/cuda/fatbin.h"
 #include "kernels/cuda/kvmm_cuda.h"
 #include "kvmm/backend/cuda.h"
 #include "runtime/kvmm.h"

@@ -14,7 +14,7 @@
 #                 (include/format.h), kernels.h (kernels/kernels.h), kvmm_cuda.h (CUDA builds);
 #                 their includes of each other rewritten to <kvmm/...>
 #   SBINDIR       kvmmd;  BINDIR  kvmmctl
-#   MANDIR/manN/  every Documentation/*/manN/*.N, N in 1 3 5 8
+#   MANDIR/manN/  every man page of Documentation/ (in a man/ or manN/ directory), N in 1 3 5 8
 #   UNITDIR       kvmmd.service, its ExecStart pointing at SBINDIR
 set -eu
 mode=${1:?usage: install.sh install|uninstall}
@@ -27,11 +27,11 @@ cuda=${KVMM_HAVE_CUDA:-}
 headers="kvmm.h:runtime/kvmm.h uapi.h:uapi/kvmm.h format.h:include/format.h kernels.h:kernels/kernels.h"
 [ "$cuda" = y ] && headers="$headers kvmm_cuda.h:kernels/cuda/kvmm_cuda.h"
 
+# "SECTION PATH" of every man page: Documentation/**/man/ or man<N>/, section from the suffix
 man_pages() {
-	for n in 1 3 5 8; do
-		for f in "$srctree"/Documentation/*/man$n/*.$n; do
-			[ -f "$f" ] && echo "$n $f"
-		done
+	find "$srctree/Documentation" -type f -name '*.[1358]' \( -path '*/man/*' -o -path '*/man[1358]/*' \) |
+		sort | while read -r f; do
+		echo "${f##*.} $f"
 	done
 }
 

@@ -90,9 +90,10 @@ LD_LIBRARY_PATH=$libdir "$tmp/install_test" || fail "install_test failed"
 [ -x "$root/usr/local/bin/kvmmctl" ] || fail "no /usr/local/bin/kvmmctl"
 grep -q '^ExecStart=/usr/local/sbin/kvmmd ' "$root/usr/local/lib/systemd/system/kvmmd.service" ||
 	fail "kvmmd.service does not start /usr/local/sbin/kvmmd"
-nman=$(find "$src"/Documentation -path '*/man[1358]/*.[1358]' | wc -l)
+nman=$(find "$src"/Documentation -type f -name '*.[1358]' \( -path '*/man/*' -o -path '*/man[1358]/*' \) | wc -l)
 got=$(find "$root/usr/local/share/man" -type f | wc -l)
 [ "$got" -eq "$nman" ] || fail "$got man pages installed of $nman"
+[ -f "$root/usr/local/share/man/man8/kvmmd.8" ] || fail "kvmmd.8 is not in man8"
 
 # shellcheck disable=SC2086
 $make_cmd uninstall DESTDIR="$root" >"$tmp/uninstall.log" 2>&1 || {

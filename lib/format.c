@@ -1,23 +1,22 @@
 // SPDX-License-Identifier: MIT
 /*
- * kvmm/format.c - KV formats: how a client's tokens are laid out inside one frame.
+ * lib/format.c - KV formats: how a client's tokens are laid out inside one frame.
  *
- * A format (layers, kv heads, head dim, dtype, int8 group size) registered at attach decides
- * the bytes one token takes and so how many tokens fit in a page.  The layout is
- * [layer][K|V][token][head][dim]: for each layer the K slab then the V slab, each slab holding
- * tokens_per_page rows of kv_heads * head_dim elements, so one layer's slice of a page is
- * contiguous and a whole page moves in one copy.  int8 formats carry one fp32 scale per
- * (token, head, group of group_size elements); a slab's scales follow its data, after padding
+ * A format (struct kvmm_format: layers, kv heads, head dim, dtype, int8 quantization group)
+ * registered at attach decides the bytes one token takes and so how many tokens fit in a page.
+ * The layout is [layer][K|V][token][head][dim]: for each layer the K slab then the V slab,
+ * each slab holding tokens_per_page rows of kv_heads * head_dim elements, so one layer's slice
+ * of a page is contiguous and a whole page moves in one copy.  int8 formats carry one fp32 scale per
+ * (token, head, group of quant_group elements); a slab's scales follow its data, after padding
  * the data to 4 bytes so every scale is naturally aligned (see Documentation/mm/format.md).
  * Everything here is pure arithmetic on a struct kvmm_fmt: no pool, no allocation, no locks.
  * Sizes come from clients, so every product is overflow-checked and every bad format is -EINVAL.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
-#include <xxhash.h>
-
-#include "kvmm/mm.h"
+#include "format.h"
 
 static uint64_t round_up_u64(uint64_t v, uint64_t align, bool *ovf)
 {
@@ -52,41 +51,37 @@ static bool page_bytes(const struct kvmm_fmt *f, uint64_t tpp, uint64_t *slab, u
 	return !ovf;
 }
 
-int kvmm_fmt_init(struct kvmm_fmt *fmt, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
-		  uint32_t dtype, uint32_t group_size, uint64_t page_size)
+int kvmm_fmt_init(struct kvmm_fmt *fmt, const struct kvmm_format *format, uint64_t page_size)
 {
 	struct kvmm_fmt f;
 	uint64_t ngroups = 0, tpp, slab, scale_off, total, nslabs;
 	bool ovf = false;
 
-	if (!fmt || !layers || !kv_heads || !head_dim || !page_size)
+	if (!fmt || !format || !format->layers || !format->kv_heads || !format->head_dim ||
+	    format->reserved || !page_size)
 		return -EINVAL;
 	memset(&f, 0, sizeof(f));
-	f.elem_bytes = kvmm_dtype_size(dtype);
+	f.format = *format;
+	f.elem_bytes = kvmm_dtype_size(f.dtype);
 	if (!f.elem_bytes)
 		return -EINVAL;
-	if (dtype == KVMM_DTYPE_INT8) {
-		if (!group_size || head_dim % group_size)
+	if (f.dtype == KVMM_DTYPE_INT8) {
+		if (!f.quant_group || f.head_dim % f.quant_group)
 			return -EINVAL;
-		ngroups = head_dim / group_size;
-	} else if (group_size) {
+		ngroups = f.head_dim / f.quant_group;
+	} else if (f.quant_group) {
 		return -EINVAL;
 	}
-	f.layers = layers;
-	f.kv_heads = kv_heads;
-	f.head_dim = head_dim;
-	f.dtype = dtype;
-	f.group_size = group_size;
 	f.page_size = page_size;
 
 	/* row = kv_heads * head_dim * elem; scale row = kv_heads * ngroups * 4 */
-	ovf |= __builtin_mul_overflow((uint64_t)kv_heads, (uint64_t)head_dim, &f.row_bytes);
+	ovf |= __builtin_mul_overflow((uint64_t)f.kv_heads, (uint64_t)f.head_dim, &f.row_bytes);
 	ovf |= __builtin_mul_overflow(f.row_bytes, (uint64_t)f.elem_bytes, &f.row_bytes);
-	ovf |= __builtin_mul_overflow((uint64_t)kv_heads, ngroups, &f.scale_row_bytes);
+	ovf |= __builtin_mul_overflow((uint64_t)f.kv_heads, ngroups, &f.scale_row_bytes);
 	ovf |= __builtin_mul_overflow(f.scale_row_bytes, (uint64_t)KVMM_FMT_SCALE_BYTES,
 				      &f.scale_row_bytes);
 	ovf |= __builtin_add_overflow(f.row_bytes, f.scale_row_bytes, &f.token_bytes);
-	ovf |= __builtin_mul_overflow((uint64_t)layers, 2, &nslabs);
+	ovf |= __builtin_mul_overflow((uint64_t)f.layers, 2, &nslabs);
 	ovf |= __builtin_mul_overflow(f.token_bytes, nslabs, &f.token_bytes);
 	if (ovf)
 		return -EINVAL;
@@ -130,31 +125,4 @@ uint64_t kvmm_fmt_scale_offset(const struct kvmm_fmt *fmt, uint32_t layer, uint3
 		return KVMM_FMT_BAD_OFFSET;
 	return ((uint64_t)layer * 2 + kv) * fmt->slab_bytes + fmt->scale_off +
 	       (uint64_t)token * fmt->scale_row_bytes;
-}
-
-static void put_le64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-/*
- * The id keys the page cache, and cache keys may outlive a process (swap, a remote tier), so
- * it hashes a fixed little-endian encoding of the defining fields with a version word, never
- * the in-memory struct (padding, field order, endianness).  Derived fields follow from these.
- */
-#define FMT_ID_VERSION 1
-
-uint64_t kvmm_fmt_id(const struct kvmm_fmt *fmt)
-{
-	unsigned char buf[7 * 8];
-
-	put_le64(buf + 0, FMT_ID_VERSION);
-	put_le64(buf + 8, fmt->layers);
-	put_le64(buf + 16, fmt->kv_heads);
-	put_le64(buf + 24, fmt->head_dim);
-	put_le64(buf + 32, fmt->dtype);
-	put_le64(buf + 40, fmt->group_size);
-	put_le64(buf + 48, fmt->page_size);
-	return XXH3_64bits(buf, sizeof(buf));
 }

@@ -175,7 +175,7 @@ static void test_prefix_demoted(void **state)
 /* swap.read fails once: that sequence's PIN is -EIO, another's works, nothing is lost. */
 static void test_fault_inject(void **state)
 {
-	struct kvmm_fault_inject_req req;
+	kvmm_admin_t *admin;
 	long long fails;
 	kvmm_client_t *c;
 	uint64_t x, y, z;
@@ -192,19 +192,14 @@ static void test_fault_inject(void **state)
 	z = mkseq(c, 0, 10, 22);
 	assert_int_equal(touch(c, z, 2002, true), 0);
 	fails = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_fail");
-	memset(&req, 0, sizeof(req));
-	strcpy(req.ns, ITEST_NS_A);
-	strcpy(req.spec, "swap.read nth=1 times=1");
-	assert_int_equal(
-		itest_admin_call(&itest_d, KVMM_OP_FAULT_INJECT, &req, sizeof(req), NULL, 0), 0);
+	assert_int_equal(itest_admin_open(&itest_d, &admin), 0);
+	assert_int_equal(kvmm_admin_fault_inject(admin, ITEST_NS_A, "swap.read nth=1 times=1"), 0);
 	assert_int_equal(touch(c, x, 2000, false), -EIO);
 	assert_int_equal(touch(c, z, 2002, false), 0);
 	assert_int_equal(touch(c, x, 2000, false), 0);
 	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_fail") > fails);
 	/* a bad specification is refused */
-	strcpy(req.spec, "swap.nosuch nth=1");
-	assert_int_not_equal(
-		itest_admin_call(&itest_d, KVMM_OP_FAULT_INJECT, &req, sizeof(req), NULL, 0), 0);
+	assert_int_equal(kvmm_admin_fault_inject(admin, ITEST_NS_A, "swap.nosuch nth=1"), -ENOENT);
 	/* SWAPOFF of the host tier with pages on it, then SWAPON it again */
 	y = mkseq(c, 0, 200, 21); /* x goes back to the tiers */
 	assert_int_equal(touch(c, y, 2001, true), 0);
@@ -213,16 +208,13 @@ static void test_fault_inject(void **state)
 		struct kvmm_swapon_req on = {
 			.tier = 1, .priority = 10, .size = 64 * ITEST_PAGE_SIZE};
 
-		assert_int_equal(
-			itest_admin_call(&itest_d, KVMM_OP_SWAPOFF, &off, sizeof(off), NULL, 0), 0);
-		assert_int_equal(
-			itest_admin_call(&itest_d, KVMM_OP_SWAPOFF, &off, sizeof(off), NULL, 0),
-			-ENOENT);
+		assert_int_equal(kvmm_admin_swapoff(admin, &off), 0);
+		assert_int_equal(kvmm_admin_swapoff(admin, &off), -ENOENT);
 		assert_int_equal(touch(c, x, 2000, false), 0);
 		assert_int_equal(touch(c, y, 2001, false), 0);
-		assert_int_equal(
-			itest_admin_call(&itest_d, KVMM_OP_SWAPON, &on, sizeof(on), NULL, 0), 0);
+		assert_int_equal(kvmm_admin_swapon(admin, &on), 0);
 	}
+	kvmm_admin_close(admin);
 	assert_int_equal(touch(c, z, 2002, false), 0);
 	assert_int_equal(kvmm_seq_free(c, x), 0);
 	assert_int_equal(kvmm_seq_free(c, y), 0);

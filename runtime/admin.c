@@ -332,6 +332,101 @@ int kvmm_admin_read(kvmm_admin_t *a, unsigned int op, const struct kvmm_admin_re
 	return *text ? 0 : -ENOMEM;
 }
 
+/* The number of " key=" on a record line into *v; false when it is absent or not a number. */
+static bool field_u64(const char *line, const char *key, uint64_t *v)
+{
+	char b[32], *end;
+
+	if (kvmm_admin_field(line, key, b, sizeof(b)) <= 0)
+		return false;
+	errno = 0;
+	*v = strtoull(b, &end, 10);
+	return !*end && !errno && b[0] != '-';
+}
+
+static int ns_parse(const char *line, struct kvmm_admin_ns *n)
+{
+	const char *p = line + strlen("Namespace:");
+	uint64_t id;
+	char b[32], *end;
+	long long prio;
+	size_t len;
+
+	memset(n, 0, sizeof(*n));
+	p += strspn(p, " ");
+	len = strcspn(p, " \n");
+	if (!len || len >= sizeof(n->name))
+		return -EBADMSG;
+	memcpy(n->name, p, len);
+	if (!field_u64(line, "id", &id) || id > UINT32_MAX ||
+	    !field_u64(line, "frames", &n->frames) || !field_u64(line, "limit", &n->limit) ||
+	    !field_u64(line, "used", &n->used) ||
+	    kvmm_admin_field(line, "priority", b, sizeof(b)) <= 0)
+		return -EBADMSG;
+	n->id = (uint32_t)id;
+	errno = 0;
+	prio = strtoll(b, &end, 10);
+	if (*end || errno || prio < INT32_MIN || prio > INT32_MAX)
+		return -EBADMSG;
+	n->priority = (int32_t)prio;
+	/* the counters: 0 when a daemon does not report one */
+	field_u64(line, "cached", &n->cached);
+	field_u64(line, "shared", &n->shared);
+	field_u64(line, "clients", &n->clients);
+	field_u64(line, "chunks", &n->chunks);
+	field_u64(line, "hits", &n->hits);
+	field_u64(line, "misses", &n->misses);
+	field_u64(line, "pgsteal", &n->pgsteal);
+	return 0;
+}
+
+int kvmm_admin_namespaces(kvmm_admin_t *a, const char *ns, struct kvmm_admin_ns **list,
+			  unsigned int *nr)
+{
+	struct kvmm_admin_req req = {0};
+	struct kvmm_admin_ns *out = NULL;
+	const char *l = NULL;
+	unsigned int n = 0, cap = 0;
+	char *text;
+	int err;
+
+	if (!list || !nr)
+		return -EINVAL;
+	*list = NULL;
+	*nr = 0;
+	if (ns && strlen(ns) >= sizeof(req.ns))
+		return -EINVAL;
+	if (ns)
+		strcpy(req.ns, ns);
+	err = kvmm_admin_read(a, KVMM_OP_NAMESPACES, &req, &text);
+	if (err)
+		return err;
+	while (!err && (l = kvmm_admin_next(text, "Namespace", l))) {
+		if (n == cap) {
+			struct kvmm_admin_ns *grown;
+
+			cap = cap ? cap * 2 : 8;
+			grown = realloc(out, sizeof(*out) * cap);
+			if (!grown) {
+				err = -ENOMEM;
+				break;
+			}
+			out = grown;
+		}
+		err = ns_parse(l, &out[n]);
+		if (!err)
+			n++;
+	}
+	free(text);
+	if (err) {
+		free(out);
+		return err;
+	}
+	*list = out;
+	*nr = n;
+	return 0;
+}
+
 /* A write verb: one request, one reply of rep_len payload bytes (rep may be NULL). */
 static int write_verb(struct kvmm_admin *a, unsigned int op, const void *req, size_t len, void *rep,
 		      size_t rep_len)

@@ -119,6 +119,23 @@ static void *fake_run(void *arg)
 		case KVMM_OP_VMSTAT:
 			reply(fd, h, -EACCES, 0, NULL, 0);
 			break;
+		case KVMM_OP_NAMESPACES: {
+			const struct kvmm_admin_req *r = (const void *)(h + 1);
+			static const char good[] =
+				"Namespace: alpha id=1 frames=256 limit=18446744073709551615 "
+				"used=3 "
+				"cached=2 priority=-4 clients=1 chunks=1 shared=0 hits=5 misses=7 "
+				"pgsteal=9\n"
+				"Namespace: beta id=2 frames=64 limit=10 used=0 priority=0\n";
+			static const char bad[] = "Namespace: gamma id=x frames=1 limit=1 used=0 "
+						  "priority=0\n";
+
+			if (!strcmp(r->ns, "bad"))
+				reply(fd, h, 0, 0, bad, sizeof(bad) - 1);
+			else
+				reply(fd, h, 0, 0, good, sizeof(good) - 1);
+			break;
+		}
 		case KVMM_OP_RECLAIM:
 		case KVMM_OP_DROP_CACHES: {
 			struct kvmm_reclaim_rep rep = {.nr_frames = 17};
@@ -240,6 +257,43 @@ static void test_read_reassembled(void **state)
 	req.flags = KVMM_ADMIN_F_FOLLOW;
 	assert_int_equal(kvmm_admin_read(h, KVMM_OP_TRACE, &req, &text), -EINVAL);
 	assert_int_equal(kvmm_admin_read(h, KVMM_OP_STATUS, NULL, NULL), -EINVAL);
+	kvmm_admin_close(h);
+	fake_stop(f);
+}
+
+static void test_namespaces(void **state)
+{
+	struct fake *f = fake_start(S_HELLO_OK);
+	const struct kvmm_admin_req *req = (const void *)f->last_req;
+	struct kvmm_admin_ns *ns = (struct kvmm_admin_ns *)&ns;
+	kvmm_admin_t *h;
+	unsigned int nr = 99;
+
+	(void)state;
+	assert_int_equal(kvmm_admin_open(f->path, &h), 0);
+	assert_int_equal(kvmm_admin_namespaces(h, NULL, &ns, &nr), 0);
+	assert_int_equal(nr, 2);
+	assert_string_equal(ns[0].name, "alpha");
+	assert_int_equal(ns[0].id, 1);
+	assert_int_equal(ns[0].frames, 256);
+	assert_true(ns[0].limit == KVMM_LIMIT_NONE);
+	assert_int_equal(ns[0].priority, -4);
+	assert_int_equal(ns[0].cached, 2);
+	assert_int_equal(ns[0].hits, 5);
+	assert_int_equal(ns[0].misses, 7);
+	assert_int_equal(ns[0].pgsteal, 9);
+	/* counters a daemon does not report read 0 */
+	assert_string_equal(ns[1].name, "beta");
+	assert_int_equal(ns[1].limit, 10);
+	assert_int_equal(ns[1].hits, 0);
+	free(ns);
+	assert_int_equal(kvmm_admin_namespaces(h, "beta", &ns, &nr), 0);
+	assert_string_equal(req->ns, "beta"); /* the filter went out */
+	free(ns);
+	assert_int_equal(kvmm_admin_namespaces(h, "bad", &ns, &nr), -EBADMSG);
+	assert_null(ns);
+	assert_int_equal(nr, 0);
+	assert_int_equal(kvmm_admin_namespaces(h, NULL, NULL, &nr), -EINVAL);
 	kvmm_admin_close(h);
 	fake_stop(f);
 }
@@ -370,9 +424,10 @@ static void test_trace_names(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_open_errors), cmocka_unit_test(test_read_reassembled),
-		cmocka_unit_test(test_write_verbs), cmocka_unit_test(test_trace_follow),
-		cmocka_unit_test(test_tagged_text), cmocka_unit_test(test_trace_names),
+		cmocka_unit_test(test_open_errors),  cmocka_unit_test(test_read_reassembled),
+		cmocka_unit_test(test_namespaces),   cmocka_unit_test(test_write_verbs),
+		cmocka_unit_test(test_trace_follow), cmocka_unit_test(test_tagged_text),
+		cmocka_unit_test(test_trace_names),
 	};
 
 	return cmocka_run_group_tests_name("test_admin", tests, NULL, NULL);

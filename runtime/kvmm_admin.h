@@ -86,6 +86,31 @@ struct kvmm_admin_ns {
 int kvmm_admin_namespaces(kvmm_admin_t *admin, const char *ns, struct kvmm_admin_ns **list,
 			  unsigned int *nr);
 
+/* One swap tier of one namespace's pool, as the SWAP verb reports it. */
+struct kvmm_admin_tier {
+	uint32_t tier;		/* 1..KVMM_SWAP_TIER_MAX */
+	int32_t priority;	/* higher is used first */
+	char ns[KVMM_NAME_LEN]; /* the namespace whose pool it serves */
+	char kind[16];		/* "host", "file", ... */
+	uint64_t slots;		/* pages it holds */
+	uint64_t used;		/* slots holding swapped pages (kept ones not counted) */
+	uint64_t kept;		/* slots kept by resident clean pages: freed on demand */
+	uint64_t pages_out;	/* pages written */
+	uint64_t clean_out;	/* swap-outs that reused a kept slot (no copy, no write) */
+	uint64_t pages_in;	/* pages read back */
+	uint64_t bytes_out, bytes_in;
+	uint64_t failures; /* I/O errors */
+	uint64_t direct;   /* 1: a file tier opened with O_DIRECT */
+};
+
+/*
+ * The swap tiers (SWAP; ns NULL or "": of every namespace) as an array of *nr entries in
+ * *list, malloc'd: the caller frees it. 0 tiers is not an error. -EBADMSG: a record the
+ * library cannot read.
+ */
+int kvmm_admin_swap_tiers(kvmm_admin_t *admin, const char *ns, struct kvmm_admin_tier **list,
+			  unsigned int *nr);
+
 /* ---- Write verbs --------------------------------------------------------------------- */
 
 /* Set a namespace's limits (LIMIT): the fields req->valid names. -ENOENT: no such namespace. */

@@ -499,30 +499,31 @@ static void verb_lru(kvmm_admin_t *h)
 
 static void verb_swap(kvmm_admin_t *h)
 {
-	const char *l = NULL;
-	char *t;
+	struct kvmm_admin_tier *list;
+	unsigned int nr, i;
+	int ret;
 
 	if (print_verbatim(h, "swap", KVMM_OP_SWAP, 0, 0))
 		return;
-	t = read_or_die(h, "swap", KVMM_OP_SWAP, 0, 0, 0);
-	if (ctl_tag(t, "SwapTiers") <= 0) {
+	ret = kvmm_admin_swap_tiers(h, ctl.ns, &list, &nr);
+	if (ret)
+		ctl_die_status("swap", ret);
+	if (!nr) {
 		printf("no swap tiers\n");
-		free(t);
+		free(list);
 		return;
 	}
 	printf("%4s %-16s %-6s %5s %10s %10s %10s %10s %6s\n", "TIER", "NAMESPACE", "KIND", "PRIO",
 	       "SLOTS", "USED", "OUT", "IN", "FAIL");
-	while ((l = ctl_next(t, "Tier", l))) {
-		char id[8], ns[40], kind[16], prio[16];
+	for (i = 0; i < nr; i++) {
+		const struct kvmm_admin_tier *t = &list[i];
 
-		printf("%4s %-16s %-6s %5s %10llu %10llu %10llu %10llu %6llu\n",
-		       ctl_first(l, id, sizeof(id)), ctl_kv(l, "ns", ns, sizeof(ns)),
-		       ctl_kv(l, "kind", kind, sizeof(kind)),
-		       ctl_kv(l, "priority", prio, sizeof(prio)), ctl_kvu(l, "slots"),
-		       ctl_kvu(l, "used"), ctl_kvu(l, "pages_out"), ctl_kvu(l, "pages_in"),
-		       ctl_kvu(l, "failures"));
+		printf("%4" PRIu32 " %-16s %-6s %5" PRId32 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64
+		       " %10" PRIu64 " %6" PRIu64 "\n",
+		       t->tier, t->ns, t->kind, t->priority, t->slots, t->used, t->pages_out,
+		       t->pages_in, t->failures);
 	}
-	free(t);
+	free(list);
 }
 
 /* ---- trace -------------------------------------------------------------------------------------- */

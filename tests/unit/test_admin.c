@@ -4,7 +4,8 @@
  * fake daemon on a Unix socket in a temporary directory: HELLO and the failures of
  * kvmm_admin_open (no socket, a refusal, a hang-up, a malformed status) with the words of
  * kvmm_admin_why; a read verb's answer reassembled from several records with events and a
- * stale reply in between; write verbs' requests as the daemon sees them; a trace subscription
+ * stale reply in between; the namespace and swap-tier records as arrays; write verbs' requests
+ * as the daemon sees them; a trace subscription
  * ended by SHUTDOWN; the tagged-text helpers; and the trace event names, which must be the
  * daemon's (kvmm/trace.c) because clients send them as mask bits.
  */
@@ -134,6 +135,26 @@ static void *fake_run(void *arg)
 				reply(fd, h, 0, 0, bad, sizeof(bad) - 1);
 			else
 				reply(fd, h, 0, 0, good, sizeof(good) - 1);
+			break;
+		}
+		case KVMM_OP_SWAP: {
+			static const char tiers[] =
+				"Tier: 1 ns=alpha kind=host priority=10 slots=64 used=3 kept=1 "
+				"pages_out=5 clean_out=0 pages_in=2 bytes_out=81920 bytes_in=32768 "
+				"failures=0 direct=0\n"
+				"Tier: 2 ns=alpha kind=file priority=-1 slots=256 used=0\n"
+				"SwapTiers: 2\n";
+			static const char none[] = "SwapTiers: 0\n";
+			static const char bad[] = "Tier: 99 ns=alpha kind=host priority=1 slots=1 "
+						  "used=0\n";
+			const struct kvmm_admin_req *r = (const void *)(h + 1);
+
+			if (!strcmp(r->ns, "none"))
+				reply(fd, h, 0, 0, none, sizeof(none) - 1);
+			else if (!strcmp(r->ns, "bad"))
+				reply(fd, h, 0, 0, bad, sizeof(bad) - 1);
+			else
+				reply(fd, h, 0, 0, tiers, sizeof(tiers) - 1);
 			break;
 		}
 		case KVMM_OP_RECLAIM:
@@ -294,6 +315,33 @@ static void test_namespaces(void **state)
 	assert_null(ns);
 	assert_int_equal(nr, 0);
 	assert_int_equal(kvmm_admin_namespaces(h, NULL, NULL, &nr), -EINVAL);
+
+	/* the swap tiers the same way */
+	{
+		struct kvmm_admin_tier *t;
+
+		assert_int_equal(kvmm_admin_swap_tiers(h, NULL, &t, &nr), 0);
+		assert_int_equal(nr, 2);
+		assert_int_equal(t[0].tier, 1);
+		assert_string_equal(t[0].ns, "alpha");
+		assert_string_equal(t[0].kind, "host");
+		assert_int_equal(t[0].priority, 10);
+		assert_int_equal(t[0].slots, 64);
+		assert_int_equal(t[0].used, 3);
+		assert_int_equal(t[0].kept, 1);
+		assert_int_equal(t[0].pages_out, 5);
+		assert_int_equal(t[0].pages_in, 2);
+		assert_int_equal(t[0].bytes_out, 81920);
+		assert_int_equal(t[1].priority, -1);
+		assert_string_equal(t[1].kind, "file");
+		assert_int_equal(t[1].pages_out, 0);
+		free(t);
+		assert_int_equal(kvmm_admin_swap_tiers(h, "none", &t, &nr), 0);
+		assert_int_equal(nr, 0);
+		free(t);
+		assert_int_equal(kvmm_admin_swap_tiers(h, "bad", &t, &nr), -EBADMSG);
+		assert_null(t);
+	}
 	kvmm_admin_close(h);
 	fake_stop(f);
 }

@@ -57,7 +57,8 @@ static void reply(int fd, const struct kvmm_msg_hdr *req, int status, uint32_t f
 	assert_true(len <= 512);
 	kvmm_msg_hdr_init_reply(h, req, (uint32_t)(KVMM_MSG_HDR_SIZE + len), status);
 	h->flags |= (uint16_t)flags;
-	memcpy(buf + KVMM_MSG_HDR_SIZE, p, len);
+	if (len)
+		memcpy(buf + KVMM_MSG_HDR_SIZE, p, len);
 	assert_int_equal(send(fd, buf, KVMM_MSG_HDR_SIZE + len, MSG_NOSIGNAL),
 			 (ssize_t)(KVMM_MSG_HDR_SIZE + len));
 }

@@ -44,14 +44,14 @@ struct fake {
 	pthread_t thr;
 	/* what the daemon saw: the last request's op and payload */
 	unsigned int last_op;
-	unsigned char last_req[512];
+	unsigned char last_req[512] __attribute__((aligned(8)));
 	size_t last_len;
 };
 
 static void reply(int fd, const struct kvmm_msg_hdr *req, int status, uint32_t flags, const void *p,
 		  size_t len)
 {
-	unsigned char buf[KVMM_MSG_HDR_SIZE + 512];
+	unsigned char buf[KVMM_MSG_HDR_SIZE + 512] __attribute__((aligned(8)));
 	struct kvmm_msg_hdr *h = (struct kvmm_msg_hdr *)buf;
 
 	assert_true(len <= 512);
@@ -74,7 +74,7 @@ static void event(int fd, unsigned int op)
 static void *fake_run(void *arg)
 {
 	struct fake *f = arg;
-	unsigned char buf[KVMM_MSG_MAX];
+	unsigned char buf[KVMM_MSG_MAX] __attribute__((aligned(8)));
 	const struct kvmm_msg_hdr *h = (const void *)buf;
 	struct kvmm_hello_rep hello = {.abi_version = KVMM_ABI_VERSION,
 				       .abi_min = KVMM_ABI_MIN_COMPAT,

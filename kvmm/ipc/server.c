@@ -507,6 +507,12 @@ static bool session_read(struct kvmm_session *s)
 			session_bad(s);
 			continue;
 		}
+		if (s->refused) {
+			/* say why, then go: kvmm_attach() reports it as -EUSERS */
+			kvmm_session_reply(s, (const struct kvmm_msg_hdr *)srv->rx, -EUSERS, NULL, 0);
+			s->dead = true;
+			break;
+		}
 		kvmm_ipc_dispatch(s, (const struct kvmm_msg_hdr *)srv->rx);
 	}
 	return !s->dead;

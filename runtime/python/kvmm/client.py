@@ -25,7 +25,9 @@ SEQ_ALL_TOKENS = _args.U64_MAX
 BLOCK_NONE = -1
 DEVICE_NONE = _args.U32_MAX
 
-IntSeq = Union[Sequence[int], Any]  # a list of ints, a 1-D integer numpy array or CPU tensor
+# a list of ints, an array.array (used in place when of the C type), a 1-D integer numpy
+# array or CPU tensor
+IntSeq = Union[Sequence[int], Any]
 
 
 class _Session:

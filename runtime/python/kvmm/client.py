@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import errno as _errno
 import os
+import sys
 import weakref
 from ctypes import byref, c_uint32, c_uint64, c_void_p
 from typing import Any, Optional, Sequence, Union
@@ -250,7 +251,9 @@ class Client:
         h = self._handle()
         arr, addr, n = _args.int_array("seqs", _args.seqs_of(seqs), "Q")
         nr = c_uint32()
-        check(fn(h, addr, n, byref(nr)), name)
+        err = fn(h, addr, n, byref(nr))
+        if err < 0:
+            raise make_error(err, name)
         return nr.value
 
     def pin(self, seqs: IntSeq) -> int:
@@ -365,31 +368,33 @@ def _new_int32(shape: tuple, like: str) -> Any:
 
 
 def _table_ptr(out: Any, n: int, max_blocks: Optional[int]) -> tuple[int, int]:
-    """Address and row length of a block-table array, after checking it."""
-    mod = type(out).__module__
-    if mod.startswith("torch"):
-        if str(out.dtype) != "torch.int32":
+    """Address and row length of a block-table array, after checking it (cheap checks: this
+    runs every step)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(out, torch.Tensor):
+        if out.dtype is not torch.int32:
             raise TypeError(f"out must be torch.int32, not {out.dtype}")
-        if out.device.type != "cpu":
+        if not out.is_cpu or out.layout is not torch.strided:
             raise ValueError(f"out must be on the CPU, not {out.device} (copy it after)")
         if not out.is_contiguous():
             raise ValueError("out must be contiguous")
-        shape, ptr = tuple(out.shape), out.data_ptr()
-    elif mod.startswith("numpy"):
-        if str(out.dtype) != "int32":
+        shape, ptr = out.shape, out.data_ptr()
+    elif type(out).__module__ == "numpy":
+        if out.dtype.str != "<i4":
             raise TypeError(f"out must be numpy.int32, not {out.dtype}")
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("out must be C-contiguous and writeable")
-        shape, ptr = tuple(out.shape), out.ctypes.data
+        shape, ptr = out.shape, out.ctypes.data
     else:
         raise TypeError(f"out must be a torch.Tensor or a numpy array, not {type(out).__name__}")
     if len(shape) != 2 or shape[0] != n:
         raise ValueError(f"out must have shape [{n}, max_blocks], not {list(shape)}")
-    if max_blocks is not None and shape[1] != max_blocks:
-        raise ValueError(f"out has {shape[1]} columns, max_blocks says {max_blocks}")
-    if shape[1] == 0 or shape[1] > _args.U32_MAX:
+    cols = shape[1]
+    if max_blocks is not None and cols != max_blocks:
+        raise ValueError(f"out has {cols} columns, max_blocks says {max_blocks}")
+    if cols == 0 or cols > _args.U32_MAX:
         raise ValueError("max_blocks must be in [1, 2**32)")
-    return ptr, shape[1]
+    return ptr, cols
 
 
 def _socket_path(socket_path: Optional[str]) -> str:

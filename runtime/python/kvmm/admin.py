@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import errno as _errno
 import os
+import weakref
 from ctypes import POINTER, Structure, byref, c_char, c_char_p, c_int, c_int32, c_int64, \
     c_size_t, c_uint, c_uint16, c_uint32, c_uint64, c_void_p
 from typing import Any, Iterable, Optional, Union
@@ -135,6 +136,15 @@ def _take_text(p: c_void_p) -> str:
         _libc.free(p.value)
 
 
+class _AdminSession(c_void_p):
+    """The C handle; kvmm_admin_close runs when the Admin and every call in progress have let
+    go of it (see kvmm.client._Session)."""
+
+    def __init__(self, handle: int) -> None:
+        super().__init__(handle)
+        weakref.finalize(self, lib.kvmm_admin_close, c_void_p(handle))
+
+
 class Admin:
     """An admin connection to kvmmd (kvmm_admin_open); a context manager.
 
@@ -153,14 +163,13 @@ class Admin:
             if why:
                 e.strerror = why.decode("utf-8", "replace")
             raise e
-        self._h: Optional[int] = h.value
+        self._h: Optional[_AdminSession] = _AdminSession(h.value)
         self._pid = os.getpid()
         rep = lib.kvmm_admin_hello(self._h).contents
         self.hello = {name: getattr(rep, name) for name, _ in _HelloRep._fields_}
         self.hello["backend_name"] = BACKENDS.get(rep.backend, str(rep.backend))
-        self._fin = ctypes.c_void_p(h.value)
 
-    def _handle(self) -> int:
+    def _handle(self) -> _AdminSession:
         if self._h is None:
             raise ValueError("kvmm admin handle is closed")
         if self._pid != os.getpid():
@@ -172,14 +181,9 @@ class Admin:
         return self._h is None
 
     def close(self) -> None:
-        """Close the connection (kvmm_admin_close).  Closing twice is fine."""
-        h, self._h = self._h, None
-        if h is not None and self._pid == os.getpid():
-            lib.kvmm_admin_close(h)
-
-    def __del__(self) -> None:
-        if getattr(self, "_h", None) is not None:
-            self.close()
+        """Close the connection (kvmm_admin_close, once no call of another thread is still
+        running on it).  Closing twice is fine."""
+        self._h = None
 
     def __enter__(self) -> "Admin":
         self._handle()

@@ -31,14 +31,14 @@ DEVICE_NONE = _args.U32_MAX
 IntSeq = Union[Sequence[int], Any]
 
 
-class _Session:
-    """Owns the C handle: kvmm_detach runs when the last holder (the Client, or a view of the
-    pool, which must not outlive the mapping) lets go."""
-
-    __slots__ = ("handle", "__weakref__")
+class _Session(c_void_p):
+    """The C handle (a ``c_void_p``, passed to C as it is).  kvmm_detach runs when the last
+    holder lets go: the Client, a call in progress (its local reference, so closing a handle
+    in one thread while another thread's call runs on it never frees it under that call), or
+    a view of the pool (which must not outlive the mapping)."""
 
     def __init__(self, handle: int) -> None:
-        self.handle = handle
+        super().__init__(handle)
         weakref.finalize(self, lib.kvmm_detach, c_void_p(handle))
 
 
@@ -80,16 +80,16 @@ class Client:
                     e.strerror = f"{e.strerror}: {why.decode('utf-8', 'replace')}"
             raise e
         self._session: Optional[_Session] = _Session(h.value)
-        self._h: Optional[int] = h.value
         self._pid = os.getpid()
         self.fmt = fmt
         self.ns = ns
-        self.page_size: int = lib.kvmm_page_size(self._h)
-        self.tokens_per_page: int = lib.kvmm_tokens_per_page(self._h)
-        self.bytes_per_token: int = lib.kvmm_bytes_per_token(self._h)
-        self.nr_frames: int = lib.kvmm_nr_frames(self._h)
-        self.nr_devices: int = lib.kvmm_nr_devices(self._h)
-        self.device_index: int = lib.kvmm_device_index(self._h)
+        h = self._session
+        self.page_size: int = lib.kvmm_page_size(h)
+        self.tokens_per_page: int = lib.kvmm_tokens_per_page(h)
+        self.bytes_per_token: int = lib.kvmm_bytes_per_token(h)
+        self.nr_frames: int = lib.kvmm_nr_frames(h)
+        self.nr_devices: int = lib.kvmm_nr_devices(h)
+        self.device_index: int = lib.kvmm_device_index(h)
         self.layout = PageLayout.of(fmt, self.page_size)
         if (self.layout.tokens_per_page != self.tokens_per_page or
                 self.layout.token_bytes != self.bytes_per_token):
@@ -101,8 +101,9 @@ class Client:
 
     # ---- the handle -------------------------------------------------------------------
 
-    def _handle(self) -> int:
-        h = self._h
+    def _handle(self) -> _Session:
+        """The handle for one call; the caller keeps it in a local for the call's length."""
+        h = self._session
         if h is None:
             raise ValueError("kvmm client is closed")
         if self._pid != os.getpid():
@@ -112,13 +113,12 @@ class Client:
 
     @property
     def closed(self) -> bool:
-        return self._h is None
+        return self._session is None
 
     def close(self) -> None:
         """Detach (kvmm_detach): the daemon frees this handle's sequences and pins.  The pool
         stays mapped, and the session open, until the last view of it (:meth:`views`) is
         gone too.  Closing twice is fine."""
-        self._h = None
         self._views = {}
         self._session = None
 
@@ -130,7 +130,7 @@ class Client:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._h is None else f"{self.nr_frames} frames"
+        state = "closed" if self._session is None else f"{self.nr_frames} frames"
         return f"<kvmm.Client ns={self.ns!r} {state}>"
 
     # ---- the pool ---------------------------------------------------------------------

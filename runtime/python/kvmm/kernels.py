@@ -54,8 +54,8 @@ def _kfmt(pool: PoolViews) -> ctypes.Array:
     if buf is None:
         f = pool.fmt
         buf = (ctypes.c_uint64 * (_lib.FMT_BUF_BYTES // 8))()
-        check(lib.kvmm_fmt_init(buf, f.layers, f.kv_heads, f.head_dim, f.dtype, f.quant_group,
-                                pool.page_size), "kvmm_fmt_init")
+        wire = _lib.Format(f.layers, f.kv_heads, f.head_dim, f.dtype, f.quant_group, 0)
+        check(lib.kvmm_fmt_init(buf, ctypes.byref(wire), pool.page_size), "kvmm_fmt_init")
         pool._kvmm_fmt = buf
     return buf
 

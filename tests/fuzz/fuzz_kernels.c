@@ -126,7 +126,7 @@ static void op_fmt(struct in *in)
 
 	memset(&f, 0x5a, sizeof(f));
 	old = f;
-	ret = kvmm_fmt_init(&f, &(struct kvmm_format){layers, kvh, dim, dt, gs}, page);
+	ret = kvmm_fmt_init(&f, &(struct kvmm_format){layers, kvh, dim, dt, gs, 0}, page);
 	if (ret == 0)
 		check_fmt(&f);
 	else if (ret != -EINVAL)
@@ -153,7 +153,7 @@ static int pool_init(struct pool *pl, struct in *in)
 				divs[nd++] = d;
 		gs = divs[u8(in) % nd];
 	}
-	if (kvmm_fmt_init(&pl->f, &(struct kvmm_format){layers, kvh, dim, dt, gs}, 1u << 30))
+	if (kvmm_fmt_init(&pl->f, &(struct kvmm_format){layers, kvh, dim, dt, gs, 0}, 1u << 30))
 		FAIL("format %u/%u/%u/%u/%u refused", layers, kvh, dim, dt, gs);
 	tb = pl->f.token_bytes;
 	tpp = 1 + u8(in) % 24;
@@ -176,7 +176,7 @@ static int pool_init(struct pool *pl, struct in *in)
 	extra += (uint32_t)(-(tb * tpp + extra) & 3);
 	if (tb * tpp + extra > MAX_PAGE)
 		return -1;
-	if (kvmm_fmt_init(&pl->f, &(struct kvmm_format){layers, kvh, dim, dt, gs},
+	if (kvmm_fmt_init(&pl->f, &(struct kvmm_format){layers, kvh, dim, dt, gs, 0},
 			  tb * tpp + extra))
 		FAIL("format %u/%u/%u/%u/%u of %llu bytes refused", layers, kvh, dim, dt, gs,
 		     (unsigned long long)(tb * tpp + extra));

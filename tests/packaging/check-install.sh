@@ -36,7 +36,9 @@ $make_cmd install DESTDIR="$root" >"$tmp/install.log" 2>&1 || {
 }
 
 pc=$(find "$root" -name kvmm.pc)
-[ "$(echo "$pc" | wc -l)" -eq 1 ] && [ -n "$pc" ] || fail "not one kvmm.pc installed: '$pc'"
+if [ -z "$pc" ] || [ "$(echo "$pc" | wc -l)" -ne 1 ]; then
+	fail "not one kvmm.pc installed: '$pc'"
+fi
 grep -q "^prefix=/usr/local$" "$pc" || fail "kvmm.pc: prefix is not /usr/local (DESTDIR leaked?)"
 export PKG_CONFIG_PATH="${pc%/kvmm.pc}" PKG_CONFIG_SYSROOT_DIR="$root"
 cflags=$(pkg-config --cflags kvmm)
@@ -54,7 +56,9 @@ esac
 [ "$(readlink "$libdir/libkvmm.so")" = libkvmm.so.0 ] || fail "libkvmm.so is not a link to libkvmm.so.0"
 real=$(readlink "$libdir/libkvmm.so.0")
 case $real in libkvmm.so.0.*) ;; *) fail "libkvmm.so.0 links to '$real'" ;; esac
-[ -f "$libdir/$real" ] && [ ! -L "$libdir/$real" ] || fail "$real is not a file"
+if [ ! -f "$libdir/$real" ] || [ -L "$libdir/$real" ]; then
+	fail "$real is not a file"
+fi
 
 # every public header compiles on its own, as C (and C++ where there is a compiler)
 cxx=

@@ -28,6 +28,9 @@
 extern "C" {
 #endif
 
+/* libkvmm.so exports what is declared from here on (runtime/libkvmm.map, -fvisibility=hidden) */
+#pragma GCC visibility push(default)
+
 /* A HELLOed connection to kvmmd for admin verbs. Opaque. */
 typedef struct kvmm_admin kvmm_admin_t;
 
@@ -169,6 +172,8 @@ const char *kvmm_admin_next(const char *text, const char *label, const char *pre
  * the line has no such key.
  */
 int kvmm_admin_field(const char *line, const char *key, char *buf, size_t len);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

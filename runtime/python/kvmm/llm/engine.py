@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from .kv import KVStore, StepEntry
+from .kv import KVOutOfMemory, KVStore, StepEntry
 from .model import Model
 from .sampling import Sampler, SamplingParams
 
@@ -171,12 +171,20 @@ class Engine:
                 budget -= n
         if not batch:
             return 0
-        lost = self.kv.begin_step(batch)
+        try:
+            lost = self.kv.begin_step(batch)
+        except KVOutOfMemory:
+            # no room and kvmm preempted nothing of ours: give up our youngest sequence (it
+            # is recomputed when there is room), unless it is the only one
+            if len(self.running) < 2:
+                raise
+            self._preempted(max(self.running, key=lambda x: (x.req.id, x.comp.index)))
+            return 0
         if lost:
             lost_ids = {id(x) for x in lost}
-            keep = [i for i, e in enumerate(batch) if id(e.seq) not in lost_ids]
-            for s in [seqs[i] for i in range(len(seqs)) if id(batch[i].seq) in lost_ids]:
+            for s in [x for x in self.running if id(x.kv) in lost_ids]:
                 self._preempted(s)
+            keep = [i for i, e in enumerate(batch) if id(e.seq) not in lost_ids]
             batch = [batch[i] for i in keep]
             seqs = [seqs[i] for i in keep]
             if not batch:

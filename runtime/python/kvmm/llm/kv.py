@@ -27,7 +27,12 @@ import torch
 
 from .model import causal_attention
 
-__all__ = ["StepEntry", "KVStore", "ContiguousKV"]
+__all__ = ["StepEntry", "KVStore", "ContiguousKV", "KVOutOfMemory"]
+
+
+class KVOutOfMemory(MemoryError):
+    """begin_step found no room for the batch, and nothing was preempted to make some: the
+    engine must give up a sequence of its own (it is recomputed later) and try again."""
 
 
 @dataclass

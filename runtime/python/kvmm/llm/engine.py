@@ -86,6 +86,9 @@ class Engine:
         self.running: List[_Seq] = []
         self.requests: Dict[int, Request] = {}
         self.eos = set(model.cfg.eos_token_ids)
+        # after a preemption: sequences allowed to run, grown by one per finished sequence, so
+        # a namespace that is too small is not thrashed by re-admitting what it just lost
+        self._cap: Optional[int] = None
         self.stats = {"steps": 0, "prefill_tokens": 0, "decode_tokens": 0, "cached_tokens": 0,
                       "preempted": 0}
 
@@ -123,7 +126,8 @@ class Engine:
 
     # ---- one step ---------------------------------------------------------------------
     def _admit(self) -> None:
-        while self.waiting and len(self.running) < self.max_seqs:
+        cap = self.max_seqs if self._cap is None else min(self.max_seqs, self._cap)
+        while self.waiting and (len(self.running) < cap or not self.running):
             s = self.waiting.pop(0)
             self._start(s)
             self.running.append(s)
@@ -146,6 +150,7 @@ class Engine:
         self.stats["preempted"] += 1
         self.running.remove(s)
         self.waiting.insert(0, s)
+        self._cap = max(1, len(self.running))
 
     def preempt(self, s: _Seq) -> None:
         """Give up s's KV now (as under memory pressure); it is recomputed later."""
@@ -248,6 +253,8 @@ class Engine:
         elif len(c.token_ids) >= p.max_tokens:
             c.finish_reason = "length"
         if c.finish_reason:
+            if self._cap is not None:
+                self._cap += 1
             self.running.remove(s)
             self.kv.finish(s.kv)
             s.kv = None

@@ -165,7 +165,7 @@ class PagedKV(KVStore):
     # ---- a step -------------------------------------------------------------------------
     def begin_step(self, batch: List[StepEntry]) -> List[object]:
         kvmm = self._kvmm
-        lost = self.poll_preempted()
+        self.poll_preempted()
         for e in batch:
             s = e.seq
             end = e.start + len(e.new)
@@ -177,16 +177,15 @@ class PagedKV(KVStore):
                     s.appended = self.c.seq_append(s.id, list(e.new[s.appended - e.start:]))
                 except kvmm.PreemptedError:
                     s.lost = True
-                    lost.append(s)
                 except kvmm.OutOfMemoryError:
                     # kvmmd preempts a victim when it runs out: its event says which, and
                     # its pages are free again, so try once more; no victim: the engine's turn
                     more = self.poll_preempted()
                     if not more:
                         raise KVOutOfMemory(f"kvmm namespace {self.c.ns}: out of pages") from None
-                    lost.extend(more)
         live = [e for e in batch if not e.seq.lost]
         ids = [e.seq.id for e in live]
+        tries = 0
         while ids:
             try:
                 self.c.pin(ids)
@@ -196,6 +195,9 @@ class PagedKV(KVStore):
             except kvmm.OutOfMemoryError:
                 if not self.poll_preempted():
                     raise KVOutOfMemory(f"kvmm namespace {self.c.ns}: no room to pin") from None
+            tries += 1
+            if tries > 3:  # each alone pins, the batch does not fit: make room
+                raise KVOutOfMemory(f"kvmm namespace {self.c.ns}: the batch does not fit")
             # which ones are gone: the batch pin pinned nothing; try each alone
             for e in live:
                 try:
@@ -203,15 +205,18 @@ class PagedKV(KVStore):
                     self.c.unpin([e.seq.id])
                 except kvmm.PreemptedError:
                     e.seq.lost = True
-            lost.extend(e.seq for e in live if e.seq.lost and e.seq not in lost)
-            lost.extend(x for x in self.poll_preempted() if x not in lost)
+                except kvmm.OutOfMemoryError:
+                    pass
+            self.poll_preempted()
             live = [e for e in batch if not e.seq.lost]
             ids = [e.seq.id for e in live]
         self._pinned = ids
         self._batch = live
         if live:
             self._prepare(live)
-        return lost
+        # every lost sequence still ours, including those learnt of in a step that raised:
+        # the engine frees each, so none is reported twice
+        return [s for s in self._seqs.values() if s.lost]
 
     def _prepare(self, batch: List[StepEntry]) -> None:
         """Block table, context and query lengths, and the new tokens' slots of the step."""

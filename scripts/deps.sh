@@ -19,8 +19,11 @@ set -eu
 # fio: the swap benchmark's baseline; tmux: drives `kvmmctl top` in a test; curl and
 # prometheus (for promtool): scrape and check kvmmd's /metrics in a test.
 # libclang-rt-dev: clang's sanitizer and libFuzzer runtimes (tools/fuzz).
+# python3-pytest, python3-numpy, python3-torch: the Python package's tests (runtime/python,
+# run by tests/integration/itest_python with /usr/bin/python3).
 PACKAGES="make gcc clang pkg-config clang-format liburing-dev libjemalloc-dev libcmocka-dev
-libxxhash-dev fio tmux curl prometheus libclang-rt-dev"
+libxxhash-dev fio tmux curl prometheus libclang-rt-dev python3-pytest python3-numpy
+python3-torch"
 
 # what a GPU machine lacks to build and run tools/gpu-check (runtime and -dev halves)
 CARRY="make liburing2 liburing-dev libjemalloc2 libjemalloc-dev libcmocka0 libcmocka-dev

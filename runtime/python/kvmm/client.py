@@ -1,0 +1,412 @@
+# SPDX-License-Identifier: MIT
+"""A handle on kvmmd: attach/detach, sequences, the prefix cache, batches (pin, unpin,
+prefetch, block tables) and the magazine.  One method per libkvmm call, named after it.
+
+Sequence ids are plain ints (uint64).  Token ids are ints in [0, 2**32).  Every method raises
+:class:`kvmm.KvmmError` (or a subclass) with the errno and kvmm's message when the C call
+fails, :class:`TypeError`/:class:`ValueError` on bad arguments before calling C, and
+:class:`ValueError` on a closed handle.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno as _errno
+import os
+import weakref
+from ctypes import byref, c_uint32, c_uint64, c_void_p
+from typing import Any, Optional, Sequence, Union
+
+from . import _args, _lib
+from ._lib import lib
+from .errors import KvmmError, check, make_error
+from .format import Format, PageLayout
+
+SEQ_ALL_TOKENS = _args.U64_MAX
+BLOCK_NONE = -1
+DEVICE_NONE = _args.U32_MAX
+
+IntSeq = Union[Sequence[int], Any]  # a list of ints, a 1-D integer numpy array or CPU tensor
+
+
+class _Session:
+    """Owns the C handle: kvmm_detach runs when the last holder (the Client, or a view of the
+    pool, which must not outlive the mapping) lets go."""
+
+    __slots__ = ("handle", "__weakref__")
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+        weakref.finalize(self, lib.kvmm_detach, c_void_p(handle))
+
+
+class Client:
+    """An attached libkvmm handle (``kvmm_client_t``).  Use :func:`kvmm.attach`.
+
+    A context manager: ``with kvmm.attach(...) as c:`` detaches at the end.  Not to be used
+    in a child after ``fork()`` (attach again there): every call checks the pid.
+    """
+
+    def __init__(self, socket_path: Optional[str] = None, ns: str = "default",
+                 fmt: Optional[Format] = None) -> None:
+        if fmt is None:
+            raise TypeError("attach needs a fmt (kvmm.Format)")
+        if not isinstance(fmt, Format):
+            raise TypeError(f"fmt must be a kvmm.Format, not {type(fmt).__name__}")
+        if not isinstance(ns, str):
+            raise TypeError(f"ns must be a str, not {type(ns).__name__}")
+        if socket_path is not None and not isinstance(socket_path, (str, os.PathLike)):
+            raise TypeError(f"socket_path must be a str or None, not {type(socket_path).__name__}")
+        nsb = ns.encode()
+        if not nsb or b"\0" in nsb:
+            raise ValueError("ns must be a non-empty name without NUL")
+        sockb = os.fsencode(socket_path) if socket_path is not None else None
+        if sockb is not None and b"\0" in sockb:
+            raise ValueError("socket_path contains NUL")
+        cfmt = _lib.Format(fmt.layers, fmt.kv_heads, fmt.head_dim, fmt.dtype, fmt.quant_group, 0)
+        h = c_void_p()
+        err = lib.kvmm_attach(sockb, nsb, byref(cfmt), byref(h))
+        if err < 0:
+            e = make_error(err, "kvmm_attach")
+            if err == -_errno.ENOENT and os.path.exists(_socket_path(socket_path)):
+                # the daemon is there: the namespace is what does not exist
+                e = KvmmError(_errno.ENOENT, f"no namespace {ns!r} at this kvmmd",
+                              "kvmm_attach")
+            if err == -_errno.ENODEV:
+                why = lib.kvmm_cuda_map_why()
+                if why:
+                    e.strerror = f"{e.strerror}: {why.decode('utf-8', 'replace')}"
+            raise e
+        self._session: Optional[_Session] = _Session(h.value)
+        self._h: Optional[int] = h.value
+        self._pid = os.getpid()
+        self.fmt = fmt
+        self.ns = ns
+        self.page_size: int = lib.kvmm_page_size(self._h)
+        self.tokens_per_page: int = lib.kvmm_tokens_per_page(self._h)
+        self.bytes_per_token: int = lib.kvmm_bytes_per_token(self._h)
+        self.nr_frames: int = lib.kvmm_nr_frames(self._h)
+        self.nr_devices: int = lib.kvmm_nr_devices(self._h)
+        self.device_index: int = lib.kvmm_device_index(self._h)
+        self.layout = PageLayout.of(fmt, self.page_size)
+        if (self.layout.tokens_per_page != self.tokens_per_page or
+                self.layout.token_bytes != self.bytes_per_token):
+            self.close()
+            raise RuntimeError("kvmm: this package's page layout disagrees with libkvmm's "
+                               f"({self.layout.tokens_per_page} vs {self.tokens_per_page} "
+                               "tokens per page): package and library do not match")
+        self._views: dict = {}
+
+    # ---- the handle -------------------------------------------------------------------
+
+    def _handle(self) -> int:
+        h = self._h
+        if h is None:
+            raise ValueError("kvmm client is closed")
+        if self._pid != os.getpid():
+            raise ValueError("kvmm client was attached in another process (after fork(): "
+                             "attach again in the child)")
+        return h
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    def close(self) -> None:
+        """Detach (kvmm_detach): the daemon frees this handle's sequences and pins.  The pool
+        stays mapped, and the session open, until the last view of it (:meth:`views`) is
+        gone too.  Closing twice is fine."""
+        self._h = None
+        self._views = {}
+        self._session = None
+
+    def __enter__(self) -> "Client":
+        self._handle()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._h is None else f"{self.nr_frames} frames"
+        return f"<kvmm.Client ns={self.ns!r} {state}>"
+
+    # ---- the pool ---------------------------------------------------------------------
+
+    def frame_addr(self, frame: int) -> int:
+        """Host address of ``frame`` (kvmm_frame_addr).  KvmmError EOPNOTSUPP for a pool in
+        GPU memory, EINVAL for a frame past the pool."""
+        h = self._handle()
+        addr = lib.kvmm_frame_addr(h, _args.u32("frame", frame))
+        if not addr:
+            raise make_error(-(ctypes.get_errno() or _errno.EINVAL), "kvmm_frame_addr")
+        return addr
+
+    def frame_devptr(self, frame: int) -> int:
+        """Device address of ``frame`` for a pool in GPU memory (kvmm_frame_devptr).
+        KvmmError EOPNOTSUPP for a pool in host memory."""
+        h = self._handle()
+        ptr = lib.kvmm_frame_devptr(h, _args.u32("frame", frame))
+        if not ptr:
+            raise make_error(-(ctypes.get_errno() or _errno.EINVAL), "kvmm_frame_devptr")
+        return ptr
+
+    @property
+    def backend(self) -> str:
+        """Where this handle's pool lives: "host", "cuda", or "none" (a cuda-backend pool
+        this process does not map: $KVMM_CUDA_DEVICE=none)."""
+        h = self._handle()
+        if self.device_index == DEVICE_NONE:
+            return "none"
+        if lib.kvmm_frame_addr(h, 0):
+            return "host"
+        return "cuda" if lib.kvmm_frame_devptr(h, 0) else "none"
+
+    # ---- sequences --------------------------------------------------------------------
+
+    def seq_create(self, priority: int = 0) -> int:
+        """A new empty sequence (kvmm_seq_create); ``priority`` orders reclaim (lower goes
+        first).  Returns its id."""
+        h = self._handle()
+        seq = c_uint64()
+        check(lib.kvmm_seq_create(h, _args.integer("priority", priority, -(1 << 31),
+                                                   (1 << 31) - 1), byref(seq)),
+              "kvmm_seq_create")
+        return seq.value
+
+    def seq_append(self, seq: int, tokens: IntSeq) -> int:
+        """Append token ids to ``seq``, allocating pages (kvmm_seq_append).  Returns the new
+        length in tokens."""
+        h = self._handle()
+        seq = _args.u64("seq", seq)
+        arr, addr, n = _args.int_array("tokens", tokens, "I")
+        if n > _args.U32_MAX:
+            raise ValueError("too many tokens in one append")
+        length = c_uint64()
+        check(lib.kvmm_seq_append(h, seq, ctypes.cast(addr, _lib.u32p), n, byref(length)),
+              "kvmm_seq_append")
+        return length.value
+
+    def seq_append_frames(self, seq: int, tokens: IntSeq, frames: IntSeq) -> int:
+        """Append tokens whose new pages are ``frames`` taken with :meth:`mag_alloc`
+        (kvmm_seq_append_frames): frames[i] becomes block B + i, B the block count before.
+        Returns the new length in tokens."""
+        h = self._handle()
+        seq = _args.u64("seq", seq)
+        tarr, taddr, n = _args.int_array("tokens", tokens, "I")
+        farr, faddr, nf = _args.int_array("frames", frames, "I")
+        length = c_uint64()
+        check(lib.kvmm_seq_append_frames(h, seq, ctypes.cast(taddr, _lib.u32p), n,
+                                         ctypes.cast(faddr, _lib.u32p), nf, byref(length)),
+              "kvmm_seq_append_frames")
+        return length.value
+
+    def seq_fork(self, parent: int, nr_tokens: Optional[int] = None) -> int:
+        """A new sequence sharing ``parent``'s first ``nr_tokens`` tokens (None: all of them),
+        copy-on-write (kvmm_seq_fork).  Returns the child's id."""
+        h = self._handle()
+        n = SEQ_ALL_TOKENS if nr_tokens is None else _args.u64("nr_tokens", nr_tokens)
+        child = c_uint64()
+        check(lib.kvmm_seq_fork(h, _args.u64("parent", parent), n, byref(child)),
+              "kvmm_seq_fork")
+        return child.value
+
+    def seq_truncate(self, seq: int, nr_tokens: int) -> None:
+        """Shorten ``seq`` to ``nr_tokens`` tokens (kvmm_seq_truncate)."""
+        h = self._handle()
+        check(lib.kvmm_seq_truncate(h, _args.u64("seq", seq), _args.u64("nr_tokens", nr_tokens)),
+              "kvmm_seq_truncate")
+
+    def seq_free(self, seq: int) -> None:
+        """Free ``seq`` and its pages; sealed pages stay cached (kvmm_seq_free)."""
+        h = self._handle()
+        check(lib.kvmm_seq_free(h, _args.u64("seq", seq)), "kvmm_seq_free")
+
+    # ---- prefix cache -----------------------------------------------------------------
+
+    def prefix_lookup(self, seq: int, tokens: IntSeq) -> int:
+        """Map into ``seq`` the longest cached run of full pages matching ``tokens``
+        (kvmm_prefix_lookup).  Returns the tokens mapped (a multiple of tokens_per_page); the
+        caller appends the rest."""
+        h = self._handle()
+        seq = _args.u64("seq", seq)
+        arr, addr, n = _args.int_array("tokens", tokens, "I")
+        hit = c_uint64()
+        check(lib.kvmm_prefix_lookup(h, seq, ctypes.cast(addr, _lib.u32p), n, byref(hit)),
+              "kvmm_prefix_lookup")
+        return hit.value
+
+    def seal(self, seq: int, block: int = 0, nr_blocks: int = 0) -> None:
+        """Seal the full pages of ``seq`` among blocks [block, block + nr_blocks) (0: all
+        from block on) into the prefix cache (kvmm_seal).  Write their KV first."""
+        h = self._handle()
+        check(lib.kvmm_seal(h, _args.u64("seq", seq), _args.u32("block", block),
+                            _args.u32("nr_blocks", nr_blocks)), "kvmm_seal")
+
+    # ---- batches ----------------------------------------------------------------------
+
+    def _batch(self, fn: Any, name: str, seqs: IntSeq) -> int:
+        h = self._handle()
+        arr, addr, n = _args.int_array("seqs", _args.seqs_of(seqs), "Q")
+        nr = c_uint32()
+        check(fn(h, addr, n, byref(nr)), name)
+        return nr.value
+
+    def pin(self, seqs: IntSeq) -> int:
+        """Make every page of ``seqs`` resident and keep reclaim off them (kvmm_pin).
+        Returns the frames pinned."""
+        return self._batch(lib.kvmm_pin, "kvmm_pin", seqs)
+
+    def unpin(self, seqs: IntSeq) -> int:
+        """Undo :meth:`pin` (kvmm_unpin).  Returns the frames unpinned."""
+        return self._batch(lib.kvmm_unpin, "kvmm_unpin", seqs)
+
+    def prefetch(self, seqs: IntSeq) -> int:
+        """Start reading back the swapped pages of ``seqs`` (kvmm_prefetch).  Returns the
+        pages whose reads began."""
+        return self._batch(lib.kvmm_prefetch, "kvmm_prefetch", seqs)
+
+    def block_table(self, seqs: IntSeq, max_blocks: Optional[int] = None,
+                    out: Any = None, *, like: str = "torch") -> Any:
+        """The batch's block table (kvmm_block_table): row i holds the frames of seqs[i]'s
+        blocks, then :data:`BLOCK_NONE` (-1).
+
+        ``out``: a C-contiguous int32 array of shape ``[len(seqs), max_blocks]`` on the CPU,
+        a ``torch.Tensor`` or a numpy array, filled in place (no allocation: the hot-path
+        form).  Without ``out`` a new one is made, a ``torch.int32`` tensor (``like="torch"``)
+        or a numpy ``int32`` array (``like="numpy"``), of ``max_blocks`` columns.  Raises
+        KvmmError E2BIG when a sequence has more blocks than a row holds (the rows are still
+        filled, that one cut short).  Returns ``out``.
+        """
+        h = self._handle()
+        arr, addr, n = _args.int_array("seqs", _args.seqs_of(seqs), "Q")
+        if out is None:
+            if max_blocks is None:
+                raise TypeError("block_table needs max_blocks or out")
+            mb = _args.u32("max_blocks", max_blocks)
+            out = _new_int32((n, mb), like)
+        ptr, mb = _table_ptr(out, n, max_blocks)
+        check(lib.kvmm_block_table(h, addr, n, ptr, mb), "kvmm_block_table")
+        return out
+
+    # ---- magazine ---------------------------------------------------------------------
+
+    @property
+    def has_rings(self) -> bool:
+        """Whether this handle has the shared-memory data plane (kvmm_has_rings)."""
+        return bool(lib.kvmm_has_rings(self._handle()))
+
+    @property
+    def mag_size(self) -> int:
+        """Most frames the magazine holds (kvmm_mag_size)."""
+        return lib.kvmm_mag_size(self._handle())
+
+    def mag_avail(self) -> int:
+        """Frames ready in the magazine (kvmm_mag_avail)."""
+        return lib.kvmm_mag_avail(self._handle())
+
+    def mag_alloc(self, n: int) -> list[int]:
+        """Take up to ``n`` free frames from the magazine (kvmm_mag_alloc); returns them (at
+        least one).  OutOfMemoryError when the namespace has none left."""
+        h = self._handle()
+        n = _args.u32("n", n)
+        if n == 0:
+            raise ValueError("n must be at least 1")
+        buf = (c_uint32 * n)()
+        got = check(lib.kvmm_mag_alloc(h, buf, n), "kvmm_mag_alloc")
+        return list(buf[:got])
+
+    def mag_free(self, frames: IntSeq) -> None:
+        """Give back frames taken with :meth:`mag_alloc` (kvmm_mag_free)."""
+        h = self._handle()
+        arr, addr, n = _args.int_array("frames", frames, "I")
+        check(lib.kvmm_mag_free(h, ctypes.cast(addr, _lib.u32p), n), "kvmm_mag_free")
+
+    # ---- views (views.py) and asynchronous submission (ring.py) -----------------------
+
+    def views(self, kind: str = "torch") -> Any:
+        """The zero-copy per-layer views of the pool (:class:`kvmm.PoolViews`), made once per
+        kind ("torch" or "numpy") and cached on the handle."""
+        self._handle()
+        v = self._views.get(kind)
+        if v is None:
+            from .views import PoolViews
+            v = PoolViews(self, kind)
+            self._views[kind] = v
+        return v
+
+    def submit(self, sqes: Sequence[Any]) -> int:
+        """Queue operations (:class:`kvmm.Sqe`) and send them at once (kvmm_submit).  Returns
+        how many were submitted."""
+        from .ring import submit
+        return submit(self, sqes)
+
+    def complete(self, max: int = 64, min: int = 0) -> list:
+        """Reap up to ``max`` completions (:class:`kvmm.Cqe`), waiting for at least ``min``
+        (kvmm_complete).  Events (preemption) come as completions with ``is_event``."""
+        from .ring import complete
+        return complete(self, max, min)
+
+    @property
+    def inflight(self) -> int:
+        """Operations submitted and not yet reaped (kvmm_inflight)."""
+        return lib.kvmm_inflight(self._handle())
+
+
+def _new_int32(shape: tuple, like: str) -> Any:
+    if like == "torch":
+        import torch
+        return torch.empty(shape, dtype=torch.int32)
+    if like == "numpy":
+        import numpy
+        return numpy.empty(shape, dtype=numpy.int32)
+    raise ValueError(f"like must be 'torch' or 'numpy', not {like!r}")
+
+
+def _table_ptr(out: Any, n: int, max_blocks: Optional[int]) -> tuple[int, int]:
+    """Address and row length of a block-table array, after checking it."""
+    mod = type(out).__module__
+    if mod.startswith("torch"):
+        if str(out.dtype) != "torch.int32":
+            raise TypeError(f"out must be torch.int32, not {out.dtype}")
+        if out.device.type != "cpu":
+            raise ValueError(f"out must be on the CPU, not {out.device} (copy it after)")
+        if not out.is_contiguous():
+            raise ValueError("out must be contiguous")
+        shape, ptr = tuple(out.shape), out.data_ptr()
+    elif mod.startswith("numpy"):
+        if str(out.dtype) != "int32":
+            raise TypeError(f"out must be numpy.int32, not {out.dtype}")
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("out must be C-contiguous and writeable")
+        shape, ptr = tuple(out.shape), out.ctypes.data
+    else:
+        raise TypeError(f"out must be a torch.Tensor or a numpy array, not {type(out).__name__}")
+    if len(shape) != 2 or shape[0] != n:
+        raise ValueError(f"out must have shape [{n}, max_blocks], not {list(shape)}")
+    if max_blocks is not None and shape[1] != max_blocks:
+        raise ValueError(f"out has {shape[1]} columns, max_blocks says {max_blocks}")
+    if shape[1] == 0 or shape[1] > _args.U32_MAX:
+        raise ValueError("max_blocks must be in [1, 2**32)")
+    return ptr, shape[1]
+
+
+def _socket_path(socket_path: Optional[str]) -> str:
+    """The socket kvmm_attach connects to for ``socket_path`` (its default rule)."""
+    if socket_path is not None:
+        return os.fsdecode(socket_path)
+    if os.environ.get("KVMM_SOCKET"):
+        return os.environ["KVMM_SOCKET"]
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "kvmm", "kvmmd.sock")
+    return "/run/kvmm/kvmmd.sock"
+
+
+def attach(socket_path: Optional[str] = None, ns: str = "default",
+           fmt: Optional[Format] = None) -> Client:
+    """Attach to kvmmd (kvmm_attach): connect to ``socket_path`` (None: $KVMM_SOCKET, else
+    $XDG_RUNTIME_DIR/kvmm/kvmmd.sock, else /run/kvmm/kvmmd.sock), join namespace ``ns`` with
+    format ``fmt`` and map its pool.  NoDaemonError when nothing listens there."""
+    return Client(socket_path, ns, fmt)
+
+
+_ = KvmmError  # re-exported for the type hints of callers

@@ -1,0 +1,134 @@
+# SPDX-License-Identifier: MIT
+"""pytest fixtures: a real kvmmd per test module, in a temporary directory, like
+tests/integration/itest.c (host backend, two namespaces, 16 KiB pages).
+
+$KVMM_KVMMD names the daemon (default: the tree's kvmm/kvmmd); $KVMM_LIB the libkvmm.so the
+package loads (default: the tree's runtime/libkvmm.so).  When KVMM_CMOCKA_SUMMARY is set (the
+make check wrapper tests/integration/itest_python sets it) the session ends with cmocka's
+summary lines, which scripts/run-tests.sh counts.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PKG = os.path.dirname(HERE)
+TREE = os.path.normpath(os.path.join(PKG, "..", ".."))
+sys.path.insert(0, PKG)
+
+PAGE_SIZE = 16384
+NS_A, NS_A_FRAMES = "alpha", 256
+NS_B, NS_B_FRAMES = "beta", 64
+
+
+def kvmmd_path() -> str:
+    return os.environ.get("KVMM_KVMMD") or os.path.join(TREE, "kvmm", "kvmmd")
+
+
+class Daemon:
+    """A kvmmd in a temporary directory; ``sock`` is its socket."""
+
+    def __init__(self, extra: list[str] | None = None) -> None:
+        self.dir = tempfile.mkdtemp(prefix="kvmm-pytest.")
+        self.sock = os.path.join(self.dir, "kvmmd.sock")
+        self.log = os.path.join(self.dir, "kvmmd.log")
+        conf = os.path.join(self.dir, "kvmmd.conf")
+        open(conf, "w").close()
+        argv = [kvmmd_path(), "--foreground", "--config", conf, "--socket", self.sock,
+                "--page-size", str(PAGE_SIZE), "--frames", str(NS_A_FRAMES + NS_B_FRAMES),
+                "--namespace", f"{NS_A}:{NS_A_FRAMES}", "--namespace", f"{NS_B}:{NS_B_FRAMES}"]
+        argv += extra or []
+        with open(self.log, "wb") as logf:
+            self.proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.sock):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"kvmmd did not start:\n{self.log_text()}")
+            time.sleep(0.01)
+
+    def log_text(self) -> str:
+        try:
+            with open(self.log, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def stop(self) -> int:
+        """SIGTERM, wait, clean up; the daemon's exit status."""
+        rc = self.proc.poll()
+        if rc is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                rc = self.proc.wait()
+        for name in os.listdir(self.dir):
+            os.unlink(os.path.join(self.dir, name))
+        os.rmdir(self.dir)
+        return rc
+
+
+@pytest.fixture(scope="module")
+def daemon():
+    if not os.access(kvmmd_path(), os.X_OK):
+        pytest.skip(f"kvmmd not built at {kvmmd_path()} (or set KVMM_KVMMD)")
+    d = Daemon()
+    yield d
+    log = d.log_text()
+    rc = d.stop()
+    assert rc == 0, f"kvmmd exited with {rc}:\n{log}"
+
+
+@pytest.fixture
+def fmt():
+    import kvmm
+    return kvmm.Format(layers=2, kv_heads=2, head_dim=64, dtype="fp16")
+
+
+@pytest.fixture
+def client(daemon, fmt):
+    import kvmm
+    c = kvmm.attach(daemon.sock, NS_A, fmt)
+    yield c
+    c.close()
+
+
+class _Summary:
+    def __init__(self) -> None:
+        self.passed = self.failed = self.skipped = 0
+
+
+_summary = _Summary()
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        if report.passed and report.when == "call":
+            _summary.passed += 1
+        elif report.skipped:
+            _summary.skipped += 1
+        elif report.failed:
+            _summary.failed += 1
+    elif report.when == "teardown" and report.failed:
+        _summary.failed += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not os.environ.get("KVMM_CMOCKA_SUMMARY"):
+        return
+    w = terminalreporter.write_line
+    w(f"[  PASSED  ] {_summary.passed} test(s).")
+    if _summary.failed:
+        w(f"[  FAILED  ] {_summary.failed} test(s), listed above")
+    if _summary.skipped:
+        w(f"[  SKIPPED ] {_summary.skipped} test(s)")

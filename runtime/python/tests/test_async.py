@@ -1,0 +1,69 @@
+# SPDX-License-Identifier: MIT
+"""The asynchronous rings: a batch of operations submitted at once, completions collected."""
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+import kvmm
+from kvmm import Op, Sqe
+
+
+def test_step_as_one_batch(client):
+    tpp = client.tokens_per_page
+    n = client.submit([Sqe(Op.SEQ_CREATE, arg=0, user_data=100 + i) for i in range(4)])
+    assert n == 4 and client.inflight == 4
+    cqes = client.complete(max=8, min=4)
+    assert sorted(c.user_data for c in cqes) == [100, 101, 102, 103]
+    assert all(c.res == 0 and not c.is_event for c in cqes)
+    seqs = [c.seq for c in cqes]
+    client.submit([Sqe(Op.SEQ_APPEND, seq=s, data=list(range(tpp + 1)), user_data=i)
+                   for i, s in enumerate(seqs)] +
+                  [Sqe(Op.PIN, data=seqs, user_data=50)])
+    got = {c.user_data: c for c in client.complete(max=16, min=5)}
+    assert all(got[i].nr_tokens == tpp + 1 for i in range(4))
+    assert got[50].check().nr_frames == 8
+    client.submit([Sqe(Op.UNPIN, data=seqs, user_data=51), Sqe(Op.NOP, user_data=52)] +
+                  [Sqe(Op.SEQ_FREE, seq=s, user_data=60 + i) for i, s in enumerate(seqs)])
+    got = {c.user_data: c for c in client.complete(max=16, min=6)}
+    assert got[51].nr_frames == 8 and got[52].res == 0
+    assert client.inflight == 0
+
+
+def test_failed_operation_completes_with_errno(client):
+    client.submit(Sqe(Op.SEQ_FREE, seq=123456789, user_data=9))
+    (c,) = client.complete(max=1, min=1)
+    assert c.res == -errno.ENOENT
+    err = c.error()
+    assert isinstance(err, kvmm.KvmmError) and err.errno == errno.ENOENT
+    with pytest.raises(kvmm.KvmmError):
+        c.check()
+
+
+def test_complete_without_waiting(client):
+    assert client.complete(max=4, min=0) == []
+
+
+def test_bad_sqes(client):
+    with pytest.raises(TypeError):
+        client.submit([{"op": 0}])
+    with pytest.raises(ValueError):
+        client.submit([Sqe(Op.PIN)])  # PIN needs data
+    with pytest.raises(ValueError):
+        client.submit([Sqe(99)])
+    with pytest.raises(ValueError):
+        client.submit([Sqe(Op.SEQ_FREE, seq=-1)])
+    with pytest.raises(ValueError):
+        client.submit([Sqe(Op.SEQ_FREE, frames=[1])])
+    with pytest.raises(ValueError):
+        client.complete(max=0)
+    with pytest.raises(ValueError):
+        client.complete(max=1, min=2)
+    assert client.submit([]) == 0
+
+
+def test_preempted_cqe_maps_to_preempted_error():
+    c = kvmm.Cqe(0, -kvmm.KVMM_EPREEMPTED, kvmm.CQE_F_EVENT, 5, 0, 0, 3)
+    assert c.is_event and c.preempted
+    assert isinstance(c.error(), kvmm.PreemptedError)

@@ -1,0 +1,166 @@
+# SPDX-License-Identifier: MIT
+"""Zero-copy views of the pool: shapes, strides, the page layout, sharing across processes."""
+from __future__ import annotations
+
+import ctypes
+import gc
+import hashlib
+import os
+import subprocess
+import sys
+import weakref
+
+import pytest
+
+import kvmm
+from conftest import NS_A, NS_B, PKG
+
+torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
+
+
+def _bytes_at(addr: int, n: int) -> bytes:
+    return ctypes.string_at(addr, n)
+
+
+def test_shapes_and_strides(client, fmt):
+    v = client.views()
+    assert client.views() is v  # made once
+    tpp = client.tokens_per_page
+    assert len(v.k) == len(v.v) == fmt.layers
+    for t in v.k + v.v:
+        assert t.shape == (client.nr_frames, tpp, fmt.kv_heads, fmt.head_dim)
+        assert t.dtype == torch.float16
+        assert t.stride() == (client.page_size // 2, fmt.kv_heads * fmt.head_dim,
+                              fmt.head_dim, 1)
+        assert t.device.type == "cpu"
+    assert v.k_scales is None
+    with pytest.raises(ValueError):
+        v.scales(0)
+    # every view is over the pool itself
+    assert v.k[0].data_ptr() == client.frame_addr(0)
+    assert v.v[1].data_ptr() == client.frame_addr(0) + 3 * client.layout.slab_bytes
+
+
+def test_write_through_view_lands_in_the_page(client, fmt):
+    v = client.views()
+    L = client.layout
+    frame, layer, tok, head = 5, 1, 3, 1
+    row = torch.arange(fmt.head_dim, dtype=torch.float16)
+    v.v[layer][frame, tok, head] = row
+    addr = (client.frame_addr(frame) + L.offset(layer, 1) + tok * L.row_bytes +
+            head * fmt.head_dim * 2)
+    assert _bytes_at(addr, fmt.head_dim * 2) == row.numpy().tobytes()
+    # numpy views see the same bytes
+    vn = client.views("numpy")
+    assert (vn.v[layer][frame, tok, head] == row.numpy()).all()
+    vn.k[0][frame, 0, 0, :4] = [1, 2, 3, 4]
+    assert v.k[0][frame, 0, 0, :4].tolist() == [1, 2, 3, 4]
+    assert bytes(v.page(frame)[:8].numpy()) == _bytes_at(client.frame_addr(frame), 8)
+    with pytest.raises(ValueError):
+        v.page(client.nr_frames)
+
+
+def test_int8_scales(daemon):
+    fmt = kvmm.Format(layers=2, kv_heads=2, head_dim=64, dtype="int8", quant_group=32)
+    with kvmm.attach(daemon.sock, NS_B, fmt) as c:
+        v = c.views()
+        L = c.layout
+        assert v.k[0].dtype == torch.int8
+        ks, vs = v.scales(1)
+        assert ks.dtype == torch.float32
+        assert ks.shape == (c.nr_frames, c.tokens_per_page, 2, 2)
+        assert vs.data_ptr() == c.frame_addr(0) + L.scale_offset(1, 1)
+        vs[2, 1, 1, 0] = 0.5
+        addr = c.frame_addr(2) + L.scale_offset(1, 1) + 1 * L.scale_row_bytes + 2 * 4
+        assert _bytes_at(addr, 4) == np.float32(0.5).tobytes()
+        vn = c.views("numpy")
+        assert vn.v_scales[1][2, 1, 1, 0] == 0.5
+        del v, ks, vs, vn
+
+
+def test_bf16_needs_torch_for_views(daemon):
+    fmt = kvmm.Format(layers=1, kv_heads=1, head_dim=32, dtype="bf16")
+    with kvmm.attach(daemon.sock, NS_B, fmt) as c:
+        assert c.views().k[0].dtype == torch.bfloat16
+        with pytest.raises(TypeError, match="bfloat16"):
+            c.views("numpy")
+        with pytest.raises(ValueError):
+            c.views("jax")
+
+
+def test_views_keep_the_pool_mapped_after_close(daemon, fmt):
+    c = kvmm.attach(daemon.sock, NS_A, fmt)
+    k = c.views().k[0]
+    session = weakref.ref(c._session)
+    k[0, 0, 0, 0] = 3.0
+    c.close()
+    assert session() is not None  # the view holds the mapping
+    assert k[0, 0, 0, 0].item() == 3.0  # still readable: no fault
+    del k
+    gc.collect()
+    assert session() is None  # the last view gone: detached
+
+
+_READER = r"""
+import hashlib, sys
+sys.path.insert(0, {pkg!r})
+import kvmm
+fmt = kvmm.Format(2, 2, 64, "fp16")
+c = kvmm.attach({sock!r}, {ns!r}, fmt)
+prompt = list(range(5000, 5000 + {n}))
+s = c.seq_create()
+hit = c.prefix_lookup(s, prompt)
+table = c.block_table([s], 8)[0]
+v = c.views()
+h = hashlib.sha256()
+for b in range(hit // c.tokens_per_page):
+    f = int(table[b])
+    for layer in range(fmt.layers):
+        h.update(v.k[layer][f].numpy().tobytes())
+        h.update(v.v[layer][f].numpy().tobytes())
+# write a page of its own and let the parent look at it through its view
+c.seq_append(s, prompt[hit:])
+own = int(c.block_table([s], 8)[0][hit // c.tokens_per_page])
+v.k[0][own].fill_(7.0)
+print(hit, h.hexdigest(), own, flush=True)
+sys.stdin.readline()
+c.close()
+"""
+
+
+def test_two_processes_see_the_same_bytes(daemon, fmt, client):
+    tpp = client.tokens_per_page
+    n = 2 * tpp + 3
+    prompt = list(range(5000, 5000 + n))
+    s = client.seq_create()
+    client.seq_append(s, prompt)
+    table = client.block_table([s], 8)[0]
+    v = client.views()
+    gen = torch.Generator().manual_seed(1)
+    h = hashlib.sha256()
+    for b in range(2):
+        f = int(table[b])
+        for layer in range(fmt.layers):
+            v.k[layer][f] = torch.randn(v.k[layer][f].shape, generator=gen).half()
+            v.v[layer][f] = torch.randn(v.v[layer][f].shape, generator=gen).half()
+            h.update(v.k[layer][f].numpy().tobytes())
+            h.update(v.v[layer][f].numpy().tobytes())
+    client.seal(s)
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    code = _READER.format(pkg=PKG, sock=daemon.sock, ns=NS_A, n=n)
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        line = p.stdout.readline().split()
+        assert len(line) == 3, "the reader process failed"
+        hit, digest, own = int(line[0]), line[1], int(line[2])
+        assert hit == 2 * tpp
+        assert digest == h.hexdigest()
+        assert own not in table[:3].tolist()
+        assert bool((v.k[0][own] == 7.0).all())  # its write, seen through our view
+    finally:
+        p.stdin.write("\n")
+        p.stdin.close()
+        assert p.wait(30) == 0
+    client.seq_free(s)

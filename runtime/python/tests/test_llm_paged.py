@@ -6,21 +6,13 @@ cache (sealed by this process or another one), a fork, and a recompute after kvm
 the sequence all give the same tokens."""
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
 
 import pytest
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PYROOT = os.path.normpath(os.path.join(HERE, ".."))
-TREE = os.path.normpath(os.path.join(PYROOT, "..", ".."))
-sys.path.insert(0, PYROOT)
-if "KVMM_LIB" not in os.environ and os.path.exists(os.path.join(TREE, "runtime", "libkvmm.so")):
-    os.environ["KVMM_LIB"] = os.path.join(TREE, "runtime", "libkvmm.so")
+from conftest import PKG as PYROOT, Daemon, kvmmd_path  # noqa: E402
 
 try:
     import kvmm  # noqa: F401
@@ -31,65 +23,47 @@ except ImportError as e:  # the bindings or libkvmm are not built
 from kvmm.llm import Engine, SamplingParams, load_model  # noqa: E402
 from kvmm.llm.testing import ARCHS, write_checkpoint  # noqa: E402
 
-KVMMD = os.environ.get("KVMM_KVMMD", os.path.join(TREE, "kvmm", "kvmmd"))
 PROMPTS = [[5, 17, 33, 99, 4, 8, 15, 16, 23, 42], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7]]
-# A prompt of several pages (tokens_per_page is 8 with fp32 KV of the tiny models, 16 with
-# fp16): the prefix tests map its full pages from the cache.
-LONG = [(i * 37 + 11) % 250 + 3 for i in range(45)]
+# A prompt of several pages (a token of the tiny models is 512 bytes of fp32 KV, 256 of fp16:
+# 32 or 64 tokens in conftest's 16 KiB pages): the prefix tests map its full pages.
+LONG = [(i * 37 + 11) % 250 + 3 for i in range(150)]
 # Logit tolerance of quantized KV against the fp32 reference (the tiny models' logits have a
 # standard deviation of about 1 to 4): measured at most 0.015 (fp16), 0.23 (bf16), 0.34 (int8).
 TOL = {"fp32": 1e-3, "fp16": 0.05, "bf16": 0.5, "int8": 0.75}
-NAMESPACES = ["t%d" % i for i in range(24)] + ["small:48"]
+# One namespace per test, so that prefixes of one model never meet another's; "small" holds
+# 8 pages, for the preemption test.
+NAMESPACES = ["llm%d" % i for i in range(24)]
+SMALL = "small"
 
 
-class Daemon:
+class LlmDaemon:
+    """conftest's kvmmd, with the namespaces of these tests."""
+
     def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="kvmm-llm-test-")
-        self.sock = os.path.join(self.dir, "sock")
-        conf = os.path.join(self.dir, "kvmmd.conf")
-        open(conf, "w").close()
-        args = [KVMMD, "--foreground", "--config", conf, "--socket", self.sock,
-                "--page-size", "4K", "--frames", "8192"]
+        extra = []
         for ns in NAMESPACES:
-            args += ["--namespace", ns]
-        self.log = open(os.path.join(self.dir, "log"), "w")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
-        for _ in range(200):
-            if os.path.exists(self.sock) or self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
-        if not os.path.exists(self.sock):
-            self.stop()
-            raise RuntimeError("kvmmd did not start: " + open(self.log.name).read())
+            extra += ["--namespace", ns]
+        # the last --frames wins: room beyond conftest's two namespaces
+        extra += ["--namespace", SMALL + ":8", "--frames", "2048"]
+        self.d = Daemon(extra)
+        self.sock = self.d.sock
         self._next = 0
 
     def ns(self):
-        """A namespace of its own for each test: prefixes of one model never meet another's."""
         n = NAMESPACES[self._next]
         self._next += 1
         return n
 
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
 
 @pytest.fixture(scope="module")
 def daemon():
-    if not os.access(KVMMD, os.X_OK):
-        pytest.skip(f"{KVMMD} is not built")
-    d = Daemon()
+    if not os.access(kvmmd_path(), os.X_OK):
+        pytest.skip(f"kvmmd not built at {kvmmd_path()} (or set KVMM_KVMMD)")
+    d = LlmDaemon()
     yield d
-    rc = d.proc.poll()
-    d.stop()
-    assert rc is None, "kvmmd died during the tests"
+    log = d.d.log_text()
+    rc = d.d.stop()
+    assert rc == 0, f"kvmmd exited with {rc}:\n{log}"
 
 
 @pytest.fixture(scope="module")
@@ -175,9 +149,9 @@ def test_prefix_from_cache(daemon, ckpts):
     assert again.cached_tokens == (len(LONG) - 1) // tpp * tpp > 0
     assert again.completions[0].token_ids == toks
     # a prompt sharing only the first pages reuses those
-    other = LONG[:20] + [7, 8, 9]
+    other = LONG[:tpp + 5] + [7, 8, 9]
     r = e.generate([other], SamplingParams(max_tokens=12, ignore_eos=True))[0]
-    assert r.cached_tokens == 16
+    assert r.cached_tokens == tpp
     assert r.completions[0].token_ids == reference(m, other, 12)[0]
     e.close()
 
@@ -211,7 +185,7 @@ def test_prefix_from_another_process(daemon, ckpts):
     # that process is gone; its sealed pages stay in the namespace's cache
     e = Engine(m, paged(m, daemon, ns, "fp16"))
     r = e.generate([LONG], SamplingParams(max_tokens=8, ignore_eos=True))[0]
-    assert r.cached_tokens == 32
+    assert r.cached_tokens == (len(LONG) - 1) // e.kv.tokens_per_page * e.kv.tokens_per_page > 0
     assert ",".join(map(str, r.completions[0].token_ids)) == child_toks
     assert r.completions[0].token_ids == reference(m, LONG, 8)[0]
     e.close()
@@ -238,12 +212,12 @@ def test_fork(daemon, ckpts):
 
 
 def test_preempted_and_recomputed(daemon, ckpts):
-    """Namespace "small" holds 48 pages: six requests of ~12 pages each do not fit, so
+    """Namespace "small" holds 8 pages: six requests of 3 pages each do not fit, so
     kvmmd preempts some (or the engine gives up its youngest); all still complete with the
     reference's tokens."""
     m = model_of(ckpts, "llama")
     prompts = [[(i * 13 + j * 7) % 250 + 3 for j in range(30)] for i in range(6)]
-    e = Engine(m, paged(m, daemon, "small"))
+    e = Engine(m, paged(m, daemon, SMALL))
     reqs = e.generate(prompts, SamplingParams(max_tokens=64, ignore_eos=True))
     assert e.kv.stats["preempt_events"] > 0  # kvmmd preempted, not only the engine
     assert sum(r.recomputes for r in reqs) > 0

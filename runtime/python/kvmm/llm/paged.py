@@ -31,6 +31,7 @@ the block table, then attention), so the engine runs on any libkvmm. .kernel say
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 from typing import Dict, List, Optional
 
@@ -101,8 +102,11 @@ class PagedKV(KVStore):
         self._batch: List[StepEntry] = []
         self._pinned: List[int] = []
         self.stats = {"preempt_events": 0, "sealed": 0}
-        kmod = getattr(kvmm, "kernels", None)
-        have = kmod is not None and _kernels_usable(kmod)
+        try:
+            kmod = importlib.import_module("kvmm.kernels")
+        except ImportError:
+            kmod = None
+        have = kmod is not None and kmod.available(self.views.device)
         if kernels is None:
             kernels = have
         elif kernels and not have:
@@ -237,6 +241,8 @@ class PagedKV(KVStore):
         if self.device.type != "cpu":
             self.table_dev = self.table.to(self.device)
             self.slots_dev = self.slots.to(self.device)
+            self.ctx_dev = self.ctx_lens.to(self.device)
+            self.qlen_dev = self.q_lens.to(self.device)
 
     def attention(self, layer, q, k, v):
         if self._k is not None:
@@ -265,15 +271,19 @@ class PagedKV(KVStore):
     def _attention_kernels(self, layer, q, k, v):
         K = self._k
         dev = self.device
-        kf, vf = k.float().contiguous(), v.float().contiguous()
-        slots = self.slots if dev.type == "cpu" else self.slots_dev
-        table = self.table if dev.type == "cpu" else self.table_dev
-        K.reshape_and_cache(self.views, layer, slots, kf.to(dev), vf.to(dev))
+        cpu = dev.type == "cpu"
+        slots = self.slots if cpu else self.slots_dev
+        table = self.table if cpu else self.table_dev
+        K.reshape_and_cache(self.views, layer, k.float().contiguous().to(dev),
+                            v.float().contiguous().to(dev), slots)
         qf = q.float().contiguous().to(dev)
         if self.decode_only:
-            out = K.paged_decode(self.views, layer, qf, table, self.ctx_lens)
+            out = K.paged_decode(self.views, layer, qf, table,
+                                 self.ctx_lens if cpu else self.ctx_dev)
         else:
-            out = K.paged_prefill(self.views, layer, qf, table, self.ctx_lens, self.q_lens)
+            out = K.paged_prefill(self.views, layer, qf, table,
+                                  self.ctx_lens if cpu else self.ctx_dev,
+                                  self.q_lens if cpu else self.qlen_dev)
         return out.to(q.device)
 
     # ---- the same in torch over the views ------------------------------------------------
@@ -317,8 +327,4 @@ class PagedKV(KVStore):
             row += n
         return out
 
-
-def _kernels_usable(kmod) -> bool:
-    return all(hasattr(kmod, f) for f in ("reshape_and_cache", "paged_decode", "paged_prefill")) \
-        and getattr(kmod, "available", lambda: True)()
 

@@ -216,7 +216,7 @@ class Engine:
         self.stats["steps"] += 1
         sampled = 0
         if last_rows:
-            logits = self.model.logits(hidden[last_rows])
+            logits = self.model.logits(hidden[last_rows]).cpu()  # sampled on the host
             for row, s in enumerate(samplers):
                 sampled += self._sample(s, logits[row])
         return sampled

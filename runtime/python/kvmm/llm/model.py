@@ -200,8 +200,8 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: in
     vf = v.float().permute(1, 0, 2)[:, None]  # [KVH, 1, total, D]
     s = torch.matmul(qf, kf) * (1.0 / math.sqrt(d))  # [KVH, g, n, total]
     if n > 1:
-        qpos = torch.arange(past, past + n)[:, None]
-        mask = torch.arange(total)[None, :] > qpos
+        qpos = torch.arange(past, past + n, device=q.device)[:, None]
+        mask = torch.arange(total, device=q.device)[None, :] > qpos
         s = s.masked_fill(mask, float("-inf"))
     p = torch.softmax(s, -1)
     o = torch.matmul(p, vf)  # [KVH, g, n, D]

@@ -236,7 +236,8 @@ class PagedKV(KVStore):
         if bool((frames < 0).any()):
             raise RuntimeError("kvmm: a new token has no page in the block table")
         self.slots = frames * tpp + pos % tpp
-        self._frames, self._rows = frames, pos % tpp
+        dev = self.device
+        self._frames, self._rows = frames.to(dev), (pos % tpp).to(dev)
         self.decode_only = bool((self.q_lens == 1).all())
         if self.device.type != "cpu":
             self.table_dev = self.table.to(self.device)
@@ -312,6 +313,7 @@ class PagedKV(KVStore):
         V = self.views
         ks = V.k_scales[layer] if V.k_scales is not None else None
         vs = V.v_scales[layer] if V.v_scales is not None else None
+        k, v, q = k.to(self.device), v.to(self.device), q.to(self.device)
         self._store(V.k[layer], ks, k)
         self._store(V.v[layer], vs, v)
         out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
@@ -320,7 +322,7 @@ class PagedKV(KVStore):
         for i, e in enumerate(self._batch):
             n = len(e.new)
             end = e.start + n
-            frames = self.table[i, : -(-end // tpp)].long()
+            frames = self.table[i, : -(-end // tpp)].long().to(self.device)
             kk = self._load(V.k[layer], ks, frames, end)
             vv = self._load(V.v[layer], vs, frames, end)
             out[row:row + n] = causal_attention(q[row:row + n], kk, vv, e.start)

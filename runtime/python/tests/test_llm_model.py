@@ -244,3 +244,24 @@ def test_stop_and_bad_requests(ckpts):
         e.add_request([])
     with pytest.raises(ValueError, match="top_p"):
         e.add_request([1], SamplingParams(top_p=0))
+
+
+# ---- the command --------------------------------------------------------------------------
+def test_cli(ckpts, capsys):
+    from kvmm.llm.cli import main
+
+    m = load_model(ckpts["llama"])
+    ids = ",".join(map(str, PROMPTS[0]))
+    assert main([ckpts["llama"], "--kv", "contiguous", "--ids", ids, "--max-tokens", "8",
+                 "--ignore-eos"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == "[0.0] " + ",".join(map(str, reference_greedy(m, PROMPTS[0], 8)))
+    assert "token ids only" in err
+    assert main([ckpts["llama"], "--kv", "contiguous", "--prompt", "hi"]) == 1
+    assert "needs a tokenizer" in capsys.readouterr().err
+    assert main([ckpts["llama"], "--kv", "contiguous", "--ids", "1,99999"]) == 1
+    assert "vocabulary" in capsys.readouterr().err
+    assert main([ckpts["llama"], "--kv", "contiguous", "--ids", "1", "--top-p", "2"]) == 1
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "kvmm-llm" in capsys.readouterr().out

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from typing import List, Optional
@@ -57,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-tokens", type=int, default=32, help="new tokens per completion (32)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1.0: off)")
-    g.add_argument("--seed", type=int, default=0, help="sampling seed (0)")
+    g.add_argument("--seed", type=int, default=0,
+                   help="sampling seed (0); prompt k's completion i uses seed + k * n + i")
     g.add_argument("-n", type=int, default=1, help="completions per prompt (forks the prompt)")
     g.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-sequence")
     g = p.add_argument_group("KV cache")
@@ -140,9 +142,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     engine = Engine(model, kv, max_batch_tokens=args.max_batch_tokens)
     t0 = time.perf_counter()
     try:
-        reqs = [engine.add_request(p, params) for p in prompts]
+        # prompt k samples with seed + k * n, so no two completions share a seed
+        reqs = [engine.add_request(p, dataclasses.replace(params, seed=args.seed + k * args.n))
+                for k, p in enumerate(prompts)]
         engine.run()
-    except ValueError as e:
+    except (ValueError, MemoryError, OSError) as e:  # KvmmError is an OSError
         return fail(str(e))
     finally:
         engine.close()

@@ -23,7 +23,7 @@
 
 #include <stdint.h>
 
-#include "kvmm/mm.h"
+#include "format.h"
 
 /*
  * The pages a kernel works on: one layer of the frames of one pool mapping.  base and

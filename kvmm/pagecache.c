@@ -87,6 +87,33 @@ struct kvmm_pagecache {
 /* Blocks up to this many tokens are hashed in one call from a stack buffer. */
 #define KEY_INLINE_TOKENS 120
 
+static void put_le64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/*
+ * The id keys the page cache, and cache keys may outlive a process (swap, a remote tier), so
+ * it hashes a fixed little-endian encoding of the defining fields with a version word, never
+ * the in-memory struct (padding, field order, endianness).  Derived fields follow from these.
+ */
+#define FMT_ID_VERSION 1
+
+uint64_t kvmm_fmt_id(const struct kvmm_fmt *fmt)
+{
+	unsigned char buf[7 * 8];
+
+	put_le64(buf + 0, FMT_ID_VERSION);
+	put_le64(buf + 8, fmt->layers);
+	put_le64(buf + 16, fmt->kv_heads);
+	put_le64(buf + 24, fmt->head_dim);
+	put_le64(buf + 32, fmt->dtype);
+	put_le64(buf + 40, fmt->group_size);
+	put_le64(buf + 48, fmt->page_size);
+	return XXH3_64bits(buf, sizeof(buf));
+}
+
 uint64_t kvmm_cache_key(const struct kvmm_ns *ns, uint64_t parent_key, uint64_t fmt_id,
 			const uint32_t *tokens, uint32_t n)
 {

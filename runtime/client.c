@@ -498,7 +498,7 @@ int kvmm_msg_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov 
 
 /* ---- attach -------------------------------------------------------------------------- */
 
-static int socket_path_default(char *buf, size_t len)
+int kvmm_socket_path_default(char *buf, size_t len)
 {
 	const char *env = getenv("KVMM_SOCKET");
 	int n;
@@ -519,7 +519,7 @@ static int client_connect(struct kvmm_client *c, const char *path)
 	int err;
 
 	if (!path) {
-		err = socket_path_default(buf, sizeof(buf));
+		err = kvmm_socket_path_default(buf, sizeof(buf));
 		if (err)
 			return err;
 		path = buf;
@@ -542,7 +542,7 @@ static int client_connect(struct kvmm_client *c, const char *path)
 }
 
 /* Our name in kvmmctl clients: the program's, cut to the characters a kvmm name allows. */
-static void client_name(char name[KVMM_NAME_LEN])
+void kvmm_client_name(char name[KVMM_NAME_LEN])
 {
 	const char *prog = program_invocation_short_name;
 	size_t n = 0;
@@ -580,7 +580,7 @@ static int client_hello(struct kvmm_client *c)
 	uint64_t seq;
 	int err;
 
-	client_name(req.name);
+	kvmm_client_name(req.name);
 	err = kvmm_msg_send(c, KVMM_OP_HELLO, &part, 1, &seq);
 	if (err)
 		return err;

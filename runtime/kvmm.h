@@ -294,4 +294,7 @@ const char *kvmm_strerror(int err);
 }
 #endif
 
+/* The admin calls (status, namespaces, limits, swapon/off, trace, page tables, ...). */
+#include "runtime/kvmm_admin.h"
+
 #endif /* KVMM_RUNTIME_KVMM_H */

@@ -21,6 +21,14 @@
 #define KVMM_DEFAULT_SOCKET "/run/kvmm/kvmmd.sock"
 #define KVMM_XDG_SOCKET "kvmm/kvmmd.sock"
 
+/*
+ * client.c: the socket kvmm_attach and kvmm_admin_open use when given none ($KVMM_SOCKET, else
+ * $XDG_RUNTIME_DIR/kvmm/kvmmd.sock, else /run/kvmm/kvmmd.sock) into buf. 0 or -ENAMETOOLONG.
+ */
+KVMM_INTERNAL int kvmm_socket_path_default(char *buf, size_t len);
+/* client.c: this process's name in kvmmctl clients (the program's, cut to a kvmm name). */
+KVMM_INTERNAL void kvmm_client_name(char name[KVMM_NAME_LEN]);
+
 /* A request on the wire, waiting for its reply. */
 struct kvmm_inflight {
 	uint64_t seq;	    /* header seq of the request */

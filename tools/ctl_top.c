@@ -76,10 +76,10 @@ static unsigned long long vm(const char *vmstat, const char *name)
 	return v < 0 ? 0 : (unsigned long long)v;
 }
 
-static char *fetch(int fd, const char *verb, unsigned int op)
+static char *fetch(kvmm_admin_t *h, const char *verb, unsigned int op)
 {
 	char *t;
-	int ret = ctl_read(fd, op, 0, 0, 0, &t);
+	int ret = ctl_read(h, op, 0, 0, 0, &t);
 
 	if (ret) {
 		tty_restore();
@@ -177,14 +177,14 @@ static void draw(struct top_sample *now, const struct top_sample *prev, const ch
 	fflush(stdout);
 }
 
-static void sample(int fd, struct top_sample *s, char **status, char **nss)
+static void sample(kvmm_admin_t *h, struct top_sample *s, char **status, char **nss)
 {
-	char *vmstat = fetch(fd, "vmstat", KVMM_OP_VMSTAT);
-	char *clients = fetch(fd, "clients", KVMM_OP_CLIENTS);
+	char *vmstat = fetch(h, "vmstat", KVMM_OP_VMSTAT);
+	char *clients = fetch(h, "clients", KVMM_OP_CLIENTS);
 	const char *l = NULL;
 
-	*status = fetch(fd, "status", KVMM_OP_STATUS);
-	*nss = fetch(fd, "namespaces", KVMM_OP_NAMESPACES);
+	*status = fetch(h, "status", KVMM_OP_STATUS);
+	*nss = fetch(h, "namespaces", KVMM_OP_NAMESPACES);
 	s->hits = vm(vmstat, "cache_hit");
 	s->misses = vm(vmstat, "cache_miss");
 	s->pgsteal = vm(vmstat, "pgsteal");
@@ -215,7 +215,7 @@ static double mono(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-void ctl_top(int fd)
+void ctl_top(kvmm_admin_t *h)
 {
 	struct top_sample *cur = calloc(2, sizeof(*cur)), *prev;
 	struct sigaction sa;
@@ -234,7 +234,7 @@ void ctl_top(int fd)
 	{
 		char *st, *ns;
 
-		sample(fd, prev, &st, &ns);
+		sample(h, prev, &st, &ns);
 		free(st);
 		free(ns);
 	}
@@ -246,7 +246,7 @@ void ctl_top(int fd)
 		int deadline_ms = 1000;
 		double start;
 
-		sample(fd, cur, &status, &nss);
+		sample(h, cur, &status, &nss);
 		t1 = mono();
 		draw(cur, prev, status, nss, t1 - t0);
 		free(status);

@@ -3,11 +3,11 @@
  * tools/kvmmctl.c - the admin's view of kvmmd: every read verb of the protocol (status,
  * meminfo, vmstat, buddyinfo, clients, namespaces, seqs, pagetable, lru, swap, trace) as a
  * human table in the manner of free, vmstat and ps, or as the daemon's own JSON (--json), and
- * the write verbs (limit, drop-caches, reclaim, swapon, swapoff).  It speaks the protocol
- * directly: HELLO, then one admin request, then the reply records until one comes without
- * KVMM_MSG_F_MORE (trace follows a subscription until interrupted).  The numbers are the
- * daemon's: kvmmctl asks for tagged text ("Name:  value" lines and "Record: first k=v" rows)
- * and only lays it out.  `top` (tools/ctl_top.c) refreshes a summary every second.
+ * the write verbs (limit, drop-caches, reclaim, swapon, swapoff, fault).  It is a client of
+ * libkvmm's admin calls (runtime/kvmm_admin.h): kvmm_admin_open says HELLO, each verb is one
+ * call (trace follows a subscription until interrupted), and no byte of the protocol is
+ * spelled here.  The numbers are the daemon's: kvmmctl asks for tagged text ("Name:  value"
+ * lines and "Record: first k=v" rows) and only lays it out.  `top` (tools/ctl_top.c) refreshes a summary every second.
  * Exit codes (Documentation/admin-guide/kvmmctl.md): 0 ok, 1 the daemon answered an error,
  * 2 bad arguments, 3 no daemon at the socket, 4 no permission.
  */
@@ -15,7 +15,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -23,20 +22,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "tools/kvmmctl.h"
-#include "kvmm/trace.h"
 
 #ifndef KVMM_VERSION
 #define KVMM_VERSION "unknown"
 #endif
 
 struct ctl_opts ctl;
-
-static uint64_t next_seq = 1;
 
 /* ---- errors and exit codes --------------------------------------------------------------- */
 
@@ -65,7 +59,7 @@ void __attribute__((noreturn)) ctl_die_status(const char *verb, int status)
 	ctl_die(CTL_EXIT_DAEMON, "%s: %s", verb, strerror(-status));
 }
 
-/* ---- protocol ---------------------------------------------------------------------------------- */
+/* ---- the daemon, through libkvmm's admin calls -------------------------------------------------- */
 
 static const char *socket_path(void)
 {
@@ -85,171 +79,52 @@ static const char *socket_path(void)
 	return "/run/kvmm/kvmmd.sock";
 }
 
-static int recv_rec(int fd, void *buf, size_t len, int timeout_ms)
-{
-	struct pollfd p = {.fd = fd, .events = POLLIN};
-	ssize_t n;
-	int r;
-
-	do {
-		r = poll(&p, 1, timeout_ms);
-	} while (r < 0 && errno == EINTR);
-	if (r < 0)
-		return -errno;
-	if (!r)
-		return -ETIMEDOUT;
-	do {
-		n = recv(fd, buf, len, 0);
-	} while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return -errno;
-	return (int)n;
-}
-
-static int send_req(int fd, unsigned int op, const void *payload, size_t plen, uint64_t *seq)
-{
-	unsigned char buf[KVMM_MSG_HDR_SIZE + 512];
-	struct kvmm_msg_hdr *h = (struct kvmm_msg_hdr *)buf;
-	ssize_t n;
-
-	if (plen > sizeof(buf) - sizeof(*h))
-		return -E2BIG;
-	*seq = next_seq++;
-	kvmm_msg_hdr_init(h, op, (uint32_t)(sizeof(*h) + plen), *seq);
-	memcpy(h + 1, payload, plen);
-	n = send(fd, buf, sizeof(*h) + plen, MSG_NOSIGNAL);
-	return n == (ssize_t)(sizeof(*h) + plen) ? 0 : -errno;
-}
-
-int ctl_connect(void)
+kvmm_admin_t *ctl_connect(void)
 {
 	const char *path = socket_path();
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	unsigned char rep[KVMM_MSG_MAX];
-	const struct kvmm_msg_hdr *rh = (const void *)rep;
-	struct kvmm_hello_req hello;
-	uint64_t seq;
-	int fd, n, ret;
+	kvmm_admin_t *h;
+	int ret;
 
-	if (strlen(path) >= sizeof(sa.sun_path))
+	ret = kvmm_admin_open(path, &h);
+	switch (ret) {
+	case 0:
+		return h;
+	case -ENAMETOOLONG:
 		ctl_die(CTL_EXIT_USAGE, "socket path too long: %s", path);
-	strcpy(sa.sun_path, path);
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		ctl_die(CTL_EXIT_DAEMON, "socket: %s", strerror(errno));
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		if (errno == EACCES || errno == EPERM)
-			ctl_die(CTL_EXIT_PERM, "%s: permission denied", path);
+	case -EACCES:
+	case -EPERM:
+		ctl_die(CTL_EXIT_PERM, "%s: permission denied", path);
+	case -ETIMEDOUT:
+	case -ECONNRESET:
+		/* connected, but HELLO got no answer */
+		ctl_die(CTL_EXIT_NODAEMON, "%s", kvmm_admin_why());
+	case -EPROTO:
+	case -EINVAL:
+	case -EBADMSG:
+		/* the daemon answered HELLO, with a refusal */
+		ctl_die(CTL_EXIT_DAEMON, "HELLO: %s (protocol version mismatch?)", strerror(-ret));
+	case -ENOMEM:
+		ctl_die(CTL_EXIT_DAEMON, "out of memory");
+	default:
 		ctl_die(CTL_EXIT_NODAEMON,
 			"no daemon at %s (%s); is kvmmd running? (--socket, "
 			"KVMM_SOCKET)",
-			path, strerror(errno));
-	}
-	memset(&hello, 0, sizeof(hello));
-	hello.abi_version = KVMM_ABI_VERSION;
-	hello.abi_min = KVMM_ABI_MIN_COMPAT;
-	hello.pid = (uint32_t)getpid();
-	strcpy(hello.name, "kvmmctl");
-	ret = send_req(fd, KVMM_OP_HELLO, &hello, sizeof(hello), &seq);
-	if (ret)
-		ctl_die(CTL_EXIT_NODAEMON, "%s: %s", path, strerror(-ret));
-	for (;;) {
-		n = recv_rec(fd, rep, sizeof(rep), 10000);
-		if (n <= 0)
-			ctl_die(CTL_EXIT_NODAEMON, "%s: no answer to HELLO (%s)", path,
-				n ? strerror(-n) : "connection closed");
-		if (kvmm_msg_hdr_check(rh, (size_t)n) || rh->seq != seq)
-			continue;
-		if (rh->status)
-			ctl_die(CTL_EXIT_DAEMON, "HELLO: %s (protocol version mismatch?)",
-				strerror(-rh->status));
-		return fd;
+			path, strerror(-ret));
 	}
 }
 
-int ctl_read(int fd, unsigned int op, uint32_t flags, uint64_t id, uint32_t arg, char **text)
+int ctl_read(kvmm_admin_t *h, unsigned int op, uint32_t flags, uint64_t id, uint32_t arg,
+	     char **text)
 {
 	struct kvmm_admin_req req;
-	unsigned char *rep = malloc(KVMM_MSG_MAX);
-	const struct kvmm_msg_hdr *rh = (const void *)rep;
-	char *out = NULL;
-	size_t len = 0;
-	uint64_t seq;
-	int ret;
 
-	*text = NULL;
-	if (!rep)
-		return -ENOMEM;
 	memset(&req, 0, sizeof(req));
 	req.flags = flags;
 	req.id = id;
 	req.reserved = arg;
 	if (ctl.ns)
 		strncpy(req.ns, ctl.ns, sizeof(req.ns) - 1);
-	ret = send_req(fd, op, &req, sizeof(req), &seq);
-	while (!ret) {
-		int n = recv_rec(fd, rep, KVMM_MSG_MAX, 10000);
-		size_t plen;
-		char *grown;
-
-		if (n <= 0) {
-			ret = n ? n : -ECONNRESET;
-			break;
-		}
-		if (kvmm_msg_hdr_check(rh, (size_t)n) || rh->seq != seq)
-			continue; /* events */
-		if (rh->status) {
-			ret = rh->status;
-			break;
-		}
-		plen = (size_t)n - KVMM_MSG_HDR_SIZE;
-		grown = realloc(out, len + plen + 1);
-		if (!grown) {
-			ret = -ENOMEM;
-			break;
-		}
-		out = grown;
-		memcpy(out + len, rep + KVMM_MSG_HDR_SIZE, plen);
-		len += plen;
-		out[len] = '\0';
-		if (!(rh->flags & KVMM_MSG_F_MORE))
-			break;
-	}
-	free(rep);
-	if (ret) {
-		free(out);
-		return ret;
-	}
-	*text = out ? out : strdup("");
-	return *text ? 0 : -ENOMEM;
-}
-
-/* A write verb: its reply payload (up to rep_len bytes) in rep. 0 or the status. */
-static int ctl_call(int fd, unsigned int op, const void *req, size_t req_len, void *rep_out,
-		    size_t rep_len)
-{
-	unsigned char rep[KVMM_MSG_HDR_SIZE + 512];
-	const struct kvmm_msg_hdr *rh = (const void *)rep;
-	uint64_t seq;
-	int ret, n;
-
-	ret = send_req(fd, op, req, req_len, &seq);
-	if (ret)
-		return ret;
-	for (;;) {
-		n = recv_rec(fd, rep, sizeof(rep), 60000);
-		if (n <= 0)
-			return n ? n : -ECONNRESET;
-		if (kvmm_msg_hdr_check(rh, (size_t)n) || rh->seq != seq)
-			continue;
-		if (rh->status)
-			return rh->status;
-		if (rep_out)
-			memcpy(rep_out, rh + 1,
-			       (size_t)n - sizeof(*rh) < rep_len ? (size_t)n - sizeof(*rh)
-								 : rep_len);
-		return 0;
-	}
+	return kvmm_admin_read(h, op, &req, text);
 }
 
 /* ---- parsing the tagged text ------------------------------------------------------------------ */
@@ -257,40 +132,18 @@ static int ctl_call(int fd, unsigned int op, const void *req, size_t req_len, vo
 /* Value of "Tag:   value ..." (first such line after @from), as a number; -1 when absent. */
 long long ctl_tag(const char *text, const char *tag)
 {
-	size_t tl = strlen(tag);
-	const char *p = text;
+	int64_t v;
+	int ret = kvmm_admin_value(text, tag, &v);
 
-	while (p && *p) {
-		if (!strncmp(p, tag, tl) && p[tl] == ':')
-			return strtoll(p + tl + 1, NULL, 10);
-		p = strchr(p, '\n');
-		if (p)
-			p++;
-	}
-	return -1;
+	if (ret == -ENOENT)
+		return -1;
+	return ret ? 0 : v;
 }
 
 /* Copy the value of " key=" in one record line (up to the newline) into buf; "" if absent. */
 const char *ctl_kv(const char *line, const char *key, char *buf, size_t len)
 {
-	size_t kl = strlen(key);
-	const char *end = strchr(line, '\n'), *p = line;
-
-	if (!end)
-		end = line + strlen(line);
-	buf[0] = '\0';
-	while ((p = strstr(p, key)) && p < end) {
-		if (p > line && p[-1] == ' ' && p[kl] == '=') {
-			size_t n = strcspn(p + kl + 1, " \n");
-
-			if (n >= len)
-				n = len - 1;
-			memcpy(buf, p + kl + 1, n);
-			buf[n] = '\0';
-			return buf;
-		}
-		p += kl;
-	}
+	kvmm_admin_field(line, key, buf, len);
 	return buf;
 }
 
@@ -322,19 +175,7 @@ const char *ctl_first(const char *line, char *buf, size_t len)
 /* Each line of @text starting with "Label:" in turn: for (l = NULL; (l = ctl_next(...));) */
 const char *ctl_next(const char *text, const char *label, const char *prev)
 {
-	size_t ll = strlen(label);
-	const char *p = prev ? strchr(prev, '\n') : text;
-
-	if (prev && p)
-		p++;
-	while (p && *p) {
-		if (!strncmp(p, label, ll) && p[ll] == ':')
-			return p;
-		p = strchr(p, '\n');
-		if (p)
-			p++;
-	}
-	return NULL;
+	return kvmm_admin_next(text, label, prev);
 }
 
 /* Frames as a size: "12.0M" style, or the frame count with --frames. */
@@ -372,11 +213,11 @@ static bool name_ok(const char *s)
 
 /* ---- verbs -------------------------------------------------------------------------------------- */
 
-static char *read_or_die(int fd, const char *verb, unsigned int op, uint32_t flags, uint64_t id,
-			 uint32_t arg)
+static char *read_or_die(kvmm_admin_t *h, const char *verb, unsigned int op, uint32_t flags,
+			 uint64_t id, uint32_t arg)
 {
 	char *text;
-	int ret = ctl_read(fd, op, flags, id, arg, &text);
+	int ret = ctl_read(h, op, flags, id, arg, &text);
 
 	if (ret)
 		ctl_die_status(verb, ret);
@@ -384,41 +225,42 @@ static char *read_or_die(int fd, const char *verb, unsigned int op, uint32_t fla
 }
 
 /* --json and --raw print the daemon's answer as it is. */
-static bool print_verbatim(int fd, const char *verb, unsigned int op, uint64_t id, uint32_t arg)
+static bool print_verbatim(kvmm_admin_t *h, const char *verb, unsigned int op, uint64_t id,
+			   uint32_t arg)
 {
 	char *text;
 
 	if (!ctl.json && !ctl.raw)
 		return false;
-	text = read_or_die(fd, verb, op, ctl.json ? KVMM_ADMIN_F_JSON : 0, id, arg);
+	text = read_or_die(h, verb, op, ctl.json ? KVMM_ADMIN_F_JSON : 0, id, arg);
 	fputs(text, stdout);
 	free(text);
 	return true;
 }
 
-static void verb_status(int fd)
+static void verb_status(kvmm_admin_t *h)
 {
 	char *t;
 
 	if (ctl.json) {
-		print_verbatim(fd, "status", KVMM_OP_STATUS, 0, 0);
+		print_verbatim(h, "status", KVMM_OP_STATUS, 0, 0);
 		return;
 	}
 	/* tagged text is the human form of status (like /proc/meminfo) */
-	t = read_or_die(fd, "status", KVMM_OP_STATUS, 0, 0, 0);
+	t = read_or_die(h, "status", KVMM_OP_STATUS, 0, 0, 0);
 	fputs(t, stdout);
 	free(t);
 }
 
-static void verb_meminfo(int fd)
+static void verb_meminfo(kvmm_admin_t *h)
 {
 	const char *l = NULL;
 	long long group = 1;
 	char *t;
 
-	if (print_verbatim(fd, "meminfo", KVMM_OP_MEMINFO, 0, 0))
+	if (print_verbatim(h, "meminfo", KVMM_OP_MEMINFO, 0, 0))
 		return;
-	t = read_or_die(fd, "meminfo", KVMM_OP_MEMINFO, 0, 0, 0);
+	t = read_or_die(h, "meminfo", KVMM_OP_MEMINFO, 0, 0, 0);
 	printf("%-16s %9s %9s %9s %9s %9s %9s %9s\n", "namespace", "total", "used", "cached",
 	       "shared", "free", "limit", "avail");
 	while ((l = ctl_next(t, "Namespace", l))) {
@@ -455,13 +297,13 @@ static void verb_meminfo(int fd)
 	free(t);
 }
 
-static void verb_vmstat(int fd)
+static void verb_vmstat(kvmm_admin_t *h)
 {
 	char *t, *line, *save = NULL;
 
-	if (print_verbatim(fd, "vmstat", KVMM_OP_VMSTAT, 0, 0))
+	if (print_verbatim(h, "vmstat", KVMM_OP_VMSTAT, 0, 0))
 		return;
-	t = read_or_die(fd, "vmstat", KVMM_OP_VMSTAT, 0, 0, 0);
+	t = read_or_die(h, "vmstat", KVMM_OP_VMSTAT, 0, 0, 0);
 	printf("%-20s %16s\n", "counter", "value");
 	for (line = strtok_r(t, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		char *colon = strchr(line, ':');
@@ -474,25 +316,25 @@ static void verb_vmstat(int fd)
 	free(t);
 }
 
-static void verb_buddyinfo(int fd)
+static void verb_buddyinfo(kvmm_admin_t *h)
 {
 	char *t;
 
-	if (print_verbatim(fd, "buddyinfo", KVMM_OP_BUDDYINFO, 0, 0))
+	if (print_verbatim(h, "buddyinfo", KVMM_OP_BUDDYINFO, 0, 0))
 		return;
-	t = read_or_die(fd, "buddyinfo", KVMM_OP_BUDDYINFO, 0, 0, 0);
+	t = read_or_die(h, "buddyinfo", KVMM_OP_BUDDYINFO, 0, 0, 0);
 	fputs(t, stdout);
 	free(t);
 }
 
-static void verb_clients(int fd)
+static void verb_clients(kvmm_admin_t *h)
 {
 	const char *l = NULL;
 	char *t;
 
-	if (print_verbatim(fd, "clients", KVMM_OP_CLIENTS, ctl.client, 0))
+	if (print_verbatim(h, "clients", KVMM_OP_CLIENTS, ctl.client, 0))
 		return;
-	t = read_or_die(fd, "clients", KVMM_OP_CLIENTS, 0, ctl.client, 0);
+	t = read_or_die(h, "clients", KVMM_OP_CLIENTS, 0, ctl.client, 0);
 	printf("%6s %-16s %8s %6s %-9s %-16s %3s %6s %8s %10s\n", "ID", "NAME", "PID", "UID",
 	       "STATE", "NAMESPACE", "DEV", "SEQS", "BLOCKS", "REQUESTS");
 	while ((l = ctl_next(t, "Client", l))) {
@@ -508,14 +350,14 @@ static void verb_clients(int fd)
 	free(t);
 }
 
-static void verb_namespaces(int fd)
+static void verb_namespaces(kvmm_admin_t *h)
 {
 	const char *l = NULL;
 	char *t;
 
-	if (print_verbatim(fd, "namespaces", KVMM_OP_NAMESPACES, 0, 0))
+	if (print_verbatim(h, "namespaces", KVMM_OP_NAMESPACES, 0, 0))
 		return;
-	t = read_or_die(fd, "namespaces", KVMM_OP_NAMESPACES, 0, 0, 0);
+	t = read_or_die(h, "namespaces", KVMM_OP_NAMESPACES, 0, 0, 0);
 	printf("%-16s %4s %9s %9s %9s %9s %9s %5s %7s %8s %10s %10s\n", "NAMESPACE", "ID", "FRAMES",
 	       "LIMIT", "USED", "CACHED", "SHARED", "PRIO", "CLIENTS", "HIT%", "HITS", "EVICTED");
 	while ((l = ctl_next(t, "Namespace", l))) {
@@ -534,14 +376,14 @@ static void verb_namespaces(int fd)
 	free(t);
 }
 
-static void verb_seqs(int fd)
+static void verb_seqs(kvmm_admin_t *h)
 {
 	const char *l = NULL;
 	char *t;
 
-	if (print_verbatim(fd, "seqs", KVMM_OP_SEQS, ctl.client, 0))
+	if (print_verbatim(h, "seqs", KVMM_OP_SEQS, ctl.client, 0))
 		return;
-	t = read_or_die(fd, "seqs", KVMM_OP_SEQS, 0, ctl.client, 0);
+	t = read_or_die(h, "seqs", KVMM_OP_SEQS, 0, ctl.client, 0);
 	printf("%6s %8s %-16s %10s %8s %8s %8s %8s\n", "CLIENT", "SEQ", "NAMESPACE", "TOKENS",
 	       "BLOCKS", "SEALED", "SHARED", "PINNED");
 	while ((l = ctl_next(t, "Seq", l))) {
@@ -567,7 +409,7 @@ static uint64_t parse_u64(const char *what, const char *s)
 	return v;
 }
 
-static void verb_pagetable(int fd, int argc, char **argv)
+static void verb_pagetable(kvmm_admin_t *h, int argc, char **argv)
 {
 	uint64_t client = ctl.client, seq;
 	const char *arg, *colon, *l = NULL;
@@ -591,9 +433,9 @@ static void verb_pagetable(int fd, int argc, char **argv)
 	}
 	if (!client || client > UINT32_MAX || !seq)
 		ctl_die(CTL_EXIT_USAGE, "pagetable: give the client: CLIENT:SEQ or --client ID");
-	if (print_verbatim(fd, "pagetable", KVMM_OP_PAGETABLE, seq, (uint32_t)client))
+	if (print_verbatim(h, "pagetable", KVMM_OP_PAGETABLE, seq, (uint32_t)client))
 		return;
-	t = read_or_die(fd, "pagetable", KVMM_OP_PAGETABLE, 0, seq, (uint32_t)client);
+	t = read_or_die(h, "pagetable", KVMM_OP_PAGETABLE, 0, seq, (uint32_t)client);
 	printf("client %lld seq %lld (%s...): %lld tokens, %lld blocks, %lld sealed\n",
 	       ctl_tag(t, "Client"), ctl_tag(t, "Seq"), "namespace", ctl_tag(t, "Tokens"),
 	       ctl_tag(t, "Blocks"), ctl_tag(t, "Sealed"));
@@ -620,14 +462,14 @@ static void verb_pagetable(int fd, int argc, char **argv)
 	free(t);
 }
 
-static void verb_lru(int fd)
+static void verb_lru(kvmm_admin_t *h)
 {
 	const char *sect = NULL;
 	char *t;
 
-	if (print_verbatim(fd, "lru", KVMM_OP_LRU, ctl.count, 0))
+	if (print_verbatim(h, "lru", KVMM_OP_LRU, ctl.count, 0))
 		return;
-	t = read_or_die(fd, "lru", KVMM_OP_LRU, 0, ctl.count, 0);
+	t = read_or_die(h, "lru", KVMM_OP_LRU, 0, ctl.count, 0);
 	while ((sect = ctl_next(t, "Namespace", sect))) {
 		const char *next = ctl_next(t, "Namespace", sect), *l = sect;
 		char name[40];
@@ -653,14 +495,14 @@ static void verb_lru(int fd)
 	free(t);
 }
 
-static void verb_swap(int fd)
+static void verb_swap(kvmm_admin_t *h)
 {
 	const char *l = NULL;
 	char *t;
 
-	if (print_verbatim(fd, "swap", KVMM_OP_SWAP, 0, 0))
+	if (print_verbatim(h, "swap", KVMM_OP_SWAP, 0, 0))
 		return;
-	t = read_or_die(fd, "swap", KVMM_OP_SWAP, 0, 0, 0);
+	t = read_or_die(h, "swap", KVMM_OP_SWAP, 0, 0, 0);
 	if (ctl_tag(t, "SwapTiers") <= 0) {
 		printf("no swap tiers\n");
 		free(t);
@@ -699,12 +541,13 @@ static uint32_t parse_events(const char *list)
 	if (!dup)
 		ctl_die(CTL_EXIT_DAEMON, "out of memory");
 	for (tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		int t = kvmm_trace_type_from_name(tok);
+		int t = kvmm_admin_trace_event(tok);
 
 		if (t < 0) {
 			fprintf(stderr, "kvmmctl: unknown event '%s'; events:", tok);
-			for (t = 0; t < KVMM_TR_TYPE_COUNT; t++)
-				fprintf(stderr, " %s", kvmm_trace_type_name((unsigned int)t));
+			for (t = 0; kvmm_admin_trace_event_name((unsigned int)t); t++)
+				fprintf(stderr, " %s",
+					kvmm_admin_trace_event_name((unsigned int)t));
 			fputc('\n', stderr);
 			exit(CTL_EXIT_USAGE);
 		}
@@ -746,62 +589,48 @@ static uint64_t trace_print(char *text, uint64_t budget)
 	return n;
 }
 
-static void verb_trace(int fd)
+static void verb_trace(kvmm_admin_t *h)
 {
 	uint32_t flags = ctl.json ? KVMM_ADMIN_F_JSON : 0;
-	uint64_t budget = ctl.count ? ctl.count : UINT64_MAX, seq;
-	struct kvmm_admin_req req;
-	unsigned char *rep;
-	const struct kvmm_msg_hdr *rh;
+	uint64_t budget = ctl.count ? ctl.count : UINT64_MAX;
 	struct sigaction sa;
 	int ret;
 
 	if (ctl.dump || ctl.clear) {
-		char *t = read_or_die(fd, "trace", KVMM_OP_TRACE,
+		char *t = read_or_die(h, "trace", KVMM_OP_TRACE,
 				      flags | (ctl.clear ? KVMM_ADMIN_F_CLEAR : 0), ctl.client,
 				      ctl.events);
 		trace_print(t, budget);
 		free(t);
 		return;
 	}
-	rep = malloc(KVMM_MSG_MAX + 1);
-	if (!rep)
-		ctl_die(CTL_EXIT_DAEMON, "out of memory");
-	rh = (const void *)rep;
-	memset(&req, 0, sizeof(req));
-	req.flags = flags | KVMM_ADMIN_F_FOLLOW;
-	req.id = ctl.client;
-	req.reserved = ctl.events;
-	ret = send_req(fd, KVMM_OP_TRACE, &req, sizeof(req), &seq);
-	if (ret)
+	ret = kvmm_admin_trace_follow(h, flags, ctl.client, ctl.events);
+	if (ret == -ECONNRESET)
 		ctl_die(CTL_EXIT_NODAEMON, "trace: %s", strerror(-ret));
+	if (ret)
+		ctl_die_status("trace", ret);
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	while (!stop_trace && budget) {
-		int n = recv_rec(fd, rep, KVMM_MSG_MAX, ctl.timeout_ms ? ctl.timeout_ms : -1);
+		char *t;
 
-		if (n == -ETIMEDOUT || n == -EINTR)
+		ret = kvmm_admin_trace_next(h, ctl.timeout_ms ? ctl.timeout_ms : -1, &t);
+		if (ret == -ETIMEDOUT)
 			break;
-		if (n <= 0) {
-			if (n == 0)
-				ctl_die(CTL_EXIT_DAEMON, "trace: the daemon closed the connection");
-			ctl_die(CTL_EXIT_DAEMON, "trace: %s", strerror(-n));
-		}
-		if (kvmm_msg_hdr_check(rh, (size_t)n))
-			continue;
-		if (rh->op == KVMM_OP_SHUTDOWN)
+		if (ret == -EINTR)
+			continue; /* SIGINT or SIGTERM: stop_trace says */
+		if (ret == -ECONNRESET)
+			ctl_die(CTL_EXIT_DAEMON, "trace: the daemon closed the connection");
+		if (ret == -ESHUTDOWN)
 			ctl_die(CTL_EXIT_DAEMON, "trace: the daemon is shutting down");
-		if (rh->seq != seq)
-			continue;
-		if (rh->status)
-			ctl_die_status("trace", rh->status);
-		rep[n] = '\0';
-		budget -= trace_print((char *)(rh + 1), budget);
+		if (ret)
+			ctl_die_status("trace", ret);
+		budget -= trace_print(t, budget);
+		free(t);
 	}
-	free(rep);
 }
 
 /* ---- write verbs --------------------------------------------------------------------------------- */
@@ -822,7 +651,7 @@ static uint64_t parse_size_frames(const char *s)
 	ctl_die(CTL_EXIT_USAGE, "limit: give frames (a number) or 'none': '%s'", s);
 }
 
-static void verb_limit(int fd, int argc, char **argv)
+static void verb_limit(kvmm_admin_t *h, int argc, char **argv)
 {
 	struct kvmm_limit_req req;
 	int ret;
@@ -844,7 +673,7 @@ static void verb_limit(int fd, int argc, char **argv)
 		req.priority = (int32_t)p;
 		req.valid |= KVMM_LIMIT_SET_PRIORITY;
 	}
-	ret = ctl_call(fd, KVMM_OP_LIMIT, &req, sizeof(req), NULL, 0);
+	ret = kvmm_admin_limit(h, &req);
 	if (ret == -ENOENT)
 		ctl_die(CTL_EXIT_DAEMON, "limit: no namespace '%s'", argv[0]);
 	if (ret)
@@ -855,50 +684,46 @@ static void verb_limit(int fd, int argc, char **argv)
 		printf("%s: limit %" PRIu64 " frames\n", argv[0], (uint64_t)req.max_frames);
 }
 
-static void verb_drop_caches(int fd, int argc, char **argv)
+static void verb_drop_caches(kvmm_admin_t *h, int argc, char **argv)
 {
-	struct kvmm_drop_caches_req req = {0};
-	struct kvmm_reclaim_rep rep = {0};
+	uint32_t flags = 0;
+	uint64_t dropped = 0;
 	int ret, i;
 
 	/* what is named, or the device pool alone */
 	for (i = 0; i < argc; i++) {
 		if (!strcmp(argv[i], "swap"))
-			req.flags |= KVMM_DROP_F_SWAP;
+			flags |= KVMM_DROP_F_SWAP;
 		else if (!strcmp(argv[i], "device"))
-			req.flags |= KVMM_DROP_F_DEVICE;
+			flags |= KVMM_DROP_F_DEVICE;
 		else
 			ctl_die(CTL_EXIT_USAGE, "usage: kvmmctl drop-caches [device] [swap]");
 	}
-	if (!req.flags)
-		req.flags = KVMM_DROP_F_DEVICE;
-	ret = ctl_call(fd, KVMM_OP_DROP_CACHES, &req, sizeof(req), &rep, sizeof(rep));
+	if (!flags)
+		flags = KVMM_DROP_F_DEVICE;
+	ret = kvmm_admin_drop_caches(h, flags, &dropped);
 	if (ret)
 		ctl_die_status("drop-caches", ret);
-	printf("dropped %" PRIu64 " cached pages\n", (uint64_t)rep.nr_frames);
+	printf("dropped %" PRIu64 " cached pages\n", dropped);
 }
 
-static void verb_reclaim(int fd, int argc, char **argv)
+static void verb_reclaim(kvmm_admin_t *h, int argc, char **argv)
 {
-	struct kvmm_reclaim_req req = {0};
-	struct kvmm_reclaim_rep rep = {0};
+	uint64_t want, got = 0;
 	int ret;
 
 	if (argc != 1)
 		ctl_die(CTL_EXIT_USAGE, "usage: kvmmctl reclaim FRAMES");
-	req.nr_frames = parse_u64("reclaim", argv[0]);
-	if (!req.nr_frames)
+	want = parse_u64("reclaim", argv[0]);
+	if (!want)
 		ctl_die(CTL_EXIT_USAGE, "reclaim: give at least 1 frame");
-	if (ctl.noswap)
-		req.flags |= KVMM_RECLAIM_F_NOSWAP;
-	ret = ctl_call(fd, KVMM_OP_RECLAIM, &req, sizeof(req), &rep, sizeof(rep));
+	ret = kvmm_admin_reclaim(h, want, ctl.noswap ? KVMM_RECLAIM_F_NOSWAP : 0, &got);
 	if (ret)
 		ctl_die_status("reclaim", ret);
-	printf("reclaimed %" PRIu64 " of %" PRIu64 " frames\n", (uint64_t)rep.nr_frames,
-	       (uint64_t)req.nr_frames);
+	printf("reclaimed %" PRIu64 " of %" PRIu64 " frames\n", got, want);
 }
 
-static void verb_swapon(int fd, int argc, char **argv, bool on)
+static void verb_swapon(kvmm_admin_t *h, int argc, char **argv, bool on)
 {
 	const char *verb = on ? "swapon" : "swapoff";
 	int ret;
@@ -924,7 +749,7 @@ static void verb_swapon(int fd, int argc, char **argv, bool on)
 		}
 		if (argc == 4)
 			req.priority = (int32_t)strtol(argv[3], NULL, 10);
-		ret = ctl_call(fd, KVMM_OP_SWAPON, &req, sizeof(req), NULL, 0);
+		ret = kvmm_admin_swapon(h, &req);
 	} else {
 		struct kvmm_swapoff_req req;
 
@@ -939,7 +764,7 @@ static void verb_swapon(int fd, int argc, char **argv, bool on)
 				ctl_die(CTL_EXIT_USAGE, "swapoff: path too long");
 			strcpy(req.path, argv[1]);
 		}
-		ret = ctl_call(fd, KVMM_OP_SWAPOFF, &req, sizeof(req), NULL, 0);
+		ret = kvmm_admin_swapoff(h, &req);
 	}
 	if (ret == -EOPNOTSUPP)
 		ctl_die(CTL_EXIT_DAEMON,
@@ -952,29 +777,26 @@ static void verb_swapon(int fd, int argc, char **argv, bool on)
 }
 
 /* fault POINT [KEY=VALUE...|off]: arm a swap fault point (--ns: one namespace, else all) */
-static void verb_fault(int fd, int argc, char **argv)
+static void verb_fault(kvmm_admin_t *h, int argc, char **argv)
 {
-	struct kvmm_fault_inject_req req;
+	char spec[KVMM_FAULT_SPEC_LEN] = {0};
 	size_t len = 0;
 	int i, ret;
 
-	memset(&req, 0, sizeof(req));
-	if (ctl.ns)
-		strncpy(req.ns, ctl.ns, sizeof(req.ns) - 1);
 	for (i = 0; i < argc; i++) {
 		size_t n = strlen(argv[i]);
 
-		if (len + n + 2 > sizeof(req.spec))
+		if (len + n + 2 > sizeof(spec))
 			ctl_die(CTL_EXIT_USAGE, "fault: specification too long");
 		if (i)
-			req.spec[len++] = ' ';
-		memcpy(req.spec + len, argv[i], n);
+			spec[len++] = ' ';
+		memcpy(spec + len, argv[i], n);
 		len += n;
 	}
-	ret = ctl_call(fd, KVMM_OP_FAULT_INJECT, &req, sizeof(req), NULL, 0);
+	ret = kvmm_admin_fault_inject(h, ctl.ns, spec);
 	if (ret)
 		ctl_die_status("fault", ret);
-	printf("fault: %s\n", req.spec);
+	printf("fault: %s\n", spec);
 }
 
 /* ---- main ------------------------------------------------------------------------------------------ */
@@ -1050,7 +872,8 @@ int main(int argc, char **argv)
 	};
 	const char *verb;
 	char **vargv;
-	int opt, fd, vargc;
+	kvmm_admin_t *h;
+	int opt, vargc;
 
 	/* GNU getopt permutes: options may come before or after the verb and its arguments */
 	while ((opt = getopt_long(argc, argv, "s:jrn:c:e:hV", opts, NULL)) != -1) {
@@ -1147,44 +970,44 @@ int main(int argc, char **argv)
 			if (ctl.json && ctl.raw)
 				ctl_die(CTL_EXIT_USAGE, "--json and --raw exclude each other");
 		}
-		fd = ctl_connect();
+		h = ctl_connect();
 		if (!strcmp(verb, "status"))
-			verb_status(fd);
+			verb_status(h);
 		else if (!strcmp(verb, "meminfo"))
-			verb_meminfo(fd);
+			verb_meminfo(h);
 		else if (!strcmp(verb, "vmstat"))
-			verb_vmstat(fd);
+			verb_vmstat(h);
 		else if (!strcmp(verb, "buddyinfo"))
-			verb_buddyinfo(fd);
+			verb_buddyinfo(h);
 		else if (!strcmp(verb, "clients"))
-			verb_clients(fd);
+			verb_clients(h);
 		else if (!strcmp(verb, "namespaces"))
-			verb_namespaces(fd);
+			verb_namespaces(h);
 		else if (!strcmp(verb, "seqs"))
-			verb_seqs(fd);
+			verb_seqs(h);
 		else if (!strcmp(verb, "pagetable"))
-			verb_pagetable(fd, vargc, vargv);
+			verb_pagetable(h, vargc, vargv);
 		else if (!strcmp(verb, "lru"))
-			verb_lru(fd);
+			verb_lru(h);
 		else if (!strcmp(verb, "swap"))
-			verb_swap(fd);
+			verb_swap(h);
 		else if (!strcmp(verb, "trace"))
-			verb_trace(fd);
+			verb_trace(h);
 		else if (!strcmp(verb, "top"))
-			ctl_top(fd);
+			ctl_top(h);
 		else if (!strcmp(verb, "limit"))
-			verb_limit(fd, vargc, vargv);
+			verb_limit(h, vargc, vargv);
 		else if (!strcmp(verb, "drop-caches"))
-			verb_drop_caches(fd, vargc, vargv);
+			verb_drop_caches(h, vargc, vargv);
 		else if (!strcmp(verb, "reclaim"))
-			verb_reclaim(fd, vargc, vargv);
+			verb_reclaim(h, vargc, vargv);
 		else if (!strcmp(verb, "swapon"))
-			verb_swapon(fd, vargc, vargv, true);
+			verb_swapon(h, vargc, vargv, true);
 		else if (!strcmp(verb, "swapoff"))
-			verb_swapon(fd, vargc, vargv, false);
+			verb_swapon(h, vargc, vargv, false);
 		else if (!strcmp(verb, "fault"))
-			verb_fault(fd, vargc, vargv);
-		close(fd);
+			verb_fault(h, vargc, vargv);
+		kvmm_admin_close(h);
 	}
 	return fflush(stdout) ? CTL_EXIT_DAEMON : 0;
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tools/kvmmctl.h - what the files of kvmmctl share: the options, the exit codes, the
- * protocol calls (kvmmctl.c) and the tagged-text helpers that top (ctl_top.c) uses too.
+ * daemon calls (kvmmctl.c, over libkvmm's admin calls) and the tagged-text helpers that top
+ * (ctl_top.c) uses too.
  */
 #ifndef KVMM_TOOLS_KVMMCTL_H
 #define KVMM_TOOLS_KVMMCTL_H
@@ -10,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "uapi/kvmm.h"
+#include "runtime/kvmm.h"
 
 /* exit codes (documented in kvmmctl(8)) */
 enum {
@@ -35,10 +36,11 @@ extern struct ctl_opts ctl;
 
 void __attribute__((noreturn, format(printf, 2, 3))) ctl_die(int code, const char *fmt, ...);
 void __attribute__((noreturn)) ctl_die_status(const char *verb, int status);
-/* Connect and HELLO; exits with the right code when that fails.  The fd. */
-int ctl_connect(void);
+/* Connect and HELLO; exits with the right code when that fails.  The admin handle. */
+kvmm_admin_t *ctl_connect(void);
 /* A read verb's whole answer (malloc'd, NUL-terminated) in *text.  0 or the status. */
-int ctl_read(int fd, unsigned int op, uint32_t flags, uint64_t id, uint32_t arg, char **text);
+int ctl_read(kvmm_admin_t *h, unsigned int op, uint32_t flags, uint64_t id, uint32_t arg,
+	     char **text);
 
 long long ctl_tag(const char *text, const char *tag);
 const char *ctl_kv(const char *line, const char *key, char *buf, size_t len);
@@ -48,6 +50,6 @@ const char *ctl_next(const char *text, const char *label, const char *prev);
 const char *ctl_size(uint64_t frames, uint64_t page_size, char *buf, size_t len);
 
 /* kvmmctl top (ctl_top.c) */
-void ctl_top(int fd);
+void ctl_top(kvmm_admin_t *h);
 
 #endif /* KVMM_TOOLS_KVMMCTL_H */

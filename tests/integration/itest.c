@@ -316,132 +316,30 @@ int itest_hello(int fd)
 	return rh->status;
 }
 
-/* Send op with payload on a new HELLOed connection; returns the fd (caller reads replies). */
-static int admin_send(const struct itest_daemon *d, unsigned int op, const void *req,
-		      size_t req_len)
+int itest_admin_open(const struct itest_daemon *d, kvmm_admin_t **h)
 {
-	unsigned char msg[KVMM_MSG_HDR_SIZE + 512];
-	struct kvmm_msg_hdr *hdr = (void *)msg;
-	int fd, err;
-
-	if (req_len > 512)
-		return -E2BIG;
-	fd = itest_connect(d);
-	if (fd < 0)
-		return fd;
-	err = itest_hello(fd);
-	if (err) {
-		close(fd);
-		return err;
-	}
-	kvmm_msg_hdr_init(hdr, op, (uint32_t)(KVMM_MSG_HDR_SIZE + req_len), 2);
-	memcpy(msg + KVMM_MSG_HDR_SIZE, req, req_len);
-	err = itest_send(fd, msg, KVMM_MSG_HDR_SIZE + req_len);
-	if (err) {
-		close(fd);
-		return err;
-	}
-	return fd;
+	return kvmm_admin_open(d->sock, h);
 }
 
 int itest_admin_text(const struct itest_daemon *d, unsigned int op, char **text)
 {
-	struct kvmm_admin_req req = {0};
-	unsigned char *rep = malloc(KVMM_MSG_MAX);
-	const struct kvmm_msg_hdr *rh = (const void *)rep;
-	char *out = NULL;
-	size_t len = 0;
-	int fd, err = 0;
+	kvmm_admin_t *h;
+	int err;
 
 	*text = NULL;
-	if (!rep)
-		return -ENOMEM;
-	fd = admin_send(d, op, &req, sizeof(req));
-	if (fd < 0) {
-		free(rep);
-		return fd;
-	}
-	for (;;) {
-		ssize_t n = itest_recv(fd, rep, KVMM_MSG_MAX, 10000);
-		size_t plen;
-		char *grown;
-
-		if (n <= 0) {
-			err = n ? (int)n : -ECONNRESET;
-			break;
-		}
-		if (kvmm_msg_hdr_check(rh, (size_t)n)) {
-			err = -EBADMSG;
-			break;
-		}
-		if (rh->seq != 2 || kvmm_op_is_event(rh->op))
-			continue;
-		if (rh->status) {
-			err = rh->status;
-			break;
-		}
-		plen = (size_t)n - KVMM_MSG_HDR_SIZE;
-		grown = realloc(out, len + plen + 1);
-		if (!grown) {
-			err = -ENOMEM;
-			break;
-		}
-		out = grown;
-		memcpy(out + len, rep + KVMM_MSG_HDR_SIZE, plen);
-		len += plen;
-		out[len] = '\0';
-		if (!(rh->flags & KVMM_MSG_F_MORE))
-			break;
-	}
-	close(fd);
-	free(rep);
-	if (err) {
-		free(out);
+	err = kvmm_admin_open(d->sock, &h);
+	if (err)
 		return err;
-	}
-	*text = out ? out : strdup("");
-	return *text ? 0 : -ENOMEM;
-}
-
-int itest_admin_call(const struct itest_daemon *d, unsigned int op, const void *req, size_t req_len,
-		     void *rep_out, size_t rep_len)
-{
-	unsigned char rep[KVMM_MSG_HDR_SIZE + 512];
-	const struct kvmm_msg_hdr *rh = (const void *)rep;
-	int fd, err;
-	ssize_t n;
-
-	fd = admin_send(d, op, req, req_len);
-	if (fd < 0)
-		return fd;
-	do {
-		n = itest_recv(fd, rep, sizeof(rep), 10000);
-	} while (n >= (ssize_t)sizeof(*rh) && rh->seq != 2);
-	if (n <= 0)
-		err = n ? (int)n : -ECONNRESET;
-	else if (n < (ssize_t)sizeof(*rh))
-		err = -EBADMSG;
-	else
-		err = rh->status;
-	if (!err && rep_out) {
-		if ((size_t)n - KVMM_MSG_HDR_SIZE < rep_len)
-			err = -EBADMSG;
-		else
-			memcpy(rep_out, rep + KVMM_MSG_HDR_SIZE, rep_len);
-	}
-	close(fd);
+	err = kvmm_admin_read(h, op, NULL, text);
+	kvmm_admin_close(h);
 	return err;
 }
 
 long long itest_text_value(const char *text, const char *name)
 {
-	size_t nlen = strlen(name);
+	int64_t v;
 
-	for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
-		if (strncmp(p, name, nlen) == 0 && p[nlen] == ':')
-			return strtoll(p + nlen + 1, NULL, 10);
-	}
-	return -1;
+	return kvmm_admin_value(text, name, &v) ? -1 : v;
 }
 
 void itest_tokens(uint32_t *tokens, size_t n, unsigned int p)

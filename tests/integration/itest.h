@@ -2,7 +2,8 @@
 /*
  * tests/integration/itest.h - what every integration test shares: starting the real kvmmd in
  * a temporary directory and stopping it (SIGTERM, exit status 0 expected), raw protocol
- * access for the tests that must send what libkvmm never would, and admin verbs. Tests run
+ * access for the tests that must send what libkvmm never would (itest_proto), and shorthands
+ * over libkvmm's admin calls (runtime/kvmm_admin.h) for the daemon's counters. Tests run
  * from the top of the object tree (./tests/integration/itest_x) and find the daemon at
  * ./kvmm/kvmmd, or wherever $KVMM_KVMMD says. When it is not built they skip (exit 77).
  */
@@ -14,7 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "uapi/kvmm.h"
+#include "runtime/kvmm.h"
 
 struct itest_daemon {
 	pid_t pid;    /* 0 when not running */
@@ -63,15 +64,16 @@ int itest_send(int fd, const void *buf, size_t len);
 ssize_t itest_recv(int fd, void *buf, size_t len, int timeout_ms);
 /* HELLO with this header's version on fd; 0 or the reply's status. */
 int itest_hello(int fd);
+/* ---- admin verbs, through libkvmm ----------------------------------------------------- */
+
+/* kvmm_admin_open() on the daemon's socket. */
+int itest_admin_open(const struct itest_daemon *d, kvmm_admin_t **h);
 /*
- * An admin read verb (op) on a new connection: the text of the answer (all records), malloc'd
- * and NUL-terminated in *text. 0 or -errno / the daemon's status.
+ * An admin read verb (op) on a new admin handle: the text of the answer (kvmm_admin_read()),
+ * malloc'd and NUL-terminated in *text. 0 or -errno / the daemon's status.
  */
 int itest_admin_text(const struct itest_daemon *d, unsigned int op, char **text);
-/* An admin write verb with payload; the reply payload (up to rep_len) in rep. 0 or status. */
-int itest_admin_call(const struct itest_daemon *d, unsigned int op, const void *req, size_t req_len,
-		     void *rep, size_t rep_len);
-/* The value of "Name:  value" in admin text, or -1 if absent. */
+/* The value of "Name:  value" in admin text (kvmm_admin_value()), or -1 if absent. */
 long long itest_text_value(const char *text, const char *name);
 
 /*

@@ -161,8 +161,8 @@ static void test_kill_loop(void **state)
 {
 	pid_t alive[NR_ALIVE] = {0};
 	unsigned int seed = (unsigned int)time(NULL) ^ (unsigned int)getpid();
-	struct kvmm_drop_caches_req drop = {.flags = KVMM_DROP_F_DEVICE};
-	struct kvmm_reclaim_rep dropped;
+	kvmm_admin_t *admin;
+	uint64_t dropped;
 	long before, after = -1, attached = 0;
 	char *text = NULL, buf[64];
 	int pfd[2];
@@ -210,9 +210,9 @@ static void test_kill_loop(void **state)
 	 * clients are torn down within a second of their death: retry for that long.
 	 */
 	for (unsigned int tries = 0; tries < 20; tries++) {
-		assert_int_equal(itest_admin_call(&itest_d, KVMM_OP_DROP_CACHES, &drop,
-						  sizeof(drop), &dropped, sizeof(dropped)),
-				 0);
+		assert_int_equal(itest_admin_open(&itest_d, &admin), 0);
+		assert_int_equal(kvmm_admin_drop_caches(admin, KVMM_DROP_F_DEVICE, &dropped), 0);
+		kvmm_admin_close(admin);
 		after = capacity(ITEST_NS_A);
 		if (after == before)
 			break;

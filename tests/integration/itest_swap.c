@@ -11,6 +11,8 @@
  *   - the FAULT_INJECT admin verb makes one sequence's PIN fail with -EIO while another's
  *     works, nothing is lost (the next PIN brings the same bytes) and swap_fail counts it;
  *   - SWAPOFF of the host tier with pages on it, then SWAPON again;
+ *   - kvmm_prefetch brings a swapped-out sequence back without a PIN, asynchronously: the
+ *     page table shows it present and the PIN after it reads nothing;
  *   - OOM: with every tier full, the lowest-priority sequence's client gets a PREEMPT event,
  *     and the sequence's ops answer -KVMM_EPREEMPTED until it is freed.
  */
@@ -175,7 +177,7 @@ static void test_prefix_demoted(void **state)
 /* swap.read fails once: that sequence's PIN is -EIO, another's works, nothing is lost. */
 static void test_fault_inject(void **state)
 {
-	struct kvmm_fault_inject_req req;
+	kvmm_admin_t *admin;
 	long long fails;
 	kvmm_client_t *c;
 	uint64_t x, y, z;
@@ -192,19 +194,14 @@ static void test_fault_inject(void **state)
 	z = mkseq(c, 0, 10, 22);
 	assert_int_equal(touch(c, z, 2002, true), 0);
 	fails = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_fail");
-	memset(&req, 0, sizeof(req));
-	strcpy(req.ns, ITEST_NS_A);
-	strcpy(req.spec, "swap.read nth=1 times=1");
-	assert_int_equal(
-		itest_admin_call(&itest_d, KVMM_OP_FAULT_INJECT, &req, sizeof(req), NULL, 0), 0);
+	assert_int_equal(itest_admin_open(&itest_d, &admin), 0);
+	assert_int_equal(kvmm_admin_fault_inject(admin, ITEST_NS_A, "swap.read nth=1 times=1"), 0);
 	assert_int_equal(touch(c, x, 2000, false), -EIO);
 	assert_int_equal(touch(c, z, 2002, false), 0);
 	assert_int_equal(touch(c, x, 2000, false), 0);
 	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_fail") > fails);
 	/* a bad specification is refused */
-	strcpy(req.spec, "swap.nosuch nth=1");
-	assert_int_not_equal(
-		itest_admin_call(&itest_d, KVMM_OP_FAULT_INJECT, &req, sizeof(req), NULL, 0), 0);
+	assert_int_equal(kvmm_admin_fault_inject(admin, ITEST_NS_A, "swap.nosuch nth=1"), -ENOENT);
 	/* SWAPOFF of the host tier with pages on it, then SWAPON it again */
 	y = mkseq(c, 0, 200, 21); /* x goes back to the tiers */
 	assert_int_equal(touch(c, y, 2001, true), 0);
@@ -213,21 +210,138 @@ static void test_fault_inject(void **state)
 		struct kvmm_swapon_req on = {
 			.tier = 1, .priority = 10, .size = 64 * ITEST_PAGE_SIZE};
 
-		assert_int_equal(
-			itest_admin_call(&itest_d, KVMM_OP_SWAPOFF, &off, sizeof(off), NULL, 0), 0);
-		assert_int_equal(
-			itest_admin_call(&itest_d, KVMM_OP_SWAPOFF, &off, sizeof(off), NULL, 0),
-			-ENOENT);
+		assert_int_equal(kvmm_admin_swapoff(admin, &off), 0);
+		assert_int_equal(kvmm_admin_swapoff(admin, &off), -ENOENT);
 		assert_int_equal(touch(c, x, 2000, false), 0);
 		assert_int_equal(touch(c, y, 2001, false), 0);
-		assert_int_equal(
-			itest_admin_call(&itest_d, KVMM_OP_SWAPON, &on, sizeof(on), NULL, 0), 0);
+		assert_int_equal(kvmm_admin_swapon(admin, &on), 0);
 	}
+	kvmm_admin_close(admin);
 	assert_int_equal(touch(c, z, 2002, false), 0);
 	assert_int_equal(kvmm_seq_free(c, x), 0);
 	assert_int_equal(kvmm_seq_free(c, y), 0);
 	assert_int_equal(kvmm_seq_free(c, z), 0);
 	kvmm_detach(c);
+}
+
+/* The daemon's client id of the one sequence seq (SEQS lists "Seq: ID client=N ns=..."). */
+static uint32_t client_of(kvmm_admin_t *admin, uint64_t seq)
+{
+	const char *l = NULL;
+	uint32_t client = 0;
+	char *text, b[32];
+
+	assert_int_equal(kvmm_admin_read(admin, KVMM_OP_SEQS, NULL, &text), 0);
+	while ((l = kvmm_admin_next(text, "Seq", l))) {
+		if (strtoull(l + strlen("Seq:"), NULL, 10) != seq)
+			continue;
+		assert_true(kvmm_admin_field(l, "client", b, sizeof(b)) > 0);
+		client = (uint32_t)strtoul(b, NULL, 10);
+	}
+	free(text);
+	assert_int_not_equal(client, 0);
+	return client;
+}
+
+/* Blocks of seq whose PTE says type (PAGETABLE of client:seq): "present", "swap". */
+static unsigned int ptes_of_type(kvmm_admin_t *admin, uint32_t client, uint64_t seq,
+				 const char *type)
+{
+	struct kvmm_admin_req req = {.id = seq, .reserved = client};
+	const char *l = NULL;
+	unsigned int n = 0;
+	char *text, b[16];
+
+	assert_int_equal(kvmm_admin_read(admin, KVMM_OP_PAGETABLE, &req, &text), 0);
+	while ((l = kvmm_admin_next(text, "Pte", l)))
+		if (kvmm_admin_field(l, "type", b, sizeof(b)) > 0 && !strcmp(b, type))
+			n++;
+	free(text);
+	return n;
+}
+
+static int64_t vmstat(kvmm_admin_t *admin, const char *name)
+{
+	int64_t v = -1;
+	char *text;
+
+	assert_int_equal(kvmm_admin_read(admin, KVMM_OP_VMSTAT, NULL, &text), 0);
+	assert_int_equal(kvmm_admin_value(text, name, &v), 0);
+	free(text);
+	return v;
+}
+
+/*
+ * kvmm_prefetch: a sequence swapped out under pressure is read back ahead of its PIN. The call
+ * starts one read per swapped page (swap_ra) and returns without waiting for them; the PIN
+ * that follows starts no read of its own (swap_ra does not move: it joins or installs the
+ * prefetched ones), and afterwards the page table shows every block present with the bytes
+ * written before the swap-out.
+ */
+static void test_prefetch(void **state)
+{
+	kvmm_admin_t *admin;
+	kvmm_client_t *c;
+	uint32_t client, started = 0, none = 7;
+	unsigned int swapped = 0, tries;
+	uint64_t x, y, z, bogus = 999999;
+	int64_t in0, ra0;
+
+	(void)state;
+	itest_need_daemon();
+	assert_int_equal(itest_admin_open(&itest_d, &admin), 0);
+	c = attach();
+	x = mkseq(c, -5, 60, 40); /* lowest priority: swapped out first */
+	assert_int_equal(touch(c, x, 4000, true), 0);
+	y = mkseq(c, 0, 100, 41);
+	assert_int_equal(touch(c, y, 4001, true), 0);
+	z = mkseq(c, 0, 100, 42); /* 260 pages in a 256-frame pool */
+	assert_int_equal(touch(c, z, 4002, true), 0);
+	client = client_of(admin, x);
+	/* kvswapd works on its own thread: wait (bounded) until part of x is out */
+	for (tries = 0; tries < 400; tries++) {
+		swapped = ptes_of_type(admin, client, x, "swap");
+		if (swapped)
+			break;
+		usleep(5000);
+	}
+	assert_true(swapped > 0);
+	/* make room for x again, so that every read can start */
+	assert_int_equal(kvmm_seq_free(c, z), 0);
+	/* and let kvswapd finish what it was doing: the count holds still for 20 ms */
+	for (tries = 0; tries < 100; tries++) {
+		swapped = ptes_of_type(admin, client, x, "swap");
+		usleep(20000);
+		if (ptes_of_type(admin, client, x, "swap") == swapped)
+			break;
+	}
+	ra0 = vmstat(admin, "swap_ra");
+	in0 = vmstat(admin, "pswpin");
+
+	assert_int_equal(kvmm_prefetch(c, &x, 1, &started), 0);
+	assert_int_equal(started, swapped);
+	assert_int_equal(vmstat(admin, "swap_ra"), ra0 + (int64_t)swapped);
+	usleep(20000); /* the reads go on while "this step computes" */
+	ra0 = vmstat(admin, "swap_ra");
+	assert_int_equal(touch(c, x, 4000, false), 0);
+	assert_int_equal(vmstat(admin, "swap_ra"), ra0); /* the PIN started no read */
+	assert_true(vmstat(admin, "pswpin") >= in0 + (int64_t)swapped);
+	assert_int_equal(ptes_of_type(admin, client, x, "swap"), 0);
+	assert_int_equal(ptes_of_type(admin, client, x, "present"), 60);
+
+	/* a resident batch starts nothing; an unknown sequence is refused; an empty batch is ok */
+	assert_int_equal(kvmm_prefetch(c, &x, 1, &started), 0);
+	assert_int_equal(started, 0);
+	assert_int_equal(kvmm_prefetch(c, &bogus, 1, NULL), -ENOENT);
+	assert_int_equal(kvmm_prefetch(c, NULL, 0, &none), 0);
+	assert_int_equal(none, 0);
+	assert_int_equal(kvmm_prefetch(NULL, &x, 1, NULL), -EINVAL);
+
+	assert_int_equal(touch(c, y, 4001, false), 0);
+	assert_int_equal(kvmm_seq_free(c, x), 0);
+	assert_int_equal(kvmm_seq_free(c, y), 0);
+	kvmm_detach(c);
+	kvmm_admin_close(admin);
 }
 
 /* Every tier full: the lowest-priority sequence's client is told to preempt it. */
@@ -276,9 +390,8 @@ static void test_oom_preempt(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_swap_roundtrip),
-		cmocka_unit_test(test_prefix_demoted),
-		cmocka_unit_test(test_fault_inject),
+		cmocka_unit_test(test_swap_roundtrip), cmocka_unit_test(test_prefix_demoted),
+		cmocka_unit_test(test_fault_inject),   cmocka_unit_test(test_prefetch),
 		cmocka_unit_test(test_oom_preempt),
 	};
 	int ret = cmocka_run_group_tests_name("itest_swap", tests, setup, teardown);

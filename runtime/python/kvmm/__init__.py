@@ -21,9 +21,10 @@ from .errors import (KVMM_ELOST, KVMM_EPREEMPTED, KvmmError, NoDaemonError, OutO
 from .format import DTYPE_BF16, DTYPE_FP16, DTYPE_FP32, DTYPE_INT8, Format, PageLayout
 from .ring import CQE_F_EVENT, MAX_INFLIGHT, Cqe, Op, Sqe
 from .views import PoolViews
+from . import admin, kernels
 
 __all__ = [
-    "attach", "Client", "Format", "PageLayout", "PoolViews",
+    "attach", "Client", "Format", "PageLayout", "PoolViews", "kernels", "admin",
     "KvmmError", "PreemptedError", "OutOfMemoryError", "NoDaemonError", "PageLostError",
     "KVMM_EPREEMPTED", "KVMM_ELOST", "BLOCK_NONE", "SEQ_ALL_TOKENS", "DEVICE_NONE",
     "DTYPE_FP32", "DTYPE_FP16", "DTYPE_BF16", "DTYPE_INT8",

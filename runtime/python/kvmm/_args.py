@@ -45,10 +45,16 @@ def int_array(name: str, values: Any, code: str) -> Tuple[array.array, int, int]
     """``values`` (ints, a numpy array or a CPU torch tensor) as an ``array.array`` of
     ``code`` ('I': uint32, 'Q': uint64, 'i': int32, 'q': int64): (array, address, count).
 
-    A list is converted element by element (each checked); an array or tensor must have an
-    integer dtype and every element in range.  The result is a copy the caller keeps alive
-    across the C call.
+    An ``array.array`` of that very type code is used as it is (no copy).  A list is converted
+    element by element (each checked); an array or tensor must have an integer dtype and every
+    element in range.  Otherwise the result is a copy the caller keeps alive across the C
+    call.
     """
+    if type(values) is array.array and values.typecode == code:
+        # already the C type: used in place (the hot path of an engine that keeps its batch
+        # as an array.array), no copy and no per-element check needed
+        addr, n = values.buffer_info()
+        return values, addr, n
     if isinstance(values, (str, bytes)):
         raise TypeError(f"{name} must be a sequence of integers, not {type(values).__name__}")
     if hasattr(values, "__array__") or hasattr(values, "__array_interface__"):

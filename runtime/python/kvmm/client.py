@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import errno as _errno
 import os
+import sys
 import weakref
 from ctypes import byref, c_uint32, c_uint64, c_void_p
 from typing import Any, Optional, Sequence, Union
@@ -25,17 +26,19 @@ SEQ_ALL_TOKENS = _args.U64_MAX
 BLOCK_NONE = -1
 DEVICE_NONE = _args.U32_MAX
 
-IntSeq = Union[Sequence[int], Any]  # a list of ints, a 1-D integer numpy array or CPU tensor
+# a list of ints, an array.array (used in place when of the C type), a 1-D integer numpy
+# array or CPU tensor
+IntSeq = Union[Sequence[int], Any]
 
 
-class _Session:
-    """Owns the C handle: kvmm_detach runs when the last holder (the Client, or a view of the
-    pool, which must not outlive the mapping) lets go."""
-
-    __slots__ = ("handle", "__weakref__")
+class _Session(c_void_p):
+    """The C handle (a ``c_void_p``, passed to C as it is).  kvmm_detach runs when the last
+    holder lets go: the Client, a call in progress (its local reference, so closing a handle
+    in one thread while another thread's call runs on it never frees it under that call), or
+    a view of the pool (which must not outlive the mapping)."""
 
     def __init__(self, handle: int) -> None:
-        self.handle = handle
+        super().__init__(handle)
         weakref.finalize(self, lib.kvmm_detach, c_void_p(handle))
 
 
@@ -77,16 +80,16 @@ class Client:
                     e.strerror = f"{e.strerror}: {why.decode('utf-8', 'replace')}"
             raise e
         self._session: Optional[_Session] = _Session(h.value)
-        self._h: Optional[int] = h.value
         self._pid = os.getpid()
         self.fmt = fmt
         self.ns = ns
-        self.page_size: int = lib.kvmm_page_size(self._h)
-        self.tokens_per_page: int = lib.kvmm_tokens_per_page(self._h)
-        self.bytes_per_token: int = lib.kvmm_bytes_per_token(self._h)
-        self.nr_frames: int = lib.kvmm_nr_frames(self._h)
-        self.nr_devices: int = lib.kvmm_nr_devices(self._h)
-        self.device_index: int = lib.kvmm_device_index(self._h)
+        h = self._session
+        self.page_size: int = lib.kvmm_page_size(h)
+        self.tokens_per_page: int = lib.kvmm_tokens_per_page(h)
+        self.bytes_per_token: int = lib.kvmm_bytes_per_token(h)
+        self.nr_frames: int = lib.kvmm_nr_frames(h)
+        self.nr_devices: int = lib.kvmm_nr_devices(h)
+        self.device_index: int = lib.kvmm_device_index(h)
         self.layout = PageLayout.of(fmt, self.page_size)
         if (self.layout.tokens_per_page != self.tokens_per_page or
                 self.layout.token_bytes != self.bytes_per_token):
@@ -98,8 +101,9 @@ class Client:
 
     # ---- the handle -------------------------------------------------------------------
 
-    def _handle(self) -> int:
-        h = self._h
+    def _handle(self) -> _Session:
+        """The handle for one call; the caller keeps it in a local for the call's length."""
+        h = self._session
         if h is None:
             raise ValueError("kvmm client is closed")
         if self._pid != os.getpid():
@@ -109,13 +113,12 @@ class Client:
 
     @property
     def closed(self) -> bool:
-        return self._h is None
+        return self._session is None
 
     def close(self) -> None:
         """Detach (kvmm_detach): the daemon frees this handle's sequences and pins.  The pool
         stays mapped, and the session open, until the last view of it (:meth:`views`) is
         gone too.  Closing twice is fine."""
-        self._h = None
         self._views = {}
         self._session = None
 
@@ -127,7 +130,7 @@ class Client:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._h is None else f"{self.nr_frames} frames"
+        state = "closed" if self._session is None else f"{self.nr_frames} frames"
         return f"<kvmm.Client ns={self.ns!r} {state}>"
 
     # ---- the pool ---------------------------------------------------------------------
@@ -248,7 +251,9 @@ class Client:
         h = self._handle()
         arr, addr, n = _args.int_array("seqs", _args.seqs_of(seqs), "Q")
         nr = c_uint32()
-        check(fn(h, addr, n, byref(nr)), name)
+        err = fn(h, addr, n, byref(nr))
+        if err < 0:
+            raise make_error(err, name)
         return nr.value
 
     def pin(self, seqs: IntSeq) -> int:
@@ -363,31 +368,33 @@ def _new_int32(shape: tuple, like: str) -> Any:
 
 
 def _table_ptr(out: Any, n: int, max_blocks: Optional[int]) -> tuple[int, int]:
-    """Address and row length of a block-table array, after checking it."""
-    mod = type(out).__module__
-    if mod.startswith("torch"):
-        if str(out.dtype) != "torch.int32":
+    """Address and row length of a block-table array, after checking it (cheap checks: this
+    runs every step)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(out, torch.Tensor):
+        if out.dtype is not torch.int32:
             raise TypeError(f"out must be torch.int32, not {out.dtype}")
-        if out.device.type != "cpu":
+        if not out.is_cpu or out.layout is not torch.strided:
             raise ValueError(f"out must be on the CPU, not {out.device} (copy it after)")
         if not out.is_contiguous():
             raise ValueError("out must be contiguous")
-        shape, ptr = tuple(out.shape), out.data_ptr()
-    elif mod.startswith("numpy"):
-        if str(out.dtype) != "int32":
+        shape, ptr = out.shape, out.data_ptr()
+    elif type(out).__module__ == "numpy":
+        if out.dtype.str != "<i4":
             raise TypeError(f"out must be numpy.int32, not {out.dtype}")
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("out must be C-contiguous and writeable")
-        shape, ptr = tuple(out.shape), out.ctypes.data
+        shape, ptr = out.shape, out.ctypes.data
     else:
         raise TypeError(f"out must be a torch.Tensor or a numpy array, not {type(out).__name__}")
     if len(shape) != 2 or shape[0] != n:
         raise ValueError(f"out must have shape [{n}, max_blocks], not {list(shape)}")
-    if max_blocks is not None and shape[1] != max_blocks:
-        raise ValueError(f"out has {shape[1]} columns, max_blocks says {max_blocks}")
-    if shape[1] == 0 or shape[1] > _args.U32_MAX:
+    cols = shape[1]
+    if max_blocks is not None and cols != max_blocks:
+        raise ValueError(f"out has {cols} columns, max_blocks says {max_blocks}")
+    if cols == 0 or cols > _args.U32_MAX:
         raise ValueError("max_blocks must be in [1, 2**32)")
-    return ptr, shape[1]
+    return ptr, cols
 
 
 def _socket_path(socket_path: Optional[str]) -> str:

@@ -53,6 +53,7 @@ class PageLostError(KvmmError):
 
 _GONE = (_errno.ENOTCONN, _errno.EPIPE)
 _NO_DAEMON_AT_ATTACH = (_errno.ENOENT, _errno.ECONNREFUSED)
+_OPENS = ("kvmm_attach", "kvmm_admin_open")
 
 
 def error_class(err: int, call: str = "") -> type[KvmmError]:
@@ -63,7 +64,7 @@ def error_class(err: int, call: str = "") -> type[KvmmError]:
         return PageLostError
     if err == _errno.ENOMEM:
         return OutOfMemoryError
-    if err in _GONE or (call == "kvmm_attach" and err in _NO_DAEMON_AT_ATTACH):
+    if err in _GONE or (call in _OPENS and err in _NO_DAEMON_AT_ATTACH):
         return NoDaemonError
     return KvmmError
 

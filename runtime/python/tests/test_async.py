@@ -67,3 +67,30 @@ def test_preempted_cqe_maps_to_preempted_error():
     c = kvmm.Cqe(0, -kvmm.KVMM_EPREEMPTED, kvmm.CQE_F_EVENT, 5, 0, 0, 3)
     assert c.is_event and c.preempted
     assert isinstance(c.error(), kvmm.PreemptedError)
+
+
+def test_preemption_event_and_error(daemon, fmt):
+    import time
+
+    from conftest import NS_B
+    with kvmm.attach(daemon.sock, NS_B, fmt) as c:
+        tpp = c.tokens_per_page
+        victim = c.seq_create(priority=-10)
+        c.seq_append(victim, range(30 * tpp))
+        hog = c.seq_create(priority=0)
+        with pytest.raises(kvmm.OutOfMemoryError):
+            for _ in range(10):
+                c.seq_append(hog, range(16 * tpp))
+        events = []
+        for _ in range(200):
+            events += [e for e in c.complete(max=4) if e.is_event]
+            if events:
+                break
+            time.sleep(0.01)
+        assert [(e.seq, e.preempted) for e in events] == [(victim, True)]
+        assert isinstance(events[0].error(), kvmm.PreemptedError)
+        with pytest.raises(kvmm.PreemptedError) as e:
+            c.seq_append(victim, [1])
+        assert e.value.errno == kvmm.KVMM_EPREEMPTED
+        c.seq_free(victim)
+        c.seq_free(hog)

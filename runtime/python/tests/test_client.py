@@ -143,3 +143,35 @@ def test_fork_in_child_process_refuses_the_handle(client):
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     client.seq_create()  # the parent's handle is unharmed
+
+
+def test_close_while_another_thread_calls(daemon, fmt):
+    import threading
+    import time
+
+    c = kvmm.attach(daemon.sock, NS_A, fmt)
+    s = c.seq_create()
+    c.seq_append(s, range(40))
+    errors: list = []
+    calls = [0]
+
+    def worker():
+        try:
+            while True:
+                c.pin([s])
+                c.block_table([s], 4)
+                c.unpin([s])
+                calls[0] += 1
+        except ValueError as e:  # closed: the one way out
+            errors.append(e)
+        except BaseException as e:  # anything else is a failure
+            errors.append(e)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    while calls[0] < 20 and t.is_alive():
+        time.sleep(0.001)
+    c.close()
+    t.join(30)
+    assert not t.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], ValueError), errors

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * kvmm/format.c - KV formats: how a client's tokens are laid out inside one frame.
+ * lib/format.c - KV formats: how a client's tokens are laid out inside one frame.
  *
  * A format (layers, kv heads, head dim, dtype, int8 group size) registered at attach decides
  * the bytes one token takes and so how many tokens fit in a page.  The layout is
@@ -13,11 +13,10 @@
  * Sizes come from clients, so every product is overflow-checked and every bad format is -EINVAL.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
-#include <xxhash.h>
-
-#include "kvmm/mm.h"
+#include "format.h"
 
 static uint64_t round_up_u64(uint64_t v, uint64_t align, bool *ovf)
 {
@@ -130,31 +129,4 @@ uint64_t kvmm_fmt_scale_offset(const struct kvmm_fmt *fmt, uint32_t layer, uint3
 		return KVMM_FMT_BAD_OFFSET;
 	return ((uint64_t)layer * 2 + kv) * fmt->slab_bytes + fmt->scale_off +
 	       (uint64_t)token * fmt->scale_row_bytes;
-}
-
-static void put_le64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-/*
- * The id keys the page cache, and cache keys may outlive a process (swap, a remote tier), so
- * it hashes a fixed little-endian encoding of the defining fields with a version word, never
- * the in-memory struct (padding, field order, endianness).  Derived fields follow from these.
- */
-#define FMT_ID_VERSION 1
-
-uint64_t kvmm_fmt_id(const struct kvmm_fmt *fmt)
-{
-	unsigned char buf[7 * 8];
-
-	put_le64(buf + 0, FMT_ID_VERSION);
-	put_le64(buf + 8, fmt->layers);
-	put_le64(buf + 16, fmt->kv_heads);
-	put_le64(buf + 24, fmt->head_dim);
-	put_le64(buf + 32, fmt->dtype);
-	put_le64(buf + 40, fmt->group_size);
-	put_le64(buf + 48, fmt->page_size);
-	return XXH3_64bits(buf, sizeof(buf));
 }

@@ -1,0 +1,587 @@
+// SPDX-License-Identifier: MIT
+/*
+ * runtime/admin.c - libkvmm's admin handle (runtime/kvmm_admin.h): a connection that says
+ * HELLO and then only asks admin verbs, one at a time. It has its own small transport rather
+ * than client.c's message layer because what it needs is different: no ATTACH, no descriptors,
+ * no pipelining, but answers of many records (a read verb's text, reassembled until a record
+ * comes without KVMM_MSG_F_MORE), a trace subscription that streams records for ever, and a
+ * deadline on every wait, so that an operator's tool never hangs on a wedged daemon. Records
+ * that are not the reply being waited for (events, a stale reply) are skipped; a SHUTDOWN
+ * event ends a trace subscription. The tagged-text helpers at the end read the daemon's
+ * "Name:  value" lines and "Label: first key=value" records.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/libkvmm.h"
+
+struct kvmm_admin {
+	pthread_mutex_t lock;
+	int fd;
+	bool following;	    /* a trace subscription owns the connection */
+	uint64_t next_seq;  /* header seq of the next request, never 0 */
+	uint64_t trace_seq; /* the subscription's seq */
+	struct kvmm_hello_rep hello;
+	unsigned char *rx; /* one record, KVMM_MSG_MAX bytes */
+};
+
+static __thread char admin_why[160];
+
+static void __attribute__((format(printf, 1, 2))) set_why(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(admin_why, sizeof(admin_why), fmt, ap);
+	va_end(ap);
+}
+
+const char *kvmm_admin_why(void)
+{
+	return admin_why[0] ? admin_why : "no kvmm_admin_open failed in this thread";
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * Receive one well-formed record into a->rx before the deadline (-1: none): its length, or
+ * -ETIMEDOUT, -EINTR (only when eintr: the caller wants to see signals), -ECONNRESET (the
+ * daemon closed the connection), -errno. Malformed records are skipped.
+ */
+static int recv_rec(struct kvmm_admin *a, int64_t deadline, bool eintr)
+{
+	for (;;) {
+		struct pollfd p = {.fd = a->fd, .events = POLLIN};
+		int timeout = -1, r;
+		ssize_t n;
+
+		if (deadline >= 0) {
+			int64_t left = deadline - now_ms();
+
+			timeout = left < 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
+		}
+		r = poll(&p, 1, timeout);
+		if (r < 0) {
+			if (errno == EINTR && !eintr)
+				continue;
+			return -errno;
+		}
+		if (!r)
+			return -ETIMEDOUT;
+		n = recv(a->fd, a->rx, KVMM_MSG_MAX, MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
+				continue;
+			return errno == ECONNRESET ? -ECONNRESET : -errno;
+		}
+		if (n == 0)
+			return -ECONNRESET;
+		if (kvmm_msg_hdr_check((const struct kvmm_msg_hdr *)a->rx, (size_t)n))
+			continue; /* not a record we can read: nothing waits for it */
+		return (int)n;
+	}
+}
+
+/* Send one request; its seq in *seq. */
+static int send_req(struct kvmm_admin *a, unsigned int op, const void *payload, size_t len,
+		    uint64_t *seq)
+{
+	struct kvmm_msg_hdr hdr;
+	struct iovec iov[2] = {{&hdr, sizeof(hdr)}, {(void *)payload, len}};
+	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+	ssize_t n;
+
+	if (len > KVMM_MSG_MAX - KVMM_MSG_HDR_SIZE)
+		return -E2BIG;
+	*seq = a->next_seq++;
+	if (!a->next_seq)
+		a->next_seq = 1;
+	kvmm_msg_hdr_init(&hdr, op, (uint32_t)(sizeof(hdr) + len), *seq);
+	if (a->hello.abi_agreed)
+		hdr.abi = a->hello.abi_agreed;
+	do {
+		n = sendmsg(a->fd, &mh, MSG_NOSIGNAL);
+	} while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return errno == EPIPE ? -ECONNRESET : -errno;
+	return 0;
+}
+
+/*
+ * Wait for the next record of the reply to seq (each within timeout_ms): its payload length
+ * (the payload is at a->rx + KVMM_MSG_HDR_SIZE), or the daemon's status, or a transport
+ * error. *more: whether more records of the reply follow.
+ */
+static int wait_rec(struct kvmm_admin *a, uint64_t seq, int timeout_ms, bool *more)
+{
+	const struct kvmm_msg_hdr *h = (const struct kvmm_msg_hdr *)a->rx;
+	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+
+	for (;;) {
+		int n = recv_rec(a, deadline, false);
+
+		if (n < 0)
+			return n;
+		if (!kvmm_op_is_reply(h->op) || h->seq != seq)
+			continue; /* an event, or a reply nobody waits for any more */
+		if (h->status > 0)
+			return -EBADMSG;
+		if (h->status)
+			return h->status;
+		*more = h->flags & KVMM_MSG_F_MORE;
+		return n - KVMM_MSG_HDR_SIZE;
+	}
+}
+
+/* One round trip of a single-record reply: up to rep_len bytes of payload into rep. */
+static int call(struct kvmm_admin *a, unsigned int op, const void *req, size_t len, void *rep,
+		size_t rep_len, int timeout_ms)
+{
+	uint64_t seq;
+	bool more;
+	int n;
+
+	n = send_req(a, op, req, len, &seq);
+	if (n)
+		return n;
+	n = wait_rec(a, seq, timeout_ms, &more);
+	if (n < 0)
+		return n;
+	if ((size_t)n < rep_len)
+		return -EBADMSG;
+	if (rep_len)
+		memcpy(rep, a->rx + KVMM_MSG_HDR_SIZE, rep_len);
+	return 0;
+}
+
+static int hello(struct kvmm_admin *a)
+{
+	struct kvmm_hello_req req = {
+		.abi_version = KVMM_ABI_VERSION,
+		.abi_min = KVMM_ABI_MIN_COMPAT,
+		.pid = (uint32_t)getpid(),
+	};
+	struct kvmm_hello_rep rep;
+	int err;
+
+	kvmm_client_name(req.name);
+	err = call(a, KVMM_OP_HELLO, &req, sizeof(req), &rep, sizeof(rep),
+		   KVMM_ADMIN_READ_TIMEOUT_MS);
+	if (err)
+		return err;
+	/* trust nothing: the daemon's choice must be one we speak */
+	if ((unsigned int)rep.abi_agreed - KVMM_ABI_MIN_COMPAT >
+	    (unsigned int)(KVMM_ABI_VERSION - KVMM_ABI_MIN_COMPAT))
+		return -EPROTO;
+	a->hello = rep;
+	return 0;
+}
+
+static void admin_free(struct kvmm_admin *a)
+{
+	if (a->fd >= 0)
+		close(a->fd);
+	pthread_mutex_destroy(&a->lock);
+	free(a->rx);
+	free(a);
+}
+
+int kvmm_admin_open(const char *socket_path, kvmm_admin_t **out)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	char path[sizeof(sa.sun_path)];
+	struct kvmm_admin *a;
+	int err;
+
+	if (!out) {
+		set_why("no place for the handle (out is NULL)");
+		return -EINVAL;
+	}
+	*out = NULL;
+	if (socket_path) {
+		if (strlen(socket_path) >= sizeof(path)) {
+			set_why("socket path too long: %s", socket_path);
+			return -ENAMETOOLONG;
+		}
+		strcpy(path, socket_path);
+	} else if (kvmm_socket_path_default(path, sizeof(path))) {
+		set_why("the default socket path is too long");
+		return -ENAMETOOLONG;
+	}
+	a = calloc(1, sizeof(*a));
+	if (!a) {
+		set_why("out of memory");
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&a->lock, NULL);
+	a->next_seq = 1;
+	a->rx = malloc(KVMM_MSG_MAX);
+	a->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (!a->rx || a->fd < 0) {
+		err = a->rx ? -errno : -ENOMEM;
+		set_why("socket: %s", strerror(-err));
+		goto out_free;
+	}
+	strcpy(sa.sun_path, path);
+	while (connect(a->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		if (errno == EINTR)
+			continue;
+		err = -errno;
+		set_why("connect to %s: %s", path, strerror(-err));
+		goto out_free;
+	}
+	err = hello(a);
+	if (err) {
+		if (err == -ETIMEDOUT || err == -ECONNRESET)
+			set_why("%s: no answer to HELLO (%s)", path,
+				err == -ECONNRESET ? "connection closed" : strerror(-err));
+		else
+			set_why("HELLO: %s", kvmm_strerror(err));
+		goto out_free;
+	}
+	*out = a;
+	return 0;
+
+out_free:
+	admin_free(a);
+	return err;
+}
+
+void kvmm_admin_close(kvmm_admin_t *a)
+{
+	if (a)
+		admin_free(a); /* closing the socket ends the session and any subscription */
+}
+
+const struct kvmm_hello_rep *kvmm_admin_hello(const kvmm_admin_t *a)
+{
+	return &a->hello;
+}
+
+/* 0 if the handle may send a request now. */
+static int admin_usable(const struct kvmm_admin *a)
+{
+	if (a->fd < 0)
+		return -ENOTCONN;
+	return a->following ? -EBUSY : 0;
+}
+
+int kvmm_admin_read(kvmm_admin_t *a, unsigned int op, const struct kvmm_admin_req *req, char **text)
+{
+	struct kvmm_admin_req r = {0};
+	char *out = NULL;
+	size_t len = 0;
+	uint64_t seq;
+	bool more = true;
+	int err;
+
+	if (!a || !text)
+		return -EINVAL;
+	*text = NULL;
+	if (op < KVMM_OP_STATUS || op > KVMM_OP_TRACE)
+		return -EINVAL;
+	if (req)
+		r = *req;
+	if (r.flags & KVMM_ADMIN_F_FOLLOW)
+		return -EINVAL;
+	pthread_mutex_lock(&a->lock);
+	err = admin_usable(a);
+	if (!err)
+		err = send_req(a, op, &r, sizeof(r), &seq);
+	while (!err && more) {
+		int n = wait_rec(a, seq, KVMM_ADMIN_READ_TIMEOUT_MS, &more);
+		char *grown;
+
+		if (n < 0) {
+			err = n;
+			break;
+		}
+		grown = realloc(out, len + (size_t)n + 1);
+		if (!grown) {
+			err = -ENOMEM;
+			break;
+		}
+		out = grown;
+		memcpy(out + len, a->rx + KVMM_MSG_HDR_SIZE, (size_t)n);
+		len += (size_t)n;
+		out[len] = '\0';
+	}
+	pthread_mutex_unlock(&a->lock);
+	if (err) {
+		free(out);
+		return err;
+	}
+	*text = out ? out : strdup("");
+	return *text ? 0 : -ENOMEM;
+}
+
+/* A write verb: one request, one reply of rep_len payload bytes (rep may be NULL). */
+static int write_verb(struct kvmm_admin *a, unsigned int op, const void *req, size_t len, void *rep,
+		      size_t rep_len)
+{
+	int err;
+
+	if (!a)
+		return -EINVAL;
+	pthread_mutex_lock(&a->lock);
+	err = admin_usable(a);
+	if (!err)
+		err = call(a, op, req, len, rep, rep_len, KVMM_ADMIN_WRITE_TIMEOUT_MS);
+	pthread_mutex_unlock(&a->lock);
+	return err;
+}
+
+int kvmm_admin_limit(kvmm_admin_t *a, const struct kvmm_limit_req *req)
+{
+	if (!req)
+		return -EINVAL;
+	return write_verb(a, KVMM_OP_LIMIT, req, sizeof(*req), NULL, 0);
+}
+
+int kvmm_admin_drop_caches(kvmm_admin_t *a, uint32_t flags, uint64_t *nr_dropped)
+{
+	struct kvmm_drop_caches_req req = {.flags = flags};
+	struct kvmm_reclaim_rep rep;
+	int err;
+
+	err = write_verb(a, KVMM_OP_DROP_CACHES, &req, sizeof(req), &rep, sizeof(rep));
+	if (!err && nr_dropped)
+		*nr_dropped = rep.nr_frames;
+	return err;
+}
+
+int kvmm_admin_reclaim(kvmm_admin_t *a, uint64_t nr_frames, uint32_t flags, uint64_t *nr_reclaimed)
+{
+	struct kvmm_reclaim_req req = {.nr_frames = nr_frames, .flags = flags};
+	struct kvmm_reclaim_rep rep;
+	int err;
+
+	err = write_verb(a, KVMM_OP_RECLAIM, &req, sizeof(req), &rep, sizeof(rep));
+	if (!err && nr_reclaimed)
+		*nr_reclaimed = rep.nr_frames;
+	return err;
+}
+
+int kvmm_admin_swapon(kvmm_admin_t *a, const struct kvmm_swapon_req *req)
+{
+	if (!req)
+		return -EINVAL;
+	return write_verb(a, KVMM_OP_SWAPON, req, sizeof(*req), NULL, 0);
+}
+
+int kvmm_admin_swapoff(kvmm_admin_t *a, const struct kvmm_swapoff_req *req)
+{
+	if (!req)
+		return -EINVAL;
+	return write_verb(a, KVMM_OP_SWAPOFF, req, sizeof(*req), NULL, 0);
+}
+
+int kvmm_admin_fault_inject(kvmm_admin_t *a, const char *ns, const char *spec)
+{
+	struct kvmm_fault_inject_req req;
+
+	memset(&req, 0, sizeof(req));
+	if (!spec || strlen(spec) >= sizeof(req.spec) || (ns && strlen(ns) >= sizeof(req.ns)))
+		return -EINVAL;
+	if (ns)
+		strcpy(req.ns, ns);
+	strcpy(req.spec, spec);
+	return write_verb(a, KVMM_OP_FAULT_INJECT, &req, sizeof(req), NULL, 0);
+}
+
+/* ---- trace ------------------------------------------------------------------------------ */
+
+/*
+ * The event types' names as the daemon writes them in trace lines ("type=swap-out"), indexed
+ * by the bit a TRACE mask sets for them: both are part of the protocol (kvmm/trace.h has the
+ * daemon's table; tests/unit/test_admin.c checks that the two agree).
+ */
+static const char *const trace_events[] = {
+	"alloc",    "free",    "seal",	"hit", "miss",	 "reclaim",
+	"swap-out", "swap-in", "fault", "oom", "attach", "detach",
+};
+
+int kvmm_admin_trace_event(const char *name)
+{
+	if (!name)
+		return -EINVAL;
+	for (unsigned int i = 0; i < sizeof(trace_events) / sizeof(trace_events[0]); i++)
+		if (!strcmp(name, trace_events[i]))
+			return (int)i;
+	return -EINVAL;
+}
+
+const char *kvmm_admin_trace_event_name(unsigned int type)
+{
+	return type < sizeof(trace_events) / sizeof(trace_events[0]) ? trace_events[type] : NULL;
+}
+
+int kvmm_admin_trace_follow(kvmm_admin_t *a, uint32_t flags, uint64_t client, uint32_t events)
+{
+	struct kvmm_admin_req req = {
+		.flags = flags | KVMM_ADMIN_F_FOLLOW,
+		.reserved = events,
+		.id = client,
+	};
+	uint64_t seq;
+	bool more;
+	int err;
+
+	if (!a || (flags & ~KVMM_ADMIN_F_JSON))
+		return -EINVAL;
+	pthread_mutex_lock(&a->lock);
+	err = admin_usable(a);
+	if (!err)
+		err = send_req(a, KVMM_OP_TRACE, &req, sizeof(req), &seq);
+	if (!err) {
+		/* the daemon acknowledges at once: status 0, KVMM_MSG_F_MORE, no payload */
+		err = wait_rec(a, seq, KVMM_ADMIN_READ_TIMEOUT_MS, &more);
+		if (err >= 0) {
+			err = more ? 0 : -EBADMSG;
+			a->following = more;
+			a->trace_seq = seq;
+		}
+	}
+	pthread_mutex_unlock(&a->lock);
+	return err;
+}
+
+int kvmm_admin_trace_next(kvmm_admin_t *a, int timeout_ms, char **text)
+{
+	const struct kvmm_msg_hdr *h;
+	int64_t deadline;
+	int err;
+
+	if (!a || !text)
+		return -EINVAL;
+	*text = NULL;
+	h = (const struct kvmm_msg_hdr *)a->rx;
+	deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+	pthread_mutex_lock(&a->lock);
+	if (!a->following) {
+		err = -EINVAL; /* no subscription (or it ended) */
+		goto out;
+	}
+	for (;;) {
+		int n = recv_rec(a, deadline, true);
+
+		if (n < 0) {
+			err = n;
+			break;
+		}
+		if (kvmm_op_base(h->op) == KVMM_OP_SHUTDOWN && !kvmm_op_is_reply(h->op)) {
+			err = -ESHUTDOWN;
+			break;
+		}
+		if (!kvmm_op_is_reply(h->op) || h->seq != a->trace_seq)
+			continue;
+		if (h->status) {
+			err = h->status > 0 ? -EBADMSG : h->status;
+			break;
+		}
+		a->following = h->flags & KVMM_MSG_F_MORE;
+		*text = malloc((size_t)n - KVMM_MSG_HDR_SIZE + 1);
+		if (!*text) {
+			err = -ENOMEM;
+			break;
+		}
+		memcpy(*text, a->rx + KVMM_MSG_HDR_SIZE, (size_t)n - KVMM_MSG_HDR_SIZE);
+		(*text)[n - KVMM_MSG_HDR_SIZE] = '\0';
+		err = 0;
+		break;
+	}
+out:
+	pthread_mutex_unlock(&a->lock);
+	return err;
+}
+
+/* ---- tagged text ------------------------------------------------------------------------- */
+
+/* The line after the one at p, or NULL. */
+static const char *next_line(const char *p)
+{
+	p = strchr(p, '\n');
+	return p ? p + 1 : NULL;
+}
+
+int kvmm_admin_value(const char *text, const char *name, int64_t *value)
+{
+	size_t nl;
+
+	if (!text || !name || !value)
+		return -EINVAL;
+	nl = strlen(name);
+	for (const char *p = text; p && *p; p = next_line(p)) {
+		char *end;
+		long long v;
+
+		if (strncmp(p, name, nl) || p[nl] != ':')
+			continue;
+		errno = 0;
+		v = strtoll(p + nl + 1, &end, 10);
+		if (end == p + nl + 1 || errno)
+			return -ERANGE;
+		*value = v;
+		return 0;
+	}
+	return -ENOENT;
+}
+
+const char *kvmm_admin_next(const char *text, const char *label, const char *prev)
+{
+	size_t ll;
+	const char *p;
+
+	if (!text || !label)
+		return NULL;
+	ll = strlen(label);
+	p = prev ? next_line(prev) : text;
+	for (; p && *p; p = next_line(p))
+		if (!strncmp(p, label, ll) && p[ll] == ':')
+			return p;
+	return NULL;
+}
+
+int kvmm_admin_field(const char *line, const char *key, char *buf, size_t len)
+{
+	const char *end, *p;
+	size_t kl;
+
+	if (!line || !key || !buf || !len)
+		return -EINVAL;
+	buf[0] = '\0';
+	kl = strlen(key);
+	end = strchr(line, '\n');
+	if (!end)
+		end = line + strlen(line);
+	for (p = line; (p = strstr(p, key)) && p < end; p += kl) {
+		size_t n;
+
+		if (p == line || p[-1] != ' ' || p[kl] != '=' || p + kl >= end)
+			continue;
+		n = strcspn(p + kl + 1, " \n");
+		if (n >= len)
+			n = len - 1;
+		memcpy(buf, p + kl + 1, n);
+		buf[n] = '\0';
+		return (int)n;
+	}
+	return -ENOENT;
+}

@@ -1,0 +1,100 @@
+# SPDX-License-Identifier: MIT
+"""The admin calls against a real kvmmd (the tests run as root, or in the admin group)."""
+from __future__ import annotations
+
+import errno
+import json
+
+import pytest
+
+import kvmm
+from kvmm import admin
+from conftest import NS_A, NS_A_FRAMES, PAGE_SIZE
+
+pytestmark = pytest.mark.skipif(not admin.HAVE_ADMIN, reason="this libkvmm has no admin calls")
+
+
+@pytest.fixture
+def adm(daemon):
+    try:
+        a = admin.open(daemon.sock)
+    except kvmm.KvmmError as e:
+        if e.errno == errno.EACCES:
+            pytest.skip("admin verbs need root or kvmmd's admin group")
+        raise
+    yield a
+    a.close()
+
+
+def test_hello_and_reads(adm, client):
+    assert adm.hello["page_size"] == PAGE_SIZE
+    assert adm.hello["backend_name"] == "host"
+    s = client.seq_create()
+    client.seq_append(s, range(3 * client.tokens_per_page))
+    mem = adm.meminfo(ns=NS_A)
+    assert admin.value(mem, "Total") == NS_A_FRAMES
+    assert admin.value(mem, "Nothing") is None
+    with pytest.raises(ValueError):
+        admin.value(mem, "Namespace")  # a name, not a number
+    (alpha,) = [r for r in admin.records(adm.namespaces(), "Namespace")
+                if r.split()[1] == NS_A]
+    assert admin.field(alpha, "frames") == str(NS_A_FRAMES)
+    assert admin.field(alpha, "nosuch") is None
+    seqs = [r for r in admin.records(adm.seqs(), "Seq") if r.split()[1] == str(s)]
+    assert len(seqs) == 1 and admin.field(seqs[0], "blocks") == "3"
+    client_id = admin.field(seqs[0], "client")
+    assert any(r.split()[1] == client_id for r in admin.records(adm.clients(), "Client"))
+    st = json.loads(adm.status(json=True))
+    assert st["page_size"] == PAGE_SIZE
+    assert adm.pagetable(s, int(client_id))
+    client.seq_free(s)
+
+
+def test_writes(adm, client):
+    adm.limit(NS_A, max_frames=NS_A_FRAMES - 10)
+    ns = [r for r in admin.records(adm.namespaces(), "Namespace") if r.split()[1] == NS_A]
+    assert admin.field(ns[0], "limit") == str(NS_A_FRAMES - 10)
+    adm.limit(NS_A, max_frames=NS_A_FRAMES)
+    assert adm.drop_caches() >= 0
+    assert adm.reclaim(4, noswap=True) >= 0
+
+
+def test_trace(daemon, client):
+    names = admin.trace_event_names()
+    assert "alloc" in names and admin.trace_event("alloc") == names.index("alloc")
+    with admin.open(daemon.sock) as t:
+        t.trace_follow(events=["alloc"])
+        s = client.seq_create()
+        client.seq_append(s, range(client.tokens_per_page))
+        text = t.trace_next(timeout_ms=5000)
+        assert text and "alloc" in text
+        client.seq_free(s)
+
+
+def test_admin_errors(adm, tmp_path):
+    with pytest.raises(kvmm.NoDaemonError):
+        admin.open(str(tmp_path / "none.sock"))
+    with pytest.raises(ValueError):
+        adm.read("nosuch")
+    with pytest.raises(ValueError):
+        adm.limit(NS_A)
+    with pytest.raises(ValueError):
+        adm.limit("x" * 40, max_frames=1)
+    with pytest.raises(ValueError):
+        adm.reclaim(-1)
+    with pytest.raises(TypeError):
+        adm.read("status", ns=5)
+    with pytest.raises(ValueError):
+        adm.drop_caches(device=False)
+    with pytest.raises(kvmm.KvmmError) as e:
+        adm.limit("nosuch", max_frames=1)
+    assert e.value.errno == errno.ENOENT
+    with pytest.raises(kvmm.KvmmError) as e:
+        admin.trace_event("nosuch")
+    assert e.value.errno == errno.EINVAL
+    with pytest.raises(kvmm.KvmmError):
+        adm.fault_inject("nosuch.point nth=1")
+    adm.close()
+    adm.close()
+    with pytest.raises(ValueError, match="closed"):
+        adm.status()

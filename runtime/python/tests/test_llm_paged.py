@@ -250,3 +250,24 @@ def test_kv_in_pages(daemon, ckpts):
             assert torch.equal(got, seen[layer][t])
     kv.free(s)
     kv.close()
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "int8"])
+def test_torch_path(daemon, ckpts, dtype):
+    """Attention in torch over the views (what runs with a libkvmm without kernels) gives the
+    same answers, and libkvmm's kernels are the default where the library has them."""
+    import kvmm.kernels
+
+    m = model_of(ckpts, "llama")
+    kv = paged(m, daemon, daemon.ns(), dtype, kernels=False)
+    assert kv.kernel == "torch"
+    e = Engine(m, kv, record_logits=True)
+    n = 64 if dtype == "fp32" else 16
+    got = e.generate(PROMPTS[:1], SamplingParams(max_tokens=n, ignore_eos=True))[0].completions[0]
+    toks, logits = reference(m, PROMPTS[0], n)
+    assert got.token_ids == toks
+    assert max(float((a - b).abs().max()) for a, b in zip(got.logits, logits)) < TOL[dtype]
+    e.close()
+    kv = paged(m, daemon, daemon.ns(), dtype)
+    assert kv.kernel == ("libkvmm" if kvmm.kernels.available("cpu") else "torch")
+    kv.close()

@@ -170,7 +170,8 @@ class PagedKV(KVStore):
     def begin_step(self, batch: List[StepEntry]) -> List[object]:
         kvmm = self._kvmm
         self.poll_preempted()
-        for e in batch:
+        self._append_async(batch)
+        for e in batch:  # what the burst did not do (none left, mostly): one by one
             s = e.seq
             end = e.start + len(e.new)
             while not s.lost and s.appended < end:
@@ -221,6 +222,34 @@ class PagedKV(KVStore):
         # every lost sequence still ours, including those learnt of in a step that raised:
         # the engine frees each, so none is reported twice
         return [s for s in self._seqs.values() if s.lost]
+
+    def _append_async(self, batch: List[StepEntry]) -> None:
+        """The step's appends as one burst (kvmm_submit, then kvmm_complete): one wake-up of
+        the daemon instead of a round trip per sequence. Failures are left to the caller's
+        loop, which retries them one by one (and handles running out of memory)."""
+        kvmm = self._kvmm
+        todo = [e for e in batch
+                if not e.seq.lost and e.seq.appended == e.start and len(e.new)]
+        if len(todo) < 2:
+            return
+        sqes = [kvmm.Sqe(kvmm.Op.SEQ_APPEND, seq=e.seq.id, data=list(e.new), user_data=i + 1)
+                for i, e in enumerate(todo)]
+        n = self.c.submit(sqes)
+        done = 0
+        while done < n:
+            for cqe in self.c.complete(max(64, n), 1):
+                if cqe.is_event:
+                    s = self._seqs.get(cqe.seq)
+                    if s is not None and not s.lost:
+                        s.lost = True
+                        self.stats["preempt_events"] += 1
+                    continue
+                done += 1
+                s = todo[cqe.user_data - 1].seq
+                if cqe.res == 0:
+                    s.appended = cqe.nr_tokens
+                elif cqe.preempted:
+                    s.lost = True
 
     def _prepare(self, batch: List[StepEntry]) -> None:
         """Block table, context and query lengths, and the new tokens' slots of the step."""

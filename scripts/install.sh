@@ -10,7 +10,8 @@
 #   LIBDIR        libkvmm.so.VERSION, libkvmm.so.0 -> it (the SONAME), libkvmm.so -> .so.0,
 #                 libkvmm.a
 #   PKGCONFIGDIR  kvmm.pc
-#   INCLUDEDIR/kvmm/  kvmm.h (runtime/kvmm.h), uapi.h (uapi/kvmm.h), format.h
+#   INCLUDEDIR/kvmm/  kvmm.h (runtime/kvmm.h), kvmm_admin.h (runtime/kvmm_admin.h, included by
+#                 kvmm.h), uapi.h (uapi/kvmm.h), format.h
 #                 (include/format.h), kernels.h (kernels/kernels.h), kvmm_cuda.h (CUDA builds);
 #                 their includes of each other rewritten to <kvmm/...>
 #   SBINDIR       kvmmd;  BINDIR  kvmmctl
@@ -24,7 +25,8 @@ DESTDIR=${DESTDIR:-}
 cuda=${KVMM_HAVE_CUDA:-}
 
 # public headers: installed name, source path
-headers="kvmm.h:runtime/kvmm.h uapi.h:uapi/kvmm.h format.h:include/format.h kernels.h:kernels/kernels.h"
+headers="kvmm.h:runtime/kvmm.h kvmm_admin.h:runtime/kvmm_admin.h uapi.h:uapi/kvmm.h format.h:include/format.h
+kernels.h:kernels/kernels.h"
 [ "$cuda" = y ] && headers="$headers kvmm_cuda.h:kernels/cuda/kvmm_cuda.h"
 
 # "SECTION PATH" of every man page: Documentation/**/man/ or man<N>/, section from the suffix

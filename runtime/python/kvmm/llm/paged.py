@@ -1,0 +1,385 @@
+# SPDX-License-Identifier: MIT
+"""KV in kvmm pages: the KVStore of kv.py over a libkvmm handle (the `kvmm` package).
+
+Where each engine call goes in kvmm:
+
+    new_seq        kvmm_seq_create
+    lookup         kvmm_prefix_lookup: full pages any process of the namespace sealed
+    fork           kvmm_seq_fork (copy-on-write: a shared partial last page is copied by the
+                   daemon on the first append)
+    begin_step     kvmm_seq_append of each sequence's new token ids (allocates its pages),
+                   kvmm_pin of the batch, kvmm_block_table into an int32 tensor; the slots of
+                   the new tokens (frame * tokens_per_page + row) come from the table
+    attention      reshape-and-cache of the layer's new K, V into their slots, then the paged
+                   prefill (or, for a batch of single tokens, decode) kernel over the block
+                   tables; the views of the pool are made once at attach
+    end_step       kvmm_unpin
+    finish         kvmm_seal of the full pages (their KV is written), kvmm_seq_free
+    free           kvmm_seq_free
+
+Preemption: under memory pressure kvmmd takes a sequence's pages and sends a PREEMPT event;
+every call on that sequence then fails with KVMM_EPREEMPTED. begin_step collects the events
+(and such failures) and returns the lost sequences: the engine frees and recomputes them. An
+append that finds no memory and no preempted sequence raises OutOfMemoryError: the engine then
+preempts one of its own sequences (the youngest) and retries.
+
+Kernels: kvmm.kernels (libkvmm's CPU or CUDA kernels on tensors) when the loaded libkvmm
+has them; otherwise the same computation in torch over the zero-copy views (a gather through
+the block table, then attention), so the engine runs on any libkvmm. .kernel says which.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import math
+import os
+from typing import Dict, List, Optional
+
+import torch
+
+from .kv import KVOutOfMemory, KVStore, StepEntry
+from .model import causal_attention
+
+__all__ = ["PagedKV", "namespace_of"]
+
+_KV_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+              "int8": torch.int8}
+
+
+def namespace_of(directory: str) -> str:
+    """A namespace name for a checkpoint: engines of the same model (config and weights'
+    headers alike) share prefixes, engines of different models never do."""
+    h = hashlib.sha256()
+    with open(os.path.join(directory, "config.json"), "rb") as f:
+        h.update(f.read())
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".safetensors"):
+            st = os.stat(os.path.join(directory, name))
+            with open(os.path.join(directory, name), "rb") as f:
+                h.update(name.encode() + str(st.st_size).encode() + f.read(65536))
+    return "llm-" + h.hexdigest()[:16]
+
+
+class _PSeq:
+    __slots__ = ("id", "appended", "lost")
+
+    def __init__(self, sid: int):
+        self.id = sid
+        self.appended = 0  # tokens given to kvmm_seq_append (or mapped by lookup)
+        self.lost = False
+
+
+class PagedKV(KVStore):
+    """KV of every sequence in kvmm pages of namespace ns (see the module docstring)."""
+
+    name = "kvmm"
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, kv_dtype: str = "fp16",
+                 ns: str = "default", socket_path: Optional[str] = None,
+                 quant_group: int = 0, kernels: Optional[bool] = None, client=None,
+                 priority: int = 0):
+        import kvmm  # the libkvmm bindings: only this store needs them
+
+        self._kvmm = kvmm
+        if kv_dtype not in _KV_DTYPES:
+            raise ValueError(f"kv dtype {kv_dtype!r}: one of {', '.join(_KV_DTYPES)}")
+        if kv_dtype == "int8" and not quant_group:
+            quant_group = min(head_dim, 32)
+            while head_dim % quant_group:
+                quant_group //= 2
+        self.kv_dtype = kv_dtype
+        self.fmt = kvmm.Format(layers=layers, kv_heads=kv_heads, head_dim=head_dim,
+                               dtype=kv_dtype, quant_group=quant_group if kv_dtype == "int8"
+                               else 0)
+        self._own = client is None
+        self.c = client if client is not None else kvmm.attach(socket_path, ns=ns, fmt=self.fmt)
+        self.layers, self.kv_heads, self.head_dim = layers, kv_heads, head_dim
+        self.tokens_per_page = self.c.tokens_per_page
+        self.views = self.c.views("torch")
+        self.device = torch.device(self.views.device)
+        self.priority = priority
+        self._seqs: Dict[int, _PSeq] = {}
+        self._batch: List[StepEntry] = []
+        self._pinned: List[int] = []
+        self.stats = {"preempt_events": 0, "sealed": 0}
+        try:
+            kmod = importlib.import_module("kvmm.kernels")
+        except ImportError:
+            kmod = None
+        have = kmod is not None and kmod.available(self.views.device)
+        if kernels is None:
+            kernels = have
+        elif kernels and not have:
+            raise RuntimeError("kvmm: this libkvmm has no paged kernels (kvmm.kernels)")
+        self._k = kmod if kernels else None
+        self.kernel = "libkvmm" if kernels else "torch"
+
+    # ---- sequences ----------------------------------------------------------------------
+    def new_seq(self):
+        s = _PSeq(self.c.seq_create(self.priority))
+        self._seqs[s.id] = s
+        return s
+
+    def lookup(self, seq, tokens):
+        if len(tokens) < self.tokens_per_page:
+            return 0
+        hit = self.c.prefix_lookup(seq.id, list(tokens))
+        seq.appended = hit
+        return hit
+
+    def fork(self, seq, ntokens):
+        child = _PSeq(self.c.seq_fork(seq.id, ntokens))
+        child.appended = ntokens
+        self._seqs[child.id] = child
+        return child
+
+    def finish(self, seq):
+        if not seq.lost:
+            try:
+                self.c.seal(seq.id)
+                self.stats["sealed"] += seq.appended // self.tokens_per_page
+            except self._kvmm.PreemptedError:
+                pass  # nothing to keep: its pages are gone
+        self.free(seq)
+
+    def free(self, seq):
+        if self._seqs.pop(seq.id, None) is not None:
+            self.c.seq_free(seq.id)
+
+    @property
+    def live(self) -> int:
+        return len(self._seqs)
+
+    # ---- events -------------------------------------------------------------------------
+    def poll_preempted(self) -> List[object]:
+        """Sequences of ours kvmmd preempted since the last poll (PREEMPT events)."""
+        out = []
+        while True:
+            cqes = self.c.complete(64, 0)
+            if not cqes:
+                return out
+            for cqe in cqes:
+                if cqe.is_event and cqe.seq in self._seqs:
+                    s = self._seqs[cqe.seq]
+                    if not s.lost:
+                        s.lost = True
+                        self.stats["preempt_events"] += 1
+                        out.append(s)
+
+    # ---- a step -------------------------------------------------------------------------
+    def begin_step(self, batch: List[StepEntry]) -> List[object]:
+        kvmm = self._kvmm
+        self.poll_preempted()
+        self._append_async(batch)
+        for e in batch:  # what the burst did not do (none left, mostly): one by one
+            s = e.seq
+            end = e.start + len(e.new)
+            while not s.lost and s.appended < end:
+                if s.appended < e.start:
+                    raise ValueError(f"sequence {s.id}: step writes at {e.start}, kvmm holds "
+                                     f"{s.appended} tokens")
+                try:
+                    s.appended = self.c.seq_append(s.id, list(e.new[s.appended - e.start:]))
+                except kvmm.PreemptedError:
+                    s.lost = True
+                except kvmm.OutOfMemoryError:
+                    # kvmmd preempts a victim when it runs out: its event says which, and
+                    # its pages are free again, so try once more; no victim: the engine's turn
+                    more = self.poll_preempted()
+                    if not more:
+                        raise KVOutOfMemory(f"kvmm namespace {self.c.ns}: out of pages") from None
+        live = [e for e in batch if not e.seq.lost]
+        ids = [e.seq.id for e in live]
+        tries = 0
+        while ids:
+            try:
+                self.c.pin(ids)
+                break
+            except kvmm.PreemptedError:
+                pass
+            except kvmm.OutOfMemoryError:
+                if not self.poll_preempted():
+                    raise KVOutOfMemory(f"kvmm namespace {self.c.ns}: no room to pin") from None
+            tries += 1
+            if tries > 3:  # each alone pins, the batch does not fit: make room
+                raise KVOutOfMemory(f"kvmm namespace {self.c.ns}: the batch does not fit")
+            # which ones are gone: the batch pin pinned nothing; try each alone
+            for e in live:
+                try:
+                    self.c.pin([e.seq.id])
+                    self.c.unpin([e.seq.id])
+                except kvmm.PreemptedError:
+                    e.seq.lost = True
+                except kvmm.OutOfMemoryError:
+                    pass
+            self.poll_preempted()
+            live = [e for e in batch if not e.seq.lost]
+            ids = [e.seq.id for e in live]
+        self._pinned = ids
+        self._batch = live
+        if live:
+            self._prepare(live)
+        # every lost sequence still ours, including those learnt of in a step that raised:
+        # the engine frees each, so none is reported twice
+        return [s for s in self._seqs.values() if s.lost]
+
+    def _append_async(self, batch: List[StepEntry]) -> None:
+        """The step's appends as one burst (kvmm_submit, then kvmm_complete): one wake-up of
+        the daemon instead of a round trip per sequence. Failures are left to the caller's
+        loop, which retries them one by one (and handles running out of memory)."""
+        kvmm = self._kvmm
+        todo = [e for e in batch
+                if not e.seq.lost and e.seq.appended == e.start and len(e.new)]
+        if len(todo) < 2:
+            return
+        sqes = [kvmm.Sqe(kvmm.Op.SEQ_APPEND, seq=e.seq.id, data=list(e.new), user_data=i + 1)
+                for i, e in enumerate(todo)]
+        n = self.c.submit(sqes)
+        done = 0
+        while done < n:
+            for cqe in self.c.complete(max(64, n), 1):
+                if cqe.is_event:
+                    s = self._seqs.get(cqe.seq)
+                    if s is not None and not s.lost:
+                        s.lost = True
+                        self.stats["preempt_events"] += 1
+                    continue
+                done += 1
+                s = todo[cqe.user_data - 1].seq
+                if cqe.res == 0:
+                    s.appended = cqe.nr_tokens
+                elif cqe.preempted:
+                    s.lost = True
+
+    def _prepare(self, batch: List[StepEntry]) -> None:
+        """Block table, context and query lengths, and the new tokens' slots of the step."""
+        tpp = self.tokens_per_page
+        ctx = [e.start + len(e.new) for e in batch]
+        max_blocks = max(1, max(-(-n // tpp) for n in ctx))
+        self.table = self.c.block_table(self._pinned, max_blocks)  # int32 [seqs, max_blocks]
+        self.ctx_lens = torch.tensor(ctx, dtype=torch.int32)
+        self.q_lens = torch.tensor([len(e.new) for e in batch], dtype=torch.int32)
+        pos = torch.cat([torch.arange(e.start, e.start + len(e.new)) for e in batch])
+        row = torch.repeat_interleave(torch.arange(len(batch)), self.q_lens.long())
+        frames = self.table.long()[row, pos // tpp]
+        if bool((frames < 0).any()):
+            raise RuntimeError("kvmm: a new token has no page in the block table")
+        self.slots = frames * tpp + pos % tpp
+        dev = self.device
+        self._frames, self._rows = frames.to(dev), (pos % tpp).to(dev)
+        self.decode_only = bool((self.q_lens == 1).all())
+        if self.device.type != "cpu":
+            self.table_dev = self.table.to(self.device)
+            self.slots_dev = self.slots.to(self.device)
+            self.ctx_dev = self.ctx_lens.to(self.device)
+            self.qlen_dev = self.q_lens.to(self.device)
+
+    def attention(self, layer, q, k, v):
+        if self._k is not None:
+            return self._attention_kernels(layer, q, k, v)
+        return self._attention_torch(layer, q, k, v)
+
+    def end_step(self):
+        if self._pinned:
+            try:
+                self.c.unpin(self._pinned)
+            except self._kvmm.PreemptedError:
+                pass  # a victim while pinned: the next begin_step learns of it
+        self._pinned = []
+        self._batch = []
+
+    def close(self):
+        for s in list(self._seqs.values()):
+            try:
+                self.free(s)
+            except self._kvmm.KvmmError:
+                pass
+        if self._own:
+            self.c.close()
+
+    # ---- kvmm's kernels -------------------------------------------------------------------
+    def _attention_kernels(self, layer, q, k, v):
+        K = self._k
+        dev = self.device
+        cpu = dev.type == "cpu"
+        slots = self.slots if cpu else self.slots_dev
+        table = self.table if cpu else self.table_dev
+        K.reshape_and_cache(self.views, layer, k.float().contiguous().to(dev),
+                            v.float().contiguous().to(dev), slots)
+        qf = q.float().contiguous().to(dev)
+        if self.decode_only:
+            out = K.paged_decode(self.views, layer, qf, table,
+                                 self.ctx_lens if cpu else self.ctx_dev)
+        else:
+            out = K.paged_prefill(self.views, layer, qf, table,
+                                  self.ctx_lens if cpu else self.ctx_dev,
+                                  self.q_lens if cpu else self.qlen_dev)
+        return out.to(q.device)
+
+    # ---- the same in torch over the views ------------------------------------------------
+    def _store(self, view, scales, x):
+        if scales is None:
+            view[self._frames, self._rows] = x.to(view.dtype)
+            return
+        g = self.fmt.quant_group
+        xg = x.float().reshape(x.shape[0], self.kv_heads, self.head_dim // g, g)
+        sc = xg.abs().amax(-1) / 127.0
+        qx = torch.where(sc[..., None] > 0, xg / sc[..., None].clamp_min(1e-30),
+                         torch.zeros_like(xg))
+        view[self._frames, self._rows] = qx.round().clamp(-127, 127).to(torch.int8).reshape(
+            x.shape[0], self.kv_heads, self.head_dim)
+        scales[self._frames, self._rows] = sc
+
+    def _load(self, view, scales, frames, n):
+        x = view[frames]  # [..., blocks, tpp, kvh, hd]: a gather, a copy
+        if scales is not None:
+            g = self.fmt.quant_group
+            x = (x.float().reshape(*x.shape[:-1], self.head_dim // g, g)
+                 * scales[frames][..., None]).reshape(*x.shape)
+        x = x.reshape(-1, self.kv_heads, self.head_dim)
+        return x if n is None else x[:n]
+
+    def _attention_torch(self, layer, q, k, v):
+        V = self.views
+        ks = V.k_scales[layer] if V.k_scales is not None else None
+        vs = V.v_scales[layer] if V.v_scales is not None else None
+        k, v, q = k.to(self.device), v.to(self.device), q.to(self.device)
+        self._store(V.k[layer], ks, k)
+        self._store(V.v[layer], vs, v)
+        if self.decode_only:
+            return self._decode_torch(layer, q, ks, vs)
+        out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+        tpp = self.tokens_per_page
+        row = 0
+        for i, e in enumerate(self._batch):
+            n = len(e.new)
+            end = e.start + n
+            frames = self.table[i, : -(-end // tpp)].long().to(self.device)
+            kk = self._load(V.k[layer], ks, frames, end)
+            vv = self._load(V.v[layer], vs, frames, end)
+            out[row:row + n] = causal_attention(q[row:row + n], kk, vv, e.start)
+            row += n
+        return out
+
+    def _decode_torch(self, layer, q, ks, vs):
+        """One query per sequence: the whole batch's pages in one gather through the block
+        table, attention masked past each context length."""
+        V = self.views
+        tpp = self.tokens_per_page
+        b, heads, d = q.shape
+        kvh = self.kv_heads
+        table = self.table.long().to(self.device)
+        valid = table >= 0
+        frames = table.clamp_min(0)
+        kk = self._load(V.k[layer], ks, frames, None).reshape(b, -1, kvh, d)  # [b, T, kvh, d]
+        vv = self._load(V.v[layer], vs, frames, None).reshape(b, -1, kvh, d)
+        total = kk.shape[1]
+        qf = q.float().view(b, kvh, heads // kvh, d)
+        s = torch.einsum("bhgd,bthd->bhgt", qf, kk.float()) * (1.0 / math.sqrt(d))
+        pos = torch.arange(total, device=self.device)
+        ctx = self.ctx_lens.to(self.device).long()
+        mask = (pos[None, :] >= ctx[:, None]) | ~valid.repeat_interleave(tpp, 1)[:, :total]
+        s = s.masked_fill(mask[:, None, None, :], float("-inf"))
+        p = torch.softmax(s, -1)
+        return torch.einsum("bhgt,bthd->bhgd", p, vv.float()).reshape(b, heads, d)

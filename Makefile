@@ -184,8 +184,8 @@ check:
 	$(Q)$(MAKE) -f $(srctree)/Makefile __check
 
 __check: all
-	$(Q)KVMM_SRCTREE=$(srctree) KVMM_SANITIZE=$(KVMM_SANITIZE) \
-		$(srctree)/scripts/run-tests.sh $(all-tests)
+	$(Q)KVMM_SRCTREE=$(srctree) KVMM_SANITIZE=$(KVMM_SANITIZE) KVMM_HAVE_CUDA=$(KVMM_HAVE_CUDA) \
+		$(srctree)/scripts/run-tests.sh $(all-tests) $(all-test-scripts)
 
 # ---- demo ------------------------------------------------------------------------------
 PHONY += demo __demo

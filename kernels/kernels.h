@@ -2,7 +2,7 @@
 /*
  * kernels/kernels.h - the attention and page-copy kernels an engine runs over kvmm's pages.
  *
- * Every kernel reads or writes KV in the page layout of kvmm/format.c, [layer][K|V][token]
+ * Every kernel reads or writes KV in the page layout of include/format.h (lib/format.c), [layer][K|V][token]
  * [head][dim] (int8 slabs followed by their fp32 per-group scales), through block tables:
  * frame n is at base + n * page_size, a block table row holds the int32 frame numbers of a
  * sequence's logical blocks (KVMM_BLOCK_NONE for an absent one), and token t of a sequence is
@@ -21,9 +21,17 @@
 #ifndef KVMM_KERNELS_H
 #define KVMM_KERNELS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "format.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* libkvmm.so exports what is declared from here on (runtime/libkvmm.map, -fvisibility=hidden) */
+#pragma GCC visibility push(default)
 
 /*
  * The pages a kernel works on: one layer of the frames of one pool mapping.  base and
@@ -126,5 +134,11 @@ int kvmm_cpu_isa_set(enum kvmm_cpu_isa isa);
 #define KVMM_CPU_MAX_THREADS 64
 int kvmm_cpu_set_threads(uint32_t n);
 uint32_t kvmm_cpu_get_threads(void);
+
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* KVMM_KERNELS_H */

@@ -109,7 +109,7 @@ uint64_t kvmm_fmt_id(const struct kvmm_fmt *fmt)
 	put_le64(buf + 16, fmt->kv_heads);
 	put_le64(buf + 24, fmt->head_dim);
 	put_le64(buf + 32, fmt->dtype);
-	put_le64(buf + 40, fmt->group_size);
+	put_le64(buf + 40, fmt->quant_group);
 	put_le64(buf + 48, fmt->page_size);
 	return XXH3_64bits(buf, sizeof(buf));
 }

@@ -2,12 +2,12 @@
 /*
  * lib/format.c - KV formats: how a client's tokens are laid out inside one frame.
  *
- * A format (layers, kv heads, head dim, dtype, int8 group size) registered at attach decides
- * the bytes one token takes and so how many tokens fit in a page.  The layout is
- * [layer][K|V][token][head][dim]: for each layer the K slab then the V slab, each slab holding
- * tokens_per_page rows of kv_heads * head_dim elements, so one layer's slice of a page is
- * contiguous and a whole page moves in one copy.  int8 formats carry one fp32 scale per
- * (token, head, group of group_size elements); a slab's scales follow its data, after padding
+ * A format (struct kvmm_format: layers, kv heads, head dim, dtype, int8 quantization group)
+ * registered at attach decides the bytes one token takes and so how many tokens fit in a page.
+ * The layout is [layer][K|V][token][head][dim]: for each layer the K slab then the V slab,
+ * each slab holding tokens_per_page rows of kv_heads * head_dim elements, so one layer's slice
+ * of a page is contiguous and a whole page moves in one copy.  int8 formats carry one fp32 scale per
+ * (token, head, group of quant_group elements); a slab's scales follow its data, after padding
  * the data to 4 bytes so every scale is naturally aligned (see Documentation/mm/format.md).
  * Everything here is pure arithmetic on a struct kvmm_fmt: no pool, no allocation, no locks.
  * Sizes come from clients, so every product is overflow-checked and every bad format is -EINVAL.
@@ -51,41 +51,37 @@ static bool page_bytes(const struct kvmm_fmt *f, uint64_t tpp, uint64_t *slab, u
 	return !ovf;
 }
 
-int kvmm_fmt_init(struct kvmm_fmt *fmt, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
-		  uint32_t dtype, uint32_t group_size, uint64_t page_size)
+int kvmm_fmt_init(struct kvmm_fmt *fmt, const struct kvmm_format *format, uint64_t page_size)
 {
 	struct kvmm_fmt f;
 	uint64_t ngroups = 0, tpp, slab, scale_off, total, nslabs;
 	bool ovf = false;
 
-	if (!fmt || !layers || !kv_heads || !head_dim || !page_size)
+	if (!fmt || !format || !format->layers || !format->kv_heads || !format->head_dim ||
+	    format->reserved || !page_size)
 		return -EINVAL;
 	memset(&f, 0, sizeof(f));
-	f.elem_bytes = kvmm_dtype_size(dtype);
+	f.format = *format;
+	f.elem_bytes = kvmm_dtype_size(f.dtype);
 	if (!f.elem_bytes)
 		return -EINVAL;
-	if (dtype == KVMM_DTYPE_INT8) {
-		if (!group_size || head_dim % group_size)
+	if (f.dtype == KVMM_DTYPE_INT8) {
+		if (!f.quant_group || f.head_dim % f.quant_group)
 			return -EINVAL;
-		ngroups = head_dim / group_size;
-	} else if (group_size) {
+		ngroups = f.head_dim / f.quant_group;
+	} else if (f.quant_group) {
 		return -EINVAL;
 	}
-	f.layers = layers;
-	f.kv_heads = kv_heads;
-	f.head_dim = head_dim;
-	f.dtype = dtype;
-	f.group_size = group_size;
 	f.page_size = page_size;
 
 	/* row = kv_heads * head_dim * elem; scale row = kv_heads * ngroups * 4 */
-	ovf |= __builtin_mul_overflow((uint64_t)kv_heads, (uint64_t)head_dim, &f.row_bytes);
+	ovf |= __builtin_mul_overflow((uint64_t)f.kv_heads, (uint64_t)f.head_dim, &f.row_bytes);
 	ovf |= __builtin_mul_overflow(f.row_bytes, (uint64_t)f.elem_bytes, &f.row_bytes);
-	ovf |= __builtin_mul_overflow((uint64_t)kv_heads, ngroups, &f.scale_row_bytes);
+	ovf |= __builtin_mul_overflow((uint64_t)f.kv_heads, ngroups, &f.scale_row_bytes);
 	ovf |= __builtin_mul_overflow(f.scale_row_bytes, (uint64_t)KVMM_FMT_SCALE_BYTES,
 				      &f.scale_row_bytes);
 	ovf |= __builtin_add_overflow(f.row_bytes, f.scale_row_bytes, &f.token_bytes);
-	ovf |= __builtin_mul_overflow((uint64_t)layers, 2, &nslabs);
+	ovf |= __builtin_mul_overflow((uint64_t)f.layers, 2, &nslabs);
 	ovf |= __builtin_mul_overflow(f.token_bytes, nslabs, &f.token_bytes);
 	if (ovf)
 		return -EINVAL;

@@ -332,6 +332,177 @@ int kvmm_admin_read(kvmm_admin_t *a, unsigned int op, const struct kvmm_admin_re
 	return *text ? 0 : -ENOMEM;
 }
 
+/* The number of " key=" on a record line into *v; false when it is absent or not a number. */
+static bool field_u64(const char *line, const char *key, uint64_t *v)
+{
+	char b[32], *end;
+
+	if (kvmm_admin_field(line, key, b, sizeof(b)) <= 0)
+		return false;
+	errno = 0;
+	*v = strtoull(b, &end, 10);
+	return !*end && !errno && b[0] != '-';
+}
+
+static int ns_parse(const char *line, struct kvmm_admin_ns *n)
+{
+	const char *p = line + strlen("Namespace:");
+	uint64_t id;
+	char b[32], *end;
+	long long prio;
+	size_t len;
+
+	memset(n, 0, sizeof(*n));
+	p += strspn(p, " ");
+	len = strcspn(p, " \n");
+	if (!len || len >= sizeof(n->name))
+		return -EBADMSG;
+	memcpy(n->name, p, len);
+	if (!field_u64(line, "id", &id) || id > UINT32_MAX ||
+	    !field_u64(line, "frames", &n->frames) || !field_u64(line, "limit", &n->limit) ||
+	    !field_u64(line, "used", &n->used) ||
+	    kvmm_admin_field(line, "priority", b, sizeof(b)) <= 0)
+		return -EBADMSG;
+	n->id = (uint32_t)id;
+	errno = 0;
+	prio = strtoll(b, &end, 10);
+	if (*end || errno || prio < INT32_MIN || prio > INT32_MAX)
+		return -EBADMSG;
+	n->priority = (int32_t)prio;
+	/* the counters: 0 when a daemon does not report one */
+	field_u64(line, "cached", &n->cached);
+	field_u64(line, "shared", &n->shared);
+	field_u64(line, "clients", &n->clients);
+	field_u64(line, "chunks", &n->chunks);
+	field_u64(line, "hits", &n->hits);
+	field_u64(line, "misses", &n->misses);
+	field_u64(line, "pgsteal", &n->pgsteal);
+	return 0;
+}
+
+/*
+ * A read verb's records labelled label, each parsed by parse into an elem-byte entry of a
+ * malloc'd array: *list and *nr. ns filters (NULL or "": all).
+ */
+static int read_records(struct kvmm_admin *a, unsigned int op, const char *ns, const char *label,
+			size_t elem, int (*parse)(const char *line, void *entry), void **list,
+			unsigned int *nr)
+{
+	struct kvmm_admin_req req = {0};
+	unsigned int n = 0, cap = 0;
+	const char *l = NULL;
+	char *out = NULL, *text;
+	int err;
+
+	if (!list || !nr)
+		return -EINVAL;
+	*list = NULL;
+	*nr = 0;
+	if (ns && strlen(ns) >= sizeof(req.ns))
+		return -EINVAL;
+	if (ns)
+		strcpy(req.ns, ns);
+	err = kvmm_admin_read(a, op, &req, &text);
+	if (err)
+		return err;
+	while (!err && (l = kvmm_admin_next(text, label, l))) {
+		if (n == cap) {
+			char *grown;
+
+			cap = cap ? cap * 2 : 8;
+			grown = realloc(out, elem * cap);
+			if (!grown) {
+				err = -ENOMEM;
+				break;
+			}
+			out = grown;
+		}
+		err = parse(l, out + elem * n);
+		if (!err)
+			n++;
+	}
+	free(text);
+	if (err) {
+		free(out);
+		return err;
+	}
+	*list = out;
+	*nr = n;
+	return 0;
+}
+
+static int ns_parse_one(const char *line, void *entry)
+{
+	return ns_parse(line, entry);
+}
+
+int kvmm_admin_namespaces(kvmm_admin_t *a, const char *ns, struct kvmm_admin_ns **list,
+			  unsigned int *nr)
+{
+	return read_records(a, KVMM_OP_NAMESPACES, ns, "Namespace", sizeof(**list), ns_parse_one,
+			    (void **)list, nr);
+}
+
+/* The word after "Label:" of a record line into buf (len bytes); false when empty or long. */
+static bool first_word(const char *line, char *buf, size_t len)
+{
+	const char *p = strchr(line, ':');
+	size_t n;
+
+	if (!p)
+		return false;
+	p += 1 + strspn(p + 1, " ");
+	n = strcspn(p, " \n");
+	if (!n || n >= len)
+		return false;
+	memcpy(buf, p, n);
+	buf[n] = '\0';
+	return true;
+}
+
+static int tier_parse(const char *line, void *entry)
+{
+	struct kvmm_admin_tier *t = entry;
+	uint64_t tier;
+	char b[32], *end;
+	long long prio;
+
+	memset(t, 0, sizeof(*t));
+	if (!first_word(line, b, sizeof(b)))
+		return -EBADMSG;
+	errno = 0;
+	tier = strtoull(b, &end, 10);
+	if (*end || errno || !tier || tier > KVMM_SWAP_TIER_MAX)
+		return -EBADMSG;
+	t->tier = (uint32_t)tier;
+	if (kvmm_admin_field(line, "ns", t->ns, sizeof(t->ns)) <= 0 ||
+	    kvmm_admin_field(line, "priority", b, sizeof(b)) <= 0 ||
+	    !field_u64(line, "slots", &t->slots) || !field_u64(line, "used", &t->used))
+		return -EBADMSG;
+	errno = 0;
+	prio = strtoll(b, &end, 10);
+	if (*end || errno || prio < INT32_MIN || prio > INT32_MAX)
+		return -EBADMSG;
+	t->priority = (int32_t)prio;
+	kvmm_admin_field(line, "kind", t->kind, sizeof(t->kind));
+	field_u64(line, "kept", &t->kept);
+	field_u64(line, "pages_out", &t->pages_out);
+	field_u64(line, "clean_out", &t->clean_out);
+	field_u64(line, "pages_in", &t->pages_in);
+	field_u64(line, "bytes_out", &t->bytes_out);
+	field_u64(line, "bytes_in", &t->bytes_in);
+	field_u64(line, "failures", &t->failures);
+	field_u64(line, "direct", &t->direct);
+	return 0;
+}
+
+int kvmm_admin_swap_tiers(kvmm_admin_t *a, const char *ns, struct kvmm_admin_tier **list,
+			  unsigned int *nr)
+{
+	return read_records(a, KVMM_OP_SWAP, ns, "Tier", sizeof(**list), tier_parse, (void **)list,
+			    nr);
+}
+
 /* A write verb: one request, one reply of rep_len payload bytes (rep may be NULL). */
 static int write_verb(struct kvmm_admin *a, unsigned int op, const void *req, size_t len, void *rep,
 		      size_t rep_len)

@@ -31,6 +31,9 @@
 extern "C" {
 #endif
 
+/* libkvmm.so exports what is declared from here on (runtime/libkvmm.map, -fvisibility=hidden) */
+#pragma GCC visibility push(default)
+
 /* A connection to kvmmd attached to one namespace. Opaque. */
 typedef struct kvmm_client kvmm_client_t;
 
@@ -289,6 +292,8 @@ const char *kvmm_cuda_map_why(void);
  * static storage, safe from any thread.
  */
 const char *kvmm_strerror(int err);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

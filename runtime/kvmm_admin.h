@@ -28,6 +28,9 @@
 extern "C" {
 #endif
 
+/* libkvmm.so exports what is declared from here on (runtime/libkvmm.map, -fvisibility=hidden) */
+#pragma GCC visibility push(default)
+
 /* A HELLOed connection to kvmmd for admin verbs. Opaque. */
 typedef struct kvmm_admin kvmm_admin_t;
 
@@ -60,6 +63,56 @@ const struct kvmm_hello_rep *kvmm_admin_hello(const kvmm_admin_t *admin);
  */
 int kvmm_admin_read(kvmm_admin_t *admin, unsigned int op, const struct kvmm_admin_req *req,
 		    char **text);
+
+/* One namespace, as the NAMESPACES verb reports it. */
+struct kvmm_admin_ns {
+	char name[KVMM_NAME_LEN];
+	uint32_t id;
+	int32_t priority; /* reclaim order between namespaces: lower goes first */
+	uint64_t frames;  /* frames of its pool */
+	uint64_t limit;	  /* hard limit in frames (its pool's frames when none is set) */
+	uint64_t used;	  /* frames mapped by sequences */
+	uint64_t cached;  /* unmapped frames kept in the prefix cache */
+	uint64_t shared;  /* frames mapped by more than one sequence */
+	uint64_t clients; /* clients attached */
+	uint64_t chunks;  /* chunks of its pool */
+	uint64_t hits;	  /* prefix-cache lookups that hit */
+	uint64_t misses;  /* and that missed */
+	uint64_t pgsteal; /* pages reclaimed from it */
+};
+
+/*
+ * The namespaces (NAMESPACES; ns NULL or "": all, else that one) as an array of *nr entries in
+ * *list, malloc'd: the caller frees it. Their limits are set with kvmm_admin_limit.
+ * -ENOENT: no namespace ns. -EBADMSG: a record the library cannot read.
+ */
+int kvmm_admin_namespaces(kvmm_admin_t *admin, const char *ns, struct kvmm_admin_ns **list,
+			  unsigned int *nr);
+
+/* One swap tier of one namespace's pool, as the SWAP verb reports it. */
+struct kvmm_admin_tier {
+	uint32_t tier;		/* 1..KVMM_SWAP_TIER_MAX */
+	int32_t priority;	/* higher is used first */
+	char ns[KVMM_NAME_LEN]; /* the namespace whose pool it serves */
+	char kind[16];		/* "host", "file", ... */
+	uint64_t slots;		/* pages it holds */
+	uint64_t used;		/* slots holding swapped pages (kept ones not counted) */
+	uint64_t kept;		/* slots kept by resident clean pages: freed on demand */
+	uint64_t pages_out;	/* pages written */
+	uint64_t clean_out;	/* swap-outs that reused a kept slot (no copy, no write) */
+	uint64_t pages_in;	/* pages read back */
+	uint64_t bytes_out, bytes_in;
+	uint64_t failures; /* I/O errors */
+	uint64_t direct;   /* 1: a file tier opened with O_DIRECT */
+};
+
+/*
+ * The swap tiers (SWAP; ns NULL or "": of every namespace) as an array of *nr entries in
+ * *list, malloc'd: the caller frees it. 0 tiers is not an error. -EBADMSG: a record the
+ * library cannot read.
+ */
+int kvmm_admin_swap_tiers(kvmm_admin_t *admin, const char *ns, struct kvmm_admin_tier **list,
+			  unsigned int *nr);
 
 /* ---- Write verbs --------------------------------------------------------------------- */
 
@@ -119,6 +172,8 @@ const char *kvmm_admin_next(const char *text, const char *label, const char *pre
  * the line has no such key.
  */
 int kvmm_admin_field(const char *line, const char *key, char *buf, size_t len);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,9 @@
 #
 #   run-tests.sh TEST...
 #
+# A TEST is a program relative to the current directory (the object tree) or a script given
+# by its absolute path (the source tree's test-script-y).
+#
 # Each test runs with its output shown as it comes.  cmocka's summary lines
 # ("[  PASSED  ] N test(s).", "[  FAILED  ] N test(s)", "[  SKIPPED ] N test(s)") are
 # counted; a program without them counts as one test: exit 0 passed, 77 skipped,
@@ -24,7 +27,11 @@ trap 'rm -f "$log"' EXIT
 for t in "$@"; do
 	echo "=== ${t}"
 	start=$(date +%s.%N)
-	timeout --kill-after=10 "$timeout_s" "./$t" 2>&1 | tee "$log"
+	case $t in
+	/*) cmd=$t ;;  # a test script of the source tree (test-script-y)
+	*) cmd=./$t ;; # a test program of the object tree
+	esac
+	timeout --kill-after=10 "$timeout_s" "$cmd" 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
 	secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
 	p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')

@@ -16,6 +16,7 @@
 #define KVMM_TOOLS_BENCH_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct bench_opts {
@@ -73,6 +74,21 @@ static inline void bench_use_ptr(const void *p)
 #define ATTN_KV_HEADS 8
 #define ATTN_HEAD_DIM 128
 #define ATTN_Q_HEADS 32
+
+/* A suite of a benchmark program: its name on the command line, one line of help, its run. */
+struct bench_suite {
+	const char *name;
+	const char *help;
+	int (*run)(const struct bench_opts *o);
+};
+
+/*
+ * The command line of a benchmark program (bench_main.c) over its @nr suites: parse, run the
+ * named suites (the only one when @nr is 1 and none is named), print.  @elsewhere, when not
+ * NULL, is added to the unknown-suite message.  Returns the exit status.
+ */
+int bench_main(const char *prog, const struct bench_suite *suites, size_t nr, const char *elsewhere,
+	       int argc, char **argv);
 
 /* Suites: 0, or a negative errno after printing why. */
 int bench_suite_core(const struct bench_opts *o);

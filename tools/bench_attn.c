@@ -265,10 +265,13 @@ static int make_shape(struct attn_bench *a, uint32_t nseqs, uint32_t ctx, uint32
 
 	memset(a, 0, sizeof(*a));
 	a->run = run_decode;
-	err = kvmm_fmt_init(&probe, layers, KV_HEADS, HEAD_DIM, KVMM_DTYPE_FP16, 0, 1u << 30);
+	err = kvmm_fmt_init(&probe,
+			    &(struct kvmm_format){layers, KV_HEADS, HEAD_DIM, KVMM_DTYPE_FP16},
+			    1u << 30);
 	if (!err)
-		err = kvmm_fmt_init(&a->fmt, layers, KV_HEADS, HEAD_DIM, KVMM_DTYPE_FP16, 0,
-				    TPP * probe.token_bytes);
+		err = kvmm_fmt_init(
+			&a->fmt, &(struct kvmm_format){layers, KV_HEADS, HEAD_DIM, KVMM_DTYPE_FP16},
+			TPP * probe.token_bytes);
 	if (err)
 		return err;
 	a->layer = layers / 2;

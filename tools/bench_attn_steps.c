@@ -177,7 +177,7 @@ static int bench_prefill(const struct bench_opts *o, double (*fma_rate)(void))
 	double best = INFINITY, rate = 0, fmas = 0;
 	int err = -ENOMEM;
 
-	if (kvmm_fmt_init(&f, 1, ATTN_KV_HEADS, ST_DIM, KVMM_DTYPE_FP16, 0,
+	if (kvmm_fmt_init(&f, &(struct kvmm_format){1, ATTN_KV_HEADS, ST_DIM, KVMM_DTYPE_FP16},
 			  (uint64_t)PF_TPP * ST_STRIDE * 2))
 		goto out;
 	pool = aligned_alloc(64, (size_t)nb * f.page_size);

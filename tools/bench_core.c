@@ -281,7 +281,8 @@ int bench_suite_core(const struct bench_opts *o)
 	ret = kvmm_magazine_init(x.pool, &x.mag, 1, 64, 32);
 	if (ret)
 		goto out_ns;
-	ret = kvmm_fmt_init(&x.fmt, 1, 1, 64, KVMM_DTYPE_FP16, 0, params.page_size);
+	ret = kvmm_fmt_init(&x.fmt, &(struct kvmm_format){1, 1, 64, KVMM_DTYPE_FP16},
+			    params.page_size);
 	if (ret)
 		goto out_mag;
 	x.tpp = x.fmt.tokens_per_page;

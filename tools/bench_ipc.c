@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * tools/bench_ipc.c - kvmm-bench ipc: what talking to kvmmd costs a client process, beside
+ * tools/bench_ipc.c - kvmm-bench-ipc: what talking to kvmmd costs a client process, beside
  * the raw mechanisms measured in the same run. It starts ./kvmm/kvmmd (or $KVMM_KVMMD) in a
  * temporary directory, as the integration tests do, and measures from this process: one
  * synchronous operation's round trip over the socket (a PING), one engine step of 64

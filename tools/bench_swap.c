@@ -60,8 +60,11 @@ static int env_init(struct sw_env *e, uint64_t page, uint32_t nframes)
 		ret = kvmm_ns_create(e->pool, "bench", 0, 0, &e->ns);
 	/* layers x 8 heads x 128 dims of fp16, K and V: 4 KiB per layer, 16 tokens per page */
 	if (!ret)
-		ret = kvmm_fmt_init(&e->fmt, (uint32_t)max_t(uint64_t, page / 65536, 1), 8, 128,
-				    KVMM_DTYPE_FP16, 0, page);
+		ret = kvmm_fmt_init(
+			&e->fmt,
+			&(struct kvmm_format){(uint32_t)max_t(uint64_t, page / 65536, 1), 8, 128,
+					      KVMM_DTYPE_FP16},
+			page);
 	if (!ret)
 		ret = kvmm_aspace_create(e->pool, e->ns, &e->fmt, NULL, &e->as);
 	return ret;

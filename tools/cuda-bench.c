@@ -252,8 +252,9 @@ static void decode_setup(struct dsetup *s, uint32_t dt, uint32_t nseq, uint32_t 
 	struct kvmm_fmt *f = &s->f;
 
 	memset(s, 0, sizeof(*s));
-	CHECK(kvmm_fmt_init(f, layers, kvh, dim, dt, dt == KVMM_DTYPE_INT8 ? 32 : 0,
-			    UINT64_C(2) << 20));
+	CHECK(kvmm_fmt_init(
+		f, &(struct kvmm_format){layers, kvh, dim, dt, dt == KVMM_DTYPE_INT8 ? 32 : 0},
+		UINT64_C(2) << 20));
 	s->blocks = (ctx + f->tokens_per_page - 1) / f->tokens_per_page;
 	s->nframes = nseq * s->blocks;
 	CHECK(kvmm_cuda_malloc((void **)&s->pool, (size_t)s->nframes * f->page_size));
@@ -454,7 +455,8 @@ static double bench_prefill(uint32_t dt, uint32_t ctx, uint32_t qlen, double bas
 	size_t qbytes = sizeof(float) * (size_t)qlen * nqh * dim;
 	char shape[64];
 
-	CHECK(kvmm_fmt_init(&f, 4, kvh, dim, dt, dt == KVMM_DTYPE_INT8 ? 32 : 0,
+	CHECK(kvmm_fmt_init(&f,
+			    &(struct kvmm_format){4, kvh, dim, dt, dt == KVMM_DTYPE_INT8 ? 32 : 0},
 			    UINT64_C(2) << 20));
 	blocks = (ctx + f.tokens_per_page - 1) / f.tokens_per_page;
 	CHECK(kvmm_cuda_malloc((void **)&pool, (size_t)blocks * f.page_size));

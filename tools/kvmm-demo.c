@@ -204,7 +204,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvmm-demo: pool: %s\n", strerror(-ret));
 		return 1;
 	}
-	ret = kvmm_fmt_init(&fmt, 4, 2, 64, KVMM_DTYPE_FP16, 0, pp.page_size);
+	ret = kvmm_fmt_init(&fmt, &(struct kvmm_format){4, 2, 64, KVMM_DTYPE_FP16}, pp.page_size);
 	if (!ret)
 		ret = kvmm_ns_create(pool, "agents", 0, 0, &ns);
 	if (ret) {

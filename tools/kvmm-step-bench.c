@@ -14,7 +14,6 @@
  * at the end. Exit 1 on any failed call, with its message.
  */
 #include <errno.h>
-#include <stdbool.h> /* kernels/kernels.h uses bool without it */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -42,6 +41,8 @@ static int fail(const char *what, int err)
 static int decode(kvmm_client_t *c, uint32_t nr, uint32_t blocks, const int32_t *table,
 		  uint32_t repeats, uint32_t steps)
 {
+	struct kvmm_format format = {
+		.layers = 2, .kv_heads = 2, .head_dim = 64, .dtype = KVMM_DTYPE_FP16};
 	struct kvmm_attn_batch b = {0};
 	struct kvmm_fmt f;
 	size_t nq = (size_t)nr * Q_HEADS * 64;
@@ -51,7 +52,7 @@ static int decode(kvmm_client_t *c, uint32_t nr, uint32_t blocks, const int32_t 
 
 	if (!ctx || !q || !o)
 		goto out;
-	err = kvmm_fmt_init(&f, 2, 2, 64, KVMM_DTYPE_FP16, 0, kvmm_page_size(c));
+	err = kvmm_fmt_init(&f, &format, kvmm_page_size(c));
 	if (err)
 		goto out;
 	for (uint32_t i = 0; i < nr; i++)

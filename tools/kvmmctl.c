@@ -352,28 +352,30 @@ static void verb_clients(kvmm_admin_t *h)
 
 static void verb_namespaces(kvmm_admin_t *h)
 {
-	const char *l = NULL;
-	char *t;
+	struct kvmm_admin_ns *list;
+	unsigned int nr, i;
+	int ret;
 
 	if (print_verbatim(h, "namespaces", KVMM_OP_NAMESPACES, 0, 0))
 		return;
-	t = read_or_die(h, "namespaces", KVMM_OP_NAMESPACES, 0, 0, 0);
+	ret = kvmm_admin_namespaces(h, ctl.ns, &list, &nr);
+	if (ret)
+		ctl_die_status("namespaces", ret);
 	printf("%-16s %4s %9s %9s %9s %9s %9s %5s %7s %8s %10s %10s\n", "NAMESPACE", "ID", "FRAMES",
 	       "LIMIT", "USED", "CACHED", "SHARED", "PRIO", "CLIENTS", "HIT%", "HITS", "EVICTED");
-	while ((l = ctl_next(t, "Namespace", l))) {
-		char name[40], prio[16];
-		unsigned long long hits = ctl_kvu(l, "hits"), misses = ctl_kvu(l, "misses");
+	for (i = 0; i < nr; i++) {
+		const struct kvmm_admin_ns *n = &list[i];
+		uint64_t lookups = n->hits + n->misses;
 
-		printf("%-16s %4llu %9llu %9llu %9llu %9llu %9llu %5s %7llu %7.1f%% %10llu "
-		       "%10llu\n",
-		       ctl_first(l, name, sizeof(name)), ctl_kvu(l, "id"), ctl_kvu(l, "frames"),
-		       ctl_kvu(l, "limit"), ctl_kvu(l, "used"), ctl_kvu(l, "cached"),
-		       ctl_kvu(l, "shared"), ctl_kv(l, "priority", prio, sizeof(prio)),
-		       ctl_kvu(l, "clients"),
-		       hits + misses ? 100.0 * (double)hits / (double)(hits + misses) : 0.0, hits,
-		       ctl_kvu(l, "pgsteal"));
+		printf("%-16s %4" PRIu32 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64
+		       " %9" PRIu64 " %5" PRId32 " %7" PRIu64 " %7.1f%% %10" PRIu64 " %10" PRIu64
+		       "\n",
+		       n->name, n->id, n->frames, n->limit, n->used, n->cached, n->shared,
+		       n->priority, n->clients,
+		       lookups ? 100.0 * (double)n->hits / (double)lookups : 0.0, n->hits,
+		       n->pgsteal);
 	}
-	free(t);
+	free(list);
 }
 
 static void verb_seqs(kvmm_admin_t *h)
@@ -497,30 +499,31 @@ static void verb_lru(kvmm_admin_t *h)
 
 static void verb_swap(kvmm_admin_t *h)
 {
-	const char *l = NULL;
-	char *t;
+	struct kvmm_admin_tier *list;
+	unsigned int nr, i;
+	int ret;
 
 	if (print_verbatim(h, "swap", KVMM_OP_SWAP, 0, 0))
 		return;
-	t = read_or_die(h, "swap", KVMM_OP_SWAP, 0, 0, 0);
-	if (ctl_tag(t, "SwapTiers") <= 0) {
+	ret = kvmm_admin_swap_tiers(h, ctl.ns, &list, &nr);
+	if (ret)
+		ctl_die_status("swap", ret);
+	if (!nr) {
 		printf("no swap tiers\n");
-		free(t);
+		free(list);
 		return;
 	}
 	printf("%4s %-16s %-6s %5s %10s %10s %10s %10s %6s\n", "TIER", "NAMESPACE", "KIND", "PRIO",
 	       "SLOTS", "USED", "OUT", "IN", "FAIL");
-	while ((l = ctl_next(t, "Tier", l))) {
-		char id[8], ns[40], kind[16], prio[16];
+	for (i = 0; i < nr; i++) {
+		const struct kvmm_admin_tier *t = &list[i];
 
-		printf("%4s %-16s %-6s %5s %10llu %10llu %10llu %10llu %6llu\n",
-		       ctl_first(l, id, sizeof(id)), ctl_kv(l, "ns", ns, sizeof(ns)),
-		       ctl_kv(l, "kind", kind, sizeof(kind)),
-		       ctl_kv(l, "priority", prio, sizeof(prio)), ctl_kvu(l, "slots"),
-		       ctl_kvu(l, "used"), ctl_kvu(l, "pages_out"), ctl_kvu(l, "pages_in"),
-		       ctl_kvu(l, "failures"));
+		printf("%4" PRIu32 " %-16s %-6s %5" PRId32 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64
+		       " %10" PRIu64 " %6" PRIu64 "\n",
+		       t->tier, t->ns, t->kind, t->priority, t->slots, t->used, t->pages_out,
+		       t->pages_in, t->failures);
 	}
-	free(t);
+	free(list);
 }
 
 /* ---- trace -------------------------------------------------------------------------------------- */

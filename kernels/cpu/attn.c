@@ -70,7 +70,7 @@ static int check_batch(const struct kvmm_attn_batch *b, bool prefill)
 
 	if (!f || !kv->base || kv->layer >= f->layers || !f->tokens_per_page)
 		return -EINVAL;
-	if (kvmm_dtype_size(f->dtype) == 0 || (f->dtype == KVMM_DTYPE_INT8 && !f->group_size))
+	if (kvmm_dtype_size(f->dtype) == 0 || (f->dtype == KVMM_DTYPE_INT8 && !f->quant_group))
 		return -EINVAL;
 	if (!b->num_q_heads || b->num_q_heads % f->kv_heads)
 		return -EINVAL;
@@ -128,7 +128,7 @@ static int ctx_init(struct attn_ctx *c, const struct kvmm_attn_batch *b, uint32_
 		c->vs_off = kvmm_fmt_scale_offset(f, b->kv.layer, 1, 0);
 	}
 	c->dim = f->head_dim;
-	c->gs = f->dtype == KVMM_DTYPE_INT8 ? f->group_size : f->head_dim;
+	c->gs = f->dtype == KVMM_DTYPE_INT8 ? f->quant_group : f->head_dim;
 	c->group = b->num_q_heads / f->kv_heads;
 	c->scale = b->scale != 0.0f ? b->scale : 1.0f / sqrtf((float)f->head_dim);
 	c->chunk = chunk_tokens(f, tile);

@@ -5,8 +5,8 @@
  * An engine computes K and V for a step's new tokens as fp32 [token][kv_head][dim] and hands
  * them here with one slot per token (frame * tokens_per_page + row, negative to skip a
  * padding token).  Each row goes to its page at the layer's K and V slab offsets of
- * kvmm/format.c, narrowed to the page dtype: fp16 and bf16 round to nearest even, int8 is
- * quantized per group of group_size elements of one head with scale = max|x| / 127 and
+ * include/format.h, narrowed to the page dtype: fp16 and bf16 round to nearest even, int8 is
+ * quantized per group of quant_group elements of one head with scale = max|x| / 127 and
  * q = round-to-nearest(x / scale) (a zero group gets scale 0), the scale stored as fp32 beside
  * the slab's data.  This is O(new tokens) work next to attention's O(context), so it stays
  * scalar and simple.  Every slot is checked before the first byte is written.
@@ -55,9 +55,9 @@ static void store_row(const struct kvmm_fmt *f, char *page, uint64_t off, uint64
 	case KVMM_DTYPE_INT8: {
 		float *sc = (float *)(page + soff);
 
-		for (uint64_t g = 0; g < nelem / f->group_size; g++)
-			quantize_group(x + g * f->group_size, f->group_size,
-				       (int8_t *)dst + g * f->group_size, sc + g);
+		for (uint64_t g = 0; g < nelem / f->quant_group; g++)
+			quantize_group(x + g * f->quant_group, f->quant_group,
+				       (int8_t *)dst + g * f->quant_group, sc + g);
 		break;
 	}
 	}
@@ -71,7 +71,7 @@ int kvmm_cpu_reshape_and_cache(const struct kvmm_kv_pages *kv, uint32_t nr_token
 
 	if (!f || !kv->base || kv->layer >= f->layers || !f->tokens_per_page)
 		return -EINVAL;
-	if (kvmm_dtype_size(f->dtype) == 0 || (f->dtype == KVMM_DTYPE_INT8 && !f->group_size))
+	if (kvmm_dtype_size(f->dtype) == 0 || (f->dtype == KVMM_DTYPE_INT8 && !f->quant_group))
 		return -EINVAL;
 	if (nr_tokens && (!slots || !k || !v))
 		return -EINVAL;

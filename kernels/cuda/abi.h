@@ -5,7 +5,7 @@
  *
  * Every field is fixed width and every pointer a 64-bit device address, so the C compiler and
  * nvcc agree on the layout without sharing anything else; the sizes are asserted on both
- * sides.  The host wrapper derives the byte offsets from struct kvmm_fmt (kvmm/format.c), so
+ * sides.  The host wrapper derives the byte offsets from struct kvmm_fmt (include/format.h), so
  * the device code never needs the format code: it only adds offsets.  A kernel name is its
  * role followed by the dtype's name as in uapi (fp32, fp16, bf16, int8).
  */

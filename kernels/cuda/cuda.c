@@ -8,7 +8,7 @@
  * driver picks the SASS for the GPU or JITs the PTX) and looks up every kernel once.  Each
  * launch wrapper checks what the host can check, turns the struct kvmm_fmt and the argument
  * struct of kernels/kernels.h into the fixed-layout struct of abi.h (byte offsets computed
- * here, the same arithmetic as kvmm/format.c's helpers, which libkvmm does not link), and
+ * here from the struct's derived fields, the arithmetic of lib/format.c's helpers), and
  * queues the kernel on the caller's stream.  The context is made current on every call, which
  * costs a few nanoseconds and lets any thread of the engine launch.  State is process-wide:
  * one device at a time, set up and torn down under a mutex; launches read it without one
@@ -23,6 +23,7 @@
 
 #include "kernels/cuda/abi.h"
 #include "kernels/cuda/cuda_drv.h"
+#include "kernels/cuda/fatbin.h"
 #include "kernels/cuda/kvmm_cuda.h"
 
 enum {
@@ -238,7 +239,7 @@ static int pages_args(const struct kvmm_kv_pages *kv, struct kvmm_cuda_pages *pg
 	    !f->head_dim)
 		return -EINVAL;
 	if (f->dtype <= KVMM_DTYPE_NONE || f->dtype >= KVMM_DTYPE_COUNT ||
-	    (f->dtype == KVMM_DTYPE_INT8 && (!f->group_size || f->head_dim % f->group_size)))
+	    (f->dtype == KVMM_DTYPE_INT8 && (!f->quant_group || f->head_dim % f->quant_group)))
 		return -EINVAL;
 	memset(pg, 0, sizeof(*pg));
 	pg->base = (uint64_t)(uintptr_t)kv->base;
@@ -253,7 +254,7 @@ static int pages_args(const struct kvmm_kv_pages *kv, struct kvmm_cuda_pages *pg
 	pg->scale_row_bytes = f->scale_row_bytes;
 	pg->kv_heads = f->kv_heads;
 	pg->head_dim = f->head_dim;
-	pg->gs = f->dtype == KVMM_DTYPE_INT8 ? f->group_size : f->head_dim;
+	pg->gs = f->dtype == KVMM_DTYPE_INT8 ? f->quant_group : f->head_dim;
 	pg->tokens_per_page = f->tokens_per_page;
 	pg->nr_frames = kv->nr_frames;
 	return 0;

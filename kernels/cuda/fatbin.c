@@ -11,7 +11,7 @@
  */
 #include <stddef.h>
 
-#include "kernels/cuda/kvmm_cuda.h"
+#include "kernels/cuda/fatbin.h"
 
 #ifndef KVMM_CUDA_FATBIN
 #error "KVMM_CUDA_FATBIN (the path of kvmm.fatbin) must be defined by the build"
@@ -20,6 +20,7 @@
 __asm__(".section .rodata\n"
 	".balign 64\n"
 	".globl kvmm_cuda_fatbin\n"
+	".hidden kvmm_cuda_fatbin\n" /* libkvmm-internal: not exported from the .so */
 	".type kvmm_cuda_fatbin, @object\n"
 	"kvmm_cuda_fatbin:\n"
 	".incbin \"" KVMM_CUDA_FATBIN "\"\n"
@@ -27,6 +28,7 @@ __asm__(".section .rodata\n"
 	".size kvmm_cuda_fatbin, kvmm_cuda_fatbin_end - kvmm_cuda_fatbin\n"
 	".balign 8\n"
 	".globl kvmm_cuda_fatbin_size\n"
+	".hidden kvmm_cuda_fatbin_size\n"
 	".type kvmm_cuda_fatbin_size, @object\n"
 	"kvmm_cuda_fatbin_size:\n"
 	".quad kvmm_cuda_fatbin_end - kvmm_cuda_fatbin\n"

@@ -30,6 +30,13 @@
 
 #include "kernels/kernels.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* libkvmm.so exports what is declared from here on (runtime/libkvmm.map, -fvisibility=hidden) */
+#pragma GCC visibility push(default)
+
 /* A CUstream of the driver API (opaque); NULL is the legacy default stream. */
 typedef struct CUstream_st *kvmm_cuda_stream_t;
 
@@ -100,10 +107,10 @@ int kvmm_cuda_memcpy_dtod(void *dst, const void *src, size_t bytes);
 int kvmm_cuda_memset(void *dst, int byte, size_t bytes);
 int kvmm_cuda_sync(void);
 
-/* The embedded fatbin (fatbin.c) and a check of its header (magic, version, sizes). */
-extern const unsigned char kvmm_cuda_fatbin[];
-extern const size_t kvmm_cuda_fatbin_size;
-#define KVMM_CUDA_FATBIN_MAGIC 0xba55ed50u
-bool kvmm_cuda_fatbin_valid(const void *image, size_t bytes);
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* KVMM_KERNELS_CUDA_KVMM_CUDA_H */

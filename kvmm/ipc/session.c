@@ -345,8 +345,7 @@ static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	member = (uint32_t)ret;
 	if (kvmm_format_check(&req.fmt))
 		return -EINVAL;
-	ret = kvmm_fmt_init(&fmt, req.fmt.layers, req.fmt.kv_heads, req.fmt.head_dim, req.fmt.dtype,
-			    req.fmt.quant_group, srv->cfg.page_size);
+	ret = kvmm_fmt_init(&fmt, &req.fmt, srv->cfg.page_size);
 	if (ret)
 		return ret;
 	if (fmt.token_bytes > UINT32_MAX)

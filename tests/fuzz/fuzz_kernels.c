@@ -15,8 +15,8 @@
  * for a sequence without context.  Sizes are capped so one input runs well under a
  * millisecond or so.  Built and run by tools/fuzz (Documentation/dev-tools/fuzzing.md).
  *
- * fuzz-libs: kernels/cpu/built-in.a kvmm/built-in.a lib/built-in.a
- * fuzz-ldlibs: -lxxhash -lpthread -lm
+ * fuzz-libs: kernels/cpu/built-in.a lib/built-in.a
+ * fuzz-ldlibs: -lpthread -lm
  */
 #include <errno.h>
 #include <math.h>
@@ -126,7 +126,7 @@ static void op_fmt(struct in *in)
 
 	memset(&f, 0x5a, sizeof(f));
 	old = f;
-	ret = kvmm_fmt_init(&f, layers, kvh, dim, dt, gs, page);
+	ret = kvmm_fmt_init(&f, &(struct kvmm_format){layers, kvh, dim, dt, gs}, page);
 	if (ret == 0)
 		check_fmt(&f);
 	else if (ret != -EINVAL)
@@ -153,7 +153,7 @@ static int pool_init(struct pool *pl, struct in *in)
 				divs[nd++] = d;
 		gs = divs[u8(in) % nd];
 	}
-	if (kvmm_fmt_init(&pl->f, layers, kvh, dim, dt, gs, 1u << 30))
+	if (kvmm_fmt_init(&pl->f, &(struct kvmm_format){layers, kvh, dim, dt, gs}, 1u << 30))
 		FAIL("format %u/%u/%u/%u/%u refused", layers, kvh, dim, dt, gs);
 	tb = pl->f.token_bytes;
 	tpp = 1 + u8(in) % 24;
@@ -176,7 +176,8 @@ static int pool_init(struct pool *pl, struct in *in)
 	extra += (uint32_t)(-(tb * tpp + extra) & 3);
 	if (tb * tpp + extra > MAX_PAGE)
 		return -1;
-	if (kvmm_fmt_init(&pl->f, layers, kvh, dim, dt, gs, tb * tpp + extra))
+	if (kvmm_fmt_init(&pl->f, &(struct kvmm_format){layers, kvh, dim, dt, gs},
+			  tb * tpp + extra))
 		FAIL("format %u/%u/%u/%u/%u of %llu bytes refused", layers, kvh, dim, dt, gs,
 		     (unsigned long long)(tb * tpp + extra));
 	check_fmt(&pl->f);

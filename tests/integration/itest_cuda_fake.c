@@ -134,8 +134,7 @@ static void attn_inputs(uint32_t ntok, float *k, float *v, float *q)
 /* the kernels' view of the client's pool: struct kvmm_fmt for its page size; 0 or -1 */
 static int attn_fmt(kvmm_client_t *c, struct kvmm_fmt *f)
 {
-	if (kvmm_fmt_init(f, itest_fmt.layers, itest_fmt.kv_heads, itest_fmt.head_dim,
-			  itest_fmt.dtype, 0, kvmm_page_size(c)))
+	if (kvmm_fmt_init(f, &itest_fmt, kvmm_page_size(c)))
 		return -1;
 	return f->tokens_per_page == kvmm_tokens_per_page(c) ? 0 : -1;
 }

@@ -210,8 +210,27 @@ static void test_fault_inject(void **state)
 		struct kvmm_swapon_req on = {
 			.tier = 1, .priority = 10, .size = 64 * ITEST_PAGE_SIZE};
 
+		struct kvmm_admin_tier *t;
+		unsigned int nr, k, host = 0;
+
+		/* the host tier (1) is listed for alpha, with the pages on it */
+		assert_int_equal(kvmm_admin_swap_tiers(admin, ITEST_NS_A, &t, &nr), 0);
+		for (k = 0; k < nr; k++) {
+			assert_string_equal(t[k].ns, ITEST_NS_A);
+			if (t[k].tier == 1) {
+				assert_int_equal(t[k].slots, 64);
+				host++;
+			}
+		}
+		free(t);
+		assert_int_equal(host, 1);
 		assert_int_equal(kvmm_admin_swapoff(admin, &off), 0);
 		assert_int_equal(kvmm_admin_swapoff(admin, &off), -ENOENT);
+		/* and gone after swapoff */
+		assert_int_equal(kvmm_admin_swap_tiers(admin, ITEST_NS_A, &t, &nr), 0);
+		for (k = 0; k < nr; k++)
+			assert_int_not_equal(t[k].tier, 1);
+		free(t);
 		assert_int_equal(touch(c, x, 2000, false), 0);
 		assert_int_equal(touch(c, y, 2001, false), 0);
 		assert_int_equal(kvmm_admin_swapon(admin, &on), 0);

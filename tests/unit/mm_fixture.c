@@ -56,7 +56,9 @@ int mmf_setup(void **state, const struct mm_fixture_opts *o)
 	assert_int_equal(kvmm_pool_create(&p, &f->pool), 0);
 	/* 1 layer, 1 head, dim 64, fp16: 256 bytes a token, 16 tokens in a 4 KiB page */
 	assert_int_equal(p.page_size, PAGE_SZ);
-	assert_int_equal(kvmm_fmt_init(&f->fmt, 1, 1, 64, KVMM_DTYPE_FP16, 0, PAGE_SZ), 0);
+	assert_int_equal(
+		kvmm_fmt_init(&f->fmt, &(struct kvmm_format){1, 1, 64, KVMM_DTYPE_FP16}, PAGE_SZ),
+		0);
 	assert_int_equal(f->fmt.tokens_per_page, TPP);
 	if (o->mag)
 		assert_int_equal(kvmm_magazine_init(f->pool, &f->mag, 7, 8, 4), 0);

@@ -4,7 +4,8 @@
  * fake daemon on a Unix socket in a temporary directory: HELLO and the failures of
  * kvmm_admin_open (no socket, a refusal, a hang-up, a malformed status) with the words of
  * kvmm_admin_why; a read verb's answer reassembled from several records with events and a
- * stale reply in between; write verbs' requests as the daemon sees them; a trace subscription
+ * stale reply in between; the namespace and swap-tier records as arrays; write verbs' requests
+ * as the daemon sees them; a trace subscription
  * ended by SHUTDOWN; the tagged-text helpers; and the trace event names, which must be the
  * daemon's (kvmm/trace.c) because clients send them as mask bits.
  */
@@ -43,20 +44,21 @@ struct fake {
 	pthread_t thr;
 	/* what the daemon saw: the last request's op and payload */
 	unsigned int last_op;
-	unsigned char last_req[512];
+	unsigned char last_req[512] __attribute__((aligned(8)));
 	size_t last_len;
 };
 
 static void reply(int fd, const struct kvmm_msg_hdr *req, int status, uint32_t flags, const void *p,
 		  size_t len)
 {
-	unsigned char buf[KVMM_MSG_HDR_SIZE + 512];
+	unsigned char buf[KVMM_MSG_HDR_SIZE + 512] __attribute__((aligned(8)));
 	struct kvmm_msg_hdr *h = (struct kvmm_msg_hdr *)buf;
 
 	assert_true(len <= 512);
 	kvmm_msg_hdr_init_reply(h, req, (uint32_t)(KVMM_MSG_HDR_SIZE + len), status);
 	h->flags |= (uint16_t)flags;
-	memcpy(buf + KVMM_MSG_HDR_SIZE, p, len);
+	if (len)
+		memcpy(buf + KVMM_MSG_HDR_SIZE, p, len);
 	assert_int_equal(send(fd, buf, KVMM_MSG_HDR_SIZE + len, MSG_NOSIGNAL),
 			 (ssize_t)(KVMM_MSG_HDR_SIZE + len));
 }
@@ -72,7 +74,7 @@ static void event(int fd, unsigned int op)
 static void *fake_run(void *arg)
 {
 	struct fake *f = arg;
-	unsigned char buf[KVMM_MSG_MAX];
+	unsigned char buf[KVMM_MSG_MAX] __attribute__((aligned(8)));
 	const struct kvmm_msg_hdr *h = (const void *)buf;
 	struct kvmm_hello_rep hello = {.abi_version = KVMM_ABI_VERSION,
 				       .abi_min = KVMM_ABI_MIN_COMPAT,
@@ -119,6 +121,43 @@ static void *fake_run(void *arg)
 		case KVMM_OP_VMSTAT:
 			reply(fd, h, -EACCES, 0, NULL, 0);
 			break;
+		case KVMM_OP_NAMESPACES: {
+			const struct kvmm_admin_req *r = (const void *)(h + 1);
+			static const char good[] =
+				"Namespace: alpha id=1 frames=256 limit=18446744073709551615 "
+				"used=3 "
+				"cached=2 priority=-4 clients=1 chunks=1 shared=0 hits=5 misses=7 "
+				"pgsteal=9\n"
+				"Namespace: beta id=2 frames=64 limit=10 used=0 priority=0\n";
+			static const char bad[] = "Namespace: gamma id=x frames=1 limit=1 used=0 "
+						  "priority=0\n";
+
+			if (!strcmp(r->ns, "bad"))
+				reply(fd, h, 0, 0, bad, sizeof(bad) - 1);
+			else
+				reply(fd, h, 0, 0, good, sizeof(good) - 1);
+			break;
+		}
+		case KVMM_OP_SWAP: {
+			static const char tiers[] =
+				"Tier: 1 ns=alpha kind=host priority=10 slots=64 used=3 kept=1 "
+				"pages_out=5 clean_out=0 pages_in=2 bytes_out=81920 bytes_in=32768 "
+				"failures=0 direct=0\n"
+				"Tier: 2 ns=alpha kind=file priority=-1 slots=256 used=0\n"
+				"SwapTiers: 2\n";
+			static const char none[] = "SwapTiers: 0\n";
+			static const char bad[] = "Tier: 99 ns=alpha kind=host priority=1 slots=1 "
+						  "used=0\n";
+			const struct kvmm_admin_req *r = (const void *)(h + 1);
+
+			if (!strcmp(r->ns, "none"))
+				reply(fd, h, 0, 0, none, sizeof(none) - 1);
+			else if (!strcmp(r->ns, "bad"))
+				reply(fd, h, 0, 0, bad, sizeof(bad) - 1);
+			else
+				reply(fd, h, 0, 0, tiers, sizeof(tiers) - 1);
+			break;
+		}
 		case KVMM_OP_RECLAIM:
 		case KVMM_OP_DROP_CACHES: {
 			struct kvmm_reclaim_rep rep = {.nr_frames = 17};
@@ -240,6 +279,70 @@ static void test_read_reassembled(void **state)
 	req.flags = KVMM_ADMIN_F_FOLLOW;
 	assert_int_equal(kvmm_admin_read(h, KVMM_OP_TRACE, &req, &text), -EINVAL);
 	assert_int_equal(kvmm_admin_read(h, KVMM_OP_STATUS, NULL, NULL), -EINVAL);
+	kvmm_admin_close(h);
+	fake_stop(f);
+}
+
+static void test_namespaces(void **state)
+{
+	struct fake *f = fake_start(S_HELLO_OK);
+	const struct kvmm_admin_req *req = (const void *)f->last_req;
+	struct kvmm_admin_ns *ns = (struct kvmm_admin_ns *)&ns;
+	kvmm_admin_t *h;
+	unsigned int nr = 99;
+
+	(void)state;
+	assert_int_equal(kvmm_admin_open(f->path, &h), 0);
+	assert_int_equal(kvmm_admin_namespaces(h, NULL, &ns, &nr), 0);
+	assert_int_equal(nr, 2);
+	assert_string_equal(ns[0].name, "alpha");
+	assert_int_equal(ns[0].id, 1);
+	assert_int_equal(ns[0].frames, 256);
+	assert_true(ns[0].limit == KVMM_LIMIT_NONE);
+	assert_int_equal(ns[0].priority, -4);
+	assert_int_equal(ns[0].cached, 2);
+	assert_int_equal(ns[0].hits, 5);
+	assert_int_equal(ns[0].misses, 7);
+	assert_int_equal(ns[0].pgsteal, 9);
+	/* counters a daemon does not report read 0 */
+	assert_string_equal(ns[1].name, "beta");
+	assert_int_equal(ns[1].limit, 10);
+	assert_int_equal(ns[1].hits, 0);
+	free(ns);
+	assert_int_equal(kvmm_admin_namespaces(h, "beta", &ns, &nr), 0);
+	assert_string_equal(req->ns, "beta"); /* the filter went out */
+	free(ns);
+	assert_int_equal(kvmm_admin_namespaces(h, "bad", &ns, &nr), -EBADMSG);
+	assert_null(ns);
+	assert_int_equal(nr, 0);
+	assert_int_equal(kvmm_admin_namespaces(h, NULL, NULL, &nr), -EINVAL);
+
+	/* the swap tiers the same way */
+	{
+		struct kvmm_admin_tier *t;
+
+		assert_int_equal(kvmm_admin_swap_tiers(h, NULL, &t, &nr), 0);
+		assert_int_equal(nr, 2);
+		assert_int_equal(t[0].tier, 1);
+		assert_string_equal(t[0].ns, "alpha");
+		assert_string_equal(t[0].kind, "host");
+		assert_int_equal(t[0].priority, 10);
+		assert_int_equal(t[0].slots, 64);
+		assert_int_equal(t[0].used, 3);
+		assert_int_equal(t[0].kept, 1);
+		assert_int_equal(t[0].pages_out, 5);
+		assert_int_equal(t[0].pages_in, 2);
+		assert_int_equal(t[0].bytes_out, 81920);
+		assert_int_equal(t[1].priority, -1);
+		assert_string_equal(t[1].kind, "file");
+		assert_int_equal(t[1].pages_out, 0);
+		free(t);
+		assert_int_equal(kvmm_admin_swap_tiers(h, "none", &t, &nr), 0);
+		assert_int_equal(nr, 0);
+		free(t);
+		assert_int_equal(kvmm_admin_swap_tiers(h, "bad", &t, &nr), -EBADMSG);
+		assert_null(t);
+	}
 	kvmm_admin_close(h);
 	fake_stop(f);
 }
@@ -370,9 +473,10 @@ static void test_trace_names(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_open_errors), cmocka_unit_test(test_read_reassembled),
-		cmocka_unit_test(test_write_verbs), cmocka_unit_test(test_trace_follow),
-		cmocka_unit_test(test_tagged_text), cmocka_unit_test(test_trace_names),
+		cmocka_unit_test(test_open_errors),  cmocka_unit_test(test_read_reassembled),
+		cmocka_unit_test(test_namespaces),   cmocka_unit_test(test_write_verbs),
+		cmocka_unit_test(test_trace_follow), cmocka_unit_test(test_tagged_text),
+		cmocka_unit_test(test_trace_names),
 	};
 
 	return cmocka_run_group_tests_name("test_admin", tests, NULL, NULL);

@@ -46,6 +46,7 @@
 
 #include "kernels/cuda/abi.h"
 #include "kernels/cuda/cuda_drv.h"
+#include "kernels/cuda/fatbin.h"
 #include "kernels/cuda/kvmm_cuda.h"
 #include "kvmm/backend/cuda.h"
 #include "runtime/kvmm.h"
@@ -192,7 +193,7 @@ static int child_arg_checks(void)
 	struct kvmm_cuda_map *m;
 	uint64_t dp;
 
-	if (kvmm_fmt_init(&f, 2, 2, 8, KVMM_DTYPE_FP16, 0, 4096))
+	if (kvmm_fmt_init(&f, &(struct kvmm_format){2, 2, 8, KVMM_DTYPE_FP16}, 4096))
 		return 1;
 	memset(&b, 0, sizeof(b));
 	b.kv.base = base;
@@ -285,7 +286,7 @@ static uint32_t check_plan(uint32_t dt, uint32_t dim, uint32_t gs, uint32_t kvh,
 	uint64_t cap, align;
 	bool tc;
 
-	if (kvmm_fmt_init(&f, 3, kvh, dim, dt, gs, page_size))
+	if (kvmm_fmt_init(&f, &(struct kvmm_format){3, kvh, dim, dt, gs}, page_size))
 		return 0; /* a token larger than the page: not a format */
 	layer = rnd(3);
 	memset(&a, 0, sizeof(a));
@@ -425,7 +426,10 @@ static void test_decode_plan(void **state)
 	{
 		struct kvmm_fmt f;
 
-		assert_int_equal(kvmm_fmt_init(&f, 4, 8, 128, KVMM_DTYPE_FP16, 0, 2u << 20), 0);
+		assert_int_equal(kvmm_fmt_init(&f,
+					       &(struct kvmm_format){4, 8, 128, KVMM_DTYPE_FP16},
+					       2u << 20),
+				 0);
 		assert_true(check_plan(KVMM_DTYPE_FP16, 128, 0, 8, 4, 2u << 20,
 				       UINT64_C(0x7f0000000000), 1, 32768 / f.tokens_per_page, 528,
 				       0) > 1);
@@ -446,7 +450,9 @@ static void test_decode_plan(void **state)
 		uint32_t ctx = 100, ql = 5;
 		int32_t table[8] = {0};
 
-		assert_int_equal(kvmm_fmt_init(&f, 2, 2, 64, KVMM_DTYPE_BF16, 0, 16 << 10), 0);
+		assert_int_equal(kvmm_fmt_init(&f, &(struct kvmm_format){2, 2, 64, KVMM_DTYPE_BF16},
+					       16 << 10),
+				 0);
 		memset(&b, 0, sizeof(b));
 		assert_int_equal(kvmm_cuda_batch_plan(NULL, 0, &d), -EINVAL);
 		assert_int_equal(kvmm_cuda_batch_plan(&b, 0, &d), -EINVAL); /* no format */
@@ -525,7 +531,7 @@ static int child_simt_driver(void)
 		return 8;
 
 	/* decode over host pages: launched fine, fails at the synchronisation */
-	if (kvmm_fmt_init(&f, 1, 1, 64, KVMM_DTYPE_FP16, 0, 4096) ||
+	if (kvmm_fmt_init(&f, &(struct kvmm_format){1, 1, 64, KVMM_DTYPE_FP16}, 4096) ||
 	    posix_memalign(&host, 4096, 2 * f.page_size))
 		return 9;
 	memset(host, 0, 2 * f.page_size);
@@ -619,7 +625,8 @@ static void kcase_make(struct kcase *c, uint32_t dt)
 	uint32_t dim = dims[rnd(4)], kvh = 1 + rnd(3), gs = dt == KVMM_DTYPE_INT8 ? 16 : 0;
 	uint32_t tpp, nelem, *perm, t = 0;
 
-	assert_int_equal(kvmm_fmt_init(&c->fmt, 2, kvh, dim, dt, gs, (uint64_t)(2 + rnd(8)) * 4096),
+	assert_int_equal(kvmm_fmt_init(&c->fmt, &(struct kvmm_format){2, kvh, dim, dt, gs},
+				       (uint64_t)(2 + rnd(8)) * 4096),
 			 0);
 	tpp = c->fmt.tokens_per_page;
 	c->num_q_heads = kvh * (1 + rnd(4));
@@ -938,7 +945,10 @@ static void check_attn(const struct dshape *sh, bool pre)
 	size_t nq, nrows = 0;
 	const float vscale = (sh->vmul ? sh->vmul : 1.0f) + fabsf(sh->vadd);
 
-	assert_int_equal(kvmm_fmt_init(&f, 2, sh->kvh, sh->dim, sh->dt, sh->gs, sh->page), 0);
+	assert_int_equal(kvmm_fmt_init(&f,
+				       &(struct kvmm_format){2, sh->kvh, sh->dim, sh->dt, sh->gs},
+				       sh->page),
+			 0);
 	tpp = f.tokens_per_page;
 	max_blocks = (sh->max_ctx + tpp - 1) / tpp;
 	nframes = sh->nr_seqs * max_blocks + 1;
@@ -1301,7 +1311,8 @@ static void random_attn(bool pre, unsigned int n)
 		sh.nr_seqs = 1 + rnd(pre ? 3 : 6);
 		sh.max_ctx = 1 + rnd(pre ? 400 : 2500);
 		sh.max_new = pre && rnd(3) ? 1 + rnd(16) : 0;
-		if (kvmm_fmt_init(&f, 2, sh.kvh, sh.dim, sh.dt, sh.gs, sh.page))
+		if (kvmm_fmt_init(&f, &(struct kvmm_format){2, sh.kvh, sh.dim, sh.dt, sh.gs},
+				  sh.page))
 			continue; /* no token fits the page: draw again */
 		if ((uint64_t)sh.nr_seqs * (sh.max_ctx / f.tokens_per_page + 2) * f.page_size >
 		    (UINT64_C(256) << 20))
@@ -1339,7 +1350,8 @@ static bool random_tc_shape(struct dshape *sh)
 			sh->gs--;
 		sh->gs *= 16;
 	}
-	return kvmm_fmt_init(&f, 2, sh->kvh, sh->dim, sh->dt, sh->gs, sh->page) == 0;
+	return kvmm_fmt_init(&f, &(struct kvmm_format){2, sh->kvh, sh->dim, sh->dt, sh->gs},
+			     sh->page) == 0;
 }
 
 /* whether decode of @sh's format and group is planned on the tensor cores now */
@@ -1351,7 +1363,10 @@ static bool shape_on_tc(const struct dshape *sh)
 	uint32_t ctx = 1;
 	int32_t table[1] = {0};
 
-	assert_int_equal(kvmm_fmt_init(&f, 2, sh->kvh, sh->dim, sh->dt, sh->gs, sh->page), 0);
+	assert_int_equal(kvmm_fmt_init(&f,
+				       &(struct kvmm_format){2, sh->kvh, sh->dim, sh->dt, sh->gs},
+				       sh->page),
+			 0);
 	memset(&b, 0, sizeof(b));
 	b.kv = (struct kvmm_kv_pages){(void *)(uintptr_t)0x10000, &f, 1, 1};
 	b.nr_seqs = 1;
@@ -1433,7 +1448,10 @@ static void test_decode_tc_vs_cpu(void **state)
 			for (uint32_t group = 1; group <= 20; group++) {
 				uint32_t gs = dt == KVMM_DTYPE_INT8 ? 32 : 0;
 
-				assert_int_equal(kvmm_fmt_init(&f, 2, 2, 128, dt, gs, 64 << 10), 0);
+				assert_int_equal(
+					kvmm_fmt_init(&f, &(struct kvmm_format){2, 2, 128, dt, gs},
+						      64 << 10),
+					0);
 				b.num_q_heads = 2 * group;
 				for (uint32_t on = 0; on <= 2; on++) {
 					kvmm_cuda_decode_tc = on;
@@ -1560,7 +1578,10 @@ static void test_prefill_tc_vs_cpu(void **state)
 				bool want = t != KVMM_DTYPE_FP32 && dt != KVMM_DTYPE_COUNT &&
 					    dim % 16 == 0 && dim <= KVMM_CUDA_TC_MAX_DIM;
 
-				assert_int_equal(kvmm_fmt_init(&f, 2, 2, dim, t, gs, 64 << 10), 0);
+				assert_int_equal(
+					kvmm_fmt_init(&f, &(struct kvmm_format){2, 2, dim, t, gs},
+						      64 << 10),
+					0);
 				assert_int_equal(kvmm_cuda_batch_plan(&b, 40, &d), 0);
 				assert_int_equal(d.tc, want);
 				assert_int_equal(kvmm_cuda_batch_plan(&b, 0, &d), 0);

@@ -1351,7 +1351,7 @@ static int swap_setup(void **state)
 	kvmm_cuda_backend_init(&f->cb, 0, 0);
 	p.backend = &f->cb.ops;
 	if (kvmm_pool_create(&p, &f->pool) || kvmm_ns_create(f->pool, "t", 0, 0, &f->ns) ||
-	    kvmm_fmt_init(&f->fmt, 1, 1, 16, KVMM_DTYPE_FP32, 0, SW_PAGE) ||
+	    kvmm_fmt_init(&f->fmt, &(struct kvmm_format){1, 1, 16, KVMM_DTYPE_FP32}, SW_PAGE) ||
 	    kvmm_aspace_create(f->pool, f->ns, &f->fmt, NULL, &f->as))
 		return -1;
 	snprintf(f->dir, sizeof(f->dir), "/tmp/kvmm-cuda-fake.XXXXXX");

@@ -128,7 +128,7 @@ static struct layout layout_of(const struct kvmm_fmt *f)
 
 	l.row = (uint64_t)f->kv_heads * f->head_dim * esize(f->dtype);
 	l.srow = f->dtype == KVMM_DTYPE_INT8
-			 ? (uint64_t)f->kv_heads * (f->head_dim / f->group_size) * 4
+			 ? (uint64_t)f->kv_heads * (f->head_dim / f->quant_group) * 4
 			 : 0;
 	data = l.row * f->tokens_per_page;
 	l.soff = l.srow ? (data + 3) / 4 * 4 : 0;
@@ -159,7 +159,7 @@ static double stored(const struct kvmm_fmt *f, const struct layout *l, const cha
 	default:
 		memcpy(&sc,
 		       slab + l->soff + row * l->srow +
-			       ((uint64_t)h * (f->head_dim / f->group_size) + d / f->group_size) *
+			       ((uint64_t)h * (f->head_dim / f->quant_group) + d / f->quant_group) *
 				       4,
 		       4);
 		return (double)*(const int8_t *)p * sc;
@@ -208,10 +208,13 @@ static void make_fmt(struct tcase *c, uint32_t layers, uint32_t kvh, uint32_t di
 	struct kvmm_fmt big;
 	uint64_t page;
 
-	assert_int_equal(kvmm_fmt_init(&big, layers, kvh, dim, dt, gs, 1ull << 30), 0);
+	assert_int_equal(
+		kvmm_fmt_init(&big, &(struct kvmm_format){layers, kvh, dim, dt, gs}, 1ull << 30),
+		0);
 	/* room for tpp tokens plus the int8 padding (under 4 bytes a slab) */
 	page = (tpp * big.token_bytes + 8ull * layers + 63) / 64 * 64;
-	assert_int_equal(kvmm_fmt_init(&c->fmt, layers, kvh, dim, dt, gs, page), 0);
+	assert_int_equal(
+		kvmm_fmt_init(&c->fmt, &(struct kvmm_format){layers, kvh, dim, dt, gs}, page), 0);
 	/* rounding the page to 64 bytes (as real pools are aligned) may fit a token or two more */
 	assert_true(c->fmt.tokens_per_page >= tpp);
 	c->lay = layout_of(&c->fmt);
@@ -280,7 +283,7 @@ static void build_case(struct tcase *c, uint32_t nseqs, const uint32_t *ctx, con
 		for (s = 0; s < nseqs; s++)
 			for (t = 0; t < c->max_ctx; t++)
 				for (i = 0; i < row; i++) {
-					size_t g = i / f->group_size;
+					size_t g = i / f->quant_group;
 					size_t base = (((size_t)s * c->max_ctx + t) * 2) * row;
 					double *km = &c->kmax[base + g];
 					double *vm = &c->kmax[base + row + g];
@@ -367,7 +370,7 @@ static void reference(const struct tcase *c, uint32_t s, uint32_t hq, const floa
 {
 	const struct kvmm_fmt *f = &c->fmt;
 	uint32_t D = f->head_dim, h = hq / (c->hq / f->kv_heads), tpp = f->tokens_per_page;
-	uint32_t G = f->dtype == KVMM_DTYPE_INT8 ? f->group_size : D;
+	uint32_t G = f->dtype == KVMM_DTYPE_INT8 ? f->quant_group : D;
 	double *sr = malloc(limit * sizeof(double)), *sx = malloc(limit * sizeof(double));
 	double mr = -INFINITY, mx = -INFINITY, lr = 0, lx = 0, vmax = 0, ds = 0, dv = 0, sabs = 0;
 	size_t row = (size_t)f->kv_heads * D;
@@ -675,7 +678,7 @@ static void test_threads_random(void **state)
 			rng_state = base_seed + 3000 + nt * 100 + i;
 			random_shape(&c, dt, 2);
 			make_fmt(&c, c.fmt.layers, c.fmt.kv_heads, c.fmt.head_dim, dt,
-				 c.fmt.group_size, small_tpp[rnd(6)]);
+				 c.fmt.quant_group, small_tpp[rnd(6)]);
 			for (uint32_t s = 0; s < nseqs; s++) {
 				/* one long context, the others anything (empty included) */
 				ctx[s] = s == 0 ? 97 + rnd(500) : rnd(3) ? rnd(200) : 0;
@@ -723,7 +726,7 @@ static void test_prefetch_distance(void **state)
 
 		rng_state = base_seed + 5000 + i;
 		random_shape(&c, dt, 2);
-		make_fmt(&c, c.fmt.layers, c.fmt.kv_heads, c.fmt.head_dim, dt, c.fmt.group_size,
+		make_fmt(&c, c.fmt.layers, c.fmt.kv_heads, c.fmt.head_dim, dt, c.fmt.quant_group,
 			 1 + rnd(9));
 		build_case(&c, 3, ctx, NULL);
 		struct kvmm_attn_batch b = {
@@ -921,7 +924,7 @@ static void check_known(uint32_t dt, const float *x, const uint16_t *want, uint3
 	int64_t slot = 0;
 	char *page;
 
-	assert_int_equal(kvmm_fmt_init(&f, 1, 1, n, dt, 0, 4096), 0);
+	assert_int_equal(kvmm_fmt_init(&f, &(struct kvmm_format){1, 1, n, dt}, 4096), 0);
 	page = calloc(1, 4096);
 	kv = (struct kvmm_kv_pages){page, &f, 0, 1};
 	assert_int_equal(kvmm_cpu_reshape_and_cache(&kv, 1, &slot, x, x), 0);
@@ -970,7 +973,8 @@ static void test_convert_known(void **state)
 	check_known(KVMM_DTYPE_BF16, b_in, b_want, 8);
 	/* NaN stays NaN in both */
 	for (uint32_t dt = KVMM_DTYPE_FP16; dt <= KVMM_DTYPE_BF16; dt++) {
-		assert_int_equal(kvmm_fmt_init(&f, 1, 1, 2, dt, 0, sizeof(page)), 0);
+		assert_int_equal(
+			kvmm_fmt_init(&f, &(struct kvmm_format){1, 1, 2, dt}, sizeof(page)), 0);
 		kv = (struct kvmm_kv_pages){page, &f, 0, 1};
 		assert_int_equal(kvmm_cpu_reshape_and_cache(&kv, 1, &slot, nan_in, nan_in), 0);
 		for (int i = 0; i < 2; i++) {
@@ -1037,7 +1041,7 @@ static void test_reshape_roundtrip(void **state)
 			v[j] = rndf(1.0f);
 		}
 		if (dt == KVMM_DTYPE_INT8) /* an all-zero group gets scale 0 and zeros */
-			memset(k, 0, f->group_size * sizeof(float));
+			memset(k, 0, f->quant_group * sizeof(float));
 		kv = (struct kvmm_kv_pages){c.pool, f, c.layer, c.nframes};
 		CHECK(kvmm_cpu_reshape_and_cache(&kv, ntok, slots, k, v) == 0,
 		      "reshape %u tokens into %u frames", ntok, c.nframes);
@@ -1065,9 +1069,9 @@ static void test_reshape_roundtrip(void **state)
 					double amax = 0, err = fabs(s - x[j]), bound;
 
 					if (dt == KVMM_DTYPE_INT8) {
-						uint32_t g0 = j / f->group_size * f->group_size;
+						uint32_t g0 = j / f->quant_group * f->quant_group;
 
-						for (uint32_t e = g0; e < g0 + f->group_size; e++)
+						for (uint32_t e = g0; e < g0 + f->quant_group; e++)
 							amax = fmax(amax, fabs(x[e]));
 					}
 					bound = elem_err(dt, x[j], amax / 127);
@@ -1191,7 +1195,9 @@ static void test_bad_args(void **state)
 	int64_t slot;
 
 	(void)state;
-	assert_int_equal(kvmm_fmt_init(&f, 2, 1, 8, KVMM_DTYPE_FP32, 0, 4 * 2 * 2 * 32 + 64), 0);
+	assert_int_equal(kvmm_fmt_init(&f, &(struct kvmm_format){2, 1, 8, KVMM_DTYPE_FP32},
+				       4 * 2 * 2 * 32 + 64),
+			 0);
 	assert_int_equal(f.tokens_per_page, 4);
 	pool = calloc(4, f.page_size);
 	memset(q, 0, sizeof(q));
@@ -1221,7 +1227,8 @@ static void test_bad_args(void **state)
 	qlen = 9; /* more new tokens than the context */
 	assert_int_equal(kvmm_cpu_paged_prefill(&b, q, out), -EINVAL);
 
-	assert_int_equal(kvmm_fmt_init(&f, 1, 2, 8, KVMM_DTYPE_FP32, 0, 4 * 2 * 64), 0);
+	assert_int_equal(
+		kvmm_fmt_init(&f, &(struct kvmm_format){1, 2, 8, KVMM_DTYPE_FP32}, 4 * 2 * 64), 0);
 	b = (struct kvmm_attn_batch){{pool, &f, 0, 4}, 1, 3, table, 4, &ctx, NULL, 0};
 	assert_int_equal(kvmm_cpu_paged_decode(&b, q, out), -EINVAL); /* 3 % 2 */
 
@@ -1254,7 +1261,8 @@ static void test_prefill_huge_ctx(void **state)
 
 	(void)state;
 	snprintf(case_desc, sizeof(case_desc), "prefill beside a context of 2^32 - 1 tokens");
-	assert_int_equal(kvmm_fmt_init(&f, 1, 1, 2, KVMM_DTYPE_FP16, 0, 64u << 10), 0);
+	assert_int_equal(
+		kvmm_fmt_init(&f, &(struct kvmm_format){1, 1, 2, KVMM_DTYPE_FP16}, 64u << 10), 0);
 	tpp = f.tokens_per_page;
 	ctx[0] = 3 * tpp + 5;
 	ctx[1] = UINT32_MAX;

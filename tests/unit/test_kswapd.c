@@ -68,7 +68,7 @@ static int setup(void **state)
 	struct kfx *f = calloc(1, sizeof(*f));
 
 	if (!f || kvmm_pool_create(&p, &f->pool) || kvmm_ns_create(f->pool, "t", 0, 0, &f->ns) ||
-	    kvmm_fmt_init(&f->fmt, 1, 1, 16, KVMM_DTYPE_FP32, 0, PG) ||
+	    kvmm_fmt_init(&f->fmt, &(struct kvmm_format){1, 1, 16, KVMM_DTYPE_FP32}, PG) ||
 	    kvmm_aspace_create(f->pool, f->ns, &f->fmt, NULL, &f->as))
 		return -1;
 	f->rng = 42;

@@ -822,9 +822,15 @@ static void model_setup(struct model *m, const struct model_cfg *cfg)
 	 * Three formats with 4, 8 and 14 tokens per 4 KiB page: fp32 and fp16 with two layers,
 	 * int8 with scales (and tokens per page not a power of two).
 	 */
-	assert_int_equal(kvmm_fmt_init(&m->fmt[0], 2, 2, 32, KVMM_DTYPE_FP32, 0, 4096), 0);
-	assert_int_equal(kvmm_fmt_init(&m->fmt[1], 2, 1, 64, KVMM_DTYPE_FP16, 0, 4096), 0);
-	assert_int_equal(kvmm_fmt_init(&m->fmt[2], 1, 2, 64, KVMM_DTYPE_INT8, 32, 4096), 0);
+	assert_int_equal(
+		kvmm_fmt_init(&m->fmt[0], &(struct kvmm_format){2, 2, 32, KVMM_DTYPE_FP32}, 4096),
+		0);
+	assert_int_equal(
+		kvmm_fmt_init(&m->fmt[1], &(struct kvmm_format){2, 1, 64, KVMM_DTYPE_FP16}, 4096),
+		0);
+	assert_int_equal(kvmm_fmt_init(&m->fmt[2],
+				       &(struct kvmm_format){1, 2, 64, KVMM_DTYPE_INT8, 32}, 4096),
+			 0);
 	assert_int_equal(m->fmt[0].tokens_per_page, 4);
 	assert_int_equal(m->fmt[1].tokens_per_page, 8);
 	assert_int_equal(m->fmt[2].tokens_per_page, 14);

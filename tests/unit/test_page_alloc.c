@@ -835,7 +835,8 @@ static void test_ns_limit_reclaims_own_cache(void **state)
 	unsigned int i;
 
 	(void)state;
-	assert_int_equal(kvmm_fmt_init(&fmt, 1, 1, 16, KVMM_DTYPE_FP16, 0, PAGE_SZ), 0);
+	assert_int_equal(
+		kvmm_fmt_init(&fmt, &(struct kvmm_format){1, 1, 16, KVMM_DTYPE_FP16}, PAGE_SZ), 0);
 	tpp = fmt.tokens_per_page;
 	tok = calloc(2 * tpp, sizeof(*tok));
 	assert_non_null(tok);
@@ -884,7 +885,8 @@ static void test_direct_reclaim_evicts_cache(void **state)
 	unsigned int i;
 
 	(void)state;
-	assert_int_equal(kvmm_fmt_init(&fmt, 1, 1, 16, KVMM_DTYPE_FP16, 0, PAGE_SZ), 0);
+	assert_int_equal(
+		kvmm_fmt_init(&fmt, &(struct kvmm_format){1, 1, 16, KVMM_DTYPE_FP16}, PAGE_SZ), 0);
 	tpp = fmt.tokens_per_page;
 	tok = calloc(4 * tpp, sizeof(*tok));
 	assert_non_null(tok);

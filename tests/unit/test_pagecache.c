@@ -556,7 +556,9 @@ static void test_formats_isolated(void **state)
 	struct kvmm_seq *q;
 
 	/* same tokens per page, other dtype: the KV bytes mean something else */
-	assert_int_equal(kvmm_fmt_init(&fmt2, 1, 1, 128, KVMM_DTYPE_INT8, 32, PAGE_SZ), 0);
+	assert_int_equal(kvmm_fmt_init(&fmt2, &(struct kvmm_format){1, 1, 128, KVMM_DTYPE_INT8, 32},
+				       PAGE_SZ),
+			 0);
 	assert_int_equal(kvmm_aspace_create(f->pool, f->ns, &fmt2, NULL, &as2), 0);
 	assert_int_not_equal(as2->fmt_id, f->as->fmt_id);
 	sealed_seq(f->as, t, TPP, 0xf0);
@@ -824,9 +826,56 @@ static void test_key_is_xxh3_of_documented_input(void **state)
 	assert_true(kvmm_cache_key(f->ns, 1, 2, tok, 16) != kvmm_cache_key(f->ns, 1, 2, tok, 15));
 }
 
+/* kvmm_fmt_id(), the format part of every cache key */
+static void test_fmt_id(void **state)
+{
+	struct kvmm_fmt a, b;
+	uint64_t base;
+
+	(void)state;
+	assert_int_equal(
+		kvmm_fmt_init(&a, &(struct kvmm_format){32, 8, 128, KVMM_DTYPE_FP16}, 2u << 20), 0);
+	/* the id depends on the defining fields only, not on padding or stale bytes */
+	memset(&b, 0x5a, sizeof(b));
+	assert_int_equal(
+		kvmm_fmt_init(&b, &(struct kvmm_format){32, 8, 128, KVMM_DTYPE_FP16}, 2u << 20), 0);
+	base = kvmm_fmt_id(&a);
+	assert_int_equal(base, kvmm_fmt_id(&b));
+
+	/* any defining field changes it */
+	assert_int_equal(
+		kvmm_fmt_init(&b, &(struct kvmm_format){31, 8, 128, KVMM_DTYPE_FP16}, 2u << 20), 0);
+	assert_int_not_equal(kvmm_fmt_id(&b), base);
+	assert_int_equal(
+		kvmm_fmt_init(&b, &(struct kvmm_format){32, 4, 128, KVMM_DTYPE_FP16}, 2u << 20), 0);
+	assert_int_not_equal(kvmm_fmt_id(&b), base);
+	assert_int_equal(
+		kvmm_fmt_init(&b, &(struct kvmm_format){32, 8, 64, KVMM_DTYPE_FP16}, 2u << 20), 0);
+	assert_int_not_equal(kvmm_fmt_id(&b), base);
+	assert_int_equal(
+		kvmm_fmt_init(&b, &(struct kvmm_format){32, 8, 128, KVMM_DTYPE_BF16}, 2u << 20), 0);
+	assert_int_not_equal(kvmm_fmt_id(&b), base);
+	assert_int_equal(
+		kvmm_fmt_init(&b, &(struct kvmm_format){32, 8, 128, KVMM_DTYPE_FP16}, 4u << 20), 0);
+	assert_int_not_equal(kvmm_fmt_id(&b), base);
+	/* two int8 formats differing only in group size */
+	assert_int_equal(
+		kvmm_fmt_init(&a, &(struct kvmm_format){32, 8, 128, KVMM_DTYPE_INT8, 32}, 2u << 20),
+		0);
+	assert_int_equal(
+		kvmm_fmt_init(&b, &(struct kvmm_format){32, 8, 128, KVMM_DTYPE_INT8, 64}, 2u << 20),
+		0);
+	assert_int_not_equal(kvmm_fmt_id(&a), kvmm_fmt_id(&b));
+	/* swapping two fields is not the same format */
+	assert_int_equal(
+		kvmm_fmt_init(&a, &(struct kvmm_format){8, 32, 128, KVMM_DTYPE_FP16}, 2u << 20), 0);
+	assert_int_not_equal(kvmm_fmt_id(&a), base);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fmt_id),
 		cmocka_unit_test_setup_teardown(test_seal_then_lookup_maps_same_frames, setup,
 						mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_lookup_of_cached_pages, setup, mmf_teardown),

@@ -258,7 +258,7 @@ static int setup_ops(void **state, const struct kvmm_backend_ops *ops)
 		return -1;
 	f->rng = 777;
 	if (kvmm_pool_create(&p, &f->pool) || kvmm_ns_create(f->pool, "t", 0, 0, &f->ns) ||
-	    kvmm_fmt_init(&f->fmt, 1, 1, 16, KVMM_DTYPE_FP32, 0, PAGE_SZ) ||
+	    kvmm_fmt_init(&f->fmt, &(struct kvmm_format){1, 1, 16, KVMM_DTYPE_FP32}, PAGE_SZ) ||
 	    kvmm_aspace_create(f->pool, f->ns, &f->fmt, NULL, &f->as))
 		return -1;
 	snprintf(f->dir, sizeof(f->dir), "/tmp/kvmm-swap-staged.XXXXXX");

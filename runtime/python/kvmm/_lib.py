@@ -150,8 +150,11 @@ _proto("kvmm_strerror", c_char_p, c_int)
 # The kernels (kernels/kernels.h, kernels/cuda/kvmm_cuda.h), when libkvmm carries them.  The
 # format struct they take (struct kvmm_fmt) is filled by kvmm_fmt_init into an opaque buffer.
 FMT_BUF_BYTES = 256
-HAVE_FMT_INIT = _proto("kvmm_fmt_init", c_int, c_void_p, c_uint32, c_uint32, c_uint32,
-                       c_uint32, c_uint32, c_uint64, optional=True) is not None
+HAVE_FMT_INIT = _proto("kvmm_fmt_init", c_int, c_void_p, POINTER(Format), c_uint64,
+                       optional=True) is not None
+_proto("kvmm_fmt_offset", c_uint64, c_void_p, c_uint32, c_uint32, c_uint32, optional=True)
+_proto("kvmm_fmt_scale_offset", c_uint64, c_void_p, c_uint32, c_uint32, c_uint32,
+       optional=True)
 _cpu = [
     _proto("kvmm_cpu_paged_decode", c_int, POINTER(AttnBatch), c_void_p, c_void_p,
            optional=True),
@@ -165,6 +168,10 @@ _cpu = [
 HAVE_KERNELS = HAVE_FMT_INIT and all(f is not None for f in _cpu)
 _proto("kvmm_cpu_set_threads", c_int, c_uint32, optional=True)
 _proto("kvmm_cpu_get_threads", c_uint32, optional=True)
+_proto("kvmm_cpu_isa_name", c_char_p, c_int, optional=True)
+_proto("kvmm_cpu_isa_supported", ctypes.c_bool, c_int, optional=True)
+_proto("kvmm_cpu_isa_get", c_int, optional=True)
+_proto("kvmm_cpu_isa_set", c_int, c_int, optional=True)
 _cuda = [
     _proto("kvmm_cuda_init", c_int, c_int, optional=True),
     _proto("kvmm_cuda_why", c_char_p, optional=True),

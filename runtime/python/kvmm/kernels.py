@@ -25,7 +25,7 @@ from .errors import KvmmError, check, make_error
 from .views import PoolViews
 
 __all__ = ["available", "paged_decode", "paged_prefill", "reshape_and_cache", "copy_pages",
-           "set_threads", "get_threads"]
+           "set_threads", "get_threads", "isa", "isas", "set_isa"]
 
 
 def available(device: str = "cpu") -> bool:
@@ -54,8 +54,8 @@ def _kfmt(pool: PoolViews) -> ctypes.Array:
     if buf is None:
         f = pool.fmt
         buf = (ctypes.c_uint64 * (_lib.FMT_BUF_BYTES // 8))()
-        check(lib.kvmm_fmt_init(buf, f.layers, f.kv_heads, f.head_dim, f.dtype, f.quant_group,
-                                pool.page_size), "kvmm_fmt_init")
+        wire = _lib.Format(f.layers, f.kv_heads, f.head_dim, f.dtype, f.quant_group, 0)
+        check(lib.kvmm_fmt_init(buf, ctypes.byref(wire), pool.page_size), "kvmm_fmt_init")
         pool._kvmm_fmt = buf
     return buf
 
@@ -272,3 +272,33 @@ def get_threads() -> int:
     if not _lib.has("kvmm_cpu_get_threads"):
         raise KvmmError(errno.ENOSYS, f"{_lib.path} has no kvmm_cpu_get_threads", "kvmm.kernels")
     return lib.kvmm_cpu_get_threads()
+
+
+_ISAS = ("scalar", "avx2", "avx512")  # enum kvmm_cpu_isa, in order
+
+
+def _need_isa() -> None:
+    if not _lib.has("kvmm_cpu_isa_get"):
+        raise KvmmError(errno.ENOSYS, f"{_lib.path} has no kvmm_cpu_isa_*", "kvmm.kernels")
+
+
+def isa() -> str:
+    """The vector code the CPU kernels use: "scalar", "avx2" or "avx512"
+    (kvmm_cpu_isa_get; $KVMM_KERNEL_ISA if set and supported, else the best)."""
+    _need_isa()
+    return lib.kvmm_cpu_isa_name(lib.kvmm_cpu_isa_get()).decode()
+
+
+def isas() -> list[str]:
+    """The vector codes this CPU and build can run (kvmm_cpu_isa_supported)."""
+    _need_isa()
+    return [name for i, name in enumerate(_ISAS) if lib.kvmm_cpu_isa_supported(i)]
+
+
+def set_isa(name: str) -> None:
+    """Force the CPU kernels' vector code (kvmm_cpu_isa_set; tests, benchmarks); KvmmError
+    ENOTSUP when this CPU cannot run it.  Not while kernels run."""
+    _need_isa()
+    if name not in _ISAS:
+        raise ValueError(f"isa must be one of {', '.join(_ISAS)}, not {name!r}")
+    check(lib.kvmm_cpu_isa_set(_ISAS.index(name)), "kvmm_cpu_isa_set")

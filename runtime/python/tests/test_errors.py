@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 
 import pytest
 
@@ -198,3 +199,17 @@ def test_strerror_texts():
     assert isinstance(e, kvmm.PreemptedError) and "preempt" in e.strerror
     assert isinstance(kvmm.errors.make_error(-kvmm.KVMM_ELOST), kvmm.PageLostError)
     assert isinstance(kvmm.errors.make_error(-errno.ENOMEM), kvmm.OutOfMemoryError)
+
+
+def test_missing_library_is_a_clear_import_error():
+    import subprocess
+    import sys
+
+    from conftest import PKG
+    env = dict(os.environ, KVMM_LIB="/nonexistent/libkvmm.so", PYTHONPATH=PKG,
+               PYTHONDONTWRITEBYTECODE="1")
+    r = subprocess.run([sys.executable, "-c", "import kvmm"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0
+    assert "ImportError: kvmm: cannot load libkvmm (set KVMM_LIB" in r.stderr
+    assert "/nonexistent/libkvmm.so: no such file" in r.stderr

@@ -241,3 +241,24 @@ def test_threads():
     kernels.set_threads(n)
     with pytest.raises(ValueError):
         kernels.set_threads(-1)
+
+
+def test_isa_choice(client):
+    names = kernels.isas()
+    assert "scalar" in names and kernels.isa() in names
+    before = kernels.isa()
+    try:
+        kernels.set_isa("scalar")
+        assert kernels.isa() == "scalar"
+        # the scalar code gives the same decode as the vector code, within rounding
+        b = Batch(client, [client.tokens_per_page + 3], layer=0, seed=9)
+        q = torch.randn((1, 4, client.fmt.head_dim), generator=torch.Generator().manual_seed(1))
+        scalar = kernels.paged_decode(b.pool, 0, q, b.table, b.ctx)
+        kernels.set_isa(before)
+        vector = kernels.paged_decode(b.pool, 0, q, b.table, b.ctx)
+        assert torch.allclose(scalar, vector, atol=1e-5)
+        b.free()
+    finally:
+        kernels.set_isa(before)
+    with pytest.raises(ValueError):
+        kernels.set_isa("sse9")

@@ -164,3 +164,31 @@ def test_two_processes_see_the_same_bytes(daemon, fmt, client):
         p.stdin.close()
         assert p.wait(30) == 0
     client.seq_free(s)
+
+
+@pytest.mark.parametrize("fmt_args", [
+    (2, 2, 64, "fp16", 0), (3, 1, 32, "fp32", 0), (1, 4, 128, "bf16", 0),
+    (2, 2, 64, "int8", 32), (5, 3, 24, "int8", 8), (1, 1, 3, "int8", 1),
+])
+@pytest.mark.parametrize("page_size", [16384, 2 << 20, 4099])
+def test_layout_equals_the_librarys(fmt_args, page_size):
+    """PageLayout, which the views are built from, against kvmm_fmt_offset of lib/format.c."""
+    import ctypes as C
+
+    from kvmm import _lib
+    if not _lib.has("kvmm_fmt_offset"):
+        pytest.skip("this libkvmm does not export kvmm_fmt_offset")
+    f = kvmm.Format(*fmt_args)
+    L = kvmm.PageLayout.of(f, page_size)
+    buf = (C.c_uint64 * (_lib.FMT_BUF_BYTES // 8))()
+    wire = _lib.Format(f.layers, f.kv_heads, f.head_dim, f.dtype, f.quant_group, 0)
+    assert _lib.lib.kvmm_fmt_init(buf, C.byref(wire), page_size) == 0
+    for layer in range(f.layers):
+        for kv in (0, 1):
+            for tok in (0, L.tokens_per_page - 1):
+                assert _lib.lib.kvmm_fmt_offset(buf, layer, kv, tok) == \
+                    L.offset(layer, kv) + tok * L.row_bytes
+                if f.dtype == kvmm.DTYPE_INT8:
+                    assert _lib.lib.kvmm_fmt_scale_offset(buf, layer, kv, tok) == \
+                        L.scale_offset(layer, kv) + tok * L.scale_row_bytes
+    assert _lib.lib.kvmm_fmt_offset(buf, 0, 0, L.tokens_per_page) == 2 ** 64 - 1

@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tools/kvmm-bench-ipc.c - the ipc benchmark (bench_ipc.c): what talking to kvmmd costs a
+ * client process.  A program of its own because it is what an engine is, a libkvmm client,
+ * and links libkvmm and nothing of kvmm/ (tools/Kbuild); kvmm-bench's other suites measure the
+ * daemon's internals in process.
+ *
+ *   kvmm-bench-ipc [--json] [--quick] [ipc]
+ */
+#include "bench.h"
+
+static const struct bench_suite suites[] = {
+	{"ipc", "client to kvmmd: op round trip, 64-seq step on the rings, magazine alloc",
+	 bench_suite_ipc},
+};
+
+int main(int argc, char **argv)
+{
+	return bench_main("kvmm-bench-ipc", suites, 1, NULL, argc, argv);
+}

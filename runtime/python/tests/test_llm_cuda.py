@@ -21,6 +21,7 @@ GPU, as the engine on CUDA.  Run on a GPU machine with
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
@@ -47,7 +48,9 @@ NEW = 64  # new tokens of the greedy comparisons
 
 HAVE_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA GPU for torch")
-DEVICE = "cuda"
+# (found, not imported: transformers takes seconds to import; hf_greedy imports it)
+HAVE_HF = importlib.util.find_spec("transformers") is not None
+needs_hf = pytest.mark.skipif(not HAVE_HF, reason="transformers is not installed")
 BACKEND = ["--backend", "cuda"]
 
 # No hub: the checkpoints are local directories, and a GPU machine has no network.
@@ -259,6 +262,7 @@ def hf_greedy(ckpts, arch, prompt, n):
     return _hf[key]
 
 
+@needs_hf
 @pytest.mark.parametrize("arch", ARCHS)
 def test_reference_matches_transformers(ckpts, arch):
     m = model_of(ckpts, arch)
@@ -271,6 +275,7 @@ def test_reference_matches_transformers(ckpts, arch):
         assert diff < TOL["fp32"], f"{arch}: logits off transformers' by {diff}"
 
 
+@needs_hf
 @pytest.mark.parametrize("arch", ARCHS)
 def test_engine_matches_transformers(host_daemon, ckpts, arch):
     """The engine on the CPU, fp32 KV in kvmm pages of a host kvmmd."""
@@ -281,6 +286,7 @@ def test_engine_matches_transformers(host_daemon, ckpts, arch):
 
 
 @needs_cuda
+@needs_hf
 @pytest.mark.parametrize("arch", ARCHS)
 def test_cuda_engine_matches_transformers(gpu_daemon, ckpts, arch):
     """The engine on CUDA, fp32 KV in GPU pages, against transformers on the CPU."""

@@ -5,6 +5,8 @@
 #   make demo            the end-to-end demonstration
 #   make V=1             print whole commands
 #   make O=DIR           build out of tree, in DIR
+#   make install         install libkvmm, its headers and kvmm.pc, kvmmd, kvmmctl, man pages and
+#                        the systemd unit (PREFIX=/usr/local, DESTDIR, LIBDIR, ...; see below)
 #   make help            all targets
 #
 # See Documentation/dev-tools/build.md for how the Kbuild files work.
@@ -185,6 +187,7 @@ check:
 
 __check: all
 	$(Q)KVMM_SRCTREE=$(srctree) KVMM_SANITIZE=$(KVMM_SANITIZE) KVMM_HAVE_CUDA=$(KVMM_HAVE_CUDA) \
+		KVMM_MAKE='$(MAKE) -f $(srctree)/Makefile' KVMM_CC='$(CC)' \
 		$(srctree)/scripts/run-tests.sh $(all-tests) $(all-test-scripts)
 
 # ---- demo ------------------------------------------------------------------------------
@@ -195,6 +198,30 @@ demo:
 
 __demo: all
 	$(Q)KVMM_SRCTREE=$(srctree) $(srctree)/scripts/demo.sh
+
+# ---- install ------------------------------------------------------------------------------
+# Debian-like layout under PREFIX; every directory can be overridden on the command line.
+# DESTDIR is prepended to every path written and appears in none of the files installed.
+PREFIX ?= /usr/local
+MULTIARCH ?= $(or $(shell $(CC) -print-multiarch 2>/dev/null),$(shell uname -m)-linux-gnu)
+BINDIR ?= $(PREFIX)/bin
+SBINDIR ?= $(PREFIX)/sbin
+LIBDIR ?= $(PREFIX)/lib/$(MULTIARCH)
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+MANDIR ?= $(PREFIX)/share/man
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+install-env = srctree=$(srctree) objtree=$(objtree) VERSION=$(VERSION) \
+	KVMM_HAVE_CUDA=$(KVMM_HAVE_CUDA) DESTDIR=$(DESTDIR) PREFIX=$(PREFIX) BINDIR=$(BINDIR) \
+	SBINDIR=$(SBINDIR) LIBDIR=$(LIBDIR) INCLUDEDIR=$(INCLUDEDIR) PKGCONFIGDIR=$(PKGCONFIGDIR) \
+	MANDIR=$(MANDIR) UNITDIR=$(UNITDIR)
+
+PHONY += install uninstall
+install: all
+	$(Q)$(install-env) $(srctree)/scripts/install.sh install
+
+uninstall:
+	$(Q)$(install-env) $(srctree)/scripts/install.sh uninstall
 
 # ---- housekeeping ------------------------------------------------------------------------
 PHONY += deps defconfig format format-check clean mrproper distclean help
@@ -225,6 +252,8 @@ help:
 	@echo '  all (default)  build the daemon, the runtime, the tools and the tests'
 	@echo '  check          build and run every test; SAN=1 runs them under ASan+UBSan'
 	@echo '  demo           build and run the demonstration'
+	@echo '  install        install under PREFIX (/usr/local; DESTDIR, LIBDIR, ... as well)'
+	@echo '  uninstall      remove what install put there'
 	@echo '  deps           install the Debian packages the build needs (as root)'
 	@echo '  defconfig      write .config with the defaults (scripts/defconfig)'
 	@echo '  format-check   clang-format dry run over the C sources'

@@ -2,9 +2,9 @@
 /*
  * kernels/kernels.h - the attention and page-copy kernels an engine runs over kvmm's pages.
  *
- * Every kernel reads or writes KV in the page layout of include/format.h (lib/format.c), [layer][K|V][token]
- * [head][dim] (int8 slabs followed by their fp32 per-group scales), through block tables:
- * frame n is at base + n * page_size, a block table row holds the int32 frame numbers of a
+ * Every kernel reads or writes KV in the page layout of include/format.h (lib/format.c),
+ * [layer][K|V][token][head][dim] (int8 slabs followed by their fp32 per-group scales), through
+ * block tables: frame n is at base + n * page_size, a block table row holds the int32 frame numbers of a
  * sequence's logical blocks (KVMM_BLOCK_NONE for an absent one), and token t of a sequence is
  * row t % tokens_per_page of frame table[t / tokens_per_page].  Queries, outputs and new K/V
  * rows are fp32 whatever the page dtype: the kernels convert on read and write.

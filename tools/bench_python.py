@@ -11,10 +11,12 @@ Also: the one-time cost of building a 32-layer pool's views, and the per-step co
 getting them again (cached on the handle).
 
     /usr/bin/python3 tools/bench_python.py [--seqs 64] [--blocks 8] [--steps 2000]
-                                           [--decode-steps 200] [--repeats 7]
+                                           [--decode-steps 200] [--repeats 9]
 
 Run from the top of a built tree (make): it starts kvmm/kvmmd in a temporary directory and
-uses runtime/libkvmm.so.  Each figure is the median of the repeats' means.
+uses runtime/libkvmm.so.  Each round runs the C side (a fresh kvmm-step-bench) and then the
+Python side; each figure is the median over the rounds, each ratio the median of the rounds'
+ratios.
 """
 from __future__ import annotations
 
@@ -96,7 +98,7 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=8)
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--decode-steps", type=int, default=200)
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--repeats", type=int, default=9, help="rounds")
     a = ap.parse_args()
     import torch
 
@@ -113,18 +115,23 @@ def main() -> None:
                 seq_arr = array.array("Q", seq_list)
                 table = torch.empty((a.seqs, a.blocks), dtype=torch.int32)
                 py_side(c, seq_arr, table, argparse.Namespace(repeats=1, steps=200))  # warm
-                c1, d1 = c_side(sock, a)
-                py_list = py_side(c, seq_list, table, a)
-                py_arr = py_side(c, seq_arr, table, a)
-                # the table is right: every row full, the frames the daemon gave
-                assert int((table >= 0).sum()) == a.seqs * a.blocks
                 pool = c.views()
                 q = torch.tensor([(i % 7) * 0.125 for i in range(a.seqs * 4 * 64)],
                                  dtype=torch.float32).view(a.seqs, 4, 64)
                 ctx = torch.full((a.seqs,), a.blocks * tpp, dtype=torch.int32)
                 out = torch.empty_like(q)
-                py_dec = py_decode(pool, q, table, ctx, out, a)
-                c2, d2 = c_side(sock, a)
+                # rounds interleave C and Python, so that a change of load on a shared machine
+                # hits both sides of a round's ratios alike
+                one = argparse.Namespace(**{**vars(a), "repeats": 1})
+                rounds = []
+                for _ in range(a.repeats):
+                    (cs,), (cd,) = c_side(sock, one)
+                    (pl,) = py_side(c, seq_list, table, one)
+                    (pa,) = py_side(c, seq_arr, table, one)
+                    # the table is right: every row full, the frames the daemon gave
+                    assert int((table >= 0).sum()) == a.seqs * a.blocks
+                    (pd,) = py_decode(pool, q, table, ctx, out, one)
+                    rounds.append((cs, pl, pa, cd, pd))
                 del pool
             big = kvmm.Format(layers=32, kv_heads=1, head_dim=64, dtype="fp16")
             with kvmm.attach(sock, "bench", big) as c:
@@ -140,18 +147,24 @@ def main() -> None:
             d.send_signal(signal.SIGTERM)
             d.wait(10)
 
-    cm = statistics.median(c1 + c2)
-    lm, am = statistics.median(py_list), statistics.median(py_arr)
+    def med(i: int) -> float:
+        return statistics.median(r[i] for r in rounds)
+
+    def ratio(i: int, j: int) -> float:
+        return statistics.median(r[i] / r[j] for r in rounds)
+
     print(f"engine step: pin + block table + unpin, {a.seqs} sequences x {a.blocks} blocks, "
-          f"{a.steps} steps x {a.repeats} repeats (median of repeat means)")
-    print(f"  C (libkvmm)                      {cm / 1000:9.2f} us/step")
-    print(f"  Python, seqs as array.array('Q') {am / 1000:9.2f} us/step   {am / cm:5.2f}x C")
-    print(f"  Python, seqs as a list of ints   {lm / 1000:9.2f} us/step   {lm / cm:5.2f}x C")
-    dc, dp = statistics.median(d1 + d2), statistics.median(py_dec)
+          f"{a.steps} steps per round, {a.repeats} rounds (medians over the rounds)")
+    print(f"  C (libkvmm)                      {med(0) / 1000:9.2f} us/step")
+    print(f"  Python, seqs as array.array('Q') {med(2) / 1000:9.2f} us/step   "
+          f"{ratio(2, 0):5.2f}x C")
+    print(f"  Python, seqs as a list of ints   {med(1) / 1000:9.2f} us/step   "
+          f"{ratio(1, 0):5.2f}x C")
     print(f"paged decode, one layer, {a.seqs} sequences x {a.blocks * tpp} tokens, 4 query "
-          f"heads over 2 KV heads of 64, fp16 ({a.decode_steps} calls x {a.repeats})")
-    print(f"  C (kvmm_cpu_paged_decode)        {dc / 1000:9.2f} us/call")
-    print(f"  Python (kvmm.kernels, on views)  {dp / 1000:9.2f} us/call   {dp / dc:5.2f}x C")
+          f"heads over 2 KV heads of 64, fp16 ({a.decode_steps} calls per round)")
+    print(f"  C (kvmm_cpu_paged_decode)        {med(3) / 1000:9.2f} us/call")
+    print(f"  Python (kvmm.kernels, on views)  {med(4) / 1000:9.2f} us/call   "
+          f"{ratio(4, 3):5.2f}x C")
     print("views of a 32-layer pool (64 tensors)")
     print(f"  built once                       {build / 1000:9.1f} us")
     print(f"  client.views() per step after    {again / 1000:9.3f} us (cached)")

@@ -7,7 +7,8 @@
  * libkvmm's admin calls (runtime/kvmm_admin.h): kvmm_admin_open says HELLO, each verb is one
  * call (trace follows a subscription until interrupted), and no byte of the protocol is
  * spelled here.  The numbers are the daemon's: kvmmctl asks for tagged text ("Name:  value"
- * lines and "Record: first k=v" rows) and only lays it out.  `top` (tools/ctl_top.c) refreshes a summary every second.
+ * lines and "Record: first k=v" rows) and only lays it out.  `top` (tools/ctl_top.c)
+ * refreshes a summary every second.
  * Exit codes (Documentation/admin-guide/kvmmctl.md): 0 ok, 1 the daemon answered an error,
  * 2 bad arguments, 3 no daemon at the socket, 4 no permission.
  */
@@ -59,7 +60,7 @@ void __attribute__((noreturn)) ctl_die_status(const char *verb, int status)
 	ctl_die(CTL_EXIT_DAEMON, "%s: %s", verb, strerror(-status));
 }
 
-/* ---- the daemon, through libkvmm's admin calls -------------------------------------------------- */
+/* ---- the daemon, through libkvmm's admin calls ------------------------------------------- */
 
 static const char *socket_path(void)
 {

@@ -1369,7 +1369,7 @@ static inline uint64_t kvmm_shm_layout(struct kvmm_shm_hdr *h, uint32_t ring_ent
 	data = (uint64_t)ring_entries * KVMM_RING_DATA_PER_ENTRY;
 	if (data < KVMM_RING_DATA_MIN)
 		data = KVMM_RING_DATA_MIN;
-	*h = (struct kvmm_shm_hdr){0};
+	__builtin_memset(h, 0, sizeof(*h)); /* C and C++ alike (an engine may be either) */
 	h->magic = KVMM_SHM_MAGIC;
 	h->version = KVMM_SHM_VERSION;
 	h->hdr_size = (uint16_t)sizeof(*h);

@@ -57,9 +57,10 @@ class KvPages(Structure):
 
 class AttnBatch(Structure):
     """struct kvmm_attn_batch (kernels/kernels.h)."""
+    # the arrays as c_void_p: addresses are stored without a ctypes.cast per call
     _fields_ = [("kv", KvPages), ("nr_seqs", c_uint32), ("num_q_heads", c_uint32),
-                ("block_tables", i32p), ("max_blocks", c_uint32), ("ctx_lens", u32p),
-                ("q_lens", u32p), ("scale", c_float)]
+                ("block_tables", c_void_p), ("max_blocks", c_uint32), ("ctx_lens", c_void_p),
+                ("q_lens", c_void_p), ("scale", c_float)]
 
 
 def _candidates() -> list[str]:

@@ -70,6 +70,22 @@ class _SwapoffReq(Structure):
                 ("ns", c_char * NAME_LEN)]
 
 
+class _Ns(Structure):
+    """struct kvmm_admin_ns (runtime/kvmm_admin.h)."""
+    _fields_ = [("name", c_char * NAME_LEN), ("id", c_uint32), ("priority", c_int32)] + \
+        [(f, c_uint64) for f in ("frames", "limit", "used", "cached", "shared", "clients",
+                                 "chunks", "hits", "misses", "pgsteal")]
+
+
+class _Tier(Structure):
+    """struct kvmm_admin_tier (runtime/kvmm_admin.h)."""
+    _fields_ = [("tier", c_uint32), ("priority", c_int32), ("ns", c_char * NAME_LEN),
+                ("kind", c_char * 16)] + \
+        [(f, c_uint64) for f in ("slots", "used", "kept", "pages_out", "clean_out", "pages_in",
+                                 "bytes_out", "bytes_in", "failures", "direct")]
+
+
+assert ctypes.sizeof(_Ns) == 120 and ctypes.sizeof(_Tier) == 136
 assert ctypes.sizeof(_HelloRep) == 48 and ctypes.sizeof(_AdminReq) == 48
 assert ctypes.sizeof(_LimitReq) == 56 and ctypes.sizeof(_SwaponReq) == 304
 assert ctypes.sizeof(_SwapoffReq) == 296
@@ -89,6 +105,8 @@ def _bind() -> None:
         "kvmm_admin_hello": (POINTER(_HelloRep), P),
         "kvmm_admin_read": (c_int, P, c_uint, POINTER(_AdminReq), POINTER(c_void_p)),
         "kvmm_admin_limit": (c_int, P, POINTER(_LimitReq)),
+        "kvmm_admin_namespaces": (c_int, P, c_char_p, POINTER(c_void_p), POINTER(c_uint)),
+        "kvmm_admin_swap_tiers": (c_int, P, c_char_p, POINTER(c_void_p), POINTER(c_uint)),
         "kvmm_admin_drop_caches": (c_int, P, c_uint32, POINTER(c_uint64)),
         "kvmm_admin_reclaim": (c_int, P, c_uint64, c_uint32, POINTER(c_uint64)),
         "kvmm_admin_swapon": (c_int, P, POINTER(_SwaponReq)),
@@ -103,7 +121,9 @@ def _bind() -> None:
         "kvmm_admin_field": (c_int, c_void_p, c_char_p, c_void_p, c_size_t),
     }
     for name, (res, *args) in protos.items():
-        fn = getattr(lib, name)
+        fn = getattr(lib, name, None)
+        if fn is None:  # a libkvmm from before this call: the method says so when used
+            continue
         fn.restype = res
         fn.argtypes = args
 
@@ -240,6 +260,33 @@ class Admin:
 
     def swap(self, **kw: Any) -> str:
         return self.read("swap", **kw)
+
+    def _records(self, call: str, st: Any, ns: Optional[str]) -> list[dict]:
+        h = self._handle()
+        if not _lib.has(call):
+            raise KvmmError(_errno.ENOSYS, f"{_lib.path} has no {call}", "kvmm.admin")
+        lst, nr = c_void_p(), c_uint()
+        check(getattr(lib, call)(h, _name("ns", ns, NAME_LEN) or None, byref(lst), byref(nr)),
+              call)
+        try:
+            arr = ctypes.cast(lst, POINTER(st * nr.value)).contents if nr.value else []
+            return [{f: (getattr(e, f).decode("utf-8", "replace")
+                         if isinstance(getattr(e, f), bytes) else getattr(e, f))
+                     for f, _ in st._fields_} for e in arr]
+        finally:
+            _libc.free(lst.value)
+
+    def namespace_list(self, ns: Optional[str] = None) -> list[dict]:
+        """The namespaces (kvmm_admin_namespaces; ns None: all) as dicts of struct
+        kvmm_admin_ns: name, id, priority, frames, limit, used, cached, shared, clients,
+        chunks, hits, misses, pgsteal."""
+        return self._records("kvmm_admin_namespaces", _Ns, ns)
+
+    def swap_tiers(self, ns: Optional[str] = None) -> list[dict]:
+        """The swap tiers (kvmm_admin_swap_tiers; ns None: of every namespace) as dicts of
+        struct kvmm_admin_tier: tier, priority, ns, kind, slots, used, kept, pages_out,
+        clean_out, pages_in, bytes_out, bytes_in, failures, direct."""
+        return self._records("kvmm_admin_swap_tiers", _Tier, ns)
 
     # ---- write verbs ------------------------------------------------------------------
 

@@ -125,11 +125,8 @@ def _batch(pool: PoolViews, layer: int, q: Any, block_tables: Any, ctx_lens: Any
     s = 0.0 if scale is None else float(scale)
     if not s >= 0.0:
         raise ValueError("scale must be positive (or None for 1/sqrt(head_dim))")
-    b = _lib.AttnBatch(_pages(pool, layer), n, hq,
-                       ctypes.cast(block_tables.data_ptr(), _lib.i32p), max_blocks,
-                       ctypes.cast(ctx_lens.data_ptr(), _lib.u32p),
-                       ctypes.cast(q_lens.data_ptr(), _lib.u32p) if q_lens is not None else None,
-                       s)
+    b = _lib.AttnBatch(_pages(pool, layer), n, hq, block_tables.data_ptr(), max_blocks,
+                       ctx_lens.data_ptr(), q_lens.data_ptr() if q_lens is not None else None, s)
     return b
 
 

@@ -50,6 +50,23 @@ def test_hello_and_reads(adm, client):
     client.seq_free(s)
 
 
+def test_structured_reads(adm, client):
+    if not admin._lib.has("kvmm_admin_namespaces"):
+        pytest.skip("this libkvmm has no kvmm_admin_namespaces")
+    nss = {n["name"]: n for n in adm.namespace_list()}
+    assert nss[NS_A]["frames"] == NS_A_FRAMES and nss[NS_A]["clients"] >= 1
+    assert [n["name"] for n in adm.namespace_list(NS_A)] == [NS_A]
+    with pytest.raises(kvmm.KvmmError) as e:
+        adm.namespace_list("nosuch")
+    assert e.value.errno == errno.ENOENT
+    assert adm.swap_tiers() == []  # this daemon has no swap
+    adm.swapon(1, 64 * PAGE_SIZE, ns=NS_A)
+    (tier,) = adm.swap_tiers(NS_A)
+    assert tier["tier"] == 1 and tier["ns"] == NS_A and tier["slots"] == 64
+    adm.swapoff(1, ns=NS_A)
+    assert adm.swap_tiers(NS_A) == []
+
+
 def test_writes(adm, client):
     adm.limit(NS_A, max_frames=NS_A_FRAMES - 10)
     ns = [r for r in admin.records(adm.namespaces(), "Namespace") if r.split()[1] == NS_A]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import math
 import os
 from typing import Dict, List, Optional
 
@@ -331,12 +332,13 @@ class PagedKV(KVStore):
         scales[self._frames, self._rows] = sc
 
     def _load(self, view, scales, frames, n):
-        x = view[frames]  # [blocks, tpp, kvh, hd]: a gather, a copy
+        x = view[frames]  # [..., blocks, tpp, kvh, hd]: a gather, a copy
         if scales is not None:
             g = self.fmt.quant_group
-            x = (x.float().reshape(*x.shape[:3], self.head_dim // g, g)
+            x = (x.float().reshape(*x.shape[:-1], self.head_dim // g, g)
                  * scales[frames][..., None]).reshape(*x.shape)
-        return x.reshape(-1, self.kv_heads, self.head_dim)[:n]
+        x = x.reshape(-1, self.kv_heads, self.head_dim)
+        return x if n is None else x[:n]
 
     def _attention_torch(self, layer, q, k, v):
         V = self.views
@@ -345,6 +347,8 @@ class PagedKV(KVStore):
         k, v, q = k.to(self.device), v.to(self.device), q.to(self.device)
         self._store(V.k[layer], ks, k)
         self._store(V.v[layer], vs, v)
+        if self.decode_only:
+            return self._decode_torch(layer, q, ks, vs)
         out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
         tpp = self.tokens_per_page
         row = 0
@@ -358,4 +362,24 @@ class PagedKV(KVStore):
             row += n
         return out
 
-
+    def _decode_torch(self, layer, q, ks, vs):
+        """One query per sequence: the whole batch's pages in one gather through the block
+        table, attention masked past each context length."""
+        V = self.views
+        tpp = self.tokens_per_page
+        b, heads, d = q.shape
+        kvh = self.kv_heads
+        table = self.table.long().to(self.device)
+        valid = table >= 0
+        frames = table.clamp_min(0)
+        kk = self._load(V.k[layer], ks, frames, None).reshape(b, -1, kvh, d)  # [b, T, kvh, d]
+        vv = self._load(V.v[layer], vs, frames, None).reshape(b, -1, kvh, d)
+        total = kk.shape[1]
+        qf = q.float().view(b, kvh, heads // kvh, d)
+        s = torch.einsum("bhgd,bthd->bhgt", qf, kk.float()) * (1.0 / math.sqrt(d))
+        pos = torch.arange(total, device=self.device)
+        ctx = self.ctx_lens.to(self.device).long()
+        mask = (pos[None, :] >= ctx[:, None]) | ~valid.repeat_interleave(tpp, 1)[:, :total]
+        s = s.masked_fill(mask[:, None, None, :], float("-inf"))
+        p = torch.softmax(s, -1)
+        return torch.einsum("bhgt,bthd->bhgd", p, vv.float()).reshape(b, heads, d)

@@ -509,7 +509,8 @@ static bool session_read(struct kvmm_session *s)
 		}
 		if (s->refused) {
 			/* say why, then go: kvmm_attach() reports it as -EUSERS */
-			kvmm_session_reply(s, (const struct kvmm_msg_hdr *)srv->rx, -EUSERS, NULL, 0);
+			kvmm_session_reply(s, (const struct kvmm_msg_hdr *)srv->rx, -EUSERS, NULL,
+					   0);
 			s->dead = true;
 			break;
 		}

@@ -167,9 +167,17 @@ def test_closed_handle(daemon, fmt):
 
 def test_out_of_memory(client):
     s = client.seq_create()
-    with pytest.raises(kvmm.OutOfMemoryError) as e:
+    # more new blocks than the namespace could ever hold: refused at once (-E2BIG)
+    with pytest.raises(kvmm.KvmmError) as e:
         client.seq_append(s, range(client.tokens_per_page * (client.nr_frames + 1)))
+    assert e.value.errno == errno.E2BIG
+    # the whole pool, then one page more: out of memory
+    client.seq_append(s, range(client.tokens_per_page * client.nr_frames))
+    s2 = client.seq_create()
+    with pytest.raises(kvmm.OutOfMemoryError) as e:
+        client.seq_append(s2, range(client.tokens_per_page))
     assert e.value.errno == errno.ENOMEM
+    client.seq_free(s2)
     client.seq_free(s)
 
 

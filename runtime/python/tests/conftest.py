@@ -51,8 +51,9 @@ class Daemon:
         deadline = time.monotonic() + 10
         while not os.path.exists(self.sock):
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                log = self.log_text()  # read before stop() removes the directory
                 self.stop()
-                raise RuntimeError(f"kvmmd did not start:\n{self.log_text()}")
+                raise RuntimeError(f"kvmmd did not start:\n{log}")
             time.sleep(0.01)
 
     def log_text(self) -> str:

@@ -300,6 +300,7 @@ struct kvmm_pool {
 	void *hooks_priv;
 	struct kvmm_kswapd *kswapd; /* background reclaimer, NULL: none (kswapd.c) */
 	uint32_t reclaim_nest;	    /* inside kvmm_shrink(): no nested sequence swap-out */
+	uint32_t nr_faulting;	    /* sequences a PIN is faulting in (KVMM_SEQ_F_FAULTING) */
 	struct list_head shrinkers; /* struct kvmm_shrinker.node (shrinker.c) */
 };
 
@@ -495,6 +496,7 @@ struct kvmm_seq {
 enum {
 	KVMM_SEQ_F_NORECLAIM = 1u << 0, /* never swapped out by reclaim (a hidden magazine seq) */
 	KVMM_SEQ_F_PREEMPTED = 1u << 1, /* reported to the oom hook: its KV is about to go */
+	KVMM_SEQ_F_FAULTING = 1u << 2,	/* a step is faulting it in: never an OOM victim for it */
 };
 
 int kvmm_aspace_create(struct kvmm_pool *pool, struct kvmm_ns *ns, const struct kvmm_fmt *fmt,

@@ -343,14 +343,20 @@ struct kvmm_seq *kvmm_out_of_memory(struct kvmm_pool *pool)
 			uint32_t b;
 
 			if (!seq->nblocks ||
-			    (seq->flags & (KVMM_SEQ_F_NORECLAIM | KVMM_SEQ_F_PREEMPTED)))
+			    (seq->flags &
+			     (KVMM_SEQ_F_NORECLAIM | KVMM_SEQ_F_PREEMPTED | KVMM_SEQ_F_FAULTING)))
 				continue;
 			for (b = 0; b < seq->nblocks && !pinned; b++) {
 				struct kvmm_page *pg = pte_page(pool, seq->pte[b]);
 
 				pinned = pg && pg->pincount;
 			}
-			/* a sequence the running step needs goes last */
+			/*
+			 * A sequence the running step needs goes last, and while a step faults a
+			 * swapped sequence back in, not at all: it is as needed as that one.
+			 */
+			if (pinned && pool->nr_faulting)
+				continue;
 			if (victim && pinned && !victim_pinned)
 				continue;
 			if ((victim && !pinned && victim_pinned) || seq_before(seq, victim)) {

@@ -542,9 +542,31 @@ static int lookup(struct kvmm_session *s, uint64_t id, bool change, struct kvmm_
  * pages held by a temporary pin so that making room never swaps out what the step needs;
  * the reads themselves allocate with nested reclaim limited to dropping cache (swap.h).
  * Returns the pages brought in, or -EIO (a read failed: that sequence stays swapped, the
- * PIN fails, others are untouched), -ENOMEM (no room: an OOM victim was reported) or
+ * PIN fails, others are untouched), -ENOMEM (no room even after swapping idle sequences out:
+ * the batch stays swapped, and an OOM victim outside it, never pinned, may be reported) or
  * -KVMM_EPREEMPTED.
  */
+static void fault_mark(struct kvmm_session *s, const uint8_t *ids, uint32_t nr, bool on)
+{
+	struct kvmm_pool *pool = s->as->pool;
+	uint32_t i;
+
+	for (i = 0; i < nr; i++) {
+		struct kvmm_ipc_seq *is;
+		uint64_t id;
+
+		memcpy(&id, ids + (size_t)i * sizeof(id), sizeof(id));
+		is = kvmm_session_seq_find(s, id);
+		if (!is || !(is->seq->flags & KVMM_SEQ_F_FAULTING) == !on)
+			continue;
+		is->seq->flags ^= KVMM_SEQ_F_FAULTING;
+		if (on)
+			pool->nr_faulting++;
+		else
+			pool->nr_faulting--;
+	}
+}
+
 static int pin_fault_in(struct kvmm_session *s, const uint8_t *ids, uint32_t nr)
 {
 	struct kvmm_pool *pool = s->as->pool;
@@ -565,6 +587,12 @@ static int pin_fault_in(struct kvmm_session *s, const uint8_t *ids, uint32_t nr)
 	}
 	if (!need)
 		return 0;
+	/*
+	 * Swapped KV is safe where it is: the sequences being faulted in are never OOM victims
+	 * for it (nor is a pinned one), so a PIN that finds no room fails with -ENOMEM and
+	 * leaves them swapped, to come back on a later PIN (itest_swap test_swap_not_dropped).
+	 */
+	fault_mark(s, ids, nr, true);
 	if (kvmm_pool_nr_free(pool) < need + pool->wmark_min) {
 		uint32_t want = need + pool->wmark_min - kvmm_pool_nr_free(pool), nr_held = 0;
 		struct kvmm_page **held;
@@ -586,8 +614,10 @@ static int pin_fault_in(struct kvmm_session *s, const uint8_t *ids, uint32_t nr)
 		 * crash-pin-readahead).
 		 */
 		held = kvmm_malloc((cap ? cap : 1) * sizeof(*held));
-		if (!held)
+		if (!held) {
+			fault_mark(s, ids, nr, false);
 			return -ENOMEM;
+		}
 		for (i = 0; i < nr; i++) {
 			struct kvmm_ipc_seq *is;
 			uint64_t id;
@@ -629,6 +659,7 @@ static int pin_fault_in(struct kvmm_session *s, const uint8_t *ids, uint32_t nr)
 				 KVMM_TRACE_NONE, r < 0 ? 0 : (uint64_t)r);
 		kvmm_dp_seq_update(s, is, 0);
 	}
+	fault_mark(s, ids, nr, false);
 	return ret ? ret : (int)got;
 }
 

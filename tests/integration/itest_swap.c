@@ -14,7 +14,8 @@
  *   - kvmm_prefetch brings a swapped-out sequence back without a PIN, asynchronously: the
  *     page table shows it present and the PIN after it reads nothing;
  *   - OOM: with every tier full, the lowest-priority sequence's client gets a PREEMPT event,
- *     and the sequence's ops answer -KVMM_EPREEMPTED until it is freed.
+ *     and the sequence's ops answer -KVMM_EPREEMPTED until it is freed;
+ *   - a PIN that cannot find room for a swapped sequence fails with -ENOMEM and keeps its KV.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -466,12 +467,50 @@ static void test_oom_log_ratelimited(void **state)
 	kvmm_detach(c);
 }
 
+/*
+ * Swap-preempt: a step that needs a swapped-out sequence gets its frames by swapping out an
+ * idle one, whatever their priorities, while a tier has room; when nothing can make room (the
+ * rest of the pool pinned by a running step), the PIN fails with -ENOMEM and the sequence's KV
+ * stays on its tier: it is never preempted (dropped) for it, and comes back on a later PIN.
+ */
+static void test_swap_not_dropped(void **state)
+{
+	kvmm_client_t *c, *c2;
+	uint32_t frames;
+	uint64_t x, y;
+	int round;
+
+	(void)state;
+	itest_need_daemon();
+	c = attach();
+	c2 = attach();
+	x = mkseq(c, 0, 150, 50);
+	assert_int_equal(touch(c, x, 5000, true), 0);
+	y = mkseq(c2, 10, 200, 51); /* pushes part of x out */
+	assert_int_equal(touch(c2, y, 5001, true), 0);
+	for (round = 0; round < 2; round++) {
+		assert_int_equal(touch(c, x, 5000, false), 0);
+		assert_int_equal(touch(c2, y, 5001, false), 0);
+	}
+	/* y pinned by its step: x cannot come back now, and is not dropped for it */
+	assert_int_equal(kvmm_pin(c2, &y, 1, &frames), 0);
+	assert_int_equal(kvmm_pin(c, &x, 1, &frames), -ENOMEM);
+	assert_int_equal(kvmm_unpin(c2, &y, 1, NULL), 0);
+	assert_int_equal(touch(c, x, 5000, false), 0);
+	assert_int_equal(touch(c2, y, 5001, false), 0);
+	assert_int_equal(kvmm_seq_free(c, x), 0);
+	assert_int_equal(kvmm_seq_free(c2, y), 0);
+	kvmm_detach(c2);
+	kvmm_detach(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_swap_roundtrip), cmocka_unit_test(test_prefix_demoted),
-		cmocka_unit_test(test_fault_inject),   cmocka_unit_test(test_prefetch),
-		cmocka_unit_test(test_oom_preempt),    cmocka_unit_test(test_oom_log_ratelimited),
+		cmocka_unit_test(test_swap_roundtrip),	 cmocka_unit_test(test_prefix_demoted),
+		cmocka_unit_test(test_fault_inject),	 cmocka_unit_test(test_prefetch),
+		cmocka_unit_test(test_oom_preempt),	 cmocka_unit_test(test_oom_log_ratelimited),
+		cmocka_unit_test(test_swap_not_dropped),
 	};
 	int ret = cmocka_run_group_tests_name("itest_swap", tests, setup, teardown);
 

@@ -454,6 +454,12 @@ int kvmm_ns_create(struct kvmm_pool *pool, const char *name, uint32_t limit, int
 		   struct kvmm_ns **out);
 struct kvmm_ns *kvmm_ns_find(struct kvmm_pool *pool, const char *name);
 /*
+ * Give @ns a known secret (a warm restart's, swap_index.c; a fleet's shared one) instead of
+ * the random one it was created with.  -EINVAL (all zero), -EBUSY once it has pages or the
+ * pool has cache entries: keys made under the old secret would not survive the change.
+ */
+int kvmm_ns_set_secret(struct kvmm_ns *ns, const uint64_t secret[2]);
+/*
  * Destroy.  Drops the namespace's cached pages first; -EBUSY while a frame is still mapped
  * for it (used) or an address space still belongs to it.
  */

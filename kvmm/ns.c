@@ -66,6 +66,19 @@ struct kvmm_ns *kvmm_ns_find(struct kvmm_pool *pool, const char *name)
 	return NULL;
 }
 
+int kvmm_ns_set_secret(struct kvmm_ns *ns, const uint64_t secret[2])
+{
+	if (!ns || !ns->pool || !secret || (!secret[0] && !secret[1]))
+		return -EINVAL;
+	/* keys made under the old secret would become unreachable, and wrong under the new */
+	if (ns->used || ns->cached || kvmm_pagecache_count(ns->pool))
+		return -EBUSY;
+	ns->secret[0] = secret[0];
+	ns->secret[1] = secret[1];
+	ns->hash_seed = ns_hash_seed(ns->secret);
+	return 0;
+}
+
 int kvmm_ns_create(struct kvmm_pool *pool, const char *name, uint32_t limit, int priority,
 		   struct kvmm_ns **out)
 {

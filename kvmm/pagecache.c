@@ -600,6 +600,87 @@ void kvmm_pagecache_remove_ent(struct kvmm_pool *pool, struct kvmm_cache_ent *en
 	pc_remove(pool, ent);
 }
 
+void kvmm_pagecache_ent_desc(const struct kvmm_cache_ent *ent, struct kvmm_cache_desc *d)
+{
+	d->key = ent->key;
+	d->parent_key = ent->parent_key;
+	d->fmt_id = ent->fmt_id;
+	d->depth = ent->depth;
+	d->ntokens = ent->ntokens;
+	d->tokens = ent->tokens;
+}
+
+/* The reachable entry of @ns keyed @key at @depth, if exactly one: a restored parent. */
+static struct kvmm_cache_ent *pc_find_key(const struct kvmm_pagecache *pc, uint64_t key,
+					  uint16_t ns_id, uint32_t depth)
+{
+	struct kvmm_cache_ent *ent, *found = NULL;
+
+	kvmm_htable_for_each_possible (&pc->ht, ent, hnode, key) {
+		if (ent->key != key || ent->ns_id != ns_id || ent->depth != depth ||
+		    (ent->flags & PC_ORPHAN) || (depth && !ent->parent))
+			continue;
+		if (found)
+			return NULL; /* two prefixes on one key: which one is meant is unknowable */
+		found = ent;
+	}
+	return found;
+}
+
+struct kvmm_cache_ent *kvmm_pagecache_restore(struct kvmm_pool *pool, struct kvmm_ns *ns,
+					      const struct kvmm_cache_desc *d, uint64_t swp)
+{
+	struct kvmm_cache_ent *parent = NULL, *ent;
+	struct kvmm_pagecache *pc = pc_get(pool);
+
+	if (!pc) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (!d->ntokens || !swp || (!d->depth) != (!d->parent_key) ||
+	    pc_hash(pc, ns, d->parent_key, d->fmt_id, d->tokens, d->ntokens) != d->key) {
+		errno = EBADMSG;
+		return NULL;
+	}
+	if (d->depth) {
+		parent = pc_find_key(pc, d->parent_key, ns->id, d->depth - 1);
+		if (!parent) {
+			errno = ENOENT;
+			return NULL;
+		}
+	}
+	if (pc_find(pool, pc, d->key, ns->id, d->fmt_id, parent, d->tokens, d->ntokens)) {
+		errno = EEXIST;
+		return NULL;
+	}
+	ent = kvmm_malloc(sizeof(*ent) + (size_t)d->ntokens * sizeof(*d->tokens));
+	if (!ent) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ent->key = d->key;
+	ent->id = pc->next_id++;
+	ent->parent = parent;
+	ent->parent_key = d->parent_key;
+	INIT_LIST_HEAD(&ent->children);
+	if (parent)
+		list_add_tail(&ent->sibling, &parent->children);
+	else
+		INIT_LIST_HEAD(&ent->sibling);
+	ent->fmt_id = d->fmt_id;
+	ent->depth = d->depth;
+	ent->frame = KVMM_FRAME_NONE;
+	ent->swap = swp;
+	ent->ntokens = d->ntokens;
+	ent->ns_id = ns->id;
+	ent->flags = 0;
+	memcpy(ent->tokens, d->tokens, (size_t)d->ntokens * sizeof(*d->tokens));
+	kvmm_htable_add(&pc->ht, &ent->hnode, ent->key);
+	if (++pc->nr > kvmm_htable_size(&pc->ht) && pc->ht.bits < pc->max_bits)
+		pc_grow(pc);
+	return ent;
+}
+
 bool kvmm_pagecache_drop_orphan(struct kvmm_pool *pool, struct kvmm_page *pg)
 {
 	KVMM_BUG_ON(!pg->cache);

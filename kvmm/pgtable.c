@@ -139,6 +139,8 @@ void kvmm_mm_release(struct kvmm_pool *pool)
 		return;
 	/* no read may land in a frame while its sequence goes away */
 	kvmm_swap_poll(pool, true);
+	/* a clean shutdown leaves the warm-restart indexes as they are: restorable */
+	kvmm_swap_index_detach_all(pool);
 	list_for_each_entry_safe (as, tmp, &pool->aspaces, node)
 		kvmm_aspace_destroy(as);
 	kvmm_pagecache_destroy(pool);

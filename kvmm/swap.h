@@ -82,6 +82,12 @@ struct kvmm_swap_tier_params {
 	uint64_t size;	      /* bytes, a positive multiple of the pool's page size */
 	const char *path;     /* file tiers: created (or reused) and sized to @size */
 	uint32_t queue_depth; /* file tiers: io_uring entries and staging buffers; 0 = default */
+	/*
+	 * File tiers: keep PATH.index, an index of the sealed pages of namespace @index_ns
+	 * that the file holds, and serve them again after a restart (swap_index.c); NULL: no
+	 * index.
+	 */
+	struct kvmm_ns *index_ns;
 };
 
 /*
@@ -174,7 +180,11 @@ struct kvmm_swap_tier {
 	uint64_t nr_kept;      /* of nr_used, slots kept by resident clean pages (SLOT_KEPT) */
 	uint64_t kept_cursor;  /* where a full tier looks for kept slots to release next */
 	uint64_t nr_clean_out; /* swap-outs of clean pages into their kept slot: no write */
+	struct kvmm_swap_index *index; /* file tiers: the warm-restart index, or NULL */
 };
+
+/* Tokens a warm-restart index record holds: longer blocks are not indexed (swap_index.c). */
+#define KVMM_INDEX_TOKENS 64
 
 /* ---- tiers (swapfile.c) -------------------------------------------------------------- */
 
@@ -204,6 +214,10 @@ struct kvmm_swap_tier_info {
 	uint64_t bytes_out, bytes_in;
 	uint64_t pages_out, pages_in, failures;
 	bool direct;
+	bool indexed;		     /* keeps a warm-restart index (swap_index.c) */
+	uint64_t index_restored;     /* sealed pages served again after the restart */
+	uint64_t index_rejected;     /* records found unusable then (torn, stale, orphaned) */
+	uint64_t index_records;	     /* live records now */
 };
 /* Fill @info for tier @tier. 0 or -ENOENT. */
 int kvmm_swap_tier_info(struct kvmm_pool *pool, unsigned int tier,
@@ -406,6 +420,11 @@ uint32_t kvmm_swap_nr_ents(struct kvmm_pool *pool);
 int kvmm_swap_check(struct kvmm_pool *pool, char *why, size_t whylen);
 /* Pool teardown (kvmm_mm_release): wait for I/O, remove every tier. */
 void kvmm_swap_destroy(struct kvmm_pool *pool);
+/*
+ * Pool teardown, first: let go of every tier's warm-restart index as it is, so that tearing
+ * the cache down does not clear its records (swap_index.c).
+ */
+void kvmm_swap_index_detach_all(struct kvmm_pool *pool);
 
 /* page-cache entries of swapped pages (pagecache.c) */
 uint64_t kvmm_pagecache_ent_swap(const struct kvmm_cache_ent *ent);
@@ -418,5 +437,24 @@ void kvmm_pagecache_ent_swapin(struct kvmm_pool *pool, struct kvmm_cache_ent *en
 			       struct kvmm_page *pg, uint64_t swp);
 /* Remove a swapped entry from the cache (its descendants become orphans). */
 void kvmm_pagecache_remove_ent(struct kvmm_pool *pool, struct kvmm_cache_ent *ent);
+
+/* What a warm-restart index record says a swapped sealed page is (swap_index.c). */
+struct kvmm_cache_desc {
+	uint64_t key, parent_key, fmt_id;
+	uint32_t depth, ntokens;
+	const uint32_t *tokens;
+};
+/* The fields of entry @ent, for an index record (tokens point into the entry). */
+void kvmm_pagecache_ent_desc(const struct kvmm_cache_ent *ent, struct kvmm_cache_desc *d);
+/*
+ * Re-create the entry of a sealed page of @ns that sits in swap entry @swp (a warm restart):
+ * reachable under the entry its parent key names at depth - 1 (none at depth 0).  The key is
+ * hashed again from what it was made of under @ns's secret and must be @d->key.  Returns the
+ * entry, or NULL with errno: EBADMSG (the key does not match: another secret, or a record
+ * that lies), ENOENT (no such parent: its prefix was not restored), EEXIST (that block of that
+ * prefix is cached already), ENOMEM.
+ */
+struct kvmm_cache_ent *kvmm_pagecache_restore(struct kvmm_pool *pool, struct kvmm_ns *ns,
+					      const struct kvmm_cache_desc *d, uint64_t swp);
 
 #endif /* KVMM_SWAP_H */

@@ -160,6 +160,21 @@ uint32_t kvmm_swap_release_kept(struct kvmm_swap_tier *t, uint32_t n);
 uint32_t kvmm_swap_alloc_run(struct kvmm_swap *sw, const struct kvmm_swap_tier *skip, bool below,
 			     uint32_t want, struct kvmm_swap_tier **tp, uint64_t *first, int *err);
 
+/* Mark slot @s of @t used, for a record found at a warm restart (its fields are the caller's). */
+void kvmm_swap_slot_claim(struct kvmm_swap_tier *t, uint64_t s);
+
+/* swap_index.c: the warm-restart index of a file tier (see there) */
+/* Open or create PATH.index for @t (just swapped on) and restore what it holds for @ns. */
+int kvmm_swap_index_attach(struct kvmm_swap_tier *t, struct kvmm_ns *ns);
+void kvmm_swap_index_detach(struct kvmm_swap_tier *t);
+/* The medium wrote @page into @slot: remember its checksum for the slot's record. */
+void kvmm_swap_index_csum(struct kvmm_swap_tier *t, uint64_t slot, const void *page);
+/* Slot @slot now names a page-cache entry: write its record. */
+void kvmm_swap_index_note(struct kvmm_swap_tier *t, uint64_t slot);
+/* Slot @slot is let go: clear its record. */
+void kvmm_swap_index_forget(struct kvmm_swap_tier *t, uint64_t slot);
+void kvmm_swap_index_info(const struct kvmm_swap_tier *t, struct kvmm_swap_tier_info *info);
+
 /* swap_fault.c */
 /* -1: no failure, else the enum kvmm_fault_mode to inject */
 int kvmm_swap_fault_hit(struct kvmm_swap *sw, int point);

@@ -34,6 +34,7 @@
 #include "compiler.h"
 #include "log.h"
 #include "kvmm/swap.h"
+#include "kvmm/swap_internal.h"
 
 struct nvme_buf {
 	struct kvmm_swap_io *io; /* the I/O using it, NULL when free */
@@ -256,6 +257,9 @@ static int nvme_poll(struct kvmm_swap_tier *t, bool wait)
 		if (res == (int)t->page_size) {
 			/* back into the frame before the buffer is reused or the page is used */
 			io->res = io->write ? 0 : kvmm_swap_io_from_host(t, io, b->mem, true);
+			/* what went to the file, for the slot's warm-restart record */
+			if (io->write)
+				kvmm_swap_index_csum(t, io->slot, b->mem);
 		} else {
 			/* short: the file was truncated under us, or the write was torn */
 			io->res = res < 0 ? res : -EIO;

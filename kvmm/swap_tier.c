@@ -19,6 +19,7 @@
 
 #include "bitmap.h"
 #include "compiler.h"
+#include "log.h"
 #include "kmalloc.h"
 #include "kvmm/mm.h"
 #include "kvmm/swap.h"
@@ -141,6 +142,13 @@ int kvmm_swapon(struct kvmm_pool *pool, const struct kvmm_swap_ops *ops,
 	list_add_tail(&t->node, &pos->node);
 	sw->tier[t->id] = t;
 	sw->nr_tiers++;
+	if (p->index_ns && p->path) {
+		/* without its index the tier still works: only a restart loses its pages */
+		ret = kvmm_swap_index_attach(t, p->index_ns);
+		if (ret)
+			kvmm_warn("swap tier %u: no warm-restart index for %s: %s", t->id, t->path,
+				  strerror(-ret));
+	}
 	return 0;
 
 out_free:
@@ -168,6 +176,7 @@ int kvmm_swap_tier_info(struct kvmm_pool *pool, unsigned int tier, struct kvmm_s
 	info->pages_in = t->nr_in;
 	info->failures = t->nr_fail;
 	info->direct = t->direct;
+	kvmm_swap_index_info(t, info);
 	return 0;
 }
 
@@ -216,10 +225,16 @@ static void slot_take(struct kvmm_swap_tier *t, uint64_t s, uint32_t n)
 	t->nr_used += n;
 }
 
+void kvmm_swap_slot_claim(struct kvmm_swap_tier *t, uint64_t s)
+{
+	slot_take(t, s, 1);
+}
+
 void kvmm_swap_slot_release(struct kvmm_swap_tier *t, uint64_t slot)
 {
 	uint32_t c = (uint32_t)(slot / KVMM_SWAP_CLUSTER);
 
+	kvmm_swap_index_forget(t, slot);
 	KVMM_BUG_ON(!bitmap_test_bit(t->map, slot));
 	bitmap_clear_bit(t->map, slot);
 	memset(&t->slots[slot], 0, sizeof(t->slots[slot]));
@@ -361,6 +376,7 @@ void kvmm_swap_tier_remove(struct kvmm_swap *sw, struct kvmm_swap_tier *t)
 	list_del(&t->node);
 	sw->tier[t->id] = NULL;
 	sw->nr_tiers--;
+	kvmm_swap_index_detach(t);
 	t->ops->fini(t);
 	kvmm_swap_tier_free(t);
 }

@@ -193,6 +193,7 @@ void kvmm_swap_slot_fill(struct kvmm_swap *sw, struct kvmm_swap_tier *t, uint64_
 	if (pg->flags & KVMM_PG_SEALED) {
 		sl->ent = pg->cache;
 		kvmm_pagecache_ent_swapout(sw->pool, pg, swp_entry(t->id, s));
+		kvmm_swap_index_note(t, s);
 	}
 }
 
@@ -410,6 +411,7 @@ static void slot_moved(struct kvmm_swap_tier *from, uint64_t s, struct kvmm_swap
 	if (sl->ent)
 		kvmm_pagecache_ent_swapin(from->pool, sl->ent, NULL, swp);
 	kvmm_swap_slot_release(from, s);
+	kvmm_swap_index_note(to, ns);
 }
 
 /*
@@ -649,6 +651,16 @@ uint32_t kvmm_swap_nr_ents(struct kvmm_pool *pool)
 }
 
 /* ---- teardown ------------------------------------------------------------------------------ */
+
+void kvmm_swap_index_detach_all(struct kvmm_pool *pool)
+{
+	struct kvmm_swap_tier *t;
+
+	if (!pool || !pool->swap)
+		return;
+	list_for_each_entry (t, &pool->swap->tiers, node)
+		kvmm_swap_index_detach(t);
+}
 
 void kvmm_swap_destroy(struct kvmm_pool *pool)
 {

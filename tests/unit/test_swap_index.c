@@ -1,0 +1,345 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/unit/test_swap_index.c - warm restart (kvmm/swap_index.c): sealed pages demoted to a
+ * file tier with an index come back after the pool is gone - torn down cleanly, or the
+ * process killed (a child that _exits with the pool still up) - and a new pool on the same
+ * swap file serves the same prefix with identical bytes; nothing torn, stale or foreign is
+ * ever served: a page whose bytes changed, a corrupted record and an index of another
+ * namespace each restore nothing wrong.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "bitmap.h"
+#include "compiler.h"
+#include "kvmm/mm.h"
+#include "kvmm/swap.h"
+#include "check_inv.h"
+#include "swap_tier.h"
+
+#define PAGE_SZ 4096u
+#define NFRAMES 64u
+#define NB 6u	  /* blocks of the prefix */
+#define SLOTS 32u /* file tier slots */
+#define TIER 2u
+
+struct fx {
+	char dir[64];
+	char path[128];
+	char index[140];
+	uint8_t want[NB][PAGE_SZ];
+	uint32_t tokens[NB * 64];
+	uint32_t tpp;
+	uint64_t slot_of[NB]; /* the file tier slot of each block after the first run */
+};
+
+struct run {
+	struct kvmm_pool *pool;
+	struct kvmm_ns *ns;
+	struct kvmm_fmt fmt;
+	struct kvmm_aspace *as;
+};
+
+static int setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	uint64_t z = 777;
+	uint32_t b, i;
+
+	if (!f)
+		return -1;
+	snprintf(f->dir, sizeof(f->dir), "/tmp/kvmm-swapidx.XXXXXX");
+	if (!mkdtemp(f->dir))
+		return -1;
+	snprintf(f->path, sizeof(f->path), "%s/swapfile", f->dir);
+	snprintf(f->index, sizeof(f->index), "%s.index", f->path);
+	for (b = 0; b < NB; b++)
+		for (i = 0; i < PAGE_SZ; i++) {
+			z = z * 6364136223846793005ull + 1442695040888963407ull;
+			f->want[b][i] = (uint8_t)(z >> 56);
+		}
+	for (i = 0; i < NB * 64; i++)
+		f->tokens[i] = 5000 + i * 7;
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+
+	unlink(f->path);
+	unlink(f->index);
+	rmdir(f->dir);
+	free(f);
+	return 0;
+}
+
+/* A pool with namespace @ns_name and the file tier, indexed for it (or not: @indexed). */
+static int start(struct fx *f, struct run *r, const char *ns_name, bool indexed)
+{
+	struct kvmm_pool_params p = {.page_size = PAGE_SZ, .nframes = NFRAMES};
+	struct kvmm_swap_tier_params tp = {
+		.tier = TIER, .priority = 5, .size = SLOTS * PAGE_SZ, .path = f->path, .queue_depth = 8};
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	if (kvmm_pool_create(&p, &r->pool) || kvmm_ns_create(r->pool, ns_name, 0, 0, &r->ns) ||
+	    kvmm_fmt_init(&r->fmt, &(struct kvmm_format){1, 1, 16, KVMM_DTYPE_FP32}, PAGE_SZ) ||
+	    kvmm_aspace_create(r->pool, r->ns, &r->fmt, NULL, &r->as))
+		return -1;
+	f->tpp = r->fmt.tokens_per_page;
+	tp.index_ns = indexed ? r->ns : NULL;
+	ret = kvmm_swapon(r->pool, &kvmm_swap_nvme_ops, &tp);
+	if (ret == -ENOSYS || ret == -EPERM || ret == -EOPNOTSUPP) {
+		print_message("nvme tier unavailable here (%s): skipped\n", strerror(-ret));
+		skip();
+	}
+	return ret;
+}
+
+static uint64_t restored(struct run *r)
+{
+	struct kvmm_swap_tier_info ti;
+
+	assert_int_equal(kvmm_swap_tier_info(r->pool, TIER, &ti), 0);
+	assert_true(ti.indexed);
+	return ti.index_restored;
+}
+
+/* The first life: seal the prefix with its bytes, let it go, demote all of it to the file. */
+static void first_life(struct fx *f, struct run *r)
+{
+	struct kvmm_swap_tier *t;
+	struct kvmm_seq *seq;
+	uint32_t b;
+	uint64_t s;
+
+	assert_int_equal(kvmm_mm_seq_create(r->as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, NB * f->tpp, f->tokens), 0);
+	for (b = 0; b < NB; b++)
+		memcpy(kvmm_pool_frame_addr(r->pool, kvmm_mm_seq_frame(seq, b)), f->want[b], PAGE_SZ);
+	assert_int_equal(kvmm_mm_seq_seal(seq), (int)NB);
+	kvmm_mm_seq_free(seq);
+	assert_int_equal(kvmm_swap_demote(r->pool, NULL, NB), (int)NB);
+	check_inv(r->pool);
+	t = kvmm_swap_tier_get(r->pool, TIER);
+	assert_non_null(t);
+	for_each_set_bit (s, t->map, t->nslots) {
+		struct kvmm_cache_desc d;
+
+		assert_non_null(t->slots[s].ent);
+		kvmm_pagecache_ent_desc(t->slots[s].ent, &d);
+		assert_true(d.depth < NB);
+		f->slot_of[d.depth] = s;
+	}
+}
+
+/* A lookup of the whole prompt in a fresh sequence: the blocks it maps, each checked. */
+static uint32_t lookup_check(struct fx *f, struct run *r)
+{
+	struct kvmm_seq *seq;
+	uint32_t b, nb;
+	int got;
+
+	assert_int_equal(kvmm_mm_seq_create(r->as, &seq), 0);
+	got = kvmm_mm_prefix_lookup(seq, f->tokens, NB * f->tpp);
+	assert_true(got >= 0);
+	nb = (uint32_t)got / f->tpp;
+	for (b = 0; b < nb; b++)
+		assert_memory_equal(kvmm_pool_frame_addr(r->pool, kvmm_mm_seq_frame(seq, b)),
+				    f->want[b], PAGE_SZ);
+	check_inv(r->pool);
+	kvmm_mm_seq_free(seq);
+	return nb;
+}
+
+static void stop(struct run *r)
+{
+	kvmm_pool_destroy(r->pool);
+}
+
+static void fresh(struct fx *f)
+{
+	unlink(f->path);
+	unlink(f->index);
+}
+
+/* Clean shutdown, then the same swap file: the whole prefix hits with its bytes. */
+static void test_restart_after_shutdown(void **state)
+{
+	struct fx *f = *state;
+	struct run r;
+
+	fresh(f);
+	assert_int_equal(start(f, &r, "t", true), 0);
+	assert_int_equal(restored(&r), 0);
+	first_life(f, &r);
+	stop(&r);
+
+	assert_int_equal(start(f, &r, "t", true), 0);
+	assert_int_equal(restored(&r), NB);
+	assert_int_equal(kvmm_pagecache_count(r.pool), NB);
+	assert_int_equal(lookup_check(f, &r), NB);
+	/* the pages came back into frames: their slots and records are let go */
+	stop(&r);
+	assert_int_equal(start(f, &r, "t", true), 0);
+	assert_int_equal(restored(&r), 0);
+	stop(&r);
+}
+
+/* kill -9: the first life ends with the pool still up; the records were already there. */
+static void test_restart_after_crash(void **state)
+{
+	struct fx *f = *state;
+	struct run r;
+	int status;
+	pid_t pid;
+
+	fresh(f);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		struct run c;
+
+		if (start(f, &c, "t", true))
+			_exit(2);
+		first_life(f, &c);
+		_exit(0); /* no teardown at all */
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_int_equal(start(f, &r, "t", true), 0);
+	assert_int_equal(restored(&r), NB);
+	assert_int_equal(lookup_check(f, &r), NB);
+	stop(&r);
+}
+
+static void poke(const char *path, off_t off)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t x;
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &x, 1, off), 1);
+	x ^= 0x5a;
+	assert_int_equal(pwrite(fd, &x, 1, off), 1);
+	close(fd);
+}
+
+/*
+ * The page of block 3 changed in the file (a torn write, a slot reused before its record was
+ * cleared): block 3 is rejected, and 4 and 5 with it (their prefix is gone); 0-2 still hit.
+ */
+static void test_changed_page_rejected(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_swap_tier_info ti;
+	struct run r;
+
+	fresh(f);
+	assert_int_equal(start(f, &r, "t", true), 0);
+	first_life(f, &r);
+	stop(&r);
+	poke(f->path, (off_t)(f->slot_of[3] * PAGE_SZ + 100));
+	assert_int_equal(start(f, &r, "t", true), 0);
+	assert_int_equal(restored(&r), 3);
+	assert_int_equal(kvmm_swap_tier_info(r.pool, TIER, &ti), 0);
+	assert_int_equal(ti.index_rejected, 3);
+	assert_int_equal(lookup_check(f, &r), 3);
+	stop(&r);
+}
+
+/* A corrupted record (here its token ids: another prompt) fails its own checksum. */
+static void test_corrupt_record_rejected(void **state)
+{
+	struct fx *f = *state;
+	struct run r;
+
+	fresh(f);
+	assert_int_equal(start(f, &r, "t", true), 0);
+	first_life(f, &r);
+	stop(&r);
+	/* a token of block 5's record: past the header (4096) and the record's fixed part */
+	poke(f->index, (off_t)(4096 + f->slot_of[5] * (56 + 4 * KVMM_INDEX_TOKENS) + 56 + 4));
+	assert_int_equal(start(f, &r, "t", true), 0);
+	assert_int_equal(restored(&r), NB - 1);
+	assert_int_equal(lookup_check(f, &r), NB - 1);
+	stop(&r);
+}
+
+/*
+ * A tier without an index restores nothing and leaves the index file alone; another
+ * namespace's index starts over (nothing restored, no hit).
+ */
+static void test_foreign_starts_over(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_swap_tier_info ti;
+	struct run r;
+
+	fresh(f);
+	assert_int_equal(start(f, &r, "t", true), 0);
+	first_life(f, &r);
+	stop(&r);
+
+	assert_int_equal(start(f, &r, "t", false), 0);
+	assert_int_equal(kvmm_swap_tier_info(r.pool, TIER, &ti), 0);
+	assert_false(ti.indexed);
+	assert_int_equal(lookup_check(f, &r), 0);
+	stop(&r);
+
+	assert_int_equal(start(f, &r, "other", true), 0);
+	assert_int_equal(restored(&r), 0);
+	assert_int_equal(lookup_check(f, &r), 0);
+	stop(&r);
+	/* ... and the index was started over for "other": "t" finds nothing either */
+	assert_int_equal(start(f, &r, "t", true), 0);
+	assert_int_equal(restored(&r), 0);
+	stop(&r);
+}
+
+/* The secret can only be given to a namespace with nothing cached or mapped. */
+static void test_set_secret(void **state)
+{
+	struct fx *f = *state;
+	const uint64_t s1[2] = {1, 2}, zero[2] = {0, 0};
+	struct kvmm_seq *seq;
+	struct run r;
+
+	fresh(f);
+	assert_int_equal(start(f, &r, "t", false), 0);
+	assert_int_equal(kvmm_ns_set_secret(r.ns, zero), -EINVAL);
+	assert_int_equal(kvmm_ns_set_secret(NULL, s1), -EINVAL);
+	assert_int_equal(kvmm_ns_set_secret(r.ns, s1), 0);
+	assert_int_equal(kvmm_mm_seq_create(r.as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, f->tpp, f->tokens), 0);
+	assert_int_equal(kvmm_ns_set_secret(r.ns, s1), -EBUSY);
+	kvmm_mm_seq_free(seq);
+	stop(&r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_restart_after_shutdown),
+		cmocka_unit_test(test_restart_after_crash),
+		cmocka_unit_test(test_changed_page_rejected),
+		cmocka_unit_test(test_corrupt_record_rejected),
+		cmocka_unit_test(test_foreign_starts_over),
+		cmocka_unit_test(test_set_secret),
+	};
+
+	return cmocka_run_group_tests_name("swap_index", tests, setup, teardown);
+}

@@ -741,6 +741,11 @@ int kvmm_config_set_swap(struct kvmm_config *cfg, const char *key, const char *v
 			return msg(err, errlen, "'%s' is not yes or no", value);
 		return 0;
 	}
+	if (!strcmp(k, "warm_restart")) {
+		if (parse_bool(value, &sw->warm_restart))
+			return msg(err, errlen, "'%s' is not yes or no", value);
+		return 0;
+	}
 	if (!strcmp(k, "fault")) {
 		/* POINT:SPEC -> "POINT SPEC" as kvmm_swap_fault_parse() reads it */
 		const char *colon = strchr(value, ':');
@@ -1052,6 +1057,7 @@ void kvmm_config_init(struct kvmm_config *cfg)
 	strcpy(cfg->backend, "host");
 	cfg->swap.prefetch = 2;
 	cfg->swap.kswapd = true;
+	cfg->swap.warm_restart = true;
 	cfg->page_size = KVMM_CONFIG_DEFAULT_PAGE_SIZE;
 	cfg->nr_devices = 1; /* device 0 */
 	cfg->log_level = KVMM_LOG_DEFAULT_LEVEL;
@@ -1316,6 +1322,7 @@ void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
 		fprintf(f, "swap_queue_depth = %u\n", cfg->swap.queue_depth);
 	fprintf(f, "prefetch = %u\n", cfg->swap.prefetch);
 	fprintf(f, "kswapd = %s\n", cfg->swap.kswapd ? "yes" : "no");
+	fprintf(f, "warm_restart = %s\n", cfg->swap.warm_restart ? "yes" : "no");
 	for (i = 0; i < cfg->swap.nr_fault; i++) {
 		const char *sp = strchr(cfg->swap.fault[i], ' ');
 

@@ -214,10 +214,10 @@ struct kvmm_swap_tier_info {
 	uint64_t bytes_out, bytes_in;
 	uint64_t pages_out, pages_in, failures;
 	bool direct;
-	bool indexed;		     /* keeps a warm-restart index (swap_index.c) */
-	uint64_t index_restored;     /* sealed pages served again after the restart */
-	uint64_t index_rejected;     /* records found unusable then (torn, stale, orphaned) */
-	uint64_t index_records;	     /* live records now */
+	bool indexed;		 /* keeps a warm-restart index (swap_index.c) */
+	uint64_t index_restored; /* sealed pages served again after the restart */
+	uint64_t index_rejected; /* records found unusable then (torn, stale, orphaned) */
+	uint64_t index_records;	 /* live records now */
 };
 /* Fill @info for tier @tier. 0 or -ENOENT. */
 int kvmm_swap_tier_info(struct kvmm_pool *pool, unsigned int tier,

@@ -96,7 +96,8 @@ static uint64_t rec_csum(struct idx_rec *r)
 	uint64_t saved = r->csum, c;
 
 	r->csum = 0;
-	c = XXH3_64bits(r, offsetof(struct idx_rec, tokens) + (size_t)r->ntokens * sizeof(uint32_t));
+	c = XXH3_64bits(r,
+			offsetof(struct idx_rec, tokens) + (size_t)r->ntokens * sizeof(uint32_t));
 	r->csum = saved;
 	return c;
 }

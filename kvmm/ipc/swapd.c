@@ -85,6 +85,9 @@ static int add_tier(struct kvmm_server *srv, struct kvmm_ipc_ns *n, unsigned int
 		if (ret)
 			return ret;
 		p.path = file;
+		/* warm restart: the file indexes the namespace's sealed pages (swap_index.c) */
+		if (!srv->cfg.swap.no_index)
+			p.index_ns = n->ns;
 	}
 	pthread_mutex_lock(&n->pool->lock);
 	ret = kvmm_swapon(n->pool, p.path ? &kvmm_swap_nvme_ops : &kvmm_swap_host_ops, &p);

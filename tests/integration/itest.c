@@ -426,6 +426,8 @@ void itest_swapdir_remove(struct itest_swapdir *s)
 	for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
 		snprintf(p, sizeof(p), "%s.%s", s->file, ns[i]);
 		unlink(p);
+		snprintf(p, sizeof(p), "%s.%s.index", s->file, ns[i]);
+		unlink(p);
 	}
 	rmdir(s->dir);
 	s->dir[0] = '\0';

@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -36,10 +38,10 @@
 
 static struct itest_swapdir sd;
 
+static const char *extra[] = {"--swap", sd.hostarg, "--swap", sd.filearg, NULL};
+
 static int setup(void **state)
 {
-	const char *extra[] = {"--swap", sd.hostarg, "--swap", sd.filearg, NULL};
-
 	(void)state;
 	/* 64 host slots and 256 file slots per namespace pool */
 	if (itest_swapdir_make(&sd, "itswap", 64, 256))
@@ -504,13 +506,101 @@ static void test_swap_not_dropped(void **state)
 	kvmm_detach(c);
 }
 
+/* The test daemon goes away: killed (kill -9) or stopped cleanly; the same one starts again. */
+static void restart_daemon(bool crash)
+{
+	if (crash) {
+		assert_int_equal(kill(itest_d.pid, SIGKILL), 0);
+		assert_int_equal(waitpid(itest_d.pid, NULL, 0), itest_d.pid);
+		itest_d.pid = 0;
+		itest_daemon_stop(&itest_d); /* its directory */
+	} else {
+		assert_int_equal(itest_daemon_stop(&itest_d), 0);
+	}
+	itest_have_daemon = false;
+	assert_int_equal(itest_group_start(extra), 0);
+}
+
+/*
+ * Warm restart: a sealed prompt demoted to the swap file survives kvmmd - killed with -9 in the
+ * middle of other work, or stopped cleanly - and a client of the restarted daemon hits the
+ * whole prompt with the bytes written before (swap_index.c).
+ */
+static void warm_restart(bool crash, unsigned int p)
+{
+	uint32_t tpp, n, *t;
+	uint64_t s, big, l, hit = 0;
+	long long demoted;
+	kvmm_client_t *c;
+	int tries;
+
+	itest_need_daemon();
+	c = attach();
+	tpp = kvmm_tokens_per_page(c);
+	n = 4 * tpp;
+	t = malloc(n * sizeof(*t));
+	assert_non_null(t);
+	itest_tokens(t, n, p);
+	demoted = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote");
+	s = mkseq(c, 0, 4, p);
+	assert_int_equal(touch(c, s, 9000 + p, true), 0);
+	assert_int_equal(kvmm_seal(c, s, 0, 0), 0);
+	assert_int_equal(kvmm_seq_free(c, s), 0);
+	/* the cache goes to the host tier first, and on to the file when the host tier fills */
+	big = mkseq(c, 0, 250, p + 1);
+	for (tries = 0; tries < 400 &&
+			itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") < demoted + 4;
+	     tries++)
+		usleep(5000);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") >= demoted + 4);
+	/* push the host tier's pages down to the file: fill it with a second big sequence */
+	assert_int_equal(kvmm_seq_free(c, big), 0);
+	big = mkseq(c, 0, 200, p + 2);
+	s = mkseq(c, 0, 200,
+		  p + 3); /* 400 pages in 256 frames + 64 host slots: the rest to the file */
+	if (!crash) {
+		assert_int_equal(kvmm_seq_free(c, big), 0);
+		assert_int_equal(kvmm_seq_free(c, s), 0);
+		kvmm_detach(c);
+	}
+	restart_daemon(crash);
+	if (crash)
+		kvmm_detach(c); /* its daemon is gone: only the client side is left to free */
+
+	c = attach();
+	assert_int_equal(kvmm_seq_create(c, 0, &l), 0);
+	assert_int_equal(kvmm_prefix_lookup(c, l, t, n, &hit), 0);
+	assert_int_equal(hit, n);
+	assert_int_equal(touch(c, l, 9000 + p, false), 0);
+	assert_int_equal(kvmm_seq_free(c, l), 0);
+	free(t);
+	kvmm_detach(c);
+}
+
+static void test_warm_restart_kill9(void **state)
+{
+	(void)state;
+	warm_restart(true, 60);
+}
+
+static void test_warm_restart_clean(void **state)
+{
+	(void)state;
+	warm_restart(false, 70);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_swap_roundtrip),	 cmocka_unit_test(test_prefix_demoted),
-		cmocka_unit_test(test_fault_inject),	 cmocka_unit_test(test_prefetch),
-		cmocka_unit_test(test_oom_preempt),	 cmocka_unit_test(test_oom_log_ratelimited),
+		cmocka_unit_test(test_swap_roundtrip),
+		cmocka_unit_test(test_prefix_demoted),
+		cmocka_unit_test(test_fault_inject),
+		cmocka_unit_test(test_prefetch),
+		cmocka_unit_test(test_oom_preempt),
+		cmocka_unit_test(test_oom_log_ratelimited),
 		cmocka_unit_test(test_swap_not_dropped),
+		cmocka_unit_test(test_warm_restart_kill9),
+		cmocka_unit_test(test_warm_restart_clean),
 	};
 	int ret = cmocka_run_group_tests_name("itest_swap", tests, setup, teardown);
 

@@ -90,8 +90,11 @@ static int teardown(void **state)
 static int start(struct fx *f, struct run *r, const char *ns_name, bool indexed)
 {
 	struct kvmm_pool_params p = {.page_size = PAGE_SZ, .nframes = NFRAMES};
-	struct kvmm_swap_tier_params tp = {
-		.tier = TIER, .priority = 5, .size = SLOTS * PAGE_SZ, .path = f->path, .queue_depth = 8};
+	struct kvmm_swap_tier_params tp = {.tier = TIER,
+					   .priority = 5,
+					   .size = SLOTS * PAGE_SZ,
+					   .path = f->path,
+					   .queue_depth = 8};
 	int ret;
 
 	memset(r, 0, sizeof(*r));
@@ -129,7 +132,8 @@ static void first_life(struct fx *f, struct run *r)
 	assert_int_equal(kvmm_mm_seq_create(r->as, &seq), 0);
 	assert_int_equal(kvmm_mm_seq_append(seq, NB * f->tpp, f->tokens), 0);
 	for (b = 0; b < NB; b++)
-		memcpy(kvmm_pool_frame_addr(r->pool, kvmm_mm_seq_frame(seq, b)), f->want[b], PAGE_SZ);
+		memcpy(kvmm_pool_frame_addr(r->pool, kvmm_mm_seq_frame(seq, b)), f->want[b],
+		       PAGE_SZ);
 	assert_int_equal(kvmm_mm_seq_seal(seq), (int)NB);
 	kvmm_mm_seq_free(seq);
 	assert_int_equal(kvmm_swap_demote(r->pool, NULL, NB), (int)NB);

@@ -334,6 +334,37 @@ static void test_set_secret(void **state)
 	stop(&r);
 }
 
+/*
+ * With a host tier above the file, demoted pages land there first (here: two of them, the rest
+ * finds it full and goes to the file); moved down, they are indexed on the way. A restart
+ * after the move brings all of them back; pages still on the host tier would die with the
+ * process (it is memory).
+ */
+static void test_moved_down_indexed(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_swap_tier_info ti;
+	struct run r;
+
+	fresh(f);
+	assert_int_equal(start(f, &r, "t", true), 0);
+	assert_int_equal(swapon_host(r.pool, 1, 10, 2, PAGE_SZ), 0);
+	first_life(f, &r);
+	assert_int_equal(kvmm_swap_tier_info(r.pool, 1, &ti), 0);
+	assert_int_equal(ti.used, 2);
+	assert_int_equal(kvmm_swap_tier_info(r.pool, TIER, &ti), 0);
+	assert_int_equal(ti.index_records, NB - 2);
+	assert_int_equal(kvmm_swap_move_down(r.pool, 1, 2), 2);
+	check_inv(r.pool);
+	assert_int_equal(kvmm_swap_tier_info(r.pool, TIER, &ti), 0);
+	assert_int_equal(ti.index_records, NB);
+	stop(&r);
+	assert_int_equal(start(f, &r, "t", true), 0);
+	assert_int_equal(restored(&r), NB);
+	assert_int_equal(lookup_check(f, &r), NB);
+	stop(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -343,6 +374,7 @@ int main(void)
 		cmocka_unit_test(test_corrupt_record_rejected),
 		cmocka_unit_test(test_foreign_starts_over),
 		cmocka_unit_test(test_set_secret),
+		cmocka_unit_test(test_moved_down_indexed),
 	};
 
 	return cmocka_run_group_tests_name("swap_index", tests, setup, teardown);

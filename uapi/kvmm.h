@@ -1083,7 +1083,7 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_mag_rep, nr_held, 4);
  * pt_max_blocks blocks has KVMM_PT_F_OVERFLOW set and only its first pt_max_blocks entries
  * (read SEQ_BLOCKS for the rest).
  *
- * Magazine: MAG_REFILL(n) charges up to n more frames (at most mag_size held) to the client's
+ * Magazine: MAG_REFILL(n) charges up to n more frames (at most mag_size parked, published or returned; popped ones are the client's and not counted) to the client's
  * namespace and publishes them in the magazine ring; the client pops them without a round
  * trip. A popped frame belongs to the client (its memory is at base + frame * page_size, not
  * part of any sequence) until it pushes the number on the return ring or names it in a
@@ -1218,7 +1218,7 @@ struct kvmm_shm_hdr {
 	uint64_t mag_frames_off;
 	uint64_t ret_off;
 	uint64_t ret_frames_off;
-	uint32_t mag_size; /* entries of the magazine and return rings; frames held at most */
+	uint32_t mag_size; /* entries of the magazine and return rings; frames parked at most */
 	uint32_t reserved;
 	uint64_t reserved2[7];
 };

@@ -421,15 +421,17 @@ static void test_magazine_topup(void **state)
 	/* the one round trip: a refill of a small batch (64 frames), one taken */
 	assert_int_equal(kvmm_mag_alloc(c, fr, 1), 1);
 	got = 1;
-	/* the daemon fills the whole ring on its own, far beyond what was asked */
-	assert_int_equal(wait_avail(c, size - got), size - got);
+	/*
+	 * the daemon fills the whole ring on its own, far beyond what was asked: the frame
+	 * taken is the client's and does not count against the magazine's size
+	 */
+	assert_int_equal(wait_avail(c, size), size);
 	/* take frames until fewer than the low mark are ready: no request is made */
-	while (kvmm_mag_avail(c) >= low) {
+	while (kvmm_mag_avail(c) >= low && got < size) {
 		assert_int_equal(kvmm_mag_alloc(c, fr + got, 1), 1);
 		got++;
 	}
 	assert_true(got <= size);
-	/* it holds all it may (mag_size): the top-up waits for frames to come back */
 	assert_int_equal(kvmm_mag_free(c, fr, got), 0);
 	/* returned frames are published again (cached, still charged), without a request */
 	assert_true(wait_avail(c, low) >= low);
@@ -562,6 +564,83 @@ static void test_magazine_reclaims_cache(void **state)
 	kvmm_detach(c);
 }
 
+/*
+ * The trigger of issue 25's -ENOMEM: an engine takes the frames of a whole step's requests
+ * before it names any of them in an append, more than the magazine's size, in a namespace full
+ * of cached pages.  Frames a client popped are its own (charged to the namespace, as pages it
+ * appended would be), so they must not count against what the magazine may park: the refill
+ * used to answer "0 frames" once the client held mag_size of them, and kvmm_mag_alloc said
+ * -ENOMEM with thousands of reclaimable frames in the namespace.
+ */
+static void test_magazine_step_beyond_size(void **state)
+{
+	enum {
+		REQS = 24,
+		OWN = 32
+	}; /* 24 x 32 = 768 frames, three magazines' worth */
+	static uint32_t tok[ITEST_NS_B_FRAMES * 16], fr[REQS][OWN];
+	static uint32_t ptok[REQS][OWN * 16];
+	uint64_t seqs[REQS], s;
+	kvmm_client_t *c, *filler;
+	uint32_t size;
+
+	(void)state;
+	itest_need_daemon();
+	/* the namespace full of cached pages sealed by another client that has gone */
+	filler = attach_ns(ITEST_NS_B);
+	itest_tokens(tok, ITEST_NS_B_FRAMES * 16, 77);
+	assert_int_equal(kvmm_seq_create(filler, 0, &s), 0);
+	assert_int_equal(kvmm_seq_append(filler, s, tok, ITEST_NS_B_FRAMES * 16, NULL), 0);
+	assert_int_equal(kvmm_seal(filler, s, 0, 0), 0);
+	assert_int_equal(kvmm_seq_free(filler, s), 0);
+	kvmm_detach(filler);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_STATUS, "FramesCached") >=
+		    ITEST_NS_B_FRAMES);
+
+	c = attach_ns(ITEST_NS_B);
+	size = kvmm_mag_size(c);
+	assert_true(REQS * OWN > 2 * size);
+	for (int round = 0; round < 2; round++) {
+		/* the whole step's frames first (the engine writes their KV), then the appends */
+		for (unsigned int r = 0; r < REQS; r++) {
+			for (uint32_t got = 0; got < OWN;) {
+				int n = kvmm_mag_alloc(c, fr[r] + got, OWN - got);
+
+				if (n <= 0)
+					fail_msg("round %d request %u: kvmm_mag_alloc: %d after %u "
+						 "frames of the step",
+						 round, r, n, r * OWN + got);
+				got += (uint32_t)n;
+			}
+		}
+		for (unsigned int r = 0; r < REQS; r++) {
+			itest_tokens(ptok[r], OWN * 16, 5000 + round * 100 + r);
+			assert_int_equal(kvmm_seq_create(c, 0, &seqs[r]), 0);
+			assert_int_equal(kvmm_seq_append_frames(c, seqs[r], ptok[r], OWN * 16,
+								fr[r], OWN, NULL),
+					 0);
+			assert_int_equal(kvmm_seal(c, seqs[r], 0, 0), 0);
+		}
+		for (unsigned int r = 0; r < REQS; r++)
+			assert_int_equal(kvmm_seq_free(c, seqs[r]), 0);
+	}
+	/* a step's worth taken and given back: the magazine keeps mag_size, the rest goes back */
+	for (unsigned int r = 0; r < REQS; r++)
+		for (uint32_t got = 0; got < OWN;) {
+			int n = kvmm_mag_alloc(c, fr[r] + got, OWN - got);
+
+			assert_true(n > 0);
+			got += (uint32_t)n;
+		}
+	for (unsigned int r = 0; r < REQS; r++)
+		assert_int_equal(kvmm_mag_free(c, fr[r], OWN), 0);
+	assert_true(kvmm_mag_avail(c) <= size);
+	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "oom"), 0);
+	kvmm_detach(c);
+	/* all of it went back at detach: nothing is left charged */
+	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_STATUS, "FramesUsed"), 0);
+}
+
 /* A well-behaved client does some work while the others misbehave: it must be served. */
 static void good_client_works(kvmm_client_t *g, unsigned int round)
 {
@@ -670,6 +749,7 @@ int main(void)
 		cmocka_unit_test(test_magazine_topup),
 		cmocka_unit_test(test_magazine_reclaim),
 		cmocka_unit_test(test_magazine_reclaims_cache),
+		cmocka_unit_test(test_magazine_step_beyond_size),
 		cmocka_unit_test(test_hostile),
 	};
 	int ret;

@@ -490,6 +490,18 @@ int kvmm_msg_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov 
 	uint64_t seq;
 	int err;
 
+	/*
+	 * Every op the rings carry goes there (no system call while the daemon polls, a futex
+	 * wait otherwise); the socket keeps attach, fds, admin and the socket-only ops.
+	 */
+	if (c->dp && kvmm_op_ring_ok(op)) {
+		err = kvmm_client_usable(c);
+		if (err)
+			return err;
+		err = kvmm_ring_call(c, op, parts, nr_parts, rep, rep_len);
+		if (err <= 0)
+			return err;
+	}
 	err = kvmm_msg_send(c, op, parts, nr_parts, &seq);
 	if (err)
 		return err;

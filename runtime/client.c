@@ -234,6 +234,16 @@ static void complete_async(struct kvmm_client *c, struct kvmm_inflight *in)
 			}
 			break;
 		}
+		case KVMM_SQE_SEQ_PROMPT: {
+			struct kvmm_seq_prompt_rep rep;
+
+			if (take_rep(&rep, sizeof(rep), p, plen, &cqe)) {
+				cqe.seq = rep.seq;
+				cqe.nr_blocks = rep.nr_blocks;
+				cqe.nr_tokens = (uint64_t)rep.nr_hit * c->tokens_per_page;
+			}
+			break;
+		}
 		case KVMM_SQE_PIN:
 		case KVMM_SQE_UNPIN: {
 			struct kvmm_pin_rep rep;

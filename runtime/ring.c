@@ -214,7 +214,8 @@ void kvmm_ring_kick(struct kvmm_client *c)
 /* ---- completion ------------------------------------------------------------------------------ */
 
 /* A CQE's reply head, as the operation table says its op's replies start (KVMM_RH_*). */
-static void cqe_decode(const struct kvmm_ring_cqe *r, struct kvmm_cqe *cqe)
+static void cqe_decode(const struct kvmm_client *c, const struct kvmm_ring_cqe *r,
+		       struct kvmm_cqe *cqe)
 {
 	const struct kvmm_op_info *info = kvmm_op_info(r->op);
 
@@ -245,6 +246,15 @@ static void cqe_decode(const struct kvmm_ring_cqe *r, struct kvmm_cqe *cqe)
 
 		memcpy(&rep, r->rep, sizeof(rep));
 		cqe->nr_frames = rep.nr_frames;
+		break;
+	}
+	case KVMM_RH_PROMPT: {
+		struct kvmm_seq_prompt_rep rep;
+
+		memcpy(&rep, r->rep, sizeof(rep));
+		cqe->seq = rep.seq;
+		cqe->nr_blocks = rep.nr_blocks;
+		cqe->nr_tokens = (uint64_t)rep.nr_hit * c->tokens_per_page;
 		break;
 	}
 	case KVMM_RH_NONE:
@@ -300,7 +310,7 @@ unsigned int kvmm_ring_reap(struct kvmm_client *c)
 			n++;
 			continue;
 		}
-		cqe_decode(&r, &cqe);
+		cqe_decode(c, &r, &cqe);
 		if (kvmm_cq_push(c, &cqe))
 			break; /* out of memory: leave it in the ring for the next call */
 		d->cq_head++;

@@ -641,6 +641,104 @@ static void test_magazine_step_beyond_size(void **state)
 	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_STATUS, "FramesUsed"), 0);
 }
 
+/*
+ * The compound ops: a request's start (SEQ_PROMPT: create, lookup, append the misses, block
+ * table) and end (SEQ_SEAL_FREE) in one call each, on the rings and on the socket alike, one
+ * completion per entry in a batch; all or nothing on failure.
+ */
+static void prompt_flow(kvmm_client_t *c, unsigned int salt)
+{
+	const uint32_t tpp = 16; /* itest_fmt */
+	uint32_t tok[3 * 16 + 5], big[300 * 16];
+	int32_t t1[8], t2[8], small[2];
+	uint64_t s, hit = 7;
+
+	itest_tokens(tok, 3 * 16 + 5, 4000 + salt);
+	/* cold: nothing hits, 4 blocks (the last partial), the table from the same call */
+	assert_int_equal(kvmm_seq_prompt(c, tok, 3 * 16 + 5, 0, &s, &hit, t1, 8), 0);
+	assert_int_equal(hit, 0);
+	for (int b = 0; b < 8; b++)
+		assert_true(b < 4 ? t1[b] >= 0 : t1[b] == KVMM_BLOCK_NONE);
+	assert_int_equal(kvmm_seq_seal_free(c, s, 0, 0), 0);
+	/* the sequence is gone, its 3 full pages are cached: the same prompt hits them */
+	assert_int_equal(kvmm_seq_free(c, s), -ENOENT);
+	assert_int_equal(kvmm_seq_prompt(c, tok, 3 * 16 + 5, 0, &s, &hit, t2, 8), 0);
+	assert_int_equal(hit, 3 * tpp);
+	for (int b = 0; b < 3; b++)
+		assert_int_equal(t2[b], t1[b]);
+	assert_true(t2[3] >= 0 && t2[4] == KVMM_BLOCK_NONE);
+	/* a seal that fails frees nothing */
+	assert_int_equal(kvmm_seq_seal_free(c, s, 9, 1), -EINVAL);
+	assert_int_equal(kvmm_seq_seal_free(c, s, 0, 0), 0);
+	assert_int_equal(kvmm_seq_seal_free(c, s, 0, 0), -ENOENT);
+	/* a row too short: -E2BIG, but the sequence exists (its first blocks are in the row) */
+	assert_int_equal(kvmm_seq_prompt(c, tok, 3 * 16 + 5, 0, &s, NULL, small, 2), -E2BIG);
+	assert_int_equal(small[0], t1[0]);
+	assert_int_equal(kvmm_seq_free(c, s), 0);
+	/* more than the namespace could ever hold: nothing is left behind */
+	itest_tokens(big, 300 * 16, 5000 + salt);
+	assert_int_equal(kvmm_seq_prompt(c, big, 300 * 16, 0, &s, NULL, NULL, 0), -E2BIG);
+	/* bad arguments */
+	assert_int_equal(kvmm_seq_prompt(c, tok, KVMM_SEQ_PROMPT_MAX + 1, 0, &s, NULL, NULL, 0),
+			 -E2BIG);
+	assert_int_equal(kvmm_seq_prompt(c, NULL, 4, 0, &s, NULL, NULL, 0), -EINVAL);
+	assert_int_equal(kvmm_seq_prompt(c, tok, 4, 0, NULL, NULL, NULL, 0), -EINVAL);
+	assert_int_equal(kvmm_seq_prompt(c, tok, 4, 0, &s, NULL, t1, 0), -EINVAL);
+	assert_int_equal(kvmm_seq_prompt(NULL, tok, 4, 0, &s, NULL, NULL, 0), -EINVAL);
+	assert_int_equal(kvmm_seq_seal_free(NULL, 1, 0, 0), -EINVAL);
+}
+
+static void test_compound(void **state)
+{
+	uint32_t tok[4][2 * 16 + 1];
+	struct kvmm_sqe sqe[4];
+	struct kvmm_cqe cqe[4];
+	kvmm_client_t *c, *cs;
+	uint64_t seqs[4];
+
+	(void)state;
+	itest_need_daemon();
+	c = attach_ns(ITEST_NS_A);
+	setenv("KVMM_NO_RINGS", "1", 1);
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &cs), 0);
+	unsetenv("KVMM_NO_RINGS");
+	assert_int_equal(kvmm_has_rings(cs), 0);
+	prompt_flow(c, 1);
+	prompt_flow(cs, 2);
+
+	/* a batch of starts, then a batch of ends: one completion each, with its own result */
+	for (int round = 0; round < 2; round++) {
+		for (unsigned int i = 0; i < 4; i++) {
+			itest_tokens(tok[i], 2 * 16 + 1, 6000 + i);
+			sqe[i] = (struct kvmm_sqe){.op = KVMM_SQE_SEQ_PROMPT,
+						   .nr = 2 * 16 + 1,
+						   .data = tok[i],
+						   .arg = (uint64_t)(int64_t)-1,
+						   .user_data = 10 + i};
+		}
+		run_batch(round ? cs : c, sqe, cqe, 4);
+		for (unsigned int i = 0; i < 4; i++) {
+			assert_int_equal(cqe[i].res, 0);
+			assert_int_equal(cqe[i].user_data, 10 + i);
+			assert_int_equal(cqe[i].nr_blocks, 3);
+			/* the second round finds what the first sealed (the 4th was not sealed) */
+			assert_int_equal(cqe[i].nr_tokens, round && i < 3 ? 2 * 16 : 0);
+			seqs[i] = cqe[i].seq;
+		}
+		for (unsigned int i = 0; i < 4; i++)
+			sqe[i] = (struct kvmm_sqe){.op = KVMM_SQE_SEQ_SEAL_FREE,
+						   .seq = i == 3 ? 1u << 30 : seqs[i],
+						   .user_data = 20 + i};
+		run_batch(round ? cs : c, sqe, cqe, 4);
+		for (unsigned int i = 0; i < 4; i++)
+			assert_int_equal(cqe[i].res, i == 3 ? -ENOENT : 0);
+		assert_int_equal(kvmm_seq_free(round ? cs : c, seqs[3]), 0);
+	}
+	kvmm_detach(cs);
+	kvmm_detach(c);
+	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_STATUS, "FramesUsed"), 0);
+}
+
 /* A well-behaved client does some work while the others misbehave: it must be served. */
 static void good_client_works(kvmm_client_t *g, unsigned int round)
 {
@@ -757,6 +855,7 @@ int main(void)
 		cmocka_unit_test(test_magazine_reclaim),
 		cmocka_unit_test(test_magazine_reclaims_cache),
 		cmocka_unit_test(test_magazine_step_beyond_size),
+		cmocka_unit_test(test_compound),
 		cmocka_unit_test(test_hostile),
 	};
 	int ret;

@@ -15,6 +15,10 @@
  *   async  FLOW_BATCH requests at a time through kvmm_submit / kvmm_complete: their
  *          creates, then their lookups, then append + seal + free of all of them, one
  *          submission (and one wait) each
+ *   compound_sync   the compound ops: kvmm_seq_prompt (with the block table), then
+ *          kvmm_seq_seal_free: two calls per request
+ *   compound_async  a step of FLOW_BATCH requests in one submission: the previous step's
+ *          SEQ_SEAL_FREEs and this step's SEQ_PROMPTs behind one doorbell, one wait
  *
  * each from 1, 2, 4 and 8 client processes started together, each running for the same
  * time; a row is the sum of the processes' rates, its baseline the in-process rate (the median
@@ -126,32 +130,107 @@ static int flow_async(kvmm_client_t *c, uint32_t (*tok)[FLOW_TOKENS], uint32_t c
 	return flow_round(c, sqe, cqe, 3 * FLOW_BATCH);
 }
 
+/* The same request in the compound ops: kvmm_seq_prompt, then kvmm_seq_seal_free. */
+static int flow_sync_compound(kvmm_client_t *c, uint32_t *tok, uint32_t client, uint32_t req)
+{
+	int32_t table[FLOW_TOKENS / FLOW_TPP];
+	uint64_t s, hit;
+	int ret;
+
+	bench_flow_prompt(tok, client, req);
+	ret = kvmm_seq_prompt(c, tok, FLOW_TOKENS, 0, &s, &hit, table, FLOW_TOKENS / FLOW_TPP);
+	if (ret)
+		return ret;
+	bench_use((uint64_t)table[0] + hit);
+	return kvmm_seq_seal_free(c, s, 0, 0);
+}
+
+/*
+ * FLOW_BATCH requests per step, the whole step in one submission: the previous step's
+ * SEQ_SEAL_FREEs and this step's SEQ_PROMPTs behind one doorbell, then one wait for all.
+ * @seq carries the step's sequences to the next call (0: none yet).
+ */
+static int flow_async_compound(kvmm_client_t *c, uint32_t (*tok)[FLOW_TOKENS], uint32_t client,
+			       uint32_t req, uint64_t *seq)
+{
+	struct kvmm_sqe sqe[2 * FLOW_BATCH];
+	struct kvmm_cqe cqe[2 * FLOW_BATCH];
+	unsigned int n = 0;
+	int ret;
+
+	for (unsigned int i = 0; i < FLOW_BATCH; i++)
+		if (seq[i])
+			sqe[n++] = (struct kvmm_sqe){
+				.op = KVMM_SQE_SEQ_SEAL_FREE, .seq = seq[i], .user_data = ~0ull};
+	for (unsigned int i = 0; i < FLOW_BATCH; i++) {
+		bench_flow_prompt(tok[i], client, req + i);
+		sqe[n++] = (struct kvmm_sqe){.op = KVMM_SQE_SEQ_PROMPT,
+					     .nr = FLOW_TOKENS,
+					     .data = tok[i],
+					     .user_data = i};
+	}
+	ret = flow_round(c, sqe, cqe, n);
+	if (ret)
+		return ret;
+	for (unsigned int i = 0; i < n; i++)
+		if (cqe[i].user_data < FLOW_BATCH)
+			seq[cqe[i].user_data] = cqe[i].seq;
+	return 0;
+}
+
+enum flow_mode {
+	FLOW_SYNC,
+	FLOW_ASYNC,
+	FLOW_SYNC_COMPOUND,
+	FLOW_ASYNC_COMPOUND,
+	FLOW_MODES
+};
+
+static const char *const flow_mode_name[FLOW_MODES] = {"sync", "async", "compound_sync",
+						       "compound_async"};
+
+/* One request (or FLOW_BATCH of them, returned in *done) in @mode. */
+static int flow_step(kvmm_client_t *c, enum flow_mode mode, uint32_t (*tok)[FLOW_TOKENS],
+		     uint32_t client, uint32_t req, uint64_t *seq, unsigned int *done)
+{
+	switch (mode) {
+	case FLOW_SYNC:
+		*done = 1;
+		return flow_sync(c, tok[0], client, req);
+	case FLOW_ASYNC:
+		*done = FLOW_BATCH;
+		return flow_async(c, tok, client, req);
+	case FLOW_SYNC_COMPOUND:
+		*done = 1;
+		return flow_sync_compound(c, tok[0], client, req);
+	default:
+		*done = FLOW_BATCH;
+		return flow_async_compound(c, tok, client, req, seq);
+	}
+}
+
 /* One client process: attach, warm up, wait for the start, run @dur_ns, report, exit. */
-static void flow_client(const char *sock, uint32_t idx, bool async, uint64_t dur_ns, int go_fd,
-			int ready_fd, int res_fd)
+static void flow_client(const char *sock, uint32_t idx, enum flow_mode mode, uint64_t dur_ns,
+			int go_fd, int ready_fd, int res_fd)
 {
 	static uint32_t tok[FLOW_BATCH][FLOW_TOKENS];
+	uint64_t seq[FLOW_BATCH] = {0}, t0;
 	struct flow_result r = {0};
+	unsigned int done = 0;
 	kvmm_client_t *c;
 	uint32_t req = 0;
-	uint64_t t0;
 	char b = 0;
 
 	r.err = kvmm_attach(sock, "bench", &flow_fmt, &c);
-	for (int i = 0; !r.err && i < 4; i++, req += FLOW_BATCH)
-		r.err = async ? flow_async(c, tok, idx, req) : flow_sync(c, tok[0], idx, req);
+	for (int i = 0; !r.err && i < 4; i++, req += done)
+		r.err = flow_step(c, mode, tok, idx, req, seq, &done);
 	if (write(ready_fd, &b, 1) != 1 || read(go_fd, &b, 1) < 0)
 		r.err = r.err ? r.err : -EIO;
 	t0 = bench_now_ns();
 	while (!r.err && (r.ns = bench_now_ns() - t0) < dur_ns) {
-		if (async) {
-			r.err = flow_async(c, tok, idx, req);
-			req += FLOW_BATCH;
-			r.reqs += FLOW_BATCH;
-		} else {
-			r.err = flow_sync(c, tok[0], idx, req++);
-			r.reqs++;
-		}
+		r.err = flow_step(c, mode, tok, idx, req, seq, &done);
+		req += done;
+		r.reqs += done;
 	}
 	if (write(res_fd, &r, sizeof(r)) != sizeof(r))
 		_exit(1);
@@ -161,7 +240,7 @@ static void flow_client(const char *sock, uint32_t idx, bool async, uint64_t dur
 }
 
 /* @n processes at once for @dur_ns: the sum of their rates in requests/s, or a -errno. */
-static double flow_clients(const char *sock, unsigned int n, bool async, uint64_t dur_ns)
+static double flow_clients(const char *sock, unsigned int n, enum flow_mode mode, uint64_t dur_ns)
 {
 	int go[2], ready[2], res[2];
 	pid_t pids[FLOW_MAX_CLIENTS];
@@ -175,7 +254,7 @@ static double flow_clients(const char *sock, unsigned int n, bool async, uint64_
 		pids[i] = fork();
 		if (pids[i] == 0) {
 			close(go[1]);
-			flow_client(sock, i, async, dur_ns, go[0], ready[1], res[1]);
+			flow_client(sock, i, mode, dur_ns, go[0], ready[1], res[1]);
 		}
 	}
 	close(go[0]);
@@ -193,7 +272,7 @@ static double flow_clients(const char *sock, unsigned int n, bool async, uint64_
 			continue;
 		}
 		if (r.err) {
-			fprintf(stderr, "flow: a %s client failed: %s\n", async ? "async" : "sync",
+			fprintf(stderr, "flow: a %s client failed: %s\n", flow_mode_name[mode],
 				kvmm_strerror(r.err));
 			err = err ? err : r.err;
 		}
@@ -240,10 +319,10 @@ static double flow_inproc(const struct bench_opts *o)
 int bench_suite_flow_ipc(const struct bench_opts *o)
 {
 	static const unsigned int nr[] = {1, 2, 4, 8};
-	uint64_t dur = o->quick ? 300000000ull : 1500000000ull;
-	double rate[2][4], inp[3], in;
+	uint64_t dur = o->quick ? 250000000ull : 1000000000ull;
+	double rate[FLOW_MODES][4], inp[FLOW_MODES + 1], in;
 	struct bench_kvmmd d = {0};
-	char name[64], page[16], frames[16];
+	char name[96], page[16], frames[16];
 	int err;
 
 	snprintf(page, sizeof(page), "%u", FLOW_PAGE_SIZE);
@@ -256,47 +335,46 @@ int bench_suite_flow_ipc(const struct bench_opts *o)
 		bench_kvmmd_stop(&d);
 		return err;
 	}
-	/* in process before, between and after the client runs (a shared machine drifts) */
-	for (int async = 0; async < 2; async++) {
-		inp[async] = flow_inproc(o);
-		if (inp[async] < 0) {
+	/* in process before each mode and after the last (a shared machine drifts) */
+	for (int m = 0; m < FLOW_MODES; m++) {
+		inp[m] = flow_inproc(o);
+		if (inp[m] < 0) {
 			bench_kvmmd_stop(&d);
-			return (int)inp[async];
+			return (int)inp[m];
 		}
 		for (unsigned int i = 0; i < 4; i++) {
-			rate[async][i] = flow_clients(d.sock, nr[i], async, dur);
-			if (rate[async][i] < 0) {
+			rate[m][i] = flow_clients(d.sock, nr[i], (enum flow_mode)m, dur);
+			if (rate[m][i] < 0) {
 				bench_kvmmd_stop(&d);
-				return (int)rate[async][i];
+				return (int)rate[m][i];
 			}
 		}
 	}
 	bench_kvmmd_stop(&d);
-	inp[2] = flow_inproc(o);
-	if (inp[2] < 0)
-		return (int)inp[2];
-	bench_note("flow: in process %.0f, %.0f and %.0f requests/s before, between and after the "
-		   "client runs (the median is the baseline); each client row sums its processes' "
-		   "rates over %.1f s; async batches %u requests",
-		   inp[0], inp[1], inp[2], (double)dur / 1e9, FLOW_BATCH);
-	in = bench_median(inp, 3);
+	inp[FLOW_MODES] = flow_inproc(o);
+	if (inp[FLOW_MODES] < 0)
+		return (int)inp[FLOW_MODES];
+	bench_note("flow: in process %.0f, %.0f, %.0f, %.0f and %.0f requests/s before each mode "
+		   "and after the last (the median is the baseline); each client row sums its "
+		   "processes' rates over %.2f s; async batches %u requests",
+		   inp[0], inp[1], inp[2], inp[3], inp[4], (double)dur / 1e9, FLOW_BATCH);
+	in = bench_median(inp, FLOW_MODES + 1);
 
 	bench_report("flow.inproc_rate", in, "requests/s", "", 0);
-	for (int async = 0; async < 2; async++)
+	for (int m = 0; m < FLOW_MODES; m++)
 		for (unsigned int i = 0; i < 4; i++) {
-			snprintf(name, sizeof(name), "flow.%s.%uc", async ? "async" : "sync",
-				 nr[i]);
-			bench_report(name, rate[async][i], "requests/s", "flow.inproc_rate", in);
+			snprintf(name, sizeof(name), "flow.%s.%uc", flow_mode_name[m], nr[i]);
+			bench_report(name, rate[m][i], "requests/s", "flow.inproc_rate", in);
 		}
-	for (int async = 0; async < 2; async++) {
-		const char *m = async ? "async" : "sync";
+	for (int m = 0; m < FLOW_MODES; m++) {
+		bool async = m == FLOW_ASYNC || m == FLOW_ASYNC_COMPOUND;
 
-		snprintf(name, sizeof(name), "flow %s, 1 client / in process", m);
-		bench_target(name, rate[async][0] / in, async ? 0.8 : 0.5, false, "x");
-		snprintf(name, sizeof(name), "flow %s, 2 clients / 1 client", m);
-		bench_target(name, rate[async][1] / rate[async][0], 1.8, false, "x");
-		snprintf(name, sizeof(name), "flow %s, 8 clients / 2 clients", m);
-		bench_target(name, rate[async][3] / rate[async][1], 1.0, false, "x");
+		snprintf(name, sizeof(name), "flow %s, 1 client / in process", flow_mode_name[m]);
+		bench_target(name, rate[m][0] / in, async ? 0.8 : 0.5, false, "x");
+		snprintf(name, sizeof(name), "flow %s, 2 clients / 1 client", flow_mode_name[m]);
+		bench_target(name, rate[m][1] / rate[m][0], 1.8, false, "x");
+		snprintf(name, sizeof(name), "flow %s, 8 clients / 2 clients", flow_mode_name[m]);
+		bench_target(name, rate[m][3] / rate[m][1], 1.0, false, "x");
 	}
 	return 0;
 }

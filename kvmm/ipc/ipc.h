@@ -135,6 +135,7 @@ struct kvmm_server {
 	uint32_t next_client_id;
 	uint64_t start_ns;	 /* CLOCK_MONOTONIC at create */
 	uint64_t ring_last_work; /* CLOCK_MONOTONIC of the last ring work (spin window) */
+	uint64_t ring_spin_ns;	 /* that window: KVMM_RING_SPIN_NS, or $KVMMD_RING_SPIN_NS */
 	uint64_t hello_next_ns;	 /* earliest HELLO deadline of a waiting connection, 0: none */
 
 	struct kvmm_server_stats stats; /* updated with relaxed atomics (read by other threads) */

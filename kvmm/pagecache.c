@@ -472,6 +472,13 @@ int kvmm_mm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t
 		KVMM_BUG_ON(!parent || (parent->flags & PC_ORPHAN) || parent->depth != first - 1);
 	}
 
+	/*
+	 * Room for the whole prompt at once (its misses are appended next): one resize of the
+	 * page table and token array instead of one per doubling.  Best effort: on failure the
+	 * loop below grows it block by block and reports what it cannot.
+	 */
+	if (first + nfull > seq->cap)
+		kvmm_mm_seq_reserve(seq, first + (uint32_t)nfull + (n % tpp ? 1 : 0));
 	for (b = 0; b < nfull; b++) {
 		const uint32_t *t = tokens + (size_t)b * tpp;
 		uint32_t blk = first + b;

@@ -234,6 +234,16 @@ static void complete_async(struct kvmm_client *c, struct kvmm_inflight *in)
 			}
 			break;
 		}
+		case KVMM_SQE_SEQ_PROMPT: {
+			struct kvmm_seq_prompt_rep rep;
+
+			if (take_rep(&rep, sizeof(rep), p, plen, &cqe)) {
+				cqe.seq = rep.seq;
+				cqe.nr_blocks = rep.nr_blocks;
+				cqe.nr_tokens = (uint64_t)rep.nr_hit * c->tokens_per_page;
+			}
+			break;
+		}
 		case KVMM_SQE_PIN:
 		case KVMM_SQE_UNPIN: {
 			struct kvmm_pin_rep rep;
@@ -490,6 +500,18 @@ int kvmm_msg_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov 
 	uint64_t seq;
 	int err;
 
+	/*
+	 * Every op the rings carry goes there (no system call while the daemon polls, a futex
+	 * wait otherwise); the socket keeps attach, fds, admin and the socket-only ops.
+	 */
+	if (c->dp && kvmm_op_ring_ok(op)) {
+		err = kvmm_client_usable(c);
+		if (err)
+			return err;
+		err = kvmm_ring_call(c, op, parts, nr_parts, rep, rep_len);
+		if (err <= 0)
+			return err;
+	}
 	err = kvmm_msg_send(c, op, parts, nr_parts, &seq);
 	if (err)
 		return err;

@@ -143,6 +143,29 @@ int kvmm_prefix_lookup(kvmm_client_t *client, uint64_t seq, const uint32_t *toke
  */
 int kvmm_seal(kvmm_client_t *client, uint64_t seq, uint32_t block, uint32_t nr_blocks);
 
+/* ---- A request's flow in one call each ------------------------------------------------ */
+
+/*
+ * A request's start in one round trip: create a sequence (priority as kvmm_seq_create), map
+ * the longest cached run of full pages of tokens[0..n) (as kvmm_prefix_lookup) and append the
+ * rest (as kvmm_seq_append, the daemon choosing the frames). *seq receives the new sequence,
+ * *nr_hit (may be NULL) the tokens that came from the cache (a multiple of
+ * kvmm_tokens_per_page()), and table (may be NULL) its block table: max_blocks int32 frame
+ * numbers, then KVMM_BLOCK_NONE (-E2BIG when it has more blocks: the row holds the first
+ * max_blocks, the sequence exists). All or nothing: on any other error no sequence is left.
+ * n is at most KVMM_SEQ_PROMPT_MAX (one record): longer prompts use the separate calls.
+ * Asynchronously: KVMM_SQE_SEQ_PROMPT.
+ */
+#define KVMM_SEQ_PROMPT_MAX 16372
+int kvmm_seq_prompt(kvmm_client_t *client, const uint32_t *tokens, uint32_t n, int priority,
+		    uint64_t *seq, uint64_t *nr_hit, int32_t *table, uint32_t max_blocks);
+/*
+ * A request's end in one round trip: seal seq's full pages among [block, block + nr_blocks)
+ * (as kvmm_seal), then free it (as kvmm_seq_free). A seal that fails frees nothing and its
+ * error is returned. Asynchronously: KVMM_SQE_SEQ_SEAL_FREE.
+ */
+int kvmm_seq_seal_free(kvmm_client_t *client, uint64_t seq, uint32_t block, uint32_t nr_blocks);
+
 /* ---- Batches -------------------------------------------------------------------------- */
 
 /*
@@ -184,6 +207,8 @@ enum kvmm_sqe_op {
 	KVMM_SQE_SEAL,		/* seq, arg: first block, nr: blocks */
 	KVMM_SQE_PIN,		/* seqs, nr                            -> cqe.nr_frames */
 	KVMM_SQE_UNPIN,		/* seqs, nr                            -> cqe.nr_frames */
+	KVMM_SQE_SEQ_PROMPT, /* tokens, nr, arg: priority -> cqe.seq, .nr_blocks, .nr_tokens hit */
+	KVMM_SQE_SEQ_SEAL_FREE, /* seq, arg: first block, nr: blocks */
 	KVMM_SQE_OP_COUNT
 };
 
@@ -207,8 +232,9 @@ struct kvmm_cqe {
 	int32_t res;	    /* 0 or -errno; -KVMM_EPREEMPTED for a PREEMPT event */
 	uint32_t flags;	    /* KVMM_CQE_F_* */
 	uint64_t seq;	    /* created / forked sequence; the preempted one for events */
-	uint64_t nr_tokens; /* APPEND, PREFIX_LOOKUP: the sequence's length after */
-	uint32_t nr_blocks; /* blocks of the sequence (CREATE, FORK, APPEND), mapped (LOOKUP) */
+	uint64_t nr_tokens; /* APPEND, PREFIX_LOOKUP: the sequence's length after; PROMPT: hit */
+	uint32_t
+		nr_blocks; /* blocks of the sequence (CREATE, FORK, APPEND, PROMPT), mapped (LOOKUP) */
 	uint32_t nr_frames; /* PIN, UNPIN: frames; PREEMPT: frames the daemon wants back */
 };
 

@@ -166,6 +166,15 @@ KVMM_INTERNAL void kvmm_ring_kick(struct kvmm_client *c);
 KVMM_INTERNAL unsigned int kvmm_ring_reap(struct kvmm_client *c);
 /* Wait (spin, then futex) until a CQE arrives or the daemon dies. 0 or -errno. */
 KVMM_INTERNAL int kvmm_ring_wait(struct kvmm_client *c);
+/*
+ * One synchronous request on the rings: queue it (waiting for room), publish, wait for its
+ * own completion (others that arrive meanwhile go to the completion queue for kvmm_complete)
+ * and copy its reply head (at most 16 bytes) into rep.  0 or the op's -errno; 1 when the
+ * rings cannot carry it (too long for the data area): the caller uses the socket.
+ */
+KVMM_INTERNAL int kvmm_ring_call(struct kvmm_client *c, unsigned int op,
+				 const struct kvmm_iov *parts, unsigned int nr_parts, void *rep,
+				 size_t rep_len);
 /* SQEs submitted whose CQEs are not reaped yet. */
 KVMM_INTERNAL unsigned int kvmm_ring_inflight(const struct kvmm_client *c);
 /*

@@ -51,6 +51,11 @@ struct kvmm_dp_client {
 	uint64_t *user_data; /* per SQ slot, to fail what is in flight when the daemon dies */
 	uint32_t ret_tail;
 	bool mag_auto; /* a MAG_REFILL succeeded: the daemon now tops the magazine up itself */
+
+	/* a synchronous call on the ring (kvmm_ring_call): its SQ index and, once in, its CQE */
+	bool call_pending, call_done;
+	uint32_t call_idx;
+	struct kvmm_ring_cqe call_cqe;
 };
 
 static uint64_t now_ns(void)
@@ -209,7 +214,8 @@ void kvmm_ring_kick(struct kvmm_client *c)
 /* ---- completion ------------------------------------------------------------------------------ */
 
 /* A CQE's reply head, as the operation table says its op's replies start (KVMM_RH_*). */
-static void cqe_decode(const struct kvmm_ring_cqe *r, struct kvmm_cqe *cqe)
+static void cqe_decode(const struct kvmm_client *c, const struct kvmm_ring_cqe *r,
+		       struct kvmm_cqe *cqe)
 {
 	const struct kvmm_op_info *info = kvmm_op_info(r->op);
 
@@ -242,6 +248,15 @@ static void cqe_decode(const struct kvmm_ring_cqe *r, struct kvmm_cqe *cqe)
 		cqe->nr_frames = rep.nr_frames;
 		break;
 	}
+	case KVMM_RH_PROMPT: {
+		struct kvmm_seq_prompt_rep rep;
+
+		memcpy(&rep, r->rep, sizeof(rep));
+		cqe->seq = rep.seq;
+		cqe->nr_blocks = rep.nr_blocks;
+		cqe->nr_tokens = (uint64_t)rep.nr_hit * c->tokens_per_page;
+		break;
+	}
 	case KVMM_RH_NONE:
 		break;
 	}
@@ -255,7 +270,14 @@ static void ring_fail(struct kvmm_client *c, int err)
 	while (d->cq_head != d->sq_published) {
 		struct kvmm_cqe cqe = {.user_data = d->user_data[d->cq_head & d->mask], .res = err};
 
-		kvmm_cq_push(c, &cqe);
+		if (d->call_pending && d->cq_head == d->call_idx) {
+			/* the synchronous call in flight fails with the rest */
+			memset(&d->call_cqe, 0, sizeof(d->call_cqe));
+			d->call_cqe.res = err;
+			d->call_done = true;
+		} else {
+			kvmm_cq_push(c, &cqe);
+		}
 		d->cq_head++;
 	}
 	d->sq_tail = d->sq_published;
@@ -280,7 +302,15 @@ unsigned int kvmm_ring_reap(struct kvmm_client *c)
 		struct kvmm_cqe cqe;
 
 		memcpy(&r, &d->cqes[d->cq_head & d->mask], sizeof(r));
-		cqe_decode(&r, &cqe);
+		if (d->call_pending && d->cq_head == d->call_idx) {
+			/* the synchronous call's answer: its caller takes it, not kvmm_complete */
+			d->call_cqe = r;
+			d->call_done = true;
+			d->cq_head++;
+			n++;
+			continue;
+		}
+		cqe_decode(c, &r, &cqe);
 		if (kvmm_cq_push(c, &cqe))
 			break; /* out of memory: leave it in the ring for the next call */
 		d->cq_head++;
@@ -311,10 +341,33 @@ static bool cq_has(struct kvmm_dp_client *d)
 	return READ_ONCE(d->cq->tail) != d->cq_head;
 }
 
-int kvmm_ring_wait(struct kvmm_client *c)
+/*
+ * The spin budget of a wait, in ns ($KVMM_RING_SPIN_NS overrides the default, for measuring
+ * it: Documentation/benchmarks/kvmm-bench.md, suite flow).
+ */
+static uint64_t spin_budget(void)
+{
+	static uint64_t budget = UINT64_MAX;
+
+	if (budget == UINT64_MAX) {
+		const char *e = getenv("KVMM_RING_SPIN_NS");
+		char *end;
+		unsigned long long v = e && *e ? strtoull(e, &end, 10) : 0;
+
+		budget = e && *e && !*end && v < 1000000000ull ? v : KVMM_RING_SPIN_NS;
+	}
+	return budget;
+}
+
+/*
+ * Wait until the CQ has something: spin for the budget, then sleep on the CQ tail futex.
+ * @any: also return when the handle's completion queue holds something (kvmm_complete's
+ * wait; a synchronous call waits for the ring alone).
+ */
+static int ring_wait(struct kvmm_client *c, bool any)
 {
 	struct kvmm_dp_client *d = c->dp;
-	uint64_t start = now_ns();
+	uint64_t start = now_ns(), budget = spin_budget();
 	unsigned int spins = 0;
 
 	kvmm_ring_kick(c);
@@ -323,7 +376,7 @@ int kvmm_ring_wait(struct kvmm_client *c)
 		uint32_t seen;
 		int err;
 
-		if (++spins < 64 || now_ns() - start < KVMM_RING_SPIN_NS) {
+		if ((budget && ++spins < 64) || now_ns() - start < budget) {
 			/*
 			 * Yield now and then: when the daemon runs on this CPU (the scheduler
 			 * likes to put two processes that wake each other together), a pure
@@ -346,7 +399,7 @@ int kvmm_ring_wait(struct kvmm_client *c)
 		if (READ_ONCE(d->cq->tail) == seen)
 			syscall(SYS_futex, &d->cq->tail, FUTEX_WAIT, seen, &ts, NULL, 0);
 		WRITE_ONCE(d->cq->flags, 0);
-		if (cq_has(d) || c->cq_count)
+		if (cq_has(d) || (any && c->cq_count))
 			break;
 		/* nothing yet: is the daemon still there? (also takes events off the socket) */
 		err = kvmm_msg_pump(c, false);
@@ -355,6 +408,56 @@ int kvmm_ring_wait(struct kvmm_client *c)
 			return err;
 		}
 	}
+	return 0;
+}
+
+int kvmm_ring_wait(struct kvmm_client *c)
+{
+	return ring_wait(c, true);
+}
+
+int kvmm_ring_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *parts,
+		   unsigned int nr_parts, void *rep, size_t rep_len)
+{
+	struct kvmm_dp_client *d = c->dp;
+	int err;
+
+	if (rep_len > sizeof(d->call_cqe.rep) || d->call_pending)
+		return 1; /* the socket carries it */
+	for (;;) {
+		err = kvmm_ring_queue(c, op, parts, nr_parts, 0);
+		if (err != -EAGAIN)
+			break;
+		/* full: wait for the daemon to take some (what it answers goes to the queue) */
+		err = ring_wait(c, false);
+		if (err)
+			return err;
+		kvmm_ring_reap(c);
+	}
+	if (err)
+		return err == -E2BIG ? 1 : err; /* too big for the data area: the socket */
+	d->call_idx = d->sq_tail - 1;
+	d->call_pending = true;
+	d->call_done = false;
+	kvmm_ring_kick(c);
+	while (!d->call_done) {
+		if (kvmm_ring_reap(c))
+			continue;
+		err = ring_wait(c, false);
+		if (err && !d->call_done) {
+			d->call_pending = false;
+			return err;
+		}
+	}
+	d->call_pending = false;
+	if (d->call_cqe.res > 0 || (d->call_cqe.res == 0 && d->call_cqe.op != op)) {
+		ring_fail(c, -EBADMSG); /* a daemon that answers another op: not trusted */
+		return -EBADMSG;
+	}
+	if (d->call_cqe.res < 0)
+		return d->call_cqe.res;
+	if (rep && rep_len)
+		memcpy(rep, d->call_cqe.rep, rep_len);
 	return 0;
 }
 

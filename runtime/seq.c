@@ -398,3 +398,44 @@ int kvmm_block_table(kvmm_client_t *c, const uint64_t *seqs, uint32_t nr_seqs, i
 		return -EINVAL;
 	return LOCKED(c, block_table_locked(c, seqs, nr_seqs, table, max_blocks_per_seq));
 }
+
+/* ---- a request's flow in one round trip each ------------------------------------------- */
+
+static int seq_prompt_locked(struct kvmm_client *c, const uint32_t *tokens, uint32_t n,
+			     int priority, uint64_t *seq, uint64_t *nr_hit, int32_t *table,
+			     uint32_t max_blocks)
+{
+	struct kvmm_seq_prompt_req req = {.priority = priority, .nr_tokens = n};
+	struct kvmm_iov parts[2] = {{&req, sizeof(req)}, {tokens, (size_t)n * sizeof(uint32_t)}};
+	struct kvmm_seq_prompt_rep rep;
+	int err;
+
+	if (n > ids_per_msg(c, sizeof(req), sizeof(uint32_t)))
+		return -E2BIG;
+	err = kvmm_msg_call(c, KVMM_OP_SEQ_PROMPT, parts, 2, &rep, sizeof(rep));
+	if (err)
+		return err;
+	*seq = rep.seq;
+	if (nr_hit)
+		*nr_hit = (uint64_t)rep.nr_hit * c->tokens_per_page;
+	/* the mirror is at least as new as the reply: no second round trip, as a rule */
+	return table ? block_table_locked(c, &rep.seq, 1, table, max_blocks) : 0;
+}
+
+int kvmm_seq_prompt(kvmm_client_t *c, const uint32_t *tokens, uint32_t n, int priority,
+		    uint64_t *seq, uint64_t *nr_hit, int32_t *table, uint32_t max_blocks)
+{
+	if (!c || !seq || (n && !tokens) || (table && !max_blocks))
+		return -EINVAL;
+	return LOCKED(c, seq_prompt_locked(c, tokens, n, priority, seq, nr_hit, table, max_blocks));
+}
+
+int kvmm_seq_seal_free(kvmm_client_t *c, uint64_t seq, uint32_t block, uint32_t nr_blocks)
+{
+	struct kvmm_seal_req req = {.seq = seq, .block = block, .nr_blocks = nr_blocks};
+	struct kvmm_iov part = {&req, sizeof(req)};
+
+	if (!c)
+		return -EINVAL;
+	return LOCKED(c, kvmm_msg_call(c, KVMM_OP_SEQ_SEAL_FREE, &part, 1, NULL, 0));
+}

@@ -86,13 +86,26 @@ static int sqe_encode(const struct kvmm_sqe *sqe, unsigned int *op, struct kvmm_
 		memcpy(fixed, &r, sizeof(r));
 		break;
 	}
-	case KVMM_SQE_SEAL: {
+	case KVMM_SQE_SEQ_PROMPT: {
+		struct kvmm_seq_prompt_req r = {.priority = (int32_t)sqe->arg,
+						.nr_tokens = sqe->nr};
+
+		if (sqe->nr && !sqe->data)
+			return -EINVAL;
+		*op = KVMM_OP_SEQ_PROMPT;
+		memcpy(fixed, &r, sizeof(r));
+		parts[1] = (struct kvmm_iov){sqe->data, (size_t)sqe->nr * sizeof(uint32_t)};
+		*nr_parts = 2;
+		break;
+	}
+	case KVMM_SQE_SEAL:
+	case KVMM_SQE_SEQ_SEAL_FREE: {
 		struct kvmm_seal_req r = {
 			.seq = sqe->seq, .block = (uint32_t)sqe->arg, .nr_blocks = sqe->nr};
 
 		if (sqe->arg > UINT32_MAX)
 			return -EINVAL;
-		*op = KVMM_OP_SEAL;
+		*op = sqe->op == KVMM_SQE_SEAL ? KVMM_OP_SEAL : KVMM_OP_SEQ_SEAL_FREE;
 		memcpy(fixed, &r, sizeof(r));
 		break;
 	}

@@ -75,6 +75,46 @@ static inline void bench_use_ptr(const void *p)
 #define ATTN_HEAD_DIM 128
 #define ATTN_Q_HEADS 32
 
+/*
+ * The request flow of the flow suites (bench_flow.c in process, bench_flow_ipc.c from client
+ * processes of kvmmd): 1024-token prompts, 512 shared by all requests and 512 of their own,
+ * pages of 16 tokens (4 KiB frames, 1 layer, 1 KV head, head dim 64, fp16), 8192 frames.
+ */
+#define FLOW_TOKENS 1024
+#define FLOW_SHARED 512
+#define FLOW_TPP 16
+#define FLOW_PAGE_SIZE 4096
+#define FLOW_FRAMES 8192
+#define FLOW_FORMAT                                                                  \
+	{                                                                            \
+		.layers = 1, .kv_heads = 1, .head_dim = 64, .dtype = KVMM_DTYPE_FP16 \
+	}
+
+/*
+ * The prompt of request @req of client @client: the shared part, then its own tokens, whose
+ * first id is unique to (client, req) (keys chain, so every own block is new content).
+ */
+static inline void bench_flow_prompt(uint32_t *tok, uint32_t client, uint32_t req)
+{
+	for (uint32_t i = 0; i < FLOW_SHARED; i++)
+		tok[i] = 0x40000000u + i;
+	tok[FLOW_SHARED] = ((client & 0xffu) << 22) | (req & 0x3fffffu);
+	for (uint32_t i = FLOW_SHARED + 1; i < FLOW_TOKENS; i++)
+		tok[i] = i;
+}
+
+/*
+ * kvmmd for the client suites (bench_ipc.c; libkvmm programs only): ./kvmm/kvmmd (or
+ * $KVMM_KVMMD) in a temporary directory with one namespace "bench" of @frames frames of
+ * @page_size bytes, ready when bench_kvmmd_start returns 0; -ENOENT when it is not built.
+ */
+struct bench_kvmmd {
+	int pid;
+	char dir[64], sock[128];
+};
+int bench_kvmmd_start(struct bench_kvmmd *d, const char *page_size, const char *frames);
+void bench_kvmmd_stop(struct bench_kvmmd *d);
+
 /* A suite of a benchmark program: its name on the command line, one line of help, its run. */
 struct bench_suite {
 	const char *name;
@@ -96,5 +136,7 @@ int bench_suite_attn(const struct bench_opts *o); /* bench_attn.c */
 int bench_attn_steps(const struct bench_opts *o); /* bench_attn_steps.c: part of attn */
 int bench_suite_ipc(const struct bench_opts *o);  /* bench_ipc.c: starts ./kvmm/kvmmd */
 int bench_suite_swap(const struct bench_opts *o); /* bench_swap.c: tiers, fio, replay */
+int bench_suite_flow(const struct bench_opts *o); /* bench_flow.c: the request flow in process */
+int bench_suite_flow_ipc(const struct bench_opts *o); /* bench_flow_ipc.c: from client processes */
 
 #endif /* KVMM_TOOLS_BENCH_H */

@@ -33,11 +33,6 @@
 
 #define STEP_SEQS 64
 
-struct daemon {
-	pid_t pid;
-	char dir[64], sock[128];
-};
-
 static void sleep_ms(unsigned int ms)
 {
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -49,8 +44,9 @@ static void sleep_ms(unsigned int ms)
 static const struct kvmm_format fmt = {
 	.layers = 4, .kv_heads = 2, .head_dim = 64, .dtype = KVMM_DTYPE_FP16};
 
-static int daemon_start(struct daemon *d)
+int bench_kvmmd_start(struct bench_kvmmd *d, const char *page_size, const char *frames)
 {
+	char ns[64];
 	const char *bin = getenv("KVMM_KVMMD");
 	char conf[128];
 	int fd;
@@ -65,6 +61,7 @@ static int daemon_start(struct daemon *d)
 	if (!mkdtemp(d->dir))
 		return -errno;
 	snprintf(d->sock, sizeof(d->sock), "%s/kvmmd.sock", d->dir);
+	snprintf(ns, sizeof(ns), "bench:%s", frames);
 	snprintf(conf, sizeof(conf), "%s/kvmmd.conf", d->dir);
 	fd = open(conf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
@@ -82,7 +79,7 @@ static int daemon_start(struct daemon *d)
 			dup2(null, STDERR_FILENO);
 		}
 		execl(bin, bin, "--foreground", "--config", conf, "--socket", d->sock,
-		      "--page-size", "16384", "--frames", "8192", "--namespace", "bench:8192",
+		      "--page-size", page_size, "--frames", frames, "--namespace", ns,
 		      (char *)NULL);
 		_exit(127);
 	}
@@ -98,7 +95,7 @@ static int daemon_start(struct daemon *d)
 	return -ETIMEDOUT;
 }
 
-static void daemon_stop(struct daemon *d)
+void bench_kvmmd_stop(struct bench_kvmmd *d)
 {
 	char path[160];
 
@@ -381,19 +378,19 @@ static double step_frames(kvmm_client_t *c, unsigned int steps)
 int bench_suite_ipc(const struct bench_opts *o)
 {
 	unsigned int n = o->quick ? 2000 : 20000, steps = o->quick ? 200 : 2000;
-	struct daemon d = {0};
+	struct bench_kvmmd d = {0};
 	kvmm_client_t *c = NULL, *cs = NULL;
 	double sp, fx, rt, st, st_sock, st_fr, bt, m1, m64;
 	int err;
 
 	sp = seqpacket_pingpong(n);
 	fx = futex_pingpong(n);
-	err = daemon_start(&d);
+	err = bench_kvmmd_start(&d, "16384", "8192");
 	if (err == -ENOENT)
 		return 0;
 	if (err) {
 		fprintf(stderr, "ipc: kvmmd did not start: %s\n", strerror(-err));
-		daemon_stop(&d);
+		bench_kvmmd_stop(&d);
 		return err;
 	}
 	err = kvmm_attach(d.sock, "bench", &fmt, &c);
@@ -406,7 +403,7 @@ int bench_suite_ipc(const struct bench_opts *o)
 		fprintf(stderr, "ipc: attach: %s\n", err ? kvmm_strerror(err) : "no data plane");
 		kvmm_detach(c);
 		kvmm_detach(cs);
-		daemon_stop(&d);
+		bench_kvmmd_stop(&d);
 		return err ? err : -EOPNOTSUPP;
 	}
 	rt = op_round_trip(c, n);
@@ -418,7 +415,7 @@ int bench_suite_ipc(const struct bench_opts *o)
 	st_fr = step_frames(c, steps);
 	kvmm_detach(c);
 	kvmm_detach(cs);
-	daemon_stop(&d);
+	bench_kvmmd_stop(&d);
 
 	bench_report("ipc baseline: SEQPACKET ping-pong", sp, "ns/rtt", "", 0);
 	bench_report("ipc baseline: futex ping-pong", fx, "ns/rtt", "", 0);

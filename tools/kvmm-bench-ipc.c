@@ -5,16 +5,19 @@
  * and links libkvmm and nothing of kvmm/ (tools/Kbuild); kvmm-bench's other suites measure the
  * daemon's internals in process.
  *
- *   kvmm-bench-ipc [--json] [--quick] [ipc]
+ *   kvmm-bench-ipc [--json] [--quick] [ipc | flow]
  */
 #include "bench.h"
 
 static const struct bench_suite suites[] = {
 	{"ipc", "client to kvmmd: op round trip, 64-seq step on the rings, magazine alloc",
 	 bench_suite_ipc},
+	{"flow", "a request's flow from 1-8 client processes, sync and async, vs in process",
+	 bench_suite_flow_ipc},
 };
 
 int main(int argc, char **argv)
 {
-	return bench_main("kvmm-bench-ipc", suites, 1, NULL, argc, argv);
+	return bench_main("kvmm-bench-ipc", suites, sizeof(suites) / sizeof(suites[0]), NULL, argc,
+			  argv);
 }

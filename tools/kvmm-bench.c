@@ -20,6 +20,8 @@ static const struct bench_suite suites[] = {
 	 bench_suite_attn},
 	{"swap", "swap tiers: host vs memcpy, NVMe vs fio; 2x oversubscribed decode replay",
 	 bench_suite_swap},
+	{"flow", "a request's flow (lookup, append, seal, free) on the core, in process",
+	 bench_suite_flow},
 };
 
 int main(int argc, char **argv)

@@ -30,7 +30,8 @@
  *      SEQ_APPEND_FRAMES (append into frames popped from the magazine) and the magazine
  *      head moved by compare-and-swap on both sides, daemon top-ups below the low mark;
  *      tensor-parallel groups: KVMM_ATTACH_F_DEVICE + struct kvmm_attach_device,
- *      attach_rep.device_index and nr_devices.
+ *      attach_rep.device_index and nr_devices.  Compound ops: SEQ_PROMPT (create, look the
+ *      prompt up, append what missed), SEQ_SEAL_FREE (seal, then free), KVMM_RH_PROMPT.
  */
 #ifndef KVMM_UAPI_KVMM_H
 #define KVMM_UAPI_KVMM_H
@@ -257,6 +258,8 @@ enum kvmm_op {
 	KVMM_OP_SEQ_BLOCKS = 0x010b,	/* kvmm_seq_blocks_req -> _rep + int32_t blocks */
 	KVMM_OP_PREFETCH = 0x010c,	/* struct kvmm_pin_req + seq ids -> struct kvmm_pin_rep */
 	KVMM_OP_SEQ_APPEND_FRAMES = 0x010d, /* _append_frames_req + ids + frames -> _append_rep */
+	KVMM_OP_SEQ_PROMPT = 0x010e,	    /* kvmm_seq_prompt_req + ids -> kvmm_seq_prompt_rep */
+	KVMM_OP_SEQ_SEAL_FREE = 0x010f,	    /* struct kvmm_seal_req -> none */
 
 	/* admin: read verbs take struct kvmm_admin_req and answer text or JSON */
 	KVMM_OP_STATUS = 0x0200,
@@ -292,7 +295,7 @@ enum kvmm_op {
 #define KVMM_OP_EVENT_BASE 0x0300U
 /* The last opcode of each range in this version (they move when a version appends ops). */
 #define KVMM_OP_SESSION_LAST KVMM_OP_PING
-#define KVMM_OP_MEM_LAST KVMM_OP_SEQ_APPEND_FRAMES
+#define KVMM_OP_MEM_LAST KVMM_OP_SEQ_SEAL_FREE
 #define KVMM_OP_ADMIN_LAST KVMM_OP_FAULT_INJECT
 #define KVMM_OP_EVENT_LAST KVMM_OP_SHUTDOWN
 
@@ -877,6 +880,35 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_append_frames_req, seq, 0);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_append_frames_req, nr_tokens, 8);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_append_frames_req, nr_frames, 12);
 
+/*
+ * SEQ_PROMPT, a request's start in one op: create a sequence (priority as SEQ_CREATE), map
+ * the longest cached run of full pages of the nr_tokens ids that follow (as PREFIX_LOOKUP)
+ * and append the rest (as SEQ_APPEND, the daemon choosing the frames).  All or nothing: on
+ * any failure the new sequence is freed and nothing is left.  Its block table is in the
+ * page-table mirror when the reply arrives (or read with SEQ_BLOCKS).  flags, reserved 0.
+ */
+struct kvmm_seq_prompt_req {
+	int32_t priority;
+	uint32_t flags;
+	uint32_t nr_tokens; /* token ids that follow */
+	uint32_t reserved;
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_seq_prompt_req, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_prompt_req, priority, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_prompt_req, flags, 4);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_prompt_req, nr_tokens, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_prompt_req, reserved, 12);
+
+struct kvmm_seq_prompt_rep {
+	uint64_t seq;	    /* the new sequence */
+	uint32_t nr_blocks; /* its blocks */
+	uint32_t nr_hit;    /* of them, the first nr_hit came from the prefix cache */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_seq_prompt_rep, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_prompt_rep, seq, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_prompt_rep, nr_blocks, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_prompt_rep, nr_hit, 12);
+
 /* SEQ_FORK shares the parent's first nr_tokens; the partial last page is copy-on-write. */
 struct kvmm_seq_fork_req {
 	uint64_t seq;	    /* parent */
@@ -951,6 +983,11 @@ KVMM_ABI_ASSERT_SIZE(struct kvmm_seal_req, 16);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_seal_req, seq, 0);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_seal_req, block, 8);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_seal_req, nr_blocks, 12);
+/*
+ * SEQ_SEAL_FREE, a request's end in one op, takes the same struct: seal as SEAL does, then
+ * free the sequence as SEQ_FREE does.  A seal that fails frees nothing (the error is SEAL's);
+ * a pinned sequence is -EBUSY.
+ */
 
 /*
  * SEQ_BLOCKS reads part of a sequence's block table: the reply struct is followed by count
@@ -1083,7 +1120,7 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_mag_rep, nr_held, 4);
  * pt_max_blocks blocks has KVMM_PT_F_OVERFLOW set and only its first pt_max_blocks entries
  * (read SEQ_BLOCKS for the rest).
  *
- * Magazine: MAG_REFILL(n) charges up to n more frames (at most mag_size held) to the client's
+ * Magazine: MAG_REFILL(n) charges up to n more frames (at most mag_size parked, published or returned; popped ones are the client's and not counted) to the client's
  * namespace and publishes them in the magazine ring; the client pops them without a round
  * trip. A popped frame belongs to the client (its memory is at base + frame * page_size, not
  * part of any sequence) until it pushes the number on the return ring or names it in a
@@ -1218,7 +1255,7 @@ struct kvmm_shm_hdr {
 	uint64_t mag_frames_off;
 	uint64_t ret_off;
 	uint64_t ret_frames_off;
-	uint32_t mag_size; /* entries of the magazine and return rings; frames held at most */
+	uint32_t mag_size; /* entries of the magazine and return rings; frames parked at most */
 	uint32_t reserved;
 	uint64_t reserved2[7];
 };
@@ -1548,6 +1585,7 @@ enum kvmm_reply_head {
 	KVMM_RH_SEQ,	/* u64 new sequence id, u32 nr_blocks (seq_create_rep, seq_fork_rep) */
 	KVMM_RH_TOKENS, /* u64 nr_tokens, u32 nr_blocks (seq_append_rep, prefix_lookup_rep) */
 	KVMM_RH_FRAMES, /* u32 nr_frames (pin_rep) */
+	KVMM_RH_PROMPT, /* u64 new sequence id, u32 nr_blocks, u32 nr_hit (seq_prompt_rep) */
 };
 
 #define KVMM_OPS(X)                                                                               \
@@ -1586,6 +1624,10 @@ enum kvmm_reply_head {
 	  KVMM_PL_ARRAY(struct kvmm_pin_req, nr_seqs, uint64_t), KVMM_RH_FRAMES)                  \
 	X(SEQ_APPEND_FRAMES, "seq_append_frames", KVMM_OPF_ATTACHED | KVMM_OPF_RING,              \
 	  KVMM_PL_VAR(struct kvmm_seq_append_frames_req), KVMM_RH_TOKENS)                         \
+	X(SEQ_PROMPT, "seq_prompt", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                            \
+	  KVMM_PL_ARRAY(struct kvmm_seq_prompt_req, nr_tokens, uint32_t), KVMM_RH_PROMPT)         \
+	X(SEQ_SEAL_FREE, "seq_seal_free", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                      \
+	  KVMM_PL_FIXED(struct kvmm_seal_req), KVMM_RH_NONE)                                      \
 	/* admin: read verbs */                                                                   \
 	X(STATUS, "status", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)   \
 	X(MEMINFO, "meminfo", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE) \

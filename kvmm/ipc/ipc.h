@@ -135,6 +135,7 @@ struct kvmm_server {
 	uint32_t next_client_id;
 	uint64_t start_ns;	 /* CLOCK_MONOTONIC at create */
 	uint64_t ring_last_work; /* CLOCK_MONOTONIC of the last ring work (spin window) */
+	uint64_t ring_spin_ns;	 /* that window: KVMM_RING_SPIN_NS, or $KVMMD_RING_SPIN_NS */
 	uint64_t hello_next_ns;	 /* earliest HELLO deadline of a waiting connection, 0: none */
 
 	struct kvmm_server_stats stats; /* updated with relaxed atomics (read by other threads) */
@@ -224,7 +225,8 @@ kvmm_ipc_handle_fn kvmm_session_op_hello, kvmm_session_op_bye, kvmm_session_op_a
 kvmm_ipc_mem_fn kvmm_session_op_nop, kvmm_session_op_seq_create, kvmm_session_op_seq_append,
 	kvmm_session_op_seq_fork, kvmm_session_op_seq_truncate, kvmm_session_op_seq_free,
 	kvmm_session_op_prefix_lookup, kvmm_session_op_seal, kvmm_session_op_pin,
-	kvmm_session_op_seq_blocks, kvmm_session_op_prefetch;
+	kvmm_session_op_seq_blocks, kvmm_session_op_prefetch, kvmm_session_op_seq_prompt,
+	kvmm_session_op_seq_seal_free;
 
 /* ---- ring.c: the data plane (uapi/kvmm.h "Data plane") ------------------------------- */
 

@@ -64,6 +64,9 @@ static const struct kvmm_ipc_opdef opdefs[KVMM_OP_COUNT] = {
 	OP(SEQ_APPEND_FRAMES) = {.mem = kvmm_session_op_seq_append,
 				 .check = check_append_frames,
 				 .mirror = KVMM_MIRROR_APPEND},
+	/* compound: a request's start and end in one op each */
+	OP(SEQ_PROMPT) = {.mem = kvmm_session_op_seq_prompt, .mirror = KVMM_MIRROR_NEW},
+	OP(SEQ_SEAL_FREE) = {.mem = kvmm_session_op_seq_seal_free},
 	/* admin: read verbs */
 	OP(STATUS) = {.report = kvmm_admin_status},
 	OP(MEMINFO) = {.report = kvmm_admin_meminfo},

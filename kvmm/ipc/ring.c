@@ -65,11 +65,16 @@ struct kvmm_dp {
 
 	uint64_t *slot_seq; /* mirror slot -> sequence id (0 free), private */
 
-	/* magazine: held[i] is the frame of block i of mag_seq, state[i] its MAG_* state */
+	/*
+	 * magazine: held[i] is the frame of block i of mag_seq, state[i] its MAG_* state.  The
+	 * books grow (held_grow): frames the client popped and has not named yet are its own
+	 * and count against its namespace only, not against mag_size, which bounds what the
+	 * magazine parks (published and spare).
+	 */
 	struct kvmm_seq *mag_seq;
 	uint32_t *held;
 	uint8_t *state;
-	uint32_t nr_held;
+	uint32_t nr_held, held_cap;
 	uint32_t *hash; /* frame -> index + 1 in held[], open addressing */
 	uint32_t hash_mask;
 	uint32_t *spare; /* frames held but neither published nor popped (a stack) */
@@ -127,6 +132,7 @@ int kvmm_dp_create(struct kvmm_session *s, uint32_t ring_entries, int fds[2],
 		;
 	dp->hash = calloc(dp->hash_mask, sizeof(*dp->hash));
 	dp->hash_mask--;
+	dp->held_cap = dp->hdr.mag_size;
 	if (!dp->slot_seq || !dp->held || !dp->state || !dp->spare || !dp->published || !dp->hash) {
 		ret = -ENOMEM;
 		goto out_free;
@@ -360,6 +366,42 @@ static void fhash_add(struct kvmm_dp *dp, uint32_t frame, uint32_t i)
 	dp->hash[k] = i + 1;
 }
 
+/*
+ * Make room in the books for @need held frames: held[] and state[] grow (doubling), and the
+ * hash is rebuilt at least twice as large, so probe chains stay short.  0 or -ENOMEM (the
+ * books are unchanged then).
+ */
+static int held_grow(struct kvmm_dp *dp, uint32_t need)
+{
+	uint32_t cap = dp->held_cap, mask, *held, *hash;
+	uint8_t *state;
+
+	if (need <= cap)
+		return 0;
+	while (cap < need)
+		cap = cap > UINT32_MAX / 4 ? need : cap * 2;
+	for (mask = 1; mask < 2 * cap; mask *= 2)
+		;
+	held = realloc(dp->held, sizeof(*held) * cap);
+	if (!held)
+		return -ENOMEM;
+	dp->held = held;
+	state = realloc(dp->state, sizeof(*state) * cap);
+	if (!state)
+		return -ENOMEM;
+	dp->state = state;
+	hash = calloc(mask, sizeof(*hash));
+	if (!hash)
+		return -ENOMEM;
+	free(dp->hash);
+	dp->hash = hash;
+	dp->hash_mask = mask - 1;
+	dp->held_cap = cap;
+	for (uint32_t i = 0; i < dp->nr_held; i++)
+		fhash_add(dp, dp->held[i], i);
+	return 0;
+}
+
 /* Remove @frame (present), shifting the probe chain back so no tombstone is needed. */
 static void fhash_del(struct kvmm_dp *dp, uint32_t frame)
 {
@@ -469,10 +511,15 @@ static int mag_poll(struct kvmm_session *s)
 		int i = held_find(dp, READ_ONCE(dp->ret_frames[dp->ret_head % size]));
 
 		/* a number it does not hold (or twice) is ignored */
-		if (i >= 0 && dp->state[i] == MAG_POPPED) {
+		if (i < 0 || dp->state[i] != MAG_POPPED)
+			continue;
+		n++;
+		if (dp->mag_tail - dp->mag_head + dp->nr_spare < size) {
 			dp->state[i] = MAG_SPARE;
 			dp->spare[dp->nr_spare++] = dp->held[i];
-			n++;
+		} else {
+			/* the magazine parks mag_size frames at most: this one goes to the pool */
+			held_release(s, (uint32_t)i);
 		}
 	}
 	/* release: the return slots may be reused once we stopped reading them */
@@ -485,7 +532,8 @@ static int mag_poll(struct kvmm_session *s)
 /*
  * Publish up to @want more frames: spares first, then new frames charged to the namespace
  * (one append of the hidden sequence for the whole batch; page by page if that fails), never
- * more than mag_size held.  @background: a top-up nobody asked for, which must not push the
+ * more than mag_size parked (published or spare; frames the client popped are not counted,
+ * they are its own until it names or returns them).  @background: a top-up nobody asked for, which must not push the
  * pool into reclaim, so it takes no new frame once free frames are under the low mark.
  * Returns the frames published (0 with *err set when none could be).
  */
@@ -506,12 +554,18 @@ static uint32_t mag_fill(struct kvmm_session *s, uint32_t want, bool background,
 			moved++;
 		}
 	}
-	while (moved < want && dp->nr_held < size) {
-		uint32_t k = min_t(uint32_t, want - moved, size - dp->nr_held), first;
+	/* past the spares: new frames, as many as the ring has room for (want <= room) */
+	while (moved < want) {
+		uint32_t k = want - moved, first;
 		int ret;
 
 		if (background && kvmm_pool_nr_free(pool) < pool->wmark_low + k)
 			break;
+		ret = held_grow(dp, dp->nr_held + k);
+		if (ret) {
+			*err = ret;
+			break;
+		}
 		dp->mag_busy = true; /* the append may reclaim: not from this magazine */
 		ret = kvmm_mm_seq_append(dp->mag_seq, k * tpp, NULL);
 		if (ret && k > 1)

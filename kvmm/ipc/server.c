@@ -229,6 +229,16 @@ int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server 
 	INIT_LIST_HEAD(&srv->sessions);
 	srv->owner_uid = geteuid();
 	srv->start_ns = now_ns();
+	srv->ring_spin_ns = KVMM_RING_SPIN_NS;
+	{
+		/* for measuring the window (kvmm-bench-ipc flow), not a setting */
+		const char *e = getenv("KVMMD_RING_SPIN_NS");
+		char *end;
+		unsigned long long v = e && *e ? strtoull(e, &end, 10) : 0;
+
+		if (e && *e && !*end && v <= 1000000000ull)
+			srv->ring_spin_ns = v;
+	}
 	if (!srv->cfg.max_clients)
 		srv->cfg.max_clients = KVMM_SERVER_DEFAULT_MAX_CLIENTS;
 	if (!srv->cfg.hello_timeout_ms)
@@ -657,7 +667,7 @@ static int loop_timeout(struct kvmm_server *srv, bool busy, bool blocked, bool *
 		srv->ring_last_work = now;
 	if (busy)
 		return 0;
-	if (now - srv->ring_last_work < KVMM_RING_SPIN_NS) {
+	if (now - srv->ring_last_work < srv->ring_spin_ns) {
 		/*
 		 * Spinning, but give the CPU away each round: a client that wakes us tends to
 		 * be scheduled on our CPU, and a pure spin would hold its next submission off

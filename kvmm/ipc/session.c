@@ -1063,3 +1063,61 @@ int kvmm_session_op_seq_blocks(struct kvmm_session *s, unsigned int op __maybe_u
 	*rlen = sizeof(*rep) + (size_t)count * sizeof(int32_t);
 	return 0;
 }
+
+/*
+ * SEQ_PROMPT: a request's start in one op (uapi/kvmm.h): a new sequence, the cached run of
+ * the prompt's full pages mapped, the rest appended into frames the daemon picks.  On any
+ * failure the sequence goes (track_new_seq frees it), so the client has nothing to undo.
+ */
+int kvmm_session_op_seq_prompt(struct kvmm_session *s, unsigned int op __maybe_unused,
+			       const void *p, void *rp, size_t *rlen)
+{
+	struct kvmm_seq_prompt_req req;
+	struct kvmm_seq_prompt_rep *rep = rp;
+	const uint32_t *tokens = (const uint32_t *)((const uint8_t *)p + sizeof(req));
+	struct kvmm_seq *seq;
+	uint32_t hit_blocks = 0;
+	uint64_t id;
+	int ret, hit;
+
+	memcpy(&req, p, sizeof(req));
+	if (req.flags || req.reserved)
+		return -EINVAL;
+	/* as SEQ_CREATE: more blocks than the namespace could ever hold never start */
+	if (DIV_ROUND_UP(req.nr_tokens, (uint64_t)s->as->fmt.tokens_per_page) >
+	    kvmm_mm_seq_blocks_max(s->as))
+		return -E2BIG;
+	if (s->nr_seqs >= KVMM_SESSION_MAX_SEQS)
+		return -ENOSPC;
+	ret = kvmm_mm_seq_create(s->as, &seq);
+	if (ret)
+		return ret;
+	seq->priority = req.priority;
+	hit = kvmm_mm_prefix_lookup(seq, tokens, req.nr_tokens);
+	if (hit < 0) {
+		ret = hit;
+	} else {
+		hit_blocks = seq->nblocks;
+		ret = kvmm_mm_seq_append(seq, req.nr_tokens - (uint32_t)hit, tokens + hit);
+	}
+	ret = track_new_seq(s, seq, ret, &id);
+	if (ret)
+		return ret;
+	memset(rep, 0, sizeof(*rep));
+	rep->seq = id;
+	rep->nr_blocks = seq->nblocks;
+	rep->nr_hit = hit_blocks;
+	*rlen = sizeof(*rep);
+	return 0;
+}
+
+/* SEQ_SEAL_FREE: a request's end in one op, SEAL then SEQ_FREE (the same leading seq id). */
+int kvmm_session_op_seq_seal_free(struct kvmm_session *s, unsigned int op, const void *p, void *rp,
+				  size_t *rlen)
+{
+	int ret = kvmm_session_op_seal(s, op, p, rp, rlen);
+
+	if (ret)
+		return ret;
+	return kvmm_session_op_seq_free(s, op, p, rp, rlen);
+}

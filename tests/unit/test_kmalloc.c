@@ -3,9 +3,12 @@
  * test_kmalloc.c - unit tests for include/kmalloc.h (kvmm/kmalloc.c): allocation and zeroing,
  * realloc keeping the contents while growing and shrinking, the size-0 and NULL cases, calloc
  * overflow, and the statistics growing by at least what was allocated and falling back after
- * the frees.  The same tests run against the jemalloc arena (normal build) and libc (SAN=1).
+ * the frees, also for memory allocated by threads that have ended (each thread has a cache
+ * and call counters of its own in the jemalloc build).  The same tests run against the
+ * jemalloc arena (normal build) and libc (SAN=1).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -108,13 +111,67 @@ static void test_stats_grow(void **state)
 	assert_true(s2.nr_frees >= s1.nr_frees + N);
 }
 
+enum {
+	THREADS = 4,
+	PER_THREAD = 256,
+	OBJ = 64
+};
+
+/* Allocate PER_THREAD objects for the main thread to free, with some churn of its own. */
+static void *alloc_thread(void *arg)
+{
+	void **v = arg;
+
+	for (int i = 0; i < PER_THREAD; i++) {
+		kvmm_free(kvmm_malloc(OBJ)); /* stays in this thread's cache until it ends */
+		v[i] = kvmm_malloc(OBJ);
+		if (v[i])
+			memset(v[i], i, OBJ);
+	}
+	return NULL;
+}
+
+static void test_threads(void **state)
+{
+	static void *v[THREADS][PER_THREAD];
+	struct kvmm_kmalloc_stats s0, s1, s2;
+	pthread_t t[THREADS];
+	int ret;
+
+	(void)state;
+	ret = kvmm_kmalloc_stats(&s0);
+	if (ret == -ENOTSUP)
+		skip();
+	assert_int_equal(ret, 0);
+	for (int i = 0; i < THREADS; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, alloc_thread, v[i]), 0);
+	for (int i = 0; i < THREADS; i++)
+		assert_int_equal(pthread_join(t[i], NULL), 0);
+	/* the threads are gone: their calls are still counted, their objects still live */
+	assert_int_equal(kvmm_kmalloc_stats(&s1), 0);
+	assert_true(s1.nr_allocs >= s0.nr_allocs + 2 * THREADS * PER_THREAD);
+	assert_true(s1.nr_frees >= s0.nr_frees + THREADS * PER_THREAD);
+	assert_true(s1.allocated >= s0.allocated + (uint64_t)THREADS * PER_THREAD * OBJ);
+	for (int i = 0; i < THREADS; i++)
+		for (int j = 0; j < PER_THREAD; j++) {
+			const unsigned char *p = v[i][j];
+
+			assert_non_null(p);
+			assert_int_equal(p[OBJ - 1], (unsigned char)j);
+			kvmm_free(v[i][j]);
+		}
+	/* freed by this thread: its cache is flushed by the statistics, which are exact again */
+	assert_int_equal(kvmm_kmalloc_stats(&s2), 0);
+	assert_true(s2.nr_frees >= s1.nr_frees + THREADS * PER_THREAD);
+	assert_true(s2.allocated + (uint64_t)THREADS * PER_THREAD * OBJ <= s1.allocated);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_malloc_calloc),
-		cmocka_unit_test(test_calloc_overflow),
-		cmocka_unit_test(test_realloc_preserves),
-		cmocka_unit_test(test_stats_grow),
+		cmocka_unit_test(test_malloc_calloc),	  cmocka_unit_test(test_calloc_overflow),
+		cmocka_unit_test(test_realloc_preserves), cmocka_unit_test(test_stats_grow),
+		cmocka_unit_test(test_threads),
 	};
 
 	return cmocka_run_group_tests_name("kmalloc", tests, NULL, NULL);

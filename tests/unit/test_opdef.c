@@ -49,6 +49,8 @@ static bool enumerated(unsigned int op)
 	case KVMM_OP_SEQ_BLOCKS:
 	case KVMM_OP_PREFETCH:
 	case KVMM_OP_SEQ_APPEND_FRAMES:
+	case KVMM_OP_SEQ_PROMPT:
+	case KVMM_OP_SEQ_SEAL_FREE:
 	case KVMM_OP_STATUS:
 	case KVMM_OP_MEMINFO:
 	case KVMM_OP_VMSTAT:
@@ -164,6 +166,7 @@ static void test_flags(void **state)
 	assert_true(sizeof(struct kvmm_seq_create_rep) <= sizeof(((struct kvmm_ring_cqe *)0)->rep));
 	assert_true(sizeof(struct kvmm_seq_append_rep) <= sizeof(((struct kvmm_ring_cqe *)0)->rep));
 	assert_true(sizeof(struct kvmm_pin_rep) <= sizeof(((struct kvmm_ring_cqe *)0)->rep));
+	assert_true(sizeof(struct kvmm_seq_prompt_rep) <= sizeof(((struct kvmm_ring_cqe *)0)->rep));
 	assert_false(kvmm_op_ring_ok(KVMM_OP_SEQ_CREATE | KVMM_OP_REPLY));
 	assert_false(kvmm_op_ring_ok(KVMM_OP_NONE));
 	assert_false(kvmm_op_ring_ok(KVMM_OP_HELLO));

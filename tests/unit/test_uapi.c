@@ -197,6 +197,13 @@ static const struct offset_case offset_cases[] = {
 	OFF(struct kvmm_prefix_lookup_rep, nr_tokens, 0),
 	OFF(struct kvmm_prefix_lookup_rep, nr_blocks, 8),
 	OFF(struct kvmm_prefix_lookup_rep, reserved, 12),
+	OFF(struct kvmm_seq_prompt_req, priority, 0),
+	OFF(struct kvmm_seq_prompt_req, flags, 4),
+	OFF(struct kvmm_seq_prompt_req, nr_tokens, 8),
+	OFF(struct kvmm_seq_prompt_req, reserved, 12),
+	OFF(struct kvmm_seq_prompt_rep, seq, 0),
+	OFF(struct kvmm_seq_prompt_rep, nr_blocks, 8),
+	OFF(struct kvmm_seq_prompt_rep, nr_hit, 12),
 	OFF(struct kvmm_seal_req, seq, 0),
 	OFF(struct kvmm_seal_req, block, 8),
 	OFF(struct kvmm_seal_req, nr_blocks, 12),
@@ -363,6 +370,8 @@ static const struct op_case op_cases[] = {
 	{KVMM_OP_SEQ_BLOCKS, 0x010b, "seq_blocks"},
 	{KVMM_OP_PREFETCH, 0x010c, "prefetch"},
 	{KVMM_OP_SEQ_APPEND_FRAMES, 0x010d, "seq_append_frames"},
+	{KVMM_OP_SEQ_PROMPT, 0x010e, "seq_prompt"},
+	{KVMM_OP_SEQ_SEAL_FREE, 0x010f, "seq_seal_free"},
 	{KVMM_OP_STATUS, 0x0200, "status"},
 	{KVMM_OP_MEMINFO, 0x0201, "meminfo"},
 	{KVMM_OP_VMSTAT, 0x0202, "vmstat"},
@@ -413,7 +422,7 @@ static void test_op_values_and_names(void **state)
 	}
 	assert_int_equal(KVMM_OP_REPLY, 0x8000);
 	assert_int_equal(KVMM_OP_SESSION_LAST, KVMM_OP_PING);
-	assert_int_equal(KVMM_OP_MEM_LAST, KVMM_OP_SEQ_APPEND_FRAMES);
+	assert_int_equal(KVMM_OP_MEM_LAST, KVMM_OP_SEQ_SEAL_FREE);
 	assert_int_equal(KVMM_OP_ADMIN_LAST, KVMM_OP_FAULT_INJECT);
 	assert_int_equal(KVMM_OP_EVENT_LAST, KVMM_OP_SHUTDOWN);
 }
@@ -451,7 +460,7 @@ static void test_op_name_exhaustive(void **state)
 
 	assert_string_equal(kvmm_op_name(KVMM_OP_NONE), "?");
 	assert_string_equal(kvmm_op_name(0x0006), "?");
-	assert_string_equal(kvmm_op_name(0x010e), "?");
+	assert_string_equal(kvmm_op_name(0x0110), "?");
 	assert_string_equal(kvmm_op_name(0x0211), "?");
 	assert_string_equal(kvmm_op_name(0x0302), "?");
 	assert_string_equal(kvmm_op_name(0x0400), "?");

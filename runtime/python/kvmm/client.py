@@ -245,6 +245,48 @@ class Client:
         check(lib.kvmm_seal(h, _args.u64("seq", seq), _args.u32("block", block),
                             _args.u32("nr_blocks", nr_blocks)), "kvmm_seal")
 
+    # ---- a request's flow in one call each -------------------------------------------
+
+    def seq_prompt(self, tokens: IntSeq, priority: int = 0,
+                   max_blocks: Optional[int] = None, out: Any = None, *,
+                   like: str = "torch") -> tuple[int, int, Any]:
+        """A request's start in one round trip (kvmm_seq_prompt): a new sequence with
+        ``priority``, the cached run of ``tokens``' full pages mapped, the rest appended.
+        Returns ``(seq, hit, table)``: the new sequence, the tokens that came from the cache
+        (a multiple of tokens_per_page) and its block table row (as :meth:`block_table`
+        makes or fills one: ``out`` of shape ``[1, max_blocks]``, or a new one of
+        ``max_blocks`` columns; None when neither is given).  All or nothing: on
+        KvmmError no sequence is left (except E2BIG from a row too short, raised after the
+        sequence was made: it is then in ``err.seq``)."""
+        h = self._handle()
+        arr, addr, n = _args.int_array("tokens", tokens, "I")
+        if n > _args.U32_MAX:
+            raise ValueError("too many tokens in one prompt")
+        prio = _args.integer("priority", priority, -(1 << 31), (1 << 31) - 1)
+        seq, hit = c_uint64(), c_uint64()
+        ptr, mb = None, 0
+        if out is None and max_blocks is not None:
+            out = _new_int32((1, _args.u32("max_blocks", max_blocks)), like)
+        if out is not None:
+            ptr, mb = _table_ptr(out, 1, max_blocks)
+        err = lib.kvmm_seq_prompt(h, ctypes.cast(addr, _lib.u32p), n, prio, byref(seq),
+                                  byref(hit), ptr, mb)
+        if err < 0:
+            e = make_error(err, "kvmm_seq_prompt")
+            if err == -_errno.E2BIG and seq.value:
+                e.seq = seq.value
+            raise e
+        return seq.value, hit.value, out
+
+    def seq_seal_free(self, seq: int, block: int = 0, nr_blocks: int = 0) -> None:
+        """A request's end in one round trip (kvmm_seq_seal_free): seal the full pages of
+        ``seq`` among blocks [block, block + nr_blocks) (0: all from block on), then free it.
+        A seal that fails frees nothing."""
+        h = self._handle()
+        check(lib.kvmm_seq_seal_free(h, _args.u64("seq", seq), _args.u32("block", block),
+                                     _args.u32("nr_blocks", nr_blocks)),
+              "kvmm_seq_seal_free")
+
     # ---- batches ----------------------------------------------------------------------
 
     def _batch(self, fn: Any, name: str, seqs: IntSeq) -> int:

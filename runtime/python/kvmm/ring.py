@@ -29,17 +29,19 @@ class Op(enum.IntEnum):
     SEAL = 7           #: seq, arg: first block, nr: blocks
     PIN = 8            #: data: sequence ids            -> Cqe.nr_frames
     UNPIN = 9          #: data: sequence ids            -> Cqe.nr_frames
+    SEQ_PROMPT = 10    #: data: tokens, arg: priority   -> Cqe.seq, .nr_blocks, .nr_tokens hit
+    SEQ_SEAL_FREE = 11  #: seq, arg: first block, nr: blocks
 
 
-_TOKEN_OPS = (Op.SEQ_APPEND, Op.PREFIX_LOOKUP)
+_TOKEN_OPS = (Op.SEQ_APPEND, Op.PREFIX_LOOKUP, Op.SEQ_PROMPT)
 _SEQ_OPS = (Op.PIN, Op.UNPIN)
 
 
 @dataclass
 class Sqe:
     """One operation to submit (struct kvmm_sqe).  ``data`` is the token ids (SEQ_APPEND,
-    PREFIX_LOOKUP) or sequence ids (PIN, UNPIN); ``nr`` defaults to its length (SEAL: the
-    number of blocks).  ``frames``: SEQ_APPEND's magazine frames for its new blocks.
+    PREFIX_LOOKUP, SEQ_PROMPT) or sequence ids (PIN, UNPIN); ``nr`` defaults to its length
+    (SEAL, SEQ_SEAL_FREE: the number of blocks).  ``frames``: SEQ_APPEND's magazine frames for its new blocks.
     Everything is copied at submit."""
 
     op: Op

@@ -262,8 +262,7 @@ class Orchestrator:
             cfg = load_config(model)
         except (ConfigError, OSError, ValueError) as e:
             raise AgentError(f"model {model}: {e}") from None
-        if workload.vocab > cfg.vocab_size:
-            workload.vocab = cfg.vocab_size
+        workload.vocab = cfg.vocab_size  # the ids are drawn from the model's vocabulary
         self.model, self.w, self.dir, self.kv_dtype = model, workload, workdir, kv_dtype
         self.timeout = timeout
         self.log = log or (lambda s: None)

@@ -96,5 +96,7 @@ int bench_suite_attn(const struct bench_opts *o); /* bench_attn.c */
 int bench_attn_steps(const struct bench_opts *o); /* bench_attn_steps.c: part of attn */
 int bench_suite_ipc(const struct bench_opts *o);  /* bench_ipc.c: starts ./kvmm/kvmmd */
 int bench_suite_swap(const struct bench_opts *o); /* bench_swap.c: tiers, fio, replay */
+/* bench_agents.c: LLM agent processes on one pool (runs the Python driver tools/kvmm-agents) */
+int bench_suite_agents(const struct bench_opts *o);
 
 #endif /* KVMM_TOOLS_BENCH_H */

@@ -20,6 +20,9 @@ static const struct bench_suite suites[] = {
 	 bench_suite_attn},
 	{"swap", "swap tiers: host vs memcpy, NVMe vs fio; 2x oversubscribed decode replay",
 	 bench_suite_swap},
+	{"agents",
+	 "4 LLM agent processes on one kvmmd: shared vs private namespaces, under pressure",
+	 bench_suite_agents},
 };
 
 int main(int argc, char **argv)

@@ -169,16 +169,16 @@ def _bench_rows(res, w, same: bool, out) -> None:
     s, pr, pz = res.get("shared"), res.get("private"), res.get("pressure")
     crit = w.critical
     if s and pr:
-        row("agents peak frames shared", s.peak_frames, "frames", "private", pr.peak_frames)
-        row("agents tokens/s shared", s.tokens_per_s, "tok/s", "private", pr.tokens_per_s)
+        row("agents.peak_frames_shared", s.peak_frames, "frames", "private", pr.peak_frames)
+        row("agents.tokens_per_s_shared", s.tokens_per_s, "tok/s", "private", pr.tokens_per_s)
         target("agents peak frames shared/private", s.peak_frames / pr.peak_frames, 0.5, True,
                "x")
         target("agents throughput shared/private", s.tokens_per_s / pr.tokens_per_s, 2.0,
                False, "x")
     if s and pz:
-        row("agents tokens/s pressure", pz.tokens_per_s, "tok/s", "shared", s.tokens_per_s)
+        row("agents.tokens_per_s_pressure", pz.tokens_per_s, "tok/s", "shared", s.tokens_per_s)
         cs, cp = s.ttft_stats(crit)[0], pz.ttft_stats(crit)[0]
-        row("agents critical TTFT pressure", cp * 1e3, "ms", "shared", cs * 1e3)
+        row("agents.critical_ttft_pressure", cp * 1e3, "ms", "shared", cs * 1e3)
         target("agents throughput pressure/shared", pz.tokens_per_s / s.tokens_per_s, 0.92,
                False, "x")
         target("agents critical TTFT pressure/shared", cp / cs, 1.2, True, "x")

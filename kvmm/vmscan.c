@@ -36,8 +36,8 @@
  *      priority, then lowest sequence priority, then youngest (highest id) first, the way a
  *      scheduler preempts the request that arrived last;
  *   3. nothing left: kvmm_out_of_memory() picks a victim the same way (preferring one that
- *      is not pinned for the running step, and only one whose end gives back a frame: a
- *      resident page it alone maps) and reports it to the pool owner's oom hook; the
+ *      is not pinned for the running step, and only one whose end gives something back: a
+ *      resident page it alone maps, or a swap slot) and reports it to the pool owner's oom hook; the
  *      allocation that got there fails with -ENOMEM.
  * Swap I/O never nests: inside a swap operation (a fault-in's frame allocation) or inside
  * kvmm_shrink() itself, only step 1's dropping runs, and of 1c only the write-backs that
@@ -350,12 +350,13 @@ struct kvmm_seq *kvmm_out_of_memory(struct kvmm_pool *pool)
 				struct kvmm_page *pg = pte_page(pool, seq->pte[b]);
 
 				pinned |= pg && pg->pincount;
-				frees |= pg && pg->refcount == 1;
+				/* a frame it alone maps, or a swap slot (room for another's pages) */
+				frees |= (pg && pg->refcount == 1) || kvmm_pte_is_swap(seq->pte[b]);
 			}
 			/*
-			 * Every resident page shared (or none resident: swapped out): preempting
-			 * it would throw its work away and give back no frame, and its owner
-			 * would map the same pages again at once.
+			 * Every page resident and shared with other sequences: preempting it would
+			 * throw its work away and give nothing back, and its owner would map the
+			 * same pages again at once.
 			 */
 			if (!frees)
 				continue;

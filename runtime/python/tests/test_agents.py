@@ -51,7 +51,9 @@ def test_three_modes(ckpt, tmp_path):
     for r in res.values():
         assert r.generated == w.agents * w.rounds * w.answer_tokens
         assert all(len(t) == w.answer_tokens for t in r.outputs.values())
-        assert r.computed + r.skipped == pr.computed + pr.skipped  # the same prompts
+        # the same prompts (under pressure, a preempted sequence is looked up and computed again)
+        assert r.computed + r.skipped >= pr.computed + pr.skipped
+    assert sh.computed + sh.skipped == pr.computed + pr.skipped
     # shared: round 1's followers map the leader's 4 pages of system + tools; round 2 maps
     # agent 0's round-1 pages and what the leader computed of the transcript
     assert sh.skipped > pr.skipped

@@ -257,10 +257,12 @@ class Orchestrator:
         if kv_dtype not in ("fp32", "fp16", "bf16"):
             raise AgentError(f"kv dtype {kv_dtype!r}: one of fp32, fp16, bf16")
         from .config import ConfigError, load_config
+        from .safetensors import Checkpoint, SafetensorsError
 
         try:
             cfg = load_config(model)
-        except (ConfigError, OSError, ValueError) as e:
+            Checkpoint(model)  # the weights' headers: a broken checkpoint fails here, at once
+        except (ConfigError, SafetensorsError, OSError, ValueError) as e:
             raise AgentError(f"model {model}: {e}") from None
         workload.vocab = cfg.vocab_size  # the ids are drawn from the model's vocabulary
         self.model, self.w, self.dir, self.kv_dtype = model, workload, workdir, kv_dtype

@@ -231,10 +231,13 @@ class _AgentProc:
         env = dict(os.environ)
         env["PYTHONPATH"] = PKG_ROOT + (os.pathsep + env["PYTHONPATH"]
                                         if env.get("PYTHONPATH") else "")
+        # argv[0] "kvmm-agentN" (beside the interpreter, which Python needs to find its
+        # library): libkvmm names the client after it, so kvmmctl clients and top show agentN
+        argv0 = os.path.join(os.path.dirname(sys.executable), f"kvmm-agent{idx}")
         with open(self.errlog, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kvmm.llm.agent", model, "--name", f"agent{idx}",
-                 "--stall", str(timeout)],
+                [argv0, "-m", "kvmm.llm.agent", model, "--name", f"agent{idx}",
+                 "--stall", str(timeout)], executable=sys.executable,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env)
         self.buf = b""
         self.pid = self.proc.pid

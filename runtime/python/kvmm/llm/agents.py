@@ -45,7 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 __all__ = ["Workload", "AgentError", "ModeResult", "Orchestrator", "MODES", "percentile"]
@@ -411,6 +411,7 @@ class Orchestrator:
                                              "max_tokens": w.answer_tokens})
                     started = True
                 for a, ev in self._poll(deadline):
+                    deadline = time.monotonic() + self.timeout  # silence is what times out
                     if ev["ev"] == "first":
                         leader_first = leader_first or a.idx == order[0]
                     elif ev["ev"] == "done":

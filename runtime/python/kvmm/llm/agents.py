@@ -183,7 +183,8 @@ class _Daemon:
         with open(self.log, "ab") as logf:
             try:
                 self.proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL)
+                                             stdin=subprocess.DEVNULL,
+                                             preexec_fn=_die_with_parent)
             except OSError as e:
                 raise AgentError(f"cannot start kvmmd ({argv[0]}): {e.strerror}") from None
         deadline = time.monotonic() + 10
@@ -216,6 +217,17 @@ class _Daemon:
                 self.proc.wait()
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the orchestrator dies, even by SIGKILL (Linux's
+    PR_SET_PDEATHSIG), so no kvmmd or agent outlives a killed run."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _tail(path: str, n: int = 20) -> str:
     try:
         with open(path, errors="replace") as f:
@@ -238,7 +250,8 @@ class _AgentProc:
             self.proc = subprocess.Popen(
                 [argv0, "-m", "kvmm.llm.agent", model, "--name", f"agent{idx}",
                  "--stall", str(timeout)], executable=sys.executable,
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env)
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env,
+                preexec_fn=_die_with_parent)
         self.buf = b""
         self.pid = self.proc.pid
 

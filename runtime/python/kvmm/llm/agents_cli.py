@@ -103,7 +103,9 @@ def _report(res, w, out) -> None:
     total = r.computed + r.skipped
     p(f"  prefill tokens     {r.computed} computed, {r.skipped} skipped "
       f"({100 * r.skipped / max(1, total):.0f}% from the prefix cache)")
-    p(f"  frames at peak     {r.peak_frames}")
+    p(f"  frames at peak     {r.peak_frames}"
+      + (f" (the sum of the {w.agents} pools' peaks: each pool is sized for its own)"
+         if r.mode == "private" else ""))
     p(f"  wall time          {r.wall:.2f} s for {r.generated} tokens: "
       f"{r.tokens_per_s:.1f} tokens/s")
     for a in sorted(r.ttft):

@@ -199,6 +199,15 @@ demo:
 __demo: all
 	$(Q)KVMM_SRCTREE=$(srctree) $(srctree)/scripts/demo.sh
 
+# the page bookkeeping alone (C agents, no model): the demo before kvmm.llm
+PHONY += demo-bookkeeping __demo-bookkeeping
+demo-bookkeeping:
+	$(Q)$(srctree)/scripts/deps.sh --if-missing
+	$(Q)$(MAKE) -f $(srctree)/Makefile __demo-bookkeeping
+
+__demo-bookkeeping: all
+	$(Q)KVMM_SRCTREE=$(srctree) $(srctree)/scripts/demo-bookkeeping.sh
+
 # ---- install ------------------------------------------------------------------------------
 # Debian-like layout under PREFIX; every directory can be overridden on the command line.
 # DESTDIR is prepended to every path written and appears in none of the files installed.
@@ -251,7 +260,8 @@ help:
 	@echo 'kvmm $(VERSION) - build targets'
 	@echo '  all (default)  build the daemon, the runtime, the tools and the tests'
 	@echo '  check          build and run every test; SAN=1 runs them under ASan+UBSan'
-	@echo '  demo           build and run the demonstration'
+	@echo '  demo           build and run the demonstration: LLM agents sharing one KV pool'
+	@echo '  demo-bookkeeping  the page bookkeeping of sharing agents alone (no model)'
 	@echo '  install        install under PREFIX (/usr/local; DESTDIR, LIBDIR, ... as well)'
 	@echo '  uninstall      remove what install put there'
 	@echo '  deps           install the Debian packages the build needs (as root)'

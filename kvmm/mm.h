@@ -441,6 +441,7 @@ struct kvmm_ns {
 	uint32_t used;	    /* MAPPED frames charged */
 	uint32_t cached;    /* CACHED frames charged */
 	uint32_t limit;	    /* frames; 0 = unlimited */
+	uint32_t peak;	    /* the most used + cached ever charged at once (high-water mark) */
 	int priority;
 	struct kvmm_pool *pool;
 	uint64_t hash_seed; /* XXH3 seed derived from secret (ns.c), cached for lookups */

@@ -404,6 +404,19 @@ static inline void mag_push(struct kvmm_magazine *mag, struct kvmm_page *pg)
 /* ---- allocation ---------------------------------------------------------------------------- */
 
 /*
+ * Only an allocation raises used + cached (mapping and sealing move frames between the two),
+ * so the high-water mark is kept here: the frames a namespace's pool must hold to run its
+ * workload without reclaim, which an admin sizes a pool from (meminfo's Peak).
+ */
+static inline void ns_note_peak(struct kvmm_ns *ns)
+{
+	uint32_t charged = ns->used + ns->cached;
+
+	if (charged > ns->peak)
+		ns->peak = charged;
+}
+
+/*
  * The namespace would go past its limit: evict its own cached pages first, since those are
  * the ones it is entitled to replace, then its clients' idle magazine frames (shrinker.c).
  * True when there is room afterwards.
@@ -522,8 +535,10 @@ struct kvmm_page *kvmm_alloc_page(struct kvmm_pool *pool, struct kvmm_ns *ns,
 		return NULL;
 	}
 	page_init(pg, ns_id);
-	if (ns)
+	if (ns) {
 		ns->used++;
+		ns_note_peak(ns);
+	}
 	pool->stat[KVMM_STAT_ALLOC]++;
 	kvmm_trace_event(KVMM_TR_ALLOC, pool, mag ? mag->owner : 0, ns_id, 0,
 			 kvmm_page_to_frame(pool, pg), 1);
@@ -573,8 +588,10 @@ struct kvmm_page *kvmm_alloc_block(struct kvmm_pool *pool, struct kvmm_ns *ns, u
 		page_init(&pg[i], ns_id);
 		pg[i].owner = 0;
 	}
-	if (ns)
+	if (ns) {
 		ns->used += n;
+		ns_note_peak(ns);
+	}
 	pool->stat[KVMM_STAT_ALLOC] += n;
 	pool->stat[KVMM_STAT_ALLOC_BLOCK]++;
 	kvmm_trace_event(KVMM_TR_ALLOC, pool, 0, ns_id, 0, kvmm_page_to_frame(pool, pg), n);

@@ -36,8 +36,9 @@
  *      priority, then lowest sequence priority, then youngest (highest id) first, the way a
  *      scheduler preempts the request that arrived last;
  *   3. nothing left: kvmm_out_of_memory() picks a victim the same way (preferring one that
- *      is not pinned for the running step) and reports it to the pool owner's oom hook;
- *      the allocation that got there fails with -ENOMEM.
+ *      is not pinned for the running step, and only one whose end gives something back: a
+ *      resident page it alone maps, or a swap slot) and reports it to the pool owner's oom hook; the
+ *      allocation that got there fails with -ENOMEM.
  * Swap I/O never nests: inside a swap operation (a fault-in's frame allocation) or inside
  * kvmm_shrink() itself, only step 1's dropping runs, and of 1c only the write-backs that
  * change no mapping (pages whose sequence went away meanwhile).
@@ -339,18 +340,27 @@ struct kvmm_seq *kvmm_out_of_memory(struct kvmm_pool *pool)
 
 	list_for_each_entry (as, &pool->aspaces, node) {
 		list_for_each_entry (seq, &as->seqs, node) {
-			bool pinned = false;
+			bool pinned = false, frees = false;
 			uint32_t b;
 
 			if (!seq->nblocks ||
 			    (seq->flags &
 			     (KVMM_SEQ_F_NORECLAIM | KVMM_SEQ_F_PREEMPTED | KVMM_SEQ_F_FAULTING)))
 				continue;
-			for (b = 0; b < seq->nblocks && !pinned; b++) {
+			for (b = 0; b < seq->nblocks; b++) {
 				struct kvmm_page *pg = pte_page(pool, seq->pte[b]);
 
-				pinned = pg && pg->pincount;
+				pinned |= pg && pg->pincount;
+				/* a frame it alone maps, or a swap slot (room for another's pages) */
+				frees |= (pg && pg->refcount == 1) || kvmm_pte_is_swap(seq->pte[b]);
 			}
+			/*
+			 * Every page resident and shared with other sequences: preempting it would
+			 * throw its work away and give nothing back, and its owner would map the
+			 * same pages again at once.
+			 */
+			if (!frees)
+				continue;
 			/*
 			 * A sequence the running step needs goes last, and while a step faults a
 			 * swapped sequence back in, not at all: it is as needed as that one.

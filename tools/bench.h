@@ -138,5 +138,7 @@ int bench_suite_ipc(const struct bench_opts *o);  /* bench_ipc.c: starts ./kvmm/
 int bench_suite_swap(const struct bench_opts *o); /* bench_swap.c: tiers, fio, replay */
 int bench_suite_flow(const struct bench_opts *o); /* bench_flow.c: the request flow in process */
 int bench_suite_flow_ipc(const struct bench_opts *o); /* bench_flow_ipc.c: from client processes */
+/* bench_agents.c: LLM agent processes on one pool (runs the Python driver tools/kvmm-agents) */
+int bench_suite_agents(const struct bench_opts *o);
 
 #endif /* KVMM_TOOLS_BENCH_H */

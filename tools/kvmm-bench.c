@@ -22,6 +22,9 @@ static const struct bench_suite suites[] = {
 	 bench_suite_swap},
 	{"flow", "a request's flow (lookup, append, seal, free) on the core, in process",
 	 bench_suite_flow},
+	{"agents",
+	 "4 LLM agent processes on one kvmmd: shared vs private namespaces, under pressure",
+	 bench_suite_agents},
 };
 
 int main(int argc, char **argv)

@@ -41,6 +41,7 @@ void kvmm_obs_ns_snapshot(struct kvmm_ipc_ns *n, struct kvmm_obs_ns *out)
 	out->mapped = pool->nr_state[KVMM_PAGE_MAPPED];
 	out->cached = pool->nr_state[KVMM_PAGE_CACHED];
 	out->used = n->ns->used;
+	out->peak = n->ns->peak;
 	out->limit = n->ns->limit ? n->ns->limit : pool->nframes;
 	out->priority = n->ns->priority;
 	out->active = pool->lru.nr_active;

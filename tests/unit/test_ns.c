@@ -137,6 +137,7 @@ static void test_accounting_exact(void **state)
 	assert_charged(a, 4, 0); /* shared, charged once */
 	assert_int_equal(kvmm_mm_seq_append(s2, 1, NULL), 0);
 	assert_charged(a, 5, 0); /* the copy */
+	assert_int_equal(a->peak, 5);
 	assert_int_equal(kvmm_mm_seq_seal(s1), 3);
 	kvmm_mm_seq_free(s1);
 	assert_charged(a, 4, 0); /* s2 still maps every sealed page */
@@ -150,12 +151,21 @@ static void test_accounting_exact(void **state)
 	assert_charged(a, 1, 2);
 	assert_int_equal(kvmm_reclaim(f->pool, a, 1), 1);
 	assert_charged(a, 1, 1);
+	/* the high-water mark: frees, seals and lookups never lower or raise it */
+	assert_int_equal(a->peak, 5);
+	assert_int_equal(kvmm_mm_seq_append(s3, 5 * TPP, NULL), 0);
+	assert_charged(a, 6, 1);
+	assert_int_equal(a->peak, 7);
+	assert_int_equal(kvmm_mm_seq_truncate(s3, TPP), 0);
+	assert_charged(a, 1, 1);
+	assert_int_equal(a->peak, 7);
 
 	/* the other namespace is charged for its own pages only */
 	assert_int_equal(kvmm_mm_seq_create(as_b, &s1), 0);
 	assert_int_equal(kvmm_mm_seq_append(s1, 2 * TPP, t), 0);
 	assert_int_equal(kvmm_mm_seq_seal(s1), 2);
 	assert_charged(b, 2, 0);
+	assert_int_equal(b->peak, 2);
 	assert_charged(a, 1, 1);
 	kvmm_aspace_destroy(as_b);
 	assert_charged(b, 0, 2);

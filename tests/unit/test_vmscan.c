@@ -332,6 +332,38 @@ static void test_ns_limit_reclaims_own_cache_then_enomem(void **state)
 	mmf_check(f->pool);
 }
 
+/*
+ * OOM picks, among the sequences, only one whose end gives a frame back: a sequence whose
+ * every page another maps too would lose its work for nothing, and its owner would map the
+ * same pages again at once.
+ */
+static void test_oom_victim_frees_a_frame(void **state)
+{
+	struct mm_fixture *f = *state;
+	struct kvmm_seq *older, *s1, *s2;
+
+	assert_int_equal(kvmm_mm_seq_create(f->as, &older), 0);
+	older->priority = 5; /* the last victim, by priority and by age */
+	assert_int_equal(kvmm_mm_seq_append(older, TPP, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &s1), 0);
+	assert_int_equal(kvmm_mm_seq_append(s1, 2 * TPP, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_fork(s1, &s2), 0); /* s1 and s2 share both pages */
+
+	assert_ptr_equal(kvmm_out_of_memory(f->pool), older);
+	assert_true(older->flags & KVMM_SEQ_F_PREEMPTED);
+	assert_int_equal(f->pool->stat[KVMM_STAT_OOM], 1);
+	kvmm_mm_seq_free(older);
+	/* what is left frees nothing: no victim */
+	assert_null(kvmm_out_of_memory(f->pool));
+	assert_int_equal(f->pool->stat[KVMM_STAT_OOM], 1);
+	/* once s2 has a page of its own (copy-on-write of nothing: a new block), it goes */
+	assert_int_equal(kvmm_mm_seq_append(s2, TPP, NULL), 0);
+	assert_ptr_equal(kvmm_out_of_memory(f->pool), s2);
+	kvmm_mm_seq_free(s2);
+	kvmm_mm_seq_free(s1);
+	mmf_check(f->pool);
+}
+
 static int setup_wmark(void **state)
 {
 	struct kvmm_pool_params p = {.page_size = PAGE_SZ,
@@ -501,6 +533,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_reclaim_one_namespace, setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_child_evicted_before_parent, setup,
 						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_oom_victim_frees_a_frame, setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_ns_limit_reclaims_own_cache_then_enomem, setup,
 						mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_min_watermark_reclaims_directly, setup_wmark,

@@ -191,6 +191,31 @@ def test_prefix_from_another_process(daemon, ckpts):
     e.close()
 
 
+def test_seal_prompts(daemon, ckpts):
+    """Engine(seal_prompts=True) seals a prompt's full pages as soon as they are computed:
+    another engine of the namespace maps them while the first one still decodes (without it,
+    nothing is sealed before the request ends). Tokens are the reference's either way."""
+    m = model_of(ckpts, "llama")
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    for seal, hit_pages in ((True, len(LONG) // 32), (False, 0)):  # 32 fp32 tokens a page
+        ns = daemon.ns()
+        a = Engine(m, paged(m, daemon, ns), seal_prompts=seal)
+        ra = a.add_request(LONG, params)
+        while not ra.completions[0].token_ids:
+            a.step()
+        assert not ra.done
+        b = Engine(m, paged(m, daemon, ns))
+        rb = b.add_request(LONG + [7, 8, 9], params)
+        b.run()
+        assert b.kv.tokens_per_page == 32
+        assert rb.cached_tokens == hit_pages * 32
+        a.run()
+        assert ra.completions[0].token_ids == reference(m, LONG, 8)[0]
+        assert rb.completions[0].token_ids == reference(m, LONG + [7, 8, 9], 8)[0]
+        a.close()
+        b.close()
+
+
 def test_fork(daemon, ckpts):
     m = model_of(ckpts, "mistral")
     ns = daemon.ns()

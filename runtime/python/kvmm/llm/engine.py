@@ -10,7 +10,9 @@ Each step():
   3. kv.begin_step() makes room and pins the batch; a sequence kvmm preempted is dropped and
      recomputed from its tokens (prompt and what it generated so far) in a later step;
   4. runs the model over the flat batch, kv.attention() storing and reading KV per layer;
-  5. kv.end_step() unpins; the sequences whose last token was computed sample one token;
+  5. kv.end_step() unpins; with seal_prompts, a sequence whose prompt was just computed has
+     its full pages sealed (kv.seal_computed), so other engines of the namespace map them while
+     this one still decodes; the sequences whose last token was computed sample one token;
      after the prompt of an n > 1 request, its sequence is forked n - 1 times (kv.fork);
   6. finished sequences go to kv.finish(), which seals their full pages and frees them.
 Requests may be added between any two steps.
@@ -75,8 +77,11 @@ class Engine:
     """Continuous batching of generation requests over one model and one KV store."""
 
     def __init__(self, model: Model, kv: KVStore, max_batch_tokens: int = 4096,
-                 max_seqs: int = 256, record_logits: bool = False):
+                 max_seqs: int = 256, record_logits: bool = False, seal_prompts: bool = False):
         self.model = model
+        # seal a prompt's full pages as soon as they are computed, not only when the request
+        # finishes: several engines sharing a namespace (kvmm.llm.agents) then reuse them at once
+        self.seal_prompts = seal_prompts
         self.kv = kv
         self.max_batch_tokens = max_batch_tokens
         self.max_seqs = max_seqs
@@ -213,6 +218,8 @@ class Engine:
                 self.stats["decode_tokens"] += 1
             else:
                 self.stats["prefill_tokens"] += len(e.new)
+            if self.seal_prompts and e.start < len(s.req.prompt) <= s.computed:
+                self.kv.seal_computed(s.kv)
         self.stats["steps"] += 1
         sampled = 0
         if last_rows:

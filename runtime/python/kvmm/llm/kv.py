@@ -7,6 +7,7 @@ makes of its block manager:
     new_seq()                    an empty sequence
     lookup(seq, tokens)          map a cached prefix of tokens, return how many tokens it covers
     fork(seq, n)                 a new sequence sharing seq's first n tokens
+    seal_computed(seq)           offer seq's computed full pages to later prompts now (optional)
     finish(seq)                  the request is done: keep what may serve later prompts, free
     free(seq)                    drop seq (a preempted or aborted sequence)
     begin_step(batch)            make room for and pin the batch's new tokens; returns the
@@ -60,6 +61,9 @@ class KVStore:
 
     def fork(self, seq, ntokens: int):
         raise NotImplementedError
+
+    def seal_computed(self, seq) -> None:
+        pass
 
     def finish(self, seq) -> None:
         self.free(seq)

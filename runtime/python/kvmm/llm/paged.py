@@ -14,6 +14,7 @@ Where each engine call goes in kvmm:
                    prefill (or, for a batch of single tokens, decode) kernel over the block
                    tables; the views of the pool are made once at attach
     end_step       kvmm_unpin
+    seal_computed  kvmm_seal of the full pages written so far (a prompt just computed)
     finish         kvmm_seal of the full pages (their KV is written), kvmm_seq_free
     free           kvmm_seq_free
 
@@ -133,6 +134,14 @@ class PagedKV(KVStore):
         child.appended = ntokens
         self._seqs[child.id] = child
         return child
+
+    def seal_computed(self, seq):
+        if seq.lost:
+            return
+        try:
+            self.c.seal(seq.id)
+        except self._kvmm.PreemptedError:
+            seq.lost = True  # the next begin_step reports it
 
     def finish(self, seq):
         if not seq.lost:

@@ -1,0 +1,178 @@
+# SPDX-License-Identifier: MIT
+"""One agent process of kvmm.llm.agents: a kvmm.llm engine that answers the orchestrator's tasks.
+
+    /usr/bin/python3 -m kvmm.llm.agent MODEL_DIR [--name NAME] [--threads N]
+
+It loads the checkpoint once, then speaks JSON lines: one command per line on stdin, one
+event per line on stdout (nothing else is written there).
+
+    {"op": "attach", "socket": S, "ns": NS, "priority": P, "kv_dtype": "fp16"}
+        attach to kvmmd at S in namespace NS; every sequence of this agent gets kvmm priority
+        P (under memory pressure kvmmd swaps out or preempts lower priorities first)
+        -> {"ev": "attached", "tokens_per_page": T, "kernel": K}
+    {"op": "task", "id": I, "prompt": [ids...], "max_tokens": N}
+        generate N greedy tokens (end-of-sequence ignored, so every answer has N tokens)
+        -> {"ev": "first", "id": I, "ttft": s}    the first token is sampled (the prompt's
+                                                   full pages are sealed by then)
+        -> {"ev": "done", "id": I, "tokens": [...], "ttft": s, "seconds": s,
+            "computed": n, "skipped": n, "preempted": n, "waits": n}
+    {"op": "detach"}  -> {"ev": "detached"}
+    {"op": "quit"}    exits 0
+
+Errors are one event, {"ev": "error", "msg": "..."}; a failed load or attach is fatal to the
+command, not to the process (the orchestrator decides). When kvmmd has no room for this agent's
+step and preempted nothing (every other page is pinned by other agents' steps), the agent waits
+and tries again (counted in "waits"); after --stall seconds without room it gives up with an
+error naming the namespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, Dict, Optional
+
+__all__ = ["main"]
+
+
+def _emit(ev: Dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(ev, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+class _Agent:
+    def __init__(self, model, stall: float):
+        self.model = model
+        self.stall = stall
+        self.engine = None
+        self.kv = None
+
+    def attach(self, cmd: Dict[str, Any]) -> Dict[str, Any]:
+        from .engine import Engine
+        from .paged import PagedKV
+
+        self.detach()
+        c = self.model.cfg
+        self.kv = PagedKV(c.num_layers, c.num_kv_heads, c.head_dim,
+                          kv_dtype=cmd.get("kv_dtype", "fp16"), ns=cmd["ns"],
+                          socket_path=cmd["socket"], priority=int(cmd.get("priority", 0)))
+        self.engine = Engine(self.model, self.kv, max_batch_tokens=int(cmd.get("batch", 4096)),
+                             seal_prompts=True)
+        return {"ev": "attached", "tokens_per_page": self.kv.tokens_per_page,
+                "kernel": self.kv.kernel}
+
+    def detach(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+        self.engine = self.kv = None
+
+    def task(self, cmd: Dict[str, Any]) -> Dict[str, Any]:
+        from .kv import KVOutOfMemory
+        from .sampling import SamplingParams
+
+        e = self.engine
+        if e is None:
+            raise RuntimeError("task before attach")
+        tid = cmd["id"]
+        before = dict(e.stats)
+        req = e.add_request(cmd["prompt"], SamplingParams(max_tokens=int(cmd["max_tokens"]),
+                                                          ignore_eos=True))
+        waits = 0
+        stalled_since: Optional[float] = None
+        told = False
+        while e.has_work():
+            try:
+                e.step()
+                stalled_since = None
+            except KVOutOfMemory as err:
+                # the other agents' pinned steps hold the rest of the pool: theirs end soon
+                now = time.monotonic()
+                stalled_since = stalled_since or now
+                if now - stalled_since > self.stall:
+                    raise RuntimeError(f"{err}: no room for {self.stall:.0f} s (the pool is "
+                                       "smaller than this agent's sequence)") from None
+                waits += 1
+                time.sleep(0.002)
+            if not told and req.first_token_time is not None:
+                told = True
+                _emit({"ev": "first", "id": tid, "ttft": req.first_token_time - req.arrival})
+        comp = req.completions[0]
+        st = e.stats
+        return {"ev": "done", "id": tid, "tokens": comp.token_ids,
+                "ttft": req.first_token_time - req.arrival,
+                "seconds": time.perf_counter() - req.arrival,
+                "computed": st["prefill_tokens"] - before["prefill_tokens"],
+                "skipped": st["cached_tokens"] - before["cached_tokens"],
+                "preempted": req.recomputes, "waits": waits}
+
+
+def _warm_up(model) -> None:
+    """One short generation with contiguous KV before the first task: torch's first calls
+    (allocator, kernels' lazy set-up) are not charged to the first mode measured."""
+    from .engine import Engine
+    from .kv import ContiguousKV
+    from .sampling import SamplingParams
+
+    c = model.cfg
+    e = Engine(model, ContiguousKV(c.num_layers, c.num_kv_heads, c.head_dim, dtype=model.dtype))
+    e.generate([[3 + i % (c.vocab_size - 3) for i in range(256)]],
+               SamplingParams(max_tokens=8, ignore_eos=True))
+    e.close()
+
+
+def main(argv: Optional[list] = None) -> int:
+    ap = argparse.ArgumentParser(prog="kvmm.llm.agent", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", help="checkpoint directory (config.json, *.safetensors)")
+    ap.add_argument("--name", default=f"agent-{os.getpid()}")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1)")
+    ap.add_argument("--stall", type=float, default=60.0,
+                    help="seconds without room before a task fails (60)")
+    args = ap.parse_args(argv)
+    try:
+        import torch
+
+        from .config import ConfigError
+        from .model import load_model
+        from .safetensors import SafetensorsError
+
+        torch.set_num_threads(max(1, args.threads))
+        model = load_model(args.model)
+    except (ImportError, ConfigError, SafetensorsError, ValueError, OSError) as err:
+        _emit({"ev": "error", "msg": f"{args.name}: cannot load {args.model}: {err}"})
+        return 1
+    _warm_up(model)
+    agent = _Agent(model, args.stall)
+    _emit({"ev": "ready", "pid": os.getpid(), "name": args.name})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            cmd = json.loads(line)
+            op = cmd.get("op")
+            if op == "quit":
+                break
+            if op == "attach":
+                _emit(agent.attach(cmd))
+            elif op == "detach":
+                agent.detach()
+                _emit({"ev": "detached"})
+            elif op == "task":
+                _emit(agent.task(cmd))
+            else:
+                _emit({"ev": "error", "msg": f"{args.name}: unknown op {op!r}"})
+        except Exception as err:  # reported to the orchestrator, which stops the run
+            _emit({"ev": "error", "msg": f"{args.name}: {type(err).__name__}: {err}"})
+            try:
+                agent.detach()
+            except Exception:
+                pass
+    agent.detach()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

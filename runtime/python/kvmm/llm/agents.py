@@ -1,0 +1,540 @@
+# SPDX-License-Identifier: MIT
+"""Multi-agent inference on one kvmm pool: an orchestrator and N agent processes.
+
+Each agent is its own process (kvmm/llm/agent.py): a kvmm.llm engine on the same checkpoint,
+attached to one kvmmd. The orchestrator (this module) gives every agent, in each round, a task
+
+    system prompt + tool descriptions + shared context + the agent's instruction
+
+and collects its answer (greedy, a fixed number of tokens). The shared context of round r is
+the transcript of the rounds before it: each agent's instruction and answer, in agent order.
+So in round 2 every agent's prompt holds agent 0's round-1 instruction and answer right after
+the tool descriptions, exactly where agent 0's own round-1 sequence had them: those KV pages,
+sealed by agent 0, are mapped by the other agents (reuse of another agent's output at a page
+boundary, not only of a fixed system prompt); the rest of the transcript is computed once, by
+the round's leader, and mapped by the others.
+
+Schedule (the same in every mode): each round the leader (the first agent that is not the
+critical one) starts alone; once its first token is out (its prompt's full pages are sealed,
+Engine(seal_prompts=True)) the others start together. One agent is critical: its sequences
+carry a higher kvmm priority, so under memory pressure kvmmd takes the others' pages first.
+
+Modes, on identical inputs:
+  shared    one namespace: the agents share the prefix cache
+  private   a namespace (its own pool) per agent: no sharing, the baseline
+  pressure  shared, in a pool of half the frames the shared mode's namespace held at its peak
+            (kvmmd's meminfo Peak), with a host-memory swap tier; if half cannot hold one
+            step of every agent at once (Orchestrator.least_pool: the pages of the longest
+            sequence and each other agent's own), the pool is that least size instead, and the
+            result says so (below it the agents' sequences are swapped out and in at every
+            step, or preempted: pressure_pool= forces a size, to see that)
+Every agent's output tokens are compared across the modes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import selectors
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+__all__ = ["Workload", "AgentError", "ModeResult", "Orchestrator", "MODES", "percentile"]
+
+MODES = ("shared", "private", "pressure")
+PKG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TREE = os.path.normpath(os.path.join(PKG_ROOT, "..", ".."))
+SHARED_NS = "agents"
+CRITICAL_PRIORITY = 10  # kvmm sequence priority of the critical agent (the others: 0)
+
+
+class AgentError(RuntimeError):
+    """An agent process or kvmmd failed, or the orchestrator was given bad input."""
+
+
+@dataclass
+class Workload:
+    """What the agents are asked: token ids drawn from a fixed seed (the same in every mode)."""
+
+    agents: int = 4
+    rounds: int = 2
+    system_tokens: int = 512
+    tool_tokens: int = 1536
+    instruction_tokens: int = 128
+    answer_tokens: int = 64
+    critical: int = 0  # the critical agent's index
+    seed: int = 0
+    vocab: int = 256
+
+    def check(self) -> None:
+        if not 1 <= self.agents <= 64:
+            raise AgentError(f"agents: {self.agents} is not between 1 and 64")
+        if self.rounds < 1:
+            raise AgentError(f"rounds: {self.rounds} is not at least 1")
+        for name in ("system_tokens", "tool_tokens", "instruction_tokens"):
+            if getattr(self, name) < 0:
+                raise AgentError(f"{name}: {getattr(self, name)} is negative")
+        if self.answer_tokens < 1:
+            raise AgentError(f"answer_tokens: {self.answer_tokens} is not at least 1")
+        if self.system_tokens + self.tool_tokens + self.instruction_tokens < 1:
+            raise AgentError("an empty prompt: give system, tool or instruction tokens")
+        if not 0 <= self.critical < self.agents:
+            raise AgentError(f"critical agent {self.critical} is not one of 0..{self.agents - 1}")
+
+    def _ids(self, what: str, n: int) -> List[int]:
+        r = random.Random(f"{self.seed}:{what}")
+        return [r.randrange(3, self.vocab) for _ in range(n)]  # 0..2: pad, bos, eos
+
+    @property
+    def preamble(self) -> List[int]:
+        return self._ids("system", self.system_tokens) + self._ids("tools", self.tool_tokens)
+
+    def instruction(self, rnd: int, agent: int) -> List[int]:
+        return self._ids(f"instruction {rnd} {agent}", self.instruction_tokens)
+
+    def prompt(self, rnd: int, agent: int, answers: Dict[Tuple[int, int], List[int]]
+               ) -> List[int]:
+        """The task of agent in round rnd (0-based), given the answers of earlier rounds."""
+        ctx: List[int] = []
+        for r in range(rnd):
+            for a in range(self.agents):
+                ctx += self.instruction(r, a) + answers[(r, a)]
+        return self.preamble + ctx + self.instruction(rnd, agent)
+
+    @property
+    def leader(self) -> int:
+        return 0 if self.agents == 1 else (1 if self.critical == 0 else 0)
+
+    def longest_tokens(self) -> int:
+        """Tokens of the longest sequence: the last round's prompt and answer."""
+        per = self.instruction_tokens + self.answer_tokens
+        return (self.system_tokens + self.tool_tokens + (self.rounds - 1) * self.agents * per
+                + per)
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100) of a non-empty list."""
+    v = sorted(values)
+    return v[max(0, math.ceil(p / 100 * len(v)) - 1)]
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    pool_frames: int
+    peak_frames: int
+    wall: float
+    generated: int
+    computed: int
+    skipped: int
+    preempted: int
+    waits: int
+    swap_in: int
+    swap_out: int
+    ttft: Dict[int, List[float]]  # per agent, one per round
+    outputs: Dict[Tuple[int, int], List[int]]
+    note: str = ""
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated / self.wall if self.wall > 0 else 0.0
+
+    def ttft_stats(self, agent: int) -> Tuple[float, float]:
+        t = self.ttft[agent]
+        return statistics.median(t), percentile(t, 95)
+
+
+def kvmmd_path() -> str:
+    env = os.environ.get("KVMM_KVMMD")
+    if env:
+        return env
+    built = os.path.join(TREE, "kvmm", "kvmmd")
+    if os.access(built, os.X_OK):
+        return built
+    return shutil.which("kvmmd") or "/usr/local/sbin/kvmmd"
+
+
+class _Daemon:
+    """kvmmd on socket sock with the given namespace pools (name, frames)."""
+
+    def __init__(self, workdir: str, sock: str, page_size: int, pools: List[Tuple[str, int]],
+                 swap_bytes: int = 0):
+        self.sock = sock
+        self.log = os.path.join(workdir, "kvmmd.log")
+        conf = os.path.join(workdir, "kvmmd.conf")
+        open(conf, "w").close()
+        argv = [kvmmd_path(), "--foreground", "--config", conf, "--socket", sock,
+                "--page-size", str(page_size), "--log-level", "warn"]
+        for name, frames in pools:
+            argv += ["--namespace", f"{name}:{frames}"]
+        if swap_bytes:
+            argv += ["--swap", f"swap_host={swap_bytes}"]
+        if os.path.exists(sock):
+            os.unlink(sock)
+        with open(self.log, "ab") as logf:
+            try:
+                self.proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL,
+                                             preexec_fn=_die_with_parent)
+            except OSError as e:
+                raise AgentError(f"cannot start kvmmd ({argv[0]}): {e.strerror}") from None
+        deadline = time.monotonic() + 10
+        while not os.path.exists(sock):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise AgentError("kvmmd did not start:\n" + _tail(self.log))
+            time.sleep(0.01)
+
+    def stats(self, namespaces: Sequence[str]) -> Dict[str, int]:
+        """Peak (summed over the namespaces: each is its own pool), swap-ins and -outs."""
+        from kvmm import admin
+
+        out = {"peak": 0, "pswpin": 0, "pswpout": 0}
+        with admin.open(self.sock) as a:
+            for ns in namespaces:
+                out["peak"] += admin.value(a.meminfo(ns=ns), "Peak") or 0
+                vm = a.vmstat(ns=ns)
+                out["pswpin"] += admin.value(vm, "pswpin") or 0
+                out["pswpout"] += admin.value(vm, "pswpout") or 0
+        return out
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the orchestrator dies, even by SIGKILL (Linux's
+    PR_SET_PDEATHSIG), so no kvmmd or agent outlives a killed run."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _tail(path: str, n: int = 20) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
+class _AgentProc:
+    def __init__(self, idx: int, model: str, workdir: str, timeout: float):
+        self.idx = idx
+        self.errlog = os.path.join(workdir, f"agent{idx}.log")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = PKG_ROOT + (os.pathsep + env["PYTHONPATH"]
+                                        if env.get("PYTHONPATH") else "")
+        # argv[0] "kvmm-agentN" (beside the interpreter, which Python needs to find its
+        # library): libkvmm names the client after it, so kvmmctl clients and top show agentN
+        argv0 = os.path.join(os.path.dirname(sys.executable), f"kvmm-agent{idx}")
+        with open(self.errlog, "wb") as err:
+            self.proc = subprocess.Popen(
+                [argv0, "-m", "kvmm.llm.agent", model, "--name", f"agent{idx}",
+                 "--stall", str(timeout)], executable=sys.executable,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env,
+                preexec_fn=_die_with_parent)
+        self.buf = b""
+        self.pid = self.proc.pid
+
+    def send(self, cmd: Dict) -> None:
+        try:
+            self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise AgentError(f"agent{self.idx} (pid {self.pid}) is gone:\n"
+                             + _tail(self.errlog)) from None
+
+
+class Orchestrator:
+    """N agent processes on one checkpoint; run(mode) runs the workload in one mode."""
+
+    def __init__(self, model: str, workload: Workload, workdir: str, kv_dtype: str = "fp16",
+                 timeout: float = 120.0, log=None):
+        workload.check()
+        if kv_dtype not in ("fp32", "fp16", "bf16"):
+            raise AgentError(f"kv dtype {kv_dtype!r}: one of fp32, fp16, bf16")
+        from .config import ConfigError, load_config
+        from .safetensors import Checkpoint, SafetensorsError
+
+        try:
+            cfg = load_config(model)
+            Checkpoint(model)  # the weights' headers: a broken checkpoint fails here, at once
+        except (ConfigError, SafetensorsError, OSError, ValueError) as e:
+            raise AgentError(f"model {model}: {e}") from None
+        workload.vocab = cfg.vocab_size  # the ids are drawn from the model's vocabulary
+        self.model, self.w, self.dir, self.kv_dtype = model, workload, workdir, kv_dtype
+        self.timeout = timeout
+        self.log = log or (lambda s: None)
+        self.sock = os.path.join(workdir, "kvmmd.sock")
+        elem = 4 if kv_dtype == "fp32" else 2
+        token = cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * elem
+        self.page_size = max(4096, 1 << (16 * token - 1).bit_length())  # >= 16 tokens a page
+        self.tpp = self.page_size // token
+        self.agents: List[_AgentProc] = []
+        self.sel = selectors.DefaultSelector()
+        self._queue: List[Tuple[_AgentProc, Dict]] = []
+        try:
+            for i in range(workload.agents):
+                a = _AgentProc(i, model, workdir, timeout)
+                self.agents.append(a)
+                self.sel.register(a.proc.stdout, selectors.EVENT_READ, a)
+            for _ in self.agents:
+                self._next(want="ready")
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- events -------------------------------------------------------------------------
+    def _poll(self, deadline: float) -> List[Tuple[_AgentProc, Dict]]:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AgentError(f"no answer from the agents in {self.timeout:.0f} s")
+        out = []
+        for key, _ in self.sel.select(left):
+            a: _AgentProc = key.data
+            chunk = os.read(a.proc.stdout.fileno(), 65536)
+            if not chunk:
+                a.proc.wait()
+                raise AgentError(f"agent{a.idx} (pid {a.pid}) exited with status "
+                                 f"{a.proc.returncode}:\n" + _tail(a.errlog))
+            a.buf += chunk
+            while b"\n" in a.buf:
+                line, a.buf = a.buf.split(b"\n", 1)
+                ev = json.loads(line)
+                if ev.get("ev") == "error":
+                    raise AgentError(ev.get("msg", "agent error") + "\n" + _tail(a.errlog))
+                out.append((a, ev))
+        return out
+
+    def _next(self, want: str) -> Tuple[_AgentProc, Dict]:
+        """The next event, which must be a `want` (ready, attached, detached)."""
+        deadline = time.monotonic() + self.timeout
+        while not self._queue:
+            self._queue += self._poll(deadline)
+        a, ev = self._queue.pop(0)
+        if ev.get("ev") != want:
+            raise AgentError(f"agent{a.idx}: expected {want}, got {ev}")
+        return a, ev
+
+    # ---- one mode -----------------------------------------------------------------------
+    def least_pool(self) -> int:
+        """The smallest pool in which every agent's step fits at once: the pages of the longest
+        sequence (the last round's prompt, whose shared part all agents map, and its answer),
+        each other agent's own pages (its instruction and answer, and a partial page), and a
+        page per agent for a copy-on-write copy. Below it the agents' steps take turns: their
+        sequences are swapped out and in at every step, or preempted and recomputed."""
+        w, tpp = self.w, self.tpp
+        own = -(-(w.instruction_tokens + w.answer_tokens) // tpp) + 1
+        return -(-w.longest_tokens() // tpp) + (w.agents - 1) * own + w.agents
+
+    def run(self, mode: str, pool_frames: Optional[int] = None, force: bool = False
+            ) -> ModeResult:
+        """Run the workload in mode; pressure needs pool_frames (half the shared peak), which
+        is raised to least_pool() unless force."""
+        if mode not in MODES:
+            raise AgentError(f"mode {mode!r}: one of {', '.join(MODES)}")
+        w = self.w
+        # room for every sequence of the run, never reclaimed: the shared and private pools
+        ample = (w.rounds * (-(-w.longest_tokens() // self.tpp) + 2) + 16) * w.agents
+        note = ""
+        swap = 0
+        if mode == "private":
+            pools = [(f"agent{i}", ample) for i in range(w.agents)]
+        elif mode == "shared":
+            pools = [(SHARED_NS, ample)]
+        else:
+            if pool_frames is None:
+                raise AgentError("pressure needs the pool size (half the shared peak)")
+            least = self.least_pool()
+            if force:
+                note = f"pool forced to {pool_frames} frames (least for every step: {least})"
+            elif pool_frames < least:
+                note = (f"half the shared peak ({pool_frames} frames) cannot hold one step of "
+                        f"the agents; pool raised to {least} frames")
+                pool_frames = least
+            pools = [(SHARED_NS, pool_frames)]
+            swap = ample * self.page_size
+        names = [p[0] for p in pools]
+        d = _Daemon(self.dir, self.sock, self.page_size, pools, swap)
+        try:
+            return self._run(mode, d, names, pools, note)
+        finally:
+            for a in self.agents:
+                if a.proc.poll() is None:
+                    try:
+                        a.send({"op": "detach"})
+                    except AgentError:
+                        pass
+            try:
+                for _ in self.agents:
+                    self._next(want="detached")
+            except AgentError:
+                pass
+            d.stop()
+
+    def warm_up(self) -> None:
+        """Each agent answers one short task through a kvmmd of its own, not measured: the
+        first attach and the first paged steps of a process (libkvmm loaded, the views made,
+        torch's first calls) are then not charged to the first mode run."""
+        w = self.w
+        d = _Daemon(self.dir, self.sock, self.page_size, [("warmup", 64 * w.agents)])
+        try:
+            for a in self.agents:
+                a.send({"op": "attach", "socket": d.sock, "ns": "warmup",
+                        "kv_dtype": self.kv_dtype})
+            for _ in self.agents:
+                self._next(want="attached")
+            for a in self.agents:
+                a.send({"op": "task", "id": -1 - a.idx, "max_tokens": 4,
+                        "prompt": w._ids(f"warm-up {a.idx}", 16 * self.tpp)})
+            left = {a.idx for a in self.agents}
+            deadline = time.monotonic() + self.timeout
+            while left:
+                for a, ev in self._poll(deadline):
+                    if ev["ev"] == "done":
+                        left.discard(a.idx)
+            for a in self.agents:
+                a.send({"op": "detach"})
+            for _ in self.agents:
+                self._next(want="detached")
+        finally:
+            d.stop()
+
+    def _run(self, mode, d, names, pools, note) -> ModeResult:
+        w = self.w
+        for a in self.agents:
+            ns = names[a.idx] if mode == "private" else SHARED_NS
+            a.send({"op": "attach", "socket": d.sock, "ns": ns, "kv_dtype": self.kv_dtype,
+                    "priority": CRITICAL_PRIORITY if a.idx == w.critical else 0})
+        for _ in self.agents:
+            a, ev = self._next(want="attached")
+            if ev["tokens_per_page"] != self.tpp:
+                raise AgentError(f"agent{a.idx}: {ev['tokens_per_page']} tokens a page, "
+                                 f"expected {self.tpp}")
+        self.log(f"[{mode}] kvmmd {d.sock}: {', '.join(f'{n} {f} frames' for n, f in pools)}"
+                 f" of {self.page_size // 1024} KiB ({self.tpp} tokens a page); "
+                 f"watch: kvmmctl --socket {d.sock} top")
+        answers: Dict[Tuple[int, int], List[int]] = {}
+        done: Dict[Tuple[int, int], Dict] = {}
+        t0 = time.perf_counter()
+        for rnd in range(w.rounds):
+            prompts = {i: w.prompt(rnd, i, answers) for i in range(w.agents)}
+            order = [w.leader] + [i for i in range(w.agents) if i != w.leader]
+            tid = {i: rnd * w.agents + i for i in order}
+            self.agents[order[0]].send({"op": "task", "id": tid[order[0]],
+                                        "prompt": prompts[order[0]],
+                                        "max_tokens": w.answer_tokens})
+            started, left, leader_first = False, set(order), len(order) == 1
+            deadline = time.monotonic() + self.timeout
+            while left:
+                if not started and (leader_first or (rnd, order[0]) in done):
+                    for i in order[1:]:
+                        self.agents[i].send({"op": "task", "id": tid[i], "prompt": prompts[i],
+                                             "max_tokens": w.answer_tokens})
+                    started = True
+                for a, ev in self._poll(deadline):
+                    deadline = time.monotonic() + self.timeout  # silence is what times out
+                    if ev["ev"] == "first":
+                        leader_first = leader_first or a.idx == order[0]
+                    elif ev["ev"] == "done":
+                        done[(rnd, a.idx)] = ev
+                        answers[(rnd, a.idx)] = ev["tokens"]
+                        left.discard(a.idx)
+                    else:
+                        raise AgentError(f"agent{a.idx}: unexpected {ev}")
+            self.log(f"[{mode}] round {rnd + 1}: " + ", ".join(
+                f"agent{i} {done[(rnd, i)]['skipped']} skipped/"
+                f"{done[(rnd, i)]['computed']} computed" for i in range(w.agents)))
+        wall = time.perf_counter() - t0
+        st = d.stats(names)
+        ev = list(done.values())
+        return ModeResult(
+            mode=mode, pool_frames=sum(p[1] for p in pools), peak_frames=st["peak"], wall=wall,
+            generated=sum(len(e["tokens"]) for e in ev), computed=sum(e["computed"] for e in ev),
+            skipped=sum(e["skipped"] for e in ev), preempted=sum(e["preempted"] for e in ev),
+            waits=sum(e["waits"] for e in ev), swap_in=st["pswpin"], swap_out=st["pswpout"],
+            ttft={i: [done[(r, i)]["ttft"] for r in range(w.rounds)] for i in range(w.agents)},
+            outputs={k: list(v["tokens"]) for k, v in done.items()}, note=note)
+
+    def close(self) -> None:
+        for a in self.agents:
+            if a.proc.poll() is None:
+                try:
+                    a.send({"op": "quit"})
+                    a.proc.stdin.close()
+                except (AgentError, OSError):
+                    pass
+        for a in self.agents:
+            try:
+                a.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                a.proc.kill()
+                a.proc.wait()
+        self.agents = []
+        self.sel.close()
+
+    def __enter__(self) -> "Orchestrator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def run_modes(model: str, workload: Workload, modes: Sequence[str] = MODES,
+              kv_dtype: str = "fp16", workdir: Optional[str] = None, log=None,
+              timeout: float = 120.0, pressure_pool: Optional[int] = None
+              ) -> Dict[str, ModeResult]:
+    """Run the modes in order (pressure after shared: its pool is half the shared peak, or
+    pressure_pool frames when given)."""
+    for m in modes:
+        if m not in MODES:
+            raise AgentError(f"mode {m!r}: one of {', '.join(MODES)}")
+    if pressure_pool is not None and pressure_pool < 1:
+        raise AgentError(f"pressure pool: {pressure_pool} frames is not at least 1")
+    if "pressure" in modes and "shared" not in modes and pressure_pool is None:
+        raise AgentError("pressure is sized from the shared mode's peak: run shared too")
+    own = workdir is None
+    workdir = workdir or tempfile.mkdtemp(prefix="kvmm-agents.")
+    out: Dict[str, ModeResult] = {}
+    try:
+        with Orchestrator(model, workload, workdir, kv_dtype, timeout, log) as o:
+            o.warm_up()
+            for m in sorted(modes, key=MODES.index):
+                pool = None
+                if m == "pressure":
+                    pool = pressure_pool or out["shared"].peak_frames // 2
+                out[m] = o.run(m, pool, force=pressure_pool is not None)
+    finally:
+        if own:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return out
+
+
+def mismatches(results: Dict[str, ModeResult]) -> List[str]:
+    """Where an agent's output tokens differ between modes (empty: identical everywhere)."""
+    res = list(results.values())
+    bad = []
+    for r in res[1:]:
+        for k, toks in res[0].outputs.items():
+            if r.outputs.get(k) != toks:
+                bad.append(f"round {k[0] + 1} agent{k[1]}: {res[0].mode} and {r.mode} differ")
+    return bad

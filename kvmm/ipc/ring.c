@@ -897,6 +897,14 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 	}
 	if (!i)
 		return moved ? 1 : 0;
+	/*
+	 * An op of this batch ran out of memory and reported OOM victims: their PREEMPT events
+	 * go out before its -ENOMEM completion can be seen, so that a client which polls its
+	 * events on -ENOMEM (kvmm.llm's engine does) finds the victim's, as it did when the reply
+	 * came on the socket after them.
+	 */
+	if (__atomic_load_n(&s->srv->preempt_pending, __ATOMIC_ACQUIRE))
+		kvmm_swapd_preempt_run(s->srv);
 	/* release: we are done reading these SQEs and their data; the client may reuse them */
 	smp_store_release(&dp->sq->head, dp->sq_head);
 	/*

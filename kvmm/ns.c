@@ -109,6 +109,18 @@ out_free:
 	return ret;
 }
 
+int kvmm_ns_set_secret(struct kvmm_ns *ns, const uint64_t secret[2])
+{
+	if (!ns || !ns->pool || (!secret[0] && !secret[1]))
+		return -EINVAL;
+	if (ns->used || ns->cached || kvmm_pagecache_count(ns->pool))
+		return -EBUSY;
+	ns->secret[0] = secret[0];
+	ns->secret[1] = secret[1];
+	ns->hash_seed = ns_hash_seed(ns->secret);
+	return 0;
+}
+
 /*
  * A lower limit takes effect at once as far as the namespace's own cache allows (clean
  * cached pages are dropped down to it); mapped frames are never taken away, the namespace

@@ -38,7 +38,9 @@ struct rnode {
 	char host[64];
 	int port;
 	redisContext *c;
-	uint64_t retry_at; /* CLOCK_MONOTONIC ns before which it is not tried again */
+	uint64_t retry_at;   /* CLOCK_MONOTONIC ns before which it is not tried again */
+	uint64_t conn_at;    /* when c was connected */
+	uint64_t retried_in; /* the batch (its start) that already reconnected it once */
 };
 
 struct kvmm_redis {
@@ -225,6 +227,7 @@ static redisContext *node_conn(struct kvmm_redis *rc, struct rnode *n)
 	}
 	n->c = c;
 	n->retry_at = 0;
+	n->conn_at = now_ns();
 	rc->st.connects++;
 	rc->st.nodes_up++;
 	return c;
@@ -441,6 +444,7 @@ static void batch(struct kvmm_redis *rc, struct kvmm_redis_op *ops, size_t n, bo
 {
 	int *node = malloc(n * sizeof(*node) * 2);
 	int *ask = node ? node + n : NULL;
+	uint64_t start = now_ns();
 	char ttl[16];
 	size_t i;
 
@@ -555,7 +559,19 @@ static void batch(struct kvmm_redis *rc, struct kvmm_redis_op *ops, size_t n, bo
 				ask[i] = a;
 				freeReplyObject(r);
 			}
-			if (err) {
+			if (err && err != -ETIMEDOUT && nd->conn_at < start &&
+			    nd->retried_in != start) {
+				/*
+				 * A connection from an earlier batch broke (the node restarted
+				 * since): reconnect once and send what was not answered again.
+				 */
+				nd->retried_in = start;
+				node_close(rc, nd, false);
+				rc->st.io_errors++;
+				for (i = 0; i < n; i++)
+					if (node[i] == (int)ni && ops[i].res == err)
+						ops[i].res = 1;
+			} else if (err) {
 				kvmm_warn_ratelimited("remote: %s:%d: %s", nd->host, nd->port,
 						      err == -ETIMEDOUT ? "timed out"
 									: "connection lost");

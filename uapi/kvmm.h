@@ -30,7 +30,7 @@
  *      SEQ_APPEND_FRAMES (append into frames popped from the magazine) and the magazine
  *      head moved by compare-and-swap on both sides, daemon top-ups below the low mark;
  *      tensor-parallel groups: KVMM_ATTACH_F_DEVICE + struct kvmm_attach_device,
- *      attach_rep.device_index and nr_devices.
+ *      attach_rep.device_index and nr_devices; REMOTE (read verb: the remote tier).
  */
 #ifndef KVMM_UAPI_KVMM_H
 #define KVMM_UAPI_KVMM_H
@@ -277,6 +277,7 @@ enum kvmm_op {
 	KVMM_OP_SWAPON = 0x020e,       /* struct kvmm_swapon_req -> no payload */
 	KVMM_OP_SWAPOFF = 0x020f,      /* struct kvmm_swapoff_req -> no payload */
 	KVMM_OP_FAULT_INJECT = 0x0210, /* struct kvmm_fault_inject_req -> no payload */
+	KVMM_OP_REMOTE = 0x0211,       /* read verb: the remote tier's counters */
 
 	/* events */
 	KVMM_OP_PREEMPT = 0x0300,  /* struct kvmm_preempt_event */
@@ -293,7 +294,7 @@ enum kvmm_op {
 /* The last opcode of each range in this version (they move when a version appends ops). */
 #define KVMM_OP_SESSION_LAST KVMM_OP_PING
 #define KVMM_OP_MEM_LAST KVMM_OP_SEQ_APPEND_FRAMES
-#define KVMM_OP_ADMIN_LAST KVMM_OP_FAULT_INJECT
+#define KVMM_OP_ADMIN_LAST KVMM_OP_REMOTE
 #define KVMM_OP_EVENT_LAST KVMM_OP_SHUTDOWN
 
 static inline unsigned int kvmm_op_base(unsigned int op)
@@ -1612,6 +1613,7 @@ enum kvmm_reply_head {
 	  KVMM_RH_NONE)                                                                           \
 	X(FAULT_INJECT, "fault_inject", KVMM_OPF_ADMIN,                                           \
 	  KVMM_PL_FIXED(struct kvmm_fault_inject_req), KVMM_RH_NONE)                              \
+	X(REMOTE, "remote", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)   \
 	/* events */                                                                              \
 	X(PREEMPT, "preempt", KVMM_OPF_EVENT, KVMM_PL_FIXED(struct kvmm_preempt_event),           \
 	  KVMM_RH_NONE)                                                                           \

@@ -357,6 +357,11 @@ struct kvmm_redis *kvmm_redis_create(const struct kvmm_redis_config *cfg)
 		port = strtoul(colon + 1, &end, 10);
 		if (errno || *end || !port || port > 65535)
 			continue;
+		/* "[::1]:7000": the brackets only delimit an IPv6 address */
+		if (tok[0] == '[' && colon[-1] == ']') {
+			colon[-1] = '\0';
+			tok++;
+		}
 		node_find(rc, tok, (int)port, true);
 	}
 	if (!rc->nr_nodes) {

@@ -95,6 +95,7 @@ int bench_suite_core(const struct bench_opts *o);
 int bench_suite_attn(const struct bench_opts *o); /* bench_attn.c */
 int bench_attn_steps(const struct bench_opts *o); /* bench_attn_steps.c: part of attn */
 int bench_suite_ipc(const struct bench_opts *o);  /* bench_ipc.c: starts ./kvmm/kvmmd */
-int bench_suite_swap(const struct bench_opts *o); /* bench_swap.c: tiers, fio, replay */
+int bench_suite_swap(const struct bench_opts *o);
+int bench_suite_remote(const struct bench_opts *o); /* bench_swap.c: tiers, fio, replay */
 
 #endif /* KVMM_TOOLS_BENCH_H */

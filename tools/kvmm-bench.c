@@ -20,6 +20,10 @@ static const struct bench_suite suites[] = {
 	 bench_suite_attn},
 	{"swap", "swap tiers: host vs memcpy, NVMe vs fio; 2x oversubscribed decode replay",
 	 bench_suite_swap},
+	{"remote",
+	 "remote tier: a 4k-token prefix from a Redis Cluster vs the NVMe tier, memcpy "
+	 "and recomputing it",
+	 bench_suite_remote},
 };
 
 int main(int argc, char **argv)

@@ -13,7 +13,9 @@
  *     hangs; the node restarted on its port is reconnected and serves again;
  *   - a node stopped (SIGSTOP, a partition): lookups give up after remote_timeout_ms;
  *   - the whole cluster gone: lookups miss at once, seals still work, both daemons stop
- *     cleanly.
+ *     cleanly;
+ *   - the client itself (kvmm/remote_redis.c): a slot migrated under it (ASK while it
+ *     migrates, MOVED once it moved), and a single Redis server without cluster mode.
  *
  * Skips (exit 77) with a message when redis-server is not installed or kvmmd is not built.
  */
@@ -39,6 +41,7 @@
 #include <hiredis/hiredis.h>
 
 #include "itest.h"
+#include "kvmm/remote.h"
 #include "runtime/kvmm.h"
 #include "runtime/kvmm_admin.h"
 
@@ -559,12 +562,134 @@ static void test_cluster_gone(void **state)
 	assert_true(itest_daemon_alive(&dB));
 }
 
+static redisReply *expect(redisReply *r)
+{
+	assert_non_null(r);
+	if (r->type == REDIS_REPLY_ERROR)
+		fail_msg("redis: %s", r->str);
+	return r;
+}
+
+static void node_id(int i, char *id, size_t len)
+{
+	redisReply *r = expect(cmd(i, "CLUSTER MYID"));
+
+	snprintf(id, len, "%s", r->str);
+	freeReplyObject(r);
+}
+
+static int rc_op(struct kvmm_redis *rc, bool set, const char *key, const char *val, char *out,
+		 size_t outlen)
+{
+	struct kvmm_redis_op op = {.key = key, .keylen = strlen(key)};
+
+	if (set) {
+		op.val = (void *)val;
+		op.len = strlen(val);
+		kvmm_redis_set(rc, &op, 1, 60);
+		return op.res;
+	}
+	kvmm_redis_get(rc, &op, 1);
+	if (!op.res) {
+		snprintf(out, outlen, "%.*s", (int)op.len, (char *)op.val);
+		free(op.val);
+	}
+	return op.res;
+}
+
+/* (e) the client: ASK while a slot migrates, MOVED once it moved; a plain server */
+static void test_client_redirects(void **state)
+{
+	struct kvmm_redis_config cfg = {0};
+	struct kvmm_redis_stats st;
+	unsigned int slot = kvmm_redis_keyslot("{rt}", 4);
+	int src = (int)(slot * NODES / 16384), dst = (src + 1) % NODES, plain;
+	char ids[NODES][64], got[64];
+	struct kvmm_redis *rc;
+	redisReply *r;
+
+	(void)state;
+	need_cluster();
+	for (int i = 0; i < NODES; i++)
+		node_id(i, ids[i], sizeof(ids[i]));
+	snprintf(cfg.seeds, sizeof(cfg.seeds), "127.0.0.1:%d", port[dst]);
+	cfg.timeout_ms = 1000;
+	rc = kvmm_redis_create(&cfg);
+	assert_non_null(rc);
+	assert_int_equal(rc_op(rc, true, "{rt}a", "v1", NULL, 0), 0);
+	assert_int_equal(rc_op(rc, false, "{rt}a", NULL, got, sizeof(got)), 0);
+	assert_string_equal(got, "v1");
+	r = expect(cmd(src, "GET {rt}a")); /* it went to the slot's owner */
+	assert_string_equal(r->str, "v1");
+	freeReplyObject(r);
+
+	/* migrating: a key the source no longer has is asked of the target */
+	freeReplyObject(expect(cmd(dst, "CLUSTER SETSLOT %u IMPORTING %s", slot, ids[src])));
+	freeReplyObject(expect(cmd(src, "CLUSTER SETSLOT %u MIGRATING %s", slot, ids[dst])));
+	assert_int_equal(rc_op(rc, true, "{rt}b", "v2", NULL, 0), 0);
+	assert_int_equal(rc_op(rc, false, "{rt}b", NULL, got, sizeof(got)), 0);
+	assert_string_equal(got, "v2");
+	assert_int_equal(rc_op(rc, false, "{rt}none", NULL, got, sizeof(got)), -ENOENT);
+	kvmm_redis_get_stats(rc, &st);
+	assert_true(st.ask >= 3);
+	assert_int_equal(st.moved, 0);
+	assert_true(st.cluster);
+	assert_int_equal(st.nodes, NODES);
+
+	/* moved: the client's map is stale, the source answers MOVED */
+	freeReplyObject(expect(cmd(src, "MIGRATE 127.0.0.1 %d {rt}a 0 5000", port[dst])));
+	for (int i = 0; i < NODES; i++)
+		freeReplyObject(expect(cmd(i, "CLUSTER SETSLOT %u NODE %s", slot, ids[dst])));
+	assert_int_equal(rc_op(rc, false, "{rt}a", NULL, got, sizeof(got)), 0);
+	assert_string_equal(got, "v1");
+	kvmm_redis_get_stats(rc, &st);
+	assert_int_equal(st.moved, 1);
+	assert_int_equal(rc_op(rc, false, "{rt}a", NULL, got, sizeof(got)), 0);
+	kvmm_redis_get_stats(rc, &st);
+	assert_int_equal(st.moved, 1); /* the map learnt it */
+	kvmm_redis_destroy(rc);
+	assert_true(wait_cluster_ok(5000));
+
+	/* a single server without cluster mode is a one-node cluster */
+	plain = pick_port();
+	assert_true(plain > 0);
+	{
+		char p[16];
+		pid_t pid = fork();
+
+		snprintf(p, sizeof(p), "%d", plain);
+		if (pid == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			execl(redis_bin, redis_bin, "--port", p, "--bind", "127.0.0.1", "--save",
+			      "", "--appendonly", "no", "--logfile", "/dev/null", (char *)NULL);
+			_exit(127);
+		}
+		assert_true(pid > 0);
+		snprintf(cfg.seeds, sizeof(cfg.seeds), "127.0.0.1:%d", plain);
+		rc = kvmm_redis_create(&cfg);
+		assert_non_null(rc);
+		for (uint64_t t0 = now_ms(); now_ms() - t0 < 5000; itest_sleep_ms(20))
+			if (!rc_op(rc, true, "{rt}a", "p1", NULL, 0))
+				break;
+		assert_int_equal(rc_op(rc, true, "x", "p2", NULL, 0), 0);
+		assert_int_equal(rc_op(rc, false, "{rt}a", NULL, got, sizeof(got)), 0);
+		assert_string_equal(got, "p1");
+		assert_int_equal(rc_op(rc, false, "x", NULL, got, sizeof(got)), 0);
+		assert_string_equal(got, "p2");
+		kvmm_redis_get_stats(rc, &st);
+		assert_false(st.cluster);
+		assert_int_equal(st.nodes, 1);
+		kvmm_redis_destroy(rc);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_share_across_daemons),
-		cmocka_unit_test(test_corrupt_value),
-		cmocka_unit_test(test_node_killed),
+		cmocka_unit_test(test_share_across_daemons), cmocka_unit_test(test_corrupt_value),
+		cmocka_unit_test(test_client_redirects),     cmocka_unit_test(test_node_killed),
 		cmocka_unit_test(test_cluster_gone),
 	};
 	int ret;

@@ -293,6 +293,7 @@ int kvmm_remote_create(const struct kvmm_remote_config *cfg, struct kvmm_remote 
 		ret = -errno;
 		goto out_free;
 	}
+	kvmm_redis_get_stats(r->rc, &r->st.redis); /* the seeds, before any batch */
 	r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (r->efd < 0) {
 		ret = -errno;

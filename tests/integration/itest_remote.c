@@ -21,6 +21,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -47,7 +48,7 @@
 
 #define NODES 3
 #define MAX_BLOCKS 64
-#define TIMEOUT_MS 300
+#define TIMEOUT_MS 500
 
 static char rdir[64];
 static char redis_bin[256];
@@ -505,6 +506,35 @@ static void test_corrupt_value(void **state)
 	assert_int_equal(remote_value(&dB, "Corrupt"), corrupt + 2);
 }
 
+/* A lookup on its own thread (no cmocka calls here): hit and when it started and ended. */
+struct parked {
+	unsigned int p, pages, hit;
+	int err;
+	uint64_t start, end;
+};
+
+static void *parked_lookup(void *arg)
+{
+	struct parked *pk = arg;
+	uint32_t tokens[MAX_BLOCKS * 64], n;
+	kvmm_client_t *c;
+	uint64_t seq, hit = 0;
+
+	pk->err = kvmm_attach(dB.sock, ITEST_NS_A, &itest_fmt, &c);
+	if (pk->err)
+		return NULL;
+	n = pk->pages * kvmm_tokens_per_page(c) + 3;
+	itest_tokens(tokens, n, pk->p);
+	pk->err = kvmm_seq_create(c, 0, &seq);
+	pk->start = now_ms();
+	if (!pk->err)
+		pk->err = kvmm_prefix_lookup(c, seq, tokens, n, &hit);
+	pk->end = now_ms();
+	pk->hit = (unsigned int)(hit / kvmm_tokens_per_page(c));
+	kvmm_detach(c);
+	return NULL;
+}
+
 /* (c) a node killed mid-run, restarted; a node stopped (partition) */
 static void test_node_killed(void **state)
 {
@@ -529,11 +559,33 @@ static void test_node_killed(void **state)
 	seal_prompt(&dA, 5, 8);
 	assert_int_equal(lookup_prompt(&dB, 5, 8, NULL), 8);
 
-	/* a partition: a node that accepts nothing, answers nothing */
+	/*
+	 * A partition: a node that accepts nothing, answers nothing.  The lookup waits for
+	 * remote_timeout_ms, parked; meanwhile another client of the same daemon is served.
+	 */
 	kill_node(2, SIGSTOP);
-	hit = lookup_prompt(&dB, 4, 16, &ms);
-	print_message("node stopped: %u of 16 pages, %llu ms\n", hit, (unsigned long long)ms);
-	assert_true(ms < 3 * TIMEOUT_MS + 1000);
+	{
+		struct parked pk = {.p = 4, .pages = 16};
+		uint64_t t0, t1;
+		pthread_t th;
+
+		assert_int_equal(pthread_create(&th, NULL, parked_lookup, &pk), 0);
+		itest_sleep_ms(100);
+		t0 = now_ms();
+		assert_int_equal(lookup_prompt(&dB, 5, 8, NULL), 8); /* local now */
+		t1 = now_ms();
+		assert_int_equal(pthread_join(th, NULL), 0);
+		assert_int_equal(pk.err, 0);
+		print_message("node stopped: %u of 16 pages, %llu ms; another client's lookup "
+			      "meanwhile: %llu ms\n",
+			      pk.hit, (unsigned long long)(pk.end - pk.start),
+			      (unsigned long long)(t1 - t0));
+		/* it did wait for the stopped node, and no longer than the timeout allows */
+		assert_true(pk.end - pk.start >= TIMEOUT_MS - 50);
+		assert_true(pk.end - pk.start < 3 * TIMEOUT_MS + 1000);
+		/* the other client was answered while the lookup was parked */
+		assert_true(t1 < pk.end);
+	}
 	kill(rpid[2], SIGCONT);
 	assert_true(itest_daemon_alive(&dA));
 	assert_true(itest_daemon_alive(&dB));

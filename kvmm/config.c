@@ -516,12 +516,18 @@ int kvmm_config_set(struct kvmm_config *cfg, const char *key, const char *value,
 /* The first line of a small file, trailing blanks cut: 0 or a message. */
 static int read_line_file(const char *path, char *buf, size_t size, char *err, size_t len)
 {
+	struct stat st;
 	ssize_t n;
 	int fd;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* never block on a FIFO or a device named by mistake: a regular file or nothing */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
 		return msg(err, len, "cannot open '%s': %s", path, strerror(errno));
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return msg(err, len, "'%s' is not a regular file", path);
+	}
 	n = read(fd, buf, size - 1);
 	close(fd);
 	if (n < 0)

@@ -860,6 +860,14 @@ static void test_remote(void **state)
 	snprintf(text, sizeof(text), "[namespace c]\nsecret_file = %s/none\n", dir);
 	assert_int_equal(kvmm_config_parse(cfg, NAME, text, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "cannot open"));
+	/* a directory, a device: refused, never read (a FIFO would block) */
+	snprintf(text, sizeof(text), "[namespace d]\nsecret_file = %s\n", dir);
+	assert_int_equal(kvmm_config_parse(cfg, NAME, text, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "not a regular file"));
+	assert_int_equal(kvmm_config_parse(cfg, NAME, "[namespace e]\nsecret_file = /dev/zero\n",
+					   err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "not a regular file"));
 
 	unlink(good);
 	unlink(bad);

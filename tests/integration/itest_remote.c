@@ -15,7 +15,8 @@
  *   - the whole cluster gone: lookups miss at once, seals still work, both daemons stop
  *     cleanly;
  *   - the client itself (kvmm/remote_redis.c): a slot migrated under it (ASK while it
- *     migrates, MOVED once it moved), and a single Redis server without cluster mode.
+ *     migrates, MOVED once it moved), and a single Redis server without cluster mode that
+ *     wants a password (AUTH: none, a wrong one, the right one).
  *
  * Skips (exit 77) with a message when redis-server is not installed or kvmmd is not built.
  */
@@ -713,16 +714,34 @@ static void test_client_redirects(void **state)
 		if (pid == 0) {
 			prctl(PR_SET_PDEATHSIG, SIGKILL);
 			execl(redis_bin, redis_bin, "--port", p, "--bind", "127.0.0.1", "--save",
-			      "", "--appendonly", "no", "--logfile", "/dev/null", (char *)NULL);
+			      "", "--appendonly", "no", "--logfile", "/dev/null", "--requirepass",
+			      "s3cret", (char *)NULL);
 			_exit(127);
 		}
 		assert_true(pid > 0);
 		snprintf(cfg.seeds, sizeof(cfg.seeds), "127.0.0.1:%d", plain);
+		/* it wants a password: without one, every command fails (NOAUTH) */
+		cfg.retry_ms = 50;
 		rc = kvmm_redis_create(&cfg);
 		assert_non_null(rc);
 		for (uint64_t t0 = now_ms(); now_ms() - t0 < 5000; itest_sleep_ms(20))
-			if (!rc_op(rc, true, "{rt}a", "p1", NULL, 0))
+			if (rc_op(rc, true, "{rt}a", "p1", NULL, 0) == -EAGAIN)
 				break;
+		assert_int_equal(rc_op(rc, false, "{rt}a", NULL, got, sizeof(got)), -EAGAIN);
+		kvmm_redis_destroy(rc);
+		/* a wrong password: the connection is refused at AUTH, counted */
+		strcpy(cfg.password, "wrong");
+		rc = kvmm_redis_create(&cfg);
+		assert_non_null(rc);
+		assert_int_equal(rc_op(rc, true, "{rt}a", "p1", NULL, 0), -ECONNREFUSED);
+		kvmm_redis_get_stats(rc, &st);
+		assert_true(st.conn_fail >= 1);
+		kvmm_redis_destroy(rc);
+		/* the right one */
+		strcpy(cfg.password, "s3cret");
+		rc = kvmm_redis_create(&cfg);
+		assert_non_null(rc);
+		assert_int_equal(rc_op(rc, true, "{rt}a", "p1", NULL, 0), 0);
 		assert_int_equal(rc_op(rc, true, "x", "p2", NULL, 0), 0);
 		assert_int_equal(rc_op(rc, false, "{rt}a", NULL, got, sizeof(got)), 0);
 		assert_string_equal(got, "p1");

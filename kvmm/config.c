@@ -277,6 +277,7 @@ static const struct {
 	{"priority", KVMM_CFG_NS_PRIORITY},
 	{"uids", KVMM_CFG_NS_UIDS},
 	{"gids", KVMM_CFG_NS_GIDS},
+	{"secret_file", KVMM_CFG_NS_SECRET_FILE},
 };
 /* clang-format on */
 
@@ -512,6 +513,67 @@ int kvmm_config_set(struct kvmm_config *cfg, const char *key, const char *value,
 
 /* ---- [namespace] keys ---------------------------------------------------------------- */
 
+/* The first line of a small file, trailing blanks cut: 0 or a message. */
+static int read_line_file(const char *path, char *buf, size_t size, char *err, size_t len)
+{
+	struct stat st;
+	ssize_t n;
+	int fd;
+
+	/* never block on a FIFO or a device named by mistake: a regular file or nothing */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0)
+		return msg(err, len, "cannot open '%s': %s", path, strerror(errno));
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return msg(err, len, "'%s' is not a regular file", path);
+	}
+	n = read(fd, buf, size - 1);
+	close(fd);
+	if (n < 0)
+		return msg(err, len, "cannot read '%s': %s", path, strerror(errno));
+	buf[n] = '\0';
+	buf[strcspn(buf, "\n")] = '\0';
+	while (n > 0 && buf[0] && isspace((unsigned char)buf[strlen(buf) - 1]))
+		buf[strlen(buf) - 1] = '\0';
+	return 0;
+}
+
+/* secret_file: exactly 32 hex digits (128 bits), not all zero */
+static int read_secret(struct kvmm_config_ns *ns, const char *path, char *err, size_t len)
+{
+	char buf[128], word[17];
+	uint64_t v[2];
+	int ret;
+
+	if (strlen(path) >= sizeof(ns->secret_file))
+		return msg(err, len, "path too long");
+	ret = read_line_file(path, buf, sizeof(buf), err, len);
+	if (ret)
+		return ret;
+	if (strlen(buf) != 32 || strspn(buf, "0123456789abcdefABCDEF") != 32) {
+		explicit_bzero(buf, sizeof(buf));
+		return msg(err, len,
+			   "'%s' must hold 32 hex digits (e.g. from `openssl rand -hex 16` or "
+			   "`head -c16 /dev/urandom | xxd -p`)",
+			   path);
+	}
+	for (int i = 0; i < 2; i++) {
+		memcpy(word, buf + 16 * i, 16);
+		word[16] = '\0';
+		v[i] = strtoull(word, NULL, 16);
+	}
+	explicit_bzero(buf, sizeof(buf));
+	explicit_bzero(word, sizeof(word));
+	if (!v[0] && !v[1])
+		return msg(err, len, "'%s': an all-zero secret is no secret", path);
+	ns->secret[0] = v[0];
+	ns->secret[1] = v[1];
+	ns->have_secret = true;
+	strcpy(ns->secret_file, path);
+	return 0;
+}
+
 static int set_ns(struct kvmm_config_ns *ns, size_t i, const char *val, char *err, size_t len)
 {
 	const char *key = ns_keys[i].name;
@@ -561,6 +623,8 @@ static int set_ns(struct kvmm_config_ns *ns, size_t i, const char *val, char *er
 	}
 	if (!strcmp(key, "uids"))
 		return parse_ids(val, false, (uint32_t *)ns->uids, &ns->nr_uids, err, len);
+	if (!strcmp(key, "secret_file"))
+		return read_secret(ns, val, err, len);
 	return parse_ids(val, true, (uint32_t *)ns->gids, &ns->nr_gids, err, len);
 }
 
@@ -766,6 +830,170 @@ int kvmm_config_set_swap(struct kvmm_config *cfg, const char *key, const char *v
 	return -ENOENT;
 }
 
+/* ---- [remote] keys ------------------------------------------------------------------------ */
+
+/* "redis://h:p,h:p" or "h:p,redis://h:p": every seed a HOST:PORT, stored without the scheme */
+static int parse_remote_seeds(struct kvmm_config_remote *rm, const char *v, char *err, size_t len)
+{
+	char buf[sizeof(rm->seeds)], out[sizeof(rm->seeds)] = "", *tok, *save = NULL;
+
+	if (strlen(v) >= sizeof(buf))
+		return msg(err, len, "too long");
+	strcpy(buf, v);
+	for (tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+		char *colon, *end;
+		unsigned long port;
+
+		if (!strncmp(tok, "rediss://", 9))
+			return msg(err, len,
+				   "'%s': TLS (rediss://) needs hiredis 1.0 or later built with "
+				   "SSL; this kvmmd links Debian 12's libhiredis 0.14, which has "
+				   "none: use a TLS tunnel (stunnel, spiped) to the cluster",
+				   tok);
+		if (!strncmp(tok, "redis://", 8))
+			tok += 8;
+		if (strchr(tok, '@') || strchr(tok, '/'))
+			return msg(err, len,
+				   "'%s': expected redis://HOST:PORT (credentials go in "
+				   "remote_user / remote_password_file)",
+				   tok);
+		colon = strrchr(tok, ':');
+		if (!colon || colon == tok)
+			return msg(err, len, "'%s' is not HOST:PORT", tok);
+		errno = 0;
+		port = strtoul(colon + 1, &end, 10);
+		if (errno || end == colon + 1 || *end || !port || port > 65535)
+			return msg(err, len, "'%s': bad port", tok);
+		if ((size_t)(colon - tok) >= 64)
+			return msg(err, len, "'%s': host name too long", tok);
+		if (strlen(out) + strlen(tok) + 2 > sizeof(out))
+			return msg(err, len, "too many seeds");
+		if (out[0])
+			strcat(out, ",");
+		strcat(out, tok);
+	}
+	if (!out[0])
+		return msg(err, len, "no HOST:PORT given");
+	strcpy(rm->seeds, out);
+	return 0;
+}
+
+int kvmm_config_set_remote(struct kvmm_config *cfg, const char *key, const char *value, char *err,
+			   size_t errlen)
+{
+	struct kvmm_config_remote *rm = &cfg->remote;
+	char k[64];
+	uint64_t n;
+	bool b;
+	int ret;
+
+	if (strlen(key) >= sizeof(k)) {
+		msg(err, errlen, "unknown key");
+		return -ENOENT;
+	}
+	norm_key(k, sizeof(k), key);
+	if (!strcmp(k, "remote"))
+		return parse_remote_seeds(rm, value, err, errlen);
+	if (!strcmp(k, "remote_ttl")) {
+		size_t vl = strlen(value);
+
+		/* also minutes, hours and days: "30m", "12h", "7d" */
+		if (vl > 1 && vl < 24 && strchr("mhd", value[vl - 1]) &&
+		    isdigit((unsigned char)value[vl - 2])) {
+			char num[24];
+			uint64_t mul = value[vl - 1] == 'm'   ? 60
+				       : value[vl - 1] == 'h' ? 3600
+							      : 86400;
+
+			memcpy(num, value, vl - 1);
+			num[vl - 1] = '\0';
+			if (parse_u64(num, &n) || n > UINT32_MAX / mul)
+				return msg(err, errlen,
+					   "'%s' is not a duration (e.g. 3600s, 12h, 7d)", value);
+			rm->ttl_s = (uint32_t)(n * mul);
+			return 0;
+		}
+		ret = parse_duration_ms(value, &n, err, errlen);
+		if (!ret && n / 1000 > UINT32_MAX)
+			ret = msg(err, errlen, "'%s' is too long", value);
+		if (!ret && n && n < 1000)
+			ret = msg(err, errlen, "'%s': Redis expires whole seconds (at least 1s)",
+				  value);
+		if (!ret)
+			rm->ttl_s = (uint32_t)(n / 1000);
+		return ret;
+	}
+	if (!strcmp(k, "remote_timeout_ms")) {
+		ret = parse_count(value, 60000, &n, err, errlen);
+		if (!ret && !n)
+			ret = msg(err, errlen, "remote_timeout_ms must be at least 1");
+		if (!ret)
+			rm->timeout_ms = (uint32_t)n;
+		return ret;
+	}
+	if (!strcmp(k, "remote_policy")) {
+		if (!strcmp(value, "seal"))
+			rm->store = true;
+		else if (!strcmp(value, "lookup"))
+			rm->store = false;
+		else
+			return msg(err, errlen, "'%s' is not seal or lookup", value);
+		return 0;
+	}
+	if (!strcmp(k, "remote_max_value") || !strcmp(k, "remote_queue")) {
+		ret = parse_bytes(value, &n, err, errlen);
+		if (!ret && !n)
+			ret = msg(err, errlen, "must not be 0");
+		if (!ret && k[7] == 'm' && n > (512u << 20))
+			ret = msg(err, errlen, "at most 512M (Redis' largest value)");
+		if (!ret) {
+			if (k[7] == 'm')
+				rm->max_value = n;
+			else
+				rm->max_queue = n;
+		}
+		return ret;
+	}
+	if (!strcmp(k, "remote_max_blocks")) {
+		ret = parse_count(value, 65536, &n, err, errlen);
+		if (!ret && !n)
+			ret = msg(err, errlen, "remote_max_blocks must be at least 1");
+		if (!ret)
+			rm->max_blocks = (uint32_t)n;
+		return ret;
+	}
+	if (!strcmp(k, "remote_user")) {
+		if (strlen(value) >= sizeof(rm->user))
+			return msg(err, errlen, "too long");
+		strcpy(rm->user, value);
+		return 0;
+	}
+	if (!strcmp(k, "remote_password")) {
+		if (strlen(value) >= sizeof(rm->password))
+			return msg(err, errlen, "too long");
+		strcpy(rm->password, value);
+		return 0;
+	}
+	if (!strcmp(k, "remote_password_file")) {
+		ret = read_line_file(value, rm->password, sizeof(rm->password), err, errlen);
+		if (!ret && !rm->password[0])
+			ret = msg(err, errlen, "'%s' is empty", value);
+		return ret;
+	}
+	if (!strcmp(k, "remote_tls")) {
+		if (parse_bool(value, &b))
+			return msg(err, errlen, "'%s' is not yes or no", value);
+		if (b)
+			return msg(err, errlen,
+				   "TLS needs hiredis 1.0 or later built with SSL; this kvmmd "
+				   "links Debian 12's libhiredis 0.14, which has none: use a TLS "
+				   "tunnel (stunnel, spiped) to the cluster");
+		return 0;
+	}
+	msg(err, errlen, "unknown key '%s' in [remote]", k);
+	return -ENOENT;
+}
+
 /* ---- the file ------------------------------------------------------------------------ */
 
 struct parser {
@@ -775,6 +1003,7 @@ struct parser {
 	struct kvmm_config_ns *ns; /* current [namespace] section */
 	bool in_daemon;		   /* in [daemon] */
 	bool in_swap;		   /* in [swap] */
+	bool in_remote;		   /* in [remote] */
 	char *err;
 	size_t errlen;
 };
@@ -851,6 +1080,15 @@ static int parse_section(struct parser *p, char *line)
 	p->ns = NULL;
 	p->in_daemon = false;
 	p->in_swap = false;
+	p->in_remote = false;
+	if (!strcmp(in, "remote")) {
+		if (cfg->remote.section_line)
+			return line_err(p, "duplicate section [remote] (first at line %u)",
+					cfg->remote.section_line);
+		cfg->remote.section_line = p->lineno;
+		p->in_remote = true;
+		return 0;
+	}
 	if (!strcmp(in, "swap")) {
 		if (cfg->swap.section_line)
 			return line_err(p, "duplicate section [swap] (first at line %u)",
@@ -884,7 +1122,9 @@ static int parse_section(struct parser *p, char *line)
 	}
 	if (!strcmp(in, "namespace"))
 		return line_err(p, "[namespace] needs a name: [namespace NAME]");
-	return line_err(p, "unknown section [%s] (known: [daemon], [namespace NAME], [swap])", in);
+	return line_err(
+		p, "unknown section [%s] (known: [daemon], [namespace NAME], [swap], [remote])",
+		in);
 }
 
 static int parse_line(struct parser *p, char *line)
@@ -932,6 +1172,14 @@ static int parse_line(struct parser *p, char *line)
 	}
 	if (p->in_swap) {
 		ret = kvmm_config_set_swap(p->cfg, key, v, m, sizeof(m));
+		if (ret == -ENOENT)
+			return line_err(p, "%s", m);
+		if (ret)
+			return line_err(p, "%s: %s", key, m);
+		return 0;
+	}
+	if (p->in_remote) {
+		ret = kvmm_config_set_remote(p->cfg, key, v, m, sizeof(m));
 		if (ret == -ENOENT)
 			return line_err(p, "%s", m);
 		if (ret)
@@ -1058,6 +1306,8 @@ void kvmm_config_init(struct kvmm_config *cfg)
 	cfg->swap.prefetch = 2;
 	cfg->swap.kswapd = true;
 	cfg->swap.warm_restart = true;
+	cfg->remote.timeout_ms = KVMM_CONFIG_REMOTE_DEFAULT_TIMEOUT_MS;
+	cfg->remote.store = true;
 	cfg->page_size = KVMM_CONFIG_DEFAULT_PAGE_SIZE;
 	cfg->nr_devices = 1; /* device 0 */
 	cfg->log_level = KVMM_LOG_DEFAULT_LEVEL;
@@ -1311,6 +1561,8 @@ void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
 		fprintf(f, "priority = %d\n", ns->priority);
 		print_ids(f, "uids", (const uint32_t *)ns->uids, ns->nr_uids);
 		print_ids(f, "gids", (const uint32_t *)ns->gids, ns->nr_gids);
+		if (ns->have_secret)
+			fprintf(f, "secret_file = \"%s\"\n", ns->secret_file);
 	}
 	fprintf(f, "\n[swap]\n");
 	if (cfg->swap.host_size)
@@ -1329,6 +1581,21 @@ void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
 		if (sp)
 			fprintf(f, "fault = \"%.*s:%s\"\n", (int)(sp - cfg->swap.fault[i]),
 				cfg->swap.fault[i], sp + 1);
+	}
+	if (cfg->remote.seeds[0]) {
+		/* the password is never printed */
+		fprintf(f, "\n[remote]\nremote = \"%s\"\n", cfg->remote.seeds);
+		fprintf(f, "remote_ttl = %us\n", cfg->remote.ttl_s);
+		fprintf(f, "remote_timeout_ms = %u\n", cfg->remote.timeout_ms);
+		fprintf(f, "remote_policy = %s\n", cfg->remote.store ? "seal" : "lookup");
+		if (cfg->remote.max_value)
+			print_size(f, "remote_max_value", cfg->remote.max_value);
+		if (cfg->remote.max_queue)
+			print_size(f, "remote_queue", cfg->remote.max_queue);
+		if (cfg->remote.max_blocks)
+			fprintf(f, "remote_max_blocks = %u\n", cfg->remote.max_blocks);
+		if (cfg->remote.user[0])
+			fprintf(f, "remote_user = %s\n", cfg->remote.user);
 	}
 }
 

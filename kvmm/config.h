@@ -71,6 +71,7 @@ enum kvmm_config_ns_key {
 	KVMM_CFG_NS_PRIORITY,
 	KVMM_CFG_NS_UIDS,
 	KVMM_CFG_NS_GIDS,
+	KVMM_CFG_NS_SECRET_FILE,
 	KVMM_CFG_NS_KEY_COUNT,
 };
 
@@ -85,8 +86,31 @@ struct kvmm_config_ns {
 	unsigned int nr_uids;
 	gid_t gids[KVMM_CONFIG_MAX_IDS];
 	unsigned int nr_gids;
+	/*
+	 * secret_file = PATH: the namespace's page-cache secret, 32 hex digits, read when the
+	 * line is parsed.  Set: the namespace shares pages through the remote tier with every
+	 * kvmmd whose namespace has the same secret.  Unset: a random secret, nothing shared.
+	 */
+	char secret_file[KVMM_PATH_LEN];
+	uint64_t secret[2];
+	bool have_secret;
 	unsigned int section_line; /* line of its [namespace] header; 0: a flag or the default */
 	unsigned int line[KVMM_CFG_NS_KEY_COUNT]; /* where each key was set; 0: not in the file */
+};
+
+/* [remote]: the remote tier (Documentation/admin-guide/remote.md) */
+#define KVMM_CONFIG_REMOTE_DEFAULT_TIMEOUT_MS 100
+struct kvmm_config_remote {
+	char seeds[512];     /* remote = redis://HOST:PORT,...: "HOST:PORT,..."; "" = off */
+	uint32_t ttl_s;	     /* remote_ttl = DURATION, 0 = no expiry */
+	uint32_t timeout_ms; /* remote_timeout_ms = N (connect, each read/write) */
+	bool store;	     /* remote_policy = seal (store sealed pages) | lookup (never store) */
+	uint64_t max_value;  /* remote_max_value = SIZE: larger frames are never stored */
+	uint64_t max_queue;  /* remote_queue = SIZE: stores waiting beyond it are dropped */
+	uint32_t max_blocks; /* remote_max_blocks = N: blocks one lookup asks for */
+	char user[64];	     /* remote_user = NAME (AUTH NAME PASSWORD) */
+	char password[128];  /* remote_password = TEXT or remote_password_file = PATH */
+	unsigned int section_line;
 };
 
 /* [swap]: tiers, readahead and fault points of every namespace pool (kvmmd.md "[swap]") */
@@ -135,6 +159,7 @@ struct kvmm_config {
 	struct kvmm_config_ns ns[KVMM_CONFIG_MAX_NS];
 	unsigned int nr_ns;
 	struct kvmm_config_swap swap;
+	struct kvmm_config_remote remote;
 	bool daemon_seen;		       /* a [daemon] section was read */
 	unsigned int daemon_line;	       /* its header line */
 	unsigned int line[KVMM_CFG_KEY_COUNT]; /* where each key was set; 0: not in the file */
@@ -168,6 +193,14 @@ int kvmm_config_set(struct kvmm_config *cfg, const char *key, const char *value,
  * (names or numbers) replace the namespace's uids when given.
  */
 int kvmm_config_set_ns(struct kvmm_config *cfg, const char *spec, char *err, size_t errlen);
+
+/*
+ * Set one [remote] key (--remote KEY=VALUE does it for a flag): remote, remote_ttl,
+ * remote_timeout_ms, remote_policy, remote_max_value, remote_queue, remote_max_blocks,
+ * remote_user, remote_password, remote_password_file, remote_tls.  -EINVAL or -ENOENT.
+ */
+int kvmm_config_set_remote(struct kvmm_config *cfg, const char *key, const char *value, char *err,
+			   size_t errlen);
 
 /*
  * Fill what is left: the socket path (kvmm_config_default_socket()), a namespace "default"

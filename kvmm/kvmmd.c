@@ -73,6 +73,7 @@ enum {
 	OPT_SOCKET_GROUP,
 	OPT_MAX_CLIENTS_PER_UID,
 	OPT_HELLO_TIMEOUT,
+	OPT_REMOTE,
 };
 
 static const struct option long_opts[] = {
@@ -100,6 +101,7 @@ static const struct option long_opts[] = {
 	{"socket-group", required_argument, NULL, OPT_SOCKET_GROUP},
 	{"max-clients-per-uid", required_argument, NULL, OPT_MAX_CLIENTS_PER_UID},
 	{"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
+	{"remote", required_argument, NULL, OPT_REMOTE},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
 	{NULL, 0, NULL, 0},
@@ -141,6 +143,9 @@ static void usage(FILE *f)
 		"      --swap KEY=VALUE     a [swap] setting: swap_host=SIZE,\n"
 		"                           swap_file=PATH:SIZE[:PRIO], swap_queue_depth=N,\n"
 		"                           prefetch=N, kswapd=yes|no, fault=POINT:SPEC\n"
+		"      --remote KEY=VALUE   a [remote] setting: remote=redis://HOST:PORT,...,\n"
+		"                           remote_ttl=TIME, remote_timeout_ms=N,\n"
+		"                           remote_policy=seal|lookup, remote_password_file=PATH\n"
 		"  -n, --namespace NAME[:AMOUNT[:USER,...]]\n"
 		"                           add or change a namespace: AMOUNT is frames or a size\n"
 		"                           with K/M/G/T; USERs (names or uids) may attach\n"
@@ -299,8 +304,8 @@ static void load_config(const struct args *a, struct kvmm_config *cfg)
 
 		if (f->opt == 'n') {
 			ret = kvmm_config_set_ns(cfg, f->arg, err, sizeof(err));
-		} else if (f->opt == OPT_SWAP) {
-			/* --swap KEY=VALUE: one [swap] line */
+		} else if (f->opt == OPT_SWAP || f->opt == OPT_REMOTE) {
+			/* --swap / --remote KEY=VALUE: one [swap] / [remote] line */
 			char key[64];
 			const char *eq = strchr(f->arg, '=');
 
@@ -310,7 +315,12 @@ static void load_config(const struct args *a, struct kvmm_config *cfg)
 			} else {
 				memcpy(key, f->arg, (size_t)(eq - f->arg));
 				key[eq - f->arg] = '\0';
-				ret = kvmm_config_set_swap(cfg, key, eq + 1, err, sizeof(err));
+				if (f->opt == OPT_SWAP)
+					ret = kvmm_config_set_swap(cfg, key, eq + 1, err,
+								   sizeof(err));
+				else
+					ret = kvmm_config_set_remote(cfg, key, eq + 1, err,
+								     sizeof(err));
 			}
 		} else
 			ret = kvmm_config_set(cfg, opt_key(f->opt), f->arg, err, sizeof(err));
@@ -511,6 +521,9 @@ static void server_config(const struct kvmm_config *cfg, struct kvmm_ns_config *
 		ns[i].nr_uids = c->nr_uids;
 		memcpy(ns[i].gids, c->gids, c->nr_gids * sizeof(gid_t));
 		ns[i].nr_gids = c->nr_gids;
+		ns[i].have_secret = c->have_secret;
+		ns[i].secret[0] = c->secret[0];
+		ns[i].secret[1] = c->secret[1];
 	}
 	sc->ns = ns;
 	sc->nr_ns = cfg->nr_ns;
@@ -528,6 +541,22 @@ static void server_config(const struct kvmm_config *cfg, struct kvmm_ns_config *
 	sc->swap.no_index = !cfg->swap.warm_restart;
 	memcpy(sc->swap.fault, cfg->swap.fault, sizeof(sc->swap.fault));
 	sc->swap.nr_fault = cfg->swap.nr_fault;
+	/* [remote] */
+	if (cfg->remote.seeds[0]) {
+		struct kvmm_remote_config *rc = &sc->remote.cfg;
+
+		sc->remote.enabled = true;
+		BUILD_BUG_ON(sizeof(rc->redis.seeds) != sizeof(cfg->remote.seeds));
+		memcpy(rc->redis.seeds, cfg->remote.seeds, sizeof(rc->redis.seeds));
+		rc->redis.timeout_ms = cfg->remote.timeout_ms;
+		memcpy(rc->redis.user, cfg->remote.user, sizeof(rc->redis.user));
+		memcpy(rc->redis.password, cfg->remote.password, sizeof(rc->redis.password));
+		rc->ttl_s = cfg->remote.ttl_s;
+		rc->max_value = cfg->remote.max_value;
+		rc->max_queued_bytes = cfg->remote.max_queue;
+		rc->max_blocks = cfg->remote.max_blocks;
+		rc->policy = cfg->remote.store ? KVMM_REMOTE_POLICY_SEAL : KVMM_REMOTE_POLICY_OFF;
+	}
 }
 
 /*

@@ -445,6 +445,7 @@ struct kvmm_ns {
 	int priority;
 	struct kvmm_pool *pool;
 	uint64_t hash_seed; /* XXH3 seed derived from secret (ns.c), cached for lookups */
+	bool secret_set;    /* given by kvmm_ns_set_secret(), not drawn at random */
 };
 
 /* struct kvmm_page.data_ns of frames whose namespace was destroyed: scrub before any reuse */
@@ -455,9 +456,11 @@ int kvmm_ns_create(struct kvmm_pool *pool, const char *name, uint32_t limit, int
 		   struct kvmm_ns **out);
 struct kvmm_ns *kvmm_ns_find(struct kvmm_pool *pool, const char *name);
 /*
- * Give @ns a known secret (a warm restart's, swap_index.c; a fleet's shared one) instead of
- * the random one it was created with.  -EINVAL (all zero), -EBUSY once it has pages or the
- * pool has cache entries: keys made under the old secret would not survive the change.
+ * Give @ns a known secret instead of the random one it was created with: a provisioned one
+ * (kvmmd's secret_file: namespaces with equal secrets compute equal content keys on any
+ * machine, which is what lets the remote tier share their pages) or a warm restart's
+ * (swap_index.c).  -EINVAL (all zero), -EBUSY once it has pages or the pool has cache
+ * entries: keys made under the old secret would not survive the change.
  */
 int kvmm_ns_set_secret(struct kvmm_ns *ns, const uint64_t secret[2]);
 /*
@@ -623,6 +626,14 @@ void kvmm_pagecache_remove(struct kvmm_pool *pool, struct kvmm_page *pg);
 bool kvmm_pagecache_drop_orphan(struct kvmm_pool *pool, struct kvmm_page *pg);
 /* Entries in the cache (one per sealed page). */
 uint32_t kvmm_pagecache_count(const struct kvmm_pool *pool);
+/* The content key of @seq's sealed block @block (resident or swapped): 0 or -ENOENT. */
+int kvmm_pagecache_seq_key(struct kvmm_seq *seq, uint32_t block, uint64_t *key);
+/*
+ * The remote tier has (or is being sent) the page of @seq's sealed, resident block @block:
+ * mark its entry.  Returns true when it was not marked yet (the caller stores it), false when
+ * it was, or the block is not a resident sealed page.
+ */
+bool kvmm_pagecache_remote_mark(struct kvmm_seq *seq, uint32_t block);
 /* Consistency of the cache with the frames (for kvmm_check_invariants). 0 or -EUCLEAN. */
 int kvmm_pagecache_check(struct kvmm_pool *pool, char *why, size_t whylen);
 /* The sealed blocks of @seq form one reachable chain of entries holding its tokens. */

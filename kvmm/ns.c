@@ -76,6 +76,7 @@ int kvmm_ns_set_secret(struct kvmm_ns *ns, const uint64_t secret[2])
 	ns->secret[0] = secret[0];
 	ns->secret[1] = secret[1];
 	ns->hash_seed = ns_hash_seed(ns->secret);
+	ns->secret_set = true;
 	return 0;
 }
 

@@ -51,6 +51,7 @@
 /* struct kvmm_cache_ent.flags */
 enum {
 	PC_ORPHAN = 1u << 0, /* unreachable: an ancestor was evicted (set on the whole subtree) */
+	PC_REMOTE = 1u << 1, /* written to (or read from) the remote tier: not stored again */
 };
 
 struct kvmm_cache_ent {
@@ -715,6 +716,40 @@ int kvmm_pagecache_set_hash_fn(struct kvmm_pool *pool, kvmm_cache_hash_fn fn)
 uint32_t kvmm_pagecache_count(const struct kvmm_pool *pool)
 {
 	return pool->pagecache ? pool->pagecache->nr : 0;
+}
+
+/* The entry of @seq's sealed block @block, resident or swapped; NULL if none. */
+static struct kvmm_cache_ent *seq_block_ent(struct kvmm_seq *seq, uint32_t block)
+{
+	struct kvmm_pool *pool = seq->as->pool;
+
+	if (block >= seq->nsealed || block >= seq->nblocks)
+		return NULL;
+	if (kvmm_pte_is_swap(seq->pte[block]))
+		return kvmm_swap_slot_ent(pool, seq->pte[block]);
+	if (!kvmm_pte_is_present(seq->pte[block]))
+		return NULL;
+	return block_page(pool, seq, block)->cache;
+}
+
+int kvmm_pagecache_seq_key(struct kvmm_seq *seq, uint32_t block, uint64_t *key)
+{
+	struct kvmm_cache_ent *ent = seq_block_ent(seq, block);
+
+	if (!ent)
+		return -ENOENT;
+	*key = ent->key;
+	return 0;
+}
+
+bool kvmm_pagecache_remote_mark(struct kvmm_seq *seq, uint32_t block)
+{
+	struct kvmm_cache_ent *ent = seq_block_ent(seq, block);
+
+	if (!ent || ent->frame == KVMM_FRAME_NONE || (ent->flags & PC_REMOTE))
+		return false;
+	ent->flags |= PC_REMOTE;
+	return true;
 }
 
 static int pc_fail(char *why, size_t len, const struct kvmm_cache_ent *ent, const char *what)

@@ -30,8 +30,9 @@
  * holds its slot, exactly as if it had just been demoted; a lookup faults it in.  The rest is
  * counted as rejected and cleared.  So nothing stale or torn is ever served: at worst a
  * prefix is recomputed.  The namespace takes the header's secret when it has nothing yet
- * (kvmm_ns_set_secret: its keys must be the ones the records were made under); if it already
- * has pages, or the header does not match the tier, the index starts over.
+ * and was given no secret of its own (kvmm_ns_set_secret: its keys must be the ones the
+ * records were made under); if it already has pages, has a provisioned secret that differs
+ * (kvmmd's secret_file), or the header does not match the tier, the index starts over.
  *
  * The index is detached before the pool is torn down (kvmm_swap_index_detach), so a clean
  * shutdown leaves it as it was: the pages stay restorable.  Locking: the pool lock.
@@ -305,6 +306,8 @@ int kvmm_swap_index_attach(struct kvmm_swap_tier *t, struct kvmm_ns *ns)
 		why = "new";
 	else if (!hdr_matches(&h, t, ns))
 		why = "made for another tier or namespace: starting over";
+	else if ((h.secret[0] != ns->secret[0] || h.secret[1] != ns->secret[1]) && ns->secret_set)
+		why = "made under another secret than the namespace's own: starting over";
 	else if ((h.secret[0] != ns->secret[0] || h.secret[1] != ns->secret[1]) &&
 		 kvmm_ns_set_secret(ns, h.secret))
 		why = "the namespace already has pages: starting over";

@@ -295,7 +295,8 @@ int kvmm_admin_read(kvmm_admin_t *a, unsigned int op, const struct kvmm_admin_re
 	if (!a || !text)
 		return -EINVAL;
 	*text = NULL;
-	if (op < KVMM_OP_STATUS || op > KVMM_OP_TRACE)
+	/* the read verbs: STATUS .. TRACE, and REMOTE (added after the write verbs) */
+	if ((op < KVMM_OP_STATUS || op > KVMM_OP_TRACE) && op != KVMM_OP_REMOTE)
 		return -EINVAL;
 	if (req)
 		r = *req;

@@ -502,9 +502,11 @@ int kvmm_msg_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov 
 
 	/*
 	 * Every op the rings carry goes there (no system call while the daemon polls, a futex
-	 * wait otherwise); the socket keeps attach, fds, admin and the socket-only ops.
+	 * wait otherwise); the socket keeps attach, fds, admin and the socket-only ops, and
+	 * the prefix lookups of a daemon with a remote tier (they may wait for the cluster).
 	 */
-	if (c->dp && kvmm_op_ring_ok(op)) {
+	if (c->dp && kvmm_op_ring_ok(op) &&
+	    !(op == KVMM_OP_PREFIX_LOOKUP && (c->features & KVMM_FEAT_REMOTE))) {
 		err = kvmm_client_usable(c);
 		if (err)
 			return err;
@@ -588,7 +590,7 @@ static int client_hello(struct kvmm_client *c)
 		.abi_min = KVMM_ABI_MIN_COMPAT,
 		.pid = (uint32_t)getpid(),
 		.features = KVMM_FEAT_HOST_BACKEND | KVMM_FEAT_CUDA_BACKEND |
-			    KVMM_FEAT_PREFIX_CACHE | KVMM_FEAT_FD_PASSING,
+			    KVMM_FEAT_PREFIX_CACHE | KVMM_FEAT_FD_PASSING | KVMM_FEAT_REMOTE,
 	};
 	const char *no_rings = getenv("KVMM_NO_RINGS");
 

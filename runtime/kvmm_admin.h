@@ -55,7 +55,7 @@ const char *kvmm_admin_why(void);
 const struct kvmm_hello_rep *kvmm_admin_hello(const kvmm_admin_t *admin);
 
 /*
- * A read verb: op is KVMM_OP_STATUS .. KVMM_OP_TRACE, req its filter (NULL: all zero; flags
+ * A read verb: op is KVMM_OP_STATUS .. KVMM_OP_TRACE or KVMM_OP_REMOTE, req its filter (NULL: all zero; flags
  * KVMM_ADMIN_F_JSON for JSON, id a client or (PAGETABLE) a sequence, reserved the client of
  * PAGETABLE or TRACE's event mask, ns a namespace). *text receives the whole answer,
  * NUL-terminated, malloc'd: the caller frees it. -EINVAL for another op or

@@ -21,13 +21,15 @@ set -eu
 # libclang-rt-dev: clang's sanitizer and libFuzzer runtimes (tools/fuzz).
 # python3-pytest, python3-numpy, python3-torch: the Python package's tests (runtime/python,
 # run by tests/integration/itest_python with /usr/bin/python3).
+# libhiredis-dev: the remote tier's Redis client (kvmmd links it); redis-server: the Redis
+# Cluster that tests/integration/itest_remote and `kvmm-bench remote` start (and redis-cli).
 PACKAGES="make gcc clang pkg-config clang-format liburing-dev libjemalloc-dev libcmocka-dev
 libxxhash-dev fio tmux curl prometheus libclang-rt-dev python3-pytest python3-numpy
-python3-torch"
+python3-torch libhiredis-dev redis-server"
 
 # what a GPU machine lacks to build and run tools/gpu-check (runtime and -dev halves)
 CARRY="make liburing2 liburing-dev libjemalloc2 libjemalloc-dev libcmocka0 libcmocka-dev
-libxxhash0 libxxhash-dev"
+libxxhash0 libxxhash-dev libhiredis0.14 libhiredis-dev"
 
 mode=${1:-}
 case "$mode" in

@@ -140,5 +140,6 @@ int bench_suite_flow(const struct bench_opts *o); /* bench_flow.c: the request f
 int bench_suite_flow_ipc(const struct bench_opts *o); /* bench_flow_ipc.c: from client processes */
 /* bench_agents.c: LLM agent processes on one pool (runs the Python driver tools/kvmm-agents) */
 int bench_suite_agents(const struct bench_opts *o);
+int bench_suite_remote(const struct bench_opts *o); /* bench_remote.c: the remote tier */
 
 #endif /* KVMM_TOOLS_BENCH_H */

@@ -25,6 +25,10 @@ static const struct bench_suite suites[] = {
 	{"agents",
 	 "4 LLM agent processes on one kvmmd: shared vs private namespaces, under pressure",
 	 bench_suite_agents},
+	{"remote",
+	 "remote tier: a 4k-token prefix from a Redis Cluster vs the NVMe tier, memcpy "
+	 "and recomputing it",
+	 bench_suite_remote},
 };
 
 int main(int argc, char **argv)

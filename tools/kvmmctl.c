@@ -498,6 +498,23 @@ static void verb_lru(kvmm_admin_t *h)
 	free(t);
 }
 
+/* the remote tier: its counters as tagged text, like status */
+static void verb_remote(kvmm_admin_t *h)
+{
+	char *t;
+
+	if (print_verbatim(h, "remote", KVMM_OP_REMOTE, 0, 0))
+		return;
+	t = read_or_die(h, "remote", KVMM_OP_REMOTE, 0, 0, 0);
+	if (ctl_tag(t, "Remote") == 0) {
+		printf("no remote tier (kvmmd.conf [remote] remote = redis://HOST:PORT,...)\n");
+		free(t);
+		return;
+	}
+	fputs(t, stdout);
+	free(t);
+}
+
 static void verb_swap(kvmm_admin_t *h)
 {
 	struct kvmm_admin_tier *list;
@@ -822,6 +839,7 @@ static void usage(FILE *f)
 		"  pagetable CLIENT:SEQ   one sequence's page table\n"
 		"  lru [--count N]        LRU lists, the oldest N pages of each\n"
 		"  swap                   swap tiers\n"
+		"  remote                 the remote tier (Redis): hits, misses, bytes, latency\n"
 		"  trace                  stream trace events (--event, --client, --dump, "
 		"--clear)\n"
 		"  top                    live view, refreshed every second (q quits)\n"
@@ -957,6 +975,7 @@ int main(int argc, char **argv)
 				{"swap", 0, 0},	     {"trace", 0, 0},	    {"top", 0, 0},
 				{"limit", 2, 3},     {"drop-caches", 0, 2}, {"reclaim", 1, 1},
 				{"swapon", 2, 4},    {"swapoff", 1, 2},	    {"fault", 1, 8},
+				{"remote", 0, 0},
 			};
 			size_t k;
 
@@ -995,6 +1014,8 @@ int main(int argc, char **argv)
 			verb_lru(h);
 		else if (!strcmp(verb, "swap"))
 			verb_swap(h);
+		else if (!strcmp(verb, "remote"))
+			verb_remote(h);
 		else if (!strcmp(verb, "trace"))
 			verb_trace(h);
 		else if (!strcmp(verb, "top"))

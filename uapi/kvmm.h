@@ -31,7 +31,8 @@
  *      head moved by compare-and-swap on both sides, daemon top-ups below the low mark;
  *      tensor-parallel groups: KVMM_ATTACH_F_DEVICE + struct kvmm_attach_device,
  *      attach_rep.device_index and nr_devices.  Compound ops: SEQ_PROMPT (create, look the
- *      prompt up, append what missed), SEQ_SEAL_FREE (seal, then free), KVMM_RH_PROMPT.
+ *      prompt up, append what missed), SEQ_SEAL_FREE (seal, then free), KVMM_RH_PROMPT;
+ *      REMOTE (read verb: the remote tier).
  */
 #ifndef KVMM_UAPI_KVMM_H
 #define KVMM_UAPI_KVMM_H
@@ -75,9 +76,15 @@ extern "C" {
 #define KVMM_FEAT_SWAP (UINT64_C(1) << 3)	  /* pages may be swapped to host / NVMe tiers */
 #define KVMM_FEAT_RINGS (UINT64_C(1) << 4)	  /* shared-memory SQ/CQ rings beside the socket */
 #define KVMM_FEAT_FD_PASSING (UINT64_C(1) << 5)	  /* pool chunks and shm passed as SCM_RIGHTS */
+/*
+ * A remote tier may answer PREFIX_LOOKUP (kvmmd's [remote]): a lookup that misses locally
+ * waits for the cluster, which only the socket can do (an SQE is answered within its batch),
+ * so libkvmm sends synchronous lookups there instead of on the rings.
+ */
+#define KVMM_FEAT_REMOTE (UINT64_C(1) << 6)
 #define KVMM_FEAT_ALL_V0                                                            \
 	(KVMM_FEAT_HOST_BACKEND | KVMM_FEAT_CUDA_BACKEND | KVMM_FEAT_PREFIX_CACHE | \
-	 KVMM_FEAT_SWAP | KVMM_FEAT_RINGS | KVMM_FEAT_FD_PASSING)
+	 KVMM_FEAT_SWAP | KVMM_FEAT_RINGS | KVMM_FEAT_FD_PASSING | KVMM_FEAT_REMOTE)
 
 /*
  * Version negotiation, the one rule both sides of HELLO apply: speak the newer of the two
@@ -280,6 +287,7 @@ enum kvmm_op {
 	KVMM_OP_SWAPON = 0x020e,       /* struct kvmm_swapon_req -> no payload */
 	KVMM_OP_SWAPOFF = 0x020f,      /* struct kvmm_swapoff_req -> no payload */
 	KVMM_OP_FAULT_INJECT = 0x0210, /* struct kvmm_fault_inject_req -> no payload */
+	KVMM_OP_REMOTE = 0x0211,       /* read verb: the remote tier's counters */
 
 	/* events */
 	KVMM_OP_PREEMPT = 0x0300,  /* struct kvmm_preempt_event */
@@ -296,7 +304,7 @@ enum kvmm_op {
 /* The last opcode of each range in this version (they move when a version appends ops). */
 #define KVMM_OP_SESSION_LAST KVMM_OP_PING
 #define KVMM_OP_MEM_LAST KVMM_OP_SEQ_SEAL_FREE
-#define KVMM_OP_ADMIN_LAST KVMM_OP_FAULT_INJECT
+#define KVMM_OP_ADMIN_LAST KVMM_OP_REMOTE
 #define KVMM_OP_EVENT_LAST KVMM_OP_SHUTDOWN
 
 static inline unsigned int kvmm_op_base(unsigned int op)
@@ -1654,6 +1662,7 @@ enum kvmm_reply_head {
 	  KVMM_RH_NONE)                                                                           \
 	X(FAULT_INJECT, "fault_inject", KVMM_OPF_ADMIN,                                           \
 	  KVMM_PL_FIXED(struct kvmm_fault_inject_req), KVMM_RH_NONE)                              \
+	X(REMOTE, "remote", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)   \
 	/* events */                                                                              \
 	X(PREEMPT, "preempt", KVMM_OPF_EVENT, KVMM_PL_FIXED(struct kvmm_preempt_event),           \
 	  KVMM_RH_NONE)                                                                           \

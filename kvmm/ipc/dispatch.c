@@ -77,6 +77,10 @@ static void do_mem(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	pthread_mutex_lock(&pool->lock);
 	ret = kvmm_ipc_mem_op(s, hdr->op, hdr + 1, rp, &rlen);
 	pthread_mutex_unlock(&pool->lock);
+	/* a lookup that stopped short may wait for the remote tier: answered later */
+	if (!ret && hdr->op == KVMM_OP_PREFIX_LOOKUP && s->srv->remote &&
+	    kvmm_ipc_remote_lookup(s, hdr, rp))
+		return;
 	kvmm_session_reply(s, hdr, ret, rp, ret ? 0 : rlen);
 }
 

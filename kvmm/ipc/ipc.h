@@ -103,6 +103,8 @@ struct kvmm_session {
 	uint32_t nr_bad;
 	uint64_t nr_requests;
 	bool preempt_pending; /* a sequence was chosen as OOM victim: event to send (swapd.c) */
+	/* a PREFIX_LOOKUP waiting for the remote tier; its socket is not read (remote_ipc.c) */
+	struct kvmm_ipc_park *park;
 
 	/* TRACE subscription (admin.c, kvmm/ipc/obs.h): pushed by the trace pump */
 	bool trace_follow;
@@ -150,7 +152,8 @@ struct kvmm_server {
 	 */
 	int (*ring_exec)(struct kvmm_session *s, unsigned int op, const void *p, size_t plen,
 			 void *rp, size_t *rlen);
-	int preempt_pending; /* some session has a PREEMPT to send (atomic, swapd.c) */
+	int preempt_pending;	    /* some session has a PREEMPT to send (atomic, swapd.c) */
+	struct kvmm_remote *remote; /* the remote tier, NULL when not configured */
 };
 
 #define KVMM_STAT_INC(srv, field) __atomic_fetch_add(&(srv)->stats.field, 1, __ATOMIC_RELAXED)
@@ -280,6 +283,25 @@ int kvmm_swapd_swapoff(struct kvmm_server *srv, struct kvmm_ipc_ns *n, unsigned 
 /* Rewrite every mirrored table of the namespace's sessions (after a swapoff). */
 void kvmm_swapd_mirror_all(struct kvmm_server *srv, struct kvmm_ipc_ns *n);
 
+/* ---- remote_ipc.c: the remote tier ------------------------------------------------------ */
+
+/* At create, after the pools: provisioned secrets, the tier and its worker.  0 or -errno. */
+int kvmm_ipc_remote_setup(struct kvmm_server *srv);
+void kvmm_ipc_remote_destroy(struct kvmm_server *srv);
+/*
+ * After a socket PREFIX_LOOKUP answered @rep locally (pool lock not held): when the prompt
+ * has full blocks left and the namespace shares, ask the tier and park the request (true:
+ * do not reply now).  false: reply as usual.
+ */
+bool kvmm_ipc_remote_lookup(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr,
+			    const struct kvmm_prefix_lookup_rep *rep);
+/* The tier's eventfd fired: map what came back, answer the parked lookups. */
+void kvmm_ipc_remote_event(struct kvmm_server *srv);
+/* The session goes: forget its parked lookup. */
+void kvmm_ipc_remote_cancel(struct kvmm_session *s);
+/* SEAL entered blocks [from, seq->nsealed) in the cache: store them (pool lock held). */
+void kvmm_ipc_remote_seal(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t from);
+
 /* ---- admin.c: the admin verbs ------------------------------------------------------- */
 
 /* A read verb: check the request, run @report, send the answer in as many records as needed. */
@@ -288,6 +310,8 @@ void kvmm_admin_read(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr,
 kvmm_ipc_report_fn kvmm_admin_status, kvmm_admin_meminfo, kvmm_admin_vmstat, kvmm_admin_buddyinfo,
 	kvmm_admin_clients, kvmm_admin_namespaces, kvmm_admin_seqs, kvmm_admin_pagetable,
 	kvmm_admin_lru, kvmm_admin_swap;
+/* REMOTE: the remote tier's counters (remote_ipc.c) */
+kvmm_ipc_report_fn kvmm_admin_remote;
 /* The write verbs: each answers itself. */
 kvmm_ipc_handle_fn kvmm_admin_limit, kvmm_admin_drop_caches, kvmm_admin_reclaim, kvmm_admin_swapon,
 	kvmm_admin_swapoff, kvmm_admin_fault_inject;

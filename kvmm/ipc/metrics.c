@@ -370,6 +370,46 @@ int kvmm_obs_metrics_text(struct kvmm_server *srv, char **out, size_t *outlen)
 	SRV_COUNTER("kvmm_trace_dropped_total", "Trace events dropped at a full subscriber socket.",
 		    srv->obs->trace_dropped);
 	SRV_COUNTER("kvmm_metrics_scrapes_total", "GET /metrics answered.", srv->obs->scrapes);
+	if (srv->remote) {
+		struct kvmm_remote_stats rs;
+		uint64_t cum = 0;
+
+		kvmm_remote_get_stats(srv->remote, &rs);
+		SRV_COUNTER("kvmm_remote_lookups_total", "Remote tier lookups (one batch each).",
+			    rs.lookups);
+		SRV_COUNTER("kvmm_remote_hits_total", "Blocks brought back from the remote tier.",
+			    rs.hits);
+		SRV_COUNTER("kvmm_remote_misses_total",
+			    "Blocks asked of the remote tier and not used.", rs.misses);
+		SRV_COUNTER("kvmm_remote_errors_total",
+			    "Blocks lost to remote connection errors or timeouts.", rs.errors);
+		SRV_COUNTER("kvmm_remote_corrupt_total",
+			    "Remote values rejected by their header or checksum.", rs.corrupt);
+		SRV_COUNTER("kvmm_remote_mismatch_total",
+			    "Intact remote values of another block (collision, format).",
+			    rs.mismatch);
+		SRV_COUNTER("kvmm_remote_bytes_in_total", "Bytes read from the remote tier.",
+			    rs.bytes_in);
+		SRV_COUNTER("kvmm_remote_bytes_out_total", "Bytes written to the remote tier.",
+			    rs.bytes_out);
+		SRV_COUNTER("kvmm_remote_stores_total", "Pages written to the remote tier.",
+			    rs.stores);
+		SRV_COUNTER("kvmm_remote_store_errors_total", "Page writes that failed.",
+			    rs.store_errors);
+		SRV_COUNTER("kvmm_remote_store_dropped_total",
+			    "Page writes dropped at a full store queue.", rs.store_dropped);
+		family(&b, "kvmm_remote_lookup_seconds", "histogram",
+		       "Round trip of a remote lookup batch.");
+		for (i = 0; i < KVMM_REMOTE_LAT_BUCKETS; i++) {
+			cum += rs.lat_bucket[i];
+			bprintf(&b, "kvmm_remote_lookup_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
+				kvmm_remote_lat_bounds_us[i] / 1e6, cum);
+		}
+		cum += rs.lat_bucket[KVMM_REMOTE_LAT_BUCKETS];
+		bprintf(&b, "kvmm_remote_lookup_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n", cum);
+		bprintf(&b, "kvmm_remote_lookup_seconds_sum %g\n", rs.lat_sum_us / 1e6);
+		bprintf(&b, "kvmm_remote_lookup_seconds_count %" PRIu64 "\n", cum);
+	}
 #undef SRV_COUNTER
 	if (!kvmm_kmalloc_stats(&km)) {
 		family(&b, "kvmm_kmalloc_bytes", "gauge",

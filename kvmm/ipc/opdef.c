@@ -86,6 +86,7 @@ static const struct kvmm_ipc_opdef opdefs[KVMM_OP_COUNT] = {
 	OP(SWAPON) = {.handle = kvmm_admin_swapon},
 	OP(SWAPOFF) = {.handle = kvmm_admin_swapoff},
 	OP(FAULT_INJECT) = {.handle = kvmm_admin_fault_inject},
+	OP(REMOTE) = {.report = kvmm_admin_remote},
 	/* events: sent, never handled */
 	OP(PREEMPT) = {0},
 	OP(SHUTDOWN) = {0},

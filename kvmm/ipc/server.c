@@ -43,7 +43,7 @@
 #define KVMM_RING_BLOCKED_MS 5	   /* re-poll a CQ-full client at least this often */
 
 /* epoll tags for the two non-session fds: any two distinct addresses would do */
-static char tag_listen, tag_stop, tag_obs;
+static char tag_listen, tag_stop, tag_obs, tag_remote;
 
 static uint64_t now_ns(void)
 {
@@ -111,6 +111,15 @@ static int create_pools(struct kvmm_server *srv)
 				     n->cfg.priority, &n->ns);
 		if (ret)
 			return ret;
+		/* a provisioned secret (secret_file) first: a warm restart's index must match it */
+		if (n->cfg.have_secret) {
+			ret = kvmm_ns_set_secret(n->ns, n->cfg.secret);
+			if (ret) {
+				kvmm_err("ipc: namespace %s: secret: %s", n->cfg.name,
+					 strerror(-ret));
+				return ret;
+			}
+		}
 		/* reclaim hooks, swap tiers, fault points, kvswapd (swapd.c) */
 		ret = kvmm_swapd_setup(srv, n);
 		if (ret)
@@ -265,6 +274,9 @@ int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server 
 	ret = create_pools(srv);
 	if (ret)
 		goto out_destroy;
+	ret = kvmm_ipc_remote_setup(srv);
+	if (ret)
+		goto out_destroy;
 
 	srv->ring_exec = kvmm_ipc_ring_exec; /* the data plane's SQEs: the same dispatch */
 	srv->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
@@ -281,6 +293,8 @@ int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server 
 	ret = kvmm_obs_create(srv, kvmm_admin_trace_pump);
 	if (!ret)
 		ret = epoll_add(srv, kvmm_obs_fd(srv->obs), EPOLLIN, &tag_obs);
+	if (!ret && srv->remote)
+		ret = epoll_add(srv, kvmm_remote_fd(srv->remote), EPOLLIN, &tag_remote);
 	if (ret)
 		goto out_destroy;
 	ret = open_socket(srv);
@@ -303,6 +317,8 @@ static void session_close(struct kvmm_session *s)
 {
 	struct kvmm_server *srv = s->srv;
 
+	if (s->park)
+		kvmm_ipc_remote_cancel(s);
 	kvmm_session_fini(s);
 	epoll_ctl(srv->epoll_fd, EPOLL_CTL_DEL, s->fd, NULL);
 	close(s->fd);
@@ -475,7 +491,8 @@ static bool session_read(struct kvmm_session *s)
 	} cbuf;
 	unsigned int burst;
 
-	for (burst = 0; burst < KVMM_RX_BURST && !s->dead; burst++) {
+	/* a parked lookup (remote_ipc.c) holds the session's next requests in its socket */
+	for (burst = 0; burst < KVMM_RX_BURST && !s->dead && !s->park; burst++) {
 		struct iovec iov = {.iov_base = srv->rx, .iov_len = KVMM_MSG_MAX};
 		struct msghdr msg = {.msg_iov = &iov,
 				     .msg_iovlen = 1,
@@ -735,6 +752,10 @@ int kvmm_server_run(struct kvmm_server *srv)
 				kvmm_obs_event(srv);
 				continue;
 			}
+			if (ptr == &tag_remote) {
+				kvmm_ipc_remote_event(srv);
+				continue;
+			}
 			/* a doorbell (session | 1): every ring is polled below anyway */
 			if ((uintptr_t)ptr & 1)
 				continue;
@@ -768,6 +789,7 @@ void kvmm_server_destroy(struct kvmm_server *srv)
 		kvmm_kswapd_stop(srv->ns[i].pool);
 	list_for_each_entry_safe (s, tmp, &srv->sessions, node)
 		session_close(s);
+	kvmm_ipc_remote_destroy(srv);
 	kvmm_obs_destroy(srv);
 	if (srv->listen_fd >= 0)
 		close(srv->listen_fd);

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "kvmm/remote.h"
 #include "uapi/kvmm.h"
 
 struct kvmm_backend_ops;
@@ -38,6 +39,9 @@ struct kvmm_ns_config {
 	unsigned int nr_uids;
 	gid_t gids[KVMM_NS_MAX_IDS];
 	unsigned int nr_gids;
+	/* a provisioned page-cache secret (secret_file): shared through the remote tier */
+	bool have_secret;
+	uint64_t secret[2];
 };
 
 /*
@@ -125,6 +129,11 @@ struct kvmm_server_config {
 	const char *metrics_addr;
 	uint32_t trace_entries; /* trace ring records, 0 = KVMM_SERVER_DEFAULT_TRACE */
 	struct kvmm_server_swap swap;
+	/* [remote]: the remote tier, for the namespaces with a secret (kvmm/ipc/remote.c) */
+	struct {
+		bool enabled;
+		struct kvmm_remote_config cfg;
+	} remote;
 };
 
 #define KVMM_SERVER_DEFAULT_TRACE 16384

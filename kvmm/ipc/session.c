@@ -286,6 +286,8 @@ static uint64_t supported_features(const struct kvmm_server *srv)
 
 	if (srv->ns[0].nr_chunks)
 		f |= KVMM_FEAT_FD_PASSING | KVMM_FEAT_RINGS;
+	if (srv->remote)
+		f |= KVMM_FEAT_REMOTE;
 	return f;
 }
 
@@ -900,7 +902,7 @@ int kvmm_session_op_seal(struct kvmm_session *s, unsigned int op __maybe_unused,
 	struct kvmm_seal_req req;
 	struct kvmm_ipc_seq *is;
 	struct kvmm_seq *seq;
-	uint32_t full, end;
+	uint32_t full, end, from;
 	int ret;
 
 	memcpy(&req, p, sizeof(req));
@@ -925,13 +927,17 @@ int kvmm_session_op_seal(struct kvmm_session *s, unsigned int op __maybe_unused,
 	ret = kvmm_mm_seq_seal_fault(seq, end);
 	if (ret < 0)
 		return ret;
+	from = seq->nsealed;
 	while (seq->nsealed < end) {
 		ret = kvmm_pagecache_seal_block(seq, seq->nsealed);
 		if (ret)
-			return ret;
+			break;
 		seq->nsealed++;
 	}
-	return 0;
+	/* remote_policy = seal: what entered the cache goes to the remote tier too */
+	if (s->srv->remote)
+		kvmm_ipc_remote_seal(s, seq, from);
+	return ret;
 }
 
 /*

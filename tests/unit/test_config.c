@@ -416,7 +416,8 @@ static void test_bad_lines(void **state)
 		{"[daemon]\nframes =\n", NAME ":2: empty value for 'frames'"},
 		{"[daemon\n", NAME ":1: section header without ']'"},
 		{"[server]\n",
-		 NAME ":1: unknown section [server] (known: [daemon], [namespace NAME], [swap])"},
+		 NAME ":1: unknown section [server] (known: [daemon], [namespace NAME], [swap], "
+		      "[remote])"},
 		{"[namespace]\n", NAME ":1: [namespace] needs a name: [namespace NAME]"},
 		{"[namespace a/b]\n", NAME ":1: bad namespace name 'a/b' (use A-Z a-z 0-9 . _ -)"},
 		{"[namespace aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa]\n",
@@ -751,6 +752,129 @@ static void test_print_round_trip(void **state)
 	free(text);
 }
 
+/* [remote] and secret_file: every key, the print round trip, each bad value named */
+static void test_remote(void **state)
+{
+	char dir[] = "/tmp/kvmm-cfg-remote.XXXXXX", good[64], bad[64], pw[64], text[1024];
+	struct kvmm_config *back;
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(good, sizeof(good), "%s/good", dir);
+	snprintf(bad, sizeof(bad), "%s/bad", dir);
+	snprintf(pw, sizeof(pw), "%s/pw", dir);
+	f = fopen(good, "w");
+	fputs("00112233445566778899AABBCCDDEEFF\n", f);
+	fclose(f);
+	f = fopen(bad, "w");
+	fputs("0011\n", f);
+	fclose(f);
+	f = fopen(pw, "w");
+	fputs("hunter2\n", f);
+	fclose(f);
+
+	snprintf(text, sizeof(text),
+		 "[namespace a]\nsecret_file = %s\n[namespace b]\n[remote]\n"
+		 "remote = redis://10.0.0.1:7000, 10.0.0.2:7001,redis://[::1]:7002\n"
+		 "remote_ttl = 12h\nremote_timeout_ms = 50\nremote_policy = lookup\n"
+		 "remote_max_value = 4M\nremote_queue = 128M\nremote_max_blocks = 512\n"
+		 "remote_user = kv\nremote_password_file = %s\nremote_tls = no\n",
+		 good, pw);
+	parse_ok(text);
+	finalize_ok(0);
+	assert_true(ns_named("a")->have_secret);
+	assert_int_equal(ns_named("a")->secret[0], 0x0011223344556677ull);
+	assert_int_equal(ns_named("a")->secret[1], 0x8899aabbccddeeffull);
+	assert_false(ns_named("b")->have_secret);
+	assert_string_equal(cfg->remote.seeds, "10.0.0.1:7000,10.0.0.2:7001,[::1]:7002");
+	assert_int_equal(cfg->remote.ttl_s, 12 * 3600);
+	assert_int_equal(cfg->remote.timeout_ms, 50);
+	assert_false(cfg->remote.store);
+	assert_int_equal(cfg->remote.max_value, 4u << 20);
+	assert_int_equal(cfg->remote.max_queue, 128u << 20);
+	assert_int_equal(cfg->remote.max_blocks, 512);
+	assert_string_equal(cfg->remote.user, "kv");
+	assert_string_equal(cfg->remote.password, "hunter2");
+
+	/* printed and read back (the password is never printed) */
+	f = open_memstream(&out, &len);
+	kvmm_config_print(cfg, f);
+	fclose(f);
+	assert_null(strstr(out, "hunter2"));
+	back = malloc(sizeof(*back));
+	assert_non_null(back);
+	kvmm_config_init(back);
+	if (kvmm_config_parse(back, "printed", out, err, sizeof(err)))
+		fail_msg("printed config does not parse: %s\n%s", err, out);
+	assert_string_equal(back->remote.seeds, cfg->remote.seeds);
+	assert_int_equal(back->remote.ttl_s, cfg->remote.ttl_s);
+	assert_int_equal(back->remote.timeout_ms, cfg->remote.timeout_ms);
+	assert_int_equal(back->remote.store, cfg->remote.store);
+	assert_int_equal(back->remote.max_value, cfg->remote.max_value);
+	assert_int_equal(back->remote.max_blocks, cfg->remote.max_blocks);
+	free(back);
+	free(out);
+
+	/* defaults: timeout 100 ms, policy seal */
+	kvmm_config_init(cfg);
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote", "h:1", err, sizeof(err)), 0);
+	assert_int_equal(cfg->remote.timeout_ms, KVMM_CONFIG_REMOTE_DEFAULT_TIMEOUT_MS);
+	assert_true(cfg->remote.store);
+
+	/* TLS: a clear refusal, both ways of asking */
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote", "rediss://h:1", err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "TLS"));
+	assert_non_null(strstr(err, "hiredis"));
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_tls", "yes", err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "hiredis 1.0"));
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_tls", "maybe", err, sizeof(err)),
+			 -EINVAL);
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_nope", "1", err, sizeof(err)),
+			 -ENOENT);
+
+	parse_bad("[remote]\nremote = h\n", NAME ":2: remote: 'h' is not HOST:PORT");
+	parse_bad("[remote]\nremote = h:0\n", NAME ":2: remote: 'h:0': bad port");
+	parse_bad("[remote]\nremote = redis://:pw@h:1\n",
+		  NAME ":2: remote: ':pw@h:1': expected redis://HOST:PORT (credentials go in "
+		       "remote_user / remote_password_file)");
+	parse_bad("[remote]\nremote_ttl = 500ms\n",
+		  NAME ":2: remote_ttl: '500ms': Redis expires whole seconds (at least 1s)");
+	parse_bad("[remote]\nremote_ttl = 5x\n",
+		  NAME ":2: remote_ttl: '5x' is not a duration (e.g. 5s, 500ms)");
+	parse_bad("[remote]\nremote_timeout_ms = 0\n",
+		  NAME ":2: remote_timeout_ms: remote_timeout_ms must be at least 1");
+	parse_bad("[remote]\nremote_policy = always\n",
+		  NAME ":2: remote_policy: 'always' is not seal or lookup");
+	parse_bad("[remote]\nremote_max_value = 1G\n",
+		  NAME ":2: remote_max_value: at most 512M (Redis' largest value)");
+	parse_bad("[remote]\n[remote]\n", NAME ":2: duplicate section [remote] (first at line 1)");
+	snprintf(text, sizeof(text), "[namespace a]\nsecret_file = %s\n", bad);
+	err[0] = '\0';
+	assert_int_equal(kvmm_config_parse(cfg, NAME, text, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "must hold 32 hex digits"));
+	snprintf(text, sizeof(text), "[namespace c]\nsecret_file = %s/none\n", dir);
+	assert_int_equal(kvmm_config_parse(cfg, NAME, text, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "cannot open"));
+	/* a directory, a device: refused, never read (a FIFO would block) */
+	snprintf(text, sizeof(text), "[namespace d]\nsecret_file = %s\n", dir);
+	assert_int_equal(kvmm_config_parse(cfg, NAME, text, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "not a regular file"));
+	assert_int_equal(kvmm_config_parse(cfg, NAME, "[namespace e]\nsecret_file = /dev/zero\n",
+					   err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "not a regular file"));
+
+	unlink(good);
+	unlink(bad);
+	unlink(pw);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -773,6 +897,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_flags_override, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_load, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_print_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_remote, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("config", tests, NULL, NULL);

@@ -68,6 +68,7 @@ static bool enumerated(unsigned int op)
 	case KVMM_OP_SWAPON:
 	case KVMM_OP_SWAPOFF:
 	case KVMM_OP_FAULT_INJECT:
+	case KVMM_OP_REMOTE:
 	case KVMM_OP_PREEMPT:
 	case KVMM_OP_SHUTDOWN:
 		return true;

@@ -87,7 +87,8 @@ static int teardown(void **state)
 }
 
 /* A pool with namespace @ns_name and the file tier, indexed for it (or not: @indexed). */
-static int start(struct fx *f, struct run *r, const char *ns_name, bool indexed)
+static int start_secret(struct fx *f, struct run *r, const char *ns_name, bool indexed,
+			const uint64_t *secret)
 {
 	struct kvmm_pool_params p = {.page_size = PAGE_SZ, .nframes = NFRAMES};
 	struct kvmm_swap_tier_params tp = {.tier = TIER,
@@ -103,6 +104,8 @@ static int start(struct fx *f, struct run *r, const char *ns_name, bool indexed)
 	    kvmm_aspace_create(r->pool, r->ns, &r->fmt, NULL, &r->as))
 		return -1;
 	f->tpp = r->fmt.tokens_per_page;
+	if (secret && kvmm_ns_set_secret(r->ns, secret))
+		return -1;
 	tp.index_ns = indexed ? r->ns : NULL;
 	ret = kvmm_swapon(r->pool, &kvmm_swap_nvme_ops, &tp);
 	if (ret == -ENOSYS || ret == -EPERM || ret == -EOPNOTSUPP) {
@@ -110,6 +113,11 @@ static int start(struct fx *f, struct run *r, const char *ns_name, bool indexed)
 		skip();
 	}
 	return ret;
+}
+
+static int start(struct fx *f, struct run *r, const char *ns_name, bool indexed)
+{
+	return start_secret(f, r, ns_name, indexed, NULL);
 }
 
 static uint64_t restored(struct run *r)
@@ -365,6 +373,33 @@ static void test_moved_down_indexed(void **state)
 	stop(&r);
 }
 
+/*
+ * A provisioned secret (kvmmd's secret_file) is the namespace's own: an index made under it
+ * is restored when the namespace comes back with it, and started over when it comes back
+ * with another (its keys could never be looked up).
+ */
+static void test_provisioned_secret(void **state)
+{
+	static const uint64_t s1[2] = {0x1111, 0x2222}, s2[2] = {0x3333, 0x4444};
+	struct fx *f = *state;
+	struct run r;
+
+	fresh(f);
+	assert_int_equal(start_secret(f, &r, "t", true, s1), 0);
+	first_life(f, &r);
+	stop(&r);
+	assert_int_equal(start_secret(f, &r, "t", true, s1), 0);
+	assert_int_equal(restored(&r), NB);
+	assert_int_equal(r.ns->secret[0], s1[0]);
+	stop(&r);
+	/* (that restart faulted nothing in: the records are still there) */
+	assert_int_equal(start_secret(f, &r, "t", true, s2), 0);
+	assert_int_equal(restored(&r), 0);
+	assert_int_equal(r.ns->secret[0], s2[0]);
+	assert_int_equal(lookup_check(f, &r), 0);
+	stop(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -375,6 +410,7 @@ int main(void)
 		cmocka_unit_test(test_foreign_starts_over),
 		cmocka_unit_test(test_set_secret),
 		cmocka_unit_test(test_moved_down_indexed),
+		cmocka_unit_test(test_provisioned_secret),
 	};
 
 	return cmocka_run_group_tests_name("swap_index", tests, setup, teardown);

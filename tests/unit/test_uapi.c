@@ -327,6 +327,7 @@ static void test_feature_bits(void **state)
 	static const uint64_t feats[] = {
 		KVMM_FEAT_HOST_BACKEND, KVMM_FEAT_CUDA_BACKEND, KVMM_FEAT_PREFIX_CACHE,
 		KVMM_FEAT_SWAP,		KVMM_FEAT_RINGS,	KVMM_FEAT_FD_PASSING,
+		KVMM_FEAT_REMOTE,
 	};
 	uint64_t seen = 0;
 	size_t i;
@@ -339,7 +340,7 @@ static void test_feature_bits(void **state)
 		seen |= feats[i];
 	}
 	assert_true(seen == KVMM_FEAT_ALL_V0);
-	assert_true(KVMM_FEAT_ALL_V0 == UINT64_C(0x3f));
+	assert_true(KVMM_FEAT_ALL_V0 == UINT64_C(0x7f));
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -389,6 +390,7 @@ static const struct op_case op_cases[] = {
 	{KVMM_OP_SWAPON, 0x020e, "swapon"},
 	{KVMM_OP_SWAPOFF, 0x020f, "swapoff"},
 	{KVMM_OP_FAULT_INJECT, 0x0210, "fault_inject"},
+	{KVMM_OP_REMOTE, 0x0211, "remote"},
 	{KVMM_OP_PREEMPT, 0x0300, "preempt"},
 	{KVMM_OP_SHUTDOWN, 0x0301, "shutdown"},
 };
@@ -423,7 +425,7 @@ static void test_op_values_and_names(void **state)
 	assert_int_equal(KVMM_OP_REPLY, 0x8000);
 	assert_int_equal(KVMM_OP_SESSION_LAST, KVMM_OP_PING);
 	assert_int_equal(KVMM_OP_MEM_LAST, KVMM_OP_SEQ_SEAL_FREE);
-	assert_int_equal(KVMM_OP_ADMIN_LAST, KVMM_OP_FAULT_INJECT);
+	assert_int_equal(KVMM_OP_ADMIN_LAST, KVMM_OP_REMOTE);
 	assert_int_equal(KVMM_OP_EVENT_LAST, KVMM_OP_SHUTDOWN);
 }
 
@@ -461,7 +463,7 @@ static void test_op_name_exhaustive(void **state)
 	assert_string_equal(kvmm_op_name(KVMM_OP_NONE), "?");
 	assert_string_equal(kvmm_op_name(0x0006), "?");
 	assert_string_equal(kvmm_op_name(0x0110), "?");
-	assert_string_equal(kvmm_op_name(0x0211), "?");
+	assert_string_equal(kvmm_op_name(0x0212), "?");
 	assert_string_equal(kvmm_op_name(0x0302), "?");
 	assert_string_equal(kvmm_op_name(0x0400), "?");
 	assert_string_equal(kvmm_op_name(0x7fff), "?");

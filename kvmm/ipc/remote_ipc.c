@@ -1,0 +1,380 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/ipc/remote_ipc.c - kvmmd's side of the remote tier (kvmm/remote.h): which namespaces
+ * share, the lookups that wait for the cluster without stopping the loop, the pages stored
+ * when they are sealed.
+ *
+ * Who shares.  A namespace shares through the remote tier when its secret was provisioned
+ * (secret_file): its content keys are then the same on every machine that has the secret.  A
+ * namespace with a random secret never reads or writes the tier (its keys are its own).
+ *
+ * Lookups, asynchronously.  A PREFIX_LOOKUP from the socket first runs locally as always.
+ * When it stopped short of the prompt's last full block, the remote part - every following
+ * full block, up to max_blocks - is sent to the worker with each block's content key and
+ * prefix digest, and the request is *parked*: no reply yet, the session's socket is taken out
+ * of the loop's read set (its next request waits in the socket, so replies stay in order),
+ * everything else - other clients, the rings, admin verbs - goes on.  The worker's completion
+ * comes back through an eventfd in the loop's epoll set: the verified pages are appended to
+ * the sequence (fresh frames, the bytes copied in) and sealed - which enters them in the page
+ * cache, or maps the cached copy if another client sealed the block meanwhile - then the
+ * lookup is answered as if the pages had been local, and the socket is read again.  A client
+ * that goes away while parked cancels its lookup.  Lookups from the data plane's ring stay
+ * local (an SQE is answered in order within its batch and cannot be parked).
+ *
+ * Stores.  With remote_policy = seal, every block a SEAL newly enters in the page cache of a
+ * sharing namespace is queued for the worker (the frame copied, the page marked so that it is
+ * never queued twice); pages brought from the tier are marked too.  Only frames the host can
+ * address (host backend) take part.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "log.h"
+#include "kvmm/ipc/admin_emit.h"
+#include "kvmm/ipc/ipc.h"
+#include "kvmm/remote.h"
+
+struct kvmm_ipc_park {
+	struct kvmm_msg_hdr hdr; /* the request, for the reply */
+	uint64_t seq_id;
+	uint32_t before;   /* the sequence's blocks before the lookup */
+	uint32_t first;	   /* ... when the remote part was sent: its first block */
+	uint32_t n;	   /* blocks asked for */
+	uint32_t tokens[]; /* n * tokens_per_page */
+};
+
+static bool ns_shares(const struct kvmm_session *s)
+{
+	return s->srv->remote && s->ns && s->ns->cfg.have_secret &&
+	       kvmm_pool_frame_addr(s->ns->pool, 0) != NULL;
+}
+
+int kvmm_ipc_remote_setup(struct kvmm_server *srv)
+{
+	unsigned int i;
+	int ret;
+
+	for (i = 0; i < srv->nr_ns; i++) {
+		struct kvmm_ipc_ns *n = &srv->ns[i];
+
+		/* its secret_file was applied when the pool was made (server.c) */
+		if (!n->cfg.have_secret)
+			continue;
+		if (srv->cfg.remote.enabled && !kvmm_pool_frame_addr(n->pool, 0))
+			kvmm_warn("remote: namespace %s: frames the host cannot address (cuda "
+				  "backend) do not use the remote tier",
+				  n->cfg.name);
+	}
+	if (!srv->cfg.remote.enabled)
+		return 0;
+	ret = kvmm_remote_create(&srv->cfg.remote.cfg, &srv->remote);
+	if (ret) {
+		kvmm_err("remote: %s: %s", srv->cfg.remote.cfg.redis.seeds, strerror(-ret));
+		return ret;
+	}
+	kvmm_info("remote: tier on %s (policy %s, timeout %u ms)", srv->cfg.remote.cfg.redis.seeds,
+		  srv->cfg.remote.cfg.policy == KVMM_REMOTE_POLICY_SEAL ? "seal" : "lookup",
+		  srv->cfg.remote.cfg.redis.timeout_ms);
+	return 0;
+}
+
+void kvmm_ipc_remote_destroy(struct kvmm_server *srv)
+{
+	kvmm_remote_destroy(srv->remote);
+	srv->remote = NULL;
+}
+
+/* Stop (or resume) reading the session's socket; a hang-up is still seen. */
+static void session_pause(struct kvmm_session *s, bool pause)
+{
+	struct epoll_event ev = {.events = pause ? EPOLLRDHUP : EPOLLIN | EPOLLRDHUP,
+				 .data.ptr = s};
+
+	if (epoll_ctl(s->srv->epoll_fd, EPOLL_CTL_MOD, s->fd, &ev))
+		kvmm_warn_ratelimited("ipc: client %u: epoll_ctl: %m", s->id);
+}
+
+/*
+ * Expected identity of blocks [first, first + n) of @seq continued by @tokens: content key
+ * (chained from the sequence's last sealed block) and prefix digest.  Pool lock held.
+ */
+static int fill_blocks(struct kvmm_session *s, struct kvmm_seq *seq, const uint32_t *tokens,
+		       struct kvmm_remote_req *req)
+{
+	struct kvmm_pool *pool = s->as->pool;
+	struct kvmm_ns *ns = s->as->ns;
+	uint32_t tpp = s->as->fmt.tokens_per_page, first = seq->nblocks;
+	struct kvmm_remote_digest *d;
+	uint64_t parent = 0;
+
+	if (first && kvmm_pagecache_seq_key(seq, first - 1, &parent))
+		return -ENOENT;
+	d = malloc(sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	kvmm_remote_digest_init(d, ns->secret, ns->hash_seed, s->as->fmt_id);
+	kvmm_remote_digest_update(d, seq->tokens, (size_t)first * tpp);
+	for (uint32_t i = 0; i < req->n; i++) {
+		const uint32_t *t = tokens + (size_t)i * tpp;
+		struct kvmm_remote_blk *b = &req->blk[i];
+
+		b->key = kvmm_cache_key(ns, parent, s->as->fmt_id, t, tpp);
+		kvmm_remote_digest_update(d, t, tpp);
+		kvmm_remote_digest_get(d, b->want.digest);
+		b->want.fmt_id = s->as->fmt_id;
+		b->want.payload_len = pool->page_size;
+		b->want.ntokens = tpp;
+		b->want.depth = first + i;
+		parent = b->key;
+	}
+	free(d);
+	return 0;
+}
+
+bool kvmm_ipc_remote_lookup(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr,
+			    const struct kvmm_prefix_lookup_rep *rep)
+{
+	const struct kvmm_remote_config *rc;
+	struct kvmm_prefix_lookup_req req;
+	const uint32_t *tokens = (const uint32_t *)((const uint8_t *)(hdr + 1) + sizeof(req));
+	struct kvmm_pool *pool;
+	struct kvmm_remote_req *rr = NULL;
+	struct kvmm_ipc_park *park = NULL;
+	struct kvmm_ipc_seq *is;
+	uint32_t tpp, n;
+	uint64_t left;
+	size_t tbytes;
+
+	if (!ns_shares(s) || s->park)
+		return false;
+	rc = kvmm_remote_cfg(s->srv->remote);
+	pool = s->as->pool;
+	memcpy(&req, hdr + 1, sizeof(req));
+	tpp = s->as->fmt.tokens_per_page;
+	if (pool->page_size > rc->max_value)
+		return false;
+	/* the full blocks the local lookup did not map */
+	left = (uint64_t)rep->nr_blocks * tpp;
+	if (left >= req.nr_tokens)
+		return false;
+	n = (uint32_t)min_t(uint64_t, (req.nr_tokens - left) / tpp, rc->max_blocks);
+	if (!n)
+		return false;
+	tokens += left;
+	tbytes = (size_t)n * tpp * sizeof(*tokens);
+
+	pthread_mutex_lock(&pool->lock);
+	is = kvmm_session_seq_find(s, req.seq);
+	if (!is || is->preempted || is->seq->nblocks > UINT32_MAX - n)
+		goto out_unlock;
+	rr = kvmm_remote_req_alloc(n);
+	park = malloc(sizeof(*park) + tbytes);
+	if (!rr || !park || fill_blocks(s, is->seq, tokens, rr))
+		goto out_unlock;
+	park->hdr = *hdr;
+	park->seq_id = req.seq;
+	park->first = is->seq->nblocks;
+	park->before = park->first - rep->nr_blocks;
+	park->n = n;
+	memcpy(park->tokens, tokens, tbytes);
+	pthread_mutex_unlock(&pool->lock);
+
+	rr->owner = s;
+	s->park = park;
+	session_pause(s, true);
+	kvmm_remote_lookup(s->srv->remote, rr);
+	return true;
+
+out_unlock:
+	pthread_mutex_unlock(&pool->lock);
+	kvmm_remote_req_free(rr);
+	free(park);
+	return false;
+}
+
+/*
+ * Map the verified pages of @rr after @seq's last block: append their tokens (fresh frames),
+ * copy each frame in, seal them.  Pool lock held.  Returns the blocks mapped.
+ */
+static uint32_t install(struct kvmm_session *s, struct kvmm_seq *seq, struct kvmm_ipc_park *park,
+			struct kvmm_remote_req *rr)
+{
+	struct kvmm_pool *pool = s->as->pool;
+	uint32_t tpp = s->as->fmt.tokens_per_page, k = rr->found, i;
+	int ret;
+
+	if (!k)
+		return 0;
+	ret = kvmm_mm_seq_append(seq, k * tpp, park->tokens);
+	if (ret) {
+		kvmm_notice_ratelimited("remote: no frames for %u fetched pages: %s", k,
+					strerror(-ret));
+		return 0;
+	}
+	for (i = 0; i < k; i++) {
+		uint32_t frame = kvmm_mm_seq_frame(seq, park->first + i);
+		void *dst = frame == KVMM_FRAME_NONE ? NULL : kvmm_pool_frame_addr(pool, frame);
+
+		if (!dst)
+			break;
+		memcpy(dst, (const uint8_t *)rr->blk[i].val + KVMM_REMOTE_HDR_LEN, pool->page_size);
+	}
+	if (i == k)
+		ret = kvmm_mm_seq_seal(seq);
+	if (i < k || ret < 0) {
+		/* give the frames back: the client sees no remote hit rather than a bad page */
+		kvmm_mm_seq_truncate(seq, (uint64_t)park->first * tpp);
+		return 0;
+	}
+	for (i = 0; i < k; i++)
+		kvmm_pagecache_remote_mark(seq, park->first + i);
+	return k;
+}
+
+static void finish(struct kvmm_server *srv, struct kvmm_session *s, struct kvmm_remote_req *rr)
+{
+	struct kvmm_ipc_park *park = s->park;
+	struct kvmm_prefix_lookup_rep rep;
+	struct kvmm_pool *pool = s->as->pool;
+	uint32_t tpp = s->as->fmt.tokens_per_page;
+	struct kvmm_ipc_seq *is;
+	struct kvmm_seq *seq;
+	int status = 0;
+
+	(void)srv;
+	memset(&rep, 0, sizeof(rep));
+	pthread_mutex_lock(&pool->lock);
+	is = kvmm_session_seq_find(s, park->seq_id);
+	if (!is) {
+		/* freed meanwhile through the ring */
+		status = -ENOENT;
+		goto out_unlock;
+	}
+	seq = is->seq;
+	/* unchanged since the lookup (the ring could have touched it): only then add pages */
+	if (!is->preempted && seq->nblocks == park->first && seq->nsealed == park->first &&
+	    seq->ntokens == (uint64_t)park->first * tpp && install(s, seq, park, rr))
+		kvmm_dp_seq_update(s, is, park->first);
+	rep.nr_tokens = seq->ntokens;
+	rep.nr_blocks = seq->nblocks >= park->before ? seq->nblocks - park->before : 0;
+out_unlock:
+	pthread_mutex_unlock(&pool->lock);
+	s->park = NULL;
+	kvmm_session_reply(s, &park->hdr, status, &rep, status ? 0 : sizeof(rep));
+	free(park);
+	session_pause(s, false);
+}
+
+void kvmm_ipc_remote_event(struct kvmm_server *srv)
+{
+	struct kvmm_remote_req *rr;
+
+	while ((rr = kvmm_remote_complete(srv->remote))) {
+		struct kvmm_session *s = rr->owner;
+
+		if (s && s->park)
+			finish(srv, s, rr);
+		kvmm_remote_req_free(rr);
+	}
+}
+
+void kvmm_ipc_remote_cancel(struct kvmm_session *s)
+{
+	if (!s->park)
+		return;
+	kvmm_remote_cancel(s->srv->remote, s);
+	free(s->park);
+	s->park = NULL;
+}
+
+void kvmm_ipc_remote_seal(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t from)
+{
+	struct kvmm_pool *pool = s->as->pool;
+	struct kvmm_ns *ns = s->as->ns;
+	uint32_t tpp = s->as->fmt.tokens_per_page, b;
+	struct kvmm_remote_digest *d;
+
+	if (!ns_shares(s) || from >= seq->nsealed ||
+	    kvmm_remote_cfg(s->srv->remote)->policy != KVMM_REMOTE_POLICY_SEAL)
+		return;
+	d = malloc(sizeof(*d));
+	if (!d)
+		return;
+	kvmm_remote_digest_init(d, ns->secret, ns->hash_seed, s->as->fmt_id);
+	kvmm_remote_digest_update(d, seq->tokens, (size_t)from * tpp);
+	for (b = from; b < seq->nsealed; b++) {
+		struct kvmm_remote_meta m;
+		uint32_t frame = kvmm_mm_seq_frame(seq, b);
+		uint64_t key;
+
+		kvmm_remote_digest_update(d, seq->tokens + (size_t)b * tpp, tpp);
+		if (frame == KVMM_FRAME_NONE || kvmm_pagecache_seq_key(seq, b, &key))
+			continue;
+		if (!kvmm_pagecache_remote_mark(seq, b))
+			continue; /* stored already (or brought from the tier) */
+		kvmm_remote_digest_get(d, m.digest);
+		m.fmt_id = s->as->fmt_id;
+		m.payload_len = pool->page_size;
+		m.ntokens = tpp;
+		m.depth = b;
+		kvmm_remote_store(s->srv->remote, key, &m, kvmm_pool_frame_addr(pool, frame));
+	}
+	free(d);
+}
+
+/* REMOTE: tagged text (or JSON) of the tier's counters; "Remote: 0" when none is configured */
+int kvmm_admin_remote(struct kvmm_server *srv, struct kvmm_ipc_ns *one __maybe_unused,
+		      const struct kvmm_admin_req *req __maybe_unused, struct kvmm_out *o)
+{
+	struct kvmm_remote_stats st;
+	unsigned int i, shared = 0;
+	char name[32];
+
+	kvmm_out_u64(o, "Remote", srv->remote ? 1 : 0, NULL);
+	if (!srv->remote)
+		return 0;
+	for (i = 0; i < srv->nr_ns; i++)
+		shared += srv->ns[i].cfg.have_secret;
+	kvmm_remote_get_stats(srv->remote, &st);
+	kvmm_out_str(o, "Seeds", srv->cfg.remote.cfg.redis.seeds);
+	kvmm_out_str(o, "Policy",
+		     srv->cfg.remote.cfg.policy == KVMM_REMOTE_POLICY_SEAL ? "seal" : "lookup");
+	kvmm_out_u64(o, "SharedNamespaces", shared, NULL);
+	kvmm_out_u64(o, "Cluster", st.redis.cluster, NULL);
+	kvmm_out_u64(o, "Nodes", st.redis.nodes, NULL);
+	kvmm_out_u64(o, "NodesUp", st.redis.nodes_up, NULL);
+	kvmm_out_u64(o, "Lookups", st.lookups, NULL);
+	kvmm_out_u64(o, "LookupBlocks", st.lookup_blocks, NULL);
+	kvmm_out_u64(o, "Hits", st.hits, NULL);
+	kvmm_out_u64(o, "Misses", st.misses, NULL);
+	kvmm_out_u64(o, "Errors", st.errors, NULL);
+	kvmm_out_u64(o, "Corrupt", st.corrupt, NULL);
+	kvmm_out_u64(o, "Mismatch", st.mismatch, NULL);
+	kvmm_out_u64(o, "Cancelled", st.cancelled, NULL);
+	kvmm_out_u64(o, "BytesIn", st.bytes_in, "B");
+	kvmm_out_u64(o, "BytesOut", st.bytes_out, "B");
+	kvmm_out_u64(o, "Stores", st.stores, NULL);
+	kvmm_out_u64(o, "StoreErrors", st.store_errors, NULL);
+	kvmm_out_u64(o, "StoreDropped", st.store_dropped, NULL);
+	kvmm_out_u64(o, "StoreQueued", st.queued_bytes, "B");
+	kvmm_out_u64(o, "Moved", st.redis.moved, NULL);
+	kvmm_out_u64(o, "Ask", st.redis.ask, NULL);
+	kvmm_out_u64(o, "Connects", st.redis.connects, NULL);
+	kvmm_out_u64(o, "ConnectFailures", st.redis.conn_fail, NULL);
+	kvmm_out_u64(o, "IoErrors", st.redis.io_errors, NULL);
+	kvmm_out_u64(o, "SlotRefresh", st.redis.slot_refresh, NULL);
+	kvmm_out_u64(o, "LatencyAvg", st.lookups ? st.lat_sum_us / st.lookups : 0, "us");
+	kvmm_out_u64(o, "LatencyMax", st.lat_max_us, "us");
+	for (i = 0; i <= KVMM_REMOTE_LAT_BUCKETS; i++) {
+		if (i < KVMM_REMOTE_LAT_BUCKETS)
+			snprintf(name, sizeof(name), "LatencyLe%uus", kvmm_remote_lat_bounds_us[i]);
+		else
+			snprintf(name, sizeof(name), "LatencyLeInf");
+		kvmm_out_u64(o, name, st.lat_bucket[i], NULL);
+	}
+	return 0;
+}

@@ -1,0 +1,772 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/integration/itest_remote.c - the remote tier end to end: a 3-master Redis Cluster
+ * (Debian's redis-server, on free loopback ports in a temporary directory, slots assigned and
+ * nodes met by the test itself) and two kvmmd ("machines" A and B) with separate pools whose
+ * namespace alpha has the same provisioned secret.  A knows one seed (it learns the rest from
+ * CLUSTER SLOTS), B all three.
+ *
+ *   - a prompt sealed through A is a hit through B, with identical bytes;
+ *   - values damaged in Redis (a flipped byte, a truncated value) are rejected, counted, and
+ *     the lookup keeps only the blocks before the damage;
+ *   - a node killed mid-run: lookups return (hits before the dead node's first block), nothing
+ *     hangs; the node restarted on its port is reconnected and serves again;
+ *   - a node stopped (SIGSTOP, a partition): lookups give up after remote_timeout_ms;
+ *   - the whole cluster gone: lookups miss at once, seals still work, both daemons stop
+ *     cleanly;
+ *   - the client itself (kvmm/remote_redis.c): a slot migrated under it (ASK while it
+ *     migrates, MOVED once it moved), and a single Redis server without cluster mode that
+ *     wants a password (AUTH: none, a wrong one, the right one).
+ *
+ * Skips (exit 77) with a message when redis-server is not installed or kvmmd is not built.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <hiredis/hiredis.h>
+
+#include "itest.h"
+#include "kvmm/remote.h"
+#include "runtime/kvmm.h"
+#include "runtime/kvmm_admin.h"
+
+#define NODES 3
+#define MAX_BLOCKS 64
+#define TIMEOUT_MS 500
+
+static char rdir[64];
+static char redis_bin[256];
+static int port[NODES];
+static pid_t rpid[NODES];
+static struct itest_daemon dA, dB;
+static bool have_cluster;
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static bool find_redis(void)
+{
+	static const char *const dirs[] = {"/usr/bin", "/usr/local/bin", "/usr/sbin"};
+
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		snprintf(redis_bin, sizeof(redis_bin), "%s/redis-server", dirs[i]);
+		if (!access(redis_bin, X_OK))
+			return true;
+	}
+	return false;
+}
+
+static bool port_free(int p)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ok;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ok = fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* A loopback port free now whose cluster bus port (+10000) is free too. */
+static int pick_port(void)
+{
+	for (int tries = 0; tries < 200; tries++) {
+		struct sockaddr_in sa = {.sin_family = AF_INET};
+		socklen_t len = sizeof(sa);
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), p;
+
+		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+		    getsockname(fd, (struct sockaddr *)&sa, &len)) {
+			if (fd >= 0)
+				close(fd);
+			continue;
+		}
+		close(fd);
+		p = ntohs(sa.sin_port);
+		if (p < 55000 && port_free(p + 10000))
+			return p;
+	}
+	return -1;
+}
+
+static redisReply *cmd(int i, const char *fmt, ...)
+{
+	struct timeval tv = {.tv_sec = 2};
+	redisContext *c = redisConnectWithTimeout("127.0.0.1", port[i], tv);
+	redisReply *r = NULL;
+	va_list ap;
+
+	if (!c || c->err) {
+		if (c)
+			redisFree(c);
+		return NULL;
+	}
+	redisSetTimeout(c, tv);
+	va_start(ap, fmt);
+	r = redisvCommand(c, fmt, ap);
+	va_end(ap);
+	redisFree(c);
+	return r;
+}
+
+static bool cmd_ok(int i, const char *fmt, const char *arg)
+{
+	redisReply *r = cmd(i, fmt, arg);
+	bool ok = r && r->type != REDIS_REPLY_ERROR;
+
+	if (r && !ok)
+		fprintf(stderr, "redis %d: %s\n", port[i], r->str);
+	freeReplyObject(r);
+	return ok;
+}
+
+static int start_node(int i)
+{
+	char p[16], conf[128], log[128];
+	uint64_t t0;
+
+	snprintf(p, sizeof(p), "%d", port[i]);
+	snprintf(conf, sizeof(conf), "nodes-%d.conf", port[i]);
+	snprintf(log, sizeof(log), "%s/redis-%d.log", rdir, port[i]);
+	rpid[i] = fork();
+	if (rpid[i] < 0)
+		return -errno;
+	if (rpid[i] == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execl(redis_bin, redis_bin, "--port", p, "--bind", "127.0.0.1", "--dir", rdir,
+		      "--cluster-enabled", "yes", "--cluster-config-file", conf,
+		      "--cluster-node-timeout", "1000", "--cluster-require-full-coverage", "no",
+		      "--cluster-allow-reads-when-down", "yes", "--save", "", "--appendonly", "no",
+		      "--logfile", log, "--protected-mode", "no", (char *)NULL);
+		_exit(127);
+	}
+	for (t0 = now_ms(); now_ms() - t0 < 5000; itest_sleep_ms(20)) {
+		redisReply *r = cmd(i, "PING");
+
+		if (r) {
+			freeReplyObject(r);
+			return 0;
+		}
+	}
+	fprintf(stderr, "redis-server on port %d did not answer\n", port[i]);
+	return -ETIMEDOUT;
+}
+
+static void kill_node(int i, int sig)
+{
+	if (rpid[i] <= 0)
+		return;
+	kill(rpid[i], sig);
+	if (sig == SIGKILL) {
+		waitpid(rpid[i], NULL, 0);
+		rpid[i] = 0;
+	}
+}
+
+/* Every live node says the cluster is ok, knows every node and serves every slot. */
+static bool cluster_ok(void)
+{
+	for (int i = 0; i < NODES; i++) {
+		redisReply *r;
+		bool ok;
+
+		if (rpid[i] <= 0)
+			continue;
+		r = cmd(i, "CLUSTER INFO");
+		ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok") &&
+		     strstr(r->str, "cluster_known_nodes:3") &&
+		     strstr(r->str, "cluster_slots_ok:16384");
+		freeReplyObject(r);
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+static bool wait_cluster_ok(unsigned int ms)
+{
+	for (uint64_t t0 = now_ms(); now_ms() - t0 < ms; itest_sleep_ms(50))
+		if (cluster_ok())
+			return true;
+	return false;
+}
+
+static int make_cluster(void)
+{
+	char meet[64];
+
+	snprintf(rdir, sizeof(rdir), "/tmp/kvmm-redis.XXXXXX");
+	if (!mkdtemp(rdir))
+		return -errno;
+	for (int i = 0; i < NODES; i++) {
+		port[i] = pick_port();
+		if (port[i] < 0 || start_node(i))
+			return -1;
+	}
+	for (int i = 0; i < NODES; i++) {
+		int lo = 16384 * i / NODES, hi = 16384 * (i + 1) / NODES - 1;
+		redisReply *r = cmd(i, "CLUSTER ADDSLOTSRANGE %d %d", lo, hi);
+
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			fprintf(stderr, "ADDSLOTSRANGE %d %d: %s\n", lo, hi,
+				r ? r->str : "no reply");
+			freeReplyObject(r);
+			return -1;
+		}
+		freeReplyObject(r);
+	}
+	for (int i = 1; i < NODES; i++) {
+		snprintf(meet, sizeof(meet), "%d", port[i]);
+		if (!cmd_ok(0, "CLUSTER MEET 127.0.0.1 %s", meet))
+			return -1;
+	}
+	if (!wait_cluster_ok(10000)) {
+		fprintf(stderr, "the cluster did not come up\n");
+		return -1;
+	}
+	return 0;
+}
+
+static void remove_cluster(void)
+{
+	char path[256];
+
+	for (int i = 0; i < NODES; i++) {
+		if (rpid[i] > 0 && kill(rpid[i], SIGCONT) == 0)
+			kill_node(i, SIGKILL);
+		snprintf(path, sizeof(path), "%s/nodes-%d.conf", rdir, port[i]);
+		unlink(path);
+		snprintf(path, sizeof(path), "%s/redis-%d.log", rdir, port[i]);
+		unlink(path);
+	}
+	snprintf(path, sizeof(path), "%s/secret", rdir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/a.conf", rdir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/b.conf", rdir);
+	unlink(path);
+	if (rdir[0])
+		rmdir(rdir);
+}
+
+/* A daemon config: alpha's secret and the [remote] section with @nseeds seeds. */
+static int write_conf(const char *name, int nseeds, char *path, size_t len)
+{
+	char seeds[256] = "";
+	FILE *f;
+
+	for (int i = 0; i < nseeds; i++)
+		snprintf(seeds + strlen(seeds), sizeof(seeds) - strlen(seeds),
+			 "%sredis://127.0.0.1:%d", i ? "," : "", port[i]);
+	snprintf(path, len, "%s/%s", rdir, name);
+	f = fopen(path, "w");
+	if (!f)
+		return -errno;
+	fprintf(f,
+		"[namespace %s]\nsecret_file = %s/secret\n\n[remote]\nremote = %s\n"
+		"remote_timeout_ms = %d\nremote_ttl = 1h\n",
+		ITEST_NS_A, rdir, seeds, TIMEOUT_MS);
+	fclose(f);
+	return 0;
+}
+
+static int group_setup(void **state)
+{
+	char secret[128], confA[128], confB[128];
+	const char *extraA[] = {"--config", confA, NULL}, *extraB[] = {"--config", confB, NULL};
+	int fd;
+
+	(void)state;
+	if (!find_redis()) {
+		fprintf(stderr, "itest_remote: redis-server is not installed (apt-get install "
+				"redis-server, or make deps): skipped\n");
+		return 0;
+	}
+	if (!itest_daemon_find(&dA))
+		return 0;
+	dB = dA;
+	if (make_cluster())
+		return -1;
+	snprintf(secret, sizeof(secret), "%s/secret", rdir);
+	fd = open(secret, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || write(fd, "00112233445566778899aabbccddeeff\n", 33) != 33)
+		return -1;
+	close(fd);
+	if (write_conf("a.conf", 1, confA, sizeof(confA)) ||
+	    write_conf("b.conf", NODES, confB, sizeof(confB)))
+		return -1;
+	if (itest_daemon_start(&dA, extraA) || itest_daemon_start(&dB, extraB))
+		return -1;
+	have_cluster = true;
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	int ret = 0;
+
+	(void)state;
+	if (dA.pid && itest_daemon_stop(&dA) != 0)
+		ret = -1;
+	if (dB.pid && itest_daemon_stop(&dB) != 0)
+		ret = -1;
+	remove_cluster();
+	return ret;
+}
+
+static void need_cluster(void)
+{
+	if (!have_cluster)
+		skip();
+}
+
+static unsigned char pattern(unsigned int p, unsigned int b, size_t off)
+{
+	return (unsigned char)(0x3c ^ (p * 71) ^ (b * 37) ^ (off * 13) ^ (off >> 8));
+}
+
+static long long remote_value(const struct itest_daemon *d, const char *name)
+{
+	char *text = NULL;
+	long long v;
+
+	assert_int_equal(itest_admin_text(d, KVMM_OP_REMOTE, &text), 0);
+	v = itest_text_value(text, name);
+	free(text);
+	return v;
+}
+
+/* Seal prompt @p of @pages pages through daemon @d; wait until its stores were tried. */
+static void seal_prompt(struct itest_daemon *d, unsigned int p, unsigned int pages)
+{
+	uint32_t tokens[MAX_BLOCKS * 64], tpp, n;
+	int32_t frames[MAX_BLOCKS + 1];
+	long long before = remote_value(d, "Stores") + remote_value(d, "StoreErrors");
+	kvmm_client_t *c;
+	uint64_t seq, len;
+
+	assert_int_equal(kvmm_attach(d->sock, ITEST_NS_A, &itest_fmt, &c), 0);
+	tpp = kvmm_tokens_per_page(c);
+	n = pages * tpp;
+	itest_tokens(tokens, n, p);
+	assert_int_equal(kvmm_seq_create(c, 0, &seq), 0);
+	assert_int_equal(kvmm_seq_append(c, seq, tokens, n, &len), 0);
+	assert_int_equal(kvmm_block_table(c, &seq, 1, frames, MAX_BLOCKS + 1), 0);
+	for (unsigned int b = 0; b < pages; b++) {
+		unsigned char *q = kvmm_frame_addr(c, (uint32_t)frames[b]);
+
+		for (size_t off = 0; off < ITEST_PAGE_SIZE; off++)
+			q[off] = pattern(p, b, off);
+	}
+	assert_int_equal(kvmm_seal(c, seq, 0, 0), 0);
+	assert_int_equal(kvmm_seq_free(c, seq), 0);
+	kvmm_detach(c);
+	for (uint64_t t0 = now_ms(); now_ms() - t0 < 5000; itest_sleep_ms(10))
+		if (remote_value(d, "Stores") + remote_value(d, "StoreErrors") >= before + pages)
+			return;
+	fail_msg("the stores of prompt %u did not complete", p);
+}
+
+/*
+ * Look prompt @p (@pages pages) up through @d: the pages hit, each byte checked; the time
+ * the lookup took in *ms.
+ */
+static unsigned int lookup_prompt(struct itest_daemon *d, unsigned int p, unsigned int pages,
+				  uint64_t *ms)
+{
+	uint32_t tokens[MAX_BLOCKS * 64], tpp, n;
+	int32_t frames[MAX_BLOCKS + 1];
+	kvmm_client_t *c;
+	uint64_t seq, hit, t0;
+
+	assert_int_equal(kvmm_attach(d->sock, ITEST_NS_A, &itest_fmt, &c), 0);
+	tpp = kvmm_tokens_per_page(c);
+	n = pages * tpp + 3;
+	itest_tokens(tokens, n, p);
+	assert_int_equal(kvmm_seq_create(c, 0, &seq), 0);
+	t0 = now_ms();
+	assert_int_equal(kvmm_prefix_lookup(c, seq, tokens, n, &hit), 0);
+	if (ms)
+		*ms = now_ms() - t0;
+	assert_int_equal(hit % tpp, 0);
+	assert_true(hit <= (uint64_t)pages * tpp);
+	if (hit) {
+		assert_int_equal(kvmm_block_table(c, &seq, 1, frames, MAX_BLOCKS + 1), 0);
+		for (unsigned int b = 0; b < hit / tpp; b++) {
+			const unsigned char *q = kvmm_frame_addr(c, (uint32_t)frames[b]);
+
+			for (size_t off = 0; off < ITEST_PAGE_SIZE; off++)
+				if (q[off] != pattern(p, b, off))
+					fail_msg("prompt %u block %u byte %zu differs", p, b, off);
+		}
+	}
+	assert_int_equal(kvmm_seq_free(c, seq), 0);
+	kvmm_detach(c);
+	return (unsigned int)(hit / tpp);
+}
+
+/* (a) sealed through A, a hit through B with identical bytes; then a local hit in B */
+static void test_share_across_daemons(void **state)
+{
+	long long lookups;
+	uint64_t ms;
+
+	(void)state;
+	need_cluster();
+	assert_int_equal(remote_value(&dA, "Remote"), 1);
+	assert_int_equal(lookup_prompt(&dB, 1, 8, NULL), 0); /* nothing anywhere yet */
+	seal_prompt(&dA, 1, 8);
+	assert_int_equal(remote_value(&dA, "Stores"), 8);
+	assert_int_equal(remote_value(&dA, "StoreErrors"), 0);
+	/* A knew one seed: it found the other nodes through CLUSTER SLOTS */
+	assert_int_equal(remote_value(&dA, "Cluster"), 1);
+	assert_int_equal(remote_value(&dA, "Nodes"), NODES);
+	assert_int_equal(lookup_prompt(&dB, 1, 8, &ms), 8);
+	assert_true(remote_value(&dB, "Hits") >= 8);
+	assert_int_equal(remote_value(&dB, "Corrupt"), 0);
+	print_message("remote hit of 8 pages through the other daemon: %llu ms\n",
+		      (unsigned long long)ms);
+	/* now B has it locally: no remote lookup for it again */
+	lookups = remote_value(&dB, "Lookups");
+	assert_int_equal(lookup_prompt(&dB, 1, 8, NULL), 8);
+	assert_int_equal(remote_value(&dB, "Lookups"), lookups);
+	/* what B brought back is not stored again */
+	assert_int_equal(remote_value(&dB, "Stores"), 0);
+}
+
+/* Apply @what to every stored value of block @depth, on every node. Returns how many. */
+static int damage(unsigned int depth, bool truncate)
+{
+	int done = 0;
+
+	for (int i = 0; i < NODES; i++) {
+		redisReply *keys = cmd(i, "KEYS kvmm:*");
+
+		assert_non_null(keys);
+		for (size_t k = 0; k < keys->elements; k++) {
+			const char *key = keys->element[k]->str;
+			redisReply *v = cmd(i, "GET %s", key), *r;
+			uint32_t d;
+
+			assert_non_null(v);
+			assert_true(v->len > 64);
+			memcpy(&d, v->str + 32, sizeof(d)); /* header: depth at 32, little-endian */
+			if (d == depth) {
+				if (truncate)
+					r = cmd(i, "SET %s %b", key, v->str, v->len - 100);
+				else
+					r = cmd(i, "SETRANGE %s 5000 %s", key, "garbage");
+				assert_non_null(r);
+				assert_int_not_equal(r->type, REDIS_REPLY_ERROR);
+				freeReplyObject(r);
+				done++;
+			}
+			freeReplyObject(v);
+		}
+		freeReplyObject(keys);
+	}
+	return done;
+}
+
+/* (b) a flipped value and a truncated one: rejected, counted, only the blocks before used */
+static void test_corrupt_value(void **state)
+{
+	long long corrupt = remote_value(&dB, "Corrupt");
+
+	(void)state;
+	need_cluster();
+	seal_prompt(&dA, 2, 8);
+	assert_true(damage(3, false) >= 1);
+	assert_true(damage(5, true) >= 1);
+	assert_int_equal(lookup_prompt(&dB, 2, 8, NULL), 3);
+	/* both damaged values of prompt 2 were checked (prompt 1's are local to B) */
+	assert_int_equal(remote_value(&dB, "Corrupt"), corrupt + 2);
+}
+
+/* A lookup on its own thread (no cmocka calls here): hit and when it started and ended. */
+struct parked {
+	unsigned int p, pages, hit;
+	int err;
+	uint64_t start, end;
+};
+
+static void *parked_lookup(void *arg)
+{
+	struct parked *pk = arg;
+	uint32_t tokens[MAX_BLOCKS * 64], n;
+	kvmm_client_t *c;
+	uint64_t seq, hit = 0;
+
+	pk->err = kvmm_attach(dB.sock, ITEST_NS_A, &itest_fmt, &c);
+	if (pk->err)
+		return NULL;
+	n = pk->pages * kvmm_tokens_per_page(c) + 3;
+	itest_tokens(tokens, n, pk->p);
+	pk->err = kvmm_seq_create(c, 0, &seq);
+	pk->start = now_ms();
+	if (!pk->err)
+		pk->err = kvmm_prefix_lookup(c, seq, tokens, n, &hit);
+	pk->end = now_ms();
+	pk->hit = (unsigned int)(hit / kvmm_tokens_per_page(c));
+	kvmm_detach(c);
+	return NULL;
+}
+
+/* (c) a node killed mid-run, restarted; a node stopped (partition) */
+static void test_node_killed(void **state)
+{
+	uint64_t ms;
+	unsigned int hit;
+
+	(void)state;
+	need_cluster();
+	seal_prompt(&dA, 3, 16);
+	seal_prompt(&dA, 4, 16);
+	kill_node(1, SIGKILL);
+	/* B gets what lies before the dead node's first block, at once */
+	hit = lookup_prompt(&dB, 3, 16, &ms);
+	print_message("node killed: %u of 16 pages, %llu ms\n", hit, (unsigned long long)ms);
+	assert_true(ms < 3000);
+	assert_true(hit == 16 || remote_value(&dB, "Errors") > 0);
+
+	/* restarted on its port (its nodes file keeps its slots); the daemons reconnect */
+	assert_int_equal(start_node(1), 0);
+	assert_true(wait_cluster_ok(10000));
+	itest_sleep_ms(1100); /* past the client's retry back-off */
+	seal_prompt(&dA, 5, 8);
+	assert_int_equal(lookup_prompt(&dB, 5, 8, NULL), 8);
+
+	/*
+	 * A partition: a node that accepts nothing, answers nothing.  The lookup waits for
+	 * remote_timeout_ms, parked; meanwhile another client of the same daemon is served.
+	 */
+	kill_node(2, SIGSTOP);
+	{
+		struct parked pk = {.p = 4, .pages = 16};
+		uint64_t t0, t1;
+		pthread_t th;
+
+		assert_int_equal(pthread_create(&th, NULL, parked_lookup, &pk), 0);
+		itest_sleep_ms(100);
+		t0 = now_ms();
+		assert_int_equal(lookup_prompt(&dB, 5, 8, NULL), 8); /* local now */
+		t1 = now_ms();
+		assert_int_equal(pthread_join(th, NULL), 0);
+		assert_int_equal(pk.err, 0);
+		print_message("node stopped: %u of 16 pages, %llu ms; another client's lookup "
+			      "meanwhile: %llu ms\n",
+			      pk.hit, (unsigned long long)(pk.end - pk.start),
+			      (unsigned long long)(t1 - t0));
+		/* it did wait for the stopped node, and no longer than the timeout allows */
+		assert_true(pk.end - pk.start >= TIMEOUT_MS - 50);
+		assert_true(pk.end - pk.start < 3 * TIMEOUT_MS + 1000);
+		/* the other client was answered while the lookup was parked */
+		assert_true(t1 < pk.end);
+	}
+	kill(rpid[2], SIGCONT);
+	assert_true(itest_daemon_alive(&dA));
+	assert_true(itest_daemon_alive(&dB));
+}
+
+/* (d) the cluster gone: lookups miss at once, seals work, the daemons are fine */
+static void test_cluster_gone(void **state)
+{
+	long long stores;
+	uint64_t ms;
+
+	(void)state;
+	need_cluster();
+	for (int i = 0; i < NODES; i++)
+		kill_node(i, SIGKILL);
+	stores = remote_value(&dA, "StoreErrors");
+	seal_prompt(&dA, 6, 8);
+	assert_true(remote_value(&dA, "StoreErrors") > stores);
+	/* A has it locally; B has nothing to ask */
+	assert_int_equal(lookup_prompt(&dA, 6, 8, NULL), 8);
+	assert_int_equal(lookup_prompt(&dB, 6, 8, &ms), 0);
+	assert_true(ms < 2000);
+	assert_int_equal(lookup_prompt(&dB, 7, 8, &ms), 0);
+	assert_true(ms < 2000);
+	assert_true(itest_daemon_alive(&dA));
+	assert_true(itest_daemon_alive(&dB));
+}
+
+static redisReply *expect(redisReply *r)
+{
+	assert_non_null(r);
+	if (r->type == REDIS_REPLY_ERROR)
+		fail_msg("redis: %s", r->str);
+	return r;
+}
+
+static void node_id(int i, char *id, size_t len)
+{
+	redisReply *r = expect(cmd(i, "CLUSTER MYID"));
+
+	snprintf(id, len, "%s", r->str);
+	freeReplyObject(r);
+}
+
+static int rc_op(struct kvmm_redis *rc, bool set, const char *key, const char *val, char *out,
+		 size_t outlen)
+{
+	struct kvmm_redis_op op = {.key = key, .keylen = strlen(key)};
+
+	if (set) {
+		op.val = (void *)val;
+		op.len = strlen(val);
+		kvmm_redis_set(rc, &op, 1, 60);
+		return op.res;
+	}
+	kvmm_redis_get(rc, &op, 1);
+	if (!op.res) {
+		snprintf(out, outlen, "%.*s", (int)op.len, (char *)op.val);
+		free(op.val);
+	}
+	return op.res;
+}
+
+/* (e) the client: ASK while a slot migrates, MOVED once it moved; a plain server */
+static void test_client_redirects(void **state)
+{
+	struct kvmm_redis_config cfg = {0};
+	struct kvmm_redis_stats st;
+	unsigned int slot = kvmm_redis_keyslot("{rt}", 4);
+	int src = (int)(slot * NODES / 16384), dst = (src + 1) % NODES, plain;
+	char ids[NODES][64], got[64];
+	struct kvmm_redis *rc;
+	redisReply *r;
+
+	(void)state;
+	need_cluster();
+	for (int i = 0; i < NODES; i++)
+		node_id(i, ids[i], sizeof(ids[i]));
+	snprintf(cfg.seeds, sizeof(cfg.seeds), "127.0.0.1:%d", port[dst]);
+	cfg.timeout_ms = 1000;
+	rc = kvmm_redis_create(&cfg);
+	assert_non_null(rc);
+	assert_int_equal(rc_op(rc, true, "{rt}a", "v1", NULL, 0), 0);
+	assert_int_equal(rc_op(rc, false, "{rt}a", NULL, got, sizeof(got)), 0);
+	assert_string_equal(got, "v1");
+	r = expect(cmd(src, "GET {rt}a")); /* it went to the slot's owner */
+	assert_string_equal(r->str, "v1");
+	freeReplyObject(r);
+
+	/* migrating: a key the source no longer has is asked of the target */
+	freeReplyObject(expect(cmd(dst, "CLUSTER SETSLOT %u IMPORTING %s", slot, ids[src])));
+	freeReplyObject(expect(cmd(src, "CLUSTER SETSLOT %u MIGRATING %s", slot, ids[dst])));
+	assert_int_equal(rc_op(rc, true, "{rt}b", "v2", NULL, 0), 0);
+	assert_int_equal(rc_op(rc, false, "{rt}b", NULL, got, sizeof(got)), 0);
+	assert_string_equal(got, "v2");
+	assert_int_equal(rc_op(rc, false, "{rt}none", NULL, got, sizeof(got)), -ENOENT);
+	kvmm_redis_get_stats(rc, &st);
+	assert_true(st.ask >= 3);
+	assert_int_equal(st.moved, 0);
+	assert_true(st.cluster);
+	assert_int_equal(st.nodes, NODES);
+
+	/* moved: the client's map is stale, the source answers MOVED */
+	freeReplyObject(expect(cmd(src, "MIGRATE 127.0.0.1 %d {rt}a 0 5000", port[dst])));
+	for (int i = 0; i < NODES; i++)
+		freeReplyObject(expect(cmd(i, "CLUSTER SETSLOT %u NODE %s", slot, ids[dst])));
+	assert_int_equal(rc_op(rc, false, "{rt}a", NULL, got, sizeof(got)), 0);
+	assert_string_equal(got, "v1");
+	kvmm_redis_get_stats(rc, &st);
+	assert_int_equal(st.moved, 1);
+	assert_int_equal(rc_op(rc, false, "{rt}a", NULL, got, sizeof(got)), 0);
+	kvmm_redis_get_stats(rc, &st);
+	assert_int_equal(st.moved, 1); /* the map learnt it */
+	kvmm_redis_destroy(rc);
+	assert_true(wait_cluster_ok(5000));
+
+	/* a single server without cluster mode is a one-node cluster */
+	plain = pick_port();
+	assert_true(plain > 0);
+	{
+		char p[16];
+		pid_t pid = fork();
+
+		snprintf(p, sizeof(p), "%d", plain);
+		if (pid == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			execl(redis_bin, redis_bin, "--port", p, "--bind", "127.0.0.1", "--save",
+			      "", "--appendonly", "no", "--logfile", "/dev/null", "--requirepass",
+			      "s3cret", (char *)NULL);
+			_exit(127);
+		}
+		assert_true(pid > 0);
+		snprintf(cfg.seeds, sizeof(cfg.seeds), "127.0.0.1:%d", plain);
+		/* it wants a password: without one, every command fails (NOAUTH) */
+		cfg.retry_ms = 50;
+		rc = kvmm_redis_create(&cfg);
+		assert_non_null(rc);
+		for (uint64_t t0 = now_ms(); now_ms() - t0 < 5000; itest_sleep_ms(20))
+			if (rc_op(rc, true, "{rt}a", "p1", NULL, 0) == -EAGAIN)
+				break;
+		assert_int_equal(rc_op(rc, false, "{rt}a", NULL, got, sizeof(got)), -EAGAIN);
+		kvmm_redis_destroy(rc);
+		/* a wrong password: the connection is refused at AUTH, counted */
+		strcpy(cfg.password, "wrong");
+		rc = kvmm_redis_create(&cfg);
+		assert_non_null(rc);
+		assert_int_equal(rc_op(rc, true, "{rt}a", "p1", NULL, 0), -ECONNREFUSED);
+		kvmm_redis_get_stats(rc, &st);
+		assert_true(st.conn_fail >= 1);
+		kvmm_redis_destroy(rc);
+		/* the right one */
+		strcpy(cfg.password, "s3cret");
+		rc = kvmm_redis_create(&cfg);
+		assert_non_null(rc);
+		assert_int_equal(rc_op(rc, true, "{rt}a", "p1", NULL, 0), 0);
+		assert_int_equal(rc_op(rc, true, "x", "p2", NULL, 0), 0);
+		assert_int_equal(rc_op(rc, false, "{rt}a", NULL, got, sizeof(got)), 0);
+		assert_string_equal(got, "p1");
+		assert_int_equal(rc_op(rc, false, "x", NULL, got, sizeof(got)), 0);
+		assert_string_equal(got, "p2");
+		kvmm_redis_get_stats(rc, &st);
+		assert_false(st.cluster);
+		assert_int_equal(st.nodes, 1);
+		kvmm_redis_destroy(rc);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_share_across_daemons), cmocka_unit_test(test_corrupt_value),
+		cmocka_unit_test(test_client_redirects),     cmocka_unit_test(test_node_killed),
+		cmocka_unit_test(test_cluster_gone),
+	};
+	int ret;
+
+	ret = cmocka_run_group_tests_name("itest_remote", tests, group_setup, group_teardown);
+	if (!have_cluster)
+		return 77;
+	return ret;
+}

@@ -246,6 +246,7 @@ static void complete_async(struct kvmm_client *c, struct kvmm_inflight *in)
 			break;
 		}
 	}
+	kvmm_wp_pending_done(c, in->seq, &cqe);
 	inflight_remove(c, in);
 	kvmm_cq_push(c, &cqe);
 }
@@ -662,10 +663,16 @@ static int client_map(struct kvmm_client *c, const struct kvmm_attach_rep *rep, 
 		return -errno;
 	}
 	c->map_len = total;
+	/*
+	 * Read-only unless the pages are not to be protected: wprotect.c makes a frame writable
+	 * while it is this handle's own unsealed page. (mprotect keeps VM_MAYWRITE: the fds were
+	 * opened read-write.)
+	 */
 	for (uint32_t i = 0; i < rep->nr_chunks; i++) {
 		void *want = (char *)c->base + (size_t)i * rep->chunk_size;
-		void *p = mmap(want, rep->chunk_size, PROT_READ | PROT_WRITE,
-			       MAP_SHARED | MAP_FIXED, fds[first_chunk + i], 0);
+		void *p =
+			mmap(want, rep->chunk_size, c->wp_want ? PROT_READ : PROT_READ | PROT_WRITE,
+			     MAP_SHARED | MAP_FIXED, fds[first_chunk + i], 0);
 
 		if (p == MAP_FAILED) {
 			err = -errno;
@@ -676,6 +683,8 @@ out_sizes:
 	c->chunk_size = rep->chunk_size;
 	c->nr_chunks = rep->nr_chunks;
 	c->nr_frames = rep->nr_frames ? rep->nr_frames : (uint32_t)(total / c->page_size);
+	if (!err && c->base && c->wp_want)
+		err = kvmm_wp_setup(c);
 	return err;
 }
 
@@ -793,6 +802,7 @@ out_fds:
 static void client_free(struct kvmm_client *c)
 {
 	kvmm_inflight_fail(c, -ENOTCONN);
+	kvmm_wp_free(c);
 	kvmm_dp_client_free(c);
 	kvmm_client_cuda_unmap(c);
 	if (c->base)
@@ -808,8 +818,22 @@ static void client_free(struct kvmm_client *c)
 	free(c);
 }
 
+/* $KVMM_WPROTECT=0 turns the protection of pool pages off (default on). */
+static bool wprotect_env(void)
+{
+	const char *env = getenv("KVMM_WPROTECT");
+
+	return !env || !env[0] || strcmp(env, "0") != 0;
+}
+
 int kvmm_attach(const char *socket_path, const char *ns, const struct kvmm_format *fmt,
 		kvmm_client_t **out)
+{
+	return kvmm_attach_ex(socket_path, ns, fmt, NULL, out);
+}
+
+int kvmm_attach_ex(const char *socket_path, const char *ns, const struct kvmm_format *fmt,
+		   const struct kvmm_attach_opts *opts, kvmm_client_t **out)
 {
 	char name[KVMM_NAME_LEN] = {0};
 	struct kvmm_client *c;
@@ -818,6 +842,14 @@ int kvmm_attach(const char *socket_path, const char *ns, const struct kvmm_forma
 	if (!out || !ns || !fmt)
 		return -EINVAL;
 	*out = NULL;
+	if (opts && (opts->flags & ~KVMM_ATTACH_OPT_ALL))
+		return -EINVAL;
+	if (opts && opts->model_len)
+		return -EINVAL; /* not yet */
+	for (unsigned int i = 0; opts && i < sizeof(opts->reserved) / sizeof(opts->reserved[0]);
+	     i++)
+		if (opts->reserved[i])
+			return -EINVAL;
 	if (strlen(ns) >= KVMM_NAME_LEN)
 		return -EINVAL;
 	memcpy(name, ns, strlen(ns));
@@ -830,6 +862,7 @@ int kvmm_attach(const char *socket_path, const char *ns, const struct kvmm_forma
 	c->fd = -1;
 	c->next_seq = 1;
 	c->pid = getpid();
+	c->wp_want = wprotect_env() && !(opts && (opts->flags & KVMM_ATTACH_NO_WPROTECT));
 	pthread_mutex_init(&c->lock, NULL);
 	c->rx = malloc(KVMM_MSG_MAX);
 	if (!c->rx) {

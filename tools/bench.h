@@ -75,6 +75,18 @@ static inline void bench_use_ptr(const void *p)
 #define ATTN_HEAD_DIM 128
 #define ATTN_Q_HEADS 32
 
+/*
+ * bench_ipc.c: a kvmmd of the benchmark's own (./kvmm/kvmmd or $KVMM_KVMMD) in a temporary
+ * directory: 16 KiB pages, one namespace "bench" of 8192 frames. 0, -ENOENT (not built: a
+ * note says so) or -errno; stop it (and remove the directory) with bench_daemon_stop.
+ */
+struct bench_daemon {
+	int pid;
+	char dir[64], sock[128];
+};
+int bench_daemon_start(struct bench_daemon *d);
+void bench_daemon_stop(struct bench_daemon *d);
+
 /* A suite of a benchmark program: its name on the command line, one line of help, its run. */
 struct bench_suite {
 	const char *name;
@@ -92,9 +104,10 @@ int bench_main(const char *prog, const struct bench_suite *suites, size_t nr, co
 
 /* Suites: 0, or a negative errno after printing why. */
 int bench_suite_core(const struct bench_opts *o);
-int bench_suite_attn(const struct bench_opts *o); /* bench_attn.c */
-int bench_attn_steps(const struct bench_opts *o); /* bench_attn_steps.c: part of attn */
-int bench_suite_ipc(const struct bench_opts *o);  /* bench_ipc.c: starts ./kvmm/kvmmd */
-int bench_suite_swap(const struct bench_opts *o); /* bench_swap.c: tiers, fio, replay */
+int bench_suite_attn(const struct bench_opts *o);     /* bench_attn.c */
+int bench_attn_steps(const struct bench_opts *o);     /* bench_attn_steps.c: part of attn */
+int bench_suite_wprotect(const struct bench_opts *o); /* bench_wprotect.c: the same */
+int bench_suite_ipc(const struct bench_opts *o);      /* bench_ipc.c: starts ./kvmm/kvmmd */
+int bench_suite_swap(const struct bench_opts *o);     /* bench_swap.c: tiers, fio, replay */
 
 #endif /* KVMM_TOOLS_BENCH_H */

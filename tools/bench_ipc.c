@@ -33,11 +33,6 @@
 
 #define STEP_SEQS 64
 
-struct daemon {
-	pid_t pid;
-	char dir[64], sock[128];
-};
-
 static void sleep_ms(unsigned int ms)
 {
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -49,7 +44,7 @@ static void sleep_ms(unsigned int ms)
 static const struct kvmm_format fmt = {
 	.layers = 4, .kv_heads = 2, .head_dim = 64, .dtype = KVMM_DTYPE_FP16};
 
-static int daemon_start(struct daemon *d)
+int bench_daemon_start(struct bench_daemon *d)
 {
 	const char *bin = getenv("KVMM_KVMMD");
 	char conf[128];
@@ -98,7 +93,7 @@ static int daemon_start(struct daemon *d)
 	return -ETIMEDOUT;
 }
 
-static void daemon_stop(struct daemon *d)
+void bench_daemon_stop(struct bench_daemon *d)
 {
 	char path[160];
 
@@ -381,19 +376,19 @@ static double step_frames(kvmm_client_t *c, unsigned int steps)
 int bench_suite_ipc(const struct bench_opts *o)
 {
 	unsigned int n = o->quick ? 2000 : 20000, steps = o->quick ? 200 : 2000;
-	struct daemon d = {0};
+	struct bench_daemon d = {0};
 	kvmm_client_t *c = NULL, *cs = NULL;
 	double sp, fx, rt, st, st_sock, st_fr, bt, m1, m64;
 	int err;
 
 	sp = seqpacket_pingpong(n);
 	fx = futex_pingpong(n);
-	err = daemon_start(&d);
+	err = bench_daemon_start(&d);
 	if (err == -ENOENT)
 		return 0;
 	if (err) {
 		fprintf(stderr, "ipc: kvmmd did not start: %s\n", strerror(-err));
-		daemon_stop(&d);
+		bench_daemon_stop(&d);
 		return err;
 	}
 	err = kvmm_attach(d.sock, "bench", &fmt, &c);
@@ -406,7 +401,7 @@ int bench_suite_ipc(const struct bench_opts *o)
 		fprintf(stderr, "ipc: attach: %s\n", err ? kvmm_strerror(err) : "no data plane");
 		kvmm_detach(c);
 		kvmm_detach(cs);
-		daemon_stop(&d);
+		bench_daemon_stop(&d);
 		return err ? err : -EOPNOTSUPP;
 	}
 	rt = op_round_trip(c, n);
@@ -418,7 +413,7 @@ int bench_suite_ipc(const struct bench_opts *o)
 	st_fr = step_frames(c, steps);
 	kvmm_detach(c);
 	kvmm_detach(cs);
-	daemon_stop(&d);
+	bench_daemon_stop(&d);
 
 	bench_report("ipc baseline: SEQPACKET ping-pong", sp, "ns/rtt", "", 0);
 	bench_report("ipc baseline: futex ping-pong", fx, "ns/rtt", "", 0);

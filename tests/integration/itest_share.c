@@ -182,11 +182,14 @@ static void test_namespace_wall(void **state)
 	n = PROMPT_PAGES * kvmm_tokens_per_page(a) + PROMPT_EXTRA;
 	itest_tokens(tokens, n, 2);
 
-	/* alpha caches the prompt */
+	/* alpha caches the prompt, its first page written before the seal */
 	assert_int_equal(kvmm_seq_create(a, 0, &sa), 0);
 	assert_int_equal(kvmm_seq_append(a, sa, tokens, n, NULL), 0);
-	assert_int_equal(kvmm_seal(a, sa, 0, 0), 0);
 	assert_int_equal(kvmm_block_table(a, &sa, 1, fa, MAX_BLOCKS), 0);
+	pa = kvmm_frame_addr(a, (uint32_t)fa[0]);
+	assert_non_null(pa);
+	memset(pa, 0x11, 4096);
+	assert_int_equal(kvmm_seal(a, sa, 0, 0), 0);
 
 	/* beta looks it up: nothing, it is another namespace's cache */
 	assert_int_equal(kvmm_seq_create(b, 0, &sb), 0);
@@ -197,21 +200,17 @@ static void test_namespace_wall(void **state)
 
 	/*
 	 * The same frame number in both namespaces is two different pages: beta's mapping is
-	 * a different memfd, so a write in one is not seen in the other.
+	 * a different memfd, so what beta writes into its own pages is not seen in alpha's.
 	 */
-	pa = kvmm_frame_addr(a, (uint32_t)fa[0]);
-	pb = kvmm_frame_addr(b, (uint32_t)fa[0]);
-	assert_non_null(pa);
-	assert_non_null(pb);
-	memset(pa, 0x11, 4096);
-	memset(pb, 0x22, 4096);
+	for (unsigned int i = 0; i < MAX_BLOCKS && fb[i] != KVMM_BLOCK_NONE; i++) {
+		pb = kvmm_frame_addr(b, (uint32_t)fb[i]);
+		assert_non_null(pb);
+		memset(pb, 0x22, 4096);
+		if (fb[i] == fa[0])
+			assert_int_equal(pa[0], 0x11);
+	}
 	assert_int_equal(pa[0], 0x11);
 	assert_int_equal(pa[4095], 0x11);
-	assert_int_equal(pb[0], 0x22);
-	pb = kvmm_frame_addr(b, (uint32_t)fb[0]);
-	memset(pb, 0x33, 64);
-	if (fb[0] != fa[0])
-		assert_int_equal(pa[0], 0x11);
 	/* sequence ids are per client: beta cannot name alpha's sequence either */
 	if (sa != sb)
 		assert_true(kvmm_seq_free(b, sa) < 0);

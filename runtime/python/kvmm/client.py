@@ -50,7 +50,7 @@ class Client:
     """
 
     def __init__(self, socket_path: Optional[str] = None, ns: str = "default",
-                 fmt: Optional[Format] = None) -> None:
+                 fmt: Optional[Format] = None, *, wprotect: bool = True) -> None:
         if fmt is None:
             raise TypeError("attach needs a fmt (kvmm.Format)")
         if not isinstance(fmt, Format):
@@ -67,7 +67,14 @@ class Client:
             raise ValueError("socket_path contains NUL")
         cfmt = _lib.Format(fmt.layers, fmt.kv_heads, fmt.head_dim, fmt.dtype, fmt.quant_group, 0)
         h = c_void_p()
-        err = lib.kvmm_attach(sockb, nsb, byref(cfmt), byref(h))
+        if not isinstance(wprotect, bool):
+            raise TypeError(f"wprotect must be a bool, not {type(wprotect).__name__}")
+        if wprotect or not _lib.has("kvmm_attach_ex"):
+            err = lib.kvmm_attach(sockb, nsb, byref(cfmt), byref(h))
+        else:
+            opts = _lib.AttachOpts()
+            opts.flags = _lib.ATTACH_NO_WPROTECT
+            err = lib.kvmm_attach_ex(sockb, nsb, byref(cfmt), byref(opts), byref(h))
         if err < 0:
             e = make_error(err, "kvmm_attach")
             if err == -_errno.ENOENT and os.path.exists(_socket_path(socket_path)):
@@ -110,6 +117,17 @@ class Client:
             raise ValueError("kvmm client was attached in another process (after fork(): "
                              "attach again in the child)")
         return h
+
+    @property
+    def write_protected(self) -> bool:
+        """Whether the pool's pages are write-protected in this process (kvmm_write_protected):
+        then only this handle's own unsealed pages (those :meth:`block_table` showed it after
+        an append, magazine frames it took) are writable, and a write through a view into any
+        other frame (a sealed or shared prefix page, another client's page) is a SIGSEGV that
+        ends the process.  False with ``attach(..., wprotect=False)``, $KVMM_WPROTECT=0, or a
+        pool in GPU memory."""
+        h = self._handle()
+        return bool(_lib.has("kvmm_write_protected") and lib.kvmm_write_protected(h))
 
     @property
     def closed(self) -> bool:
@@ -409,11 +427,13 @@ def _socket_path(socket_path: Optional[str]) -> str:
 
 
 def attach(socket_path: Optional[str] = None, ns: str = "default",
-           fmt: Optional[Format] = None) -> Client:
+           fmt: Optional[Format] = None, *, wprotect: bool = True) -> Client:
     """Attach to kvmmd (kvmm_attach): connect to ``socket_path`` (None: $KVMM_SOCKET, else
     $XDG_RUNTIME_DIR/kvmm/kvmmd.sock, else /run/kvmm/kvmmd.sock), join namespace ``ns`` with
-    format ``fmt`` and map its pool.  NoDaemonError when nothing listens there."""
-    return Client(socket_path, ns, fmt)
+    format ``fmt`` and map its pool.  NoDaemonError when nothing listens there.
+    ``wprotect=False`` (kvmm_attach_ex with KVMM_ATTACH_NO_WPROTECT) leaves the whole pool
+    writable: see :attr:`Client.write_protected`."""
+    return Client(socket_path, ns, fmt, wprotect=wprotect)
 
 
 _ = KvmmError  # re-exported for the type hints of callers

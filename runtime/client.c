@@ -567,7 +567,7 @@ static int client_hello(struct kvmm_client *c)
 		.abi_min = KVMM_ABI_MIN_COMPAT,
 		.pid = (uint32_t)getpid(),
 		.features = KVMM_FEAT_HOST_BACKEND | KVMM_FEAT_CUDA_BACKEND |
-			    KVMM_FEAT_PREFIX_CACHE | KVMM_FEAT_FD_PASSING,
+			    KVMM_FEAT_PREFIX_CACHE | KVMM_FEAT_FD_PASSING | KVMM_FEAT_KEY_DOMAIN,
 	};
 	const char *no_rings = getenv("KVMM_NO_RINGS");
 
@@ -688,14 +688,18 @@ out_sizes:
 	return err;
 }
 
-static int client_attach(struct kvmm_client *c, const char *ns, const struct kvmm_format *fmt)
+static int client_attach(struct kvmm_client *c, const char *ns, const struct kvmm_format *fmt,
+			 const struct kvmm_attach_opts *opts)
 {
 	struct kvmm_attach_req req = {
 		.fmt = *fmt,
 		.flags = (c->features & KVMM_FEAT_RINGS) ? KVMM_ATTACH_F_RINGS : 0,
 	};
 	struct kvmm_attach_device dev;
-	struct kvmm_iov part[2] = {{&req, sizeof(req)}, {&dev, sizeof(dev)}};
+	/* what follows the request: the device, then the model identity */
+	unsigned char tail[sizeof(dev) + sizeof(struct kvmm_attach_model) + KVMM_MODEL_ID_MAX];
+	size_t tail_len = 0;
+	struct kvmm_iov part[2] = {{&req, sizeof(req)}, {tail, 0}};
 	const struct kvmm_msg_hdr *hdr = (const struct kvmm_msg_hdr *)c->rx;
 	struct kvmm_attach_rep rep;
 	struct kvmm_rx rx;
@@ -716,11 +720,25 @@ static int client_attach(struct kvmm_client *c, const char *ns, const struct kvm
 		err = kvmm_client_cuda_uuid(c, dev.uuid);
 		if (err < 0)
 			return err;
-		if (!err)
+		if (!err) {
 			req.flags |= KVMM_ATTACH_F_DEVICE; /* else $KVMM_CUDA_DEVICE=none */
+			memcpy(tail, &dev, sizeof(dev));
+			tail_len = sizeof(dev);
+		}
 	}
-	err = kvmm_msg_send(c, KVMM_OP_ATTACH, part, (req.flags & KVMM_ATTACH_F_DEVICE) ? 2 : 1,
-			    &seq);
+	if (opts && opts->model_len) {
+		struct kvmm_attach_model m = {.len = opts->model_len};
+
+		/* a daemon without key domains would share this model's pages with any other */
+		if (!(c->features & KVMM_FEAT_KEY_DOMAIN))
+			return -EOPNOTSUPP;
+		req.flags |= KVMM_ATTACH_F_MODEL;
+		memcpy(tail + tail_len, &m, sizeof(m));
+		memcpy(tail + tail_len + sizeof(m), opts->model, opts->model_len);
+		tail_len += sizeof(m) + opts->model_len;
+	}
+	part[1].len = tail_len;
+	err = kvmm_msg_send(c, KVMM_OP_ATTACH, part, tail_len ? 2 : 1, &seq);
 	if (err)
 		return err;
 	err = msg_wait_raw(c, seq, &rx);
@@ -844,8 +862,8 @@ int kvmm_attach_ex(const char *socket_path, const char *ns, const struct kvmm_fo
 	*out = NULL;
 	if (opts && (opts->flags & ~KVMM_ATTACH_OPT_ALL))
 		return -EINVAL;
-	if (opts && opts->model_len)
-		return -EINVAL; /* not yet */
+	if (opts && (opts->model_len > KVMM_MODEL_ID_MAX || (opts->model_len && !opts->model)))
+		return -EINVAL;
 	for (unsigned int i = 0; opts && i < sizeof(opts->reserved) / sizeof(opts->reserved[0]);
 	     i++)
 		if (opts->reserved[i])
@@ -875,7 +893,7 @@ int kvmm_attach_ex(const char *socket_path, const char *ns, const struct kvmm_fo
 	err = client_hello(c);
 	if (err)
 		goto out_free;
-	err = client_attach(c, name, fmt);
+	err = client_attach(c, name, fmt, opts);
 	if (err)
 		goto out_free;
 	*out = c;

@@ -69,8 +69,13 @@ struct kvmm_attach_opts {
 #define KVMM_ATTACH_OPT_ALL KVMM_ATTACH_NO_WPROTECT
 
 /*
- * kvmm_attach with options (opts NULL: the defaults, as kvmm_attach). -EINVAL for an unknown
- * flag or a nonzero reserved field; otherwise as kvmm_attach.
+ * kvmm_attach with options (opts NULL: the defaults, as kvmm_attach). opts->model (model_len
+ * bytes, at most KVMM_MODEL_ID_MAX) is the identity of the model whose KV this handle stores
+ * (name, revision, adapter: opaque): it is hashed into every content key of the handle's
+ * pages, so handles of one namespace with different identities never share a page, and
+ * those with the same one do. -EINVAL for an unknown flag, a nonzero reserved field or a
+ * model_len too long; -EOPNOTSUPP for an identity given to a kvmmd without key domains;
+ * otherwise as kvmm_attach.
  */
 int kvmm_attach_ex(const char *socket_path, const char *ns, const struct kvmm_format *fmt,
 		   const struct kvmm_attach_opts *opts, kvmm_client_t **out);
@@ -173,6 +178,19 @@ int kvmm_seq_free(kvmm_client_t *client, uint64_t seq);
  */
 int kvmm_prefix_lookup(kvmm_client_t *client, uint64_t seq, const uint32_t *tokens, uint64_t n,
 		       uint64_t *nr_hit);
+/*
+ * kvmm_prefix_lookup and kvmm_seal with a salt (like vLLM's cache_salt): salt_len bytes
+ * (at most KVMM_SALT_MAX; 0: none) mixed into the content keys of seq's pages, so that
+ * requests with different salts never share a page even with the same model and tokens. The
+ * salt is the sequence's from then on (later lookups, seals and forks use it); it can only be
+ * changed while the sequence has no sealed or shared page (-EBUSY). -EOPNOTSUPP from a kvmmd
+ * without key domains.
+ */
+int kvmm_prefix_lookup_salt(kvmm_client_t *client, uint64_t seq, const uint32_t *tokens, uint64_t n,
+			    const void *salt, size_t salt_len, uint64_t *nr_hit);
+int kvmm_seal_salt(kvmm_client_t *client, uint64_t seq, uint32_t block, uint32_t nr_blocks,
+		   const void *salt, size_t salt_len);
+
 /*
  * Seal the full, unsealed pages of seq among blocks [block, block + nr_blocks) (nr_blocks 0:
  * all full pages from block on) and enter them in the namespace's prefix cache, keyed by the

@@ -266,20 +266,63 @@ int kvmm_prefix_lookup(kvmm_client_t *c, uint64_t seq, const uint32_t *tokens, u
 	return LOCKED(c, prefix_lookup_locked(c, seq, tokens, n, nr_hit));
 }
 
-int kvmm_seal(kvmm_client_t *c, uint64_t seq, uint32_t block, uint32_t nr_blocks)
+/* SEQ_SALT: seq's pages are keyed with this salt from now on. Lock held. */
+static int seq_salt_locked(struct kvmm_client *c, uint64_t seq, const void *salt, size_t len)
+{
+	struct kvmm_seq_salt_req req = {.seq = seq, .len = (uint32_t)len};
+	struct kvmm_iov parts[2] = {{&req, sizeof(req)}, {salt, len}};
+
+	if (!(c->features & KVMM_FEAT_KEY_DOMAIN))
+		return -EOPNOTSUPP;
+	return kvmm_msg_call(c, KVMM_OP_SEQ_SALT, parts, len ? 2 : 1, NULL, 0);
+}
+
+int kvmm_prefix_lookup_salt(kvmm_client_t *c, uint64_t seq, const uint32_t *tokens, uint64_t n,
+			    const void *salt, size_t salt_len, uint64_t *nr_hit)
+{
+	int err;
+
+	if (!c || (n && !tokens) || salt_len > KVMM_SALT_MAX || (salt_len && !salt))
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	err = seq_salt_locked(c, seq, salt, salt_len);
+	if (!err)
+		err = prefix_lookup_locked(c, seq, tokens, n, nr_hit);
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+static int seal_locked(struct kvmm_client *c, uint64_t seq, uint32_t block, uint32_t nr_blocks)
 {
 	struct kvmm_seal_req req = {.seq = seq, .block = block, .nr_blocks = nr_blocks};
 	struct kvmm_iov part = {&req, sizeof(req)};
-
 	struct kvmm_cqe res = {0};
 	int err;
 
-	if (!c)
-		return -EINVAL;
-	pthread_mutex_lock(&c->lock);
 	err = kvmm_msg_call(c, KVMM_OP_SEAL, &part, 1, NULL, 0);
 	if (!err)
 		wp_done(c, KVMM_OP_SEAL, seq, nr_blocks, block, &res);
+	return err;
+}
+
+int kvmm_seal(kvmm_client_t *c, uint64_t seq, uint32_t block, uint32_t nr_blocks)
+{
+	if (!c)
+		return -EINVAL;
+	return LOCKED(c, seal_locked(c, seq, block, nr_blocks));
+}
+
+int kvmm_seal_salt(kvmm_client_t *c, uint64_t seq, uint32_t block, uint32_t nr_blocks,
+		   const void *salt, size_t salt_len)
+{
+	int err;
+
+	if (!c || salt_len > KVMM_SALT_MAX || (salt_len && !salt))
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	err = seq_salt_locked(c, seq, salt, salt_len);
+	if (!err)
+		err = seal_locked(c, seq, block, nr_blocks);
 	pthread_mutex_unlock(&c->lock);
 	return err;
 }

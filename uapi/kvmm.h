@@ -30,7 +30,9 @@
  *      SEQ_APPEND_FRAMES (append into frames popped from the magazine) and the magazine
  *      head moved by compare-and-swap on both sides, daemon top-ups below the low mark;
  *      tensor-parallel groups: KVMM_ATTACH_F_DEVICE + struct kvmm_attach_device,
- *      attach_rep.device_index and nr_devices.
+ *      attach_rep.device_index and nr_devices; key domains (KVMM_FEAT_KEY_DOMAIN): a model
+ *      identity at ATTACH (KVMM_ATTACH_F_MODEL + struct kvmm_attach_model) and a
+ *      sequence's salt (SEQ_SALT), both hashed into every content key.
  */
 #ifndef KVMM_UAPI_KVMM_H
 #define KVMM_UAPI_KVMM_H
@@ -74,9 +76,11 @@ extern "C" {
 #define KVMM_FEAT_SWAP (UINT64_C(1) << 3)	  /* pages may be swapped to host / NVMe tiers */
 #define KVMM_FEAT_RINGS (UINT64_C(1) << 4)	  /* shared-memory SQ/CQ rings beside the socket */
 #define KVMM_FEAT_FD_PASSING (UINT64_C(1) << 5)	  /* pool chunks and shm passed as SCM_RIGHTS */
+/* ATTACH's model identity (KVMM_ATTACH_F_MODEL) and SEQ_SALT: keys per model and salt */
+#define KVMM_FEAT_KEY_DOMAIN (UINT64_C(1) << 6)
 #define KVMM_FEAT_ALL_V0                                                            \
 	(KVMM_FEAT_HOST_BACKEND | KVMM_FEAT_CUDA_BACKEND | KVMM_FEAT_PREFIX_CACHE | \
-	 KVMM_FEAT_SWAP | KVMM_FEAT_RINGS | KVMM_FEAT_FD_PASSING)
+	 KVMM_FEAT_SWAP | KVMM_FEAT_RINGS | KVMM_FEAT_FD_PASSING | KVMM_FEAT_KEY_DOMAIN)
 
 /*
  * Version negotiation, the one rule both sides of HELLO apply: speak the newer of the two
@@ -257,6 +261,7 @@ enum kvmm_op {
 	KVMM_OP_SEQ_BLOCKS = 0x010b,	/* kvmm_seq_blocks_req -> _rep + int32_t blocks */
 	KVMM_OP_PREFETCH = 0x010c,	/* struct kvmm_pin_req + seq ids -> struct kvmm_pin_rep */
 	KVMM_OP_SEQ_APPEND_FRAMES = 0x010d, /* _append_frames_req + ids + frames -> _append_rep */
+	KVMM_OP_SEQ_SALT = 0x010e,	    /* struct kvmm_seq_salt_req + salt bytes -> none */
 
 	/* admin: read verbs take struct kvmm_admin_req and answer text or JSON */
 	KVMM_OP_STATUS = 0x0200,
@@ -292,7 +297,7 @@ enum kvmm_op {
 #define KVMM_OP_EVENT_BASE 0x0300U
 /* The last opcode of each range in this version (they move when a version appends ops). */
 #define KVMM_OP_SESSION_LAST KVMM_OP_PING
-#define KVMM_OP_MEM_LAST KVMM_OP_SEQ_APPEND_FRAMES
+#define KVMM_OP_MEM_LAST KVMM_OP_SEQ_SALT
 #define KVMM_OP_ADMIN_LAST KVMM_OP_FAULT_INJECT
 #define KVMM_OP_EVENT_LAST KVMM_OP_SHUTDOWN
 
@@ -769,6 +774,24 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_req, fmt, 32);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_req, flags, 56);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_req, ring_entries, 60);
 
+/*
+ * After struct kvmm_attach_req (and its struct kvmm_attach_device, if any) when
+ * KVMM_ATTACH_F_MODEL is set (KVMM_FEAT_KEY_DOMAIN granted): the identity of the model whose
+ * KV the client stores, len opaque bytes (1 .. KVMM_MODEL_ID_MAX: name, revision, adapter,
+ * whatever tells two models of one shape apart) right after the struct. The daemon hashes it
+ * into every content key of the client's sequences: clients of one namespace with different
+ * identities never share a page, with equal ones they do (and with clients that gave none
+ * only when both gave none).
+ */
+#define KVMM_MODEL_ID_MAX 256
+struct kvmm_attach_model {
+	uint32_t len;	   /* bytes that follow */
+	uint32_t reserved; /* must be zero */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_attach_model, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_model, len, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_model, reserved, 4);
+
 /* After struct kvmm_attach_req when KVMM_ATTACH_F_DEVICE is set. */
 struct kvmm_attach_device {
 	uint8_t uuid[16]; /* the CUDA device (cuDeviceGetUuid) whose member of the group to map */
@@ -953,6 +976,25 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_seal_req, block, 8);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_seal_req, nr_blocks, 12);
 
 /*
+ * SEQ_SALT (KVMM_FEAT_KEY_DOMAIN) sets the salt mixed into the content keys of a sequence's
+ * pages, like vLLM's cache_salt: PREFIX_LOOKUP finds, and SEAL enters, only pages of the same
+ * model identity and salt, so one tenant's users can be kept apart inside a namespace. len
+ * bytes (0 .. KVMM_SALT_MAX; 0: no salt) follow the struct. The salt is the sequence's: a
+ * fork inherits it. It can be changed only while the sequence has no sealed page and shares
+ * none (-EBUSY otherwise); setting the salt it already has is always fine.
+ */
+#define KVMM_SALT_MAX 256
+struct kvmm_seq_salt_req {
+	uint64_t seq;
+	uint32_t len;	   /* salt bytes that follow */
+	uint32_t reserved; /* must be zero */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_seq_salt_req, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_salt_req, seq, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_salt_req, len, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_salt_req, reserved, 12);
+
+/*
  * SEQ_BLOCKS reads part of a sequence's block table: the reply struct is followed by count
  * int32_t entries (frame number, or KVMM_BLOCK_NONE), for blocks [block, block + count).
  * count is min(nr_blocks, blocks from block to the end, what fits in one record);
@@ -1108,7 +1150,9 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_mag_rep, nr_held, 4);
 #define KVMM_ATTACH_F_RINGS (1U << 0) /* attach_req.flags: create the data plane (FEAT_RINGS) */
 /* attach_req.flags: a struct kvmm_attach_device follows the request (a cuda-backend pool) */
 #define KVMM_ATTACH_F_DEVICE (1U << 1)
-#define KVMM_ATTACH_F_ALL_V0 (KVMM_ATTACH_F_RINGS | KVMM_ATTACH_F_DEVICE)
+/* attach_req.flags: a struct kvmm_attach_model and the identity follow (KVMM_FEAT_KEY_DOMAIN) */
+#define KVMM_ATTACH_F_MODEL (1U << 2)
+#define KVMM_ATTACH_F_ALL_V0 (KVMM_ATTACH_F_RINGS | KVMM_ATTACH_F_DEVICE | KVMM_ATTACH_F_MODEL)
 
 #define KVMM_RING_DEFAULT_ENTRIES 256
 #define KVMM_RING_MIN_ENTRIES 8
@@ -1586,6 +1630,8 @@ enum kvmm_reply_head {
 	  KVMM_PL_ARRAY(struct kvmm_pin_req, nr_seqs, uint64_t), KVMM_RH_FRAMES)                  \
 	X(SEQ_APPEND_FRAMES, "seq_append_frames", KVMM_OPF_ATTACHED | KVMM_OPF_RING,              \
 	  KVMM_PL_VAR(struct kvmm_seq_append_frames_req), KVMM_RH_TOKENS)                         \
+	X(SEQ_SALT, "seq_salt", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                \
+	  KVMM_PL_VAR(struct kvmm_seq_salt_req), KVMM_RH_NONE)                                    \
 	/* admin: read verbs */                                                                   \
 	X(STATUS, "status", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)   \
 	X(MEMINFO, "meminfo", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE) \

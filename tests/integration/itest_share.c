@@ -221,6 +221,106 @@ static void test_namespace_wall(void **state)
 	kvmm_detach(b);
 }
 
+/* A client of ITEST_NS_A with model identity id (NULL: none). */
+static kvmm_client_t *attach_model(const char *id)
+{
+	struct kvmm_attach_opts o = {.model = id, .model_len = id ? (uint32_t)strlen(id) : 0};
+	kvmm_client_t *c = NULL;
+
+	assert_int_equal(kvmm_attach_ex(itest_d.sock, ITEST_NS_A, &itest_fmt, &o, &c), 0);
+	return c;
+}
+
+/* Tokens of a new sequence of c that a lookup (with salt, if any) maps from the cache. */
+static uint64_t hits(kvmm_client_t *c, const uint32_t *tokens, uint32_t n, const char *salt)
+{
+	uint64_t s, hit = 0;
+
+	assert_int_equal(kvmm_seq_create(c, 0, &s), 0);
+	if (salt)
+		assert_int_equal(kvmm_prefix_lookup_salt(c, s, tokens, n, salt, strlen(salt), &hit),
+				 0);
+	else
+		assert_int_equal(kvmm_prefix_lookup(c, s, tokens, n, &hit), 0);
+	assert_int_equal(kvmm_seq_free(c, s), 0);
+	return hit;
+}
+
+/* Cache a prompt from c (sealed with salt, if any); the sequence is freed, its pages stay. */
+static void cache_prompt(kvmm_client_t *c, const uint32_t *tokens, uint32_t n, const char *salt)
+{
+	uint64_t s;
+
+	assert_int_equal(kvmm_seq_create(c, 0, &s), 0);
+	assert_int_equal(kvmm_seq_append(c, s, tokens, n, NULL), 0);
+	if (salt)
+		assert_int_equal(kvmm_seal_salt(c, s, 0, 0, salt, strlen(salt)), 0);
+	else
+		assert_int_equal(kvmm_seal(c, s, 0, 0), 0);
+	assert_int_equal(kvmm_seq_free(c, s), 0);
+}
+
+/*
+ * Model identity and salt: two models of the same shape in one namespace never share a page,
+ * the same model does (across clients); a salt separates requests of one model, the same salt
+ * shares; a sequence's salt cannot change under its sealed pages.
+ */
+static void test_model_and_salt(void **state)
+{
+	uint32_t tokens[2 * 16 + 3], n = 2 * 16 + 3;
+	kvmm_client_t *a, *a2, *b, *none;
+	struct kvmm_attach_opts bad = {.model = "x", .model_len = KVMM_MODEL_ID_MAX + 1};
+	kvmm_client_t *x = NULL;
+	uint64_t s, hit;
+	char big[KVMM_SALT_MAX + 1];
+
+	(void)state;
+	itest_need_daemon();
+	itest_tokens(tokens, n, 77);
+	a = attach_model("llama-3-8b@main+lora:sql");
+	a2 = attach_model("llama-3-8b@main+lora:sql");
+	b = attach_model("llama-3-8b@main+lora:chat"); /* same shape, another adapter */
+	none = attach_model(NULL);
+
+	cache_prompt(a, tokens, n, NULL);
+	assert_int_equal(hits(a2, tokens, n, NULL), 32); /* same identity: shared */
+	assert_int_equal(hits(b, tokens, n, NULL), 0);	 /* another model: never */
+	assert_int_equal(hits(none, tokens, n, NULL), 0);
+	cache_prompt(none, tokens, n, NULL);
+	assert_int_equal(hits(none, tokens, n, NULL), 32);
+	assert_int_equal(hits(b, tokens, n, NULL), 0);
+
+	/* salts inside one model */
+	assert_int_equal(hits(a, tokens, n, "alice"), 0); /* the unsalted pages are not hers */
+	cache_prompt(a, tokens, n, "alice");
+	assert_int_equal(hits(a2, tokens, n, "alice"), 32); /* same model and salt: shared */
+	assert_int_equal(hits(a2, tokens, n, "bob"), 0);
+	assert_int_equal(hits(b, tokens, n, "alice"), 0); /* same salt, another model */
+	assert_int_equal(hits(a2, tokens, n, NULL), 32);  /* the unsalted pages are still there */
+
+	/* the salt is the sequence's: fixed once it has sealed pages */
+	assert_int_equal(kvmm_seq_create(a, 0, &s), 0);
+	assert_int_equal(kvmm_prefix_lookup_salt(a, s, tokens, n, "alice", 5, &hit), 0);
+	assert_int_equal(hit, 32);
+	assert_int_equal(kvmm_seal_salt(a, s, 0, 0, "alice", 5), 0); /* the same: fine */
+	assert_int_equal(kvmm_seal_salt(a, s, 0, 0, "bob", 3), -EBUSY);
+	assert_int_equal(kvmm_seq_free(a, s), 0);
+
+	/* bad arguments */
+	memset(big, 'x', sizeof(big));
+	assert_int_equal(kvmm_seq_create(a, 0, &s), 0);
+	assert_int_equal(kvmm_prefix_lookup_salt(a, s, tokens, n, big, sizeof(big), &hit), -EINVAL);
+	assert_int_equal(kvmm_prefix_lookup_salt(a, s, tokens, n, NULL, 3, &hit), -EINVAL);
+	assert_int_equal(kvmm_seq_free(a, s), 0);
+	assert_int_equal(kvmm_attach_ex(itest_d.sock, ITEST_NS_A, &itest_fmt, &bad, &x), -EINVAL);
+	assert_null(x);
+
+	kvmm_detach(a);
+	kvmm_detach(a2);
+	kvmm_detach(b);
+	kvmm_detach(none);
+}
+
 /* The sequence calls, each against what it should do. */
 static void test_seq_ops(void **state)
 {
@@ -337,7 +437,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_share_prefix), cmocka_unit_test(test_namespace_wall),
 		cmocka_unit_test(test_seq_ops),	     cmocka_unit_test(test_long_append),
-		cmocka_unit_test(test_long_lookup),
+		cmocka_unit_test(test_long_lookup),  cmocka_unit_test(test_model_and_salt),
 	};
 	int ret = cmocka_run_group_tests_name("itest_share", tests, itest_group_setup,
 					      itest_group_teardown);

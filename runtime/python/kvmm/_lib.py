@@ -43,6 +43,8 @@ class AttachOpts(Structure):
 
 
 ATTACH_NO_WPROTECT = 1
+MODEL_ID_MAX = 256  # KVMM_MODEL_ID_MAX
+SALT_MAX = 256  # KVMM_SALT_MAX
 
 
 class Sqe(Structure):
@@ -128,6 +130,10 @@ _proto("kvmm_attach", c_int, c_char_p, c_char_p, POINTER(Format), POINTER(c_void
 _proto("kvmm_attach_ex", c_int, c_char_p, c_char_p, POINTER(Format), POINTER(AttachOpts),
        POINTER(c_void_p), optional=True)
 _proto("kvmm_write_protected", c_int, P, optional=True)
+_proto("kvmm_prefix_lookup_salt", c_int, P, c_uint64, u32p, c_uint64, c_char_p, c_size_t,
+       POINTER(c_uint64), optional=True)
+_proto("kvmm_seal_salt", c_int, P, c_uint64, c_uint32, c_uint32, c_char_p, c_size_t,
+       optional=True)
 _proto("kvmm_detach", None, P)
 _proto("kvmm_page_size", c_uint64, P)
 _proto("kvmm_tokens_per_page", c_uint32, P)

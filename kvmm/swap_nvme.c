@@ -67,15 +67,27 @@ static void nvme_free(struct kvmm_swap_tier *t, struct nvme_tier *n)
 	free(n);
 }
 
-static int open_swapfile(struct kvmm_swap_tier *t, const char *path)
+/* Open (or create: *created) the swap file; O_DIRECT when its file system takes it. */
+static int open_swapfile(struct kvmm_swap_tier *t, const char *path, bool *created)
 {
-	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_DIRECT, 0600);
+	int flags = O_RDWR | O_CLOEXEC, fd;
 
+	*created = false;
 	t->direct = true;
+	fd = open(path, flags | O_DIRECT);
+	if (fd < 0 && errno == ENOENT) {
+		/* ours to remove again if the tier cannot be set up */
+		fd = open(path, flags | O_DIRECT | O_CREAT | O_EXCL, 0600);
+		*created = fd >= 0;
+	}
 	if (fd < 0 && errno == EINVAL) {
 		kvmm_warn("swap tier %u: %s refuses O_DIRECT, using buffered I/O", t->id, path);
 		t->direct = false;
-		fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		fd = open(path, flags);
+		if (fd < 0 && errno == ENOENT) {
+			fd = open(path, flags | O_CREAT | O_EXCL, 0600);
+			*created = fd >= 0;
+		}
 	}
 	return fd < 0 ? -errno : fd;
 }
@@ -84,6 +96,7 @@ static int nvme_init(struct kvmm_swap_tier *t, const struct kvmm_swap_tier_param
 {
 	struct nvme_tier *n;
 	struct iovec *iov = NULL;
+	bool created = false;
 	uint32_t i;
 	int ret;
 
@@ -112,7 +125,7 @@ static int nvme_init(struct kvmm_swap_tier *t, const struct kvmm_swap_tier_param
 		iov[i].iov_len = t->page_size;
 	}
 
-	ret = open_swapfile(t, p->path);
+	ret = open_swapfile(t, p->path, &created);
 	if (ret < 0)
 		goto out_free;
 	n->fd = ret;
@@ -136,6 +149,9 @@ static int nvme_init(struct kvmm_swap_tier *t, const struct kvmm_swap_tier_param
 
 out_close:
 	close(n->fd);
+	/* a failed swapon leaves no file behind that it made (a 0-byte one, typically) */
+	if (created)
+		unlink(p->path);
 out_free:
 	free(iov);
 	nvme_free(t, n);

@@ -415,8 +415,14 @@ static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	for (i = 0; i < srv->nr_ns; i++)
 		if (!memcmp(srv->ns[i].cfg.name, req.ns, KVMM_NAME_LEN))
 			n = &srv->ns[i];
+	/*
+	 * A missing namespace is -ENOENT only to those who may see them all (root, the admin
+	 * group, the daemon's own user); anyone else gets the -EACCES of a namespace it may not
+	 * use, so it cannot tell which names exist.
+	 */
 	if (!n)
-		return -ENOENT;
+		return kvmm_session_is_admin(s) || s->cred.uid == srv->owner_uid ? -ENOENT
+										 : -EACCES;
 	if (!ns_allowed(s, &n->cfg)) {
 		kvmm_notice("ipc: client %u uid %u may not attach to %s", s->id,
 			    (unsigned int)s->cred.uid, n->cfg.name);

@@ -71,24 +71,20 @@ static void nvme_free(struct kvmm_swap_tier *t, struct nvme_tier *n)
 static int open_swapfile(struct kvmm_swap_tier *t, const char *path, bool *created)
 {
 	int flags = O_RDWR | O_CLOEXEC, fd;
+	bool missing;
 
-	*created = false;
 	t->direct = true;
 	fd = open(path, flags | O_DIRECT);
-	if (fd < 0 && errno == ENOENT) {
-		/* ours to remove again if the tier cannot be set up */
-		fd = open(path, flags | O_DIRECT | O_CREAT | O_EXCL, 0600);
-		*created = fd >= 0;
-	}
+	/* not there: ours to create, and to remove again if the tier cannot be set up */
+	missing = fd < 0 && errno == ENOENT;
+	if (missing)
+		fd = open(path, flags | O_DIRECT | O_CREAT, 0600);
 	if (fd < 0 && errno == EINVAL) {
 		kvmm_warn("swap tier %u: %s refuses O_DIRECT, using buffered I/O", t->id, path);
 		t->direct = false;
-		fd = open(path, flags);
-		if (fd < 0 && errno == ENOENT) {
-			fd = open(path, flags | O_CREAT | O_EXCL, 0600);
-			*created = fd >= 0;
-		}
+		fd = open(path, flags | (missing ? O_CREAT : 0), 0600);
 	}
+	*created = missing && fd >= 0;
 	return fd < 0 ? -errno : fd;
 }
 

@@ -12,6 +12,8 @@
  *            freed, and a new one starts (revocations). Per step.
  *   prefill  a sequence of 256 tokens (32 pages): append, block table, write every page
  *            whole, seal, free. Per page.
+ *   magazine 64 frames taken one per kvmm_mag_alloc, a byte written into each, given back
+ *            with one kvmm_mag_free. Per page.
  *
  * and, as the yardstick of both, what the kernel charges for one frame made writable and
  * read-only again: an mprotect pair on a 16 KiB range of a shared memfd mapping with its
@@ -125,6 +127,24 @@ static double prefill_run(kvmm_client_t *c, unsigned int rounds, unsigned int sa
 	return (double)(bench_now_ns() - t0) / ((double)rounds * pages);
 }
 
+/* rounds of 64 magazine frames taken one per call, each written, then given back: ns/page */
+static double mag_run(kvmm_client_t *c, unsigned int rounds)
+{
+	uint32_t frames[64];
+	uint64_t t0 = bench_now_ns();
+
+	for (unsigned int r = 0; r < rounds; r++) {
+		for (unsigned int i = 0; i < 64; i++) {
+			if (kvmm_mag_alloc(c, &frames[i], 1) != 1)
+				return 0;
+			*(volatile uint8_t *)kvmm_frame_addr(c, frames[i]) = (uint8_t)i;
+		}
+		if (kvmm_mag_free(c, frames, 64))
+			return 0;
+	}
+	return (double)(bench_now_ns() - t0) / ((double)rounds * 64);
+}
+
 /* ns per mprotect pair (writable, one write, read-only) on frames of a memfd; 0 on failure. */
 static double mprotect_pair(unsigned int n)
 {
@@ -164,7 +184,7 @@ int bench_suite_wprotect(const struct bench_opts *o)
 	unsigned int prefills = o->quick ? 20 : 100;
 	struct kvmm_attach_opts off = {.flags = KVMM_ATTACH_NO_WPROTECT};
 	struct wp_decode on_d = {0}, off_d = {0};
-	double dec_on[32], dec_off[32], pre_on[32], pre_off[32], mp[32];
+	double dec_on[32], dec_off[32], pre_on[32], pre_off[32], mp[32], mag_on[32], mag_off[32];
 	struct bench_daemon d = {0};
 	uint32_t tpp = 0;
 	int err;
@@ -195,7 +215,10 @@ int bench_suite_wprotect(const struct bench_opts *o)
 		pre_on[r] = prefill_run(on_d.c, prefills, 2 * r);
 		pre_off[r] = prefill_run(off_d.c, prefills, 2 * r + 1);
 		mp[r] = mprotect_pair(o->quick ? 200 : 500);
-		if (!dec_on[r] || !dec_off[r] || !pre_on[r] || !pre_off[r] || !mp[r])
+		mag_on[r] = kvmm_has_rings(on_d.c) ? mag_run(on_d.c, o->quick ? 10 : 40) : 1;
+		mag_off[r] = kvmm_has_rings(off_d.c) ? mag_run(off_d.c, o->quick ? 10 : 40) : 1;
+		if (!dec_on[r] || !dec_off[r] || !pre_on[r] || !pre_off[r] || !mp[r] ||
+		    !mag_on[r] || !mag_off[r])
 			err = -EIO;
 	}
 	if (on_d.c)
@@ -223,6 +246,9 @@ int bench_suite_wprotect(const struct bench_opts *o)
 			     (don - doff) * tpp / WP_SEQS, "ns/page", "mprotect pair", pair);
 		bench_report("wprotect prefill: added cost per page", pon - poff, "ns/page",
 			     "mprotect pair", pair);
+		bench_report("wprotect magazine alloc + write + free, 1 per call (protected)",
+			     bench_median(mag_on, rounds), "ns/page", "the same unprotected",
+			     bench_median(mag_off, rounds));
 	}
 	bench_note("wprotect: %u interleaved rounds of %u decode steps and %u prefills of %u "
 		   "tokens; medians",

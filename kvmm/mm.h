@@ -484,7 +484,11 @@ struct kvmm_aspace {
 	struct list_head node; /* in pool->aspaces */
 	uint32_t id;
 	uint32_t nr_seqs;
-	uint64_t fmt_id; /* kvmm_fmt_id(&fmt), computed once: mixed into every cache key */
+	/*
+	 * kvmm_fmt_id(&fmt), computed once, and the client's model identity if it gave one
+	 * (kvmm_key_domain): mixed into every cache key of its sequences
+	 */
+	uint64_t fmt_id;
 };
 
 struct kvmm_seq {
@@ -498,8 +502,9 @@ struct kvmm_seq {
 	uint64_t *pte;	  /* uapi PTE encoding per logical block */
 	uint32_t *tokens; /* token ids, cap * tokens_per_page */
 	int priority;
-	uint32_t flags; /* KVMM_SEQ_F_* */
-	void *priv;	/* the owner's cookie (kvmmd: its struct kvmm_ipc_seq) */
+	uint32_t flags;	 /* KVMM_SEQ_F_* */
+	uint64_t key_id; /* the key domain of its pages (salt): 0 = as->fmt_id (kvmm_seq_key_id) */
+	void *priv;	 /* the owner's cookie (kvmmd: its struct kvmm_ipc_seq) */
 };
 
 /* struct kvmm_seq.flags */
@@ -589,6 +594,28 @@ void kvmm_mm_release(struct kvmm_pool *pool);
  * INT_MAX tokens in all are mapped, so the length always fits.
  */
 int kvmm_mm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t n);
+
+/*
+ * A key domain: XXH3-64 seeded with ns->hash_seed over (tag, base, len, bytes). The model
+ * identity of a client makes its aspace's fmt_id (base: kvmm_fmt_id, tag "model"); a salt
+ * makes a sequence's key_id (base: the aspace's fmt_id, tag "salt"). Keys and cache entries
+ * carry the domain where they carried the format id, so pages of different domains never
+ * match (the entry stores it and lookups compare it).
+ */
+#define KVMM_KEY_DOMAIN_MODEL UINT64_C(0x6c65646f6d) /* "model" */
+#define KVMM_KEY_DOMAIN_SALT UINT64_C(0x746c6173)    /* "salt" */
+uint64_t kvmm_key_domain(const struct kvmm_ns *ns, uint64_t tag, uint64_t base, const void *bytes,
+			 size_t len);
+/* The key domain of seq's pages: its salt's, else its aspace's. */
+static inline uint64_t kvmm_seq_key_id(const struct kvmm_seq *seq)
+{
+	return seq->key_id ? seq->key_id : seq->as->fmt_id;
+}
+/*
+ * Set seq's salt (len 0: none): -EBUSY when that changes its key domain while it has a sealed
+ * page or shares one (a fork sibling could seal it under the other domain).
+ */
+int kvmm_mm_seq_set_salt(struct kvmm_seq *seq, const void *salt, size_t len);
 
 /*
  * The content key of one block: XXH3-64 seeded with ns->hash_seed over (parent key, format

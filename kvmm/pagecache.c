@@ -143,6 +143,47 @@ uint64_t kvmm_cache_key(const struct kvmm_ns *ns, uint64_t parent_key, uint64_t 
 	}
 }
 
+uint64_t kvmm_key_domain(const struct kvmm_ns *ns, uint64_t tag, uint64_t base, const void *bytes,
+			 size_t len)
+{
+	unsigned char hdr[3 * 8];
+	XXH3_state_t st;
+
+	put_le64(hdr, tag);
+	put_le64(hdr + 8, base);
+	put_le64(hdr + 16, len);
+	XXH3_INITSTATE(&st);
+	XXH3_64bits_reset_withSeed(&st, ns->hash_seed);
+	XXH3_64bits_update(&st, hdr, sizeof(hdr));
+	if (len)
+		XXH3_64bits_update(&st, bytes, len);
+	return XXH3_64bits_digest(&st);
+}
+
+int kvmm_mm_seq_set_salt(struct kvmm_seq *seq, const void *salt, size_t len)
+{
+	const struct kvmm_pool *pool = seq->as->pool;
+	uint64_t id =
+		len ? kvmm_key_domain(seq->as->ns, KVMM_KEY_DOMAIN_SALT, seq->as->fmt_id, salt, len)
+		    : 0;
+
+	if (id == seq->key_id)
+		return 0;
+	if (seq->nsealed)
+		return -EBUSY;
+	for (uint32_t b = 0; b < seq->nblocks; b++) {
+		uint64_t pte = seq->pte[b];
+		uint32_t f = kvmm_pte_frame(pte);
+
+		/* a shared page is never swapped: only present ones can be */
+		if (kvmm_pte_is_present(pte) && f < pool->nframes &&
+		    (pool->pages[f].refcount > 1 || (pool->pages[f].flags & KVMM_PG_SEALED)))
+			return -EBUSY;
+	}
+	seq->key_id = id;
+	return 0;
+}
+
 static inline uint64_t pc_hash(const struct kvmm_pagecache *pc, const struct kvmm_ns *ns,
 			       uint64_t parent_key, uint64_t fmt_id, const uint32_t *tokens,
 			       uint32_t n)
@@ -341,7 +382,7 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 	if (old) {
 		/* sealed by a fork sibling: the same tokens over the same prefix */
 		KVMM_BUG_ON(old->depth != block || old->ns_id != as->ns->id ||
-			    old->fmt_id != as->fmt_id || old->ntokens != tpp ||
+			    old->fmt_id != kvmm_seq_key_id(seq) || old->ntokens != tpp ||
 			    memcmp(old->tokens, tokens, (size_t)tpp * sizeof(*tokens)));
 		if (likely(old->parent == parent)) {
 			seq->pte[block] = kvmm_mm_seq_mk_pte(pool, pg, true);
@@ -360,8 +401,9 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 	if (old && old->parent_key == (parent ? parent->key : 0))
 		key = old->key;
 	else
-		key = pc_hash(pc, as->ns, parent ? parent->key : 0, as->fmt_id, tokens, tpp);
-	ent = pc_find(pool, pc, key, as->ns->id, as->fmt_id, parent, tokens, tpp);
+		key = pc_hash(pc, as->ns, parent ? parent->key : 0, kvmm_seq_key_id(seq), tokens,
+			      tpp);
+	ent = pc_find(pool, pc, key, as->ns->id, kvmm_seq_key_id(seq), parent, tokens, tpp);
 	if (ent) {
 		/* the same block of the same prefix is cached: share it, drop our copy */
 		if (unlikely(ent->frame == KVMM_FRAME_NONE)) {
@@ -401,7 +443,7 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 		list_add_tail(&ent->sibling, &parent->children);
 	else
 		INIT_LIST_HEAD(&ent->sibling);
-	ent->fmt_id = as->fmt_id;
+	ent->fmt_id = kvmm_seq_key_id(seq);
 	ent->depth = block;
 	ent->frame = kvmm_page_to_frame(pool, pg);
 	ent->swap = 0;
@@ -487,8 +529,8 @@ int kvmm_mm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t
 		struct kvmm_page *pg;
 		uint64_t key;
 
-		key = pc_hash(pc, as->ns, parent ? parent->key : 0, as->fmt_id, t, tpp);
-		ent = pc_find(pool, pc, key, as->ns->id, as->fmt_id, parent, t, tpp);
+		key = pc_hash(pc, as->ns, parent ? parent->key : 0, kvmm_seq_key_id(seq), t, tpp);
+		ent = pc_find(pool, pc, key, as->ns->id, kvmm_seq_key_id(seq), parent, t, tpp);
 		if (!ent) {
 			pool->stat[KVMM_STAT_CACHE_MISS]++;
 			kvmm_trace_event(KVMM_TR_MISS, pool, as->mag ? as->mag->owner : 0,
@@ -907,7 +949,7 @@ int kvmm_pagecache_check_seq(const struct kvmm_seq *seq, char *why, size_t whyle
 			what = "has no cache entry";
 		else if (ent->parent != parent || ent->depth != b || (ent->flags & PC_ORPHAN))
 			what = "is not a reachable child of the previous block's entry";
-		else if (ent->ns_id != as->ns->id || ent->fmt_id != as->fmt_id ||
+		else if (ent->ns_id != as->ns->id || ent->fmt_id != kvmm_seq_key_id(seq) ||
 			 ent->ntokens != tpp ||
 			 memcmp(ent->tokens, seq->tokens + (size_t)b * tpp,
 				(size_t)tpp * sizeof(*ent->tokens)))

@@ -618,6 +618,7 @@ int kvmm_mm_seq_fork(struct kvmm_seq *src, struct kvmm_seq **out)
 	seq->nblocks = src->nblocks;
 	seq->nsealed = src->nsealed;
 	seq->priority = src->priority;
+	seq->key_id = src->key_id; /* the child shares the parent's pages: and their salt */
 	for (b = 0; b < src->nblocks; b++) {
 		struct kvmm_page *pg = seq_page(src, b);
 		bool sealed = b < src->nsealed;

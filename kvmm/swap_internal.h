@@ -183,7 +183,11 @@ int kvmm_swap_fault_hit(struct kvmm_swap *sw, int point);
 /* Run @n I/Os on @t to completion (fault points applied); each io->res says how it went. */
 void kvmm_swap_io_run(struct kvmm_swap *sw, struct kvmm_swap_tier *t, struct kvmm_swap_io *ios,
 		      uint32_t n);
-void kvmm_swap_count_fail(struct kvmm_swap_tier *t);
+/*
+ * Count a failed read or write (-err) of slot on t, and log it (rate-limited per kind: a
+ * failing medium must not flood the log, nor go unseen).
+ */
+void kvmm_swap_count_fail(struct kvmm_swap_tier *t, bool write, uint64_t slot, int err);
 /* Record in slot @s what page @pg was, and detach its page-cache entry to the slot. */
 void kvmm_swap_slot_fill(struct kvmm_swap *sw, struct kvmm_swap_tier *t, uint64_t s,
 			 struct kvmm_page *pg, struct kvmm_seq *seq, uint32_t block);

@@ -68,16 +68,24 @@ static void nvme_free(struct kvmm_swap_tier *t, struct nvme_tier *n)
 	free(n);
 }
 
-static int open_swapfile(struct kvmm_swap_tier *t, const char *path)
+/* Open (or create: *created) the swap file; O_DIRECT when its file system takes it. */
+static int open_swapfile(struct kvmm_swap_tier *t, const char *path, bool *created)
 {
-	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_DIRECT, 0600);
+	int flags = O_RDWR | O_CLOEXEC, fd;
+	bool missing;
 
 	t->direct = true;
+	fd = open(path, flags | O_DIRECT);
+	/* not there: ours to create, and to remove again if the tier cannot be set up */
+	missing = fd < 0 && errno == ENOENT;
+	if (missing)
+		fd = open(path, flags | O_DIRECT | O_CREAT, 0600);
 	if (fd < 0 && errno == EINVAL) {
 		kvmm_warn("swap tier %u: %s refuses O_DIRECT, using buffered I/O", t->id, path);
 		t->direct = false;
-		fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		fd = open(path, flags | (missing ? O_CREAT : 0), 0600);
 	}
+	*created = missing && fd >= 0;
 	return fd < 0 ? -errno : fd;
 }
 
@@ -85,6 +93,7 @@ static int nvme_init(struct kvmm_swap_tier *t, const struct kvmm_swap_tier_param
 {
 	struct nvme_tier *n;
 	struct iovec *iov = NULL;
+	bool created = false;
 	uint32_t i;
 	int ret;
 
@@ -113,7 +122,7 @@ static int nvme_init(struct kvmm_swap_tier *t, const struct kvmm_swap_tier_param
 		iov[i].iov_len = t->page_size;
 	}
 
-	ret = open_swapfile(t, p->path);
+	ret = open_swapfile(t, p->path, &created);
 	if (ret < 0)
 		goto out_free;
 	n->fd = ret;
@@ -137,6 +146,9 @@ static int nvme_init(struct kvmm_swap_tier *t, const struct kvmm_swap_tier_param
 
 out_close:
 	close(n->fd);
+	/* a failed swapon leaves no file behind that it made (a 0-byte one, typically) */
+	if (created)
+		unlink(p->path);
 out_free:
 	free(iov);
 	nvme_free(t, n);

@@ -123,7 +123,7 @@ static void rd_finish(struct kvmm_pool *pool, struct swap_rd *rd)
 	sl->flags &= ~SLOT_READING;
 	pg->flags &= ~KVMM_PG_LOCKED;
 	if (rd->io.res) {
-		kvmm_swap_count_fail(t);
+		kvmm_swap_count_fail(t, false, rd->io.slot, rd->io.res);
 		kvmm_free_page(pool, pg, NULL);
 		if (!sl->seq && !sl->ent)
 			kvmm_swap_slot_release(t, s);
@@ -300,7 +300,7 @@ static int read_async(struct kvmm_pool *pool, uint64_t swp, struct kvmm_magazine
 	if (t->slots[s].flags & SLOT_READING)
 		return 0;
 	if (kvmm_swap_fault_hit(sw, FP_READ) >= 0) {
-		kvmm_swap_count_fail(t);
+		kvmm_swap_count_fail(t, false, s, -EIO);
 		return -EIO;
 	}
 	rd = rd_new(pool, t, s, swp, mag);
@@ -317,7 +317,7 @@ static int read_async(struct kvmm_pool *pool, uint64_t swp, struct kvmm_magazine
 		rd->pg->flags &= ~KVMM_PG_LOCKED;
 		kvmm_free_page(pool, rd->pg, mag);
 		free(rd);
-		kvmm_swap_count_fail(t);
+		kvmm_swap_count_fail(t, false, s, ret);
 		return ret;
 	}
 	t->inflight++;

@@ -68,7 +68,7 @@ static bool wb_finish(struct kvmm_pool *pool, struct swap_wb *wb)
 	cancel = wb_cancelled(wb);
 	pg->flags &= ~(KVMM_PG_LOCKED | KVMM_PG_WRITEBACK | KVMM_PG_WB_CANCEL);
 	if (wb->io.res)
-		kvmm_swap_count_fail(t);
+		kvmm_swap_count_fail(t, true, s, wb->io.res);
 	if (cancel) {
 		/* nothing lost: the page stays where it is (resident, dirty), the slot goes */
 		t->slots[s].flags = 0;

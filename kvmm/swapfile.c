@@ -31,6 +31,7 @@
 #include "bitmap.h"
 #include "compiler.h"
 #include "kmalloc.h"
+#include "log.h"
 #include "kvmm/mm.h"
 #include "kvmm/swap.h"
 #include "kvmm/swap_internal.h"
@@ -110,10 +111,23 @@ static void batch_end_io(struct kvmm_swap_io *io)
 	b->pending--;
 }
 
-void kvmm_swap_count_fail(struct kvmm_swap_tier *t)
+void kvmm_swap_count_fail(struct kvmm_swap_tier *t, bool write, uint64_t slot, int err)
 {
+	const char *where = t->path[0] ? t->path : "host memory";
+
 	t->nr_fail++;
 	t->pool->stat[KVMM_STAT_SWAP_FAIL]++;
+	/* one line per failure, a bounded number per second per site (include/log.h) */
+	if (write)
+		kvmm_warn_ratelimited("swap: write of slot %llu to tier %u (%s) failed: %s; the "
+				      "page stays resident (%llu failures on this tier)",
+				      (unsigned long long)slot, t->id, where, strerror(-err),
+				      (unsigned long long)t->nr_fail);
+	else
+		kvmm_warn_ratelimited("swap: read of slot %llu from tier %u (%s) failed: %s "
+				      "(%llu failures on this tier)",
+				      (unsigned long long)slot, t->id, where, strerror(-err),
+				      (unsigned long long)t->nr_fail);
 }
 
 void kvmm_swap_io_run(struct kvmm_swap *sw, struct kvmm_swap_tier *t, struct kvmm_swap_io *ios,
@@ -155,7 +169,7 @@ void kvmm_swap_io_run(struct kvmm_swap *sw, struct kvmm_swap_tier *t, struct kvm
 	}
 	for (i = 0; i < n; i++) {
 		if (ios[i].res) {
-			kvmm_swap_count_fail(t);
+			kvmm_swap_count_fail(t, ios[i].write, ios[i].slot, ios[i].res);
 		} else if (ios[i].write) {
 			t->nr_out++;
 			t->bytes_out += t->page_size;

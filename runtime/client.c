@@ -256,6 +256,7 @@ static void complete_async(struct kvmm_client *c, struct kvmm_inflight *in)
 			break;
 		}
 	}
+	kvmm_wp_pending_done(c, in->seq, &cqe);
 	inflight_remove(c, in);
 	kvmm_cq_push(c, &cqe);
 }
@@ -590,7 +591,8 @@ static int client_hello(struct kvmm_client *c)
 		.abi_min = KVMM_ABI_MIN_COMPAT,
 		.pid = (uint32_t)getpid(),
 		.features = KVMM_FEAT_HOST_BACKEND | KVMM_FEAT_CUDA_BACKEND |
-			    KVMM_FEAT_PREFIX_CACHE | KVMM_FEAT_FD_PASSING | KVMM_FEAT_REMOTE,
+			    KVMM_FEAT_PREFIX_CACHE | KVMM_FEAT_FD_PASSING | KVMM_FEAT_REMOTE |
+			    KVMM_FEAT_KEY_DOMAIN,
 	};
 	const char *no_rings = getenv("KVMM_NO_RINGS");
 
@@ -686,10 +688,16 @@ static int client_map(struct kvmm_client *c, const struct kvmm_attach_rep *rep, 
 		return -errno;
 	}
 	c->map_len = total;
+	/*
+	 * Read-only unless the pages are not to be protected: wprotect.c makes a frame writable
+	 * while it is this handle's own unsealed page. (mprotect keeps VM_MAYWRITE: the fds were
+	 * opened read-write.)
+	 */
 	for (uint32_t i = 0; i < rep->nr_chunks; i++) {
 		void *want = (char *)c->base + (size_t)i * rep->chunk_size;
-		void *p = mmap(want, rep->chunk_size, PROT_READ | PROT_WRITE,
-			       MAP_SHARED | MAP_FIXED, fds[first_chunk + i], 0);
+		void *p =
+			mmap(want, rep->chunk_size, c->wp_want ? PROT_READ : PROT_READ | PROT_WRITE,
+			     MAP_SHARED | MAP_FIXED, fds[first_chunk + i], 0);
 
 		if (p == MAP_FAILED) {
 			err = -errno;
@@ -700,17 +708,23 @@ out_sizes:
 	c->chunk_size = rep->chunk_size;
 	c->nr_chunks = rep->nr_chunks;
 	c->nr_frames = rep->nr_frames ? rep->nr_frames : (uint32_t)(total / c->page_size);
+	if (!err && c->base && c->wp_want)
+		err = kvmm_wp_setup(c);
 	return err;
 }
 
-static int client_attach(struct kvmm_client *c, const char *ns, const struct kvmm_format *fmt)
+static int client_attach(struct kvmm_client *c, const char *ns, const struct kvmm_format *fmt,
+			 const struct kvmm_attach_opts *opts)
 {
 	struct kvmm_attach_req req = {
 		.fmt = *fmt,
 		.flags = (c->features & KVMM_FEAT_RINGS) ? KVMM_ATTACH_F_RINGS : 0,
 	};
 	struct kvmm_attach_device dev;
-	struct kvmm_iov part[2] = {{&req, sizeof(req)}, {&dev, sizeof(dev)}};
+	/* what follows the request: the device, then the model identity */
+	unsigned char tail[sizeof(dev) + sizeof(struct kvmm_attach_model) + KVMM_MODEL_ID_MAX];
+	size_t tail_len = 0;
+	struct kvmm_iov part[2] = {{&req, sizeof(req)}, {tail, 0}};
 	const struct kvmm_msg_hdr *hdr = (const struct kvmm_msg_hdr *)c->rx;
 	struct kvmm_attach_rep rep;
 	struct kvmm_rx rx;
@@ -731,11 +745,25 @@ static int client_attach(struct kvmm_client *c, const char *ns, const struct kvm
 		err = kvmm_client_cuda_uuid(c, dev.uuid);
 		if (err < 0)
 			return err;
-		if (!err)
+		if (!err) {
 			req.flags |= KVMM_ATTACH_F_DEVICE; /* else $KVMM_CUDA_DEVICE=none */
+			memcpy(tail, &dev, sizeof(dev));
+			tail_len = sizeof(dev);
+		}
 	}
-	err = kvmm_msg_send(c, KVMM_OP_ATTACH, part, (req.flags & KVMM_ATTACH_F_DEVICE) ? 2 : 1,
-			    &seq);
+	if (opts && opts->model_len) {
+		struct kvmm_attach_model m = {.len = opts->model_len};
+
+		/* a daemon without key domains would share this model's pages with any other */
+		if (!(c->features & KVMM_FEAT_KEY_DOMAIN))
+			return -EOPNOTSUPP;
+		req.flags |= KVMM_ATTACH_F_MODEL;
+		memcpy(tail + tail_len, &m, sizeof(m));
+		memcpy(tail + tail_len + sizeof(m), opts->model, opts->model_len);
+		tail_len += sizeof(m) + opts->model_len;
+	}
+	part[1].len = tail_len;
+	err = kvmm_msg_send(c, KVMM_OP_ATTACH, part, tail_len ? 2 : 1, &seq);
 	if (err)
 		return err;
 	err = msg_wait_raw(c, seq, &rx);
@@ -817,6 +845,7 @@ out_fds:
 static void client_free(struct kvmm_client *c)
 {
 	kvmm_inflight_fail(c, -ENOTCONN);
+	kvmm_wp_free(c);
 	kvmm_dp_client_free(c);
 	kvmm_client_cuda_unmap(c);
 	if (c->base)
@@ -832,8 +861,22 @@ static void client_free(struct kvmm_client *c)
 	free(c);
 }
 
+/* $KVMM_WPROTECT=0 turns the protection of pool pages off (default on). */
+static bool wprotect_env(void)
+{
+	const char *env = getenv("KVMM_WPROTECT");
+
+	return !env || !env[0] || strcmp(env, "0") != 0;
+}
+
 int kvmm_attach(const char *socket_path, const char *ns, const struct kvmm_format *fmt,
 		kvmm_client_t **out)
+{
+	return kvmm_attach_ex(socket_path, ns, fmt, NULL, out);
+}
+
+int kvmm_attach_ex(const char *socket_path, const char *ns, const struct kvmm_format *fmt,
+		   const struct kvmm_attach_opts *opts, kvmm_client_t **out)
 {
 	char name[KVMM_NAME_LEN] = {0};
 	struct kvmm_client *c;
@@ -842,6 +885,14 @@ int kvmm_attach(const char *socket_path, const char *ns, const struct kvmm_forma
 	if (!out || !ns || !fmt)
 		return -EINVAL;
 	*out = NULL;
+	if (opts && (opts->flags & ~KVMM_ATTACH_OPT_ALL))
+		return -EINVAL;
+	if (opts && (opts->model_len > KVMM_MODEL_ID_MAX || (opts->model_len && !opts->model)))
+		return -EINVAL;
+	for (unsigned int i = 0; opts && i < sizeof(opts->reserved) / sizeof(opts->reserved[0]);
+	     i++)
+		if (opts->reserved[i])
+			return -EINVAL;
 	if (strlen(ns) >= KVMM_NAME_LEN)
 		return -EINVAL;
 	memcpy(name, ns, strlen(ns));
@@ -854,6 +905,7 @@ int kvmm_attach(const char *socket_path, const char *ns, const struct kvmm_forma
 	c->fd = -1;
 	c->next_seq = 1;
 	c->pid = getpid();
+	c->wp_want = wprotect_env() && !(opts && (opts->flags & KVMM_ATTACH_NO_WPROTECT));
 	pthread_mutex_init(&c->lock, NULL);
 	c->rx = malloc(KVMM_MSG_MAX);
 	if (!c->rx) {
@@ -866,7 +918,7 @@ int kvmm_attach(const char *socket_path, const char *ns, const struct kvmm_forma
 	err = client_hello(c);
 	if (err)
 		goto out_free;
-	err = client_attach(c, name, fmt);
+	err = client_attach(c, name, fmt, opts);
 	if (err)
 		goto out_free;
 	*out = c;

@@ -51,6 +51,48 @@ typedef struct kvmm_client kvmm_client_t;
 int kvmm_attach(const char *socket_path, const char *ns, const struct kvmm_format *fmt,
 		kvmm_client_t **out);
 
+/* Options of kvmm_attach_ex. Zero-initialize and set what is wanted. */
+struct kvmm_attach_opts {
+	uint32_t flags;	      /* KVMM_ATTACH_* below; others must be zero */
+	uint32_t model_len;   /* bytes at model, at most KVMM_MODEL_ID_MAX; 0: no identity */
+	const void *model;    /* the model's identity (opaque: name, revision, adapter, ...) */
+	uint64_t reserved[6]; /* must be zero (later options) */
+};
+
+/*
+ * Leave the pool writable everywhere in this process: no read-only sealed, shared or foreign
+ * pages (kvmm_write_protected() says 0). Faster (no mprotect per page), and what an engine
+ * needs whose processes write frames another handle allocated. $KVMM_WPROTECT=0 does the
+ * same for every attach of the process.
+ */
+#define KVMM_ATTACH_NO_WPROTECT (1U << 0)
+#define KVMM_ATTACH_OPT_ALL KVMM_ATTACH_NO_WPROTECT
+
+/*
+ * kvmm_attach with options (opts NULL: the defaults, as kvmm_attach). opts->model (model_len
+ * bytes, at most KVMM_MODEL_ID_MAX) is the identity of the model whose KV this handle stores
+ * (name, revision, adapter: opaque): it is hashed into every content key of the handle's
+ * pages, so handles of one namespace with different identities never share a page, and
+ * those with the same one do. -EINVAL for an unknown flag, a nonzero reserved field or a
+ * model_len too long; -EOPNOTSUPP for an identity given to a kvmmd without key domains;
+ * otherwise as kvmm_attach.
+ */
+int kvmm_attach_ex(const char *socket_path, const char *ns, const struct kvmm_format *fmt,
+		   const struct kvmm_attach_opts *opts, kvmm_client_t **out);
+
+/*
+ * Whether this handle's pool pages are write-protected: 1 or 0. With protection (the default
+ * for a pool in host memory) the pool is mapped read-only and a frame is writable only while
+ * it is this handle's own page that no one else sees: a page of one of its sequences from the
+ * first kvmm_block_table that shows it until it is sealed, shared by kvmm_seq_fork, truncated
+ * away or freed, or a frame taken with kvmm_mag_alloc until kvmm_mag_free. Writing any other
+ * frame (a sealed or shared prefix page, another client's page) raises SIGSEGV in the writer.
+ * 0: KVMM_ATTACH_NO_WPROTECT or $KVMM_WPROTECT=0, a pool in GPU memory, a page size that is
+ * not a multiple of the system's page, or the kernel refused an mprotect (vm.max_map_count)
+ * and the handle fell back to a writable pool.
+ */
+int kvmm_write_protected(const kvmm_client_t *client);
+
 /* Say goodbye (the daemon frees this handle's sequences and pins), unmap, free. NULL is ok. */
 void kvmm_detach(kvmm_client_t *client);
 
@@ -136,6 +178,19 @@ int kvmm_seq_free(kvmm_client_t *client, uint64_t seq);
  */
 int kvmm_prefix_lookup(kvmm_client_t *client, uint64_t seq, const uint32_t *tokens, uint64_t n,
 		       uint64_t *nr_hit);
+/*
+ * kvmm_prefix_lookup and kvmm_seal with a salt (like vLLM's cache_salt): salt_len bytes
+ * (at most KVMM_SALT_MAX; 0: none) mixed into the content keys of seq's pages, so that
+ * requests with different salts never share a page even with the same model and tokens. The
+ * salt is the sequence's from then on (later lookups, seals and forks use it); it can only be
+ * changed while the sequence has no sealed or shared page (-EBUSY). -EOPNOTSUPP from a kvmmd
+ * without key domains.
+ */
+int kvmm_prefix_lookup_salt(kvmm_client_t *client, uint64_t seq, const uint32_t *tokens, uint64_t n,
+			    const void *salt, size_t salt_len, uint64_t *nr_hit);
+int kvmm_seal_salt(kvmm_client_t *client, uint64_t seq, uint32_t block, uint32_t nr_blocks,
+		   const void *salt, size_t salt_len);
+
 /*
  * Seal the full, unsealed pages of seq among blocks [block, block + nr_blocks) (nr_blocks 0:
  * all full pages from block on) and enter them in the namespace's prefix cache, keyed by the

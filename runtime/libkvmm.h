@@ -72,6 +72,9 @@ struct kvmm_client {
 	void *shm;	  /* the data-plane region, when the daemon sends one */
 	size_t shm_len;
 	struct kvmm_dp_client *dp; /* its rings, mirror and magazine (ring.c); NULL: socket only */
+	struct kvmm_wp *wp;	   /* read-only pages (wprotect.c); NULL: the pool is writable */
+	int wp_off_reason;	   /* why wp is NULL: 0 (not asked for) or -errno */
+	bool wp_want; /* protect at attach (no KVMM_ATTACH_NO_WPROTECT, $KVMM_WPROTECT) */
 
 	uint64_t next_seq; /* header seq of the next request, never 0 */
 
@@ -203,6 +206,49 @@ KVMM_INTERNAL int kvmm_client_cuda_uuid(struct kvmm_client *c, uint8_t uuid[16])
 KVMM_INTERNAL void kvmm_client_cuda_refused(struct kvmm_client *c);
 /* Undo kvmm_client_cuda_map (nothing when there is no device mapping). */
 KVMM_INTERNAL void kvmm_client_cuda_unmap(struct kvmm_client *c);
+
+/* ---- wprotect.c: read-only pool pages --------------------------------------------------- */
+
+/* What a successful operation did, for the page protection: its opcode and arguments. */
+struct kvmm_wp_op {
+	uint32_t op;		/* KVMM_OP_* */
+	uint32_t nr;		/* APPEND: tokens; SEAL: blocks */
+	uint64_t seq;		/* the sequence (parent for FORK) */
+	uint64_t arg;		/* FORK: tokens shared; TRUNCATE: new length; SEAL: first block */
+	const uint32_t *frames; /* APPEND_FRAMES: the magazine frames named */
+	uint32_t nr_frames;
+};
+
+/* Ring completions are matched by SQ position: tag = KVMM_WP_RING_TAG | position. */
+#define KVMM_WP_RING_TAG (UINT64_C(1) << 63)
+
+/*
+ * Set up protection for a freshly mapped host pool (mapped PROT_READ when c->wp_want): c->wp,
+ * or a writable pool and c->wp_off_reason when it cannot be had. 0 or -errno.
+ */
+KVMM_INTERNAL int kvmm_wp_setup(struct kvmm_client *c);
+KVMM_INTERNAL void kvmm_wp_free(struct kvmm_client *c);
+/* A successful operation (res: its reply, as a completion). */
+KVMM_INTERNAL void kvmm_wp_done(struct kvmm_client *c, const struct kvmm_wp_op *op,
+				const struct kvmm_cqe *res);
+/* Apply the protection changes gathered since the last flush (each call above but
+ * kvmm_wp_row and kvmm_wp_pending_done flushes itself). 0 or -1: protection went off. */
+KVMM_INTERNAL int kvmm_wp_flush(struct kvmm_client *c);
+/* The engine read n entries of seq's block table: grant its own blocks' frames (at the flush). */
+KVMM_INTERNAL void kvmm_wp_row(struct kvmm_client *c, uint64_t seq, const int32_t *row, uint32_t n);
+/* Magazine frames taken (writable) or given back (read-only). */
+KVMM_INTERNAL void kvmm_wp_mag(struct kvmm_client *c, const uint32_t *frames, uint32_t n,
+			       bool taken);
+/*
+ * An asynchronous operation sent with tag; its completion goes to kvmm_wp_pending_done, whose
+ * changes kvmm_complete flushes.
+ */
+KVMM_INTERNAL int kvmm_wp_pending_add(struct kvmm_client *c, uint64_t tag,
+				      const struct kvmm_wp_op *op);
+KVMM_INTERNAL void kvmm_wp_pending_done(struct kvmm_client *c, uint64_t tag,
+					const struct kvmm_cqe *cqe);
+/* ring.c: the SQ position of the entry kvmm_ring_queue queued last. */
+KVMM_INTERNAL uint32_t kvmm_ring_last_pos(const struct kvmm_client *c);
 
 /* 0 if the handle can talk to the daemon, else why not. */
 static inline int kvmm_client_usable(const struct kvmm_client *c)

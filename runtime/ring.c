@@ -313,6 +313,7 @@ unsigned int kvmm_ring_reap(struct kvmm_client *c)
 		cqe_decode(c, &r, &cqe);
 		if (kvmm_cq_push(c, &cqe))
 			break; /* out of memory: leave it in the ring for the next call */
+		kvmm_wp_pending_done(c, KVMM_WP_RING_TAG | d->cq_head, &cqe);
 		d->cq_head++;
 		n++;
 	}
@@ -329,6 +330,11 @@ unsigned int kvmm_ring_reap(struct kvmm_client *c)
 	    (READ_ONCE(d->sq->flags) & KVMM_SQ_F_NEED_WAKEUP))
 		doorbell(d);
 	return n;
+}
+
+uint32_t kvmm_ring_last_pos(const struct kvmm_client *c)
+{
+	return c->dp->sq_tail - 1;
 }
 
 unsigned int kvmm_ring_inflight(const struct kvmm_client *c)
@@ -606,6 +612,12 @@ int kvmm_mag_alloc(kvmm_client_t *c, uint32_t *frames, uint32_t n)
 	if (!n)
 		return 0;
 	ret = mag_pop(c, frames, n); /* the fast path: no lock */
+	if (ret > 0 && c->wp) {
+		/* the frames taken are this process's to write (wprotect.c) */
+		pthread_mutex_lock(&c->lock);
+		kvmm_wp_mag(c, frames, (uint32_t)ret, true);
+		pthread_mutex_unlock(&c->lock);
+	}
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&c->lock);
@@ -623,6 +635,8 @@ int kvmm_mag_alloc(kvmm_client_t *c, uint32_t *frames, uint32_t n)
 		if (ret == 0)
 			ret = -ENOMEM;
 	}
+	if (ret > 0)
+		kvmm_wp_mag(c, frames, (uint32_t)ret, true);
 	pthread_mutex_unlock(&c->lock);
 	return ret;
 }
@@ -642,6 +656,8 @@ int kvmm_mag_free(kvmm_client_t *c, const uint32_t *frames, uint32_t n)
 			return -EINVAL;
 	pthread_mutex_lock(&c->lock);
 	d = c->dp;
+	/* read-only before the daemon can see them again (wprotect.c) */
+	kvmm_wp_mag(c, frames, n, false);
 	while (done < n && !err) {
 		uint32_t size = d->hdr.mag_size, head, space, k;
 

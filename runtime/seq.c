@@ -24,6 +24,16 @@
 		__ret;                            \
 	})
 
+/* Tell the page protection (wprotect.c) what a successful operation did. */
+static void wp_done(struct kvmm_client *c, uint32_t op, uint64_t seq, uint32_t nr, uint64_t arg,
+		    const struct kvmm_cqe *res)
+{
+	struct kvmm_wp_op o = {.op = op, .nr = nr, .seq = seq, .arg = arg};
+
+	if (c->wp)
+		kvmm_wp_done(c, &o, res);
+}
+
 /* Ids of type size sz that fit in one request after a fixed struct of fixed bytes. */
 static size_t ids_per_msg(const struct kvmm_client *c, size_t fixed, size_t sz)
 {
@@ -39,7 +49,11 @@ int kvmm_seq_create(kvmm_client_t *c, int priority, uint64_t *seq)
 
 	if (!c || !seq)
 		return -EINVAL;
-	err = LOCKED(c, kvmm_msg_call(c, KVMM_OP_SEQ_CREATE, &part, 1, &rep, sizeof(rep)));
+	pthread_mutex_lock(&c->lock);
+	err = kvmm_msg_call(c, KVMM_OP_SEQ_CREATE, &part, 1, &rep, sizeof(rep));
+	if (!err)
+		wp_done(c, KVMM_OP_SEQ_CREATE, 0, 0, 0, &(struct kvmm_cqe){.seq = rep.seq});
+	pthread_mutex_unlock(&c->lock);
 	if (err)
 		return err;
 	*seq = rep.seq;
@@ -63,6 +77,8 @@ static int seq_append_locked(struct kvmm_client *c, uint64_t seq, const uint32_t
 
 		if (err)
 			return err;
+		wp_done(c, KVMM_OP_SEQ_APPEND, seq, k, 0,
+			&(struct kvmm_cqe){.nr_tokens = rep.nr_tokens, .nr_blocks = rep.nr_blocks});
 		done += k;
 	} while (done < n);
 	if (len)
@@ -122,6 +138,17 @@ static int seq_append_frames_locked(struct kvmm_client *c, uint64_t seq, const u
 		err = kvmm_msg_call(c, KVMM_OP_SEQ_APPEND_FRAMES, parts, 3, &rep, sizeof(rep));
 		if (err)
 			return err;
+		if (c->wp) {
+			struct kvmm_wp_op o = {.op = KVMM_OP_SEQ_APPEND_FRAMES,
+					       .nr = k,
+					       .seq = seq,
+					       .frames = frames + fdone,
+					       .nr_frames = f};
+			struct kvmm_cqe res = {.nr_tokens = rep.nr_tokens,
+					       .nr_blocks = rep.nr_blocks};
+
+			kvmm_wp_done(c, &o, &res);
+		}
 		done += k;
 		fdone += f;
 		cur = rep.nr_tokens;
@@ -148,7 +175,12 @@ int kvmm_seq_fork(kvmm_client_t *c, uint64_t parent, uint64_t nr_tokens, uint64_
 
 	if (!c || !child)
 		return -EINVAL;
-	err = LOCKED(c, kvmm_msg_call(c, KVMM_OP_SEQ_FORK, &part, 1, &rep, sizeof(rep)));
+	pthread_mutex_lock(&c->lock);
+	err = kvmm_msg_call(c, KVMM_OP_SEQ_FORK, &part, 1, &rep, sizeof(rep));
+	if (!err)
+		wp_done(c, KVMM_OP_SEQ_FORK, parent, 0, nr_tokens,
+			&(struct kvmm_cqe){.seq = rep.seq, .nr_blocks = rep.nr_blocks});
+	pthread_mutex_unlock(&c->lock);
 	if (err)
 		return err;
 	*child = rep.seq;
@@ -160,9 +192,17 @@ int kvmm_seq_truncate(kvmm_client_t *c, uint64_t seq, uint64_t nr_tokens)
 	struct kvmm_seq_truncate_req req = {.seq = seq, .nr_tokens = nr_tokens};
 	struct kvmm_iov part = {&req, sizeof(req)};
 
+	struct kvmm_cqe res = {0};
+	int err;
+
 	if (!c)
 		return -EINVAL;
-	return LOCKED(c, kvmm_msg_call(c, KVMM_OP_SEQ_TRUNCATE, &part, 1, NULL, 0));
+	pthread_mutex_lock(&c->lock);
+	err = kvmm_msg_call(c, KVMM_OP_SEQ_TRUNCATE, &part, 1, NULL, 0);
+	if (!err)
+		wp_done(c, KVMM_OP_SEQ_TRUNCATE, seq, 0, nr_tokens, &res);
+	pthread_mutex_unlock(&c->lock);
+	return err;
 }
 
 int kvmm_seq_free(kvmm_client_t *c, uint64_t seq)
@@ -170,9 +210,17 @@ int kvmm_seq_free(kvmm_client_t *c, uint64_t seq)
 	struct kvmm_seq_free_req req = {.seq = seq};
 	struct kvmm_iov part = {&req, sizeof(req)};
 
+	struct kvmm_cqe res = {0};
+	int err;
+
 	if (!c)
 		return -EINVAL;
-	return LOCKED(c, kvmm_msg_call(c, KVMM_OP_SEQ_FREE, &part, 1, NULL, 0));
+	pthread_mutex_lock(&c->lock);
+	err = kvmm_msg_call(c, KVMM_OP_SEQ_FREE, &part, 1, NULL, 0);
+	if (!err)
+		wp_done(c, KVMM_OP_SEQ_FREE, seq, 0, 0, &res);
+	pthread_mutex_unlock(&c->lock);
+	return err;
 }
 
 static int prefix_lookup_locked(struct kvmm_client *c, uint64_t seq, const uint32_t *tokens,
@@ -197,6 +245,8 @@ static int prefix_lookup_locked(struct kvmm_client *c, uint64_t seq, const uint3
 		err = kvmm_msg_call(c, KVMM_OP_PREFIX_LOOKUP, parts, 2, &rep, sizeof(rep));
 		if (err)
 			return err;
+		wp_done(c, KVMM_OP_PREFIX_LOOKUP, seq, 0, 0,
+			&(struct kvmm_cqe){.nr_tokens = rep.nr_tokens, .nr_blocks = rep.nr_blocks});
 		hit += (uint64_t)rep.nr_blocks * tpp;
 		done += k;
 		/* a request that did not map all its full pages met a miss: the walk ends */
@@ -216,14 +266,65 @@ int kvmm_prefix_lookup(kvmm_client_t *c, uint64_t seq, const uint32_t *tokens, u
 	return LOCKED(c, prefix_lookup_locked(c, seq, tokens, n, nr_hit));
 }
 
-int kvmm_seal(kvmm_client_t *c, uint64_t seq, uint32_t block, uint32_t nr_blocks)
+/* SEQ_SALT: seq's pages are keyed with this salt from now on. Lock held. */
+static int seq_salt_locked(struct kvmm_client *c, uint64_t seq, const void *salt, size_t len)
+{
+	struct kvmm_seq_salt_req req = {.seq = seq, .len = (uint32_t)len};
+	struct kvmm_iov parts[2] = {{&req, sizeof(req)}, {salt, len}};
+
+	if (!(c->features & KVMM_FEAT_KEY_DOMAIN))
+		return -EOPNOTSUPP;
+	return kvmm_msg_call(c, KVMM_OP_SEQ_SALT, parts, len ? 2 : 1, NULL, 0);
+}
+
+int kvmm_prefix_lookup_salt(kvmm_client_t *c, uint64_t seq, const uint32_t *tokens, uint64_t n,
+			    const void *salt, size_t salt_len, uint64_t *nr_hit)
+{
+	int err;
+
+	if (!c || (n && !tokens) || salt_len > KVMM_SALT_MAX || (salt_len && !salt))
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	err = seq_salt_locked(c, seq, salt, salt_len);
+	if (!err)
+		err = prefix_lookup_locked(c, seq, tokens, n, nr_hit);
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+static int seal_locked(struct kvmm_client *c, uint64_t seq, uint32_t block, uint32_t nr_blocks)
 {
 	struct kvmm_seal_req req = {.seq = seq, .block = block, .nr_blocks = nr_blocks};
 	struct kvmm_iov part = {&req, sizeof(req)};
+	struct kvmm_cqe res = {0};
+	int err;
 
+	err = kvmm_msg_call(c, KVMM_OP_SEAL, &part, 1, NULL, 0);
+	if (!err)
+		wp_done(c, KVMM_OP_SEAL, seq, nr_blocks, block, &res);
+	return err;
+}
+
+int kvmm_seal(kvmm_client_t *c, uint64_t seq, uint32_t block, uint32_t nr_blocks)
+{
 	if (!c)
 		return -EINVAL;
-	return LOCKED(c, kvmm_msg_call(c, KVMM_OP_SEAL, &part, 1, NULL, 0));
+	return LOCKED(c, seal_locked(c, seq, block, nr_blocks));
+}
+
+int kvmm_seal_salt(kvmm_client_t *c, uint64_t seq, uint32_t block, uint32_t nr_blocks,
+		   const void *salt, size_t salt_len)
+{
+	int err;
+
+	if (!c || salt_len > KVMM_SALT_MAX || (salt_len && !salt))
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	err = seq_salt_locked(c, seq, salt, salt_len);
+	if (!err)
+		err = seal_locked(c, seq, block, nr_blocks);
+	pthread_mutex_unlock(&c->lock);
+	return err;
 }
 
 /*
@@ -365,6 +466,25 @@ int kvmm_block_table_socket(struct kvmm_client *c, const uint64_t *seqs, uint32_
 }
 
 /*
+ * The engine learns these frames now: make each sequence's own blocks writable (a row ends
+ * after its last entry that is not KVMM_BLOCK_NONE).
+ */
+static void wp_rows(struct kvmm_client *c, const uint64_t *seqs, uint32_t nr_seqs,
+		    const int32_t *table, uint32_t max)
+{
+	for (uint32_t i = 0; c->wp && i < nr_seqs; i++) {
+		const int32_t *row = table + (size_t)i * max;
+		uint32_t n = max;
+
+		while (n && row[n - 1] == KVMM_BLOCK_NONE)
+			n--;
+		kvmm_wp_row(c, seqs[i], row, n);
+	}
+	if (c->wp)
+		kvmm_wp_flush(c);
+}
+
+/*
  * With the data plane, rows come from the page-table mirror without a round trip; a
  * sequence the mirror does not hold (no slot, too long for its slot, a torn read) is asked
  * for over the socket.
@@ -377,8 +497,11 @@ static int block_table_locked(struct kvmm_client *c, const uint64_t *seqs, uint3
 	/* a mirror outlives its daemon: a handle known to be dead reads nothing from it */
 	if (ret)
 		return ret;
-	if (!c->dp || max == 0)
-		return kvmm_block_table_socket(c, seqs, nr_seqs, table, max);
+	if (!c->dp || max == 0) {
+		ret = kvmm_block_table_socket(c, seqs, nr_seqs, table, max);
+		wp_rows(c, seqs, nr_seqs, table, max);
+		return ret;
+	}
 	for (uint32_t i = 0; i < nr_seqs; i++) {
 		int32_t *row = table + (size_t)i * max;
 		int e = kvmm_mirror_row(c, seqs[i], row, max);
@@ -388,6 +511,7 @@ static int block_table_locked(struct kvmm_client *c, const uint64_t *seqs, uint3
 		if (e && (!ret || ret == -E2BIG))
 			ret = e;
 	}
+	wp_rows(c, seqs, nr_seqs, table, max);
 	return ret;
 }
 

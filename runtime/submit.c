@@ -128,6 +128,20 @@ static int sqe_encode(const struct kvmm_sqe *sqe, unsigned int *op, struct kvmm_
 	return 0;
 }
 
+/* The page protection (wprotect.c) hears of the entry's completion. */
+static void wp_pending(struct kvmm_client *c, uint64_t tag, unsigned int op,
+		       const struct kvmm_sqe *sqe)
+{
+	struct kvmm_wp_op o = {.op = op, .nr = sqe->nr, .seq = sqe->seq, .arg = sqe->arg};
+
+	if (op == KVMM_OP_SEQ_APPEND_FRAMES) {
+		o.frames = sqe->frames;
+		o.nr_frames = (uint32_t)sqe->arg;
+		o.arg = 0;
+	}
+	kvmm_wp_pending_add(c, tag, &o);
+}
+
 static int submit_locked(struct kvmm_client *c, const struct kvmm_sqe *sqes, unsigned int n)
 {
 	unsigned int i;
@@ -153,9 +167,15 @@ static int submit_locked(struct kvmm_client *c, const struct kvmm_sqe *sqes, uns
 				kvmm_ring_reap(c);
 				err = kvmm_ring_queue(c, op, parts, nr_parts, sqe->user_data);
 			}
+			if (!err && c->wp)
+				wp_pending(c, KVMM_WP_RING_TAG | kvmm_ring_last_pos(c), op, sqe);
 		} else if (!err) {
+			uint64_t tag;
+
 			err = kvmm_msg_send_tagged(c, op, parts, nr_parts, false, sqe->op,
-						   sqe->user_data, NULL);
+						   sqe->user_data, &tag);
+			if (!err && c->wp)
+				wp_pending(c, tag, op, sqe);
 		}
 		if (err == -EINVAL || err == -E2BIG) {
 			/* this entry alone is wrong: it completes at once, the batch goes on */
@@ -232,6 +252,9 @@ int kvmm_complete(kvmm_client_t *c, struct kvmm_cqe *cqes, unsigned int max, uns
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
 	ret = complete_locked(c, cqes, max, min);
+	/* what the completions reaped did to the pages' protection (wprotect.c) */
+	if (c->wp)
+		kvmm_wp_flush(c);
 	pthread_mutex_unlock(&c->lock);
 	return ret;
 }

@@ -132,10 +132,11 @@ int bench_main(const char *prog, const struct bench_suite *suites, size_t nr, co
 
 /* Suites: 0, or a negative errno after printing why. */
 int bench_suite_core(const struct bench_opts *o);
-int bench_suite_attn(const struct bench_opts *o); /* bench_attn.c */
-int bench_attn_steps(const struct bench_opts *o); /* bench_attn_steps.c: part of attn */
-int bench_suite_ipc(const struct bench_opts *o);  /* bench_ipc.c: starts ./kvmm/kvmmd */
-int bench_suite_swap(const struct bench_opts *o); /* bench_swap.c: tiers, fio, replay */
+int bench_suite_attn(const struct bench_opts *o);     /* bench_attn.c */
+int bench_attn_steps(const struct bench_opts *o);     /* bench_attn_steps.c: part of attn */
+int bench_suite_wprotect(const struct bench_opts *o); /* bench_wprotect.c: read-only pages */
+int bench_suite_ipc(const struct bench_opts *o);      /* bench_ipc.c: starts ./kvmm/kvmmd */
+int bench_suite_swap(const struct bench_opts *o);     /* bench_swap.c: tiers, fio, replay */
 int bench_suite_flow(const struct bench_opts *o); /* bench_flow.c: the request flow in process */
 int bench_suite_flow_ipc(const struct bench_opts *o); /* bench_flow_ipc.c: from client processes */
 /* bench_agents.c: LLM agent processes on one pool (runs the Python driver tools/kvmm-agents) */

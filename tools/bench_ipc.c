@@ -378,6 +378,7 @@ static double step_frames(kvmm_client_t *c, unsigned int steps)
 int bench_suite_ipc(const struct bench_opts *o)
 {
 	unsigned int n = o->quick ? 2000 : 20000, steps = o->quick ? 200 : 2000;
+	struct kvmm_attach_opts unprotected = {.flags = KVMM_ATTACH_NO_WPROTECT};
 	struct bench_kvmmd d = {0};
 	kvmm_client_t *c = NULL, *cs = NULL;
 	double sp, fx, rt, st, st_sock, st_fr, bt, m1, m64;
@@ -393,10 +394,14 @@ int bench_suite_ipc(const struct bench_opts *o)
 		bench_kvmmd_stop(&d);
 		return err;
 	}
-	err = kvmm_attach(d.sock, "bench", &fmt, &c);
+	/*
+	 * The control plane alone: pages not write-protected (each page a magazine hands out
+	 * would cost an mprotect pair); the wprotect suite measures that cost.
+	 */
+	err = kvmm_attach_ex(d.sock, "bench", &fmt, &unprotected, &c);
 	if (!err) {
 		setenv("KVMM_NO_RINGS", "1", 1);
-		err = kvmm_attach(d.sock, "bench", &fmt, &cs);
+		err = kvmm_attach_ex(d.sock, "bench", &fmt, &unprotected, &cs);
 		unsetenv("KVMM_NO_RINGS");
 	}
 	if (err || !kvmm_has_rings(c)) {

@@ -5,8 +5,12 @@
  * and links libkvmm and nothing of kvmm/ (tools/Kbuild); kvmm-bench's other suites measure the
  * daemon's internals in process.
  *
- *   kvmm-bench-ipc [--json] [--quick] [ipc | flow]
+ *   kvmm-bench-ipc [--json] [--quick] ipc | flow | wprotect...
+ *
+ * wprotect (bench_wprotect.c) is what write-protected pool pages cost an engine.
  */
+#include <stdlib.h>
+
 #include "bench.h"
 
 static const struct bench_suite suites[] = {
@@ -14,6 +18,8 @@ static const struct bench_suite suites[] = {
 	 bench_suite_ipc},
 	{"flow", "a request's flow from 1-8 client processes, sync and async, vs in process",
 	 bench_suite_flow_ipc},
+	{"wprotect", "read-only pool pages on and off: decode steps, prefills",
+	 bench_suite_wprotect},
 };
 
 int main(int argc, char **argv)

@@ -12,6 +12,7 @@
  * Exit codes (Documentation/admin-guide/kvmmctl.md): 0 ok, 1 the daemon answered an error,
  * 2 bad arguments, 3 no daemon at the socket, 4 no permission.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "tools/kvmmctl.h"
@@ -32,6 +34,16 @@
 #endif
 
 struct ctl_opts ctl;
+static kvmm_admin_t *ctl_handle; /* the connection, for the error messages that look up names */
+
+/* Priorities (limit, swapon), as kvmmd's config takes them. */
+/* marks a negative number among the arguments while getopt runs (main) */
+#define CTL_NEG_MARK '\001'
+#define CTL_PRIO_MIN (-1000)
+#define CTL_PRIO_MAX 1000
+/* kvmmd's default priorities of a host-memory tier and a swap file (kvmmd.md "[swap]") */
+#define CTL_SWAP_HOST_PRIO 10
+#define CTL_SWAP_FILE_PRIO 5
 
 /* ---- errors and exit codes --------------------------------------------------------------- */
 
@@ -47,14 +59,32 @@ void __attribute__((noreturn, format(printf, 2, 3))) ctl_die(int code, const cha
 	exit(code);
 }
 
+/* An -ENOENT answer to a request naming --ns: say so when that namespace is what is missing. */
+static void die_if_no_ns(kvmm_admin_t *h, const char *verb)
+{
+	struct kvmm_admin_ns *list = NULL;
+	unsigned int nr = 0;
+
+	if (!ctl.ns)
+		return;
+	if (!h || kvmm_admin_namespaces(h, ctl.ns, &list, &nr) == -ENOENT)
+		ctl_die(CTL_EXIT_DAEMON, "%s: no namespace '%s'", verb, ctl.ns);
+	free(list);
+}
+
 /* The exit code and message for a daemon status. */
 void __attribute__((noreturn)) ctl_die_status(const char *verb, int status)
 {
-	if (status == -EACCES || status == -EPERM)
+	/* root is never refused an admin verb: its EACCES / EPERM is the daemon's own error */
+	if ((status == -EACCES || status == -EPERM) && geteuid() != 0)
 		ctl_die(CTL_EXIT_PERM,
 			"%s: permission denied (admin verbs need root or the daemon's "
 			"admin_group)",
 			verb);
+	if (status == -EACCES || status == -EPERM)
+		ctl_die(CTL_EXIT_DAEMON, "%s: the daemon says: %s", verb, strerror(-status));
+	if (status == -ENOENT)
+		die_if_no_ns(ctl_handle, verb);
 	if (status == -EOPNOTSUPP)
 		ctl_die(CTL_EXIT_DAEMON, "%s: not supported by this daemon", verb);
 	ctl_die(CTL_EXIT_DAEMON, "%s: %s", verb, strerror(-status));
@@ -72,8 +102,9 @@ static const char *socket_path(void)
 	env = getenv("KVMM_SOCKET");
 	if (env && env[0])
 		return env;
+	/* kvmmd's own default (kvmm_config_default_socket): $XDG_RUNTIME_DIR when absolute */
 	env = getenv("XDG_RUNTIME_DIR");
-	if (env && env[0] == '/' && geteuid() != 0) {
+	if (env && env[0] == '/') {
 		snprintf(buf, sizeof(buf), "%s/kvmm/kvmmd.sock", env);
 		return buf;
 	}
@@ -270,7 +301,10 @@ static void verb_meminfo(kvmm_admin_t *h)
 		uint64_t total = (uint64_t)ctl_tag(l, "Total"), used = (uint64_t)ctl_tag(l, "Used");
 		uint64_t cached = (uint64_t)ctl_tag(l, "Cached");
 		uint64_t nfree = (uint64_t)ctl_tag(l, "Free") + (uint64_t)ctl_tag(l, "Magazines");
-		uint64_t limit = (uint64_t)ctl_tag(l, "Limit");
+		/* no Limit line in this namespace's section: no limit */
+		const char *ll = ctl_next(l, "Limit", NULL), *next = ctl_next(t, "Namespace", l);
+		long long lim = ll && (!next || ll < next) ? ctl_tag(ll, "Limit") : -1;
+		uint64_t limit = lim < 0 ? total : (uint64_t)lim;
 		/* available: free plus reclaimable cache, within the limit */
 		uint64_t avail = nfree + cached;
 
@@ -290,7 +324,7 @@ static void verb_meminfo(kvmm_admin_t *h)
 		       ctl_size(cached, (uint64_t)ps, b[2], 24),
 		       ctl_size((uint64_t)ctl_tag(l, "Shared"), (uint64_t)ps, b[3], 24),
 		       ctl_size(nfree, (uint64_t)ps, b[4], 24),
-		       ctl_size(limit, (uint64_t)ps, b[5], 24),
+		       lim < 0 ? "none" : ctl_size(limit, (uint64_t)ps, b[5], 24),
 		       ctl_size(avail, (uint64_t)ps, b[6], 24));
 	}
 	if (group > 1)
@@ -412,6 +446,21 @@ static uint64_t parse_u64(const char *what, const char *s)
 	return v;
 }
 
+/* PAGETABLE of client's seq; an unknown pair is named, not "No such file or directory". */
+static char *ctl_read_pagetable(kvmm_admin_t *h, uint64_t seq, uint64_t client)
+{
+	char *text;
+	int ret = ctl_read(h, KVMM_OP_PAGETABLE, ctl.json ? KVMM_ADMIN_F_JSON : 0, seq,
+			   (uint32_t)client, &text);
+
+	if (ret == -ENOENT)
+		ctl_die(CTL_EXIT_DAEMON, "pagetable: no sequence %llu of client %llu",
+			(unsigned long long)seq, (unsigned long long)client);
+	if (ret)
+		ctl_die_status("pagetable", ret);
+	return text;
+}
+
 static void verb_pagetable(kvmm_admin_t *h, int argc, char **argv)
 {
 	uint64_t client = ctl.client, seq;
@@ -436,12 +485,24 @@ static void verb_pagetable(kvmm_admin_t *h, int argc, char **argv)
 	}
 	if (!client || client > UINT32_MAX || !seq)
 		ctl_die(CTL_EXIT_USAGE, "pagetable: give the client: CLIENT:SEQ or --client ID");
-	if (print_verbatim(h, "pagetable", KVMM_OP_PAGETABLE, seq, (uint32_t)client))
+	if (ctl.json || ctl.raw) {
+		t = ctl_read_pagetable(h, seq, client);
+		fputs(t, stdout);
+		free(t);
 		return;
-	t = read_or_die(h, "pagetable", KVMM_OP_PAGETABLE, 0, seq, (uint32_t)client);
-	printf("client %lld seq %lld (%s...): %lld tokens, %lld blocks, %lld sealed\n",
-	       ctl_tag(t, "Client"), ctl_tag(t, "Seq"), "namespace", ctl_tag(t, "Tokens"),
-	       ctl_tag(t, "Blocks"), ctl_tag(t, "Sealed"));
+	}
+	t = ctl_read_pagetable(h, seq, client);
+	{
+		const char *nl = ctl_next(t, "Namespace", NULL);
+		char ns[KVMM_NAME_LEN + 1] = "?";
+
+		if (nl)
+			ctl_first(nl, ns, sizeof(ns));
+		printf("client %lld seq %lld (namespace %s): %lld tokens, %lld blocks, %lld "
+		       "sealed\n",
+		       ctl_tag(t, "Client"), ctl_tag(t, "Seq"), ns, ctl_tag(t, "Tokens"),
+		       ctl_tag(t, "Blocks"), ctl_tag(t, "Sealed"));
+	}
 	printf("%8s %-8s %10s %-6s %6s %6s %8s\n", "BLOCK", "TYPE", "FRAME", "FLAGS", "REFS",
 	       "PINS", "TOKENS");
 	while ((l = ctl_next(t, "Pte", l))) {
@@ -689,8 +750,11 @@ static void verb_limit(kvmm_admin_t *h, int argc, char **argv)
 		char *end;
 		long p = strtol(argv[2], &end, 10);
 
-		if (*end || end == argv[2] || p < INT32_MIN || p > INT32_MAX)
+		if (*end || end == argv[2])
 			ctl_die(CTL_EXIT_USAGE, "limit: bad priority '%s'", argv[2]);
+		if (p < CTL_PRIO_MIN || p > CTL_PRIO_MAX)
+			ctl_die(CTL_EXIT_USAGE, "limit: priority %ld is not in %d..%d", p,
+				CTL_PRIO_MIN, CTL_PRIO_MAX);
 		req.priority = (int32_t)p;
 		req.valid |= KVMM_LIMIT_SET_PRIORITY;
 	}
@@ -744,6 +808,53 @@ static void verb_reclaim(kvmm_admin_t *h, int argc, char **argv)
 	printf("reclaimed %" PRIu64 " of %" PRIu64 " frames\n", got, want);
 }
 
+/* A size as kvmmd takes one: bytes, or with K, M, G, T (KiB ..., "B"/"iB" optional). */
+static uint64_t parse_bytes(const char *what, const char *s)
+{
+	static const char units[] = "KMGT";
+	const char *u;
+	char *end;
+	unsigned long long v;
+	uint64_t mul = 1;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || !isdigit((unsigned char)s[0]))
+		ctl_die(CTL_EXIT_USAGE, "%s: not a size: '%s'", what, s);
+	if (*end) {
+		u = strchr(units, toupper((unsigned char)*end));
+		if (u) {
+			mul = UINT64_C(1) << (10 * (u - units + 1));
+			end++;
+			if (!strcasecmp(end, "b") || !strcasecmp(end, "ib"))
+				end += strlen(end);
+		} else if (toupper((unsigned char)*end) == 'B') {
+			end++;
+		}
+		if (*end)
+			ctl_die(CTL_EXIT_USAGE, "%s: not a size: '%s' (bytes, or K, M, G, T)", what,
+				s);
+	}
+	if (v > UINT64_MAX / mul)
+		ctl_die(CTL_EXIT_USAGE, "%s: too large: '%s'", what, s);
+	return (uint64_t)v * mul;
+}
+
+static int32_t parse_prio(const char *what, const char *s)
+{
+	char *end;
+	long p;
+
+	errno = 0;
+	p = strtol(s, &end, 10);
+	if (errno || end == s || *end)
+		ctl_die(CTL_EXIT_USAGE, "%s: bad priority '%s'", what, s);
+	if (p < CTL_PRIO_MIN || p > CTL_PRIO_MAX)
+		ctl_die(CTL_EXIT_USAGE, "%s: priority %ld is not in %d..%d", what, p, CTL_PRIO_MIN,
+			CTL_PRIO_MAX);
+	return (int32_t)p;
+}
+
 static void verb_swapon(kvmm_admin_t *h, int argc, char **argv, bool on)
 {
 	const char *verb = on ? "swapon" : "swapoff";
@@ -754,13 +865,13 @@ static void verb_swapon(kvmm_admin_t *h, int argc, char **argv, bool on)
 
 		if (argc < 2 || argc > 4)
 			ctl_die(CTL_EXIT_USAGE,
-				"usage: kvmmctl swapon TIER SIZE_BYTES [PATH|host] [PRIORITY] "
+				"usage: kvmmctl swapon TIER SIZE [PATH|host] [PRIORITY] "
 				"[--ns NS]");
 		memset(&req, 0, sizeof(req));
 		if (ctl.ns)
 			strncpy(req.ns, ctl.ns, sizeof(req.ns) - 1);
 		req.tier = (uint32_t)parse_u64("swapon tier", argv[0]);
-		req.size = parse_u64("swapon size", argv[1]);
+		req.size = parse_bytes("swapon size", argv[1]);
 		if (!req.tier || req.tier > KVMM_SWAP_TIER_MAX)
 			ctl_die(CTL_EXIT_USAGE, "swapon: tier must be 1..%u", KVMM_SWAP_TIER_MAX);
 		if (argc >= 3 && strcmp(argv[2], "host")) {
@@ -768,8 +879,10 @@ static void verb_swapon(kvmm_admin_t *h, int argc, char **argv, bool on)
 				ctl_die(CTL_EXIT_USAGE, "swapon: path too long");
 			strcpy(req.path, argv[2]);
 		}
+		/* kvmmd's defaults: a host tier 10, a swap file 5 */
+		req.priority = req.path[0] ? CTL_SWAP_FILE_PRIO : CTL_SWAP_HOST_PRIO;
 		if (argc == 4)
-			req.priority = (int32_t)strtol(argv[3], NULL, 10);
+			req.priority = parse_prio("swapon", argv[3]);
 		ret = kvmm_admin_swapon(h, &req);
 	} else {
 		struct kvmm_swapoff_req req;
@@ -792,6 +905,11 @@ static void verb_swapon(kvmm_admin_t *h, int argc, char **argv, bool on)
 			"%s: this daemon has no swap support yet (the request is "
 			"defined but kvmmd answers 'not supported')",
 			verb);
+	if (ret == -ENOENT)
+		die_if_no_ns(h, verb);
+	if (ret == -ENOENT && !on)
+		ctl_die(CTL_EXIT_DAEMON, "swapoff: no tier %s%s%s", argv[0],
+			ctl.ns ? " in namespace " : "", ctl.ns ? ctl.ns : "");
 	if (ret)
 		ctl_die_status(verb, ret);
 	printf("%s: tier %s done%s%s\n", verb, argv[0], ctl.ns ? " in " : "", ctl.ns ? ctl.ns : "");
@@ -815,6 +933,16 @@ static void verb_fault(kvmm_admin_t *h, int argc, char **argv)
 		len += n;
 	}
 	ret = kvmm_admin_fault_inject(h, ctl.ns, spec);
+	if (ret == -ENOENT) {
+		char point[64];
+
+		die_if_no_ns(h, "fault");
+		snprintf(point, sizeof(point), "%.*s", (int)strcspn(spec, " "), spec);
+		ctl_die(CTL_EXIT_DAEMON,
+			"fault: no fault point '%s' (swap.read, swap.write, "
+			"swap.alloc)",
+			point);
+	}
 	if (ret)
 		ctl_die_status("fault", ret);
 	printf("fault: %s\n", spec);
@@ -897,6 +1025,22 @@ int main(int argc, char **argv)
 	kvmm_admin_t *h;
 	int opt, vargc;
 
+	/*
+	 * A negative number ("limit default none -5") is an argument, not an option: marked so
+	 * that getopt passes it over, unmarked below.
+	 */
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+		char *a;
+
+		if (argv[i][0] != '-' || !isdigit((unsigned char)argv[i][1]))
+			continue;
+		a = malloc(strlen(argv[i]) + 2);
+		if (!a)
+			ctl_die(CTL_EXIT_DAEMON, "out of memory");
+		a[0] = CTL_NEG_MARK;
+		strcpy(a + 1, argv[i]);
+		argv[i] = a;
+	}
 	/* GNU getopt permutes: options may come before or after the verb and its arguments */
 	while ((opt = getopt_long(argc, argv, "s:jrn:c:e:hV", opts, NULL)) != -1) {
 		switch (opt) {
@@ -958,6 +1102,9 @@ int main(int argc, char **argv)
 	verb = argv[optind];
 	vargv = argv + optind + 1;
 	vargc = argc - optind - 1;
+	for (int i = 0; i < vargc; i++)
+		if (vargv[i][0] == CTL_NEG_MARK)
+			vargv[i]++;
 	{
 		if (!strcmp(verb, "help")) {
 			usage(stdout);
@@ -994,6 +1141,7 @@ int main(int argc, char **argv)
 				ctl_die(CTL_EXIT_USAGE, "--json and --raw exclude each other");
 		}
 		h = ctl_connect();
+		ctl_handle = h;
 		if (!strcmp(verb, "status"))
 			verb_status(h);
 		else if (!strcmp(verb, "meminfo"))

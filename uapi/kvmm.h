@@ -32,7 +32,9 @@
  *      tensor-parallel groups: KVMM_ATTACH_F_DEVICE + struct kvmm_attach_device,
  *      attach_rep.device_index and nr_devices.  Compound ops: SEQ_PROMPT (create, look the
  *      prompt up, append what missed), SEQ_SEAL_FREE (seal, then free), KVMM_RH_PROMPT;
- *      REMOTE (read verb: the remote tier).
+ *      REMOTE (read verb: the remote tier); key domains (KVMM_FEAT_KEY_DOMAIN): a model
+ *      identity at ATTACH (KVMM_ATTACH_F_MODEL + struct kvmm_attach_model) and a
+ *      sequence's salt (SEQ_SALT), both hashed into every content key.
  */
 #ifndef KVMM_UAPI_KVMM_H
 #define KVMM_UAPI_KVMM_H
@@ -82,9 +84,12 @@ extern "C" {
  * so libkvmm sends synchronous lookups there instead of on the rings.
  */
 #define KVMM_FEAT_REMOTE (UINT64_C(1) << 6)
-#define KVMM_FEAT_ALL_V0                                                            \
-	(KVMM_FEAT_HOST_BACKEND | KVMM_FEAT_CUDA_BACKEND | KVMM_FEAT_PREFIX_CACHE | \
-	 KVMM_FEAT_SWAP | KVMM_FEAT_RINGS | KVMM_FEAT_FD_PASSING | KVMM_FEAT_REMOTE)
+/* ATTACH's model identity (KVMM_ATTACH_F_MODEL) and SEQ_SALT: keys per model and salt */
+#define KVMM_FEAT_KEY_DOMAIN (UINT64_C(1) << 7)
+#define KVMM_FEAT_ALL_V0                                                              \
+	(KVMM_FEAT_HOST_BACKEND | KVMM_FEAT_CUDA_BACKEND | KVMM_FEAT_PREFIX_CACHE |   \
+	 KVMM_FEAT_SWAP | KVMM_FEAT_RINGS | KVMM_FEAT_FD_PASSING | KVMM_FEAT_REMOTE | \
+	 KVMM_FEAT_KEY_DOMAIN)
 
 /*
  * Version negotiation, the one rule both sides of HELLO apply: speak the newer of the two
@@ -267,6 +272,7 @@ enum kvmm_op {
 	KVMM_OP_SEQ_APPEND_FRAMES = 0x010d, /* _append_frames_req + ids + frames -> _append_rep */
 	KVMM_OP_SEQ_PROMPT = 0x010e,	    /* kvmm_seq_prompt_req + ids -> kvmm_seq_prompt_rep */
 	KVMM_OP_SEQ_SEAL_FREE = 0x010f,	    /* struct kvmm_seal_req -> none */
+	KVMM_OP_SEQ_SALT = 0x0110,	    /* struct kvmm_seq_salt_req + salt bytes -> none */
 
 	/* admin: read verbs take struct kvmm_admin_req and answer text or JSON */
 	KVMM_OP_STATUS = 0x0200,
@@ -303,7 +309,7 @@ enum kvmm_op {
 #define KVMM_OP_EVENT_BASE 0x0300U
 /* The last opcode of each range in this version (they move when a version appends ops). */
 #define KVMM_OP_SESSION_LAST KVMM_OP_PING
-#define KVMM_OP_MEM_LAST KVMM_OP_SEQ_SEAL_FREE
+#define KVMM_OP_MEM_LAST KVMM_OP_SEQ_SALT
 #define KVMM_OP_ADMIN_LAST KVMM_OP_REMOTE
 #define KVMM_OP_EVENT_LAST KVMM_OP_SHUTDOWN
 
@@ -780,6 +786,24 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_req, fmt, 32);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_req, flags, 56);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_req, ring_entries, 60);
 
+/*
+ * After struct kvmm_attach_req (and its struct kvmm_attach_device, if any) when
+ * KVMM_ATTACH_F_MODEL is set (KVMM_FEAT_KEY_DOMAIN granted): the identity of the model whose
+ * KV the client stores, len opaque bytes (1 .. KVMM_MODEL_ID_MAX: name, revision, adapter,
+ * whatever tells two models of one shape apart) right after the struct. The daemon hashes it
+ * into every content key of the client's sequences: clients of one namespace with different
+ * identities never share a page, with equal ones they do (and with clients that gave none
+ * only when both gave none).
+ */
+#define KVMM_MODEL_ID_MAX 256
+struct kvmm_attach_model {
+	uint32_t len;	   /* bytes that follow */
+	uint32_t reserved; /* must be zero */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_attach_model, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_model, len, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_attach_model, reserved, 4);
+
 /* After struct kvmm_attach_req when KVMM_ATTACH_F_DEVICE is set. */
 struct kvmm_attach_device {
 	uint8_t uuid[16]; /* the CUDA device (cuDeviceGetUuid) whose member of the group to map */
@@ -998,6 +1022,25 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_seal_req, nr_blocks, 12);
  */
 
 /*
+ * SEQ_SALT (KVMM_FEAT_KEY_DOMAIN) sets the salt mixed into the content keys of a sequence's
+ * pages, like vLLM's cache_salt: PREFIX_LOOKUP finds, and SEAL enters, only pages of the same
+ * model identity and salt, so one tenant's users can be kept apart inside a namespace. len
+ * bytes (0 .. KVMM_SALT_MAX; 0: no salt) follow the struct. The salt is the sequence's: a
+ * fork inherits it. It can be changed only while the sequence has no sealed page and shares
+ * none (-EBUSY otherwise); setting the salt it already has is always fine.
+ */
+#define KVMM_SALT_MAX 256
+struct kvmm_seq_salt_req {
+	uint64_t seq;
+	uint32_t len;	   /* salt bytes that follow */
+	uint32_t reserved; /* must be zero */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_seq_salt_req, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_salt_req, seq, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_salt_req, len, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_seq_salt_req, reserved, 12);
+
+/*
  * SEQ_BLOCKS reads part of a sequence's block table: the reply struct is followed by count
  * int32_t entries (frame number, or KVMM_BLOCK_NONE), for blocks [block, block + count).
  * count is min(nr_blocks, blocks from block to the end, what fits in one record);
@@ -1153,7 +1196,9 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_mag_rep, nr_held, 4);
 #define KVMM_ATTACH_F_RINGS (1U << 0) /* attach_req.flags: create the data plane (FEAT_RINGS) */
 /* attach_req.flags: a struct kvmm_attach_device follows the request (a cuda-backend pool) */
 #define KVMM_ATTACH_F_DEVICE (1U << 1)
-#define KVMM_ATTACH_F_ALL_V0 (KVMM_ATTACH_F_RINGS | KVMM_ATTACH_F_DEVICE)
+/* attach_req.flags: a struct kvmm_attach_model and the identity follow (KVMM_FEAT_KEY_DOMAIN) */
+#define KVMM_ATTACH_F_MODEL (1U << 2)
+#define KVMM_ATTACH_F_ALL_V0 (KVMM_ATTACH_F_RINGS | KVMM_ATTACH_F_DEVICE | KVMM_ATTACH_F_MODEL)
 
 #define KVMM_RING_DEFAULT_ENTRIES 256
 #define KVMM_RING_MIN_ENTRIES 8
@@ -1636,6 +1681,8 @@ enum kvmm_reply_head {
 	  KVMM_PL_ARRAY(struct kvmm_seq_prompt_req, nr_tokens, uint32_t), KVMM_RH_PROMPT)         \
 	X(SEQ_SEAL_FREE, "seq_seal_free", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                      \
 	  KVMM_PL_FIXED(struct kvmm_seal_req), KVMM_RH_NONE)                                      \
+	X(SEQ_SALT, "seq_salt", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                \
+	  KVMM_PL_VAR(struct kvmm_seq_salt_req), KVMM_RH_NONE)                                    \
 	/* admin: read verbs */                                                                   \
 	X(STATUS, "status", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)   \
 	X(MEMINFO, "meminfo", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE) \

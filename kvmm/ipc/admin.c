@@ -192,7 +192,9 @@ static void meminfo_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct
 		kvmm_out_u64(o, "Mapped", s.mapped, "frames");
 		kvmm_out_u64(o, "Cached", s.cached, "frames");
 		kvmm_out_u64(o, "Used", s.used, "frames");
-		kvmm_out_u64(o, "Limit", s.limit, "frames");
+		/* no line (no JSON key) without a limit: the pool's size is not one */
+		if (n->ns->limit)
+			kvmm_out_u64(o, "Limit", s.limit, "frames");
 		kvmm_out_u64(o, "Peak", s.peak, "frames");
 		kvmm_out_u64(o, "Shared", s.shared, "frames");
 		kvmm_out_u64(o, "Pinned", s.pinned, "frames");

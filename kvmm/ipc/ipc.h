@@ -229,7 +229,7 @@ kvmm_ipc_mem_fn kvmm_session_op_nop, kvmm_session_op_seq_create, kvmm_session_op
 	kvmm_session_op_seq_fork, kvmm_session_op_seq_truncate, kvmm_session_op_seq_free,
 	kvmm_session_op_prefix_lookup, kvmm_session_op_seal, kvmm_session_op_pin,
 	kvmm_session_op_seq_blocks, kvmm_session_op_prefetch, kvmm_session_op_seq_prompt,
-	kvmm_session_op_seq_seal_free;
+	kvmm_session_op_seq_seal_free, kvmm_session_op_seq_salt;
 
 /* ---- ring.c: the data plane (uapi/kvmm.h "Data plane") ------------------------------- */
 

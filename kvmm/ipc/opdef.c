@@ -12,17 +12,37 @@
 
 #include "kvmm/ipc/ipc.h"
 
-/* ATTACH: the device a tensor-parallel client maps follows the request when it names one. */
+/*
+ * ATTACH: the device a tensor-parallel client maps follows the request when it names one,
+ * then the model identity when it gives one (its header, then exactly len bytes).
+ */
 static int check_attach(const void *p, size_t plen)
 {
 	struct kvmm_attach_req r;
+	struct kvmm_attach_model m;
+	size_t want = sizeof(r);
 
 	memcpy(&r, p, sizeof(r));
-	return plen == sizeof(r) + ((r.flags & KVMM_ATTACH_F_DEVICE)
-					    ? sizeof(struct kvmm_attach_device)
-					    : 0)
-		       ? 0
-		       : -EBADMSG;
+	if (r.flags & KVMM_ATTACH_F_DEVICE)
+		want += sizeof(struct kvmm_attach_device);
+	if (r.flags & KVMM_ATTACH_F_MODEL) {
+		if (plen < want + sizeof(m))
+			return -EBADMSG;
+		memcpy(&m, (const uint8_t *)p + want, sizeof(m));
+		if (m.len > KVMM_MODEL_ID_MAX)
+			return -EBADMSG;
+		want += sizeof(m) + m.len;
+	}
+	return plen == want ? 0 : -EBADMSG;
+}
+
+/* SEQ_SALT: exactly len salt bytes. */
+static int check_seq_salt(const void *p, size_t plen)
+{
+	struct kvmm_seq_salt_req r;
+
+	memcpy(&r, p, sizeof(r));
+	return r.len <= KVMM_SALT_MAX && plen == sizeof(r) + r.len ? 0 : -EBADMSG;
 }
 
 /* SEQ_APPEND_FRAMES: nr_tokens token ids, then nr_frames frames, 32 bits each. */
@@ -67,6 +87,7 @@ static const struct kvmm_ipc_opdef opdefs[KVMM_OP_COUNT] = {
 	/* compound: a request's start and end in one op each */
 	OP(SEQ_PROMPT) = {.mem = kvmm_session_op_seq_prompt, .mirror = KVMM_MIRROR_NEW},
 	OP(SEQ_SEAL_FREE) = {.mem = kvmm_session_op_seq_seal_free},
+	OP(SEQ_SALT) = {.mem = kvmm_session_op_seq_salt, .check = check_seq_salt},
 	/* admin: read verbs */
 	OP(STATUS) = {.report = kvmm_admin_status},
 	OP(MEMINFO) = {.report = kvmm_admin_meminfo},

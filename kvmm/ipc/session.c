@@ -279,7 +279,7 @@ static enum kvmm_backend pools_backend(const struct kvmm_server *srv)
 
 static uint64_t supported_features(const struct kvmm_server *srv)
 {
-	uint64_t f = KVMM_FEAT_PREFIX_CACHE;
+	uint64_t f = KVMM_FEAT_PREFIX_CACHE | KVMM_FEAT_KEY_DOMAIN;
 
 	f |= pools_backend(srv) == KVMM_BACKEND_CUDA ? KVMM_FEAT_CUDA_BACKEND
 						     : KVMM_FEAT_HOST_BACKEND;
@@ -377,6 +377,8 @@ static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	struct kvmm_server *srv = s->srv;
 	struct kvmm_attach_req req;
 	struct kvmm_attach_device dev;
+	struct kvmm_attach_model model = {0};
+	const uint8_t *model_id = NULL;
 	struct kvmm_attach_rep rep;
 	struct kvmm_ipc_ns *n = NULL;
 	uint32_t member;
@@ -394,6 +396,18 @@ static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 		return -EINVAL;
 	if (req.flags & KVMM_ATTACH_F_DEVICE)
 		memcpy(&dev, (const uint8_t *)(hdr + 1) + sizeof(req), sizeof(dev));
+	if (req.flags & KVMM_ATTACH_F_MODEL) {
+		/* after the device, when there is one (the payload's length was checked) */
+		const uint8_t *m = (const uint8_t *)(hdr + 1) + sizeof(req) +
+				   ((req.flags & KVMM_ATTACH_F_DEVICE) ? sizeof(dev) : 0);
+
+		if (!(s->features & KVMM_FEAT_KEY_DOMAIN))
+			return -EOPNOTSUPP;
+		memcpy(&model, m, sizeof(model));
+		if (model.reserved || model.len == 0)
+			return -EINVAL;
+		model_id = m + sizeof(model);
+	}
 	if ((req.flags & KVMM_ATTACH_F_RINGS) && !(s->features & KVMM_FEAT_RINGS))
 		return -EOPNOTSUPP;
 	if (req.ring_entries &&
@@ -403,8 +417,14 @@ static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	for (i = 0; i < srv->nr_ns; i++)
 		if (!memcmp(srv->ns[i].cfg.name, req.ns, KVMM_NAME_LEN))
 			n = &srv->ns[i];
+	/*
+	 * A missing namespace is -ENOENT only to those who may see them all (root, the admin
+	 * group, the daemon's own user); anyone else gets the -EACCES of a namespace it may not
+	 * use, so it cannot tell which names exist.
+	 */
 	if (!n)
-		return -ENOENT;
+		return kvmm_session_is_admin(s) || s->cred.uid == srv->owner_uid ? -ENOENT
+										 : -EACCES;
 	if (!ns_allowed(s, &n->cfg)) {
 		kvmm_notice("ipc: client %u uid %u may not attach to %s", s->id,
 			    (unsigned int)s->cred.uid, n->cfg.name);
@@ -426,6 +446,10 @@ static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	ret = kvmm_magazine_init(n->pool, &s->mag, s->id, 0, 0);
 	if (!ret)
 		ret = kvmm_aspace_create(n->pool, n->ns, &fmt, &s->mag, &s->as);
+	/* the model identity: a key domain of the client's own within the namespace */
+	if (!ret && model_id)
+		s->as->fmt_id = kvmm_key_domain(n->ns, KVMM_KEY_DOMAIN_MODEL, s->as->fmt_id,
+						model_id, model.len);
 	pthread_mutex_unlock(&n->pool->lock);
 	if (ret)
 		return ret;
@@ -894,6 +918,24 @@ int kvmm_session_op_prefix_lookup(struct kvmm_session *s, unsigned int op __mayb
 	rep->nr_blocks = is->seq->nblocks - before;
 	*rlen = sizeof(*rep);
 	return 0;
+}
+
+int kvmm_session_op_seq_salt(struct kvmm_session *s, unsigned int op __maybe_unused, const void *p,
+			     void *rp __maybe_unused, size_t *rlen __maybe_unused)
+{
+	struct kvmm_seq_salt_req req;
+	struct kvmm_ipc_seq *is;
+	int ret;
+
+	memcpy(&req, p, sizeof(req));
+	if (req.reserved)
+		return -EINVAL;
+	if (!(s->features & KVMM_FEAT_KEY_DOMAIN))
+		return -EOPNOTSUPP;
+	ret = lookup(s, req.seq, true, &is);
+	if (ret)
+		return ret;
+	return kvmm_mm_seq_set_salt(is->seq, (const uint8_t *)p + sizeof(req), req.len);
 }
 
 int kvmm_session_op_seal(struct kvmm_session *s, unsigned int op __maybe_unused, const void *p,

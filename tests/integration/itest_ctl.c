@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -450,7 +451,7 @@ static void test_swap_ns(void **state)
 	assert_int_equal(ctl(&out, "swapon", "2", "1048576", "--ns", "nosuch", NULL), 1);
 	free(out);
 	assert_int_equal(ctl(&out, "swapoff", "1", "--ns", "beta", NULL), 1);
-	assert_non_null(strstr(out, "No such"));
+	assert_non_null(strstr(out, "no tier 1 in namespace beta"));
 	free(out);
 
 	/* alpha's cache is demoted to the tier by reclaim, then dropped from it */
@@ -735,6 +736,148 @@ static void test_metrics(void **state)
 	assert_int_equal(ctl(NULL, "status", NULL), 0);
 }
 
+/* Attach to ns as uid 65534 in a child: the error (negated), or 0. */
+static int attach_as_nobody(const char *ns)
+{
+	int status;
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (!pid) {
+		kvmm_client_t *c;
+		int err;
+
+		if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+			_exit(126);
+		err = kvmm_attach(itest_d.sock, ns, &itest_fmt, &c);
+		if (!err)
+			kvmm_detach(c);
+		_exit(-err & 0x7f);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	return -WEXITSTATUS(status);
+}
+
+/*
+ * Issue 26's kvmmctl and daemon fixes, one assertion each: priorities outside -1000..1000,
+ * a negative number is an argument (not an option), unknown namespaces, sequences and fault
+ * points are named, the pagetable header names the namespace, swapon takes kvmmd's size
+ * suffixes and its default priority, a failed swapon leaves no file, root sees the daemon's
+ * errno for a swapon it refused, meminfo shows no limit when there is none, and an
+ * unauthorised uid gets EACCES for missing and existing namespaces alike.
+ */
+static void test_ctl_fixes(void **state)
+{
+	unsigned long long cid;
+	char *out, path[200], arg[32];
+	kvmm_client_t *c;
+	struct statvfs vfs;
+	struct stat st;
+	uint64_t sid;
+	int rc;
+
+	(void)state;
+	itest_need_daemon();
+	/* limit: the priority range; a negative number is parsed as one, not as an option */
+	assert_int_equal(ctl(&out, "limit", "alpha", "none", "1001", NULL), 2);
+	assert_non_null(strstr(out, "not in -1000..1000"));
+	free(out);
+	assert_int_equal(ctl(&out, "limit", "alpha", "none", "-1001", NULL), 2);
+	assert_non_null(strstr(out, "not in -1000..1000"));
+	free(out);
+	assert_int_equal(ctl(&out, "limit", "alpha", "none", "-5", NULL), 0);
+	free(out);
+	assert_int_equal(ctl(&out, "limit", "alpha", "-5", NULL), 2);
+	assert_non_null(strstr(out, "not a size: '-5'"));
+	assert_null(strstr(out, "invalid option"));
+	free(out);
+
+	/* meminfo without a limit: no Limit line, "none" in the table */
+	assert_int_equal(ctl(&out, "--raw", "--ns", "alpha", "meminfo", NULL), 0);
+	assert_null(strstr(out, "Limit:"));
+	free(out);
+	assert_int_equal(ctl(&out, "--ns", "alpha", "meminfo", NULL), 0);
+	assert_non_null(strstr(out, " none "));
+	free(out);
+
+	/* unknown names are named */
+	assert_int_equal(ctl(&out, "--ns", "nosuch", "meminfo", NULL), 1);
+	assert_non_null(strstr(out, "no namespace 'nosuch'"));
+	free(out);
+	assert_int_equal(ctl(&out, "fault", "swap.nosuch", "nth=1", NULL), 1);
+	assert_non_null(strstr(out, "no fault point 'swap.nosuch'"));
+	free(out);
+	assert_int_equal(ctl(&out, "--ns", "nosuch", "fault", "swap.read", "off", NULL), 1);
+	assert_non_null(strstr(out, "no namespace 'nosuch'"));
+	free(out);
+	assert_int_equal(ctl(&out, "pagetable", "999:1", NULL), 1);
+	assert_non_null(strstr(out, "no sequence 1 of client 999"));
+	free(out);
+	assert_int_equal(ctl(&out, "swapoff", "9", NULL), 1);
+	assert_non_null(strstr(out, "no tier 9"));
+	free(out);
+
+	/* the pagetable header names the namespace */
+	c = client_with_seq(&cid, &sid);
+	snprintf(arg, sizeof(arg), "%llu:%llu", cid, (unsigned long long)sid);
+	assert_int_equal(ctl(&out, "pagetable", arg, NULL), 0);
+	assert_non_null(strstr(out, "(namespace alpha)"));
+	assert_null(strstr(out, "namespace..."));
+	free(out);
+	assert_int_equal(kvmm_seq_free(c, sid), 0);
+	kvmm_detach(c);
+
+	/* swapon: kvmmd's size suffixes and default priorities (host 10) */
+	rc = ctl(&out, "swapon", "3", "1M", "--ns", "beta", NULL);
+	if (rc == 1 && strstr(out, "no swap support")) {
+		free(out);
+		skip();
+	}
+	assert_int_equal(rc, 0);
+	free(out);
+	assert_int_equal(ctl(&out, "--raw", "--ns", "beta", "swap", NULL), 0);
+	assert_non_null(strstr(out, "priority=10"));
+	free(out);
+	assert_int_equal(ctl(&out, "swapoff", "3", "--ns", "beta", NULL), 0);
+	free(out);
+	assert_int_equal(ctl(&out, "swapon", "3", "1Q", NULL), 2);
+	free(out);
+
+	/*
+	 * A swapon that fails leaves no file behind: a swap file larger than /dev/shm (tmpfs
+	 * refuses such an fallocate at once, before allocating anything) is created, then its
+	 * fallocate fails.
+	 */
+	if (statvfs("/dev/shm", &vfs) == 0 && vfs.f_blocks) {
+		unsigned long long too_big = (unsigned long long)vfs.f_blocks * vfs.f_frsize * 2;
+
+		snprintf(path, sizeof(path), "/dev/shm/kvmm-itest-%d.swap", (int)getpid());
+		snprintf(arg, sizeof(arg), "%llu", too_big);
+		assert_int_equal(ctl(&out, "swapon", "4", arg, path, "--ns", "beta", NULL), 1);
+		free(out);
+		assert_int_equal(stat(path, &st), -1);
+		assert_int_equal(errno, ENOENT);
+		/* the pool's own file, PATH.NS (kvmmctl.md) */
+		strncat(path, ".beta", sizeof(path) - strlen(path) - 1);
+		assert_int_equal(stat(path, &st), -1);
+		assert_int_equal(errno, ENOENT);
+	}
+
+	/* root: a swapon the daemon cannot do shows the daemon's errno, not "need root" */
+	if (geteuid() == 0) {
+		assert_int_equal(
+			ctl(&out, "swapon", "4", "1M", "/proc/version", "--ns", "beta", NULL), 1);
+		assert_null(strstr(out, "admin verbs need root"));
+		free(out);
+
+		/* an unauthorised uid: EACCES whether the namespace exists or not */
+		assert_int_equal(chmod(itest_d.dir, 0755), 0);
+		assert_int_equal(attach_as_nobody("alpha"), -EACCES);
+		assert_int_equal(attach_as_nobody("nosuch"), -EACCES);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -742,6 +885,7 @@ int main(void)
 		cmocka_unit_test(test_admin_verbs), cmocka_unit_test(test_swap_ns),
 		cmocka_unit_test(test_trace),	    cmocka_unit_test(test_top),
 		cmocka_unit_test(test_metrics),	    cmocka_unit_test(test_permission),
+		cmocka_unit_test(test_ctl_fixes),
 	};
 	int failed;
 

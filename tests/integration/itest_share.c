@@ -182,11 +182,14 @@ static void test_namespace_wall(void **state)
 	n = PROMPT_PAGES * kvmm_tokens_per_page(a) + PROMPT_EXTRA;
 	itest_tokens(tokens, n, 2);
 
-	/* alpha caches the prompt */
+	/* alpha caches the prompt, its first page written before the seal */
 	assert_int_equal(kvmm_seq_create(a, 0, &sa), 0);
 	assert_int_equal(kvmm_seq_append(a, sa, tokens, n, NULL), 0);
-	assert_int_equal(kvmm_seal(a, sa, 0, 0), 0);
 	assert_int_equal(kvmm_block_table(a, &sa, 1, fa, MAX_BLOCKS), 0);
+	pa = kvmm_frame_addr(a, (uint32_t)fa[0]);
+	assert_non_null(pa);
+	memset(pa, 0x11, 4096);
+	assert_int_equal(kvmm_seal(a, sa, 0, 0), 0);
 
 	/* beta looks it up: nothing, it is another namespace's cache */
 	assert_int_equal(kvmm_seq_create(b, 0, &sb), 0);
@@ -197,21 +200,17 @@ static void test_namespace_wall(void **state)
 
 	/*
 	 * The same frame number in both namespaces is two different pages: beta's mapping is
-	 * a different memfd, so a write in one is not seen in the other.
+	 * a different memfd, so what beta writes into its own pages is not seen in alpha's.
 	 */
-	pa = kvmm_frame_addr(a, (uint32_t)fa[0]);
-	pb = kvmm_frame_addr(b, (uint32_t)fa[0]);
-	assert_non_null(pa);
-	assert_non_null(pb);
-	memset(pa, 0x11, 4096);
-	memset(pb, 0x22, 4096);
+	for (unsigned int i = 0; i < MAX_BLOCKS && fb[i] != KVMM_BLOCK_NONE; i++) {
+		pb = kvmm_frame_addr(b, (uint32_t)fb[i]);
+		assert_non_null(pb);
+		memset(pb, 0x22, 4096);
+		if (fb[i] == fa[0])
+			assert_int_equal(pa[0], 0x11);
+	}
 	assert_int_equal(pa[0], 0x11);
 	assert_int_equal(pa[4095], 0x11);
-	assert_int_equal(pb[0], 0x22);
-	pb = kvmm_frame_addr(b, (uint32_t)fb[0]);
-	memset(pb, 0x33, 64);
-	if (fb[0] != fa[0])
-		assert_int_equal(pa[0], 0x11);
 	/* sequence ids are per client: beta cannot name alpha's sequence either */
 	if (sa != sb)
 		assert_true(kvmm_seq_free(b, sa) < 0);
@@ -220,6 +219,106 @@ static void test_namespace_wall(void **state)
 	assert_int_equal(kvmm_seq_free(b, sb), 0);
 	kvmm_detach(a);
 	kvmm_detach(b);
+}
+
+/* A client of ITEST_NS_A with model identity id (NULL: none). */
+static kvmm_client_t *attach_model(const char *id)
+{
+	struct kvmm_attach_opts o = {.model = id, .model_len = id ? (uint32_t)strlen(id) : 0};
+	kvmm_client_t *c = NULL;
+
+	assert_int_equal(kvmm_attach_ex(itest_d.sock, ITEST_NS_A, &itest_fmt, &o, &c), 0);
+	return c;
+}
+
+/* Tokens of a new sequence of c that a lookup (with salt, if any) maps from the cache. */
+static uint64_t hits(kvmm_client_t *c, const uint32_t *tokens, uint32_t n, const char *salt)
+{
+	uint64_t s, hit = 0;
+
+	assert_int_equal(kvmm_seq_create(c, 0, &s), 0);
+	if (salt)
+		assert_int_equal(kvmm_prefix_lookup_salt(c, s, tokens, n, salt, strlen(salt), &hit),
+				 0);
+	else
+		assert_int_equal(kvmm_prefix_lookup(c, s, tokens, n, &hit), 0);
+	assert_int_equal(kvmm_seq_free(c, s), 0);
+	return hit;
+}
+
+/* Cache a prompt from c (sealed with salt, if any); the sequence is freed, its pages stay. */
+static void cache_prompt(kvmm_client_t *c, const uint32_t *tokens, uint32_t n, const char *salt)
+{
+	uint64_t s;
+
+	assert_int_equal(kvmm_seq_create(c, 0, &s), 0);
+	assert_int_equal(kvmm_seq_append(c, s, tokens, n, NULL), 0);
+	if (salt)
+		assert_int_equal(kvmm_seal_salt(c, s, 0, 0, salt, strlen(salt)), 0);
+	else
+		assert_int_equal(kvmm_seal(c, s, 0, 0), 0);
+	assert_int_equal(kvmm_seq_free(c, s), 0);
+}
+
+/*
+ * Model identity and salt: two models of the same shape in one namespace never share a page,
+ * the same model does (across clients); a salt separates requests of one model, the same salt
+ * shares; a sequence's salt cannot change under its sealed pages.
+ */
+static void test_model_and_salt(void **state)
+{
+	uint32_t tokens[2 * 16 + 3], n = 2 * 16 + 3;
+	kvmm_client_t *a, *a2, *b, *none;
+	struct kvmm_attach_opts bad = {.model = "x", .model_len = KVMM_MODEL_ID_MAX + 1};
+	kvmm_client_t *x = NULL;
+	uint64_t s, hit;
+	char big[KVMM_SALT_MAX + 1];
+
+	(void)state;
+	itest_need_daemon();
+	itest_tokens(tokens, n, 77);
+	a = attach_model("llama-3-8b@main+lora:sql");
+	a2 = attach_model("llama-3-8b@main+lora:sql");
+	b = attach_model("llama-3-8b@main+lora:chat"); /* same shape, another adapter */
+	none = attach_model(NULL);
+
+	cache_prompt(a, tokens, n, NULL);
+	assert_int_equal(hits(a2, tokens, n, NULL), 32); /* same identity: shared */
+	assert_int_equal(hits(b, tokens, n, NULL), 0);	 /* another model: never */
+	assert_int_equal(hits(none, tokens, n, NULL), 0);
+	cache_prompt(none, tokens, n, NULL);
+	assert_int_equal(hits(none, tokens, n, NULL), 32);
+	assert_int_equal(hits(b, tokens, n, NULL), 0);
+
+	/* salts inside one model */
+	assert_int_equal(hits(a, tokens, n, "alice"), 0); /* the unsalted pages are not hers */
+	cache_prompt(a, tokens, n, "alice");
+	assert_int_equal(hits(a2, tokens, n, "alice"), 32); /* same model and salt: shared */
+	assert_int_equal(hits(a2, tokens, n, "bob"), 0);
+	assert_int_equal(hits(b, tokens, n, "alice"), 0); /* same salt, another model */
+	assert_int_equal(hits(a2, tokens, n, NULL), 32);  /* the unsalted pages are still there */
+
+	/* the salt is the sequence's: fixed once it has sealed pages */
+	assert_int_equal(kvmm_seq_create(a, 0, &s), 0);
+	assert_int_equal(kvmm_prefix_lookup_salt(a, s, tokens, n, "alice", 5, &hit), 0);
+	assert_int_equal(hit, 32);
+	assert_int_equal(kvmm_seal_salt(a, s, 0, 0, "alice", 5), 0); /* the same: fine */
+	assert_int_equal(kvmm_seal_salt(a, s, 0, 0, "bob", 3), -EBUSY);
+	assert_int_equal(kvmm_seq_free(a, s), 0);
+
+	/* bad arguments */
+	memset(big, 'x', sizeof(big));
+	assert_int_equal(kvmm_seq_create(a, 0, &s), 0);
+	assert_int_equal(kvmm_prefix_lookup_salt(a, s, tokens, n, big, sizeof(big), &hit), -EINVAL);
+	assert_int_equal(kvmm_prefix_lookup_salt(a, s, tokens, n, NULL, 3, &hit), -EINVAL);
+	assert_int_equal(kvmm_seq_free(a, s), 0);
+	assert_int_equal(kvmm_attach_ex(itest_d.sock, ITEST_NS_A, &itest_fmt, &bad, &x), -EINVAL);
+	assert_null(x);
+
+	kvmm_detach(a);
+	kvmm_detach(a2);
+	kvmm_detach(b);
+	kvmm_detach(none);
 }
 
 /* The sequence calls, each against what it should do. */
@@ -338,7 +437,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_share_prefix), cmocka_unit_test(test_namespace_wall),
 		cmocka_unit_test(test_seq_ops),	     cmocka_unit_test(test_long_append),
-		cmocka_unit_test(test_long_lookup),
+		cmocka_unit_test(test_long_lookup),  cmocka_unit_test(test_model_and_salt),
 	};
 	int ret = cmocka_run_group_tests_name("itest_share", tests, itest_group_setup,
 					      itest_group_teardown);

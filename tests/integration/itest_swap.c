@@ -589,6 +589,43 @@ static void test_warm_restart_clean(void **state)
 	warm_restart(false, 70);
 }
 
+/*
+ * swap.write fails: every failed write is counted and logged (rate-limited), the page stays
+ * resident, and every sequence still reads back its own bytes.
+ */
+static void test_swap_write_fail_logged(void **state)
+{
+	kvmm_admin_t *admin;
+	long long fails0, fails;
+	unsigned int lines0, lines;
+	kvmm_client_t *c;
+	uint64_t x, y;
+
+	(void)state;
+	itest_need_daemon();
+	c = attach();
+	x = mkseq(c, -5, 100, 30); /* lowest priority: what reclaim writes out first */
+	assert_int_equal(touch(c, x, 3000, true), 0);
+	fails0 = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_fail");
+	lines0 = log_count("swap: write of slot");
+	assert_int_equal(itest_admin_open(&itest_d, &admin), 0);
+	assert_int_equal(kvmm_admin_fault_inject(admin, ITEST_NS_A, "swap.write nth=1 times=3"), 0);
+	y = mkseq(c, 0, 200, 31); /* pushes x out: its first writes fail */
+	assert_int_equal(touch(c, y, 3001, true), 0);
+	fails = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_fail") - fails0;
+	lines = log_count("swap: write of slot") - lines0;
+	print_message("swap write failures: %lld counted, %u logged\n", fails, lines);
+	assert_true(fails >= 1);
+	assert_true(lines >= 1);
+	assert_true(lines <= (unsigned int)fails);
+	assert_int_equal(touch(c, x, 3000, false), 0);
+	assert_int_equal(touch(c, y, 3001, false), 0);
+	assert_int_equal(kvmm_seq_free(c, x), 0);
+	assert_int_equal(kvmm_seq_free(c, y), 0);
+	kvmm_admin_close(admin);
+	kvmm_detach(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -601,6 +638,7 @@ int main(void)
 		cmocka_unit_test(test_swap_not_dropped),
 		cmocka_unit_test(test_warm_restart_kill9),
 		cmocka_unit_test(test_warm_restart_clean),
+		cmocka_unit_test(test_swap_write_fail_logged),
 	};
 	int ret = cmocka_run_group_tests_name("itest_swap", tests, setup, teardown);
 

@@ -85,6 +85,8 @@ static const struct size_case size_cases[] = {
 	SIZE_CASE(struct kvmm_swapoff_req, 296),
 	SIZE_CASE(struct kvmm_seq_blocks_req, 16),
 	SIZE_CASE(struct kvmm_seq_blocks_rep, 16),
+	SIZE_CASE(struct kvmm_attach_model, 8),
+	SIZE_CASE(struct kvmm_seq_salt_req, 16),
 };
 
 static void test_struct_sizes(void **state)
@@ -327,7 +329,7 @@ static void test_feature_bits(void **state)
 	static const uint64_t feats[] = {
 		KVMM_FEAT_HOST_BACKEND, KVMM_FEAT_CUDA_BACKEND, KVMM_FEAT_PREFIX_CACHE,
 		KVMM_FEAT_SWAP,		KVMM_FEAT_RINGS,	KVMM_FEAT_FD_PASSING,
-		KVMM_FEAT_REMOTE,
+		KVMM_FEAT_REMOTE,	KVMM_FEAT_KEY_DOMAIN,
 	};
 	uint64_t seen = 0;
 	size_t i;
@@ -340,7 +342,7 @@ static void test_feature_bits(void **state)
 		seen |= feats[i];
 	}
 	assert_true(seen == KVMM_FEAT_ALL_V0);
-	assert_true(KVMM_FEAT_ALL_V0 == UINT64_C(0x7f));
+	assert_true(KVMM_FEAT_ALL_V0 == UINT64_C(0xff));
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -373,6 +375,7 @@ static const struct op_case op_cases[] = {
 	{KVMM_OP_SEQ_APPEND_FRAMES, 0x010d, "seq_append_frames"},
 	{KVMM_OP_SEQ_PROMPT, 0x010e, "seq_prompt"},
 	{KVMM_OP_SEQ_SEAL_FREE, 0x010f, "seq_seal_free"},
+	{KVMM_OP_SEQ_SALT, 0x0110, "seq_salt"},
 	{KVMM_OP_STATUS, 0x0200, "status"},
 	{KVMM_OP_MEMINFO, 0x0201, "meminfo"},
 	{KVMM_OP_VMSTAT, 0x0202, "vmstat"},
@@ -424,7 +427,7 @@ static void test_op_values_and_names(void **state)
 	}
 	assert_int_equal(KVMM_OP_REPLY, 0x8000);
 	assert_int_equal(KVMM_OP_SESSION_LAST, KVMM_OP_PING);
-	assert_int_equal(KVMM_OP_MEM_LAST, KVMM_OP_SEQ_SEAL_FREE);
+	assert_int_equal(KVMM_OP_MEM_LAST, KVMM_OP_SEQ_SALT);
 	assert_int_equal(KVMM_OP_ADMIN_LAST, KVMM_OP_REMOTE);
 	assert_int_equal(KVMM_OP_EVENT_LAST, KVMM_OP_SHUTDOWN);
 }
@@ -462,7 +465,7 @@ static void test_op_name_exhaustive(void **state)
 
 	assert_string_equal(kvmm_op_name(KVMM_OP_NONE), "?");
 	assert_string_equal(kvmm_op_name(0x0006), "?");
-	assert_string_equal(kvmm_op_name(0x0110), "?");
+	assert_string_equal(kvmm_op_name(0x0111), "?");
 	assert_string_equal(kvmm_op_name(0x0212), "?");
 	assert_string_equal(kvmm_op_name(0x0302), "?");
 	assert_string_equal(kvmm_op_name(0x0400), "?");

@@ -36,6 +36,17 @@ class Format(Structure):
                 ("dtype", c_uint32), ("quant_group", c_uint32), ("reserved", c_uint32)]
 
 
+class AttachOpts(Structure):
+    """struct kvmm_attach_opts (runtime/kvmm.h)."""
+    _fields_ = [("flags", c_uint32), ("model_len", c_uint32), ("model", c_void_p),
+                ("reserved", c_uint64 * 6)]
+
+
+ATTACH_NO_WPROTECT = 1
+MODEL_ID_MAX = 256  # KVMM_MODEL_ID_MAX
+SALT_MAX = 256  # KVMM_SALT_MAX
+
+
 class Sqe(Structure):
     """struct kvmm_sqe (runtime/kvmm.h)."""
     _fields_ = [("op", c_uint32), ("nr", c_uint32), ("seq", c_uint64), ("arg", c_uint64),
@@ -116,6 +127,13 @@ def _proto(name: str, restype, *argtypes, optional: bool = False) -> Optional[ob
 P = c_void_p  # kvmm_client_t *
 
 _proto("kvmm_attach", c_int, c_char_p, c_char_p, POINTER(Format), POINTER(c_void_p))
+_proto("kvmm_attach_ex", c_int, c_char_p, c_char_p, POINTER(Format), POINTER(AttachOpts),
+       POINTER(c_void_p), optional=True)
+_proto("kvmm_write_protected", c_int, P, optional=True)
+_proto("kvmm_prefix_lookup_salt", c_int, P, c_uint64, u32p, c_uint64, c_char_p, c_size_t,
+       POINTER(c_uint64), optional=True)
+_proto("kvmm_seal_salt", c_int, P, c_uint64, c_uint32, c_uint32, c_char_p, c_size_t,
+       optional=True)
 _proto("kvmm_detach", None, P)
 _proto("kvmm_page_size", c_uint64, P)
 _proto("kvmm_tokens_per_page", c_uint32, P)

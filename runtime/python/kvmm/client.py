@@ -50,7 +50,8 @@ class Client:
     """
 
     def __init__(self, socket_path: Optional[str] = None, ns: str = "default",
-                 fmt: Optional[Format] = None) -> None:
+                 fmt: Optional[Format] = None, *, wprotect: bool = True,
+                 model: Union[bytes, str, None] = None) -> None:
         if fmt is None:
             raise TypeError("attach needs a fmt (kvmm.Format)")
         if not isinstance(fmt, Format):
@@ -67,7 +68,22 @@ class Client:
             raise ValueError("socket_path contains NUL")
         cfmt = _lib.Format(fmt.layers, fmt.kv_heads, fmt.head_dim, fmt.dtype, fmt.quant_group, 0)
         h = c_void_p()
-        err = lib.kvmm_attach(sockb, nsb, byref(cfmt), byref(h))
+        if not isinstance(wprotect, bool):
+            raise TypeError(f"wprotect must be a bool, not {type(wprotect).__name__}")
+        modelb = _identity("model", model, _lib.MODEL_ID_MAX)
+        if wprotect and not modelb:
+            err = lib.kvmm_attach(sockb, nsb, byref(cfmt), byref(h))
+        else:
+            if not _lib.has("kvmm_attach_ex"):
+                raise KvmmError(_errno.EOPNOTSUPP, "this libkvmm has no kvmm_attach_ex "
+                                "(model identity, wprotect=False)", "kvmm_attach_ex")
+            opts = _lib.AttachOpts()
+            opts.flags = 0 if wprotect else _lib.ATTACH_NO_WPROTECT
+            buf = ctypes.create_string_buffer(modelb, len(modelb)) if modelb else None
+            if buf is not None:
+                opts.model = ctypes.cast(buf, c_void_p)
+                opts.model_len = len(modelb)
+            err = lib.kvmm_attach_ex(sockb, nsb, byref(cfmt), byref(opts), byref(h))
         if err < 0:
             e = make_error(err, "kvmm_attach")
             if err == -_errno.ENOENT and os.path.exists(_socket_path(socket_path)):
@@ -110,6 +126,17 @@ class Client:
             raise ValueError("kvmm client was attached in another process (after fork(): "
                              "attach again in the child)")
         return h
+
+    @property
+    def write_protected(self) -> bool:
+        """Whether the pool's pages are write-protected in this process (kvmm_write_protected):
+        then only this handle's own unsealed pages (those :meth:`block_table` showed it after
+        an append, magazine frames it took) are writable, and a write through a view into any
+        other frame (a sealed or shared prefix page, another client's page) is a SIGSEGV that
+        ends the process.  False with ``attach(..., wprotect=False)``, $KVMM_WPROTECT=0, or a
+        pool in GPU memory."""
+        h = self._handle()
+        return bool(_lib.has("kvmm_write_protected") and lib.kvmm_write_protected(h))
 
     @property
     def closed(self) -> bool:
@@ -226,24 +253,41 @@ class Client:
 
     # ---- prefix cache -----------------------------------------------------------------
 
-    def prefix_lookup(self, seq: int, tokens: IntSeq) -> int:
+    def prefix_lookup(self, seq: int, tokens: IntSeq, *,
+                      salt: Union[bytes, str, None] = None) -> int:
         """Map into ``seq`` the longest cached run of full pages matching ``tokens``
         (kvmm_prefix_lookup).  Returns the tokens mapped (a multiple of tokens_per_page); the
-        caller appends the rest."""
+        caller appends the rest.  ``salt`` (bytes or str, like vLLM's cache_salt;
+        kvmm_prefix_lookup_salt) keys the sequence's pages apart from those of other salts:
+        it is the sequence's from then on."""
         h = self._handle()
         seq = _args.u64("seq", seq)
+        saltb = _identity("salt", salt, _lib.SALT_MAX)
         arr, addr, n = _args.int_array("tokens", tokens, "I")
         hit = c_uint64()
-        check(lib.kvmm_prefix_lookup(h, seq, ctypes.cast(addr, _lib.u32p), n, byref(hit)),
-              "kvmm_prefix_lookup")
+        if saltb is None:
+            check(lib.kvmm_prefix_lookup(h, seq, ctypes.cast(addr, _lib.u32p), n, byref(hit)),
+                  "kvmm_prefix_lookup")
+        else:
+            check(lib.kvmm_prefix_lookup_salt(h, seq, ctypes.cast(addr, _lib.u32p), n, saltb,
+                                              len(saltb), byref(hit)),
+                  "kvmm_prefix_lookup_salt")
         return hit.value
 
-    def seal(self, seq: int, block: int = 0, nr_blocks: int = 0) -> None:
+    def seal(self, seq: int, block: int = 0, nr_blocks: int = 0, *,
+             salt: Union[bytes, str, None] = None) -> None:
         """Seal the full pages of ``seq`` among blocks [block, block + nr_blocks) (0: all
-        from block on) into the prefix cache (kvmm_seal).  Write their KV first."""
+        from block on) into the prefix cache (kvmm_seal).  Write their KV first.  ``salt``:
+        as in :meth:`prefix_lookup` (kvmm_seal_salt)."""
         h = self._handle()
-        check(lib.kvmm_seal(h, _args.u64("seq", seq), _args.u32("block", block),
-                            _args.u32("nr_blocks", nr_blocks)), "kvmm_seal")
+        seq = _args.u64("seq", seq)
+        block, nr_blocks = _args.u32("block", block), _args.u32("nr_blocks", nr_blocks)
+        saltb = _identity("salt", salt, _lib.SALT_MAX)
+        if saltb is None:
+            check(lib.kvmm_seal(h, seq, block, nr_blocks), "kvmm_seal")
+        else:
+            check(lib.kvmm_seal_salt(h, seq, block, nr_blocks, saltb, len(saltb)),
+                  "kvmm_seal_salt")
 
     # ---- a request's flow in one call each -------------------------------------------
 
@@ -450,12 +494,32 @@ def _socket_path(socket_path: Optional[str]) -> str:
     return "/run/kvmm/kvmmd.sock"
 
 
+def _identity(what: str, v: Union[bytes, str, None], most: int) -> Optional[bytes]:
+    """A model identity or a salt as bytes (a str is UTF-8), checked; None stays None."""
+    if v is None:
+        return None
+    if isinstance(v, str):
+        v = v.encode()
+    if not isinstance(v, (bytes, bytearray)):
+        raise TypeError(f"{what} must be bytes or str, not {type(v).__name__}")
+    if len(v) > most:
+        raise ValueError(f"{what} is {len(v)} bytes, at most {most}")
+    if what == "model" and not v:
+        raise ValueError("model must not be empty (None: no identity)")
+    return bytes(v)
+
+
 def attach(socket_path: Optional[str] = None, ns: str = "default",
-           fmt: Optional[Format] = None) -> Client:
+           fmt: Optional[Format] = None, *, wprotect: bool = True,
+           model: Union[bytes, str, None] = None) -> Client:
     """Attach to kvmmd (kvmm_attach): connect to ``socket_path`` (None: $KVMM_SOCKET, else
     $XDG_RUNTIME_DIR/kvmm/kvmmd.sock, else /run/kvmm/kvmmd.sock), join namespace ``ns`` with
-    format ``fmt`` and map its pool.  NoDaemonError when nothing listens there."""
-    return Client(socket_path, ns, fmt)
+    format ``fmt`` and map its pool.  NoDaemonError when nothing listens there.
+    ``wprotect=False`` (kvmm_attach_ex with KVMM_ATTACH_NO_WPROTECT) leaves the whole pool
+    writable: see :attr:`Client.write_protected`.  ``model`` (bytes or str: name, revision,
+    adapter) is the identity of the model whose KV this client stores, hashed into every
+    content key: clients of one namespace with different identities never share pages."""
+    return Client(socket_path, ns, fmt, wprotect=wprotect, model=model)
 
 
 _ = KvmmError  # re-exported for the type hints of callers

@@ -175,3 +175,51 @@ def test_close_while_another_thread_calls(daemon, fmt):
     t.join(30)
     assert not t.is_alive()
     assert len(errors) == 1 and isinstance(errors[0], ValueError), errors
+
+
+def _cached(c, tokens, salt=None) -> int:
+    """Tokens of a new sequence that a lookup (with salt) maps; the sequence is freed."""
+    s = c.seq_create()
+    try:
+        return c.prefix_lookup(s, tokens, salt=salt)
+    finally:
+        c.seq_free(s)
+
+
+def _cache(c, tokens, salt=None) -> None:
+    s = c.seq_create()
+    c.seq_append(s, tokens)
+    c.seal(s, salt=salt)
+    c.seq_free(s)
+
+
+def test_model_identity_and_salt(daemon, fmt):
+    """Two models of one shape in one namespace never share pages, the same model does; a
+    salt separates requests of one model (kvmm_attach_ex's model, kvmm_*_salt)."""
+    with kvmm.attach(daemon.sock, NS_A, fmt, model="qwen2-0.5b@r1") as a, \
+            kvmm.attach(daemon.sock, NS_A, fmt, model=b"qwen2-0.5b@r1") as a2, \
+            kvmm.attach(daemon.sock, NS_A, fmt, model="qwen2-0.5b@r2") as b:
+        tpp = a.tokens_per_page
+        tokens = list(range(31000, 31000 + 2 * tpp + 1))
+        _cache(a, tokens)
+        assert _cached(a2, tokens) == 2 * tpp  # str and bytes: the same identity
+        assert _cached(b, tokens) == 0
+        _cache(a, tokens, salt="user-1")
+        assert _cached(a2, tokens, salt=b"user-1") == 2 * tpp
+        assert _cached(a2, tokens, salt="user-2") == 0
+        assert _cached(b, tokens, salt="user-1") == 0
+        # the salt is the sequence's once it holds sealed pages
+        s = a.seq_create()
+        assert a.prefix_lookup(s, tokens, salt="user-1") == 2 * tpp
+        with pytest.raises(kvmm.KvmmError) as e:
+            a.seal(s, salt="user-2")
+        assert e.value.errno == errno.EBUSY
+        a.seq_free(s)
+        with pytest.raises(ValueError):
+            a.prefix_lookup(a.seq_create(), tokens, salt="x" * 257)
+        with pytest.raises(TypeError):
+            a.seal(1, salt=3)
+    with pytest.raises(ValueError):
+        kvmm.attach(daemon.sock, NS_A, fmt, model="")
+    with pytest.raises(ValueError):
+        kvmm.attach(daemon.sock, NS_A, fmt, model=b"m" * 257)

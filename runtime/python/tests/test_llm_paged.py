@@ -296,3 +296,37 @@ def test_torch_path(daemon, ckpts, dtype):
     kv = paged(m, daemon, daemon.ns(), dtype)
     assert kv.kernel == ("libkvmm" if kvmm.kernels.available("cpu") else "torch")
     kv.close()
+
+
+def test_checkpoints_of_one_shape_never_share(daemon, tmp_path):
+    """Two checkpoints of the same shape (other weights) in one namespace: each engine's KV
+    is keyed with its checkpoint's identity (model_identity), so a prompt one cached is a
+    miss for the other and a hit for a second engine of the same checkpoint."""
+    from kvmm.llm.paged import model_identity
+
+    d1, d2 = str(tmp_path / "a"), str(tmp_path / "b")
+    os.mkdir(d1)
+    os.mkdir(d2)
+    write_checkpoint(d1, ARCHS[0], seed=1)
+    write_checkpoint(d2, ARCHS[0], seed=2)
+    assert model_identity(d1) != model_identity(d2)
+    assert model_identity(d1) == model_identity(d1)
+    m1, m2 = load_model(d1), load_model(d2)
+    ns = daemon.ns()
+    c = m1.cfg
+    kv1, kv1b, kv2 = (PagedKV(c.num_layers, c.num_kv_heads, c.head_dim, kv_dtype="fp32", ns=ns,
+                              socket_path=daemon.sock, model=model_identity(d))
+                      for d in (d1, d1, d2))
+    try:
+        eng = Engine(m1, kv1)
+        eng.add_request(LONG, SamplingParams(max_tokens=1))
+        eng.run()
+        assert kv1.stats["sealed"] > 0
+        for kv, want in ((kv1b, True), (kv2, False)):
+            s = kv.c.seq_create()
+            hit = kv.c.prefix_lookup(s, LONG)
+            kv.c.seq_free(s)
+            assert (hit > 0) == want, (hit, want)
+    finally:
+        for kv in (kv1, kv1b, kv2):
+            kv.close()

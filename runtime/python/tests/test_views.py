@@ -23,6 +23,14 @@ def _bytes_at(addr: int, n: int) -> bytes:
     return ctypes.string_at(addr, n)
 
 
+def _own_frame(c) -> int:
+    """A frame this handle may write (a new page of its own: the pool is write-protected
+    everywhere else)."""
+    s = c.seq_create()
+    c.seq_append(s, list(range(7, 7 + c.tokens_per_page)))
+    return int(c.block_table([s], 4)[0][0])
+
+
 def test_shapes_and_strides(client, fmt):
     v = client.views()
     assert client.views() is v  # made once
@@ -45,7 +53,7 @@ def test_shapes_and_strides(client, fmt):
 def test_write_through_view_lands_in_the_page(client, fmt):
     v = client.views()
     L = client.layout
-    frame, layer, tok, head = 5, 1, 3, 1
+    frame, layer, tok, head = _own_frame(client), 1, 3, 1
     row = torch.arange(fmt.head_dim, dtype=torch.float16)
     v.v[layer][frame, tok, head] = row
     addr = (client.frame_addr(frame) + L.offset(layer, 1) + tok * L.row_bytes +
@@ -71,11 +79,12 @@ def test_int8_scales(daemon):
         assert ks.dtype == torch.float32
         assert ks.shape == (c.nr_frames, c.tokens_per_page, 2, 2)
         assert vs.data_ptr() == c.frame_addr(0) + L.scale_offset(1, 1)
-        vs[2, 1, 1, 0] = 0.5
-        addr = c.frame_addr(2) + L.scale_offset(1, 1) + 1 * L.scale_row_bytes + 2 * 4
+        f = _own_frame(c)
+        vs[f, 1, 1, 0] = 0.5
+        addr = c.frame_addr(f) + L.scale_offset(1, 1) + 1 * L.scale_row_bytes + 2 * 4
         assert _bytes_at(addr, 4) == np.float32(0.5).tobytes()
         vn = c.views("numpy")
-        assert vn.v_scales[1][2, 1, 1, 0] == 0.5
+        assert vn.v_scales[1][f, 1, 1, 0] == 0.5
         del v, ks, vs, vn
 
 
@@ -93,10 +102,11 @@ def test_views_keep_the_pool_mapped_after_close(daemon, fmt):
     c = kvmm.attach(daemon.sock, NS_A, fmt)
     k = c.views().k[0]
     session = weakref.ref(c._session)
-    k[0, 0, 0, 0] = 3.0
+    f = _own_frame(c)
+    k[f, 0, 0, 0] = 3.0
     c.close()
     assert session() is not None  # the view holds the mapping
-    assert k[0, 0, 0, 0].item() == 3.0  # still readable: no fault
+    assert k[f, 0, 0, 0].item() == 3.0  # still readable: no fault
     del k
     gc.collect()
     assert session() is None  # the last view gone: detached
@@ -192,3 +202,52 @@ def test_layout_equals_the_librarys(fmt_args, page_size):
                     assert _lib.lib.kvmm_fmt_scale_offset(buf, layer, kv, tok) == \
                         L.scale_offset(layer, kv) + tok * L.scale_row_bytes
     assert _lib.lib.kvmm_fmt_offset(buf, 0, 0, L.tokens_per_page) == 2 ** 64 - 1
+
+
+_SEALED_WRITER = r"""
+import sys
+sys.path.insert(0, {pkg!r})
+import kvmm
+fmt = kvmm.Format(2, 2, 64, "fp16")
+c = kvmm.attach({sock!r}, {ns!r}, fmt, wprotect={wprotect})
+prompt = list(range({first}, {first} + {n}))
+s = c.seq_create()
+hit = c.prefix_lookup(s, prompt)
+assert hit == {n}, hit
+f = int(c.block_table([s], 8)[0][0])
+print(int(c.write_protected), flush=True)
+c.views().k[0][f].fill_(-1.0)  # a sealed page: SIGSEGV when write-protected
+print("written", flush=True)
+"""
+
+
+@pytest.mark.parametrize("wprotect", [True, False])
+def test_write_into_a_sealed_page_faults(daemon, fmt, client, wprotect):
+    """A view is writable numpy/torch memory over a read-only mapping: writing a sealed page
+    through it kills the writer (SIGSEGV), and the page keeps its bytes; with
+    ``wprotect=False`` the write lands."""
+    tpp = client.tokens_per_page
+    first = 9000 if wprotect else 9500  # a prompt of its own: not the other case's cached page
+    prompt = list(range(first, first + tpp))
+    s = client.seq_create()
+    client.seq_append(s, prompt)
+    f = int(client.block_table([s], 8)[0][0])
+    v = client.views()
+    assert client.write_protected
+    v.k[0][f].fill_(2.0)
+    client.seal(s)
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    code = _SEALED_WRITER.format(pkg=PKG, sock=daemon.sock, ns=NS_A, n=tpp, wprotect=wprotect,
+                                 first=first)
+    p = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                       env=env, timeout=60)
+    lines = p.stdout.split()
+    assert lines[0] == ("1" if wprotect else "0")
+    if wprotect:
+        assert p.returncode == -11, p.returncode  # SIGSEGV
+        assert lines[1:] == []
+        assert bool((v.k[0][f] == 2.0).all())
+    else:
+        assert p.returncode == 0 and lines[1] == "written"
+        assert bool((v.k[0][f] == -1.0).all())
+    client.seq_free(s)

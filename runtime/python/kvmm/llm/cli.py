@@ -128,14 +128,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         except ImportError as e:
             return fail(f"the kvmm package cannot be loaded ({e}); --kv contiguous runs "
                         "without it")
-        from .paged import PagedKV, namespace_of
+        from .paged import PagedKV, model_identity, namespace_of
 
         ns = args.ns or namespace_of(args.model)
         kern = None if args.kernels == "auto" else args.kernels == "libkvmm"
         try:
             kv = PagedKV(c.num_layers, c.num_kv_heads, c.head_dim, kv_dtype=args.kv_dtype,
                          ns=ns, socket_path=args.socket, quant_group=args.quant_group,
-                         kernels=kern)
+                         kernels=kern, model=model_identity(args.model))
         except (kvmm.KvmmError, ValueError, RuntimeError) as e:
             return fail(f"kvmm namespace {ns}: {e}")
     prompts = list(args.ids) + [tok.encode(t) for t in args.prompt]

@@ -42,15 +42,13 @@ import torch
 from .kv import KVOutOfMemory, KVStore, StepEntry
 from .model import causal_attention
 
-__all__ = ["PagedKV", "namespace_of"]
+__all__ = ["PagedKV", "model_identity", "namespace_of"]
 
 _KV_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
               "int8": torch.int8}
 
 
-def namespace_of(directory: str) -> str:
-    """A namespace name for a checkpoint: engines of the same model (config and weights'
-    headers alike) share prefixes, engines of different models never do."""
+def _checkpoint_digest(directory: str) -> str:
     h = hashlib.sha256()
     with open(os.path.join(directory, "config.json"), "rb") as f:
         h.update(f.read())
@@ -59,7 +57,20 @@ def namespace_of(directory: str) -> str:
             st = os.stat(os.path.join(directory, name))
             with open(os.path.join(directory, name), "rb") as f:
                 h.update(name.encode() + str(st.st_size).encode() + f.read(65536))
-    return "llm-" + h.hexdigest()[:16]
+    return h.hexdigest()
+
+
+def namespace_of(directory: str) -> str:
+    """A namespace name for a checkpoint: engines of the same model (config and weights'
+    headers alike) share prefixes, engines of different models never do."""
+    return "llm-" + _checkpoint_digest(directory)[:16]
+
+
+def model_identity(directory: str) -> bytes:
+    """The checkpoint's identity for kvmm (kvmm.attach(model=...)): its config and weights'
+    headers, hashed. Two checkpoints of the same shape in one namespace (another revision,
+    other weights) then never share KV; the same checkpoint does."""
+    return b"kvmm.llm/" + _checkpoint_digest(directory).encode()
 
 
 class _PSeq:
@@ -79,7 +90,7 @@ class PagedKV(KVStore):
     def __init__(self, layers: int, kv_heads: int, head_dim: int, kv_dtype: str = "fp16",
                  ns: str = "default", socket_path: Optional[str] = None,
                  quant_group: int = 0, kernels: Optional[bool] = None, client=None,
-                 priority: int = 0):
+                 priority: int = 0, model: Optional[bytes] = None):
         import kvmm  # the libkvmm bindings: only this store needs them
 
         self._kvmm = kvmm
@@ -94,7 +105,9 @@ class PagedKV(KVStore):
                                dtype=kv_dtype, quant_group=quant_group if kv_dtype == "int8"
                                else 0)
         self._own = client is None
-        self.c = client if client is not None else kvmm.attach(socket_path, ns=ns, fmt=self.fmt)
+        # model: the checkpoint's identity (model_identity()), hashed into every cache key
+        self.c = client if client is not None else kvmm.attach(socket_path, ns=ns, fmt=self.fmt,
+                                                               model=model)
         self.layers, self.kv_heads, self.head_dim = layers, kv_heads, head_dim
         self.tokens_per_page = self.c.tokens_per_page
         self.views = self.c.views("torch")

@@ -542,6 +542,10 @@ static int seq_prompt_locked(struct kvmm_client *c, const uint32_t *tokens, uint
 	*seq = rep.seq;
 	if (nr_hit)
 		*nr_hit = (uint64_t)rep.nr_hit * c->tokens_per_page;
+	wp_done(c, KVMM_OP_SEQ_PROMPT, 0, n, 0,
+		&(struct kvmm_cqe){.seq = rep.seq,
+				   .nr_blocks = rep.nr_blocks,
+				   .nr_tokens = (uint64_t)rep.nr_hit * c->tokens_per_page});
 	/* the mirror is at least as new as the reply: no second round trip, as a rule */
 	return table ? block_table_locked(c, &rep.seq, 1, table, max_blocks) : 0;
 }
@@ -554,6 +558,16 @@ int kvmm_seq_prompt(kvmm_client_t *c, const uint32_t *tokens, uint32_t n, int pr
 	return LOCKED(c, seq_prompt_locked(c, tokens, n, priority, seq, nr_hit, table, max_blocks));
 }
 
+static int seq_seal_free_locked(struct kvmm_client *c, const struct kvmm_iov *part, uint64_t seq)
+{
+	int err = kvmm_msg_call(c, KVMM_OP_SEQ_SEAL_FREE, part, 1, NULL, 0);
+
+	/* freed: none of its frames is this handle's to write any more */
+	if (!err)
+		wp_done(c, KVMM_OP_SEQ_SEAL_FREE, seq, 0, 0, &(struct kvmm_cqe){0});
+	return err;
+}
+
 int kvmm_seq_seal_free(kvmm_client_t *c, uint64_t seq, uint32_t block, uint32_t nr_blocks)
 {
 	struct kvmm_seal_req req = {.seq = seq, .block = block, .nr_blocks = nr_blocks};
@@ -561,5 +575,5 @@ int kvmm_seq_seal_free(kvmm_client_t *c, uint64_t seq, uint32_t block, uint32_t 
 
 	if (!c)
 		return -EINVAL;
-	return LOCKED(c, kvmm_msg_call(c, KVMM_OP_SEQ_SEAL_FREE, &part, 1, NULL, 0));
+	return LOCKED(c, seq_seal_free_locked(c, &part, seq));
 }

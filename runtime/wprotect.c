@@ -362,6 +362,15 @@ static void wp_done(struct kvmm_client *c, const struct kvmm_wp_op *op, const st
 		}
 		return;
 	}
+	if (op->op == KVMM_OP_SEQ_PROMPT) {
+		/* a new sequence of op->nr tokens, its first pages (res->nr_tokens) shared hits */
+		s = seq_new(c, res->seq);
+		if (s) {
+			s->len = op->nr;
+			s->w = div_up(res->nr_tokens, tpp);
+		}
+		return;
+	}
 	s = seq_find(c->wp, op->seq);
 	if (!s)
 		return; /* not one we track: nothing of it is writable */
@@ -432,6 +441,7 @@ static void wp_done(struct kvmm_client *c, const struct kvmm_wp_op *op, const st
 		break;
 	}
 	case KVMM_OP_SEQ_FREE:
+	case KVMM_OP_SEQ_SEAL_FREE:
 		seq_drop(c, s);
 		break;
 	default:

@@ -299,7 +299,8 @@ static void test_opt_out(void **state)
  * What an engine does keeps working: append, write the new page through the block table,
  * seal; a fork's child appends into the shared partial page (a copy) and writes it; an
  * asynchronous append's page is writable after its completion; a magazine frame named in an
- * append stays writable; a truncated-to partial page can be appended to and written again.
+ * append stays writable; a truncated-to partial page can be appended to and written again;
+ * the compound SEQ_PROMPT's new pages are writable.
  */
 static void test_own_pages_writable(void **state)
 {
@@ -308,8 +309,8 @@ static void test_own_pages_writable(void **state)
 	struct kvmm_sqe sqe;
 	struct kvmm_cqe cqe;
 	kvmm_client_t *c;
-	uint64_t s, child;
-	uint32_t fr[2];
+	uint64_t s, child, hit;
+	uint32_t fr[2], b;
 
 	(void)state;
 	itest_need_daemon();
@@ -357,6 +358,12 @@ static void test_own_pages_writable(void **state)
 	assert_int_equal(kvmm_seq_append(c, s, tok, 1, NULL), 0);
 	assert_int_equal(kvmm_block_table(c, &s, 1, table, MAX_BLOCKS), 0);
 	memset(kvmm_frame_addr(c, (uint32_t)table[1]), 7, kvmm_page_size(c));
+
+	/* the compound flow: a prompt's pages past its cache hits are its own, then let go */
+	assert_int_equal(kvmm_seq_prompt(c, tok, 40, 0, &child, &hit, t2, MAX_BLOCKS), 0);
+	for (b = (uint32_t)(hit / 16); b < 3; b++)
+		memset(kvmm_frame_addr(c, (uint32_t)t2[b]), 8, kvmm_page_size(c));
+	assert_int_equal(kvmm_seq_seal_free(c, child, 0, 0), 0);
 
 	assert_int_equal(kvmm_seq_free(c, s), 0);
 	kvmm_detach(c);

@@ -21,7 +21,10 @@
  *          SEQ_SEAL_FREEs and this step's SEQ_PROMPTs behind one doorbell, one wait
  *
  * each from 1, 2, 4 and 8 client processes started together, each running for the same
- * time; a row is the sum of the processes' rates, its baseline the in-process rate (the median
+ * time, their pool pages not write-protected (the control plane alone); then one client with
+ * libkvmm's default protection (flow.MODE.1c.wprotect, against flow.MODE.1c: what issue 26's
+ * read-only pages cost the flow).  A row is the sum of the processes' rates, its baseline the
+ * in-process rate (the median
  * of runs before, between and after the client runs).  Targets (issue 25): sync from one process
  * >= 0.5x in process, async >= 0.8x, 2 processes >= 1.8x one, 8 >= 2 (no collapse).
  * $KVMM_BENCH names kvmm-bench (default ./tools/kvmm-bench), $KVMM_KVMMD the daemon.
@@ -209,10 +212,15 @@ static int flow_step(kvmm_client_t *c, enum flow_mode mode, uint32_t (*tok)[FLOW
 	}
 }
 
-/* One client process: attach, warm up, wait for the start, run @dur_ns, report, exit. */
+/*
+ * One client process: attach, warm up, wait for the start, run @dur_ns, report, exit.  The
+ * pool's pages are write-protected only with @protect: the mode rows measure the control
+ * plane; the wprotect rows what the protection adds to it (libkvmm.md, "Read-only pages").
+ */
 static void flow_client(const char *sock, uint32_t idx, enum flow_mode mode, uint64_t dur_ns,
-			int go_fd, int ready_fd, int res_fd)
+			bool protect, int go_fd, int ready_fd, int res_fd)
 {
+	static const struct kvmm_attach_opts unprotected = {.flags = KVMM_ATTACH_NO_WPROTECT};
 	static uint32_t tok[FLOW_BATCH][FLOW_TOKENS];
 	uint64_t seq[FLOW_BATCH] = {0}, t0;
 	struct flow_result r = {0};
@@ -221,7 +229,7 @@ static void flow_client(const char *sock, uint32_t idx, enum flow_mode mode, uin
 	uint32_t req = 0;
 	char b = 0;
 
-	r.err = kvmm_attach(sock, "bench", &flow_fmt, &c);
+	r.err = kvmm_attach_ex(sock, "bench", &flow_fmt, protect ? NULL : &unprotected, &c);
 	for (int i = 0; !r.err && i < 4; i++, req += done)
 		r.err = flow_step(c, mode, tok, idx, req, seq, &done);
 	if (write(ready_fd, &b, 1) != 1 || read(go_fd, &b, 1) < 0)
@@ -240,7 +248,8 @@ static void flow_client(const char *sock, uint32_t idx, enum flow_mode mode, uin
 }
 
 /* @n processes at once for @dur_ns: the sum of their rates in requests/s, or a -errno. */
-static double flow_clients(const char *sock, unsigned int n, enum flow_mode mode, uint64_t dur_ns)
+static double flow_clients(const char *sock, unsigned int n, enum flow_mode mode, uint64_t dur_ns,
+			   bool protect)
 {
 	int go[2], ready[2], res[2];
 	pid_t pids[FLOW_MAX_CLIENTS];
@@ -254,7 +263,7 @@ static double flow_clients(const char *sock, unsigned int n, enum flow_mode mode
 		pids[i] = fork();
 		if (pids[i] == 0) {
 			close(go[1]);
-			flow_client(sock, i, mode, dur_ns, go[0], ready[1], res[1]);
+			flow_client(sock, i, mode, dur_ns, protect, go[0], ready[1], res[1]);
 		}
 	}
 	close(go[0]);
@@ -320,7 +329,7 @@ int bench_suite_flow_ipc(const struct bench_opts *o)
 {
 	static const unsigned int nr[] = {1, 2, 4, 8};
 	uint64_t dur = o->quick ? 250000000ull : 1000000000ull;
-	double rate[FLOW_MODES][4], inp[FLOW_MODES + 1], in;
+	double rate[FLOW_MODES][4], inp[FLOW_MODES + 1], in, wp[FLOW_MODES] = {0};
 	struct bench_kvmmd d = {0};
 	char name[96], page[16], frames[16];
 	int err;
@@ -343,11 +352,17 @@ int bench_suite_flow_ipc(const struct bench_opts *o)
 			return (int)inp[m];
 		}
 		for (unsigned int i = 0; i < 4; i++) {
-			rate[m][i] = flow_clients(d.sock, nr[i], (enum flow_mode)m, dur);
+			rate[m][i] = flow_clients(d.sock, nr[i], (enum flow_mode)m, dur, false);
 			if (rate[m][i] < 0) {
 				bench_kvmmd_stop(&d);
 				return (int)rate[m][i];
 			}
+		}
+		/* one client again, its pool pages write-protected (libkvmm's default) */
+		wp[m] = flow_clients(d.sock, 1, (enum flow_mode)m, dur, true);
+		if (wp[m] < 0) {
+			bench_kvmmd_stop(&d);
+			return (int)wp[m];
 		}
 	}
 	bench_kvmmd_stop(&d);
@@ -366,6 +381,13 @@ int bench_suite_flow_ipc(const struct bench_opts *o)
 			snprintf(name, sizeof(name), "flow.%s.%uc", flow_mode_name[m], nr[i]);
 			bench_report(name, rate[m][i], "requests/s", "flow.inproc_rate", in);
 		}
+	for (int m = 0; m < FLOW_MODES; m++) {
+		char base[96];
+
+		snprintf(base, sizeof(base), "flow.%s.1c", flow_mode_name[m]);
+		snprintf(name, sizeof(name), "flow.%s.1c.wprotect", flow_mode_name[m]);
+		bench_report(name, wp[m], "requests/s", base, rate[m][0]);
+	}
 	for (int m = 0; m < FLOW_MODES; m++) {
 		bool async = m == FLOW_ASYNC || m == FLOW_ASYNC_COMPOUND;
 

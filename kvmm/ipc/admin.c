@@ -567,6 +567,12 @@ static void swap_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct kv
 			kvmm_out_u64(o, "bytes_in", ti.bytes_in, NULL);
 			kvmm_out_u64(o, "failures", ti.failures, NULL);
 			kvmm_out_u64(o, "direct", ti.direct, NULL);
+			/* a file tier's warm-restart index (swap_index.c) */
+			if (ti.indexed) {
+				kvmm_out_u64(o, "index_records", ti.index_records, NULL);
+				kvmm_out_u64(o, "index_restored", ti.index_restored, NULL);
+				kvmm_out_u64(o, "index_rejected", ti.index_rejected, NULL);
+			}
 			kvmm_out_rec_end(o);
 		}
 		pthread_mutex_unlock(&n->pool->lock);

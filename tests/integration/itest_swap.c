@@ -506,6 +506,20 @@ static void test_swap_not_dropped(void **state)
 	kvmm_detach(c);
 }
 
+/* index_restored of namespace alpha's file tier (SWAP's record "Tier: 2 ns=alpha ..."). */
+static long long index_restored(void)
+{
+	char *text = NULL, *line, buf[32];
+	long long v = -1;
+
+	assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_SWAP, &text), 0);
+	line = strstr(text, "Tier: 2 ns=" ITEST_NS_A " ");
+	if (line && kvmm_admin_field(line, "index_restored", buf, sizeof(buf)) > 0)
+		v = strtoll(buf, NULL, 10);
+	free(text);
+	return v;
+}
+
 /* The test daemon goes away: killed (kill -9) or stopped cleanly; the same one starts again. */
 static void restart_daemon(bool crash)
 {
@@ -567,6 +581,8 @@ static void warm_restart(bool crash, unsigned int p)
 	if (crash)
 		kvmm_detach(c); /* its daemon is gone: only the client side is left to free */
 
+	/* the restart said what it restored (kvmmctl swap --raw: index_restored) */
+	assert_true(index_restored() >= 4);
 	c = attach();
 	assert_int_equal(kvmm_seq_create(c, 0, &l), 0);
 	assert_int_equal(kvmm_prefix_lookup(c, l, t, n, &hit), 0);

@@ -81,28 +81,11 @@ static uint32_t div_up(uint64_t a, uint32_t b)
 /* Fall back to a writable pool: protection is best effort, a correct engine never faults. */
 static void wp_off(struct kvmm_client *c, int why)
 {
-	struct kvmm_wp *wp = c->wp;
-	struct hlist_node *tmp;
-	struct wp_seq *s;
-	unsigned int bkt;
-
-	if (!wp)
+	if (!c->wp)
 		return;
 	if (c->base)
 		mprotect(c->base, c->map_len, PROT_READ | PROT_WRITE);
-	hash_for_each_safe (wp->seqs, bkt, tmp, s, node) {
-		hash_del(&s->node);
-		free(s->blk);
-		free(s);
-	}
-	for (unsigned int i = 0; i < wp->nr_pend; i++)
-		free(wp->pend[(wp->pend_head + i) % wp->pend_cap].frames);
-	free(wp->pend);
-	free(wp->dirty);
-	free(wp->state);
-	free(wp->owner);
-	free(wp);
-	c->wp = NULL;
+	kvmm_wp_free(c);
 	c->wp_off_reason = why;
 }
 

@@ -724,6 +724,22 @@ int kvmm_session_op_prefetch(struct kvmm_session *s, unsigned int op __maybe_unu
  * The end of SEQ_CREATE and SEQ_FORK: ret is how setting up the new sequence went; on
  * success it is tracked and its id returned in *id, on any failure it is freed.
  */
+/*
+ * Room for a new sequence of @nr_tokens (SEQ_CREATE, SEQ_PROMPT): every block of it needs a
+ * frame or a swap slot at once, so more than the namespace may hold (its limit, or the pool,
+ * plus the swap tiers) can never be given - and the core would size the sequence's arrays for
+ * them first (gigabytes): -E2BIG; the session's table full: -ENOSPC.
+ */
+static int new_seq_room(const struct kvmm_session *s, uint64_t nr_tokens)
+{
+	if (DIV_ROUND_UP(nr_tokens, (uint64_t)s->as->fmt.tokens_per_page) >
+	    kvmm_mm_seq_blocks_max(s->as))
+		return -E2BIG;
+	if (s->nr_seqs >= KVMM_SESSION_MAX_SEQS)
+		return -ENOSPC;
+	return 0;
+}
+
 static int track_new_seq(struct kvmm_session *s, struct kvmm_seq *seq, int ret, uint64_t *id)
 {
 	struct kvmm_ipc_seq *is = NULL;
@@ -755,16 +771,9 @@ int kvmm_session_op_seq_create(struct kvmm_session *s, unsigned int op __maybe_u
 		return -EINVAL;
 	if (req.nr_tokens > UINT32_MAX)
 		return -E2BIG;
-	/*
-	 * Every block of a new sequence needs a frame or a swap slot at once: more than the
-	 * namespace may hold (its limit, or the pool, plus the swap tiers) can never be given,
-	 * and the core would size the sequence's arrays for them first (gigabytes).
-	 */
-	if (DIV_ROUND_UP(req.nr_tokens, (uint64_t)s->as->fmt.tokens_per_page) >
-	    kvmm_mm_seq_blocks_max(s->as))
-		return -E2BIG;
-	if (s->nr_seqs >= KVMM_SESSION_MAX_SEQS)
-		return -ENOSPC;
+	ret = new_seq_room(s, req.nr_tokens);
+	if (ret)
+		return ret;
 	ret = kvmm_mm_seq_create(s->as, &seq);
 	if (ret)
 		return ret;
@@ -1131,12 +1140,10 @@ int kvmm_session_op_seq_prompt(struct kvmm_session *s, unsigned int op __maybe_u
 	memcpy(&req, p, sizeof(req));
 	if (req.flags || req.reserved)
 		return -EINVAL;
-	/* as SEQ_CREATE: more blocks than the namespace could ever hold never start */
-	if (DIV_ROUND_UP(req.nr_tokens, (uint64_t)s->as->fmt.tokens_per_page) >
-	    kvmm_mm_seq_blocks_max(s->as))
-		return -E2BIG;
-	if (s->nr_seqs >= KVMM_SESSION_MAX_SEQS)
-		return -ENOSPC;
+	/* as SEQ_CREATE */
+	ret = new_seq_room(s, req.nr_tokens);
+	if (ret)
+		return ret;
 	ret = kvmm_mm_seq_create(s->as, &seq);
 	if (ret)
 		return ret;

@@ -1,7 +1,8 @@
 # kvmm - the KV-cache memory manager.  Top-level makefile (Kbuild style, our own).
 #
 #   make                 build everything (runs defconfig first on a fresh tree)
-#   make check           build and run every test (SAN=1: under ASan+UBSan)
+#   make check           build and run every test (SAN=1: under ASan+UBSan; SAN=thread:
+#                        the threaded ones under ThreadSanitizer)
 #   make demo            the end-to-end demonstration
 #   make V=1             print whole commands
 #   make O=DIR           build out of tree, in DIR
@@ -97,12 +98,17 @@ ifneq ($(filter default undefined,$(origin AR)),)
 AR := ar
 endif
 
-# SAN=1 on the command line, or CONFIG_KVMM_SANITIZE=y, builds with ASan+UBSan.
+# SAN=1 on the command line, or CONFIG_KVMM_SANITIZE=y, builds with ASan+UBSan; SAN=thread with TSan.
 ifeq ($(SAN),1)
 KVMM_SANITIZE := y
 endif
 ifeq ($(SAN),0)
 KVMM_SANITIZE := n
+endif
+# SAN=thread builds with ThreadSanitizer instead; `make check SAN=thread` runs the programs
+# with threads of their own (scripts/run-tests.sh, tsan-tests), the daemon's included.
+ifeq ($(SAN),thread)
+KVMM_SANITIZE := thread
 endif
 
 KBUILD_CPPFLAGS := -D_GNU_SOURCE -I$(srctree)/include -I$(objtree)/include -I$(srctree) \
@@ -121,6 +127,19 @@ KBUILD_CFLAGS += $(SANFLAGS)
 KBUILD_CXXFLAGS += $(SANFLAGS)
 KBUILD_LDFLAGS += $(SANFLAGS)
 KBUILD_CPPFLAGS += -DKVMM_SANITIZE=1
+endif
+ifeq ($(KVMM_SANITIZE),thread)
+SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer
+# gcc warns that TSan does not model fences (the seqlocks' readers): scripts/tsan.supp
+ifeq ($(findstring clang,$(CC)),)
+KBUILD_CFLAGS += -Wno-tsan
+KBUILD_CXXFLAGS += -Wno-tsan
+endif
+KBUILD_CFLAGS += $(SANFLAGS)
+KBUILD_CXXFLAGS += $(SANFLAGS)
+KBUILD_LDFLAGS += $(SANFLAGS)
+# libc malloc (kmalloc.h): TSan sees its hand-offs between threads, not jemalloc's
+KBUILD_CPPFLAGS += -DKVMM_SANITIZE=1 -DKVMM_SANITIZE_THREAD=1
 endif
 KBUILD_CFLAGS += $(EXTRA_CFLAGS)
 KBUILD_CXXFLAGS += $(EXTRA_CXXFLAGS)
@@ -185,10 +204,23 @@ check:
 	$(Q)$(srctree)/scripts/deps.sh --if-missing
 	$(Q)$(MAKE) -f $(srctree)/Makefile __check
 
-__check: all
+# What `make check SAN=thread` runs: the programs where threads share memory (the daemon's
+# kswapd, swap writeback and remote worker beside its event loop; the libraries' own threads).
+tsan-tests := tests/unit/test_atomic tests/unit/test_kmalloc tests/unit/test_kswapd \
+	tests/unit/test_log tests/unit/test_ring tests/unit/test_ipc tests/unit/test_swap \
+	tests/unit/test_remote tests/integration/itest_ring tests/integration/itest_async \
+	tests/integration/itest_share tests/integration/itest_kill tests/integration/itest_swap \
+	tests/integration/itest_remote
+check-tests := $(if $(filter thread,$(KVMM_SANITIZE)),$(filter $(tsan-tests),$(all-tests)),\
+	$(all-tests) $(all-test-scripts))
+# those programs and the daemon they start, not the whole tree (CI's time)
+check-deps := $(if $(filter thread,$(KVMM_SANITIZE)),$(filter $(tsan-tests),$(all-tests)) \
+	kvmm/kvmmd,all)
+
+__check: $(check-deps)
 	$(Q)KVMM_SRCTREE=$(srctree) KVMM_SANITIZE=$(KVMM_SANITIZE) KVMM_HAVE_CUDA=$(KVMM_HAVE_CUDA) \
 		KVMM_MAKE='$(MAKE) -f $(srctree)/Makefile' KVMM_CC='$(CC)' \
-		$(srctree)/scripts/run-tests.sh $(all-tests) $(all-test-scripts)
+		$(srctree)/scripts/run-tests.sh $(check-tests)
 
 # ---- demo ------------------------------------------------------------------------------
 PHONY += demo __demo
@@ -259,7 +291,8 @@ mrproper distclean: clean
 help:
 	@echo 'kvmm $(VERSION) - build targets'
 	@echo '  all (default)  build the daemon, the runtime, the tools and the tests'
-	@echo '  check          build and run every test; SAN=1 runs them under ASan+UBSan'
+	@echo '  check          build and run every test; SAN=1 runs them under ASan+UBSan,'
+	@echo '                 SAN=thread the threaded ones (tsan-tests) under TSan'
 	@echo '  demo           build and run the demonstration: LLM agents sharing one KV pool'
 	@echo '  demo-bookkeeping  the page bookkeeping of sharing agents alone (no model)'
 	@echo '  install        install under PREFIX (/usr/local; DESTDIR, LIBDIR, ... as well)'
@@ -270,7 +303,7 @@ help:
 	@echo '  format         reformat the C sources in place'
 	@echo '  clean          remove build products, keep .config'
 	@echo '  mrproper       remove build products and the configuration'
-	@echo 'Variables: V=1 (whole commands)  O=DIR (out-of-tree)  CC=clang  SAN=1'
+	@echo 'Variables: V=1 (whole commands)  O=DIR (out-of-tree)  CC=clang  SAN=1|thread'
 
 .PHONY: $(PHONY)
 

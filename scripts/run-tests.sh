@@ -18,6 +18,8 @@ set -u
 timeout_s=${KVMM_TEST_TIMEOUT:-600}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1:halt_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# SAN=thread: the first race fails the program (a daemon's kills it: the test sees it gone)
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 
 passed=0 failed=0 skipped=0
 failed_names=()

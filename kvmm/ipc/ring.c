@@ -479,7 +479,7 @@ static void publish(struct kvmm_dp *dp, uint32_t i)
 	dp->state[i] = MAG_PUBLISHED;
 	dp->published[dp->mag_tail % size] = f;
 	WRITE_ONCE(dp->mag_frames[dp->mag_tail % size], f);
-	dp->mag_tail++;
+	WRITE_ONCE(dp->mag_tail, dp->mag_tail + 1); /* mag_pending() reads it unlocked */
 }
 
 /*
@@ -497,7 +497,7 @@ static int mag_poll(struct kvmm_session *s)
 	h = smp_load_acquire(&dp->mag->head);
 	if ((uint32_t)(h - dp->mag_head) > (uint32_t)(dp->mag_tail - dp->mag_head))
 		return -EPROTO; /* popped more than was published */
-	for (; dp->mag_head != h; dp->mag_head++, n++) {
+	for (; dp->mag_head != h; WRITE_ONCE(dp->mag_head, dp->mag_head + 1), n++) {
 		int i = held_find(dp, dp->published[dp->mag_head % size]);
 
 		if (i >= 0 && dp->state[i] == MAG_PUBLISHED)
@@ -507,7 +507,7 @@ static int mag_poll(struct kvmm_session *s)
 	t = smp_load_acquire(&dp->ret->tail);
 	if ((uint32_t)(t - dp->ret_head) > size)
 		return -EPROTO;
-	for (; dp->ret_head != t; dp->ret_head++) {
+	for (; dp->ret_head != t; WRITE_ONCE(dp->ret_head, dp->ret_head + 1)) {
 		int i = held_find(dp, READ_ONCE(dp->ret_frames[dp->ret_head % size]));
 
 		/* a number it does not hold (or twice) is ignored */
@@ -525,7 +525,7 @@ static int mag_poll(struct kvmm_session *s)
 	/* release: the return slots may be reused once we stopped reading them */
 	smp_store_release(&dp->ret->head, dp->ret_head);
 	if (n)
-		dp->mag_starved = false;
+		WRITE_ONCE(dp->mag_starved, false);
 	return (int)n;
 }
 
@@ -598,7 +598,7 @@ static uint32_t mag_topup(struct kvmm_session *s)
 		return 0;
 	moved = mag_fill(s, size, true, &err);
 	/* not back above the mark: wait for the client to move before trying again */
-	dp->mag_starved = dp->mag_tail - dp->mag_head < KVMM_MAG_LOW_MARK(size);
+	WRITE_ONCE(dp->mag_starved, dp->mag_tail - dp->mag_head < KVMM_MAG_LOW_MARK(size));
 	return moved;
 }
 
@@ -632,7 +632,7 @@ static uint32_t mag_take_back(struct kvmm_session *s, uint32_t want)
 				break;
 			continue;
 		}
-		for (; dp->mag_head != h + k; dp->mag_head++) {
+		for (; dp->mag_head != h + k; WRITE_ONCE(dp->mag_head, dp->mag_head + 1)) {
 			int i = held_find(dp, dp->published[dp->mag_head % size]);
 
 			if (i >= 0 && dp->state[i] == MAG_PUBLISHED) {
@@ -649,7 +649,7 @@ static uint32_t mag_drain(struct kvmm_session *s, uint32_t want)
 {
 	uint32_t n = mag_take_back(s, want ? want : UINT32_MAX);
 
-	s->dp->mag_auto = false; /* drained on purpose */
+	WRITE_ONCE(s->dp->mag_auto, false); /* drained on purpose */
 	return n;
 }
 
@@ -670,7 +670,7 @@ static uint32_t mag_shrink(struct kvmm_shrinker *sh, struct kvmm_ns *ns, uint32_
 		return 0;
 	n = mag_take_back(s, want);
 	if (n) {
-		dp->mag_starved = true;
+		WRITE_ONCE(dp->mag_starved, true);
 		kvmm_debug("ipc: client %u: reclaim took %u magazine frames back", s->id, n);
 	}
 	return n;
@@ -696,8 +696,8 @@ int kvmm_dp_mag_op(struct kvmm_session *s, unsigned int op, const void *p, void 
 		if (!rep.nr_frames && ret)
 			return ret;
 		/* from now on the daemon keeps it topped up without being asked */
-		s->dp->mag_auto = true;
-		s->dp->mag_starved = false;
+		WRITE_ONCE(s->dp->mag_auto, true);
+		WRITE_ONCE(s->dp->mag_starved, false);
 	} else {
 		rep.nr_frames = mag_drain(s, req.nr_frames);
 	}
@@ -781,10 +781,16 @@ bool kvmm_dp_pending(struct kvmm_session *s)
 /* Work for the magazine: the client popped or returned frames, or a top-up is due. */
 static bool mag_pending(const struct kvmm_dp *dp)
 {
-	return READ_ONCE(dp->mag->head) != dp->mag_head ||
-	       READ_ONCE(dp->ret->tail) != dp->ret_head ||
-	       (dp->mag_auto && !dp->mag_starved &&
-		dp->mag_tail - dp->mag_head < KVMM_MAG_LOW_MARK(dp->hdr.mag_size));
+	/*
+	 * Without the pool lock: reclaim (kvswapd's shrinker) moves mag_head and the flags under
+	 * it (and the return head), so they are read and written with READ_ONCE/WRITE_ONCE.  A stale answer costs one
+	 * lock round or one loop iteration, never a lost wake-up: this is looked at every poll.
+	 */
+	uint32_t head = READ_ONCE(dp->mag_head);
+
+	return READ_ONCE(dp->mag->head) != head || READ_ONCE(dp->ret->tail) != READ_ONCE(dp->ret_head) ||
+	       (READ_ONCE(dp->mag_auto) && !READ_ONCE(dp->mag_starved) &&
+		READ_ONCE(dp->mag_tail) - head < KVMM_MAG_LOW_MARK(dp->hdr.mag_size));
 }
 
 bool kvmm_dp_runnable(struct kvmm_session *s)

@@ -1160,7 +1160,10 @@ static void test_unlocked_read_error(void **state)
 	check_bytes(f, 0, seq, 0, 4);
 	check_bytes(f, 0, seq, 5, 8);
 	assert_int_equal(kvmm_mm_seq_nr_swapped(other), 2);
+	/* the caller holds the pool lock, which the copy drops and takes again */
+	pthread_mutex_lock(&f->pool->lock);
 	assert_int_equal(kvmm_mm_seq_fault_unlocked(seq, 0, 8), 1);
+	pthread_mutex_unlock(&f->pool->lock);
 	check_bytes(f, 0, seq, 0, 8);
 	assert_int_equal(kvmm_mm_seq_fault(other, 0, 2), 2);
 	check_bytes(f, 1, other, 0, 2);

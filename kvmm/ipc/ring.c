@@ -788,7 +788,8 @@ static bool mag_pending(const struct kvmm_dp *dp)
 	 */
 	uint32_t head = READ_ONCE(dp->mag_head);
 
-	return READ_ONCE(dp->mag->head) != head || READ_ONCE(dp->ret->tail) != READ_ONCE(dp->ret_head) ||
+	return READ_ONCE(dp->mag->head) != head ||
+	       READ_ONCE(dp->ret->tail) != READ_ONCE(dp->ret_head) ||
 	       (READ_ONCE(dp->mag_auto) && !READ_ONCE(dp->mag_starved) &&
 		READ_ONCE(dp->mag_tail) - head < KVMM_MAG_LOW_MARK(dp->hdr.mag_size));
 }

@@ -30,6 +30,7 @@
 #include "log.h"
 #include "kvmm/mm.h"
 #include "kvmm/swap.h"
+#include "kvmm/trace.h"
 
 #define KSWAPD_BACKOFF_MS 10
 
@@ -80,9 +81,11 @@ static uint64_t balance(struct kvmm_kswapd *k)
 		 * Sequences go out asynchronously: the copies run with the lock let go
 		 * (kvmm_swap_writeback), so the daemon's loop is not held up by them.
 		 */
+		kvmm_trace_clock_begin(); /* one reading for the batch's records */
 		got = kvmm_shrink(pool,
 				  min_t(uint32_t, pool->wmark_high - free, KVMM_RECLAIM_BATCH),
 				  KVMM_SHRINK_ASYNC);
+		kvmm_trace_clock_end();
 		kvmm_swap_writeback(pool, true);
 		pool->stat[KVMM_STAT_KSWAPD_STEAL] += got;
 		total += got;

@@ -95,22 +95,42 @@ bool kvmm_trace_read(const struct kvmm_trace *tr, uint64_t seqno, struct kvmm_tr
 	return true;
 }
 
+static __thread uint64_t trace_clock; /* kvmm_trace_clock_begin's reading, 0 outside */
+
+static uint64_t trace_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void kvmm_trace_clock_begin(void)
+{
+	if (__atomic_load_n(&kvmm_trace_ring, __ATOMIC_RELAXED))
+		trace_clock = trace_now();
+}
+
+void kvmm_trace_clock_end(void)
+{
+	trace_clock = 0;
+}
+
 void kvmm_trace_write(struct kvmm_trace *tr, unsigned int type, const void *pool, uint32_t client,
 		      uint16_t ns, uint64_t seq, uint32_t frame, uint64_t count)
 {
 	struct kvmm_trace_rec *slot;
-	struct timespec ts;
-	uint64_t n;
+	uint64_t n, ts;
 
 	if (!tr)
 		return;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts = trace_clock ? trace_clock : trace_now();
 	n = __atomic_add_fetch(&tr->head, 1, __ATOMIC_ACQ_REL);
 	slot = &tr->ring[(n - 1) & tr->mask];
 	/* busy first: a reader that sees 0 (or another number) rejects the slot */
 	__atomic_store_n(&slot->seqno, 0, __ATOMIC_RELAXED);
 	__atomic_thread_fence(__ATOMIC_RELEASE);
-	slot->ts_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	slot->ts_ns = ts;
 	slot->pool = (uint64_t)(uintptr_t)pool;
 	slot->seq = seq;
 	slot->count = count;

@@ -74,6 +74,15 @@ uint64_t kvmm_trace_head(const struct kvmm_trace *tr);
  */
 bool kvmm_trace_read(const struct kvmm_trace *tr, uint64_t seqno, struct kvmm_trace_rec *out);
 
+/*
+ * One clock reading for the records of one request: between kvmm_trace_clock_begin() and
+ * kvmm_trace_clock_end() this thread's records carry the time of the begin (a request that
+ * allocates, seals and frees a hundred frames read the clock a hundred times, a third of its
+ * cost in the daemon).  Outside such a span every record reads the clock.
+ */
+void kvmm_trace_clock_begin(void);
+void kvmm_trace_clock_end(void);
+
 /* Write one event (no-op when @tr is NULL).  Never blocks. */
 void kvmm_trace_write(struct kvmm_trace *tr, unsigned int type, const void *pool, uint32_t client,
 		      uint16_t ns, uint64_t seq, uint32_t frame, uint64_t count);

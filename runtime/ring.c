@@ -365,6 +365,14 @@ static uint64_t spin_budget(void)
 	return budget;
 }
 
+/* This thread's CPU plus one, 0 when unknown (the rings' cpu hints). */
+static unsigned int this_cpu(void)
+{
+	int cpu = sched_getcpu();
+
+	return cpu < 0 ? 0 : (unsigned int)cpu + 1;
+}
+
 /*
  * Wait until the CQ has something: spin for the budget, then sleep on the CQ tail futex.
  * @any: also return when the handle's completion queue holds something (kvmm_complete's
@@ -374,8 +382,9 @@ static int ring_wait(struct kvmm_client *c, bool any)
 {
 	struct kvmm_dp_client *d = c->dp;
 	uint64_t start = now_ns(), budget = spin_budget();
-	unsigned int spins = 0;
+	unsigned int spins = 0, cpu = this_cpu();
 
+	WRITE_ONCE(d->cq->cpu, cpu);
 	kvmm_ring_kick(c);
 	while (!cq_has(d)) {
 		struct timespec ts = {0, KVMM_RING_SLEEP_NS};
@@ -384,14 +393,26 @@ static int ring_wait(struct kvmm_client *c, bool any)
 
 		if ((budget && ++spins < 64) || now_ns() - start < budget) {
 			/*
-			 * Yield now and then: when the daemon runs on this CPU (the scheduler
-			 * likes to put two processes that wake each other together), a pure
-			 * spin would keep it off the CPU for the whole spin window.
+			 * Yield now and then when the daemon's loop runs on this CPU (the
+			 * scheduler likes to put two processes that wake each other together):
+			 * a pure spin would keep it off the CPU for the whole spin window.  On
+			 * another CPU (its SQ cpu hint says which) a yield is only a system call
+			 * between us and the completion; an old daemon (hint 0) gets the yields.
 			 */
-			if (spins % 16 == 0)
-				sched_yield();
-			else
+			if (spins % 16 == 0) {
+				uint32_t theirs = READ_ONCE(d->sq->cpu);
+
+				if (cpu != this_cpu()) {
+					cpu = this_cpu();
+					WRITE_ONCE(d->cq->cpu, cpu);
+				}
+				if (!theirs || !cpu || theirs == cpu)
+					sched_yield();
+				else
+					cpu_relax();
+			} else {
 				cpu_relax();
+			}
 			continue;
 		}
 		seen = d->cq_head;

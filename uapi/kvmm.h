@@ -1221,12 +1221,21 @@ struct kvmm_shm_ring {
 	uint32_t tail; /* producer's; the CQ's is also the daemon -> client futex word */
 	uint32_t pad1[15];
 	uint32_t flags; /* KVMM_SQ_F_* / KVMM_CQ_F_* (written by the side that does not own tail) */
-	uint32_t pad2[15];
+	/*
+	 * A hint, written by the flags' writer: the CPU it last ran on, plus one (0: unknown).
+	 * The SQ's is the daemon's loop, the CQ's the client's while it waits for a completion.
+	 * A waiter gives its CPU away (sched_yield) only when the other side is on the same one;
+	 * on different CPUs both spin without a system call.  Only a hint: a stale value costs
+	 * a late yield or a useless one, never correctness.
+	 */
+	uint32_t cpu;
+	uint32_t pad2[14];
 };
 KVMM_ABI_ASSERT_SIZE(struct kvmm_shm_ring, 192);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_ring, head, 0);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_ring, tail, 64);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_ring, flags, 128);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_ring, cpu, 132);
 
 /*
  * One submitted operation: op is a memory opcode (PING, SEQ_CREATE .. UNPIN, MAG_REFILL,

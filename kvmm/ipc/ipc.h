@@ -138,6 +138,11 @@ struct kvmm_server {
 	uint64_t start_ns;	 /* CLOCK_MONOTONIC at create */
 	uint64_t ring_last_work; /* CLOCK_MONOTONIC of the last ring work (spin window) */
 	uint64_t ring_spin_ns;	 /* that window: KVMM_RING_SPIN_NS, or $KVMMD_RING_SPIN_NS */
+	uint64_t spin_sys_ns;	 /* while spinning, a system call at most this often */
+	uint64_t last_sys_ns;	 /* CLOCK_MONOTONIC of the spin's last epoll_wait */
+	uint64_t last_yield_ns;	 /* and of its last sched_yield */
+	uint32_t cpu;		 /* the loop's CPU plus one, as the SQs' cpu hints say */
+	bool yield_soon;	 /* a completed client waits on the loop's CPU: let it run */
 	uint64_t hello_next_ns;	 /* earliest HELLO deadline of a waiting connection, 0: none */
 
 	struct kvmm_server_stats stats; /* updated with relaxed atomics (read by other threads) */
@@ -257,6 +262,8 @@ bool kvmm_dp_runnable(struct kvmm_session *s);
 bool kvmm_dp_pending(struct kvmm_session *s);
 /* Set or clear KVMM_SQ_F_NEED_WAKEUP. */
 void kvmm_dp_need_wakeup(struct kvmm_session *s, bool on);
+/* Publish the loop's CPU (plus one) in the SQ's cpu hint (struct kvmm_shm_ring). */
+void kvmm_dp_set_cpu(struct kvmm_session *s, uint32_t cpu);
 /* Mirror hooks, pool lock held: @is changed from block @from on / is going away. */
 void kvmm_dp_seq_update(struct kvmm_session *s, struct kvmm_ipc_seq *is, uint32_t from);
 void kvmm_dp_seq_gone(struct kvmm_session *s, struct kvmm_ipc_seq *is);

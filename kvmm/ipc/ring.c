@@ -44,6 +44,7 @@
 #include "atomic.h"
 #include "compiler.h"
 #include "log.h"
+#include "kvmm/trace.h"
 #include "kvmm/ipc/ipc.h"
 
 struct kvmm_dp {
@@ -154,6 +155,7 @@ int kvmm_dp_create(struct kvmm_session *s, uint32_t ring_entries, int fds[2],
 	}
 	memcpy(dp->map, &dp->hdr, sizeof(dp->hdr));
 	dp->sq = area(dp, dp->hdr.sq_off);
+	dp->sq->cpu = s->srv->cpu;
 	dp->sqes = area(dp, dp->hdr.sqes_off);
 	dp->data = area(dp, dp->hdr.data_off);
 	dp->cq = area(dp, dp->hdr.cq_off);
@@ -813,6 +815,12 @@ void kvmm_dp_need_wakeup(struct kvmm_session *s, bool on)
 		WRITE_ONCE(s->dp->sq->flags, on ? KVMM_SQ_F_NEED_WAKEUP : 0);
 }
 
+void kvmm_dp_set_cpu(struct kvmm_session *s, uint32_t cpu)
+{
+	if (s->dp)
+		WRITE_ONCE(s->dp->sq->cpu, cpu);
+}
+
 /* Run one SQE (already copied out of the region) into @cqe. Pool lock held. */
 static int run_sqe(struct kvmm_session *s, const struct kvmm_ring_sqe *e, struct kvmm_ring_cqe *cqe)
 {
@@ -878,7 +886,9 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 		memset(&cqe, 0, sizeof(cqe));
 		cqe.user_data = e.user_data;
 		cqe.op = kvmm_op_known(e.op) ? e.op : 0;
+		kvmm_trace_clock_begin();
 		res = run_sqe(s, &e, &cqe);
+		kvmm_trace_clock_end();
 		cqe.res = res;
 		if (res == -EBADMSG || res == -EOPNOTSUPP) {
 			KVMM_STAT_INC(s->srv, bad_msgs);
@@ -927,5 +937,7 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 	smp_mb();
 	if (READ_ONCE(dp->cq->flags) & KVMM_CQ_F_WAITING)
 		futex_wake(&dp->cq->tail);
+	else if (s->srv->cpu && READ_ONCE(dp->cq->cpu) == s->srv->cpu)
+		s->srv->yield_soon = true; /* it spins for this on our CPU: the loop yields */
 	return (int)(i + moved);
 }

@@ -34,6 +34,7 @@
 #include "kvmm/backend/host.h"
 #include "kvmm/ipc/ipc.h"
 #include "kvmm/ipc/obs.h"
+#include "kvmm/trace.h"
 
 #define KVMM_RX_BURST 32  /* records of one client handled per wakeup */
 #define KVMM_RX_MAX_FDS 8 /* descriptors a client may smuggle in one record (closed) */
@@ -41,6 +42,14 @@
 #define KVMM_RING_BURST 256	   /* SQEs of one client consumed per loop iteration */
 #define KVMM_RING_SPIN_NS 50000ULL /* keep polling the rings this long after work */
 #define KVMM_RING_BLOCKED_MS 5	   /* re-poll a CQ-full client at least this often */
+/*
+ * While the rings keep it spinning, the loop makes a system call (epoll_wait for the socket
+ * side, sched_yield to let a client on this CPU run) at most this often instead of on every
+ * round: in a VM a system call costs microseconds, as much as a whole request's work, and
+ * used to sit between every two polls.  $KVMMD_SPIN_SYS_NS overrides it (0: every round, the
+ * old loop), for measuring (kvmm-bench-ipc flow).
+ */
+#define KVMM_SPIN_SYS_NS 20000ULL
 
 /* epoll tags for the two non-session fds: any two distinct addresses would do */
 static char tag_listen, tag_stop, tag_obs, tag_remote;
@@ -247,6 +256,11 @@ int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server 
 
 		if (e && *e && !*end && v <= 1000000000ull)
 			srv->ring_spin_ns = v;
+		srv->spin_sys_ns = KVMM_SPIN_SYS_NS;
+		e = getenv("KVMMD_SPIN_SYS_NS");
+		v = e && *e ? strtoull(e, &end, 10) : 0;
+		if (e && *e && !*end && v <= 1000000000ull)
+			srv->spin_sys_ns = v;
 	}
 	if (!srv->cfg.max_clients)
 		srv->cfg.max_clients = KVMM_SERVER_DEFAULT_MAX_CLIENTS;
@@ -541,7 +555,9 @@ static bool session_read(struct kvmm_session *s)
 			s->dead = true;
 			break;
 		}
+		kvmm_trace_clock_begin();
 		kvmm_ipc_dispatch(s, (const struct kvmm_msg_hdr *)srv->rx);
+		kvmm_trace_clock_end();
 	}
 	return !s->dead;
 }
@@ -680,17 +696,30 @@ static int loop_timeout(struct kvmm_server *srv, bool busy, bool blocked, bool *
 	struct kvmm_session *s;
 	uint64_t now = now_ns();
 
+	if (srv->yield_soon) {
+		/* a client spinning on our CPU waits for what we just completed */
+		srv->yield_soon = false;
+		sched_yield();
+		srv->last_yield_ns = now;
+	}
 	if (busy)
 		srv->ring_last_work = now;
 	if (busy)
 		return 0;
 	if (now - srv->ring_last_work < srv->ring_spin_ns) {
 		/*
-		 * Spinning, but give the CPU away each round: a client that wakes us tends to
+		 * Spinning, but give the CPU away now and then: a client that wakes us tends to
 		 * be scheduled on our CPU, and a pure spin would hold its next submission off
-		 * for the whole window (that made a 64-sequence step cost the 50 us spin).
+		 * for the whole window (that made a 64-sequence step cost the 50 us spin).  Not
+		 * on every round: the system call is most of a round's cost; a client known to
+		 * spin on our CPU got its yield above (yield_soon).
 		 */
-		sched_yield();
+		if (now - srv->last_yield_ns >= srv->spin_sys_ns) {
+			sched_yield();
+			srv->last_yield_ns = now;
+		} else {
+			cpu_relax();
+		}
 		return 0;
 	}
 	list_for_each_entry (s, &srv->sessions, node)
@@ -716,12 +745,27 @@ int kvmm_server_run(struct kvmm_server *srv)
 	if (!srv)
 		return -EINVAL;
 	for (;;) {
-		int i, n, timeout = loop_timeout(srv, busy, blocked, &armed),
-			  hello = reap_silent(srv);
+		int i, n, timeout, hello, cpu = sched_getcpu();
+
+		/* the clients' waits yield only to a loop on their CPU: say where it runs */
+		if (cpu >= 0 && (uint32_t)cpu + 1 != srv->cpu) {
+			srv->cpu = (uint32_t)cpu + 1;
+			list_for_each_entry (s, &srv->sessions, node)
+				kvmm_dp_set_cpu(s, srv->cpu);
+		}
+		timeout = loop_timeout(srv, busy, blocked, &armed);
+		hello = reap_silent(srv);
 
 		if (hello >= 0 && (timeout < 0 || hello < timeout))
 			timeout = hello;
-		n = epoll_wait(srv->epoll_fd, evs, KVMM_EPOLL_BATCH, timeout);
+		if (timeout == 0 && !armed && now_ns() - srv->last_sys_ns < srv->spin_sys_ns) {
+			/* spinning on the rings: the socket side waits for the next epoll round */
+			n = 0;
+		} else {
+			n = epoll_wait(srv->epoll_fd, evs, KVMM_EPOLL_BATCH, timeout);
+			if (timeout == 0)
+				srv->last_sys_ns = now_ns();
+		}
 
 		if (armed) {
 			/* awake: clients need not ring until we are about to sleep again */

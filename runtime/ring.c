@@ -26,6 +26,7 @@
 #include "runtime/libkvmm.h"
 
 #define KVMM_RING_SPIN_NS 20000	     /* poll the CQ this long before sleeping */
+#define KVMM_RING_PURE_NS 20000	     /* of which this long without a yield (kvmm_ring_wait) */
 #define KVMM_RING_SLEEP_NS 10000000L /* futex timeout: look at the socket this often */
 #define KVMM_MIRROR_TRIES 64	     /* seqcount retries before asking the socket */
 #define KVMM_MAG_REFILL_MIN 64	     /* frames an empty magazine asks for at least */
@@ -347,6 +348,16 @@ static bool cq_has(struct kvmm_dp_client *d)
 	return READ_ONCE(d->cq->tail) != d->cq_head;
 }
 
+/* $NAME as a count of ns below 1 s, else @def. */
+static uint64_t env_ns(const char *name, uint64_t def)
+{
+	const char *e = getenv(name);
+	char *end;
+	unsigned long long v = e && *e ? strtoull(e, &end, 10) : 0;
+
+	return e && *e && !*end && v < 1000000000ull ? v : def;
+}
+
 /*
  * The spin budget of a wait, in ns ($KVMM_RING_SPIN_NS overrides the default, for measuring
  * it: Documentation/benchmarks/kvmm-bench.md, suite flow).
@@ -355,13 +366,18 @@ static uint64_t spin_budget(void)
 {
 	static uint64_t budget = UINT64_MAX;
 
-	if (budget == UINT64_MAX) {
-		const char *e = getenv("KVMM_RING_SPIN_NS");
-		char *end;
-		unsigned long long v = e && *e ? strtoull(e, &end, 10) : 0;
+	if (budget == UINT64_MAX)
+		budget = env_ns("KVMM_RING_SPIN_NS", KVMM_RING_SPIN_NS);
+	return budget;
+}
 
-		budget = e && *e && !*end && v < 1000000000ull ? v : KVMM_RING_SPIN_NS;
-	}
+/* The part of it without yields on another CPU than the daemon's ($KVMM_RING_PURE_NS). */
+static uint64_t pure_budget(void)
+{
+	static uint64_t budget = UINT64_MAX;
+
+	if (budget == UINT64_MAX)
+		budget = env_ns("KVMM_RING_PURE_NS", KVMM_RING_PURE_NS);
 	return budget;
 }
 
@@ -381,7 +397,7 @@ static unsigned int this_cpu(void)
 static int ring_wait(struct kvmm_client *c, bool any)
 {
 	struct kvmm_dp_client *d = c->dp;
-	uint64_t start = now_ns(), budget = spin_budget();
+	uint64_t start = now_ns(), budget = spin_budget(), pure = pure_budget();
 	unsigned int spins = 0, cpu = this_cpu();
 
 	WRITE_ONCE(d->cq->cpu, cpu);
@@ -397,7 +413,9 @@ static int ring_wait(struct kvmm_client *c, bool any)
 			 * scheduler likes to put two processes that wake each other together):
 			 * a pure spin would keep it off the CPU for the whole spin window.  On
 			 * another CPU (its SQ cpu hint says which) a yield is only a system call
-			 * between us and the completion; an old daemon (hint 0) gets the yields.
+			 * between us and the completion, for the first KVMM_RING_PURE_NS; a wait
+			 * longer than that means the daemon serves others, and clients beyond the
+			 * CPUs need ours.  An old daemon (hint 0) gets the yields throughout.
 			 */
 			if (spins % 16 == 0) {
 				uint32_t theirs = READ_ONCE(d->sq->cpu);
@@ -406,7 +424,7 @@ static int ring_wait(struct kvmm_client *c, bool any)
 					cpu = this_cpu();
 					WRITE_ONCE(d->cq->cpu, cpu);
 				}
-				if (!theirs || !cpu || theirs == cpu)
+				if (!theirs || !cpu || theirs == cpu || now_ns() - start >= pure)
 					sched_yield();
 				else
 					cpu_relax();

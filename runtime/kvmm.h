@@ -128,7 +128,9 @@ int kvmm_connected(const kvmm_client_t *client);
  * dropped (operations in flight are lost with their sequences). Errors: -EISCONN (the handle
  * is still connected: nothing done), -ETIMEDOUT (no daemon answered in time; the handle stays
  * detached and may try again), or what kvmm_attach_ex returns for a daemon that refuses it
- * (-EPROTO, -EACCES, -EINVAL for a namespace that took another format, ...).
+ * (-EPROTO, -EACCES, -EINVAL for a namespace that took another format, ...). Not while another
+ * thread is in kvmm_mag_alloc, kvmm_mag_avail or kvmm_frame_addr on the handle (they take no
+ * lock); with KVMM_ATTACH_REATTACH any call may reattach.
  */
 int kvmm_reattach(kvmm_client_t *client, int timeout_ms);
 

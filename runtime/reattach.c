@@ -205,10 +205,15 @@ static bool retryable(int err)
 /* Drop the dead session (the pool's address range stays); -EISCONN if it is not dead. */
 static int reattach_begin(struct kvmm_client *c)
 {
-	/* a handle that has not met the loss yet looks now (a hang-up is a readable EOF) */
+	/*
+	 * A handle that has not met the loss yet looks now: what is queued on the socket (a
+	 * SHUTDOWN event first, after a clean stop), then the hang-up, a readable EOF.
+	 */
 	if (!kvmm_client_usable_now(c)) {
-		int err = kvmm_msg_pump(c, false);
+		int err = 0;
 
+		for (unsigned int i = 0; i < 1024 && !err; i++)
+			err = kvmm_msg_pump(c, false);
 		if (!err || err == -EAGAIN)
 			return -EISCONN;
 	}

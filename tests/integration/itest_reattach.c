@@ -12,6 +12,7 @@
  *     for a later reattach or detach; a live handle: -EISCONN;
  *   - KVMM_ATTACH_REATTACH: the first call that finds the daemon back fails with -ESTALE and
  *     the lost list is there;
+ *   - a daemon back with a bigger pool: the handle maps it at a new range, with its size;
  *   - the issue's closing test: 4 client processes under load, kvmmd killed with -9 and
  *     restarted; each client reconnects (two with kvmm_reattach, two automatically),
  *     recomputes exactly what was lost, hits the prefixes that survived on the swap file and
@@ -190,7 +191,10 @@ static void gone_and_back(bool crash)
 	start();
 	/* s[0] was freed while the daemon was gone: given up, not lost */
 	want[0] = want[--nw];
+	t0 = now_ms();
 	n = kvmm_reattach(c, 10000);
+	print_message("%s: kvmm_reattach to the restarted daemon took %llu ms, %d lost\n",
+		      crash ? "kill -9" : "clean stop", (unsigned long long)(now_ms() - t0), n);
 	assert_int_equal(n, nw);
 	assert_lost(c, want, nw);
 	assert_int_equal(kvmm_connected(c), 1);
@@ -307,6 +311,43 @@ static void test_auto(void **state)
 	want[0] = s;
 	assert_lost(c, want, 1);
 	assert_int_equal(kvmm_connected(c), 1);
+	page_roundtrip(c);
+	kvmm_detach(c);
+}
+
+/*
+ * The daemon comes back with a bigger pool for the namespace: the handle maps the new one
+ * (another address range), reports the new size, and pages of it are usable.
+ */
+static void test_pool_resized(void **state)
+{
+	static const char *bigger[] = {"--swap",	   sd.filearg,	  "--swap",
+				       "warm_restart=yes", "--namespace", "alpha:512",
+				       "--frames",	   "4608",	  NULL};
+	kvmm_client_t *c;
+	uint64_t s, want[1];
+	char *p;
+
+	(void)state;
+	itest_need_daemon();
+	c = attach_flags(0);
+	assert_int_equal(kvmm_nr_frames(c), ITEST_NS_FRAMES);
+	assert_int_equal(kvmm_seq_create(c, 0, &s), 0);
+	halt(true);
+	assert_int_equal(itest_daemon_start(&itest_d, bigger), 0);
+	assert_int_equal(kvmm_reattach(c, 10000), 1);
+	want[0] = s;
+	assert_lost(c, want, 1);
+	assert_int_equal(kvmm_nr_frames(c), 512);
+	p = kvmm_frame_addr(c, 511);
+	assert_non_null(p);
+	assert_int_equal(p[0] | p[kvmm_page_size(c) - 1], 0); /* a free frame of the new pool */
+	page_roundtrip(c);
+	/* and back to the usual size for the next tests */
+	halt(false);
+	start();
+	assert_int_equal(kvmm_reattach(c, 10000), 0);
+	assert_int_equal(kvmm_nr_frames(c), ITEST_NS_FRAMES);
 	page_roundtrip(c);
 	kvmm_detach(c);
 }
@@ -597,6 +638,7 @@ static void test_kill9_under_load(void **state)
 	pid_t pid[NR_CLIENTS], victim;
 	unsigned long long hits_all = 0, lost_all = 0;
 	long long restored;
+	uint64_t t0;
 	uint32_t tpp = 16;
 	kvmm_admin_t *admin;
 	uint64_t reclaimed = 0;
@@ -636,6 +678,7 @@ static void test_kill9_under_load(void **state)
 	halt(true);
 	itest_sleep_ms(200);
 	start();
+	t0 = now_ms();
 	restored = index_restored();
 	/* every client reconnects, recomputes and replays */
 	for (unsigned int i = 0; i < NR_CLIENTS; i++) {
@@ -645,6 +688,9 @@ static void test_kill9_under_load(void **state)
 		assert_true(WIFEXITED(status));
 		assert_int_equal(WEXITSTATUS(status), 0);
 	}
+	print_message("%d clients reconnected, recomputed and replayed in %llu ms after the "
+		      "restart\n",
+		      NR_CLIENTS, (unsigned long long)(now_ms() - t0));
 	while (got < sizeof(buf) - 1 && (n = read(out[0], buf + got, sizeof(buf) - 1 - got)) > 0)
 		got += (size_t)n;
 	buf[got] = '\0';
@@ -702,9 +748,13 @@ static void test_kill9_under_load(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_gone_kill9), cmocka_unit_test(test_gone_clean_stop),
-		cmocka_unit_test(test_never_back), cmocka_unit_test(test_blocked_call),
-		cmocka_unit_test(test_auto),	   cmocka_unit_test(test_kill9_under_load),
+		cmocka_unit_test(test_gone_kill9),
+		cmocka_unit_test(test_gone_clean_stop),
+		cmocka_unit_test(test_never_back),
+		cmocka_unit_test(test_blocked_call),
+		cmocka_unit_test(test_auto),
+		cmocka_unit_test(test_pool_resized),
+		cmocka_unit_test(test_kill9_under_load),
 	};
 	int ret;
 

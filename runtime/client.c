@@ -50,6 +50,8 @@ static int client_broken(struct kvmm_client *c, int err)
 	if (!c->err)
 		c->err = err;
 	kvmm_inflight_fail(c, -ENOTCONN);
+	if (err == -ENOTCONN)
+		kvmm_client_gone(c); /* the daemon hung up: said once, as an event */
 	return err;
 }
 
@@ -257,6 +259,9 @@ static void complete_async(struct kvmm_client *c, struct kvmm_inflight *in)
 		}
 	}
 	kvmm_wp_pending_done(c, in->seq, &cqe);
+	if (in->op == KVMM_SQE_SEQ_CREATE || in->op == KVMM_SQE_SEQ_FORK ||
+	    in->op == KVMM_SQE_SEQ_PROMPT)
+		kvmm_live_cqe(c, KVMM_OP_SEQ_CREATE, &cqe); /* a new sequence of the handle */
 	inflight_remove(c, in);
 	kvmm_cq_push(c, &cqe);
 }
@@ -346,7 +351,7 @@ static int msg_sendv(struct kvmm_client *c, struct iovec *iov, unsigned int nr_i
 		if (errno == EINTR)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return client_broken(c, errno == EPIPE ? -EPIPE : -ENOTCONN);
+			return client_broken(c, -ENOTCONN); /* EPIPE: nobody at the other end */
 		if (poll(&pfd, 1, -1) < 0) {
 			if (errno == EINTR)
 				continue;
@@ -537,21 +542,14 @@ int kvmm_socket_path_default(char *buf, size_t len)
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-static int client_connect(struct kvmm_client *c, const char *path)
+/* Connect to c->sock_path (resolved at attach: kvmm_reattach comes back to the same one). */
+static int client_connect(struct kvmm_client *c)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	char buf[sizeof(sa.sun_path)];
 	int err;
 
-	if (!path) {
-		err = kvmm_socket_path_default(buf, sizeof(buf));
-		if (err)
-			return err;
-		path = buf;
-	}
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(sa.sun_path, path);
+	_Static_assert(sizeof(c->sock_path) == sizeof(sa.sun_path), "a socket path as sun_path");
+	memcpy(sa.sun_path, c->sock_path, sizeof(sa.sun_path));
 	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (c->fd < 0)
 		return -errno;
@@ -681,13 +679,25 @@ static int client_map(struct kvmm_client *c, const struct kvmm_attach_rep *rep, 
 		err = kvmm_client_cuda_map(c, fds + first_chunk, rep->nr_chunks, rep->chunk_size);
 		goto out_sizes;
 	}
-	/* reserve the whole window first so the chunks land side by side */
-	c->base = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (c->base == MAP_FAILED) {
+	/*
+	 * Reserve the whole window first so the chunks land side by side. A reattach whose pool
+	 * has the old size maps the new chunks over the old window, in place: a pointer the
+	 * engine kept then reads the new pool rather than fault (reattach.c).
+	 */
+	if (c->base && c->map_len != total) {
+		munmap(c->base, c->map_len);
 		c->base = NULL;
-		return -errno;
+		c->map_len = 0;
 	}
-	c->map_len = total;
+	if (!c->base) {
+		c->base = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			       -1, 0);
+		if (c->base == MAP_FAILED) {
+			c->base = NULL;
+			return -errno;
+		}
+		c->map_len = total;
+	}
 	/*
 	 * Read-only unless the pages are not to be protected: wprotect.c makes a frame writable
 	 * while it is this handle's own unsealed page. (mprotect keeps VM_MAYWRITE: the fds were
@@ -713,11 +723,10 @@ out_sizes:
 	return err;
 }
 
-static int client_attach(struct kvmm_client *c, const char *ns, const struct kvmm_format *fmt,
-			 const struct kvmm_attach_opts *opts)
+static int client_attach(struct kvmm_client *c)
 {
 	struct kvmm_attach_req req = {
-		.fmt = *fmt,
+		.fmt = c->fmt,
 		.flags = (c->features & KVMM_FEAT_RINGS) ? KVMM_ATTACH_F_RINGS : 0,
 	};
 	struct kvmm_attach_device dev;
@@ -734,7 +743,7 @@ static int client_attach(struct kvmm_client *c, const char *ns, const struct kvm
 	uint64_t seq;
 	int err;
 
-	memcpy(req.ns, ns, sizeof(req.ns)); /* ns is the caller's NUL-padded copy */
+	memcpy(req.ns, c->ns, sizeof(req.ns)); /* NUL-padded */
 	/*
 	 * A pool in GPU memory: name our GPU, so that the daemon passes the chunks of the copy
 	 * of the pool on it (a tensor-parallel group mirrors every frame on each of its
@@ -751,16 +760,16 @@ static int client_attach(struct kvmm_client *c, const char *ns, const struct kvm
 			tail_len = sizeof(dev);
 		}
 	}
-	if (opts && opts->model_len) {
-		struct kvmm_attach_model m = {.len = opts->model_len};
+	if (c->model_len) {
+		struct kvmm_attach_model m = {.len = c->model_len};
 
 		/* a daemon without key domains would share this model's pages with any other */
 		if (!(c->features & KVMM_FEAT_KEY_DOMAIN))
 			return -EOPNOTSUPP;
 		req.flags |= KVMM_ATTACH_F_MODEL;
 		memcpy(tail + tail_len, &m, sizeof(m));
-		memcpy(tail + tail_len + sizeof(m), opts->model, opts->model_len);
-		tail_len += sizeof(m) + opts->model_len;
+		memcpy(tail + tail_len + sizeof(m), c->model, c->model_len);
+		tail_len += sizeof(m) + c->model_len;
 	}
 	part[1].len = tail_len;
 	err = kvmm_msg_send(c, KVMM_OP_ATTACH, part, tail_len ? 2 : 1, &seq);
@@ -842,23 +851,52 @@ out_fds:
 	return err;
 }
 
-static void client_free(struct kvmm_client *c)
+void kvmm_client_close_session(struct kvmm_client *c)
 {
 	kvmm_inflight_fail(c, -ENOTCONN);
 	kvmm_wp_free(c);
+	c->wp_off_reason = 0;
 	kvmm_dp_client_free(c);
 	kvmm_client_cuda_unmap(c);
-	if (c->base)
-		munmap(c->base, c->map_len);
 	if (c->shm)
 		munmap(c->shm, c->shm_len);
+	c->shm = NULL;
+	c->shm_len = 0;
 	if (c->fd >= 0)
 		close(c->fd);
+	c->fd = -1;
+	c->err = 0;
+	c->shutting_down = false;
+}
+
+static void client_free(struct kvmm_client *c)
+{
+	kvmm_client_close_session(c);
+	if (c->base)
+		munmap(c->base, c->map_len);
+	kvmm_reattach_free(c);
 	pthread_mutex_destroy(&c->lock);
 	free(c->inflight);
 	free(c->cq);
 	free(c->rx);
 	free(c);
+}
+
+int kvmm_client_open(struct kvmm_client *c)
+{
+	int err;
+
+	/* a new session: nothing agreed with the last daemon carries over */
+	c->abi = 0;
+	c->features = 0;
+	c->max_msg = 0;
+	err = client_connect(c);
+
+	if (!err)
+		err = client_hello(c);
+	if (!err)
+		err = client_attach(c);
+	return err;
 }
 
 /* $KVMM_WPROTECT=0 turns the protection of pool pages off (default on). */
@@ -880,7 +918,7 @@ int kvmm_attach_ex(const char *socket_path, const char *ns, const struct kvmm_fo
 {
 	char name[KVMM_NAME_LEN] = {0};
 	struct kvmm_client *c;
-	int err;
+	int err = 0;
 
 	if (!out || !ns || !fmt)
 		return -EINVAL;
@@ -907,18 +945,33 @@ int kvmm_attach_ex(const char *socket_path, const char *ns, const struct kvmm_fo
 	c->pid = getpid();
 	c->wp_want = wprotect_env() && !(opts && (opts->flags & KVMM_ATTACH_NO_WPROTECT));
 	pthread_mutex_init(&c->lock, NULL);
+	/* what a reattach needs to do it again (reattach.c) */
+	memcpy(c->ns, name, sizeof(c->ns));
+	c->fmt = *fmt;
+	if (opts) {
+		c->opt_flags = opts->flags;
+		c->model_len = opts->model_len;
+		if (opts->model_len)
+			memcpy(c->model, opts->model, opts->model_len);
+	}
+	if (socket_path) {
+		if (strlen(socket_path) >= sizeof(c->sock_path))
+			err = -ENAMETOOLONG;
+		else
+			strcpy(c->sock_path, socket_path);
+	} else {
+		err = kvmm_socket_path_default(c->sock_path, sizeof(c->sock_path));
+	}
+	if (err)
+		goto out_free;
 	c->rx = malloc(KVMM_MSG_MAX);
 	if (!c->rx) {
 		err = -ENOMEM;
 		goto out_free;
 	}
-	err = client_connect(c, socket_path);
-	if (err)
-		goto out_free;
-	err = client_hello(c);
-	if (err)
-		goto out_free;
-	err = client_attach(c, name, fmt, opts);
+	c->reattaching = true; /* no automatic reattach, no GONE event while attaching */
+	err = kvmm_client_open(c);
+	c->reattaching = false;
 	if (err)
 		goto out_free;
 	*out = c;

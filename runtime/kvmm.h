@@ -12,7 +12,7 @@
  *
  * Conventions, for every call below: the return value is 0 (or a count, where said) on
  * success and a negative errno on failure; kvmm_strerror() turns it into text. Nothing here
- * raises a signal or aborts: a dead daemon makes calls fail with -ENOTCONN or -EPIPE. A handle
+ * raises a signal or aborts: a dead daemon makes calls fail with -ENOTCONN (kvmm_reattach). A handle
  * serializes its own calls with a mutex, so it may be shared by threads, but calls on one
  * handle do not run in parallel: use one handle per thread for parallelism. A handle must not
  * be used across fork(); the child attaches on its own (kvmm_detach in the child only releases
@@ -66,7 +66,15 @@ struct kvmm_attach_opts {
  * same for every attach of the process.
  */
 #define KVMM_ATTACH_NO_WPROTECT (1U << 0)
-#define KVMM_ATTACH_OPT_ALL KVMM_ATTACH_NO_WPROTECT
+/*
+ * Reattach automatically when kvmmd comes back after going away (kvmm_reattach): while it is
+ * gone, calls fail with -ENOTCONN, each at most one connection attempt (spaced with a backoff
+ * up to 500 ms); the call that finds it back reattaches the handle and fails with -ESTALE
+ * without doing anything, so that the engine learns its sequences were lost
+ * (kvmm_lost_seqs) before it names one of the new daemon's.
+ */
+#define KVMM_ATTACH_REATTACH (1U << 1)
+#define KVMM_ATTACH_OPT_ALL (KVMM_ATTACH_NO_WPROTECT | KVMM_ATTACH_REATTACH)
 
 /*
  * kvmm_attach with options (opts NULL: the defaults, as kvmm_attach). opts->model (model_len
@@ -92,6 +100,47 @@ int kvmm_attach_ex(const char *socket_path, const char *ns, const struct kvmm_fo
  * and the handle fell back to a writable pool.
  */
 int kvmm_write_protected(const kvmm_client_t *client);
+
+/* ---- When kvmmd goes away ------------------------------------------------------------ */
+
+/*
+ * Whether the handle can talk to kvmmd: 1, or 0 once the daemon is known to be gone (its
+ * socket hung up, a send failed, the rings' wait found it dead) or the session broke. Knowing
+ * takes a call: kvmm_complete(client, cqes, max, 0) looks without waiting. The first time a
+ * handle finds its daemon gone it queues one event, a completion with KVMM_CQE_F_EVENT |
+ * KVMM_CQE_F_GONE and res -ENOTCONN; every call then fails with -ENOTCONN (never a hang, a
+ * signal or a crash) until kvmm_reattach.
+ */
+int kvmm_connected(const kvmm_client_t *client);
+
+/*
+ * Attach the handle again to a kvmmd at the socket it attached to (a daemon restarted after a
+ * crash, kill -9 included, or a clean stop), with the same namespace, format, model identity
+ * and options, trying every 10 ms at first and up to every 500 ms until timeout_ms have passed
+ * (0: one try; negative: no limit). Every sequence the handle had is lost with the old daemon:
+ * the return value is how many (>= 0), and kvmm_lost_seqs() lists their old ids so that the
+ * engine recomputes them (prefixes the daemon kept on a warm-restarted swap file come back
+ * through kvmm_prefix_lookup). The new daemon may hand out the same ids again: an old id means
+ * nothing after this call. The pool is mapped again: kvmm_frame_addr() gives the new
+ * addresses (the same ones when the pool kept its size, but with the new daemon's contents;
+ * views, block tables and magazine frames of the old session are void), kvmm_page_size() and
+ * the other properties are the new daemon's. Completions and events not yet reaped are
+ * dropped (operations in flight are lost with their sequences). Errors: -EISCONN (the handle
+ * is still connected: nothing done), -ETIMEDOUT (no daemon answered in time; the handle stays
+ * detached and may try again), or what kvmm_attach_ex returns for a daemon that refuses it
+ * (-EPROTO, -EACCES, -EINVAL for a namespace that took another format, ...). Not while another
+ * thread is in kvmm_mag_alloc, kvmm_mag_avail or kvmm_frame_addr on the handle (they take no
+ * lock); with KVMM_ATTACH_REATTACH any call may reattach.
+ */
+int kvmm_reattach(kvmm_client_t *client, int timeout_ms);
+
+/*
+ * The old ids of the sequences the last reattach (kvmm_reattach, or the automatic one of
+ * KVMM_ATTACH_REATTACH) reported lost: up to max into seqs (may be NULL when max is 0).
+ * Returns how many there are in all (call with max 0 to size the array), or -ENOMEM when the
+ * handle could not keep track of every sequence (it ran out of memory: recompute all).
+ */
+int kvmm_lost_seqs(const kvmm_client_t *client, uint64_t *seqs, uint32_t max);
 
 /* Say goodbye (the daemon frees this handle's sequences and pins), unmap, free. NULL is ok. */
 void kvmm_detach(kvmm_client_t *client);
@@ -280,6 +329,8 @@ struct kvmm_sqe {
 };
 
 #define KVMM_CQE_F_EVENT (1U << 0) /* not a completion: an event (PREEMPT) from the daemon */
+/* with KVMM_CQE_F_EVENT: the daemon went away (res -ENOTCONN); once per loss (kvmm_reattach) */
+#define KVMM_CQE_F_GONE (1U << 1)
 
 /* One completion (or event). */
 struct kvmm_cqe {

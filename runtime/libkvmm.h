@@ -90,6 +90,27 @@ struct kvmm_client {
 
 	/* the record received last */
 	unsigned char *rx;
+
+	/* what kvmm_reattach attaches with again (reattach.c) */
+	char sock_path[108]; /* resolved at attach ($KVMM_SOCKET etc. read once) */
+	char ns[KVMM_NAME_LEN];
+	struct kvmm_format fmt;
+	uint32_t opt_flags; /* KVMM_ATTACH_* */
+	uint32_t model_len;
+	unsigned char model[KVMM_MODEL_ID_MAX];
+	bool gone;	     /* the daemon went away: the GONE event is queued, reattach may run */
+	bool reattaching;    /* inside kvmm_reattach: no automatic attempt from within */
+	uint64_t retry_ns;   /* KVMM_ATTACH_REATTACH: no attempt before this (CLOCK_MONOTONIC) */
+	uint32_t backoff_ms; /* the gap after the next failed attempt */
+
+	/* the sequences this handle holds (open addressing: 0 empty, UINT64_MAX deleted) */
+	uint64_t *live;
+	uint32_t live_cap, nr_live, nr_live_dead;
+	bool live_incomplete; /* an id could not be recorded (no memory) */
+	/* what the last reattach lost */
+	uint64_t *lost;
+	uint32_t nr_lost;
+	bool lost_incomplete;
 };
 
 /*
@@ -251,11 +272,37 @@ KVMM_INTERNAL void kvmm_wp_pending_done(struct kvmm_client *c, uint64_t tag,
 KVMM_INTERNAL uint32_t kvmm_ring_last_pos(const struct kvmm_client *c);
 
 /* 0 if the handle can talk to the daemon, else why not. */
-static inline int kvmm_client_usable(const struct kvmm_client *c)
+static inline int kvmm_client_usable_now(const struct kvmm_client *c)
 {
 	if (c->fd < 0)
 		return -ENOTCONN;
 	return c->err;
 }
+
+/* ---- reattach.c: when the daemon goes away --------------------------------------------- */
+
+/*
+ * 0 if the handle can talk to the daemon, else why not; with KVMM_ATTACH_REATTACH a handle
+ * whose daemon is gone first tries to reattach (-ESTALE when it did). Lock held.
+ */
+KVMM_INTERNAL int kvmm_client_usable(struct kvmm_client *c);
+/* The connection hung up or a send found no one: queue the GONE event (once per loss). */
+KVMM_INTERNAL void kvmm_client_gone(struct kvmm_client *c);
+/* Connect to c->sock_path, HELLO and ATTACH with c's saved arguments (client.c). */
+KVMM_INTERNAL int kvmm_client_open(struct kvmm_client *c);
+/* Undo what kvmm_client_open set up except the pool's address range (client.c). */
+KVMM_INTERNAL void kvmm_client_close_session(struct kvmm_client *c);
+/* The handle holds sequence id now / no longer (created, forked, freed by any path). */
+KVMM_INTERNAL void kvmm_live_add(struct kvmm_client *c, uint64_t id);
+KVMM_INTERNAL void kvmm_live_del(struct kvmm_client *c, uint64_t id);
+/* A completion of KVMM_OP_* op: a new sequence is recorded. */
+KVMM_INTERNAL void kvmm_live_cqe(struct kvmm_client *c, unsigned int op,
+				 const struct kvmm_cqe *cqe);
+/* Whether err says the connection is gone (the call may or may not have been done). */
+static inline bool kvmm_err_gone(int err)
+{
+	return err == -ENOTCONN || err == -EPIPE || err == -ECONNRESET || err == -ESTALE;
+}
+KVMM_INTERNAL void kvmm_reattach_free(struct kvmm_client *c);
 
 #endif /* KVMM_RUNTIME_LIBKVMM_H */

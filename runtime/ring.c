@@ -314,6 +314,7 @@ unsigned int kvmm_ring_reap(struct kvmm_client *c)
 		cqe_decode(c, &r, &cqe);
 		if (kvmm_cq_push(c, &cqe))
 			break; /* out of memory: leave it in the ring for the next call */
+		kvmm_live_cqe(c, r.op, &cqe);
 		kvmm_wp_pending_done(c, KVMM_WP_RING_TAG | d->cq_head, &cqe);
 		d->cq_head++;
 		n++;

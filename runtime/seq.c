@@ -51,8 +51,10 @@ int kvmm_seq_create(kvmm_client_t *c, int priority, uint64_t *seq)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
 	err = kvmm_msg_call(c, KVMM_OP_SEQ_CREATE, &part, 1, &rep, sizeof(rep));
-	if (!err)
+	if (!err) {
+		kvmm_live_add(c, rep.seq);
 		wp_done(c, KVMM_OP_SEQ_CREATE, 0, 0, 0, &(struct kvmm_cqe){.seq = rep.seq});
+	}
 	pthread_mutex_unlock(&c->lock);
 	if (err)
 		return err;
@@ -177,9 +179,11 @@ int kvmm_seq_fork(kvmm_client_t *c, uint64_t parent, uint64_t nr_tokens, uint64_
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
 	err = kvmm_msg_call(c, KVMM_OP_SEQ_FORK, &part, 1, &rep, sizeof(rep));
-	if (!err)
+	if (!err) {
+		kvmm_live_add(c, rep.seq);
 		wp_done(c, KVMM_OP_SEQ_FORK, parent, 0, nr_tokens,
 			&(struct kvmm_cqe){.seq = rep.seq, .nr_blocks = rep.nr_blocks});
+	}
 	pthread_mutex_unlock(&c->lock);
 	if (err)
 		return err;
@@ -217,6 +221,9 @@ int kvmm_seq_free(kvmm_client_t *c, uint64_t seq)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
 	err = kvmm_msg_call(c, KVMM_OP_SEQ_FREE, &part, 1, NULL, 0);
+	/* freed, or lost with the daemon while the engine was letting it go: not to recompute */
+	if (!err || kvmm_err_gone(err))
+		kvmm_live_del(c, seq);
 	if (!err)
 		wp_done(c, KVMM_OP_SEQ_FREE, seq, 0, 0, &res);
 	pthread_mutex_unlock(&c->lock);
@@ -540,6 +547,7 @@ static int seq_prompt_locked(struct kvmm_client *c, const uint32_t *tokens, uint
 	if (err)
 		return err;
 	*seq = rep.seq;
+	kvmm_live_add(c, rep.seq);
 	if (nr_hit)
 		*nr_hit = (uint64_t)rep.nr_hit * c->tokens_per_page;
 	wp_done(c, KVMM_OP_SEQ_PROMPT, 0, n, 0,
@@ -561,6 +569,9 @@ int kvmm_seq_prompt(kvmm_client_t *c, const uint32_t *tokens, uint32_t n, int pr
 static int seq_seal_free_locked(struct kvmm_client *c, const struct kvmm_iov *part, uint64_t seq)
 {
 	int err = kvmm_msg_call(c, KVMM_OP_SEQ_SEAL_FREE, part, 1, NULL, 0);
+
+	if (!err || kvmm_err_gone(err))
+		kvmm_live_del(c, seq);
 
 	/* freed: none of its frames is this handle's to write any more */
 	if (!err)

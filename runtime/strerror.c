@@ -35,6 +35,9 @@ static const struct {
 	{EUSERS, "kvmmd refused the connection: this user holds max_clients_per_uid connections "
 		 "already, or only the places kept for root and the admin group are left"},
 	{ESHUTDOWN, "kvmmd is shutting down and takes no new work"},
+	{ESTALE, "kvmmd restarted and the handle reattached: its sequences were lost "
+		 "(kvmm_lost_seqs), the call was not done"},
+	{EISCONN, "the handle is still connected to kvmmd (nothing to reattach)"},
 	{KVMM_EPREEMPTED, "the sequence was preempted by kvmmd; its KV cache is gone"},
 	{KVMM_ELOST, "KV page content lost (swap I/O error or poisoned page)"},
 };

@@ -177,6 +177,9 @@ static int submit_locked(struct kvmm_client *c, const struct kvmm_sqe *sqes, uns
 			if (!err && c->wp)
 				wp_pending(c, tag, op, sqe);
 		}
+		/* a sequence given up is not one to report lost, whatever its completion says */
+		if (!err && (sqe->op == KVMM_SQE_SEQ_FREE || sqe->op == KVMM_SQE_SEQ_SEAL_FREE))
+			kvmm_live_del(c, sqe->seq);
 		if (err == -EINVAL || err == -E2BIG) {
 			/* this entry alone is wrong: it completes at once, the batch goes on */
 			struct kvmm_cqe cqe = {.user_data = sqe->user_data, .res = err};

@@ -125,10 +125,15 @@ int itest_daemon_start(struct itest_daemon *d, const char *const *extra)
 
 	if (!d->bin[0] && !itest_daemon_find(d))
 		return -ENOENT;
-	snprintf(d->dir, sizeof(d->dir), "/tmp/kvmm-itest.XXXXXX");
-	if (!mkdtemp(d->dir)) {
-		d->dir[0] = '\0';
-		return -errno;
+	if (d->pid)
+		return -EBUSY;
+	/* a daemon halted by itest_daemon_halt() comes back in its directory, at its socket */
+	if (!d->dir[0]) {
+		snprintf(d->dir, sizeof(d->dir), "/tmp/kvmm-itest.XXXXXX");
+		if (!mkdtemp(d->dir)) {
+			d->dir[0] = '\0';
+			return -errno;
+		}
 	}
 	snprintf(d->sock, sizeof(d->sock), "%s/kvmmd.sock", d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/kvmmd.log", d->dir);
@@ -214,6 +219,30 @@ int itest_daemon_start(struct itest_daemon *d, const char *const *extra)
 	}
 	itest_cleanup_dir(d);
 	return -ETIMEDOUT;
+}
+
+int itest_daemon_halt(struct itest_daemon *d, bool crash)
+{
+	int status = 0;
+
+	if (!d->pid)
+		return -1;
+	if (!crash) {
+		char dir[sizeof(d->dir)];
+		int ret;
+
+		/* itest_daemon_stop, keeping the directory */
+		memcpy(dir, d->dir, sizeof(dir));
+		d->dir[0] = '\0';
+		ret = itest_daemon_stop(d);
+		memcpy(d->dir, dir, sizeof(dir));
+		return ret;
+	}
+	kill(d->pid, SIGKILL);
+	if (waitpid(d->pid, &status, 0) != d->pid)
+		return -1;
+	d->pid = 0;
+	return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL ? 0 : -1;
 }
 
 int itest_daemon_stop(struct itest_daemon *d)

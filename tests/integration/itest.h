@@ -46,6 +46,12 @@ bool itest_daemon_find(struct itest_daemon *d);
 int itest_daemon_start(struct itest_daemon *d, const char *const *extra);
 /* SIGTERM it and wait; returns its exit status (0..255), or -1 if it died of a signal or hung. */
 int itest_daemon_stop(struct itest_daemon *d);
+/*
+ * Make it go away and keep its directory, so that itest_daemon_start() brings it back at the
+ * same socket (and log): crash, kill -9; else SIGTERM as itest_daemon_stop(). 0 (killed, or
+ * stopped with status 0) or -1.
+ */
+int itest_daemon_halt(struct itest_daemon *d, bool crash);
 /* Whether it is still running (reaps it if not). */
 bool itest_daemon_alive(struct itest_daemon *d);
 /* Print the daemon's log to stderr (after a failure). */

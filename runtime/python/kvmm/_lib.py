@@ -43,6 +43,7 @@ class AttachOpts(Structure):
 
 
 ATTACH_NO_WPROTECT = 1
+ATTACH_REATTACH = 2  # KVMM_ATTACH_REATTACH
 MODEL_ID_MAX = 256  # KVMM_MODEL_ID_MAX
 SALT_MAX = 256  # KVMM_SALT_MAX
 
@@ -135,6 +136,9 @@ _proto("kvmm_prefix_lookup_salt", c_int, P, c_uint64, u32p, c_uint64, c_char_p, 
 _proto("kvmm_seal_salt", c_int, P, c_uint64, c_uint32, c_uint32, c_char_p, c_size_t,
        optional=True)
 _proto("kvmm_detach", None, P)
+_proto("kvmm_connected", c_int, P, optional=True)
+_proto("kvmm_reattach", c_int, P, c_int, optional=True)
+_proto("kvmm_lost_seqs", c_int, P, u64p, c_uint32, optional=True)
 _proto("kvmm_page_size", c_uint64, P)
 _proto("kvmm_tokens_per_page", c_uint32, P)
 _proto("kvmm_bytes_per_token", c_uint32, P)

@@ -51,7 +51,7 @@ class Client:
 
     def __init__(self, socket_path: Optional[str] = None, ns: str = "default",
                  fmt: Optional[Format] = None, *, wprotect: bool = True,
-                 model: Union[bytes, str, None] = None) -> None:
+                 model: Union[bytes, str, None] = None, reattach: bool = False) -> None:
         if fmt is None:
             raise TypeError("attach needs a fmt (kvmm.Format)")
         if not isinstance(fmt, Format):
@@ -71,14 +71,19 @@ class Client:
         if not isinstance(wprotect, bool):
             raise TypeError(f"wprotect must be a bool, not {type(wprotect).__name__}")
         modelb = _identity("model", model, _lib.MODEL_ID_MAX)
-        if wprotect and not modelb:
+        if not isinstance(reattach, bool):
+            raise TypeError(f"reattach must be a bool, not {type(reattach).__name__}")
+        if reattach and not _lib.has("kvmm_reattach"):
+            raise KvmmError(_errno.EOPNOTSUPP, "this libkvmm cannot reattach", "kvmm_attach_ex")
+        if wprotect and not modelb and not reattach:
             err = lib.kvmm_attach(sockb, nsb, byref(cfmt), byref(h))
         else:
             if not _lib.has("kvmm_attach_ex"):
                 raise KvmmError(_errno.EOPNOTSUPP, "this libkvmm has no kvmm_attach_ex "
                                 "(model identity, wprotect=False)", "kvmm_attach_ex")
             opts = _lib.AttachOpts()
-            opts.flags = 0 if wprotect else _lib.ATTACH_NO_WPROTECT
+            opts.flags = (0 if wprotect else _lib.ATTACH_NO_WPROTECT) | \
+                (_lib.ATTACH_REATTACH if reattach else 0)
             buf = ctypes.create_string_buffer(modelb, len(modelb)) if modelb else None
             if buf is not None:
                 opts.model = ctypes.cast(buf, c_void_p)
@@ -99,7 +104,12 @@ class Client:
         self._pid = os.getpid()
         self.fmt = fmt
         self.ns = ns
+        self._init_props()
+
+    def _init_props(self) -> None:
+        """The pool's properties, from libkvmm (at attach, and again after a reattach)."""
         h = self._session
+        fmt = self.fmt
         self.page_size: int = lib.kvmm_page_size(h)
         self.tokens_per_page: int = lib.kvmm_tokens_per_page(h)
         self.bytes_per_token: int = lib.kvmm_bytes_per_token(h)
@@ -159,6 +169,47 @@ class Client:
     def __repr__(self) -> str:
         state = "closed" if self._session is None else f"{self.nr_frames} frames"
         return f"<kvmm.Client ns={self.ns!r} {state}>"
+
+    # ---- when kvmmd goes away (reattach.c) --------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """Whether the handle can talk to kvmmd (kvmm_connected): False once a call found the
+        daemon gone (:class:`kvmm.KvmmDaemonGone`) until :meth:`reattach`."""
+        h = self._handle()
+        return bool(lib.kvmm_connected(h)) if _lib.has("kvmm_connected") else True
+
+    def reattach(self, timeout: Optional[float] = 30.0) -> list[int]:
+        """Attach again to the kvmmd at the same socket (kvmm_reattach) after the daemon went
+        away and came back, with the same namespace, format, model identity and options,
+        retrying until ``timeout`` seconds have passed (None: no limit; 0: one try).  Returns
+        the old ids of the sequences lost with the old daemon, for the engine to recompute:
+        an old id means nothing afterwards (the new daemon may reuse it).  The views made
+        before are void: :meth:`views` makes new ones over the new pool (the page size and
+        frame count may have changed too).  KvmmError ETIMEDOUT when no daemon answered in
+        time (call again later), EISCONN when the handle is still connected."""
+        h = self._handle()
+        if not _lib.has("kvmm_reattach"):
+            raise KvmmError(_errno.EOPNOTSUPP, "this libkvmm cannot reattach", "kvmm_reattach")
+        if timeout is None:
+            ms = -1
+        else:
+            if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout < 0:
+                raise ValueError(f"timeout must be seconds >= 0 or None, not {timeout!r}")
+            ms = min(int(timeout * 1000), 2**31 - 1)
+        check(lib.kvmm_reattach(h, ms), "kvmm_reattach")
+        return self.lost_seqs()
+
+    def lost_seqs(self) -> list[int]:
+        """The old ids of the sequences the last reattach reported lost (kvmm_lost_seqs);
+        after a :class:`kvmm.KvmmReattached` error, the list to recompute.  Also takes the new
+        pool's properties (page_size, nr_frames, ...) and drops the views made before."""
+        h = self._handle()
+        self._init_props()
+        n = check(lib.kvmm_lost_seqs(h, None, 0), "kvmm_lost_seqs")
+        arr = (c_uint64 * max(n, 1))()
+        n = check(lib.kvmm_lost_seqs(h, arr, n), "kvmm_lost_seqs")
+        return list(arr[:n])
 
     # ---- the pool ---------------------------------------------------------------------
 
@@ -511,15 +562,18 @@ def _identity(what: str, v: Union[bytes, str, None], most: int) -> Optional[byte
 
 def attach(socket_path: Optional[str] = None, ns: str = "default",
            fmt: Optional[Format] = None, *, wprotect: bool = True,
-           model: Union[bytes, str, None] = None) -> Client:
+           model: Union[bytes, str, None] = None, reattach: bool = False) -> Client:
     """Attach to kvmmd (kvmm_attach): connect to ``socket_path`` (None: $KVMM_SOCKET, else
     $XDG_RUNTIME_DIR/kvmm/kvmmd.sock, else /run/kvmm/kvmmd.sock), join namespace ``ns`` with
     format ``fmt`` and map its pool.  NoDaemonError when nothing listens there.
     ``wprotect=False`` (kvmm_attach_ex with KVMM_ATTACH_NO_WPROTECT) leaves the whole pool
     writable: see :attr:`Client.write_protected`.  ``model`` (bytes or str: name, revision,
     adapter) is the identity of the model whose KV this client stores, hashed into every
-    content key: clients of one namespace with different identities never share pages."""
-    return Client(socket_path, ns, fmt, wprotect=wprotect, model=model)
+    content key: clients of one namespace with different identities never share pages.
+    ``reattach=True`` (KVMM_ATTACH_REATTACH): after the daemon went away, the first call that
+    finds it back reattaches and raises :class:`kvmm.KvmmReattached` (the lost sequences are
+    in :meth:`Client.lost_seqs`); without it, :meth:`Client.reattach` does it when asked."""
+    return Client(socket_path, ns, fmt, wprotect=wprotect, model=model, reattach=reattach)
 
 
 _ = KvmmError  # re-exported for the type hints of callers

@@ -5,7 +5,8 @@ libkvmm returns 0 or a negative errno from every call; :func:`check` turns a neg
 into a :class:`KvmmError` (an :class:`OSError`, so ``err.errno`` and ``err.strerror`` are
 there, the latter in kvmm's own words from ``kvmm_strerror``).  The subclasses are the cases an
 engine handles differently: a preempted sequence (recompute it), a namespace out of memory
-(wait or preempt), and no daemon (retry later).
+(wait or preempt), no daemon (retry later), a daemon that went away while attached (reattach)
+and a client that reattached on its own (recompute what was lost).
 
 Misuse that never reaches C raises Python's usual exceptions instead: :class:`TypeError` for a
 wrong type, :class:`ValueError` for a value out of range or a closed handle.
@@ -47,6 +48,18 @@ class NoDaemonError(KvmmError):
     went away (``-ENOTCONN``/``-EPIPE`` later)."""
 
 
+class KvmmDaemonGone(NoDaemonError):
+    """The daemon went away while this client was attached (``-ENOTCONN``: its socket hung
+    up, killed or stopped): every call fails so until :meth:`kvmm.Client.reattach`, which
+    reconnects when kvmmd is back and returns the sequences that were lost with it."""
+
+
+class KvmmReattached(KvmmError):
+    """``-ESTALE``: a client attached with ``reattach=True`` found kvmmd back and reattached
+    on this call, which was not done.  Its sequences died with the old daemon:
+    :meth:`kvmm.Client.lost_seqs` lists them, to recompute."""
+
+
 class PageLostError(KvmmError):
     """A page's content was lost (``-KVMM_ELOST``: a swap I/O error, a poisoned frame)."""
 
@@ -64,6 +77,10 @@ def error_class(err: int, call: str = "") -> type[KvmmError]:
         return PageLostError
     if err == _errno.ENOMEM:
         return OutOfMemoryError
+    if err in _GONE and call not in _OPENS:
+        return KvmmDaemonGone
+    if err == _errno.ESTALE and call not in _OPENS:
+        return KvmmReattached
     if err in _GONE or (call in _OPENS and err in _NO_DAEMON_AT_ATTACH):
         return NoDaemonError
     return KvmmError

@@ -14,6 +14,7 @@ from ._lib import lib
 from .errors import KVMM_EPREEMPTED, KvmmError, check, make_error
 
 CQE_F_EVENT = 1
+CQE_F_GONE = 2  # with CQE_F_EVENT: the daemon went away (res -ENOTCONN), once per loss
 MAX_INFLIGHT = 4096
 
 
@@ -68,6 +69,11 @@ class Cqe(NamedTuple):
     @property
     def is_event(self) -> bool:
         return bool(self.flags & CQE_F_EVENT)
+
+    @property
+    def is_gone(self) -> bool:
+        """The event that says the daemon went away (:meth:`kvmm.Client.reattach`)."""
+        return bool(self.flags & CQE_F_EVENT and self.flags & CQE_F_GONE)
 
     @property
     def preempted(self) -> bool:

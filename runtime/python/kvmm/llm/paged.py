@@ -24,6 +24,12 @@ every call on that sequence then fails with KVMM_EPREEMPTED. begin_step collects
 append that finds no memory and no preempted sequence raises OutOfMemoryError: the engine then
 preempts one of its own sequences (the youngest) and retries.
 
+kvmmd going away (killed, restarted, upgraded): with ``reattach_timeout`` set, a call that
+finds it gone (KvmmDaemonGone) makes the store wait up to that long for it to come back
+(Client.reattach), take the new pool's views, and report every sequence it held as lost at the
+next begin_step, like a preempted one: the engine recomputes them, from whatever prefixes the
+restarted daemon kept (a warm-restarted swap file).  Their old ids are never used again.
+
 Kernels: kvmm.kernels (libkvmm's CPU or CUDA kernels on tensors) when the loaded libkvmm
 has them; otherwise the same computation in torch over the zero-copy views (a gather through
 the block table, then attention), so the engine runs on any libkvmm. .kernel says which.
@@ -74,12 +80,13 @@ def model_identity(directory: str) -> bytes:
 
 
 class _PSeq:
-    __slots__ = ("id", "appended", "lost")
+    __slots__ = ("id", "appended", "lost", "gone")
 
     def __init__(self, sid: int):
         self.id = sid
         self.appended = 0  # tokens given to kvmm_seq_append (or mapped by lookup)
         self.lost = False
+        self.gone = False  # lost with a kvmmd that went away: its id means nothing now
 
 
 class PagedKV(KVStore):
@@ -90,7 +97,8 @@ class PagedKV(KVStore):
     def __init__(self, layers: int, kv_heads: int, head_dim: int, kv_dtype: str = "fp16",
                  ns: str = "default", socket_path: Optional[str] = None,
                  quant_group: int = 0, kernels: Optional[bool] = None, client=None,
-                 priority: int = 0, model: Optional[bytes] = None):
+                 priority: int = 0, model: Optional[bytes] = None,
+                 reattach_timeout: Optional[float] = None):
         import kvmm  # the libkvmm bindings: only this store needs them
 
         self._kvmm = kvmm
@@ -116,7 +124,10 @@ class PagedKV(KVStore):
         self._seqs: Dict[int, _PSeq] = {}
         self._batch: List[StepEntry] = []
         self._pinned: List[int] = []
-        self.stats = {"preempt_events": 0, "sealed": 0}
+        self.stats = {"preempt_events": 0, "sealed": 0, "reattached": 0}
+        # kvmmd went away: wait this long for it to come back (Client.reattach), then
+        # recompute every sequence; None: KvmmDaemonGone reaches the caller
+        self.reattach_timeout = reattach_timeout
         try:
             kmod = importlib.import_module("kvmm.kernels")
         except ImportError:
@@ -129,16 +140,42 @@ class PagedKV(KVStore):
         self._k = kmod if kernels else None
         self.kernel = "libkvmm" if kernels else "torch"
 
+    # ---- kvmmd going away -----------------------------------------------------------------
+    def _reattach(self) -> None:
+        """kvmmd went away (called inside the handler of KvmmDaemonGone, which it raises again
+        when no reattach_timeout is set): attach again when it is back;
+        every sequence of ours died with it and is reported lost by the next begin_step, so
+        the engine recomputes it (from the prefixes the new daemon still has, if any)."""
+        if self.reattach_timeout is None:
+            raise
+        self.c.reattach(self.reattach_timeout)
+        for s in self._seqs.values():
+            s.lost = s.gone = True
+        self._pinned = []
+        self._batch = []
+        self.views = self.c.views("torch")  # the views of the old pool are void
+        self.tokens_per_page = self.c.tokens_per_page
+        self.stats["reattached"] += 1
+
     # ---- sequences ----------------------------------------------------------------------
     def new_seq(self):
-        s = _PSeq(self.c.seq_create(self.priority))
+        try:
+            sid = self.c.seq_create(self.priority)
+        except self._kvmm.KvmmDaemonGone:
+            self._reattach()
+            sid = self.c.seq_create(self.priority)
+        s = _PSeq(sid)
         self._seqs[s.id] = s
         return s
 
     def lookup(self, seq, tokens):
-        if len(tokens) < self.tokens_per_page:
+        if len(tokens) < self.tokens_per_page or seq.lost:
             return 0
-        hit = self.c.prefix_lookup(seq.id, list(tokens))
+        try:
+            hit = self.c.prefix_lookup(seq.id, list(tokens))
+        except self._kvmm.KvmmDaemonGone:
+            self._reattach()
+            return 0  # seq is lost: the next begin_step says so
         seq.appended = hit
         return hit
 
@@ -155,6 +192,10 @@ class PagedKV(KVStore):
             self.c.seal(seq.id)
         except self._kvmm.PreemptedError:
             seq.lost = True  # the next begin_step reports it
+        except self._kvmm.KvmmDaemonGone:
+            if self.reattach_timeout is None:
+                raise
+            seq.lost = True  # the next begin_step reattaches
 
     def finish(self, seq):
         if not seq.lost:
@@ -163,11 +204,19 @@ class PagedKV(KVStore):
                 self.stats["sealed"] += seq.appended // self.tokens_per_page
             except self._kvmm.PreemptedError:
                 pass  # nothing to keep: its pages are gone
+            except self._kvmm.KvmmDaemonGone:
+                if self.reattach_timeout is None:
+                    raise
+                seq.gone = True  # finished: its output is there, its KV died with kvmmd
         self.free(seq)
 
     def free(self, seq):
-        if self._seqs.pop(seq.id, None) is not None:
-            self.c.seq_free(seq.id)
+        if self._seqs.pop(seq.id, None) is not None and not seq.gone:
+            try:
+                self.c.seq_free(seq.id)
+            except self._kvmm.KvmmDaemonGone:
+                if self.reattach_timeout is None:
+                    raise
 
     @property
     def live(self) -> int:
@@ -191,6 +240,13 @@ class PagedKV(KVStore):
 
     # ---- a step -------------------------------------------------------------------------
     def begin_step(self, batch: List[StepEntry]) -> List[object]:
+        try:
+            return self._begin_step(batch)
+        except self._kvmm.KvmmDaemonGone:
+            self._reattach()
+            return [s for s in self._seqs.values() if s.lost]
+
+    def _begin_step(self, batch: List[StepEntry]) -> List[object]:
         kvmm = self._kvmm
         self.poll_preempted()
         self._append_async(batch)
@@ -308,6 +364,9 @@ class PagedKV(KVStore):
                 self.c.unpin(self._pinned)
             except self._kvmm.PreemptedError:
                 pass  # a victim while pinned: the next begin_step learns of it
+            except self._kvmm.KvmmDaemonGone:
+                if self.reattach_timeout is None:
+                    raise  # else the next begin_step reattaches
         self._pinned = []
         self._batch = []
 

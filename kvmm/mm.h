@@ -245,6 +245,7 @@ enum kvmm_stat {
 	KVMM_STAT_SHRINKER_FREED, /* frames owners' shrinkers gave back (client magazines) */
 	KVMM_STAT_SWAP_CLEAN,	  /* clean swap-cached pages swapped out into their kept slot */
 	KVMM_STAT_ALLOC_BLOCK,	  /* blocks of consecutive frames a bulk append got at once */
+	KVMM_STAT_SWAP_CSUM_BAD,  /* swap-ins whose bytes failed their checksum: page dropped */
 	KVMM_STAT_COUNT,
 };
 

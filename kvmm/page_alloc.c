@@ -107,6 +107,7 @@ static const char *const stat_names[KVMM_STAT_COUNT] = {
 	[KVMM_STAT_SHRINKER_FREED] = "shrinker_freed",
 	[KVMM_STAT_SWAP_CLEAN] = "swap_clean_out",
 	[KVMM_STAT_ALLOC_BLOCK] = "alloc_block",
+	[KVMM_STAT_SWAP_CSUM_BAD] = "swap_csum_bad",
 };
 
 const char *kvmm_stat_name(enum kvmm_stat s)

@@ -576,6 +576,7 @@ static void swap_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct kv
 			kvmm_out_u64(o, "bytes_out", ti.bytes_out, NULL);
 			kvmm_out_u64(o, "bytes_in", ti.bytes_in, NULL);
 			kvmm_out_u64(o, "failures", ti.failures, NULL);
+			kvmm_out_u64(o, "csum_bad", ti.csum_bad, NULL);
 			kvmm_out_u64(o, "direct", ti.direct, NULL);
 			/* a file tier's warm-restart index (swap_index.c) */
 			if (ti.indexed) {

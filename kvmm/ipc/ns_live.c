@@ -275,6 +275,14 @@ int kvmm_server_ns_apply(struct kvmm_server *srv, const struct kvmm_ns_config *n
 				  n->cfg.name, n->cfg.nframes, ns[j].nframes);
 			failed++;
 			continue;
+		} else if (n->cfg.have_secret != ns[j].have_secret ||
+			   (n->cfg.have_secret &&
+			    memcmp(n->cfg.secret, ns[j].secret, sizeof(ns[j].secret)))) {
+			kvmm_warn("reload: namespace %s: its secret_file changed: a secret changes "
+				  "only with a restart (or delete and create)",
+				  n->cfg.name);
+			failed++;
+			continue;
 		} else {
 			ret = kvmm_server_ns_update(srv, &ns[j]);
 			if (!ret)
@@ -291,8 +299,7 @@ int kvmm_server_ns_apply(struct kvmm_server *srv, const struct kvmm_ns_config *n
 /* ---- the admin verbs -------------------------------------------------------------------- */
 
 /* The request's settings over @base (a new namespace's defaults, or its current ones). */
-static int ns_req_config(struct kvmm_server *srv, const struct kvmm_ns_req *req,
-			 struct kvmm_ns_config *c)
+static int ns_req_config(const struct kvmm_ns_req *req, struct kvmm_ns_config *c)
 {
 	if (req->valid & KVMM_NS_SET_MAX) {
 		if (req->max_frames != KVMM_LIMIT_NONE &&
@@ -314,7 +321,6 @@ static int ns_req_config(struct kvmm_server *srv, const struct kvmm_ns_req *req,
 		c->priority = req->priority;
 	if (c->limit >= c->nframes)
 		c->limit = 0; /* a max of the whole pool or more limits nothing */
-	(void)srv;
 	return kvmm_ipc_ns_config_check(c);
 }
 
@@ -335,7 +341,7 @@ static int do_ns_create(struct kvmm_session *s, const struct kvmm_ns_req *req)
 		c.nframes = req->max_frames > UINT32_MAX ? 0 : (uint32_t)req->max_frames;
 	if (!c.nframes || c.nframes > KVMM_MAX_FRAMES)
 		return -EINVAL;
-	ret = ns_req_config(srv, req, &c);
+	ret = ns_req_config(req, &c);
 	if (ret)
 		return ret;
 	/* like a [namespace] that names nobody: the daemon's own user and root */
@@ -361,7 +367,7 @@ static int do_ns_set(struct kvmm_session *s, const struct kvmm_ns_req *req)
 	if (!n)
 		return -ENOENT;
 	c = n->cfg;
-	ret = ns_req_config(s->srv, req, &c);
+	ret = ns_req_config(req, &c);
 	if (!ret)
 		ret = kvmm_server_ns_update(s->srv, &c);
 	if (!ret)

@@ -1678,82 +1678,82 @@ enum kvmm_reply_head {
 	KVMM_RH_PROMPT, /* u64 new sequence id, u32 nr_blocks, u32 nr_hit (seq_prompt_rep) */
 };
 
-#define KVMM_OPS(X)                                                                                \
-	/* session */                                                                              \
-	X(HELLO, "hello", 0, KVMM_PL_MIN(struct kvmm_hello_req), KVMM_RH_NONE)                     \
-	X(BYE, "bye", 0, KVMM_PL_NONE(), KVMM_RH_NONE)                                             \
-	X(ATTACH, "attach", 0, KVMM_PL_VAR(struct kvmm_attach_req), KVMM_RH_NONE)                  \
-	X(DETACH, "detach", KVMM_OPF_ATTACHED, KVMM_PL_NONE(), KVMM_RH_NONE)                       \
-	X(PING, "ping", KVMM_OPF_RING, KVMM_PL_ANY(), KVMM_RH_NONE)                                \
-	/* sequences and memory */                                                                 \
-	X(SEQ_CREATE, "seq_create", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                             \
-	  KVMM_PL_FIXED(struct kvmm_seq_create_req), KVMM_RH_SEQ)                                  \
-	X(SEQ_APPEND, "seq_append", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                             \
-	  KVMM_PL_ARRAY(struct kvmm_seq_append_req, nr_tokens, uint32_t), KVMM_RH_TOKENS)          \
-	X(SEQ_FORK, "seq_fork", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                 \
-	  KVMM_PL_FIXED(struct kvmm_seq_fork_req), KVMM_RH_SEQ)                                    \
-	X(SEQ_TRUNCATE, "seq_truncate", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                         \
-	  KVMM_PL_FIXED(struct kvmm_seq_truncate_req), KVMM_RH_NONE)                               \
-	X(SEQ_FREE, "seq_free", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                 \
-	  KVMM_PL_FIXED(struct kvmm_seq_free_req), KVMM_RH_NONE)                                   \
-	X(PREFIX_LOOKUP, "prefix_lookup", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                       \
-	  KVMM_PL_ARRAY(struct kvmm_prefix_lookup_req, nr_tokens, uint32_t), KVMM_RH_TOKENS)       \
-	X(SEAL, "seal", KVMM_OPF_ATTACHED | KVMM_OPF_RING, KVMM_PL_FIXED(struct kvmm_seal_req),    \
-	  KVMM_RH_NONE)                                                                            \
-	X(PIN, "pin", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                           \
-	  KVMM_PL_ARRAY(struct kvmm_pin_req, nr_seqs, uint64_t), KVMM_RH_FRAMES)                   \
-	X(UNPIN, "unpin", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                       \
-	  KVMM_PL_ARRAY(struct kvmm_pin_req, nr_seqs, uint64_t), KVMM_RH_FRAMES)                   \
-	X(MAG_REFILL, "mag_refill", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                             \
-	  KVMM_PL_FIXED(struct kvmm_mag_req), KVMM_RH_NONE)                                        \
-	X(MAG_DRAIN, "mag_drain", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                               \
-	  KVMM_PL_FIXED(struct kvmm_mag_req), KVMM_RH_NONE)                                        \
-	X(SEQ_BLOCKS, "seq_blocks", KVMM_OPF_ATTACHED, KVMM_PL_FIXED(struct kvmm_seq_blocks_req),  \
-	  KVMM_RH_NONE)                                                                            \
-	X(PREFETCH, "prefetch", KVMM_OPF_ATTACHED,                                                 \
-	  KVMM_PL_ARRAY(struct kvmm_pin_req, nr_seqs, uint64_t), KVMM_RH_FRAMES)                   \
-	X(SEQ_APPEND_FRAMES, "seq_append_frames", KVMM_OPF_ATTACHED | KVMM_OPF_RING,               \
-	  KVMM_PL_VAR(struct kvmm_seq_append_frames_req), KVMM_RH_TOKENS)                          \
-	X(SEQ_PROMPT, "seq_prompt", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                             \
-	  KVMM_PL_ARRAY(struct kvmm_seq_prompt_req, nr_tokens, uint32_t), KVMM_RH_PROMPT)          \
-	X(SEQ_SEAL_FREE, "seq_seal_free", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                       \
-	  KVMM_PL_FIXED(struct kvmm_seal_req), KVMM_RH_NONE)                                       \
-	X(SEQ_SALT, "seq_salt", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                 \
-	  KVMM_PL_VAR(struct kvmm_seq_salt_req), KVMM_RH_NONE)                                     \
-	/* admin: read verbs */                                                                    \
-	X(STATUS, "status", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)    \
-	X(MEMINFO, "meminfo", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)  \
-	X(VMSTAT, "vmstat", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)    \
-	X(BUDDYINFO, "buddyinfo", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req),            \
-	  KVMM_RH_NONE)                                                                            \
-	X(CLIENTS, "clients", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)  \
-	X(NAMESPACES, "namespaces", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req),          \
-	  KVMM_RH_NONE)                                                                            \
-	X(SEQS, "seqs", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)        \
-	X(PAGETABLE, "pagetable", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req),            \
-	  KVMM_RH_NONE)                                                                            \
-	X(LRU, "lru", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)          \
-	X(SWAP, "swap", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)        \
-	X(TRACE, "trace", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)      \
-	/* admin: write verbs */                                                                   \
-	X(LIMIT, "limit", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_limit_req), KVMM_RH_NONE)      \
-	X(DROP_CACHES, "drop_caches", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_drop_caches_req),  \
-	  KVMM_RH_NONE)                                                                            \
-	X(RECLAIM, "reclaim", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_reclaim_req),              \
-	  KVMM_RH_NONE)                                                                            \
-	X(SWAPON, "swapon", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_swapon_req), KVMM_RH_NONE)   \
-	X(SWAPOFF, "swapoff", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_swapoff_req),              \
-	  KVMM_RH_NONE)                                                                            \
-	X(FAULT_INJECT, "fault_inject", KVMM_OPF_ADMIN,                                            \
-	  KVMM_PL_FIXED(struct kvmm_fault_inject_req), KVMM_RH_NONE)                               \
-	X(REMOTE, "remote", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)    \
-	X(NS_CREATE, "ns_create", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_ns_req), KVMM_RH_NONE) \
-	X(NS_SET, "ns_set", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_ns_req), KVMM_RH_NONE)       \
-	X(NS_DELETE, "ns_delete", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_ns_req), KVMM_RH_NONE) \
-	/* events */                                                                               \
-	X(PREEMPT, "preempt", KVMM_OPF_EVENT, KVMM_PL_FIXED(struct kvmm_preempt_event),            \
-	  KVMM_RH_NONE)                                                                            \
-	X(SHUTDOWN, "shutdown", KVMM_OPF_EVENT, KVMM_PL_FIXED(struct kvmm_shutdown_event),         \
+#define KVMM_OPS(X)                                                                               \
+	/* session */                                                                             \
+	X(HELLO, "hello", 0, KVMM_PL_MIN(struct kvmm_hello_req), KVMM_RH_NONE)                    \
+	X(BYE, "bye", 0, KVMM_PL_NONE(), KVMM_RH_NONE)                                            \
+	X(ATTACH, "attach", 0, KVMM_PL_VAR(struct kvmm_attach_req), KVMM_RH_NONE)                 \
+	X(DETACH, "detach", KVMM_OPF_ATTACHED, KVMM_PL_NONE(), KVMM_RH_NONE)                      \
+	X(PING, "ping", KVMM_OPF_RING, KVMM_PL_ANY(), KVMM_RH_NONE)                               \
+	/* sequences and memory */                                                                \
+	X(SEQ_CREATE, "seq_create", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                            \
+	  KVMM_PL_FIXED(struct kvmm_seq_create_req), KVMM_RH_SEQ)                                 \
+	X(SEQ_APPEND, "seq_append", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                            \
+	  KVMM_PL_ARRAY(struct kvmm_seq_append_req, nr_tokens, uint32_t), KVMM_RH_TOKENS)         \
+	X(SEQ_FORK, "seq_fork", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                \
+	  KVMM_PL_FIXED(struct kvmm_seq_fork_req), KVMM_RH_SEQ)                                   \
+	X(SEQ_TRUNCATE, "seq_truncate", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                        \
+	  KVMM_PL_FIXED(struct kvmm_seq_truncate_req), KVMM_RH_NONE)                              \
+	X(SEQ_FREE, "seq_free", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                \
+	  KVMM_PL_FIXED(struct kvmm_seq_free_req), KVMM_RH_NONE)                                  \
+	X(PREFIX_LOOKUP, "prefix_lookup", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                      \
+	  KVMM_PL_ARRAY(struct kvmm_prefix_lookup_req, nr_tokens, uint32_t), KVMM_RH_TOKENS)      \
+	X(SEAL, "seal", KVMM_OPF_ATTACHED | KVMM_OPF_RING, KVMM_PL_FIXED(struct kvmm_seal_req),   \
+	  KVMM_RH_NONE)                                                                           \
+	X(PIN, "pin", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                          \
+	  KVMM_PL_ARRAY(struct kvmm_pin_req, nr_seqs, uint64_t), KVMM_RH_FRAMES)                  \
+	X(UNPIN, "unpin", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                      \
+	  KVMM_PL_ARRAY(struct kvmm_pin_req, nr_seqs, uint64_t), KVMM_RH_FRAMES)                  \
+	X(MAG_REFILL, "mag_refill", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                            \
+	  KVMM_PL_FIXED(struct kvmm_mag_req), KVMM_RH_NONE)                                       \
+	X(MAG_DRAIN, "mag_drain", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                              \
+	  KVMM_PL_FIXED(struct kvmm_mag_req), KVMM_RH_NONE)                                       \
+	X(SEQ_BLOCKS, "seq_blocks", KVMM_OPF_ATTACHED, KVMM_PL_FIXED(struct kvmm_seq_blocks_req), \
+	  KVMM_RH_NONE)                                                                           \
+	X(PREFETCH, "prefetch", KVMM_OPF_ATTACHED,                                                \
+	  KVMM_PL_ARRAY(struct kvmm_pin_req, nr_seqs, uint64_t), KVMM_RH_FRAMES)                  \
+	X(SEQ_APPEND_FRAMES, "seq_append_frames", KVMM_OPF_ATTACHED | KVMM_OPF_RING,              \
+	  KVMM_PL_VAR(struct kvmm_seq_append_frames_req), KVMM_RH_TOKENS)                         \
+	X(SEQ_PROMPT, "seq_prompt", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                            \
+	  KVMM_PL_ARRAY(struct kvmm_seq_prompt_req, nr_tokens, uint32_t), KVMM_RH_PROMPT)         \
+	X(SEQ_SEAL_FREE, "seq_seal_free", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                      \
+	  KVMM_PL_FIXED(struct kvmm_seal_req), KVMM_RH_NONE)                                      \
+	X(SEQ_SALT, "seq_salt", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                \
+	  KVMM_PL_VAR(struct kvmm_seq_salt_req), KVMM_RH_NONE)                                    \
+	/* admin: read verbs */                                                                   \
+	X(STATUS, "status", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)   \
+	X(MEMINFO, "meminfo", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE) \
+	X(VMSTAT, "vmstat", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)   \
+	X(BUDDYINFO, "buddyinfo", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req),           \
+	  KVMM_RH_NONE)                                                                           \
+	X(CLIENTS, "clients", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE) \
+	X(NAMESPACES, "namespaces", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req),         \
+	  KVMM_RH_NONE)                                                                           \
+	X(SEQS, "seqs", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)       \
+	X(PAGETABLE, "pagetable", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req),           \
+	  KVMM_RH_NONE)                                                                           \
+	X(LRU, "lru", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)         \
+	X(SWAP, "swap", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)       \
+	X(TRACE, "trace", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)     \
+	/* admin: write verbs */                                                                  \
+	X(LIMIT, "limit", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_limit_req), KVMM_RH_NONE)     \
+	X(DROP_CACHES, "drop_caches", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_drop_caches_req), \
+	  KVMM_RH_NONE)                                                                           \
+	X(RECLAIM, "reclaim", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_reclaim_req),             \
+	  KVMM_RH_NONE)                                                                           \
+	X(SWAPON, "swapon", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_swapon_req), KVMM_RH_NONE)  \
+	X(SWAPOFF, "swapoff", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_swapoff_req),             \
+	  KVMM_RH_NONE)                                                                           \
+	X(FAULT_INJECT, "fault_inject", KVMM_OPF_ADMIN,                                           \
+	  KVMM_PL_FIXED(struct kvmm_fault_inject_req), KVMM_RH_NONE)                              \
+	X(REMOTE, "remote", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)   \
+	X(NS_CREATE, "ns_add", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_ns_req), KVMM_RH_NONE)   \
+	X(NS_SET, "ns_set", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_ns_req), KVMM_RH_NONE)      \
+	X(NS_DELETE, "ns_del", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_ns_req), KVMM_RH_NONE)   \
+	/* events */                                                                              \
+	X(PREEMPT, "preempt", KVMM_OPF_EVENT, KVMM_PL_FIXED(struct kvmm_preempt_event),           \
+	  KVMM_RH_NONE)                                                                           \
+	X(SHUTDOWN, "shutdown", KVMM_OPF_EVENT, KVMM_PL_FIXED(struct kvmm_shutdown_event),        \
 	  KVMM_RH_NONE)
 
 /*

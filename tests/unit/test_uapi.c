@@ -394,9 +394,9 @@ static const struct op_case op_cases[] = {
 	{KVMM_OP_SWAPOFF, 0x020f, "swapoff"},
 	{KVMM_OP_FAULT_INJECT, 0x0210, "fault_inject"},
 	{KVMM_OP_REMOTE, 0x0211, "remote"},
-	{KVMM_OP_NS_CREATE, 0x0212, "ns_create"},
+	{KVMM_OP_NS_CREATE, 0x0212, "ns_add"},
 	{KVMM_OP_NS_SET, 0x0213, "ns_set"},
-	{KVMM_OP_NS_DELETE, 0x0214, "ns_delete"},
+	{KVMM_OP_NS_DELETE, 0x0214, "ns_del"},
 	{KVMM_OP_PREEMPT, 0x0300, "preempt"},
 	{KVMM_OP_SHUTDOWN, 0x0301, "shutdown"},
 };

@@ -274,6 +274,9 @@ static const struct {
 	{"size", KVMM_CFG_NS_FRAMES},
 	{"limit", KVMM_CFG_NS_LIMIT},
 	{"limit_size", KVMM_CFG_NS_LIMIT},
+	{"max", KVMM_CFG_NS_LIMIT}, /* memcg's name for limit */
+	{"min", KVMM_CFG_NS_MIN},
+	{"low", KVMM_CFG_NS_LOW},
 	{"priority", KVMM_CFG_NS_PRIORITY},
 	{"uids", KVMM_CFG_NS_UIDS},
 	{"gids", KVMM_CFG_NS_GIDS},
@@ -582,6 +585,25 @@ static int set_ns(struct kvmm_config_ns *ns, size_t i, const char *val, char *er
 	char *end;
 	int ret;
 
+	if (!strcmp(key, "max") || !strcmp(key, "min") || !strcmp(key, "low")) {
+		uint64_t *frames = &ns->limit, *bytes = &ns->limit_size;
+
+		if (key[1] == 'i') {
+			frames = &ns->min;
+			bytes = &ns->min_size;
+		} else if (key[0] == 'l') {
+			frames = &ns->low;
+			bytes = &ns->low_size;
+		}
+		*frames = 0;
+		*bytes = 0;
+		/* a plain number is frames, one with a size suffix bytes; max = none: no limit */
+		if (key[1] == 'a' && !strcmp(val, "none"))
+			return 0;
+		if (all_digits(val))
+			return parse_count(val, KVMM_MAX_FRAMES, frames, err, len);
+		return parse_bytes(val, bytes, err, len);
+	}
 	if (!strcmp(key, "frames") || !strcmp(key, "limit")) {
 		ret = parse_count(val, KVMM_MAX_FRAMES, &v, err, len);
 		if (ret)
@@ -1351,7 +1373,7 @@ static int fin_err(const struct kvmm_config *cfg, unsigned int line, char *err, 
 static int finalize_namespaces(struct kvmm_config *cfg, uint64_t total, bool total_given, char *err,
 			       size_t len)
 {
-	uint64_t sized = 0, left, each, extra;
+	uint64_t sized = 0, mins = 0, left, each, extra;
 	unsigned int i, unsized = 0;
 
 	for (i = 0; i < cfg->nr_ns; i++) {
@@ -1373,9 +1395,25 @@ static int finalize_namespaces(struct kvmm_config *cfg, uint64_t total, bool tot
 			unsized++;
 		if (ns->limit_size)
 			ns->limit = max_t(uint64_t, ns->limit_size / cfg->page_size, 1);
+		/* a protection in bytes covers them all: rounded up */
+		if (ns->min_size)
+			ns->min = (ns->min_size + cfg->page_size - 1) / cfg->page_size;
+		if (ns->low_size)
+			ns->low = (ns->low_size + cfg->page_size - 1) / cfg->page_size;
+		if (ns->low && ns->min > ns->low)
+			return fin_err(cfg, ns->line[KVMM_CFG_NS_LOW], err, len,
+				       "namespace %s: low (%llu frames) is below min (%llu frames)",
+				       ns->name, (unsigned long long)ns->low,
+				       (unsigned long long)ns->min);
+		mins += ns->min;
 	}
 	if (!total_given && !unsized)
 		total = sized;
+	/* what min guarantees must exist: the one sum that may not exceed the pool */
+	if (mins > total)
+		return fin_err(cfg, cfg->line[KVMM_CFG_POOL_SIZE], err, len,
+			       "the namespaces' min add up to %llu frames but the pool has %llu",
+			       (unsigned long long)mins, (unsigned long long)total);
 	if (sized > total)
 		return fin_err(cfg, cfg->line[KVMM_CFG_POOL_SIZE], err, len,
 			       "namespaces take %llu frames but the pool has %llu",
@@ -1399,6 +1437,22 @@ static int finalize_namespaces(struct kvmm_config *cfg, uint64_t total, bool tot
 			return fin_err(cfg, ns->line[KVMM_CFG_NS_FRAMES], err, len,
 				       "namespace %s: %llu frames, at most %u per namespace",
 				       ns->name, (unsigned long long)ns->frames, KVMM_MAX_FRAMES);
+		/* a max of the whole pool or more limits nothing: none */
+		if (ns->limit >= ns->frames)
+			ns->limit = 0;
+		if (ns->min > ns->frames || ns->low > ns->frames)
+			return fin_err(
+				cfg,
+				ns->line[ns->min > ns->frames ? KVMM_CFG_NS_MIN : KVMM_CFG_NS_LOW],
+				err, len,
+				"namespace %s: %s %llu frames is more than its %llu frames",
+				ns->name, ns->min > ns->frames ? "min" : "low",
+				(unsigned long long)max(ns->min, ns->low),
+				(unsigned long long)ns->frames);
+		if (ns->limit && (ns->min > ns->limit || ns->low > ns->limit))
+			return fin_err(cfg, ns->line[KVMM_CFG_NS_LIMIT], err, len,
+				       "namespace %s: max %llu frames is below its min or low",
+				       ns->name, (unsigned long long)ns->limit);
 	}
 	cfg->frames = total;
 	return 0;
@@ -1555,9 +1609,17 @@ void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
 		else if (ns->size)
 			print_size(f, "size", ns->size);
 		if (ns->limit)
-			fprintf(f, "limit = %llu\n", (unsigned long long)ns->limit);
+			fprintf(f, "max = %llu\n", (unsigned long long)ns->limit);
 		else if (ns->limit_size)
-			print_size(f, "limit_size", ns->limit_size);
+			print_size(f, "max", ns->limit_size);
+		if (ns->min)
+			fprintf(f, "min = %llu\n", (unsigned long long)ns->min);
+		else if (ns->min_size)
+			print_size(f, "min", ns->min_size);
+		if (ns->low)
+			fprintf(f, "low = %llu\n", (unsigned long long)ns->low);
+		else if (ns->low_size)
+			print_size(f, "low", ns->low_size);
 		fprintf(f, "priority = %d\n", ns->priority);
 		print_ids(f, "uids", (const uint32_t *)ns->uids, ns->nr_uids);
 		print_ids(f, "gids", (const uint32_t *)ns->gids, ns->nr_gids);

@@ -72,15 +72,25 @@ enum kvmm_config_ns_key {
 	KVMM_CFG_NS_UIDS,
 	KVMM_CFG_NS_GIDS,
 	KVMM_CFG_NS_SECRET_FILE,
+	KVMM_CFG_NS_MIN, /* min: frames or a size */
+	KVMM_CFG_NS_LOW, /* low: frames or a size */
 	KVMM_CFG_NS_KEY_COUNT,
 };
 
 struct kvmm_config_ns {
 	char name[KVMM_NAME_LEN];
-	uint64_t frames;     /* frames= (after finalize: this namespace's pool, always set) */
-	uint64_t size;	     /* size= in bytes, turned into frames by finalize; 0 = unset */
-	uint64_t limit;	     /* limit= in frames (after finalize: the limit); 0 = none */
-	uint64_t limit_size; /* limit_size= in bytes, turned into limit by finalize */
+	uint64_t frames; /* frames= (after finalize: this namespace's pool, always set) */
+	uint64_t size;	 /* size= in bytes, turned into frames by finalize; 0 = unset */
+	/*
+	 * max= (memcg's max: the hard limit; the old keys limit= and limit_size= set the same)
+	 * in frames, or in bytes when given with a size suffix; after finalize: frames, 0 = none
+	 * (a max of the namespace's whole pool or more is none).
+	 */
+	uint64_t limit;
+	uint64_t limit_size; /* in bytes, turned into limit by finalize */
+	/* min= and low= (memcg's protections), frames or bytes like max; after finalize: frames */
+	uint64_t min, min_size;
+	uint64_t low, low_size;
 	int priority;
 	uid_t uids[KVMM_CONFIG_MAX_IDS];
 	unsigned int nr_uids;

@@ -282,52 +282,91 @@ static void parse_args(int argc, char **argv, struct args *a)
 		die_usage("unexpected argument '%s'", argv[optind]);
 }
 
-static void load_config(const struct args *a, struct kvmm_config *cfg)
+/* The server's view of the configured namespaces: @ns has room for cfg->nr_ns. */
+static void ns_configs(const struct kvmm_config *cfg, struct kvmm_ns_config *ns)
 {
-	char err[KVMM_CONFIG_ERR_LEN];
+	unsigned int i;
+
+	for (i = 0; i < cfg->nr_ns; i++) {
+		const struct kvmm_config_ns *c = &cfg->ns[i];
+
+		BUILD_BUG_ON(KVMM_NS_MAX_IDS < KVMM_CONFIG_MAX_IDS);
+		memset(&ns[i], 0, sizeof(ns[i]));
+		memcpy(ns[i].name, c->name, sizeof(ns[i].name));
+		ns[i].nframes = (uint32_t)c->frames;
+		ns[i].limit = (uint32_t)c->limit;
+		ns[i].min = (uint32_t)c->min;
+		ns[i].low = (uint32_t)c->low;
+		ns[i].priority = c->priority;
+		memcpy(ns[i].uids, c->uids, c->nr_uids * sizeof(uid_t));
+		ns[i].nr_uids = c->nr_uids;
+		memcpy(ns[i].gids, c->gids, c->nr_gids * sizeof(gid_t));
+		ns[i].nr_gids = c->nr_gids;
+		ns[i].have_secret = c->have_secret;
+		ns[i].secret[0] = c->secret[0];
+		ns[i].secret[1] = c->secret[1];
+	}
+}
+
+/*
+ * Read the file and apply the flags over it, then finalize.  0, or -errno with the message in
+ * @err; @usage is set when a flag was at fault (kvmmd's start exits 2 with "--FLAG VALUE:").
+ */
+static int read_config(const struct args *a, struct kvmm_config *cfg, char *err, size_t len,
+		       const struct flag **bad_flag)
+{
 	unsigned int i;
 	int ret;
 
+	*bad_flag = NULL;
 	kvmm_config_init(cfg);
-	ret = kvmm_config_load(cfg, a->config ? a->config : KVMM_CONFIG_DEFAULT_PATH, err,
-			       sizeof(err));
+	ret = kvmm_config_load(cfg, a->config ? a->config : KVMM_CONFIG_DEFAULT_PATH, err, len);
 	/* the default file is optional; one named on the command line is not */
-	if (ret == -ENOENT && !a->config) {
+	if (ret == -ENOENT && !a->config)
 		kvmm_config_init(cfg);
-	} else if (ret) {
-		fprintf(stderr, "kvmmd: %s\n", err);
-		exit(EXIT_USAGE);
-	}
+	else if (ret)
+		return ret;
 
 	for (i = 0; i < a->nr_flags; i++) {
 		const struct flag *f = &a->flags[i];
 
 		if (f->opt == 'n') {
-			ret = kvmm_config_set_ns(cfg, f->arg, err, sizeof(err));
+			ret = kvmm_config_set_ns(cfg, f->arg, err, len);
 		} else if (f->opt == OPT_SWAP || f->opt == OPT_REMOTE) {
 			/* --swap / --remote KEY=VALUE: one [swap] / [remote] line */
 			char key[64];
 			const char *eq = strchr(f->arg, '=');
 
 			if (!eq || eq == f->arg || (size_t)(eq - f->arg) >= sizeof(key)) {
-				snprintf(err, sizeof(err), "expected KEY=VALUE");
+				snprintf(err, len, "expected KEY=VALUE");
 				ret = -EINVAL;
 			} else {
 				memcpy(key, f->arg, (size_t)(eq - f->arg));
 				key[eq - f->arg] = '\0';
 				if (f->opt == OPT_SWAP)
-					ret = kvmm_config_set_swap(cfg, key, eq + 1, err,
-								   sizeof(err));
+					ret = kvmm_config_set_swap(cfg, key, eq + 1, err, len);
 				else
-					ret = kvmm_config_set_remote(cfg, key, eq + 1, err,
-								     sizeof(err));
+					ret = kvmm_config_set_remote(cfg, key, eq + 1, err, len);
 			}
 		} else
-			ret = kvmm_config_set(cfg, opt_key(f->opt), f->arg, err, sizeof(err));
-		if (ret)
-			die_usage("--%s %s: %s", opt_name(f->opt), f->arg, err);
+			ret = kvmm_config_set(cfg, opt_key(f->opt), f->arg, err, len);
+		if (ret) {
+			*bad_flag = f;
+			return ret;
+		}
 	}
-	ret = kvmm_config_finalize(cfg, geteuid(), err, sizeof(err));
+	return kvmm_config_finalize(cfg, geteuid(), err, len);
+}
+
+static void load_config(const struct args *a, struct kvmm_config *cfg)
+{
+	char err[KVMM_CONFIG_ERR_LEN];
+	const struct flag *f;
+	int ret;
+
+	ret = read_config(a, cfg, err, sizeof(err), &f);
+	if (ret && f)
+		die_usage("--%s %s: %s", opt_name(f->opt), f->arg, err);
 	if (ret) {
 		fprintf(stderr, "kvmmd: %s\n", err);
 		exit(EXIT_USAGE);
@@ -343,6 +382,50 @@ static void load_config(const struct args *a, struct kvmm_config *cfg)
 			exit(EXIT_USAGE);
 		}
 	}
+}
+
+/*
+ * SIGHUP, on the server's loop: read the configuration again (file and the same flags) and
+ * make the namespaces those it names (kvmm_server_ns_apply: new ones created, changed ones
+ * updated, those it no longer names deleted unless clients are attached).  A configuration
+ * that does not parse changes nothing: the old one stays, and the error is logged.  Only the
+ * [namespace] sections take effect; other changes wait for a restart (logged).
+ */
+static void reload(struct kvmm_server *srv, void *arg)
+{
+	const struct args *a = arg;
+	struct kvmm_ns_config *ns;
+	char err[KVMM_CONFIG_ERR_LEN];
+	const struct flag *f;
+	struct kvmm_config *cfg;
+	int ret;
+
+	cfg = malloc(sizeof(*cfg));
+	ns = calloc(KVMM_CONFIG_MAX_NS, sizeof(*ns));
+	if (!cfg || !ns) {
+		kvmm_err("reload: out of memory; the configuration is unchanged");
+		goto out;
+	}
+	ret = read_config(a, cfg, err, sizeof(err), &f);
+	if (ret) {
+		if (f)
+			kvmm_err("reload: --%s %s: %s; the configuration is unchanged",
+				 opt_name(f->opt), f->arg, err);
+		else
+			kvmm_err("reload: %s; the configuration is unchanged", err);
+		goto out;
+	}
+	ns_configs(cfg, ns);
+	ret = kvmm_server_ns_apply(srv, ns, cfg->nr_ns);
+	if (ret)
+		kvmm_warn("reload: %d namespace change%s could not be made (above)", ret,
+			  ret == 1 ? "" : "s");
+	else
+		kvmm_notice("reload: %u namespace%s as configured", cfg->nr_ns,
+			    cfg->nr_ns == 1 ? "" : "s");
+out:
+	free(ns);
+	free(cfg);
 }
 
 /*
@@ -454,6 +537,15 @@ static void on_stop_signal(int sig)
 		kvmm_server_stop(srv);
 }
 
+static void on_reload_signal(int sig)
+{
+	struct kvmm_server *srv = the_server;
+
+	(void)sig;
+	if (srv)
+		kvmm_server_reload(srv);
+}
+
 static int install_signals(void)
 {
 	struct sigaction sa;
@@ -467,6 +559,10 @@ static int install_signals(void)
 	sa.sa_handler = on_stop_signal;
 	if (sigaction(SIGTERM, &sa, NULL) || sigaction(SIGINT, &sa, NULL))
 		return -errno;
+	/* SIGHUP: re-read the configuration's namespaces (reload()) */
+	sa.sa_handler = on_reload_signal;
+	if (sigaction(SIGHUP, &sa, NULL))
+		return -errno;
 	return 0;
 }
 
@@ -474,8 +570,6 @@ static int install_signals(void)
 static void server_config(const struct kvmm_config *cfg, struct kvmm_ns_config *ns,
 			  struct kvmm_server_config *sc)
 {
-	unsigned int i;
-
 	kvmm_host_backend_init(&host_backend, cfg->chunk_size,
 			       cfg->prefault ? KVMM_HOST_POPULATE : 0);
 	memset(sc, 0, sizeof(*sc));
@@ -508,25 +602,10 @@ static void server_config(const struct kvmm_config *cfg, struct kvmm_ns_config *
 	sc->socket_gid = cfg->socket_gid;
 	sc->have_socket_gid = cfg->have_socket_gid;
 	sc->metrics_addr = cfg->metrics;
-	for (i = 0; i < cfg->nr_ns; i++) {
-		const struct kvmm_config_ns *c = &cfg->ns[i];
-
-		BUILD_BUG_ON(KVMM_NS_MAX_IDS < KVMM_CONFIG_MAX_IDS);
-		memset(&ns[i], 0, sizeof(ns[i]));
-		memcpy(ns[i].name, c->name, sizeof(ns[i].name));
-		ns[i].nframes = (uint32_t)c->frames;
-		ns[i].limit = (uint32_t)c->limit;
-		ns[i].priority = c->priority;
-		memcpy(ns[i].uids, c->uids, c->nr_uids * sizeof(uid_t));
-		ns[i].nr_uids = c->nr_uids;
-		memcpy(ns[i].gids, c->gids, c->nr_gids * sizeof(gid_t));
-		ns[i].nr_gids = c->nr_gids;
-		ns[i].have_secret = c->have_secret;
-		ns[i].secret[0] = c->secret[0];
-		ns[i].secret[1] = c->secret[1];
-	}
+	ns_configs(cfg, ns);
 	sc->ns = ns;
 	sc->nr_ns = cfg->nr_ns;
+	sc->total_frames = cfg->frames; /* live namespaces take what the others leave */
 	/* [swap] */
 	BUILD_BUG_ON(KVMM_SERVER_MAX_FAULTS != KVMM_CONFIG_MAX_FAULTS);
 	BUILD_BUG_ON(KVMM_FAULT_SPEC_LEN != KVMM_CONFIG_FAULT_LEN);
@@ -598,7 +677,6 @@ int main(int argc, char **argv)
 		return EXIT_FAILURE;
 	}
 	load_config(&a, cfg);
-	free(a.flags);
 	if (a.print_config) {
 		kvmm_config_print(cfg, stdout);
 		free(cfg);
@@ -650,6 +728,7 @@ int main(int argc, char **argv)
 		return EXIT_FAILURE;
 	}
 	the_server = srv;
+	kvmm_server_set_reload(srv, reload, &a);
 	ret = install_signals();
 	if (ret) {
 		kvmm_err("signals: %s", strerror(-ret));
@@ -684,6 +763,7 @@ int main(int argc, char **argv)
 	the_server = NULL;
 	kvmm_server_destroy(srv);
 	free(cfg);
+	free(a.flags);
 	kvmm_log_close();
 	return ret ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -245,6 +245,7 @@ enum kvmm_stat {
 	KVMM_STAT_SHRINKER_FREED, /* frames owners' shrinkers gave back (client magazines) */
 	KVMM_STAT_SWAP_CLEAN,	  /* clean swap-cached pages swapped out into their kept slot */
 	KVMM_STAT_ALLOC_BLOCK,	  /* blocks of consecutive frames a bulk append got at once */
+	KVMM_STAT_SWAP_CSUM_BAD,  /* swap-ins whose bytes failed their checksum: page dropped */
 	KVMM_STAT_COUNT,
 };
 
@@ -300,6 +301,13 @@ struct kvmm_pool {
 	void *hooks_priv;
 	struct kvmm_kswapd *kswapd; /* background reclaimer, NULL: none (kswapd.c) */
 	uint32_t reclaim_nest;	    /* inside kvmm_shrink(): no nested sequence swap-out */
+	/*
+	 * The namespace whose allocation reclaims (kvmm_alloc_page() sets it around its direct
+	 * reclaim and OOM report): its own min and low do not protect it from itself.  NULL:
+	 * the pool's pressure (kvswapd, an admin's RECLAIM), every protection holds.
+	 */
+	struct kvmm_ns *reclaim_for;
+	unsigned int reclaim_prot;  /* the protection kvmm_reclaim() honours now (vmscan.c) */
 	uint32_t nr_faulting;	    /* sequences a PIN is faulting in (KVMM_SEQ_F_FAULTING) */
 	struct list_head shrinkers; /* struct kvmm_shrinker.node (shrinker.c) */
 };
@@ -440,8 +448,15 @@ struct kvmm_ns {
 	uint64_t secret[2]; /* keys the page-cache hash: nothing crosses namespaces */
 	uint32_t used;	    /* MAPPED frames charged */
 	uint32_t cached;    /* CACHED frames charged */
-	uint32_t limit;	    /* frames; 0 = unlimited */
-	uint32_t peak;	    /* the most used + cached ever charged at once (high-water mark) */
+	uint32_t limit;	    /* frames; 0 = unlimited (memcg's max) */
+	/*
+	 * Protection from the pressure of the pool's other namespaces (memcg's min and low, in
+	 * frames; 0 = none): global reclaim never takes a namespace below min, and takes it
+	 * below low only when no unprotected namespace has anything reclaimable (vmscan.c).
+	 */
+	uint32_t min;
+	uint32_t low;
+	uint32_t peak; /* the most used + cached ever charged at once (high-water mark) */
 	int priority;
 	struct kvmm_pool *pool;
 	uint64_t hash_seed; /* XXH3 seed derived from secret (ns.c), cached for lookups */
@@ -470,6 +485,11 @@ int kvmm_ns_set_secret(struct kvmm_ns *ns, const uint64_t secret[2]);
 int kvmm_ns_destroy(struct kvmm_ns *ns);
 /* Set the limit (0 = none); cached pages over a lower limit are reclaimed at once. */
 int kvmm_ns_set_limit(struct kvmm_ns *ns, uint32_t limit);
+/*
+ * Set @ns's protections (frames, 0 = none): min <= low, and both at most the limit when there
+ * is one (-EINVAL otherwise).  Nothing is reclaimed; they only steer later reclaim.
+ */
+int kvmm_ns_set_protection(struct kvmm_ns *ns, uint32_t min, uint32_t low);
 /* Pool teardown: free every namespace without looking at charges (kvmm_mm_release()). */
 void kvmm_ns_destroy_all(struct kvmm_pool *pool);
 
@@ -676,6 +696,22 @@ void kvmm_pagecache_destroy(struct kvmm_pool *pool);
  * the active tail when it runs short.  Returns the number evicted (0: nothing reclaimable).
  */
 uint32_t kvmm_reclaim(struct kvmm_pool *pool, struct kvmm_ns *ns, uint32_t n);
+/*
+ * kvmm_reclaim() of any namespace's pages under the pool's pressure, honouring protections
+ * (memcg's min and low, struct kvmm_ns): first only from namespaces above their low, then, if
+ * that freed fewer than @n, from those above their min; never below a min, except the
+ * namespace pool->reclaim_for (reclaim on its own behalf).  kvmm_shrink()'s first step.
+ */
+uint32_t kvmm_reclaim_protected(struct kvmm_pool *pool, uint32_t n);
+/*
+ * Whether global reclaim would leave @ns alone at @level (KVMM_PROT_LOW: its min and low;
+ * KVMM_PROT_MIN: its min only) if it took @nr more of its frames.
+ */
+#define KVMM_PROT_NONE 0
+#define KVMM_PROT_LOW 1
+#define KVMM_PROT_MIN 2
+bool kvmm_ns_protected(const struct kvmm_pool *pool, const struct kvmm_ns *ns, unsigned int level,
+		       uint32_t nr);
 /*
  * The whole reclaim order (Documentation/mm/reclaim.md): free up to @n frames by (1) cached
  * pages - demoted to the highest swap tier with room, after that tier made room by moving its

@@ -132,12 +132,22 @@ int kvmm_ns_set_limit(struct kvmm_ns *ns, uint32_t limit)
 {
 	uint64_t charged;
 
-	if (!ns || !ns->pool)
+	if (!ns || !ns->pool || (limit && (limit < ns->min || limit < ns->low)))
 		return -EINVAL;
 	ns->limit = limit;
 	charged = (uint64_t)ns->used + ns->cached;
 	if (limit && charged > limit)
 		kvmm_reclaim(ns->pool, ns, (uint32_t)min_t(uint64_t, charged - limit, UINT32_MAX));
+	return 0;
+}
+
+int kvmm_ns_set_protection(struct kvmm_ns *ns, uint32_t min, uint32_t low)
+{
+	if (!ns || !ns->pool || (low && min > low) ||
+	    (ns->limit && (min > ns->limit || low > ns->limit)))
+		return -EINVAL;
+	ns->min = min;
+	ns->low = low;
 	return 0;
 }
 

@@ -107,6 +107,7 @@ static const char *const stat_names[KVMM_STAT_COUNT] = {
 	[KVMM_STAT_SHRINKER_FREED] = "shrinker_freed",
 	[KVMM_STAT_SWAP_CLEAN] = "swap_clean_out",
 	[KVMM_STAT_ALLOC_BLOCK] = "alloc_block",
+	[KVMM_STAT_SWAP_CSUM_BAD] = "swap_csum_bad",
 };
 
 const char *kvmm_stat_name(enum kvmm_stat s)
@@ -506,8 +507,14 @@ struct kvmm_page *kvmm_alloc_page(struct kvmm_pool *pool, struct kvmm_ns *ns,
 	}
 	KVMM_BUG_ON(mag && mag->pool != pool);
 
-	if (unlikely(kvmm_pool_nr_free(pool) <= pool->wmark_min))
+	if (unlikely(kvmm_pool_nr_free(pool) <= pool->wmark_min)) {
+		/* @ns's own min and low do not protect it from its own allocation */
+		struct kvmm_ns *prev = pool->reclaim_for;
+
+		pool->reclaim_for = ns;
 		direct_reclaim(pool);
+		pool->reclaim_for = prev;
+	}
 
 	pg = mag ? mag_pop(mag) : buddy_take(pool, 0, KVMM_PAGE_MAPPED);
 	if (unlikely(!pg)) {
@@ -518,8 +525,13 @@ struct kvmm_page *kvmm_alloc_page(struct kvmm_pool *pool, struct kvmm_ns *ns,
 			 * Not while write-back is still in flight: that is left only inside a
 			 * swap operation, and frees frames as soon as the operation is over.
 			 */
-			if (!kvmm_swap_nr_writeback(pool))
+			if (!kvmm_swap_nr_writeback(pool)) {
+				struct kvmm_ns *prev = pool->reclaim_for;
+
+				pool->reclaim_for = ns;
 				kvmm_out_of_memory(pool);
+				pool->reclaim_for = prev;
+			}
 			goto out_fail;
 		}
 	}

@@ -366,7 +366,7 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 	uint32_t tpp = as->fmt.tokens_per_page;
 	struct kvmm_cache_ent *parent = NULL, *ent, *old;
 	struct kvmm_pagecache *pc;
-	struct kvmm_page *pg, *cached;
+	struct kvmm_page *pg, *cached = NULL;
 	const uint32_t *tokens;
 	uint64_t key;
 
@@ -408,11 +408,14 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 		/* the same block of the same prefix is cached: share it, drop our copy */
 		if (unlikely(ent->frame == KVMM_FRAME_NONE)) {
 			cached = kvmm_swap_fault_ent(pool, ent, as->mag);
-			if (!cached)
+			if (!cached && errno != ENODATA)
 				return -errno;
 		} else {
 			cached = &pool->pages[ent->frame];
 		}
+	}
+	/* a cached copy that failed its checksum was dropped: this page takes its place */
+	if (ent && cached) {
 		kvmm_page_get(pool, cached);
 		kvmm_mark_page_accessed(pool, cached);
 		seq->pte[block] = kvmm_mm_seq_mk_pte(pool, cached, true);
@@ -547,8 +550,11 @@ int kvmm_mm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t
 			/* demoted or swapped: fault it back in (swap_state.c) */
 			pg = kvmm_swap_fault_ent(pool, ent, as->mag);
 			if (!pg) {
-				if (!hits)
+				/* ENODATA: its bytes failed their checksum and it is gone: a miss */
+				if (!hits && errno != ENODATA)
 					ret = -errno;
+				if (errno == ENODATA)
+					pool->stat[KVMM_STAT_CACHE_MISS]++;
 				break;
 			}
 		} else {

@@ -174,6 +174,7 @@ struct kvmm_swap_tier {
 	/* statistics */
 	uint64_t bytes_out, bytes_in;
 	uint64_t nr_out, nr_in, nr_fail;
+	uint64_t nr_csum_bad; /* reads whose bytes failed the slot's checksum (dropped) */
 	uint32_t inflight;
 	uint32_t nr_wb;	       /* swap-out writes in flight to this tier */
 	uint32_t nr_wb_io;     /* of them, submitted and not completed by the medium */
@@ -218,6 +219,7 @@ struct kvmm_swap_tier_info {
 	uint64_t index_restored; /* sealed pages served again after the restart */
 	uint64_t index_rejected; /* records found unusable then (torn, stale, orphaned) */
 	uint64_t index_records;	 /* live records now */
+	uint64_t csum_bad;	 /* reads that failed their slot's checksum: pages dropped */
 };
 /* Fill @info for tier @tier. 0 or -ENOENT. */
 int kvmm_swap_tier_info(struct kvmm_pool *pool, unsigned int tier,

@@ -34,6 +34,13 @@
  * records were made under); if it already has pages, has a provisioned secret that differs
  * (kvmmd's secret_file), or the header does not match the tier, the index starts over.
  *
+ * Verifying.  The same per-slot checksums are checked on every read from the file
+ * (kvmm_swap_index_verify, from the medium's completion): a page whose bytes changed after
+ * they were written - a corrupted or torn slot, the file written by someone else - fails the
+ * read with -EBADMSG and is dropped (kvmm_swap_slot_corrupt): its prefix misses, its sequence
+ * is reported like an OOM victim; torn data is never installed.  Counted (swap_csum_bad,
+ * the tier's csum_bad) and logged, rate-limited.
+ *
  * The index is detached before the pool is torn down (kvmm_swap_index_detach), so a clean
  * shutdown leaves it as it was: the pages stay restorable.  Locking: the pool lock.
  */
@@ -348,6 +355,14 @@ void kvmm_swap_index_detach(struct kvmm_swap_tier *t)
 	free(x->map);
 	free(x->csum);
 	free(x);
+}
+
+bool kvmm_swap_index_verify(struct kvmm_swap_tier *t, uint64_t slot, const void *page)
+{
+	/* 0: no checksum known for the slot (never written since the index was made) */
+	if (!t->index || slot >= t->nslots || !t->index->csum[slot])
+		return true;
+	return XXH3_64bits(page, t->page_size) == t->index->csum[slot];
 }
 
 void kvmm_swap_index_csum(struct kvmm_swap_tier *t, uint64_t slot, const void *page)

@@ -169,6 +169,18 @@ int kvmm_swap_index_attach(struct kvmm_swap_tier *t, struct kvmm_ns *ns);
 void kvmm_swap_index_detach(struct kvmm_swap_tier *t);
 /* The medium wrote @page into @slot: remember its checksum for the slot's record. */
 void kvmm_swap_index_csum(struct kvmm_swap_tier *t, uint64_t slot, const void *page);
+/*
+ * The medium read @page from @slot: false when the tier keeps checksums (an index) and the
+ * bytes are not those written there (a torn or corrupted slot): the read must fail with
+ * -EBADMSG and the page be dropped (kvmm_swap_slot_corrupt), never used.
+ */
+bool kvmm_swap_index_verify(struct kvmm_swap_tier *t, uint64_t slot, const void *page);
+/*
+ * Slot @s of @t failed its checksum: nothing may use its bytes.  Its page-cache entry goes
+ * (a lookup misses it), its sequence is reported like an OOM victim (the owner's oom hook:
+ * its KV is gone), and the slot is let go once nobody names it.  Pool lock held.
+ */
+void kvmm_swap_slot_corrupt(struct kvmm_pool *pool, struct kvmm_swap_tier *t, uint64_t s);
 /* Slot @slot now names a page-cache entry: write its record. */
 void kvmm_swap_index_note(struct kvmm_swap_tier *t, uint64_t slot);
 /* Slot @slot is let go: clear its record. */

@@ -267,8 +267,15 @@ static int nvme_poll(struct kvmm_swap_tier *t, bool wait)
 		io_uring_cqe_seen(&n->ring, cqe);
 		io = b->io;
 		if (res == (int)t->page_size) {
-			/* back into the frame before the buffer is reused or the page is used */
-			io->res = io->write ? 0 : kvmm_swap_io_from_host(t, io, b->mem, true);
+			/*
+			 * back into the frame before the buffer is reused or the page is used,
+			 * but only bytes that are what was written there (swap_index.c)
+			 */
+			if (!io->write && !kvmm_swap_index_verify(t, io->slot, b->mem))
+				io->res = -EBADMSG;
+			else
+				io->res =
+					io->write ? 0 : kvmm_swap_io_from_host(t, io, b->mem, true);
 			/* what went to the file, for the slot's warm-restart record */
 			if (io->write)
 				kvmm_swap_index_csum(t, io->slot, b->mem);

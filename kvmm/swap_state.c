@@ -125,7 +125,9 @@ static void rd_finish(struct kvmm_pool *pool, struct swap_rd *rd)
 	if (rd->io.res) {
 		kvmm_swap_count_fail(t, false, rd->io.slot, rd->io.res);
 		kvmm_free_page(pool, pg, NULL);
-		if (!sl->seq && !sl->ent)
+		if (rd->io.res == -EBADMSG)
+			kvmm_swap_slot_corrupt(pool, t, s); /* its bytes are not its page's */
+		else if (!sl->seq && !sl->ent)
 			kvmm_swap_slot_release(t, s);
 	} else if (!sl->seq && !sl->ent) {
 		/* its owner went away while the read was in flight */
@@ -532,6 +534,9 @@ static int fault_range(struct kvmm_seq *seq, uint32_t first, uint32_t n, struct 
 				/* the block stays swapped: a later fault tries again */
 				kvmm_free_page(pool, pgs[k], seq->as->mag);
 				err = -EIO;
+				/* unless its bytes are wrong: the sequence is reported dropped */
+				if (ios[k].res == -EBADMSG)
+					kvmm_swap_slot_corrupt(pool, t, ios[k].slot);
 				continue;
 			}
 			KVMM_BUG_ON(t->slots[ios[k].slot].seq != seq ||
@@ -623,6 +628,11 @@ struct kvmm_page *kvmm_swap_fault_ent(struct kvmm_pool *pool, struct kvmm_cache_
 	if (io.res) {
 		kvmm_free_page(pool, pg, mag);
 		errno = -io.res;
+		if (io.res == -EBADMSG) {
+			/* dropped: a miss from here on (ENODATA tells the lookup so) */
+			kvmm_swap_slot_corrupt(pool, t, s);
+			errno = ENODATA;
+		}
 		return NULL;
 	}
 	kvmm_swap_slot_install(pool, t, s, pg);

@@ -175,6 +175,7 @@ int kvmm_swap_tier_info(struct kvmm_pool *pool, unsigned int tier, struct kvmm_s
 	info->pages_out = t->nr_out;
 	info->pages_in = t->nr_in;
 	info->failures = t->nr_fail;
+	info->csum_bad = t->nr_csum_bad;
 	info->direct = t->direct;
 	kvmm_swap_index_info(t, info);
 	return 0;

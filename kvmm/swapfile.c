@@ -117,6 +117,15 @@ void kvmm_swap_count_fail(struct kvmm_swap_tier *t, bool write, uint64_t slot, i
 
 	t->nr_fail++;
 	t->pool->stat[KVMM_STAT_SWAP_FAIL]++;
+	if (!write && err == -EBADMSG) {
+		t->nr_csum_bad++;
+		t->pool->stat[KVMM_STAT_SWAP_CSUM_BAD]++;
+		kvmm_warn_ratelimited("swap: slot %llu of tier %u (%s) failed its checksum: the "
+				      "page is dropped (%llu on this tier)",
+				      (unsigned long long)slot, t->id, where,
+				      (unsigned long long)t->nr_csum_bad);
+		return;
+	}
 	/* one line per failure, a bounded number per second per site (include/log.h) */
 	if (write)
 		kvmm_warn_ratelimited("swap: write of slot %llu to tier %u (%s) failed: %s; the "
@@ -587,6 +596,25 @@ void kvmm_swap_pte_drop(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t b
 	}
 	/* a read in flight frees it when it completes (swap_state.c) */
 	if (!sl->ent && !(sl->flags & SLOT_READING))
+		kvmm_swap_slot_release(t, s);
+}
+
+void kvmm_swap_slot_corrupt(struct kvmm_pool *pool, struct kvmm_swap_tier *t, uint64_t s)
+{
+	struct kvmm_swap_slot *sl = &t->slots[s];
+	struct kvmm_seq *seq = sl->seq;
+
+	if (sl->ent) {
+		kvmm_pagecache_remove_ent(pool, sl->ent);
+		sl->ent = NULL;
+	}
+	/* the sequence keeps the slot (its PTE names it) until its owner frees or truncates it */
+	if (seq && !(seq->flags & KVMM_SEQ_F_PREEMPTED)) {
+		seq->flags |= KVMM_SEQ_F_PREEMPTED;
+		if (pool->hooks && pool->hooks->oom)
+			pool->hooks->oom(pool, seq, kvmm_seq_nr_resident(seq));
+	}
+	if (!seq && !(sl->flags & SLOT_READING))
 		kvmm_swap_slot_release(t, s);
 }
 

@@ -115,9 +115,28 @@ static void evict(struct kvmm_pool *pool, struct kvmm_page *pg)
 	pool->stat[KVMM_STAT_PGSTEAL]++;
 }
 
-static inline bool skip_page(const struct kvmm_page *pg, const struct kvmm_ns *ns)
+bool kvmm_ns_protected(const struct kvmm_pool *pool, const struct kvmm_ns *ns, unsigned int level,
+		       uint32_t nr)
 {
-	return (ns && pg->ns_id != ns->id) || (pg->flags & KVMM_PG_LOCKED);
+	uint64_t charged, floor;
+
+	if (!ns || level == KVMM_PROT_NONE || ns == pool->reclaim_for)
+		return false;
+	floor = level == KVMM_PROT_LOW ? max(ns->min, ns->low) : ns->min;
+	if (!floor)
+		return false;
+	charged = (uint64_t)ns->used + ns->cached;
+	return charged < floor + (uint64_t)(nr ? nr : 1);
+}
+
+static inline bool skip_page(const struct kvmm_pool *pool, const struct kvmm_page *pg,
+			     const struct kvmm_ns *ns)
+{
+	if ((ns && pg->ns_id != ns->id) || (pg->flags & KVMM_PG_LOCKED))
+		return true;
+	/* global reclaim: a protected namespace's pages are passed over, not scanned */
+	return !ns && pool->reclaim_prot && pg->ns_id && pg->ns_id < KVMM_MAX_NS &&
+	       kvmm_ns_protected(pool, pool->ns[pg->ns_id], pool->reclaim_prot, 1);
 }
 
 /* One pass over the inactive list from the tail; returns the number evicted (<= want). */
@@ -127,7 +146,7 @@ static uint32_t shrink_inactive(struct kvmm_pool *pool, const struct kvmm_ns *ns
 	uint32_t got = 0;
 
 	list_for_each_entry_safe_reverse (pg, prev, &pool->lru.inactive, lru) {
-		if (skip_page(pg, ns))
+		if (skip_page(pool, pg, ns))
 			continue;
 		pool->stat[KVMM_STAT_PGSCAN]++;
 		if (pg->flags & KVMM_PG_REFERENCED) {
@@ -150,7 +169,7 @@ static uint32_t deactivate(struct kvmm_pool *pool, const struct kvmm_ns *ns, uin
 	if (!want)
 		return 0;
 	list_for_each_entry_safe_reverse (pg, prev, &pool->lru.active, lru) {
-		if (skip_page(pg, ns))
+		if (skip_page(pool, pg, ns))
 			continue;
 		list_move(&pg->lru, &pool->lru.inactive);
 		pool->lru.nr_active--;
@@ -185,6 +204,23 @@ uint32_t kvmm_reclaim(struct kvmm_pool *pool, struct kvmm_ns *ns, uint32_t n)
 	if (freed)
 		kvmm_trace_event(KVMM_TR_RECLAIM, pool, 0, ns ? ns->id : 0, 0, KVMM_TRACE_NONE,
 				 freed);
+	return freed;
+}
+
+uint32_t kvmm_reclaim_protected(struct kvmm_pool *pool, uint32_t n)
+{
+	uint32_t freed;
+
+	if (!pool || !n)
+		return 0;
+	/* first what no protection covers, then what only low covers; what min covers stays */
+	pool->reclaim_prot = KVMM_PROT_LOW;
+	freed = kvmm_reclaim(pool, NULL, n);
+	if (freed < n) {
+		pool->reclaim_prot = KVMM_PROT_MIN;
+		freed += kvmm_reclaim(pool, NULL, n - freed);
+	}
+	pool->reclaim_prot = KVMM_PROT_NONE;
 	return freed;
 }
 
@@ -267,6 +303,7 @@ static void make_tier_room(struct kvmm_pool *pool, uint32_t n)
  */
 static uint32_t shrink_seqs(struct kvmm_pool *pool, uint32_t want, bool async)
 {
+	unsigned int level = KVMM_PROT_LOW;
 	uint32_t freed = 0;
 
 	while (freed < want) {
@@ -274,10 +311,20 @@ static uint32_t shrink_seqs(struct kvmm_pool *pool, uint32_t want, bool async)
 		struct kvmm_aspace *as;
 		int ret;
 
+		/*
+		 * A namespace that the swap-out would take below its low is passed over while
+		 * another has something to give; below its min, never (but for its own sake).
+		 */
 		list_for_each_entry (as, &pool->aspaces, node)
 			list_for_each_entry (seq, &as->seqs, node)
-				if (seq_before(seq, victim) && seq_swappable(pool, seq))
+				if (seq_before(seq, victim) && seq_swappable(pool, seq) &&
+				    !kvmm_ns_protected(pool, as->ns, level,
+						       kvmm_seq_nr_resident(seq)))
 					victim = seq;
+		if (!victim && level == KVMM_PROT_LOW) {
+			level = KVMM_PROT_MIN;
+			continue;
+		}
 		if (!victim)
 			break;
 		make_tier_room(pool, kvmm_seq_nr_resident(victim));
@@ -313,7 +360,7 @@ uint32_t kvmm_shrink(struct kvmm_pool *pool, uint32_t n, unsigned int flags)
 	pool->reclaim_nest++;
 	if (swap_ok && pool->lru.nr_active + pool->lru.nr_inactive)
 		make_tier_room(pool, n);
-	freed = kvmm_reclaim(pool, NULL, n);
+	freed = kvmm_reclaim_protected(pool, n);
 	/* frames the owner parks idle (client magazines) before anything someone uses */
 	if (freed < n)
 		freed += kvmm_run_shrinkers(pool, NULL, n - freed);
@@ -335,12 +382,16 @@ uint32_t kvmm_shrink(struct kvmm_pool *pool, uint32_t n, unsigned int flags)
 struct kvmm_seq *kvmm_out_of_memory(struct kvmm_pool *pool)
 {
 	struct kvmm_seq *seq, *victim = NULL;
-	bool victim_pinned = true;
+	bool victim_pinned = true, victim_low = true;
 	struct kvmm_aspace *as;
 
 	list_for_each_entry (as, &pool->aspaces, node) {
+		/* another namespace's pressure never preempts what its min covers */
+		if (kvmm_ns_protected(pool, as->ns, KVMM_PROT_MIN, 1))
+			continue;
 		list_for_each_entry (seq, &as->seqs, node) {
 			bool pinned = false, frees = false;
+			bool low = kvmm_ns_protected(pool, as->ns, KVMM_PROT_LOW, 1);
 			uint32_t b;
 
 			if (!seq->nblocks ||
@@ -369,9 +420,15 @@ struct kvmm_seq *kvmm_out_of_memory(struct kvmm_pool *pool)
 				continue;
 			if (victim && pinned && !victim_pinned)
 				continue;
-			if ((victim && !pinned && victim_pinned) || seq_before(seq, victim)) {
+			/* then one that low protects goes only when no other can */
+			if (victim && pinned == victim_pinned && low && !victim_low)
+				continue;
+			if ((victim && !pinned && victim_pinned) ||
+			    (victim && pinned == victim_pinned && !low && victim_low) ||
+			    seq_before(seq, victim)) {
 				victim = seq;
 				victim_pinned = pinned;
+				victim_low = low;
 			}
 		}
 	}

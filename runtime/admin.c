@@ -345,6 +345,18 @@ static bool field_u64(const char *line, const char *key, uint64_t *v)
 	return !*end && !errno && b[0] != '-';
 }
 
+/* A limit: a number, or "-" for none (KVMM_LIMIT_NONE); false when absent or neither. */
+static bool field_limit(const char *line, const char *key, uint64_t *v)
+{
+	char b[4];
+
+	if (kvmm_admin_field(line, key, b, sizeof(b)) == 1 && b[0] == '-') {
+		*v = KVMM_LIMIT_NONE;
+		return true;
+	}
+	return field_u64(line, key, v);
+}
+
 static int ns_parse(const char *line, struct kvmm_admin_ns *n)
 {
 	const char *p = line + strlen("Namespace:");
@@ -360,7 +372,7 @@ static int ns_parse(const char *line, struct kvmm_admin_ns *n)
 		return -EBADMSG;
 	memcpy(n->name, p, len);
 	if (!field_u64(line, "id", &id) || id > UINT32_MAX ||
-	    !field_u64(line, "frames", &n->frames) || !field_u64(line, "limit", &n->limit) ||
+	    !field_u64(line, "frames", &n->frames) || !field_limit(line, "limit", &n->limit) ||
 	    !field_u64(line, "used", &n->used) ||
 	    kvmm_admin_field(line, "priority", b, sizeof(b)) <= 0)
 		return -EBADMSG;
@@ -525,6 +537,13 @@ int kvmm_admin_limit(kvmm_admin_t *a, const struct kvmm_limit_req *req)
 	if (!req)
 		return -EINVAL;
 	return write_verb(a, KVMM_OP_LIMIT, req, sizeof(*req), NULL, 0);
+}
+
+int kvmm_admin_ns(kvmm_admin_t *a, unsigned int op, const struct kvmm_ns_req *req)
+{
+	if (!req || (op != KVMM_OP_NS_CREATE && op != KVMM_OP_NS_SET && op != KVMM_OP_NS_DELETE))
+		return -EINVAL;
+	return write_verb(a, op, req, sizeof(*req), NULL, 0);
 }
 
 int kvmm_admin_drop_caches(kvmm_admin_t *a, uint32_t flags, uint64_t *nr_dropped)

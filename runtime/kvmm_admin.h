@@ -70,7 +70,7 @@ struct kvmm_admin_ns {
 	uint32_t id;
 	int32_t priority; /* reclaim order between namespaces: lower goes first */
 	uint64_t frames;  /* frames of its pool */
-	uint64_t limit;	  /* hard limit in frames (its pool's frames when none is set) */
+	uint64_t limit;	  /* hard limit (max) in frames, KVMM_LIMIT_NONE when none is set */
 	uint64_t used;	  /* frames mapped by sequences */
 	uint64_t cached;  /* unmapped frames kept in the prefix cache */
 	uint64_t shared;  /* frames mapped by more than one sequence */
@@ -79,6 +79,7 @@ struct kvmm_admin_ns {
 	uint64_t hits;	  /* prefix-cache lookups that hit */
 	uint64_t misses;  /* and that missed */
 	uint64_t pgsteal; /* pages reclaimed from it */
+	/* (min and low, the protections, are the record's "min=" and "low=": kvmm_admin_read) */
 };
 
 /*
@@ -118,6 +119,13 @@ int kvmm_admin_swap_tiers(kvmm_admin_t *admin, const char *ns, struct kvmm_admin
 
 /* Set a namespace's limits (LIMIT): the fields req->valid names. -ENOENT: no such namespace. */
 int kvmm_admin_limit(kvmm_admin_t *admin, const struct kvmm_limit_req *req);
+/*
+ * Create, change or delete a namespace while the daemon runs (@op KVMM_OP_NS_CREATE,
+ * KVMM_OP_NS_SET or KVMM_OP_NS_DELETE; the fields of struct kvmm_ns_req that req->valid
+ * names).  -EINVAL for another op, -ENOENT, -EEXIST, -ENOSPC (no room in the pool), -EBUSY
+ * (NS_DELETE: clients attached without KVMM_NS_F_FORCE, or the last namespace).
+ */
+int kvmm_admin_ns(kvmm_admin_t *admin, unsigned int op, const struct kvmm_ns_req *req);
 /* Drop unmapped cached pages (KVMM_DROP_F_*); *nr_dropped (may be NULL) receives how many. */
 int kvmm_admin_drop_caches(kvmm_admin_t *admin, uint32_t flags, uint64_t *nr_dropped);
 /* Reclaim up to nr_frames frames (KVMM_RECLAIM_F_*); *nr_reclaimed (may be NULL): how many. */

@@ -148,8 +148,13 @@ static void draw(struct top_sample *now, const struct top_sample *prev, const ch
 		unsigned long long c = ctl_kvu(l, "cached"), h = ctl_kvu(l, "hits");
 		unsigned long long m = ctl_kvu(l, "misses");
 
-		printf("%-16s %9llu %9llu %9llu %9llu %5.1f%% %5.1f%% %7llu\n",
-		       ctl_first(l, name, sizeof(name)), fr, u, c, ctl_kvu(l, "limit"),
+		char lim[24];
+
+		/* "-": no limit */
+		lim[0] = '\0';
+		ctl_kv(l, "limit", lim, sizeof(lim));
+		printf("%-16s %9llu %9llu %9llu %9s %5.1f%% %5.1f%% %7llu\n",
+		       ctl_first(l, name, sizeof(name)), fr, u, c, lim[0] ? lim : "-",
 		       fr ? 100.0 * (double)(u + c) / (double)fr : 0.0,
 		       h + m ? 100.0 * (double)h / (double)(h + m) : 0.0, ctl_kvu(l, "clients"));
 	}

@@ -385,6 +385,25 @@ static void verb_clients(kvmm_admin_t *h)
 	free(t);
 }
 
+/* A namespace's min and low from its NAMESPACES record ("-" when none, or not reported). */
+static void ns_protection(kvmm_admin_t *h, const char *name, char *mn, char *lo, size_t len)
+{
+	struct kvmm_admin_req req;
+	char *t = NULL;
+
+	strcpy(mn, "-");
+	strcpy(lo, "-");
+	memset(&req, 0, sizeof(req));
+	snprintf(req.ns, sizeof(req.ns), "%s", name);
+	if (kvmm_admin_read(h, KVMM_OP_NAMESPACES, &req, &t) || !t)
+		return;
+	if (kvmm_admin_field(t, "min", mn, len) <= 0)
+		strcpy(mn, "-");
+	if (kvmm_admin_field(t, "low", lo, len) <= 0)
+		strcpy(lo, "-");
+	free(t);
+}
+
 static void verb_namespaces(kvmm_admin_t *h)
 {
 	struct kvmm_admin_ns *list;
@@ -396,16 +415,23 @@ static void verb_namespaces(kvmm_admin_t *h)
 	ret = kvmm_admin_namespaces(h, ctl.ns, &list, &nr);
 	if (ret)
 		ctl_die_status("namespaces", ret);
-	printf("%-16s %4s %9s %9s %9s %9s %9s %5s %7s %8s %10s %10s\n", "NAMESPACE", "ID", "FRAMES",
-	       "LIMIT", "USED", "CACHED", "SHARED", "PRIO", "CLIENTS", "HIT%", "HITS", "EVICTED");
+	printf("%-16s %4s %9s %9s %9s %9s %9s %9s %9s %5s %7s %8s %10s %10s\n", "NAMESPACE", "ID",
+	       "FRAMES", "LIMIT", "MIN", "LOW", "USED", "CACHED", "SHARED", "PRIO", "CLIENTS",
+	       "HIT%", "HITS", "EVICTED");
 	for (i = 0; i < nr; i++) {
 		const struct kvmm_admin_ns *n = &list[i];
 		uint64_t lookups = n->hits + n->misses;
+		char lim[24], mn[24], lo[24];
 
-		printf("%-16s %4" PRIu32 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64
+		/* "-": none (the pool's size is not a limit) */
+		snprintf(lim, sizeof(lim), "%" PRIu64, n->limit);
+		if (n->limit == KVMM_LIMIT_NONE)
+			strcpy(lim, "-");
+		ns_protection(h, n->name, mn, lo, sizeof(mn));
+		printf("%-16s %4" PRIu32 " %9" PRIu64 " %9s %9s %9s %9" PRIu64 " %9" PRIu64
 		       " %9" PRIu64 " %5" PRId32 " %7" PRIu64 " %7.1f%% %10" PRIu64 " %10" PRIu64
 		       "\n",
-		       n->name, n->id, n->frames, n->limit, n->used, n->cached, n->shared,
+		       n->name, n->id, n->frames, lim, mn, lo, n->used, n->cached, n->shared,
 		       n->priority, n->clients,
 		       lookups ? 100.0 * (double)n->hits / (double)lookups : 0.0, n->hits,
 		       n->pgsteal);
@@ -769,6 +795,168 @@ static void verb_limit(kvmm_admin_t *h, int argc, char **argv)
 		printf("%s: limit %" PRIu64 " frames\n", argv[0], (uint64_t)req.max_frames);
 }
 
+/*
+ * ns create|set|delete NAME [KEY=VALUE ...]: live namespaces.  Amounts are frames (a plain
+ * number) or bytes with a K, M, G or T suffix (turned into frames with the daemon's page
+ * size once connected); max also takes "none".
+ */
+struct ns_args {
+	unsigned int op;
+	struct kvmm_ns_req req;
+	uint64_t bytes[4]; /* frames, max, min, low given as sizes; 0: in frames */
+};
+
+static void ns_amount(const char *key, const char *v, uint64_t *frames, uint64_t *bytes)
+{
+	char *end;
+	unsigned long long n;
+	const char *u;
+
+	*bytes = 0;
+	if (!strcmp(key, "max") && !strcmp(v, "none")) {
+		*frames = KVMM_LIMIT_NONE;
+		return;
+	}
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	if (errno || end == v || !isdigit((unsigned char)v[0]))
+		ctl_die(CTL_EXIT_USAGE, "ns: %s: not a number of frames or a size: '%s'", key, v);
+	if (!*end) {
+		*frames = n;
+		return;
+	}
+	u = strchr("KMGT", toupper((unsigned char)*end));
+	if (!u || !*u || (end[1] && strcasecmp(end + 1, "B") && strcasecmp(end + 1, "iB")))
+		ctl_die(CTL_EXIT_USAGE, "ns: %s: not a number of frames or a size: '%s'", key, v);
+	for (int k = 0; k <= u - "KMGT"; k++) {
+		if (n > UINT64_MAX / 1024)
+			ctl_die(CTL_EXIT_USAGE, "ns: %s: too large: '%s'", key, v);
+		n *= 1024;
+	}
+	*bytes = n;
+	*frames = 0;
+}
+
+static void ns_parse_args(int argc, char **argv, struct ns_args *a)
+{
+	static const char *const keys[] = {"frames", "max", "min", "low"};
+	static const uint32_t bits[] = {KVMM_NS_SET_FRAMES, KVMM_NS_SET_MAX, KVMM_NS_SET_MIN,
+					KVMM_NS_SET_LOW};
+	uint64_t *fields[4];
+	int i;
+
+	memset(a, 0, sizeof(*a));
+	fields[0] = &a->req.frames;
+	fields[1] = &a->req.max_frames;
+	fields[2] = &a->req.min_frames;
+	fields[3] = &a->req.low_frames;
+	if (argc < 2)
+		ctl_die(CTL_EXIT_USAGE, "usage: kvmmctl ns create|set|delete NAME [KEY=VALUE ...]");
+	if (!strcmp(argv[0], "create"))
+		a->op = KVMM_OP_NS_CREATE;
+	else if (!strcmp(argv[0], "set"))
+		a->op = KVMM_OP_NS_SET;
+	else if (!strcmp(argv[0], "delete"))
+		a->op = KVMM_OP_NS_DELETE;
+	else
+		ctl_die(CTL_EXIT_USAGE, "ns: unknown action '%s' (create, set or delete)", argv[0]);
+	if (!name_ok(argv[1]))
+		ctl_die(CTL_EXIT_USAGE, "ns: bad namespace name '%s'", argv[1]);
+	strcpy(a->req.ns, argv[1]);
+	for (i = 2; i < argc; i++) {
+		const char *eq = strchr(argv[i], '=');
+		char key[16];
+		size_t k;
+
+		if (a->op == KVMM_OP_NS_DELETE)
+			ctl_die(CTL_EXIT_USAGE,
+				"ns delete: takes no settings ('%s'); --force to "
+				"shut its clients out",
+				argv[i]);
+		if (!eq || eq == argv[i] || (size_t)(eq - argv[i]) >= sizeof(key))
+			ctl_die(CTL_EXIT_USAGE, "ns: expected KEY=VALUE: '%s'", argv[i]);
+		memcpy(key, argv[i], (size_t)(eq - argv[i]));
+		key[eq - argv[i]] = '\0';
+		if (!strcmp(key, "priority")) {
+			char *end;
+			long p;
+
+			errno = 0;
+			p = strtol(eq + 1, &end, 10);
+			if (errno || *end || end == eq + 1)
+				ctl_die(CTL_EXIT_USAGE, "ns: bad priority '%s'", eq + 1);
+			if (p < CTL_PRIO_MIN || p > CTL_PRIO_MAX)
+				ctl_die(CTL_EXIT_USAGE, "ns: priority %ld is not in %d..%d", p,
+					CTL_PRIO_MIN, CTL_PRIO_MAX);
+			a->req.priority = (int32_t)p;
+			a->req.valid |= KVMM_NS_SET_PRIORITY;
+			continue;
+		}
+		for (k = 0; k < 4 && strcmp(keys[k], key); k++)
+			;
+		if (k == 4 || (k == 0 && a->op != KVMM_OP_NS_CREATE))
+			ctl_die(CTL_EXIT_USAGE,
+				"ns: unknown setting '%s' (%s max, min, low, priority)", key,
+				a->op == KVMM_OP_NS_CREATE ? "frames," : "a pool's size is fixed;");
+		ns_amount(key, eq + 1, fields[k], &a->bytes[k]);
+		a->req.valid |= bits[k];
+	}
+	if (a->op == KVMM_OP_NS_DELETE && ctl.force)
+		a->req.flags = KVMM_NS_F_FORCE;
+	if (a->op == KVMM_OP_NS_SET && !a->req.valid)
+		ctl_die(CTL_EXIT_USAGE, "ns set: nothing to set (max=, min=, low=, priority=)");
+	if (a->op == KVMM_OP_NS_CREATE && !(a->req.valid & KVMM_NS_SET_FRAMES) &&
+	    (!(a->req.valid & KVMM_NS_SET_MAX) || a->req.max_frames == KVMM_LIMIT_NONE))
+		ctl_die(CTL_EXIT_USAGE, "ns create: give its size, frames= or max=");
+}
+
+static void verb_ns(kvmm_admin_t *h, struct ns_args *a)
+{
+	const struct kvmm_hello_rep *hello = kvmm_admin_hello(h);
+	uint64_t ps = hello && hello->page_size ? hello->page_size : 0;
+	uint64_t *fields[4] = {&a->req.frames, &a->req.max_frames, &a->req.min_frames,
+			       &a->req.low_frames};
+	const char *what = a->op == KVMM_OP_NS_CREATE ? "ns create"
+			   : a->op == KVMM_OP_NS_SET  ? "ns set"
+						      : "ns delete";
+	int ret, k;
+
+	for (k = 0; k < 4; k++) {
+		if (!a->bytes[k])
+			continue;
+		if (!ps)
+			ctl_die(CTL_EXIT_DAEMON, "%s: the daemon gave no page size", what);
+		/* protections cover the bytes asked (rounded up), sizes and max what fits */
+		*fields[k] = k >= 2 ? (a->bytes[k] + ps - 1) / ps : a->bytes[k] / ps;
+	}
+	ret = kvmm_admin_ns(h, a->op, &a->req);
+	if (ret == -ENOENT)
+		ctl_die(CTL_EXIT_DAEMON, "%s: no namespace '%s'", what, a->req.ns);
+	if (ret == -EEXIST)
+		ctl_die(CTL_EXIT_DAEMON, "%s: namespace '%s' exists", what, a->req.ns);
+	if (ret == -ENOSPC)
+		ctl_die(CTL_EXIT_DAEMON,
+			"%s: no room: the pool has too few frames no namespace holds "
+			"(kvmmctl meminfo), or 32 namespaces exist",
+			what);
+	if (ret == -EBUSY)
+		ctl_die(CTL_EXIT_DAEMON,
+			"%s: '%s' is busy: clients are attached (--force shuts them out), or it "
+			"is the last namespace",
+			what, a->req.ns);
+	if (ret == -EINVAL)
+		ctl_die(CTL_EXIT_DAEMON,
+			"%s: the daemon refused the settings (min <= low <= max <= the pool's "
+			"frames; a pool's size cannot change)",
+			what);
+	if (ret)
+		ctl_die_status(what, ret);
+	if (a->op == KVMM_OP_NS_DELETE)
+		printf("%s: deleted\n", a->req.ns);
+	else
+		printf("%s: %s\n", a->req.ns, a->op == KVMM_OP_NS_CREATE ? "created" : "set");
+}
+
 static void verb_drop_caches(kvmm_admin_t *h, int argc, char **argv)
 {
 	uint32_t flags = 0;
@@ -973,6 +1161,9 @@ static void usage(FILE *f)
 		"  top                    live view, refreshed every second (q quits)\n"
 		"Admin verbs:\n"
 		"  limit NS FRAMES|none [PRIORITY]   set a namespace's limit\n"
+		"  ns create NS frames=N|SIZE [max=N|SIZE|none] [min=..] [low=..] [priority=P]\n"
+		"  ns set NS [max=..] [min=..] [low=..] [priority=P]   change a live namespace\n"
+		"  ns delete NS [--force]            delete one (--force: shut its clients out)\n"
 		"  drop-caches [device] [swap]       drop unmapped cached pages (device: the\n"
 		"                                    pool, the default; swap: demoted ones)\n"
 		"  reclaim FRAMES [--noswap]         reclaim up to FRAMES cached frames\n"
@@ -995,6 +1186,7 @@ static void usage(FILE *f)
 		"      --clear         trace: like --dump, then forget those events\n"
 		"      --frames        sizes in frames, not bytes\n"
 		"      --noswap        reclaim: drop cache only, swap nothing out\n"
+		"      --force         ns delete: even with clients attached (they are shut out)\n"
 		"  -h, --help, -V, --version\n"
 		"\n"
 		"Exit status: 0 ok, 1 the daemon answered an error, 2 bad arguments, 3 no daemon,\n"
@@ -1004,22 +1196,16 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"socket", required_argument, NULL, 's'},
-		{"json", no_argument, NULL, 'j'},
-		{"raw", no_argument, NULL, 'r'},
-		{"ns", required_argument, NULL, 'n'},
-		{"client", required_argument, NULL, 'c'},
-		{"event", required_argument, NULL, 'e'},
-		{"count", required_argument, NULL, 1},
-		{"timeout", required_argument, NULL, 2},
-		{"dump", no_argument, NULL, 3},
-		{"clear", no_argument, NULL, 4},
-		{"frames", no_argument, NULL, 5},
-		{"noswap", no_argument, NULL, 6},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{NULL, 0, NULL, 0},
+		{"socket", required_argument, NULL, 's'}, {"json", no_argument, NULL, 'j'},
+		{"raw", no_argument, NULL, 'r'},	  {"ns", required_argument, NULL, 'n'},
+		{"client", required_argument, NULL, 'c'}, {"event", required_argument, NULL, 'e'},
+		{"count", required_argument, NULL, 1},	  {"timeout", required_argument, NULL, 2},
+		{"dump", no_argument, NULL, 3},		  {"clear", no_argument, NULL, 4},
+		{"frames", no_argument, NULL, 5},	  {"noswap", no_argument, NULL, 6},
+		{"force", no_argument, NULL, 7},	  {"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},	  {NULL, 0, NULL, 0},
 	};
+	struct ns_args ns_args;
 	const char *verb;
 	char **vargv;
 	kvmm_admin_t *h;
@@ -1084,6 +1270,9 @@ int main(int argc, char **argv)
 		case 6:
 			ctl.noswap = true;
 			break;
+		case 7:
+			ctl.force = true;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -1122,7 +1311,7 @@ int main(int argc, char **argv)
 				{"swap", 0, 0},	     {"trace", 0, 0},	    {"top", 0, 0},
 				{"limit", 2, 3},     {"drop-caches", 0, 2}, {"reclaim", 1, 1},
 				{"swapon", 2, 4},    {"swapoff", 1, 2},	    {"fault", 1, 8},
-				{"remote", 0, 0},
+				{"remote", 0, 0},    {"ns", 2, 8},
 			};
 			size_t k;
 
@@ -1140,6 +1329,8 @@ int main(int argc, char **argv)
 			if (ctl.json && ctl.raw)
 				ctl_die(CTL_EXIT_USAGE, "--json and --raw exclude each other");
 		}
+		if (!strcmp(verb, "ns"))
+			ns_parse_args(vargc, vargv, &ns_args);
 		h = ctl_connect();
 		ctl_handle = h;
 		if (!strcmp(verb, "status"))
@@ -1180,6 +1371,8 @@ int main(int argc, char **argv)
 			verb_swapon(h, vargc, vargv, false);
 		else if (!strcmp(verb, "fault"))
 			verb_fault(h, vargc, vargv);
+		else if (!strcmp(verb, "ns"))
+			verb_ns(h, &ns_args);
 		kvmm_admin_close(h);
 	}
 	return fflush(stdout) ? CTL_EXIT_DAEMON : 0;

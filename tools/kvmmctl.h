@@ -29,7 +29,7 @@ struct ctl_opts {
 	uint64_t count;
 	uint32_t events; /* trace: event mask, 0 = all */
 	int timeout_ms;
-	bool json, raw, dump, clear, frames, noswap;
+	bool json, raw, dump, clear, frames, noswap, force;
 };
 
 extern struct ctl_opts ctl;

@@ -294,6 +294,9 @@ enum kvmm_op {
 	KVMM_OP_SWAPOFF = 0x020f,      /* struct kvmm_swapoff_req -> no payload */
 	KVMM_OP_FAULT_INJECT = 0x0210, /* struct kvmm_fault_inject_req -> no payload */
 	KVMM_OP_REMOTE = 0x0211,       /* read verb: the remote tier's counters */
+	KVMM_OP_NS_CREATE = 0x0212,    /* struct kvmm_ns_req -> no payload (live namespaces) */
+	KVMM_OP_NS_SET = 0x0213,       /* struct kvmm_ns_req -> no payload */
+	KVMM_OP_NS_DELETE = 0x0214,    /* struct kvmm_ns_req (ns, flags) -> no payload */
 
 	/* events */
 	KVMM_OP_PREEMPT = 0x0300,  /* struct kvmm_preempt_event */
@@ -310,7 +313,7 @@ enum kvmm_op {
 /* The last opcode of each range in this version (they move when a version appends ops). */
 #define KVMM_OP_SESSION_LAST KVMM_OP_PING
 #define KVMM_OP_MEM_LAST KVMM_OP_SEQ_SALT
-#define KVMM_OP_ADMIN_LAST KVMM_OP_REMOTE
+#define KVMM_OP_ADMIN_LAST KVMM_OP_NS_DELETE
 #define KVMM_OP_EVENT_LAST KVMM_OP_SHUTDOWN
 
 static inline unsigned int kvmm_op_base(unsigned int op)
@@ -1520,6 +1523,40 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_limit_req, low_frames, 40);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_limit_req, priority, 48);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_limit_req, valid, 52);
 
+/*
+ * NS_CREATE, NS_SET and NS_DELETE: a namespace created, changed or deleted while the daemon
+ * runs (Documentation/admin-guide/kvmmd.md, "Live namespaces").  valid says which fields
+ * apply; NS_CREATE needs frames or a max (its pool's size: frames, else max), NS_SET takes
+ * anything but frames (a pool's size is fixed), NS_DELETE takes none, only flags.
+ */
+#define KVMM_NS_SET_FRAMES (1U << 0)   /* NS_CREATE: frames of its pool */
+#define KVMM_NS_SET_MAX (1U << 1)      /* max_frames: hard limit, KVMM_LIMIT_NONE for none */
+#define KVMM_NS_SET_MIN (1U << 2)      /* min_frames: never reclaimed by others' pressure */
+#define KVMM_NS_SET_LOW (1U << 3)      /* low_frames: reclaimed only after the unprotected */
+#define KVMM_NS_SET_PRIORITY (1U << 4) /* priority, -1000..1000 */
+#define KVMM_NS_SET_ALL 0x1fU
+#define KVMM_NS_F_FORCE (1U << 0) /* NS_DELETE: shut its clients out first (else -EBUSY) */
+
+struct kvmm_ns_req {
+	char ns[KVMM_NAME_LEN]; /* kvmm_name_check() */
+	uint64_t frames;
+	uint64_t max_frames;
+	uint64_t min_frames;
+	uint64_t low_frames;
+	int32_t priority;
+	uint32_t valid;	   /* KVMM_NS_SET_* */
+	uint32_t flags;	   /* KVMM_NS_F_* */
+	uint32_t reserved; /* 0 */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_ns_req, 80);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ns_req, frames, 32);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ns_req, max_frames, 40);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ns_req, min_frames, 48);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ns_req, low_frames, 56);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ns_req, priority, 64);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ns_req, valid, 68);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ns_req, flags, 72);
+
 #define KVMM_DROP_F_DEVICE (1U << 0) /* drop clean, unmapped cached pages from the pool */
 #define KVMM_DROP_F_SWAP (1U << 1)   /* and cached copies held only in swap tiers */
 
@@ -1719,6 +1756,9 @@ enum kvmm_reply_head {
 	X(FAULT_INJECT, "fault_inject", KVMM_OPF_ADMIN,                                           \
 	  KVMM_PL_FIXED(struct kvmm_fault_inject_req), KVMM_RH_NONE)                              \
 	X(REMOTE, "remote", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)   \
+	X(NS_CREATE, "ns_add", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_ns_req), KVMM_RH_NONE)   \
+	X(NS_SET, "ns_set", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_ns_req), KVMM_RH_NONE)      \
+	X(NS_DELETE, "ns_del", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_ns_req), KVMM_RH_NONE)   \
 	/* events */                                                                              \
 	X(PREEMPT, "preempt", KVMM_OPF_EVENT, KVMM_PL_FIXED(struct kvmm_preempt_event),           \
 	  KVMM_RH_NONE)                                                                           \

@@ -41,17 +41,20 @@ static int select_ns(struct kvmm_server *srv, const char *name, struct kvmm_ipc_
 	if (kvmm_name_check(name))
 		return -EINVAL;
 	for (i = 0; i < srv->nr_ns; i++) {
-		if (!memcmp(srv->ns[i].cfg.name, name, KVMM_NAME_LEN)) {
-			*one = &srv->ns[i];
+		if (!memcmp(srv->ns[i]->cfg.name, name, KVMM_NAME_LEN)) {
+			*one = srv->ns[i];
 			return 0;
 		}
 	}
 	return -ENOENT;
 }
 
-#define for_each_selected(srv, n, one)                                        \
-	for ((n) = (one) ? (one) : (srv)->ns; (n) < (srv)->ns + (srv)->nr_ns; \
-	     (n) = (one) ? (srv)->ns + (srv)->nr_ns : (n) + 1)
+/* Each selected namespace: @one alone, or every one (srv->ns is an array of pointers). */
+#define for_each_selected(srv, n, one)                                                   \
+	for (unsigned int sel_i_ = 0;                                                    \
+	     ((n) = (one) ? (sel_i_ ? NULL : (one))                                      \
+			  : (sel_i_ < (srv)->nr_ns ? (srv)->ns[sel_i_] : NULL)) != NULL; \
+	     sel_i_++)
 
 /* ---- read verbs ------------------------------------------------------------------------------ */
 
@@ -87,12 +90,12 @@ static void kmalloc_out(struct kvmm_out *o)
  */
 static void devices_out(struct kvmm_server *srv, struct kvmm_out *o)
 {
-	for (uint32_t k = 0; srv->cfg.device_info && k < srv->ns[0].nr_devices; k++) {
+	for (uint32_t k = 0; srv->cfg.device_info && k < srv->ns[0]->nr_devices; k++) {
 		char tag[32], id[48];
 		uint8_t u[16];
 		int ord;
 
-		if (srv->cfg.device_info(&srv->ns[0].pool->be, k, &ord, u))
+		if (srv->cfg.device_info(&srv->ns[0]->pool->be, k, &ord, u))
 			break;
 		snprintf(id, sizeof(id),
 			 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
@@ -134,7 +137,7 @@ static void status_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct 
 	kvmm_out_u64(o, "Namespaces", one ? 1 : srv->nr_ns, NULL);
 	kvmm_out_u64(o, "PageSize", srv->cfg.page_size, "bytes");
 	/* a tensor-parallel group: every frame is PageSize bytes on each device */
-	kvmm_out_u64(o, "Devices", srv->ns[0].nr_devices ? srv->ns[0].nr_devices : 1, NULL);
+	kvmm_out_u64(o, "Devices", srv->ns[0]->nr_devices ? srv->ns[0]->nr_devices : 1, NULL);
 	devices_out(srv, o);
 	kvmm_out_u64(o, "Frames", frames, "frames");
 	kvmm_out_u64(o, "FramesFree", nfree, "frames");
@@ -193,8 +196,12 @@ static void meminfo_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct
 		kvmm_out_u64(o, "Cached", s.cached, "frames");
 		kvmm_out_u64(o, "Used", s.used, "frames");
 		/* no line (no JSON key) without a limit: the pool's size is not one */
-		if (n->ns->limit)
+		if (s.limit)
 			kvmm_out_u64(o, "Limit", s.limit, "frames");
+		if (s.min)
+			kvmm_out_u64(o, "Min", s.min, "frames");
+		if (s.low)
+			kvmm_out_u64(o, "Low", s.low, "frames");
 		kvmm_out_u64(o, "Peak", s.peak, "frames");
 		kvmm_out_u64(o, "Shared", s.shared, "frames");
 		kvmm_out_u64(o, "Pinned", s.pinned, "frames");
@@ -330,7 +337,10 @@ static void namespaces_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, str
 		kvmm_out_str(o, "name", s.name);
 		kvmm_out_u64(o, "id", s.id, NULL);
 		kvmm_out_u64(o, "frames", s.frames, NULL);
-		kvmm_out_u64(o, "limit", s.limit, NULL);
+		/* "-" / null without one: the pool's size is not a limit */
+		kvmm_out_u64_opt(o, "limit", s.limit, NULL);
+		kvmm_out_u64_opt(o, "min", s.min, NULL);
+		kvmm_out_u64_opt(o, "low", s.low, NULL);
 		kvmm_out_u64(o, "used", s.used, NULL);
 		kvmm_out_u64(o, "cached", s.cached, NULL);
 		kvmm_out_s64(o, "priority", s.priority, NULL);
@@ -566,6 +576,7 @@ static void swap_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct kv
 			kvmm_out_u64(o, "bytes_out", ti.bytes_out, NULL);
 			kvmm_out_u64(o, "bytes_in", ti.bytes_in, NULL);
 			kvmm_out_u64(o, "failures", ti.failures, NULL);
+			kvmm_out_u64(o, "csum_bad", ti.csum_bad, NULL);
 			kvmm_out_u64(o, "direct", ti.direct, NULL);
 			/* a file tier's warm-restart index (swap_index.c) */
 			if (ti.indexed) {
@@ -725,8 +736,8 @@ static int do_limit(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	ret = select_ns(s->srv, req.ns, &n);
 	if (ret)
 		return ret;
-	if (req.valid & KVMM_LIMIT_SET_LOW)
-		return -EOPNOTSUPP; /* no low protection in the core yet */
+	if ((req.valid & KVMM_LIMIT_SET_LOW) && req.low_frames > UINT32_MAX)
+		return -EINVAL;
 	if ((req.valid & KVMM_LIMIT_SET_MAX) && req.max_frames != KVMM_LIMIT_NONE &&
 	    (req.max_frames == 0 || req.max_frames > UINT32_MAX))
 		return -EINVAL;
@@ -738,8 +749,14 @@ static int do_limit(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 			lim = 0;
 		ret = kvmm_ns_set_limit(n->ns, lim);
 	}
+	if (!ret && (req.valid & KVMM_LIMIT_SET_LOW))
+		ret = kvmm_ns_set_protection(n->ns, n->ns->min, (uint32_t)req.low_frames);
 	if (!ret && (req.valid & KVMM_LIMIT_SET_PRIORITY))
 		n->ns->priority = req.priority;
+	/* the namespace's settings as a reload compares them */
+	n->cfg.limit = n->ns->limit;
+	n->cfg.low = n->ns->low;
+	n->cfg.priority = n->ns->priority;
 	pthread_mutex_unlock(&n->pool->lock);
 	if (!ret)
 		kvmm_notice("ipc: client %u set limits of %s", s->id, n->cfg.name);
@@ -758,7 +775,7 @@ static uint64_t reclaim_all(struct kvmm_server *srv, uint64_t want, bool full)
 	unsigned int i;
 
 	for (i = 0; i < srv->nr_ns && done < want; i++) {
-		struct kvmm_pool *pool = srv->ns[i].pool;
+		struct kvmm_pool *pool = srv->ns[i]->pool;
 
 		pthread_mutex_lock(&pool->lock);
 		while (done < want) {
@@ -781,7 +798,7 @@ static uint64_t drop_swap_all(struct kvmm_server *srv)
 	unsigned int i;
 
 	for (i = 0; i < srv->nr_ns; i++) {
-		struct kvmm_pool *pool = srv->ns[i].pool;
+		struct kvmm_pool *pool = srv->ns[i]->pool;
 
 		pthread_mutex_lock(&pool->lock);
 		done += kvmm_swap_drop_cached(pool);

@@ -188,6 +188,19 @@ void kvmm_out_frame(struct kvmm_out *o, const char *tag, uint32_t frame)
 	kvmm_out_u64(o, tag, frame, NULL);
 }
 
+/* A count that may be absent (a limit): "-" / null when @v is 0. */
+void kvmm_out_u64_opt(struct kvmm_out *o, const char *tag, uint64_t v, const char *unit)
+{
+	if (v) {
+		kvmm_out_u64(o, tag, v, unit);
+	} else if (o->json) {
+		kvmm_out_key(o, tag);
+		kvmm_tprintf(&o->t, "null");
+	} else {
+		text_fact(o, tag, "-", NULL);
+	}
+}
+
 void kvmm_out_str(struct kvmm_out *o, const char *tag, const char *s)
 {
 	if (o->json) {

@@ -43,6 +43,8 @@ void kvmm_out_u64(struct kvmm_out *o, const char *tag, uint64_t v, const char *u
 void kvmm_out_s64(struct kvmm_out *o, const char *tag, int64_t v, const char *unit);
 /* A frame number, or "-" / null when none. */
 void kvmm_out_frame(struct kvmm_out *o, const char *tag, uint32_t frame);
+/* a count where 0 means none (a limit): "-" in text, null in JSON */
+void kvmm_out_u64_opt(struct kvmm_out *o, const char *tag, uint64_t v, const char *unit);
 void kvmm_out_str(struct kvmm_out *o, const char *tag, const char *s);
 /* The whole answer's document: { } in JSON, nothing in text. */
 void kvmm_out_open(struct kvmm_out *o);

@@ -24,8 +24,8 @@ static const char *pool_ns_name(struct kvmm_server *srv, uint64_t pool)
 	unsigned int i;
 
 	for (i = 0; i < srv->nr_ns; i++)
-		if ((uint64_t)(uintptr_t)srv->ns[i].pool == pool)
-			return srv->ns[i].cfg.name;
+		if ((uint64_t)(uintptr_t)srv->ns[i]->pool == pool)
+			return srv->ns[i]->cfg.name;
 	return "";
 }
 

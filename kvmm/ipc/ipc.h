@@ -122,14 +122,22 @@ struct kvmm_session {
 struct kvmm_server {
 	struct kvmm_server_config cfg; /* copy; socket_path and ns point into this struct */
 	char *socket_path;
-	struct kvmm_ipc_ns *ns;
+	/*
+	 * The namespaces, nr_ns of them in order of creation.  Each lives in its own allocation
+	 * (sessions and hooks point at it), so one deleted at run time (ns_live.c) only shifts
+	 * the pointers after it.
+	 */
+	struct kvmm_ipc_ns **ns;
 	unsigned int nr_ns;
 	uid_t owner_uid;
 	struct kvmm_host_backend host; /* the pools' backend unless cfg->backend is another */
 
 	int listen_fd;
 	int epoll_fd;
-	int stop_fd;	/* eventfd written by kvmm_server_stop() */
+	int stop_fd;   /* eventfd written by kvmm_server_stop() */
+	int reload_fd; /* eventfd written by kvmm_server_reload() (SIGHUP) */
+	void (*reload_fn)(struct kvmm_server *srv, void *arg);
+	void *reload_arg;
 	int reserve_fd; /* spare fd given up to accept-and-close when out of fds */
 	bool socket_bound;
 
@@ -281,6 +289,15 @@ int kvmm_dp_append_frames(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t
 
 /* At create, per namespace pool: hooks, the configured tiers and fault points, kvswapd. */
 int kvmm_swapd_setup(struct kvmm_server *srv, struct kvmm_ipc_ns *n);
+
+/* ---- namespaces' pools (server.c) and live namespaces (ns_live.c) --------------------- */
+
+/* Make @n's pool, namespace, swap tiers, kvswapd, chunk fds from n->cfg.  0 or -errno. */
+int kvmm_ipc_ns_open(struct kvmm_server *srv, struct kvmm_ipc_ns *n);
+/* A namespace's settings are sound on their own (name, sizes, limits, ids).  0 or -EINVAL. */
+int kvmm_ipc_ns_config_check(const struct kvmm_ns_config *c);
+/* NS_CREATE, NS_SET, NS_DELETE */
+void kvmm_admin_ns(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr);
 /* Loop: send pending PREEMPT events, free victims that are not pinned. Cheap when none. */
 void kvmm_swapd_preempt_run(struct kvmm_server *srv);
 /* Admin verbs (the pool locks are taken inside): 0 or -errno. */

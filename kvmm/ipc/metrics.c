@@ -295,7 +295,7 @@ int kvmm_obs_metrics_text(struct kvmm_server *srv, char **out, size_t *outlen)
 	if (!snap)
 		return -ENOMEM;
 	for (i = 0; i < srv->nr_ns; i++)
-		kvmm_obs_ns_snapshot(&srv->ns[i], &snap[i]);
+		kvmm_obs_ns_snapshot(srv->ns[i], &snap[i]);
 	kvmm_obs_server_stats(srv, &st);
 
 	family(&b, "kvmm_frames", "gauge", "Frames of a namespace's pool by state.");
@@ -316,7 +316,21 @@ int kvmm_obs_metrics_text(struct kvmm_server *srv, char **out, size_t *outlen)
 	NS_GAUGE("kvmm_pool_frames", "Frames in a namespace's pool.", frames);
 	NS_GAUGE("kvmm_namespace_used_frames", "Mapped frames charged to the namespace.", used);
 	NS_GAUGE("kvmm_namespace_cached_frames", "Cached frames charged to the namespace.", cached);
-	NS_GAUGE("kvmm_namespace_limit_frames", "The namespace's frame limit.", limit);
+	/* limits and protections: no sample for a namespace without one (not its pool's size) */
+#define NS_GAUGE_OPT(metric, help, field)                                              \
+	do {                                                                           \
+		family(&b, metric, "gauge", help);                                     \
+		for (i = 0; i < srv->nr_ns; i++)                                       \
+			if (snap[i].field)                                             \
+				bprintf(&b, metric "{namespace=\"%s\"} %" PRIu64 "\n", \
+					snap[i].name, (uint64_t)snap[i].field);        \
+	} while (0)
+	NS_GAUGE_OPT("kvmm_namespace_limit_frames", "The namespace's frame limit (max), if any.",
+		     limit);
+	NS_GAUGE_OPT("kvmm_namespace_min_frames", "Frames others' pressure never reclaims.", min);
+	NS_GAUGE_OPT("kvmm_namespace_low_frames", "Frames reclaimed only after unprotected ones.",
+		     low);
+#undef NS_GAUGE_OPT
 	NS_GAUGE("kvmm_shared_frames", "Mapped frames shared by more than one sequence.", shared);
 	NS_GAUGE("kvmm_pinned_frames", "Mapped frames pinned by an engine step.", pinned);
 	NS_GAUGE("kvmm_page_cache_entries", "Sealed pages indexed in the prefix cache.", pagecache);
@@ -342,7 +356,7 @@ int kvmm_obs_metrics_text(struct kvmm_server *srv, char **out, size_t *outlen)
 	bprintf(&b, "kvmm_page_size_bytes %" PRIu64 "\n", srv->cfg.page_size);
 	family(&b, "kvmm_devices", "gauge",
 	       "Devices mirroring each frame (a tensor-parallel group; 1 otherwise).");
-	bprintf(&b, "kvmm_devices %u\n", srv->ns[0].nr_devices ? srv->ns[0].nr_devices : 1u);
+	bprintf(&b, "kvmm_devices %u\n", srv->ns[0]->nr_devices ? srv->ns[0]->nr_devices : 1u);
 	family(&b, "kvmm_clients", "gauge", "Client connections open.");
 	bprintf(&b, "kvmm_clients %" PRIu64 "\n", st.clients);
 #define SRV_COUNTER(metric, help, field)                                 \

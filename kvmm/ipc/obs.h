@@ -53,6 +53,7 @@ struct kvmm_obs_ns {
 	char name[KVMM_NAME_LEN];
 	uint32_t id;
 	uint64_t frames, free, magazine, mapped, cached, used, limit, peak;
+	uint64_t min, low; /* protections (ns.c); limit, min, low: 0 = none */
 	uint64_t active, inactive, pagecache, shared, pinned;
 	uint64_t wmark_min, wmark_low, wmark_high;
 	uint64_t clients, chunks;

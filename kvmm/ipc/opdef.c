@@ -108,6 +108,9 @@ static const struct kvmm_ipc_opdef opdefs[KVMM_OP_COUNT] = {
 	OP(SWAPOFF) = {.handle = kvmm_admin_swapoff},
 	OP(FAULT_INJECT) = {.handle = kvmm_admin_fault_inject},
 	OP(REMOTE) = {.report = kvmm_admin_remote},
+	OP(NS_CREATE) = {.handle = kvmm_admin_ns},
+	OP(NS_SET) = {.handle = kvmm_admin_ns},
+	OP(NS_DELETE) = {.handle = kvmm_admin_ns},
 	/* events: sent, never handled */
 	OP(PREEMPT) = {0},
 	OP(SHUTDOWN) = {0},

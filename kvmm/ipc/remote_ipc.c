@@ -59,7 +59,7 @@ int kvmm_ipc_remote_setup(struct kvmm_server *srv)
 	int ret;
 
 	for (i = 0; i < srv->nr_ns; i++) {
-		struct kvmm_ipc_ns *n = &srv->ns[i];
+		struct kvmm_ipc_ns *n = srv->ns[i];
 
 		/* its secret_file was applied when the pool was made (server.c) */
 		if (!n->cfg.have_secret)
@@ -338,7 +338,7 @@ int kvmm_admin_remote(struct kvmm_server *srv, struct kvmm_ipc_ns *one __maybe_u
 	if (!srv->remote)
 		return 0;
 	for (i = 0; i < srv->nr_ns; i++)
-		shared += srv->ns[i].cfg.have_secret;
+		shared += srv->ns[i]->cfg.have_secret;
 	kvmm_remote_get_stats(srv->remote, &st);
 	kvmm_out_str(o, "Seeds", srv->cfg.remote.cfg.redis.seeds);
 	kvmm_out_str(o, "Policy",

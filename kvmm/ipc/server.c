@@ -52,7 +52,7 @@
 #define KVMM_SPIN_SYS_NS 20000ULL
 
 /* epoll tags for the two non-session fds: any two distinct addresses would do */
-static char tag_listen, tag_stop, tag_obs, tag_remote;
+static char tag_listen, tag_stop, tag_obs, tag_remote, tag_reload;
 
 static uint64_t now_ns(void)
 {
@@ -70,13 +70,12 @@ static int check_config(const struct kvmm_server_config *cfg)
 
 	if (!cfg->socket_path || !cfg->socket_path[0] || !cfg->ns || !cfg->nr_ns)
 		return -EINVAL;
-	if (cfg->nr_ns >= KVMM_MAX_NS)
+	if (cfg->nr_ns > KVMM_SERVER_MAX_NS)
 		return -EINVAL;
 	for (i = 0; i < cfg->nr_ns; i++) {
 		const struct kvmm_ns_config *n = &cfg->ns[i];
 
-		if (kvmm_name_check(n->name) || !n->nframes || n->limit > n->nframes ||
-		    n->nr_uids > KVMM_NS_MAX_IDS || n->nr_gids > KVMM_NS_MAX_IDS) {
+		if (kvmm_ipc_ns_config_check(n)) {
 			kvmm_err("ipc: namespace %d: bad name, size, limit or id list", i);
 			return -EINVAL;
 		}
@@ -90,64 +89,84 @@ static int check_config(const struct kvmm_server_config *cfg)
 	return 0;
 }
 
-static int create_pools(struct kvmm_server *srv)
+/*
+ * Make namespace @n's pool (its frames, namespace, secret, swap tiers, kvswapd, chunk fds).
+ * On failure the caller destroys n->pool (NULL-safe).  Used at create and by ns_live.c.
+ */
+int kvmm_ipc_ns_open(struct kvmm_server *srv, struct kvmm_ipc_ns *n)
+{
+	struct kvmm_pool_params p = {
+		.page_size = srv->cfg.page_size,
+		.nframes = n->cfg.nframes,
+		.wmark_min = srv->cfg.wmark_min,
+		.wmark_low = srv->cfg.wmark_low,
+		.wmark_high = srv->cfg.wmark_high,
+		.backend = srv->cfg.backend,
+	};
+	kvmm_backend_chunks_fn chunks = srv->cfg.chunks;
+	int ret;
+
+	ret = kvmm_pool_create(&p, &n->pool);
+	if (ret) {
+		kvmm_err("ipc: namespace %s: pool of %u frames: %s", n->cfg.name, p.nframes,
+			 strerror(-ret));
+		return ret;
+	}
+	n->nr_devices = n->pool->be.nr_devices;
+	ret = kvmm_ns_create(n->pool, n->cfg.name,
+			     n->cfg.limit == n->cfg.nframes ? 0 : n->cfg.limit, n->cfg.priority,
+			     &n->ns);
+	if (!ret)
+		ret = kvmm_ns_set_protection(n->ns, n->cfg.min, n->cfg.low);
+	if (ret)
+		return ret;
+	/* a provisioned secret (secret_file) first: a warm restart's index must match it */
+	if (n->cfg.have_secret) {
+		ret = kvmm_ns_set_secret(n->ns, n->cfg.secret);
+		if (ret) {
+			kvmm_err("ipc: namespace %s: secret: %s", n->cfg.name, strerror(-ret));
+			return ret;
+		}
+	}
+	/* reclaim hooks, swap tiers, fault points, kvswapd (swapd.c) */
+	ret = kvmm_swapd_setup(srv, n);
+	if (ret)
+		return ret;
+	if (!chunks && kvmm_is_host_backend(&n->pool->be))
+		chunks = kvmm_host_backend_chunks;
+	if (chunks) {
+		ret = chunks(&n->pool->be, &n->fds, &n->nr_chunks, &n->chunk_size);
+		if (ret) {
+			kvmm_err("ipc: namespace %s: backend chunks: %s", n->cfg.name,
+				 strerror(-ret));
+			return ret;
+		}
+		if (n->nr_chunks > KVMM_SERVER_MAX_CHUNKS) {
+			kvmm_err("ipc: namespace %s: %u chunks, at most %u can be passed",
+				 n->cfg.name, n->nr_chunks, KVMM_SERVER_MAX_CHUNKS);
+			return -E2BIG;
+		}
+	}
+	return 0;
+}
+
+static int create_pools(struct kvmm_server *srv, const struct kvmm_ns_config *ns,
+			unsigned int nr_ns)
 {
 	unsigned int i;
 	int ret;
 
-	for (i = 0; i < srv->nr_ns; i++) {
-		struct kvmm_ipc_ns *n = &srv->ns[i];
-		struct kvmm_pool_params p = {
-			.page_size = srv->cfg.page_size,
-			.nframes = n->cfg.nframes,
-			.wmark_min = srv->cfg.wmark_min,
-			.wmark_low = srv->cfg.wmark_low,
-			.wmark_high = srv->cfg.wmark_high,
-			.backend = srv->cfg.backend,
-		};
-		kvmm_backend_chunks_fn chunks = srv->cfg.chunks;
+	for (i = 0; i < nr_ns; i++) {
+		struct kvmm_ipc_ns *n = calloc(1, sizeof(*n));
 
+		if (!n)
+			return -ENOMEM;
+		n->cfg = ns[i];
 		n->id = i + 1;
-		ret = kvmm_pool_create(&p, &n->pool);
-		if (ret) {
-			kvmm_err("ipc: namespace %s: pool of %u frames: %s", n->cfg.name, p.nframes,
-				 strerror(-ret));
-			return ret;
-		}
-		n->nr_devices = n->pool->be.nr_devices;
-		ret = kvmm_ns_create(n->pool, n->cfg.name,
-				     n->cfg.limit == n->cfg.nframes ? 0 : n->cfg.limit,
-				     n->cfg.priority, &n->ns);
+		srv->ns[srv->nr_ns++] = n;
+		ret = kvmm_ipc_ns_open(srv, n);
 		if (ret)
 			return ret;
-		/* a provisioned secret (secret_file) first: a warm restart's index must match it */
-		if (n->cfg.have_secret) {
-			ret = kvmm_ns_set_secret(n->ns, n->cfg.secret);
-			if (ret) {
-				kvmm_err("ipc: namespace %s: secret: %s", n->cfg.name,
-					 strerror(-ret));
-				return ret;
-			}
-		}
-		/* reclaim hooks, swap tiers, fault points, kvswapd (swapd.c) */
-		ret = kvmm_swapd_setup(srv, n);
-		if (ret)
-			return ret;
-		if (!chunks && kvmm_is_host_backend(&n->pool->be))
-			chunks = kvmm_host_backend_chunks;
-		if (chunks) {
-			ret = chunks(&n->pool->be, &n->fds, &n->nr_chunks, &n->chunk_size);
-			if (ret) {
-				kvmm_err("ipc: namespace %s: backend chunks: %s", n->cfg.name,
-					 strerror(-ret));
-				return ret;
-			}
-			if (n->nr_chunks > KVMM_SERVER_MAX_CHUNKS) {
-				kvmm_err("ipc: namespace %s: %u chunks, at most %u can be passed",
-					 n->cfg.name, n->nr_chunks, KVMM_SERVER_MAX_CHUNKS);
-				return -E2BIG;
-			}
-		}
 	}
 	return 0;
 }
@@ -243,7 +262,7 @@ int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server 
 	if (!srv)
 		return -ENOMEM;
 	srv->cfg = *cfg;
-	srv->listen_fd = srv->epoll_fd = srv->stop_fd = srv->reserve_fd = -1;
+	srv->listen_fd = srv->epoll_fd = srv->stop_fd = srv->reload_fd = srv->reserve_fd = -1;
 	INIT_LIST_HEAD(&srv->sessions);
 	srv->owner_uid = geteuid();
 	srv->start_ns = now_ns();
@@ -267,7 +286,7 @@ int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server 
 	if (!srv->cfg.hello_timeout_ms)
 		srv->cfg.hello_timeout_ms = KVMM_SERVER_DEFAULT_HELLO_MS;
 	srv->socket_path = strdup(cfg->socket_path);
-	srv->ns = calloc(cfg->nr_ns, sizeof(*srv->ns));
+	srv->ns = calloc(KVMM_SERVER_MAX_NS, sizeof(*srv->ns));
 	srv->rx = malloc(KVMM_MSG_MAX);
 	srv->tx = malloc(KVMM_MSG_MAX);
 	if (!srv->socket_path || !srv->ns || !srv->rx || !srv->tx) {
@@ -275,17 +294,17 @@ int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server 
 		goto out_destroy;
 	}
 	srv->cfg.socket_path = srv->socket_path;
-	srv->nr_ns = cfg->nr_ns;
-	for (i = 0; i < cfg->nr_ns; i++)
-		srv->ns[i].cfg = cfg->ns[i];
-	srv->cfg.ns = NULL; /* use srv->ns[].cfg */
+	srv->cfg.ns = NULL; /* use srv->ns[]->cfg */
+	if (!srv->cfg.total_frames)
+		for (i = 0; i < cfg->nr_ns; i++)
+			srv->cfg.total_frames += cfg->ns[i].nframes;
 	/* the host backend, configured with our chunk size, unless another one was asked for */
 	if (!cfg->backend || cfg->backend == &kvmm_host_backend_ops) {
 		kvmm_host_backend_init(&srv->host, cfg->chunk_size, 0);
 		srv->cfg.backend = &srv->host.ops;
 	}
 
-	ret = create_pools(srv);
+	ret = create_pools(srv, cfg->ns, cfg->nr_ns);
 	if (ret)
 		goto out_destroy;
 	ret = kvmm_ipc_remote_setup(srv);
@@ -295,12 +314,15 @@ int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server 
 	srv->ring_exec = kvmm_ipc_ring_exec; /* the data plane's SQEs: the same dispatch */
 	srv->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
 	srv->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	srv->reload_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	if (srv->epoll_fd < 0 || srv->stop_fd < 0 || srv->reserve_fd < 0) {
+	if (srv->epoll_fd < 0 || srv->stop_fd < 0 || srv->reload_fd < 0 || srv->reserve_fd < 0) {
 		ret = -errno;
 		goto out_destroy;
 	}
 	ret = epoll_add(srv, srv->stop_fd, EPOLLIN, &tag_stop);
+	if (!ret)
+		ret = epoll_add(srv, srv->reload_fd, EPOLLIN, &tag_reload);
 	if (ret)
 		goto out_destroy;
 	/* observability (trace ring and pump, /metrics): one fd in our set (metrics.c) */
@@ -792,6 +814,16 @@ int kvmm_server_run(struct kvmm_server *srv)
 				accept_all(srv);
 				continue;
 			}
+			if (ptr == &tag_reload) {
+				uint64_t v;
+
+				/* SIGHUP: read the counter, then re-read the config (kvmmd.c) */
+				if (read(srv->reload_fd, &v, sizeof(v)) == sizeof(v) &&
+				    srv->reload_fn)
+					srv->reload_fn(srv, srv->reload_arg);
+				/* the loop goes on with this round's other events: none was closed */
+				continue;
+			}
 			if (ptr == &tag_obs) {
 				kvmm_obs_event(srv);
 				continue;
@@ -821,6 +853,22 @@ void kvmm_server_stop(struct kvmm_server *srv)
 	(void)ret;
 }
 
+void kvmm_server_reload(struct kvmm_server *srv)
+{
+	uint64_t one = 1;
+	ssize_t ret;
+
+	ret = write(srv->reload_fd, &one, sizeof(one));
+	(void)ret;
+}
+
+void kvmm_server_set_reload(struct kvmm_server *srv, void (*fn)(struct kvmm_server *, void *),
+			    void *arg)
+{
+	srv->reload_fn = fn;
+	srv->reload_arg = arg;
+}
+
 void kvmm_server_destroy(struct kvmm_server *srv)
 {
 	struct kvmm_session *s, *tmp;
@@ -830,7 +878,7 @@ void kvmm_server_destroy(struct kvmm_server *srv)
 		return;
 	/* background reclaimers first: nothing may reclaim while sessions go */
 	for (i = 0; srv->ns && i < srv->nr_ns; i++)
-		kvmm_kswapd_stop(srv->ns[i].pool);
+		kvmm_kswapd_stop(srv->ns[i]->pool);
 	list_for_each_entry_safe (s, tmp, &srv->sessions, node)
 		session_close(s);
 	kvmm_ipc_remote_destroy(srv);
@@ -843,10 +891,14 @@ void kvmm_server_destroy(struct kvmm_server *srv)
 		close(srv->epoll_fd);
 	if (srv->stop_fd >= 0)
 		close(srv->stop_fd);
+	if (srv->reload_fd >= 0)
+		close(srv->reload_fd);
 	if (srv->reserve_fd >= 0)
 		close(srv->reserve_fd);
-	for (i = 0; srv->ns && i < srv->nr_ns; i++)
-		kvmm_pool_destroy(srv->ns[i].pool);
+	for (i = 0; srv->ns && i < srv->nr_ns; i++) {
+		kvmm_pool_destroy(srv->ns[i]->pool);
+		free(srv->ns[i]);
+	}
 	free(srv->ns);
 	free(srv->socket_path);
 	free(srv->rx);
@@ -864,7 +916,7 @@ struct kvmm_pool *kvmm_server_ns_pool(struct kvmm_server *srv, const char *name)
 	unsigned int i;
 
 	for (i = 0; i < srv->nr_ns; i++)
-		if (!strncmp(srv->ns[i].cfg.name, name, KVMM_NAME_LEN))
-			return srv->ns[i].pool;
+		if (!strncmp(srv->ns[i]->cfg.name, name, KVMM_NAME_LEN))
+			return srv->ns[i]->pool;
 	return NULL;
 }

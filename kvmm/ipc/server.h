@@ -28,7 +28,8 @@ struct kvmm_server;
 struct kvmm_ns_config {
 	char name[KVMM_NAME_LEN]; /* kvmm_name_check(), unique */
 	uint32_t nframes;	  /* frames of this namespace's pool */
-	uint32_t limit;		  /* frames, 0 = nframes */
+	uint32_t limit;		  /* frames, 0 = nframes (memcg's max) */
+	uint32_t min, low;	  /* protections in frames, 0 = none (struct kvmm_ns) */
 	int priority;
 	/*
 	 * Who may ATTACH: a peer (SO_PEERCRED) whose uid is listed, or whose primary or
@@ -107,7 +108,12 @@ struct kvmm_server_config {
 	int (*device_info)(struct kvmm_backend_ctx *be, uint32_t member, int *ordinal,
 			   uint8_t uuid[16]);
 	const struct kvmm_ns_config *ns;
-	unsigned int nr_ns;   /* >= 1 */
+	unsigned int nr_ns; /* 1 .. KVMM_SERVER_MAX_NS */
+	/*
+	 * The frames the namespaces' pools may hold together (pool_size): a namespace created at
+	 * run time takes what the others leave.  0: the sum of the configured namespaces'.
+	 */
+	uint64_t total_frames;
 	uint32_t max_clients; /* 0 = KVMM_SERVER_DEFAULT_MAX_CLIENTS */
 	/*
 	 * Lock-out defences (a local user holding every connection must not shut out root or
@@ -137,6 +143,7 @@ struct kvmm_server_config {
 };
 
 #define KVMM_SERVER_DEFAULT_TRACE 16384
+#define KVMM_SERVER_MAX_NS 32 /* namespaces at once (= KVMM_CONFIG_MAX_NS) */
 
 #define KVMM_SERVER_DEFAULT_MAX_CLIENTS 1024
 #define KVMM_SERVER_DEFAULT_HELLO_MS 5000
@@ -189,6 +196,39 @@ void kvmm_server_get_stats(struct kvmm_server *srv, struct kvmm_server_stats *st
 
 /* A client sending this many malformed or unsupported messages is disconnected. */
 #define KVMM_SERVER_MAX_BAD_MSGS 16
+
+/*
+ * Live namespaces (kvmm/ipc/ns_live.c): add namespace @c at run time (its pool, swap tiers,
+ * kvswapd), from what the other namespaces leave of total_frames.  0, -EEXIST, -ENOSPC (no
+ * room in the pool, or KVMM_SERVER_MAX_NS reached), -EINVAL, or what making the pool returns.
+ * From the server's thread only (the loop, or before it runs).
+ */
+int kvmm_server_ns_add(struct kvmm_server *srv, const struct kvmm_ns_config *c);
+/*
+ * Change namespace @c->name's max, min, low, priority and access lists (its size cannot
+ * change: a pool's frames are fixed).  0, -ENOENT, -EINVAL.
+ */
+int kvmm_server_ns_update(struct kvmm_server *srv, const struct kvmm_ns_config *c);
+/*
+ * Delete namespace @name: -EBUSY while a client is attached to it (or it is the last one),
+ * unless @force, which first detaches its clients (each gets a SHUTDOWN event and is closed).
+ * Its pool, swap tiers and cache go.  0, -ENOENT, -EBUSY.
+ */
+int kvmm_server_ns_delete(struct kvmm_server *srv, const char *name, bool force);
+/*
+ * Make the namespaces those of @cfg (a re-read config: SIGHUP): add the new ones, update the
+ * changed ones, delete those it no longer names (not forced: one with clients stays, and is
+ * reported).  Each change is logged.  The count of changes that failed, 0 when all went.
+ */
+int kvmm_server_ns_apply(struct kvmm_server *srv, const struct kvmm_ns_config *ns,
+			 unsigned int nr_ns);
+/*
+ * Ask the loop to re-read its configuration: async-signal-safe like kvmm_server_stop().  The
+ * loop calls @fn(srv, arg) (kvmmd's reload: re-read the file, kvmm_server_ns_apply()).
+ */
+void kvmm_server_reload(struct kvmm_server *srv);
+void kvmm_server_set_reload(struct kvmm_server *srv, void (*fn)(struct kvmm_server *, void *),
+			    void *arg);
 
 /*
  * Debug and test accessors.  The pool of namespace @name (NULL if none); another thread

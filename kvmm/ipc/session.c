@@ -284,7 +284,7 @@ static uint64_t supported_features(const struct kvmm_server *srv)
 	f |= pools_backend(srv) == KVMM_BACKEND_CUDA ? KVMM_FEAT_CUDA_BACKEND
 						     : KVMM_FEAT_HOST_BACKEND;
 
-	if (srv->ns[0].nr_chunks)
+	if (srv->ns[0]->nr_chunks)
 		f |= KVMM_FEAT_FD_PASSING | KVMM_FEAT_RINGS;
 	if (srv->remote)
 		f |= KVMM_FEAT_REMOTE;
@@ -308,10 +308,10 @@ void kvmm_session_op_hello(struct kvmm_session *s, const struct kvmm_msg_hdr *hd
 	rep.features_supported = supported_features(srv);
 	rep.page_size = srv->cfg.page_size;
 	for (i = 0; i < srv->nr_ns; i++)
-		frames += srv->ns[i].cfg.nframes;
+		frames += srv->ns[i]->cfg.nframes;
 	rep.nr_frames = (uint32_t)min_t(uint64_t, frames, UINT32_MAX);
 	rep.client_id = s->id;
-	rep.nr_devices = srv->ns[0].nr_devices ? srv->ns[0].nr_devices : 1; /* same backend */
+	rep.nr_devices = srv->ns[0]->nr_devices ? srv->ns[0]->nr_devices : 1; /* same backend */
 	rep.max_msg = KVMM_MSG_MAX;
 
 	if (s->state != KVMM_SESSION_NEW) {
@@ -415,8 +415,8 @@ static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	     (req.ring_entries & (req.ring_entries - 1))))
 		return -EINVAL;
 	for (i = 0; i < srv->nr_ns; i++)
-		if (!memcmp(srv->ns[i].cfg.name, req.ns, KVMM_NAME_LEN))
-			n = &srv->ns[i];
+		if (!memcmp(srv->ns[i]->cfg.name, req.ns, KVMM_NAME_LEN))
+			n = srv->ns[i];
 	/*
 	 * A missing namespace is -ENOENT only to those who may see them all (root, the admin
 	 * group, the daemon's own user); anyone else gets the -EACCES of a namespace it may not

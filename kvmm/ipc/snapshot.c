@@ -42,7 +42,9 @@ void kvmm_obs_ns_snapshot(struct kvmm_ipc_ns *n, struct kvmm_obs_ns *out)
 	out->cached = pool->nr_state[KVMM_PAGE_CACHED];
 	out->used = n->ns->used;
 	out->peak = n->ns->peak;
-	out->limit = n->ns->limit ? n->ns->limit : pool->nframes;
+	out->limit = n->ns->limit; /* 0: none (never the pool's size, which is not a limit) */
+	out->min = n->ns->min;
+	out->low = n->ns->low;
 	out->priority = n->ns->priority;
 	out->active = pool->lru.nr_active;
 	out->inactive = pool->lru.nr_inactive;

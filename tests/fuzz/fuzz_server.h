@@ -231,8 +231,8 @@ static void fz_check_pools(void)
 	struct kvmm_server *srv = fz_server();
 
 	for (unsigned int i = 0; i < srv->nr_ns; i++) {
-		struct kvmm_pool *pool = srv->ns[i].pool;
-		struct kvmm_ns *ns = srv->ns[i].ns;
+		struct kvmm_pool *pool = srv->ns[i]->pool;
+		struct kvmm_ns *ns = srv->ns[i]->ns;
 		unsigned int tiers[KVMM_SWAP_TIER_MAX];
 		unsigned int nt;
 		char why[256];
@@ -248,7 +248,7 @@ static void fz_check_pools(void)
 			fprintf(stderr,
 				"fuzz: namespace %s leaked frames: used %u cached %u, mapped %u "
 				"magazine %u cached %u, free %u of %u\n",
-				srv->ns[i].cfg.name, ns->used, ns->cached,
+				srv->ns[i]->cfg.name, ns->used, ns->cached,
 				pool->nr_state[KVMM_PAGE_MAPPED],
 				pool->nr_state[KVMM_PAGE_MAGAZINE],
 				pool->nr_state[KVMM_PAGE_CACHED], kvmm_pool_nr_free(pool),
@@ -263,13 +263,13 @@ static void fz_check_pools(void)
 				abort();
 			if (info.used || info.kept) {
 				fprintf(stderr, "fuzz: namespace %s tier %u leaked %llu slots\n",
-					srv->ns[i].cfg.name, tiers[t],
+					srv->ns[i]->cfg.name, tiers[t],
 					(unsigned long long)(info.used + info.kept));
 				abort();
 			}
 		}
 		if (kvmm_check_invariants(pool, why, sizeof(why))) {
-			fprintf(stderr, "fuzz: namespace %s: %s\n", srv->ns[i].cfg.name, why);
+			fprintf(stderr, "fuzz: namespace %s: %s\n", srv->ns[i]->cfg.name, why);
 			abort();
 		}
 		pthread_mutex_unlock(&pool->lock);

@@ -124,7 +124,7 @@ static void *fake_run(void *arg)
 		case KVMM_OP_NAMESPACES: {
 			const struct kvmm_admin_req *r = (const void *)(h + 1);
 			static const char good[] =
-				"Namespace: alpha id=1 frames=256 limit=18446744073709551615 "
+				"Namespace: alpha id=1 frames=256 limit=- "
 				"used=3 "
 				"cached=2 priority=-4 clients=1 chunks=1 shared=0 hits=5 misses=7 "
 				"pgsteal=9\n"

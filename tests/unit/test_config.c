@@ -525,6 +525,58 @@ static void finalize_bad(const char *text, const char *want)
 			 ret, err, want);
 }
 
+/*
+ * memcg-style limits (issue 26): max (limit and limit_size are its old names), min and low in
+ * frames or bytes; only the sum of min is held against the pool, a max of the whole pool or
+ * more is none, and each namespace's own settings must agree (min <= low <= max <= frames).
+ */
+static void test_min_low_max(void **state)
+{
+	struct kvmm_config_ns *a, *b, *c;
+
+	(void)state;
+	parse_ok("[daemon]\npage_size = 4K\nframes = 100\n"
+		 "[namespace a]\nframes = 40\nmax = 30\nmin = 10\nlow = 20\n"
+		 "[namespace b]\nframes = 40\nmax = 1G\nmin = 5K\nlow = 8K\n"
+		 "[namespace c]\nlimit = 90\n");
+	a = ns_named("a");
+	b = ns_named("b");
+	c = ns_named("c");
+	finalize_ok(1000);
+	assert_int_equal(a->limit, 30);
+	assert_int_equal(a->min, 10);
+	assert_int_equal(a->low, 20);
+	/* bytes: a max past the pool is none; protections round up to whole frames */
+	assert_int_equal(b->limit, 0);
+	assert_int_equal(b->min, 2);
+	assert_int_equal(b->low, 2);
+	/* the old key is max; more than its 20 frames: none (it used to stop kvmmd) */
+	assert_int_equal(c->frames, 20);
+	assert_int_equal(c->limit, 0);
+	/* max = none, and a duplicate across old and new names */
+	kvmm_config_init(cfg);
+	parse_ok("[namespace a]\nmax = none\n");
+	assert_int_equal(ns_named("a")->limit, 0);
+	kvmm_config_init(cfg);
+	assert_int_equal(kvmm_config_parse(cfg, NAME, "[namespace a]\nlimit = 5\nmax = 6\n", err,
+					   sizeof(err)),
+			 -EINVAL);
+	assert_string_equal(err, NAME ":3: 'max' given again (already set at line 2)");
+	kvmm_config_init(cfg);
+	assert_int_equal(
+		kvmm_config_parse(cfg, NAME, "[namespace a]\nmin = lots\n", err, sizeof(err)),
+		-EINVAL);
+	finalize_bad("[daemon]\nframes = 100\n[namespace a]\nframes = 50\nmin = 60\n"
+		     "[namespace b]\nframes = 50\nmin = 45\n",
+		     NAME ":2: the namespaces' min add up to 105 frames but the pool has 100");
+	finalize_bad("[daemon]\nframes = 100\n[namespace a]\nframes = 50\nmin = 60\n",
+		     NAME ":5: namespace a: min 60 frames is more than its 50 frames");
+	finalize_bad("[daemon]\nframes = 100\n[namespace a]\nmin = 20\nlow = 10\n",
+		     NAME ":5: namespace a: low (10 frames) is below min (20 frames)");
+	finalize_bad("[daemon]\nframes = 100\n[namespace a]\nmax = 10\nlow = 20\n",
+		     NAME ":4: namespace a: max 10 frames is below its min or low");
+}
+
 static void test_finalize_errors(void **state)
 {
 	(void)state;
@@ -894,6 +946,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_long_line, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_check_memory, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_finalize_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_min_low_max, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_flags_override, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_load, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_print_round_trip, setup, teardown),

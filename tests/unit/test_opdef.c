@@ -70,6 +70,9 @@ static bool enumerated(unsigned int op)
 	case KVMM_OP_SWAPOFF:
 	case KVMM_OP_FAULT_INJECT:
 	case KVMM_OP_REMOTE:
+	case KVMM_OP_NS_CREATE:
+	case KVMM_OP_NS_SET:
+	case KVMM_OP_NS_DELETE:
 	case KVMM_OP_PREEMPT:
 	case KVMM_OP_SHUTDOWN:
 		return true;

@@ -400,6 +400,64 @@ static void test_provisioned_secret(void **state)
 	stop(&r);
 }
 
+/*
+ * Swap-in checksums: a demoted page whose bytes in the file changed while kvmmd runs is never
+ * installed: the read fails its slot's checksum, the page is dropped (its entry goes, the
+ * lookup misses from there), counted; the blocks before it still hit with their bytes.
+ */
+static void test_swapin_checksum_cached(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_swap_tier_info ti;
+	struct run r;
+
+	fresh(f);
+	assert_int_equal(start(f, &r, "t", true), 0);
+	first_life(f, &r);
+	poke(f->path, (off_t)(f->slot_of[3] * PAGE_SZ + 100));
+	assert_int_equal(lookup_check(f, &r), 3);
+	assert_int_equal(kvmm_swap_tier_info(r.pool, TIER, &ti), 0);
+	assert_int_equal(ti.csum_bad, 1);
+	assert_int_equal(r.pool->stat[KVMM_STAT_SWAP_CSUM_BAD], 1);
+	/* gone, not retried: the next lookup misses at once */
+	assert_int_equal(lookup_check(f, &r), 3);
+	assert_int_equal(r.pool->stat[KVMM_STAT_SWAP_CSUM_BAD], 1);
+	stop(&r);
+}
+
+/* A sequence's swapped page that fails its checksum: the fault fails, the sequence is lost. */
+static void test_swapin_checksum_seq(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *seq;
+	uint32_t b;
+	struct run r;
+
+	fresh(f);
+	assert_int_equal(start(f, &r, "t", true), 0);
+	assert_int_equal(kvmm_mm_seq_create(r.as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, NB * f->tpp, f->tokens), 0);
+	for (b = 0; b < NB; b++)
+		memcpy(kvmm_pool_frame_addr(r.pool, kvmm_mm_seq_frame(seq, b)), f->want[b],
+		       PAGE_SZ);
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, NB), (int)NB);
+	assert_true(kvmm_pte_is_swap(seq->pte[2]));
+	poke(f->path, (off_t)(kvmm_pte_swap_slot(seq->pte[2]) * PAGE_SZ + 7));
+	assert_true(kvmm_mm_seq_fault(seq, 0, NB) < 0);
+	assert_true(seq->flags & KVMM_SEQ_F_PREEMPTED);
+	assert_int_equal(r.pool->stat[KVMM_STAT_SWAP_CSUM_BAD], 1);
+	/* what did come back is its own; the bad block is still not resident */
+	for (b = 0; b < NB; b++)
+		if (kvmm_pte_is_present(seq->pte[b]))
+			assert_memory_equal(kvmm_pool_frame_addr(r.pool, kvmm_mm_seq_frame(seq, b)),
+					    f->want[b], PAGE_SZ);
+	assert_false(kvmm_pte_is_present(seq->pte[2]));
+	check_inv(r.pool);
+	kvmm_mm_seq_free(seq);
+	check_inv(r.pool);
+	stop(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -411,6 +469,8 @@ int main(void)
 		cmocka_unit_test(test_set_secret),
 		cmocka_unit_test(test_moved_down_indexed),
 		cmocka_unit_test(test_provisioned_secret),
+		cmocka_unit_test(test_swapin_checksum_cached),
+		cmocka_unit_test(test_swapin_checksum_seq),
 	};
 
 	return cmocka_run_group_tests_name("swap_index", tests, setup, teardown);

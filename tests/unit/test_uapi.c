@@ -394,6 +394,9 @@ static const struct op_case op_cases[] = {
 	{KVMM_OP_SWAPOFF, 0x020f, "swapoff"},
 	{KVMM_OP_FAULT_INJECT, 0x0210, "fault_inject"},
 	{KVMM_OP_REMOTE, 0x0211, "remote"},
+	{KVMM_OP_NS_CREATE, 0x0212, "ns_add"},
+	{KVMM_OP_NS_SET, 0x0213, "ns_set"},
+	{KVMM_OP_NS_DELETE, 0x0214, "ns_del"},
 	{KVMM_OP_PREEMPT, 0x0300, "preempt"},
 	{KVMM_OP_SHUTDOWN, 0x0301, "shutdown"},
 };
@@ -428,7 +431,7 @@ static void test_op_values_and_names(void **state)
 	assert_int_equal(KVMM_OP_REPLY, 0x8000);
 	assert_int_equal(KVMM_OP_SESSION_LAST, KVMM_OP_PING);
 	assert_int_equal(KVMM_OP_MEM_LAST, KVMM_OP_SEQ_SALT);
-	assert_int_equal(KVMM_OP_ADMIN_LAST, KVMM_OP_REMOTE);
+	assert_int_equal(KVMM_OP_ADMIN_LAST, KVMM_OP_NS_DELETE);
 	assert_int_equal(KVMM_OP_EVENT_LAST, KVMM_OP_SHUTDOWN);
 }
 
@@ -466,7 +469,7 @@ static void test_op_name_exhaustive(void **state)
 	assert_string_equal(kvmm_op_name(KVMM_OP_NONE), "?");
 	assert_string_equal(kvmm_op_name(0x0006), "?");
 	assert_string_equal(kvmm_op_name(0x0111), "?");
-	assert_string_equal(kvmm_op_name(0x0212), "?");
+	assert_string_equal(kvmm_op_name(0x0215), "?");
 	assert_string_equal(kvmm_op_name(0x0302), "?");
 	assert_string_equal(kvmm_op_name(0x0400), "?");
 	assert_string_equal(kvmm_op_name(0x7fff), "?");

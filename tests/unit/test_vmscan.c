@@ -5,7 +5,9 @@
  * REFERENCED and a second reuse promotes, reclaim evicts from the inactive tail giving
  * referenced pages a second chance, refills the inactive list from the active tail, is
  * restricted to one namespace when asked, and is what a namespace limit and the min
- * watermark fall back on before -ENOMEM, as are the owner's shrinkers (kvmm/shrinker.c).  Every test ends with kvmm_check_invariants().
+ * watermark fall back on before -ENOMEM, as are the owner's shrinkers (kvmm/shrinker.c), and
+ * honours the namespaces' min and low protections under the pool's pressure.  Every test ends
+ * with kvmm_check_invariants().
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -516,6 +518,113 @@ static void test_shrinkers_at_ns_limit(void **state)
 	kvmm_mm_seq_free(seq);
 }
 
+/* ---- protections: memcg's min and low between the namespaces of one pool ------------------- */
+
+static void test_protection_checks(void **state)
+{
+	struct mm_fixture *f = *state;
+
+	assert_int_equal(kvmm_ns_set_protection(f->ns, 5, 4), -EINVAL); /* min > low */
+	assert_int_equal(kvmm_ns_set_protection(f->ns, 4, 0), 0);	/* min alone */
+	assert_int_equal(kvmm_ns_set_protection(f->ns, 2, 6), 0);
+	assert_int_equal(kvmm_ns_set_limit(f->ns, 5), -EINVAL); /* under low */
+	assert_int_equal(kvmm_ns_set_limit(f->ns, 6), 0);
+	assert_int_equal(kvmm_ns_set_protection(f->ns, 2, 7), -EINVAL); /* low over the limit */
+	assert_int_equal(kvmm_ns_set_protection(NULL, 0, 0), -EINVAL);
+	assert_int_equal(f->ns->min, 2);
+	assert_int_equal(f->ns->low, 6);
+	mmf_check(f->pool);
+}
+
+/*
+ * The pool's pressure (kvmm_shrink, as kvswapd and direct reclaim run it) takes from an
+ * unprotected namespace first, then from one above its min, never below a min; an admin's
+ * explicit kvmm_reclaim() is not pressure and ignores them.
+ */
+static void test_protection_shrink_order(void **state)
+{
+	struct mm_fixture *f = *state;
+	uint32_t a[4], b[4], i;
+
+	for (i = 0; i < 4; i++) {
+		a[i] = cache_block(f->as, i);
+		b[i] = cache_block(f->as2, i);
+	}
+	assert_int_equal(kvmm_ns_set_protection(f->ns, 2, 4), 0);
+
+	/* low: the unprotected namespace pays first, although its pages are not the oldest */
+	assert_int_equal(kvmm_shrink(f->pool, 4, KVMM_SHRINK_NOSWAP), 4);
+	for (i = 0; i < 4; i++) {
+		assert_true(is_cached(f, a[i]));
+		assert_false(is_cached(f, b[i]));
+	}
+	/* then what only low covered, down to min; and min holds */
+	assert_int_equal(kvmm_shrink(f->pool, 4, KVMM_SHRINK_NOSWAP), 2);
+	assert_int_equal(f->ns->cached, 2);
+	assert_int_equal(kvmm_shrink(f->pool, 4, KVMM_SHRINK_NOSWAP), 0);
+	assert_int_equal(f->ns->cached, 2);
+	/* reclaim for the namespace itself: its own protection does not hold against it */
+	f->pool->reclaim_for = f->ns;
+	assert_int_equal(kvmm_shrink(f->pool, 1, KVMM_SHRINK_NOSWAP), 1);
+	f->pool->reclaim_for = NULL;
+	assert_int_equal(f->ns->cached, 1);
+	/* an explicit reclaim (drop-caches) is not pressure */
+	assert_int_equal(kvmm_reclaim(f->pool, NULL, 4), 1);
+	assert_int_equal(f->ns->cached, 0);
+	mmf_check(f->pool);
+}
+
+/* Another namespace's allocations never reclaim what min covers, its own do. */
+static void test_protection_min_against_allocation(void **state)
+{
+	struct mm_fixture *f = *state;
+	struct kvmm_seq *seq, *own;
+	uint32_t i, got = 0;
+
+	for (i = 0; i < 8; i++)
+		cache_block(f->as, i);
+	assert_int_equal(kvmm_ns_set_protection(f->ns, 8, 8), 0);
+	/* the other namespace fills the pool: direct reclaim finds one's cache protected */
+	assert_int_equal(kvmm_mm_seq_create(f->as2, &seq), 0);
+	while (kvmm_mm_seq_append(seq, TPP, NULL) == 0)
+		got++;
+	assert_int_equal(f->ns->cached, 8);
+	assert_int_equal(got, f->pool->nframes - 8);
+	kvmm_mm_seq_free(seq);
+	/* one itself may replace its own cache */
+	assert_int_equal(kvmm_mm_seq_create(f->as2, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, (f->pool->nframes - 8) * TPP, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &own), 0);
+	assert_int_equal(kvmm_mm_seq_append(own, 3 * TPP, NULL), 0);
+	assert_int_equal(f->ns->used, 3);
+	assert_true(f->ns->cached <= 5);
+	kvmm_mm_seq_free(own);
+	kvmm_mm_seq_free(seq);
+	mmf_check(f->pool);
+}
+
+/* OOM: a namespace at or under its min is never the victim of another's pressure. */
+static void test_protection_oom(void **state)
+{
+	struct mm_fixture *f = *state;
+	struct kvmm_seq *old, *young;
+
+	assert_int_equal(kvmm_mm_seq_create(f->as2, &old), 0);
+	assert_int_equal(kvmm_mm_seq_append(old, TPP, NULL), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &young), 0); /* the usual victim */
+	assert_int_equal(kvmm_mm_seq_append(young, 2 * TPP, NULL), 0);
+	assert_int_equal(kvmm_ns_set_protection(f->ns, 2, 2), 0);
+	assert_ptr_equal(kvmm_out_of_memory(f->pool), old);
+	kvmm_mm_seq_free(old);
+	/* nothing unprotected left: no victim rather than a protected one */
+	assert_null(kvmm_out_of_memory(f->pool));
+	/* low alone only orders: with no other candidate, the sequence goes */
+	assert_int_equal(kvmm_ns_set_protection(f->ns, 0, 2), 0);
+	assert_ptr_equal(kvmm_out_of_memory(f->pool), young);
+	kvmm_mm_seq_free(young);
+	mmf_check(f->pool);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -541,6 +650,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_shrinkers_before_enomem, setup_wmark,
 						mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_shrinkers_at_ns_limit, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_protection_checks, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_protection_shrink_order, setup, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_protection_min_against_allocation, setup_wmark,
+						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_protection_oom, setup, mmf_teardown),
 	};
 
 	return cmocka_run_group_tests_name("vmscan", tests, NULL, NULL);

@@ -34,6 +34,10 @@ DROP_F_SWAP = 1 << 1
 RECLAIM_F_NOSWAP = 1 << 0
 LIMIT_SET_MAX, LIMIT_SET_LOW, LIMIT_SET_PRIORITY = 1, 2, 4
 LIMIT_NONE = _args.U64_MAX
+#: live namespaces (KVMM_OP_NS_*, struct kvmm_ns_req)
+OP_NS_CREATE, OP_NS_SET, OP_NS_DELETE = 0x212, 0x213, 0x214
+NS_SET_FRAMES, NS_SET_MAX, NS_SET_MIN, NS_SET_LOW, NS_SET_PRIORITY = 1, 2, 4, 8, 16
+NS_F_FORCE = 1
 
 #: the read verbs (KVMM_OP_*)
 READ_VERBS = {"status": 0x200, "meminfo": 0x201, "vmstat": 0x202, "buddyinfo": 0x203,
@@ -58,6 +62,13 @@ class _AdminReq(Structure):
 class _LimitReq(Structure):
     _fields_ = [("ns", c_char * NAME_LEN), ("max_frames", c_uint64), ("low_frames", c_uint64),
                 ("priority", c_int32), ("valid", c_uint32)]
+
+
+class _NsReq(Structure):
+    """struct kvmm_ns_req (uapi/kvmm.h)."""
+    _fields_ = [("ns", c_char * NAME_LEN), ("frames", c_uint64), ("max_frames", c_uint64),
+                ("min_frames", c_uint64), ("low_frames", c_uint64), ("priority", c_int32),
+                ("valid", c_uint32), ("flags", c_uint32), ("reserved", c_uint32)]
 
 
 class _SwaponReq(Structure):
@@ -105,6 +116,7 @@ def _bind() -> None:
         "kvmm_admin_hello": (POINTER(_HelloRep), P),
         "kvmm_admin_read": (c_int, P, c_uint, POINTER(_AdminReq), POINTER(c_void_p)),
         "kvmm_admin_limit": (c_int, P, POINTER(_LimitReq)),
+        "kvmm_admin_ns": (c_int, P, c_uint, POINTER(_NsReq)),
         "kvmm_admin_namespaces": (c_int, P, c_char_p, POINTER(c_void_p), POINTER(c_uint)),
         "kvmm_admin_swap_tiers": (c_int, P, c_char_p, POINTER(c_void_p), POINTER(c_uint)),
         "kvmm_admin_drop_caches": (c_int, P, c_uint32, POINTER(c_uint64)),
@@ -308,6 +320,55 @@ class Admin:
         if not req.valid:
             raise ValueError("limit needs max_frames, low_frames or priority")
         check(lib.kvmm_admin_limit(h, byref(req)), "kvmm_admin_limit")
+
+    def _ns(self, op: int, ns: str, *, frames: Optional[int] = None,
+            max_frames: Optional[int] = None, min_frames: Optional[int] = None,
+            low_frames: Optional[int] = None, priority: Optional[int] = None,
+            force: bool = False) -> None:
+        h = self._handle()
+        if not _lib.has("kvmm_admin_ns"):
+            raise KvmmError(_errno.ENOSYS, f"{_lib.path} has no kvmm_admin_ns", "kvmm.admin")
+        req = _NsReq(_name("ns", ns, NAME_LEN))
+        for bit, field, v in ((NS_SET_FRAMES, "frames", frames),
+                              (NS_SET_MAX, "max_frames", max_frames),
+                              (NS_SET_MIN, "min_frames", min_frames),
+                              (NS_SET_LOW, "low_frames", low_frames)):
+            if v is not None:
+                setattr(req, field, _args.u64(field, v))
+                req.valid |= bit
+        if priority is not None:
+            req.priority = _args.integer("priority", priority, -1000, 1000)
+            req.valid |= NS_SET_PRIORITY
+        if force:
+            req.flags = NS_F_FORCE
+        check(lib.kvmm_admin_ns(h, op, byref(req)), "kvmm_admin_ns")
+
+    def ns_create(self, ns: str, *, frames: Optional[int] = None,
+                  max_frames: Optional[int] = None, min_frames: Optional[int] = None,
+                  low_frames: Optional[int] = None, priority: Optional[int] = None) -> None:
+        """Create namespace ``ns`` while the daemon runs (kvmm_admin_ns, NS_CREATE): a pool of
+        ``frames`` (else ``max_frames``) from the frames no namespace holds; KvmmError ENOSPC
+        when too few are left, EEXIST when it exists."""
+        if frames is None and max_frames in (None, LIMIT_NONE):
+            raise ValueError("ns_create needs frames or max_frames")
+        self._ns(OP_NS_CREATE, ns, frames=frames, max_frames=max_frames,
+                 min_frames=min_frames, low_frames=low_frames, priority=priority)
+
+    def ns_set(self, ns: str, *, max_frames: Optional[int] = None,
+               min_frames: Optional[int] = None, low_frames: Optional[int] = None,
+               priority: Optional[int] = None) -> None:
+        """Change namespace ``ns``'s max (:data:`LIMIT_NONE`: none), min, low and priority
+        (kvmm_admin_ns, NS_SET); its size is fixed."""
+        if max_frames is None and min_frames is None and low_frames is None and \
+                priority is None:
+            raise ValueError("ns_set needs max_frames, min_frames, low_frames or priority")
+        self._ns(OP_NS_SET, ns, max_frames=max_frames, min_frames=min_frames,
+                 low_frames=low_frames, priority=priority)
+
+    def ns_delete(self, ns: str, *, force: bool = False) -> None:
+        """Delete namespace ``ns`` (kvmm_admin_ns, NS_DELETE): KvmmError EBUSY while clients
+        are attached unless ``force`` (they are sent SHUTDOWN and disconnected)."""
+        self._ns(OP_NS_DELETE, ns, force=force)
 
     def drop_caches(self, *, device: bool = True, swap: bool = False) -> int:
         """Drop unmapped cached pages (kvmm_admin_drop_caches); returns how many."""

@@ -76,6 +76,45 @@ def test_writes(adm, client):
     assert adm.reclaim(4, noswap=True) >= 0
 
 
+def _ns_field(adm, ns, key):
+    (rec,) = [r for r in admin.records(adm.namespaces(), "Namespace") if r.split()[1] == ns]
+    return admin.field(rec, key)
+
+
+def test_live_namespaces(adm, client):
+    if not admin._lib.has("kvmm_admin_ns"):
+        pytest.skip("this libkvmm has no kvmm_admin_ns")
+    # no limit is "-", never the pool's size (issue 26)
+    assert _ns_field(adm, NS_A, "limit") == "-"
+    adm.ns_set(NS_A, max_frames=NS_A_FRAMES - 10, low_frames=4, priority=3)
+    assert _ns_field(adm, NS_A, "limit") == str(NS_A_FRAMES - 10)
+    assert _ns_field(adm, NS_A, "low") == "4"
+    assert _ns_field(adm, NS_A, "priority") == "3"
+    adm.ns_set(NS_A, max_frames=admin.LIMIT_NONE, low_frames=0, priority=0)
+    assert _ns_field(adm, NS_A, "limit") == "-"
+    with pytest.raises(kvmm.KvmmError) as e:
+        adm.ns_set(NS_A, min_frames=NS_A_FRAMES + 1)
+    assert e.value.errno == errno.EINVAL
+    with pytest.raises(kvmm.KvmmError) as e:
+        adm.ns_create("pyns", frames=1 << 30)
+    assert e.value.errno in (errno.ENOSPC, errno.EINVAL)
+    with pytest.raises(kvmm.KvmmError) as e:
+        adm.ns_create(NS_A, frames=1)
+    assert e.value.errno == errno.EEXIST
+    with pytest.raises(kvmm.KvmmError) as e:
+        adm.ns_delete(NS_A)  # the client fixture is attached
+    assert e.value.errno == errno.EBUSY
+    with pytest.raises(kvmm.KvmmError) as e:
+        adm.ns_delete("nosuch")
+    assert e.value.errno == errno.ENOENT
+    with pytest.raises(ValueError):
+        adm.ns_create("pyns")
+    with pytest.raises(ValueError):
+        adm.ns_set(NS_A)
+    with pytest.raises(ValueError):
+        adm.ns_set(NS_A, priority=1001)
+
+
 def test_trace(daemon, client):
     names = admin.trace_event_names()
     assert "alloc" in names and admin.trace_event("alloc") == names.index("alloc")

@@ -1,0 +1,355 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/integration/itest_ns.c - live namespaces against the real kvmmd (issue 26): kvmmctl's
+ * ns create / set / delete (admin verbs NS_CREATE, NS_SET, NS_DELETE: sizes from what the
+ * pool leaves, a busy namespace refused unless --force, which shuts its client out, frames
+ * given back), the namespaces table, raw record and JSON showing no limit as "-" / null
+ * instead of the pool's size, and the config reload on SIGHUP: namespaces added, changed and
+ * removed as the file says, a bad file logged and the old configuration kept.  The daemon is
+ * started once for the group with a pool larger than its two namespaces.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "itest.h"
+#include "runtime/kvmm.h"
+
+/* the pool: the two test namespaces and 1648 frames no namespace holds */
+#define POOL_FRAMES 6000
+#define FREE_FRAMES (POOL_FRAMES - ITEST_NS_FRAMES - ITEST_NS_B_FRAMES)
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+static char ctl_bin[4096];
+
+/* Run kvmmctl --socket SOCK args... (NULL-terminated); its output in *out.  Exit status. */
+static int ctl(char **out, ...)
+{
+	const char *argv[32];
+	size_t len = 0, cap = 4096;
+	char *buf = malloc(cap);
+	int pfd[2], status, argc = 0;
+	va_list ap;
+	pid_t pid;
+
+	assert_non_null(buf);
+	argv[argc++] = ctl_bin;
+	argv[argc++] = "--socket";
+	argv[argc++] = itest_d.sock;
+	va_start(ap, out);
+	while (argc < 31 && (argv[argc] = va_arg(ap, const char *)))
+		argc++;
+	va_end(ap);
+	argv[argc] = NULL;
+	assert_int_equal(pipe2(pfd, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	close(pfd[1]);
+	for (;;) {
+		ssize_t n;
+
+		if (cap - len < 1024) {
+			cap *= 2;
+			buf = realloc(buf, cap);
+			assert_non_null(buf);
+		}
+		n = read(pfd[0], buf + len, cap - len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	close(pfd[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (out)
+		*out = buf;
+	else
+		free(buf);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* The daemon's NAMESPACES record of @ns (malloc'd line), or NULL when it has none. */
+static char *ns_record(const char *ns)
+{
+	char *out, *line = NULL, *p, needle[64];
+
+	assert_int_equal(ctl(&out, "--raw", "namespaces", NULL), 0);
+	snprintf(needle, sizeof(needle), "Namespace: %s ", ns);
+	p = strstr(out, needle);
+	if (p)
+		line = strndup(p, strcspn(p, "\n"));
+	free(out);
+	return line;
+}
+
+/* Whether @ns's record has " key=value". */
+static bool ns_has(const char *ns, const char *kv)
+{
+	char *line = ns_record(ns), pat[64];
+	bool yes;
+
+	snprintf(pat, sizeof(pat), " %s", kv);
+	yes = line && strstr(line, pat);
+	free(line);
+	return yes;
+}
+
+static void write_config(const char *text)
+{
+	char path[160];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/kvmmd.conf", itest_d.dir);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* SIGHUP, then wait (up to 5 s) until @ns's record has @kv, or (kv NULL) @ns is gone. */
+static bool reload_until(const char *ns, const char *kv)
+{
+	int i;
+
+	assert_int_equal(kill(itest_d.pid, SIGHUP), 0);
+	for (i = 0; i < 500; i++) {
+		char *line = ns_record(ns);
+		bool done = kv ? ns_has(ns, kv) : !line;
+
+		free(line);
+		if (done)
+			return true;
+		itest_sleep_ms(10);
+	}
+	return false;
+}
+
+static bool log_has(const char *what)
+{
+	char *buf = malloc(1 << 20);
+	ssize_t n;
+	bool yes;
+	int fd;
+
+	assert_non_null(buf);
+	fd = open(itest_d.log, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	n = read(fd, buf, (1 << 20) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	yes = strstr(buf, what) != NULL;
+	free(buf);
+	return yes;
+}
+
+/* ---- kvmmctl ns ---------------------------------------------------------------------- */
+
+static void test_ns_verbs(void **state)
+{
+	kvmm_client_t *c;
+	uint64_t sid;
+	char *out;
+
+	(void)state;
+	itest_need_daemon();
+	/* bad arguments: exit 2 before any daemon is asked */
+	assert_int_equal(ctl(&out, "ns", "create", "gamma", NULL), 2);
+	assert_non_null(strstr(out, "give its size"));
+	free(out);
+	assert_int_equal(ctl(&out, "ns", "make", "gamma", NULL), 2);
+	free(out);
+	assert_int_equal(ctl(&out, "ns", "create", "gamma", "frames=x", NULL), 2);
+	free(out);
+	assert_int_equal(ctl(&out, "ns", "set", "alpha", "frames=10", NULL), 2);
+	assert_non_null(strstr(out, "size is fixed"));
+	free(out);
+	assert_int_equal(ctl(&out, "ns", "create", "gamma", "frames=10", "priority=1001", NULL), 2);
+	free(out);
+
+	/* create: 100 frames from what the pool leaves, with its limit and protections */
+	assert_int_equal(ctl(&out, "ns", "create", "gamma", "frames=100", "max=80", "min=10",
+			     "low=20", "priority=-3", NULL),
+			 0);
+	assert_non_null(strstr(out, "gamma: created"));
+	free(out);
+	assert_true(ns_has("gamma", "frames=100"));
+	assert_true(ns_has("gamma", "limit=80"));
+	assert_true(ns_has("gamma", "min=10"));
+	assert_true(ns_has("gamma", "low=20"));
+	assert_true(ns_has("gamma", "priority=-3"));
+	assert_int_equal(ctl(&out, "namespaces", NULL), 0);
+	assert_non_null(strstr(out, "gamma"));
+	assert_non_null(strstr(out, "MIN"));
+	free(out);
+	/* twice, too big, inconsistent */
+	assert_int_equal(ctl(&out, "ns", "create", "gamma", "frames=10", NULL), 1);
+	assert_non_null(strstr(out, "exists"));
+	free(out);
+	assert_int_equal(ctl(&out, "ns", "create", "delta", "frames=100000", NULL), 1);
+	assert_non_null(strstr(out, "no room"));
+	free(out);
+	assert_int_equal(ctl(&out, "ns", "create", "delta", "frames=10", "min=20", NULL), 1);
+	assert_non_null(strstr(out, "refused"));
+	free(out);
+
+	/* a client in it: delete is refused, the namespace works */
+	assert_int_equal(kvmm_attach(itest_d.sock, "gamma", &itest_fmt, &c), 0);
+	assert_int_equal(kvmm_seq_create(c, 0, &sid), 0);
+	assert_int_equal(ctl(&out, "ns", "delete", "gamma", NULL), 1);
+	assert_non_null(strstr(out, "busy"));
+	free(out);
+	assert_true(ns_has("gamma", "clients=1"));
+
+	/* set: no limit is "-", protections off */
+	assert_int_equal(
+		ctl(&out, "ns", "set", "gamma", "max=none", "min=0", "low=0", "priority=5", NULL),
+		0);
+	free(out);
+	assert_true(ns_has("gamma", "limit=-"));
+	assert_true(ns_has("gamma", "min=-"));
+	assert_true(ns_has("gamma", "priority=5"));
+	assert_int_equal(ctl(&out, "ns", "set", "gamma", "max=5", "min=10", NULL), 1);
+	free(out);
+	assert_int_equal(ctl(&out, "ns", "set", "nosuch", "max=5", NULL), 1);
+	assert_non_null(strstr(out, "no namespace 'nosuch'"));
+	free(out);
+
+	/* forced: the client is shut out, its namespace and frames go */
+	assert_int_equal(ctl(&out, "ns", "delete", "gamma", "--force", NULL), 0);
+	assert_non_null(strstr(out, "gamma: deleted"));
+	free(out);
+	assert_null(ns_record("gamma"));
+	itest_sleep_ms(50);
+	assert_true(kvmm_seq_create(c, 0, &sid) < 0);
+	kvmm_detach(c);
+	assert_true(itest_daemon_alive(&itest_d));
+	/* every free frame of the pool can be had again */
+	{
+		char arg[32];
+
+		snprintf(arg, sizeof(arg), "frames=%d", FREE_FRAMES);
+		assert_int_equal(ctl(&out, "ns", "create", "delta", arg, NULL), 0);
+		free(out);
+		snprintf(arg, sizeof(arg), "frames=%d", 1);
+		assert_int_equal(ctl(&out, "ns", "create", "zeta", arg, NULL), 1);
+	}
+	free(out);
+	assert_int_equal(ctl(&out, "ns", "delete", "delta", NULL), 0);
+	free(out);
+	assert_int_equal(ctl(&out, "ns", "delete", "nosuch", NULL), 1);
+	assert_non_null(strstr(out, "no namespace 'nosuch'"));
+	free(out);
+}
+
+/* Issue 26 defect 6: no limit shows as none, never as the pool's size. */
+static void test_no_limit_shown_as_none(void **state)
+{
+	char *out;
+
+	(void)state;
+	itest_need_daemon();
+	assert_true(ns_has(ITEST_NS_A, "limit=-"));
+	assert_int_equal(ctl(&out, "--json", "--ns", ITEST_NS_A, "namespaces", NULL), 0);
+	assert_non_null(strstr(out, "\"limit\":null"));
+	free(out);
+	assert_int_equal(ctl(&out, "namespaces", NULL), 0);
+	/* the table: "-" in the LIMIT column, not 256 twice */
+	assert_null(strstr(out, "256       256"));
+	free(out);
+	assert_int_equal(ctl(&out, "limit", ITEST_NS_A, "200", NULL), 0);
+	free(out);
+	assert_true(ns_has(ITEST_NS_A, "limit=200"));
+	assert_int_equal(ctl(&out, "limit", ITEST_NS_A, "none", NULL), 0);
+	free(out);
+	assert_true(ns_has(ITEST_NS_A, "limit=-"));
+}
+
+/* ---- SIGHUP ------------------------------------------------------------------------------ */
+
+static void test_sighup_reload(void **state)
+{
+	(void)state;
+	itest_need_daemon();
+	/* added */
+	write_config("[namespace epsilon]\nframes = 64\nmax = 32\nmin = 8\nlow = 16\n");
+	assert_true(reload_until("epsilon", "limit=32"));
+	assert_true(ns_has("epsilon", "frames=64"));
+	assert_true(ns_has("epsilon", "min=8"));
+	assert_true(ns_has("epsilon", "low=16"));
+	/* the flags' namespaces stay */
+	assert_true(ns_has(ITEST_NS_A, "frames=256"));
+	/* changed; the old key limit is max */
+	write_config("[namespace epsilon]\nframes = 64\nlimit = 40\npriority = 7\n");
+	assert_true(reload_until("epsilon", "limit=40"));
+	assert_true(ns_has("epsilon", "priority=7"));
+	assert_true(ns_has("epsilon", "min=-"));
+	/* a bad file changes nothing and says so */
+	write_config("[namespace epsilon]\nframes = 64\nlimit = 40\npriority = lots\n");
+	assert_int_equal(kill(itest_d.pid, SIGHUP), 0);
+	for (int i = 0; i < 500 && !log_has("the configuration is unchanged"); i++)
+		itest_sleep_ms(10);
+	assert_true(log_has("the configuration is unchanged"));
+	assert_true(ns_has("epsilon", "limit=40"));
+	/* min that the pool cannot hold: refused as a whole */
+	write_config("[namespace epsilon]\nframes = 64\nmin = 60000\n");
+	assert_int_equal(kill(itest_d.pid, SIGHUP), 0);
+	for (int i = 0; i < 500 && !log_has("min add up to"); i++)
+		itest_sleep_ms(10);
+	assert_true(log_has("min add up to"));
+	assert_true(ns_has("epsilon", "limit=40"));
+	/* removed */
+	write_config("");
+	assert_true(reload_until("epsilon", NULL));
+	assert_true(itest_daemon_alive(&itest_d));
+}
+
+static int setup(void **state)
+{
+	static const char *const extra[] = {"--frames", STR(POOL_FRAMES), NULL};
+	const char *env = getenv("KVMM_KVMMCTL");
+
+	(void)state;
+	snprintf(ctl_bin, sizeof(ctl_bin), "%s", env && env[0] ? env : "./tools/kvmmctl");
+	if (access(ctl_bin, X_OK)) {
+		fprintf(stderr, "itest_ns: %s not built\n", ctl_bin);
+		itest_no_daemon = true;
+		return 0;
+	}
+	return itest_group_start(extra);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ns_verbs),
+		cmocka_unit_test(test_no_limit_shown_as_none),
+		cmocka_unit_test(test_sighup_reload),
+	};
+	int failed;
+
+	signal(SIGPIPE, SIG_IGN);
+	failed = cmocka_run_group_tests_name("itest_ns", tests, setup, itest_group_teardown);
+	if (itest_no_daemon)
+		return 77;
+	return failed;
+}

@@ -211,6 +211,13 @@ class _Daemon:
                 out["pswpout"] += admin.value(vm, "pswpout") or 0
         return out
 
+    def wmark_high(self, ns: str) -> int:
+        """The free frames kvswapd keeps in namespace ns (meminfo WmarkHigh)."""
+        from kvmm import admin
+
+        with admin.open(self.sock) as a:
+            return admin.value(a.meminfo(ns=ns), "WmarkHigh") or 0
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -367,7 +374,8 @@ class Orchestrator:
     def run(self, mode: str, pool_frames: Optional[int] = None, force: bool = False
             ) -> ModeResult:
         """Run the workload in mode; pressure needs pool_frames (half the shared peak), which
-        is raised to least_pool() unless force."""
+        is raised to least_pool() and the frames kvswapd keeps free (wmark_high) when below
+        them; force: a size below them is refused instead."""
         if mode not in MODES:
             raise AgentError(f"mode {mode!r}: one of {', '.join(MODES)}")
         w = self.w
@@ -383,37 +391,62 @@ class Orchestrator:
             if pool_frames is None:
                 raise AgentError("pressure needs the pool size (half the shared peak)")
             least = self.least_pool()
-            if pool_frames < least:
+            asked = pool_frames
+            swap = ample * self.page_size
+            for _ in range(4):
+                d = _Daemon(self.dir, self.sock, self.page_size, [(SHARED_NS, pool_frames)],
+                            swap)
+                # kvswapd keeps wmark_high frames free: a task's pages must fit beside them,
+                # or it would swap the running sequence out between its steps
+                try:
+                    reserve = d.wmark_high(SHARED_NS)
+                except Exception:
+                    d.stop()
+                    raise
+                if pool_frames - reserve >= least:
+                    break
+                d.stop()
                 if force:
                     raise AgentError(
                         f"pressure pool: {pool_frames} frames cannot hold one task ({least} "
-                        f"pages, the longest sequence, which a step pins whole)")
-                note = (f"half the shared peak ({pool_frames} frames) is below one task's "
-                        f"working set: the "
-                        f"longest sequence is {least} pages, and a step pins all of them; "
-                        f"pool raised to {least} frames")
-                pool_frames = least
+                        f"pages, the longest sequence, which a step pins whole) beside the "
+                        f"{reserve} frames kvswapd keeps free: at least {least + reserve}")
+                pool_frames = least + reserve
+            else:
+                raise AgentError(f"pressure pool: no size found for {least} pages")
+            if pool_frames != asked:
+                note = (f"half the shared peak ({asked} frames) is below one task's working "
+                        f"set: the longest sequence is {least} pages, which a step pins "
+                        f"whole; pool raised to {pool_frames} frames ({least} and the "
+                        f"{reserve} kvswapd keeps free)")
             elif force:
-                note = f"pool forced to {pool_frames} frames (one task needs {least})"
-            pools = [(SHARED_NS, pool_frames)]
-            swap = ample * self.page_size
+                note = (f"pool forced to {pool_frames} frames (one task needs {least} and "
+                        f"kvswapd keeps {reserve} free)")
+            try:
+                return self._run(mode, d, [SHARED_NS], [(SHARED_NS, pool_frames)], note,
+                                 pool_frames - reserve)
+            finally:
+                self._detach_all(d)
         names = [p[0] for p in pools]
         d = _Daemon(self.dir, self.sock, self.page_size, pools, swap)
         try:
-            return self._run(mode, d, names, pools, note)
+            return self._run(mode, d, names, pools, note, None)
         finally:
-            for a in self.agents:
-                if a.proc.poll() is None:
-                    try:
-                        a.send({"op": "detach"})
-                    except AgentError:
-                        pass
-            try:
-                for _ in self.agents:
-                    self._next(want="detached")
-            except AgentError:
-                pass
-            d.stop()
+            self._detach_all(d)
+
+    def _detach_all(self, d: "_Daemon") -> None:
+        for a in self.agents:
+            if a.proc.poll() is None:
+                try:
+                    a.send({"op": "detach"})
+                except AgentError:
+                    pass
+        try:
+            for _ in self.agents:
+                self._next(want="detached")
+        except AgentError:
+            pass
+        d.stop()
 
     def warm_up(self) -> None:
         """Each agent answers one short task through a kvmmd of its own, not measured: the
@@ -443,7 +476,8 @@ class Orchestrator:
         finally:
             d.stop()
 
-    def _run(self, mode, d, names, pools, note) -> ModeResult:
+    def _run(self, mode, d, names, pools, note, capacity: Optional[int]) -> ModeResult:
+        """capacity: the frames admission may fill (None: every task starts when ready)."""
         w = self.w
         for a in self.agents:
             ns = names[a.idx] if mode == "private" else SHARED_NS
@@ -457,8 +491,6 @@ class Orchestrator:
         self.log(f"[{mode}] kvmmd {d.sock}: {', '.join(f'{n} {f} frames' for n, f in pools)}"
                  f" of {self.page_size // 1024} KiB ({self.tpp} tokens a page); "
                  f"watch: kvmmctl --socket {d.sock} top")
-        # the shared and private pools hold the whole run: admission never holds a task back
-        capacity = pools[0][1] if mode == "pressure" else None
         answers: Dict[Tuple[int, int], List[int]] = {}
         done: Dict[Tuple[int, int], Dict] = {}
         queued: Dict[Tuple[int, int], float] = {}

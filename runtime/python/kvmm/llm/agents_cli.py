@@ -21,9 +21,11 @@ context + the agent's instruction; round 2's shared context carries round 1's in
 and answers, so agents map each other's KV. One agent is critical (a higher kvmm priority).
 The workload runs in three modes on identical inputs: shared (one namespace, prefix cache),
 private (a namespace each: the baseline) and pressure (shared, in a pool of half the shared
-mode's peak frames, swap tier on). It prints, per mode, prefill tokens computed and skipped,
-frames at peak, wall time, tokens/s, time to first token per agent, preemptions and swap-ins,
-checks that every agent's output tokens are the same in every mode, and ends with a table.
+mode's peak frames, or one task's pages when half is less; swap tier on; admission runs the
+tasks that fit, the critical agent first, pausing others). It prints, per mode, prefill
+tokens computed and skipped, frames at peak, wall time, tokens/s, time to first token per
+agent, preemptions and swap-ins, checks that every agent's output tokens are the same in
+every mode, and ends with a table.
 
 The model is KVMM_MODEL (a Llama or Qwen2 checkpoint directory) or --model; without either, a
 tiny random-weight checkpoint is written in the temporary directory.
@@ -37,7 +39,7 @@ examples:
   kvmm-agents --pressure-pool 200               force the pressure pool's size (frames)
 
 While it runs, `kvmmctl --socket DIR/kvmmd.sock top` in a second terminal shows the agents
-(each mode starts its own kvmmd on that socket: start top again for the next mode).
+(each mode starts its own kvmmd on that socket; top follows it from one to the next).
 See Documentation/admin-guide/multi-agent.md.
 """
 
@@ -187,10 +189,12 @@ def _bench_rows(res, w, same: bool, out) -> None:
         target("agents throughput pressure/shared", pz.tokens_per_s / s.tokens_per_s, 0.92,
                False, "x")
         target("agents critical TTFT pressure/shared", cp / cs, 1.2, True, "x")
+        # kvmm-bench keeps a note to 240 characters: one thing a note
         note(f"agents: pressure pool {pz.pool_frames} frames = "
-             f"{pz.pool_frames / s.peak_frames:.2f}x the shared peak of {s.peak_frames}"
-             + (f"; {pz.note}" if pz.note else "")
-             + f"; {pz.preempted} preemptions, {pz.swap_in} pages swapped in, "
+             f"{pz.pool_frames / s.peak_frames:.2f}x the shared peak of {s.peak_frames}")
+        if pz.note:
+            note(f"agents: {pz.note}")
+        note(f"agents pressure: {pz.preempted} preemptions, {pz.swap_in} pages swapped in, "
              f"{pz.swap_out} out; admission paused {pz.suspended} tasks, "
              f"{pz.queued:.2f} s waited for room")
     for m, r in res.items():

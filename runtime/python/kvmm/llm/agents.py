@@ -192,7 +192,8 @@ class _Daemon:
             except OSError as e:
                 raise AgentError(f"cannot start kvmmd ({argv[0]}): {e.strerror}") from None
         deadline = time.monotonic() + 10
-        while not os.path.exists(sock):
+        # the socket file appears at bind(), before listen(): wait until a connect succeeds
+        while not _listening(sock):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise AgentError("kvmmd did not start:\n" + _tail(self.log))
@@ -226,6 +227,19 @@ class _Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def _listening(sock: str) -> bool:
+    import socket
+
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        s.connect(sock)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
 
 
 def _die_with_parent() -> None:

@@ -9,8 +9,8 @@
  * 128 tokens per agent, answers of 64 greedy tokens, 2 rounds, round 2 carrying round 1's
  * instructions and answers.  It runs in three modes on identical inputs - shared (one
  * namespace), private (a namespace per agent: the baseline), pressure (shared, in a pool of
- * half the shared peak, or the least every agent's step needs at once, with a swap tier) -
- * and reports, measured in the same run: peak frames shared/private, tokens/s shared/private
+ * half the shared peak, or one task's pages and kvswapd's free frames when half is less, with
+ * a swap tier and working-set admission) - and reports, measured in the same run: peak frames shared/private, tokens/s shared/private
  * and pressure/shared, and the critical agent's time to first token under pressure against
  * the shared mode.  --quick runs the modes once, otherwise three times (each figure the
  * median run).

@@ -6,6 +6,11 @@
  * refresh asks the daemon for STATUS, VMSTAT, NAMESPACES and CLIENTS on the one connection
  * and computes rates from the previous refresh.  The terminal is put in non-canonical mode
  * (when stdin is one) so that a single `q` quits; it is restored on every exit path.
+ *
+ * A daemon that goes away (its connection reset: stopped, restarted, crashed) does not end
+ * top: it says so and connects again every second to the same socket, then goes on with
+ * the new daemon (rates start again from its first sample).  A run that starts a kvmmd per
+ * phase on one path (tools/kvmm-agents' modes) is then one top session.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -76,11 +81,20 @@ static unsigned long long vm(const char *vmstat, const char *name)
 	return v < 0 ? 0 : (unsigned long long)v;
 }
 
+/* The connection is gone (the daemon stopped or crashed), not refused: wait for another. */
+static bool daemon_gone(int ret)
+{
+	return ret == -ECONNRESET || ret == -ENOTCONN || ret == -EPIPE;
+}
+
+/* One read verb's answer; NULL when the daemon is gone (any other failure exits). */
 static char *fetch(kvmm_admin_t *h, const char *verb, unsigned int op)
 {
 	char *t;
 	int ret = ctl_read(h, op, 0, 0, 0, &t);
 
+	if (daemon_gone(ret))
+		return NULL;
 	if (ret) {
 		tty_restore();
 		ctl_die_status(verb, ret);
@@ -182,14 +196,22 @@ static void draw(struct top_sample *now, const struct top_sample *prev, const ch
 	fflush(stdout);
 }
 
-static void sample(kvmm_admin_t *h, struct top_sample *s, char **status, char **nss)
+/* 0, or -ECONNRESET when the daemon went away (nothing to free then). */
+static int sample(kvmm_admin_t *h, struct top_sample *s, char **status, char **nss)
 {
 	char *vmstat = fetch(h, "vmstat", KVMM_OP_VMSTAT);
-	char *clients = fetch(h, "clients", KVMM_OP_CLIENTS);
+	char *clients = vmstat ? fetch(h, "clients", KVMM_OP_CLIENTS) : NULL;
 	const char *l = NULL;
 
-	*status = fetch(h, "status", KVMM_OP_STATUS);
-	*nss = fetch(h, "namespaces", KVMM_OP_NAMESPACES);
+	*status = clients ? fetch(h, "status", KVMM_OP_STATUS) : NULL;
+	*nss = *status ? fetch(h, "namespaces", KVMM_OP_NAMESPACES) : NULL;
+	if (!*nss) {
+		free(vmstat);
+		free(clients);
+		free(*status);
+		*status = NULL;
+		return -ECONNRESET;
+	}
 	s->hits = vm(vmstat, "cache_hit");
 	s->misses = vm(vmstat, "cache_miss");
 	s->pgsteal = vm(vmstat, "pgsteal");
@@ -210,6 +232,7 @@ static void sample(kvmm_admin_t *h, struct top_sample *s, char **status, char **
 	}
 	free(vmstat);
 	free(clients);
+	return 0;
 }
 
 static double mono(void)
@@ -220,11 +243,56 @@ static double mono(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-void ctl_top(kvmm_admin_t *h)
+/*
+ * The daemon is gone: close the handle, say so, and connect to the socket again every
+ * second until one answers (the new handle and a first sample in *prev), q quits, or
+ * --count refreshes are spent.  false when top should end.
+ */
+static bool reconnect(kvmm_admin_t **h, struct top_sample *prev, uint64_t *rounds)
+{
+	struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+	const char *path = ctl_socket_path();
+
+	kvmm_admin_close(*h);
+	*h = NULL;
+	while (!top_stop) {
+		char *st, *ns;
+		char c;
+
+		printf("\033[H\033[2Jkvmmctl top - kvmmd at %s is gone; connecting again every "
+		       "second      (q quits)\n",
+		       path);
+		fflush(stdout);
+		if (ctl.count && ++*rounds >= ctl.count)
+			return false;
+		if (poll(&p, 1, 1000) > 0) {
+			if (read(STDIN_FILENO, &c, 1) == 1) {
+				if (c == 'q' || c == 'Q')
+					return false;
+			} else {
+				p.fd = -1;
+			}
+		}
+		if (kvmm_admin_open(path, h))
+			continue;
+		if (!sample(*h, prev, &st, &ns)) {
+			free(st);
+			free(ns);
+			return true;
+		}
+		kvmm_admin_close(*h); /* gone again at once */
+		*h = NULL;
+	}
+	return false;
+}
+
+void ctl_top(kvmm_admin_t **hp)
 {
 	struct top_sample *cur = calloc(2, sizeof(*cur)), *prev;
+	kvmm_admin_t *h = *hp;
 	struct sigaction sa;
 	uint64_t rounds = 0;
+	bool up = true;
 	double t0, t1;
 
 	if (!cur)
@@ -239,19 +307,27 @@ void ctl_top(kvmm_admin_t *h)
 	{
 		char *st, *ns;
 
-		sample(h, prev, &st, &ns);
-		free(st);
-		free(ns);
+		if (sample(h, prev, &st, &ns))
+			up = reconnect(&h, prev, &rounds);
+		else {
+			free(st);
+			free(ns);
+		}
 	}
 	t0 = mono() - 1;
-	while (!top_stop) {
+	while (up && !top_stop) {
 		struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
 		struct top_sample *tmp;
 		char *status, *nss;
 		int deadline_ms = 1000;
 		double start;
 
-		sample(h, cur, &status, &nss);
+		if (sample(h, cur, &status, &nss)) {
+			if (!reconnect(&h, prev, &rounds))
+				break;
+			t0 = mono();
+			continue;
+		}
 		t1 = mono();
 		draw(cur, prev, status, nss, t1 - t0);
 		free(status);
@@ -286,4 +362,5 @@ void ctl_top(kvmm_admin_t *h)
 	tty_restore();
 	printf("\n");
 	free(cur < prev ? cur : prev);
+	*hp = h;
 }

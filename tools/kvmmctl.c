@@ -92,7 +92,7 @@ void __attribute__((noreturn)) ctl_die_status(const char *verb, int status)
 
 /* ---- the daemon, through libkvmm's admin calls ------------------------------------------- */
 
-static const char *socket_path(void)
+const char *ctl_socket_path(void)
 {
 	const char *env;
 	static char buf[108];
@@ -113,7 +113,7 @@ static const char *socket_path(void)
 
 kvmm_admin_t *ctl_connect(void)
 {
-	const char *path = socket_path();
+	const char *path = ctl_socket_path();
 	kvmm_admin_t *h;
 	int ret;
 
@@ -1358,7 +1358,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(verb, "trace"))
 			verb_trace(h);
 		else if (!strcmp(verb, "top"))
-			ctl_top(h);
+			ctl_top(&h);
 		else if (!strcmp(verb, "limit"))
 			verb_limit(h, vargc, vargv);
 		else if (!strcmp(verb, "drop-caches"))

@@ -49,7 +49,10 @@ const char *ctl_first(const char *line, char *buf, size_t len);
 const char *ctl_next(const char *text, const char *label, const char *prev);
 const char *ctl_size(uint64_t frames, uint64_t page_size, char *buf, size_t len);
 
-/* kvmmctl top (ctl_top.c) */
-void ctl_top(kvmm_admin_t *h);
+/* The socket kvmmctl connects to (--socket, $KVMM_SOCKET, kvmmd's default). */
+const char *ctl_socket_path(void);
+
+/* kvmmctl top (ctl_top.c): *h is replaced (or NULL) when it connects to a new daemon. */
+void ctl_top(kvmm_admin_t **h);
 
 #endif /* KVMM_TOOLS_KVMMCTL_H */

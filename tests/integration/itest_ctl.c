@@ -635,6 +635,87 @@ static void test_top(void **state)
 	assert_true(gone);
 }
 
+/* Wait until the tmux pane shows every one of the strings (NULL-terminated); the pane. */
+static bool pane_shows(const char *tsock, char **pane, ...)
+{
+	bool seen = false;
+
+	for (int i = 0; i < 1000 && !seen; i++) {
+		const char *want;
+		va_list ap;
+
+		free(*pane);
+		*pane = NULL;
+		if (sh(pane, "tmux -S %s capture-pane -p -t top", tsock))
+			continue;
+		seen = true;
+		va_start(ap, pane);
+		while ((want = va_arg(ap, const char *)))
+			seen = seen && strstr(*pane, want);
+		va_end(ap);
+		if (!seen)
+			itest_sleep_ms(10);
+	}
+	if (!seen)
+		fprintf(stderr, "pane:\n%s\n", *pane ? *pane : "");
+	return seen;
+}
+
+/*
+ * top outlives its daemon: kvmmd stopped, top says it is gone and keeps trying; a new kvmmd
+ * on the same socket (another namespace) is shown without restarting top.
+ */
+static void test_top_follows_restart(void **state)
+{
+	char dir[64] = "/tmp/kvmm-top.XXXXXX", tsock[128], sock[128], *out = NULL;
+	bool gone = false;
+
+	(void)state;
+	itest_need_daemon();
+	if (!have_prog("tmux"))
+		skip();
+	assert_non_null(mkdtemp(dir));
+	snprintf(tsock, sizeof(tsock), "%s/tmux.sock", dir);
+	snprintf(sock, sizeof(sock), "%s/kvmmd.sock", dir);
+	assert_int_equal(sh(NULL, ": > %s/kvmmd.conf", dir), 0);
+	for (int round = 0; round < 2; round++) {
+		/* a kvmmd of our own, on the same path each time, with another namespace */
+		assert_int_equal(sh(NULL,
+				    "%s --foreground --config %s/kvmmd.conf --socket %s "
+				    "--page-size 16384 --namespace %s:64 >>%s/kvmmd.log 2>&1 & "
+				    "echo $! > %s/kvmmd.pid",
+				    itest_d.bin, dir, sock, round ? "second" : "first", dir, dir),
+				 0);
+		if (!round)
+			assert_int_equal(
+				sh(NULL,
+				   "for i in $(seq 500); do [ -S %s ] && break; sleep 0.01; "
+				   "done; tmux -S %s new-session -d -s top -x 132 -y 40 "
+				   "'%s --socket %s top'",
+				   sock, tsock, ctl_bin, sock),
+				0);
+		assert_true(pane_shows(tsock, &out, "NAMESPACE", round ? "second" : "first", NULL));
+		assert_true(!round || !strstr(out, "first"));
+		/* stopped: top stays and says so */
+		assert_int_equal(sh(NULL,
+				    "kill $(cat %s/kvmmd.pid); for i in $(seq 500); do "
+				    "kill -0 $(cat %s/kvmmd.pid) 2>/dev/null || break; sleep 0.01; "
+				    "done; rm -f %s",
+				    dir, dir, sock),
+				 0);
+		assert_true(pane_shows(tsock, &out, "is gone", sock, NULL));
+	}
+	free(out);
+	assert_int_equal(sh(NULL, "tmux -S %s send-keys -t top q", tsock), 0);
+	for (int i = 0; i < 500 && !gone; i++) {
+		gone = sh(NULL, "tmux -S %s has-session -t top", tsock) != 0;
+		if (!gone)
+			itest_sleep_ms(10);
+	}
+	sh(NULL, "tmux -S %s kill-server; rm -rf %s", tsock, dir);
+	assert_true(gone);
+}
+
 /* Our check of the text exposition format (the subset we emit). */
 static void check_exposition(const char *text)
 {
@@ -881,10 +962,15 @@ static void test_ctl_fixes(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_exit_codes),  cmocka_unit_test(test_read_verbs),
-		cmocka_unit_test(test_admin_verbs), cmocka_unit_test(test_swap_ns),
-		cmocka_unit_test(test_trace),	    cmocka_unit_test(test_top),
-		cmocka_unit_test(test_metrics),	    cmocka_unit_test(test_permission),
+		cmocka_unit_test(test_exit_codes),
+		cmocka_unit_test(test_read_verbs),
+		cmocka_unit_test(test_admin_verbs),
+		cmocka_unit_test(test_swap_ns),
+		cmocka_unit_test(test_trace),
+		cmocka_unit_test(test_top),
+		cmocka_unit_test(test_top_follows_restart),
+		cmocka_unit_test(test_metrics),
+		cmocka_unit_test(test_permission),
 		cmocka_unit_test(test_ctl_fixes),
 	};
 	int failed;

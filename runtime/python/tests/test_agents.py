@@ -5,12 +5,16 @@ One small run (2 agents, 2 rounds, a tiny model, a few tokens) checks what the d
 benchmark rest on: every agent's output tokens are identical in the three modes, the shared
 mode really skipped prefill (the other agent's and the previous round's pages were mapped),
 the private mode held more frames at its peak, and in a pressure pool smaller than the shared
-peak kvmm swapped or preempted and the outputs stayed the same; then an agent killed between
-two runs is named by the next one, which does not hang. Then the error paths: bad agent
-counts and modes, a model directory without a config, and one without weights."""
+peak the admission control let the tasks take turns (the critical agent's pausing the leader)
+while kvmm swapped, nothing was preempted and the outputs stayed the same; then an agent
+killed between two runs is named by the next one, which does not hang. The admission's order
+on its own; an agent paused in the middle of a task and resumed answers what it answers
+unpaused. Then the error paths: bad agent counts and modes, a pool below one task, a model
+directory without a config, and one without weights."""
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -18,7 +22,8 @@ from conftest import kvmmd_path
 
 try:
     import kvmm  # noqa: F401
-    from kvmm.llm.agents import AgentError, Orchestrator, Workload, mismatches, run_modes
+    from kvmm.llm.agents import (AgentError, Orchestrator, Workload, _Admission, _Daemon,
+                                 mismatches, run_modes)
     from kvmm.llm.agents_cli import main as cli_main
     from kvmm.llm.testing import write_checkpoint
 except ImportError as e:  # the bindings, libkvmm or torch are missing
@@ -44,10 +49,15 @@ def ckpt(tmp_path_factory):
 def test_three_modes(ckpt, tmp_path):
     w = small()
     with Orchestrator(ckpt, w, str(tmp_path), timeout=60) as o:
-        # a pressure pool of 10 frames: below the shared peak (12 frames here) and below what
-        # the two agents' steps need at once, so sequences are swapped out and in, or preempted
+        # a pressure pool of 11 frames: below the shared peak (12 frames here); less the 2
+        # frames kvswapd keeps free, 9 for the tasks: below what the two agents' round-2
+        # tasks need at once (7 shared pages + 2 own each), one task (9 pages) fits. So the
+        # tasks take turns, cached pages go to the swap tier
+        assert o.least_pool() == 9
+        with pytest.raises(AgentError, match="10 frames cannot hold one task .* at least 11"):
+            o.run("pressure", 10, force=True)
         res = {"shared": o.run("shared"), "private": o.run("private"),
-               "pressure": o.run("pressure", 10, force=True)}
+               "pressure": o.run("pressure", 11, force=True)}
         assert mismatches(res) == []
         sh, pr, pz = res["shared"], res["private"], res["pressure"]
         for r in res.values():
@@ -64,9 +74,10 @@ def test_three_modes(ckpt, tmp_path):
         assert sh.skipped >= (w.agents - 1) * 64
         # private: each agent's pool holds its own copy of everything
         assert pr.peak_frames > sh.peak_frames > 0
-        assert pz.pool_frames == 10 < sh.peak_frames
+        assert pz.pool_frames == 11 < sh.peak_frames
         assert pz.peak_frames <= pz.pool_frames
-        assert pz.swap_out + pz.preempted > 0  # the pool was too small: kvmm made room
+        assert pz.swap_out > 0  # the pool was too small: kvmm made room
+        assert pz.preempted == 0  # admission: no task lost its work to another
         assert set(sh.ttft) == {0, 1} and all(t > 0 for v in sh.ttft.values() for t in v)
 
         # an agent that dies: the next run says which, and does not hang
@@ -74,6 +85,97 @@ def test_three_modes(ckpt, tmp_path):
         o.agents[1].proc.wait()
         with pytest.raises(AgentError, match="agent1"):
             o.run("shared")
+
+
+def test_pause_resume(ckpt, tmp_path):
+    """pause between two steps, resume: the same tokens as a task never paused; a pause that
+    comes after the task ended is answered idle."""
+    w = Workload(agents=1, rounds=1, system_tokens=32, tool_tokens=0, instruction_tokens=16,
+                 answer_tokens=8)
+    with Orchestrator(ckpt, w, str(tmp_path), timeout=60) as o:
+        plain = o.run("shared").outputs[(0, 0)]
+        prompt = w.prompt(0, 0, {})
+        a = o.agents[0]
+        pools = [("agents", 64)]
+        d = _Daemon(str(tmp_path), o.sock, o.page_size, pools)
+        try:
+            a.send({"op": "attach", "socket": d.sock, "ns": "agents", "kv_dtype": "fp16"})
+            o._next(want="attached")
+            a.send({"op": "task", "id": 7, "prompt": prompt, "max_tokens": 200})
+            a.send({"op": "pause"})
+            evs = []
+            while not any(e["ev"] == "paused" for e in evs):
+                evs += [e for _, e in o._poll(time.monotonic() + 60)]
+            assert [e["ev"] for e in evs] in (["paused"], ["first", "paused"])
+            a.send({"op": "resume"})
+            while not any(e["ev"] == "done" for e in evs):
+                evs += [e for _, e in o._poll(time.monotonic() + 60)]
+            done = [e for e in evs if e["ev"] == "done"][0]
+            assert "resumed" in [e["ev"] for e in evs]
+            assert done["tokens"][:8] == plain and len(done["tokens"]) == 200
+            a.send({"op": "pause"})  # no task: nothing to pause
+            assert o._next(want="idle")[1] == {"ev": "idle"}
+            a.send({"op": "detach"})
+            o._next(want="detached")
+        finally:
+            d.stop()
+
+
+def test_admission_order():
+    """Load control on its own: what fits starts; the critical agent (priority 10) goes first
+    and pauses the youngest lower task when it does not fit; a paused task resumes before a
+    new one; tasks sharing pages count them once."""
+    shared = frozenset(range(10))
+    sets = {0: (shared | {100}, 2), 1: (shared | {101}, 2), 2: (shared | {102}, 2),
+            3: (frozenset({200}), 2)}
+    prio = lambda i: 10 if i == 0 else 0  # noqa: E731
+    assert _Admission(None, sets, prio).resident([0, 1, 2]) == 10 + 3 + 6
+    log = []
+    act = lambda what, i: log.append((what, i))  # noqa: E731
+    adm = _Admission(18, sets, prio)  # 0-2 alone: 13 frames; two: 16; three: 19
+    adm.eligible([1], 0.0)
+    adm.schedule(act)
+    assert log == [("task", 1)]
+    adm.eligible([2, 0], 1.0)
+    adm.schedule(act)
+    assert log[1:] == [("task", 0)]  # the critical first; 2 waits (three do not fit)
+    assert adm.resident(adm.running) == 16
+    adm.finished(1)
+    adm.schedule(act)
+    assert log[2:] == [("task", 2)]
+    assert adm.queued(2) == pytest.approx(adm.started[2] - 1.0)
+
+    # the critical agent does not fit beside 1 and 3: the youngest lower one (3) pauses
+    log.clear()
+    adm = _Admission(16, sets, prio)
+    adm.eligible([1], 0.0)
+    adm.schedule(act)
+    adm.eligible([3], 0.5)
+    adm.schedule(act)
+    assert log == [("task", 1), ("task", 3)]  # 13 + 3 = 16
+    adm.eligible([0], 1.0)
+    adm.schedule(act)
+    assert log[2:] == [("pause", 3)]  # 1 and 0 fit together (16): 3 alone pauses
+    adm.eligible([2], 1.5)
+    adm.schedule(act)
+    assert log[3:] == []  # nothing starts while room is being made
+    adm.paused(3)
+    adm.schedule(act)
+    assert log[3:] == [("task", 0)]
+    adm.finished(1)
+    adm.schedule(act)
+    assert log[4:] == [("resume", 3)]  # the paused task before the new one (2 still waits)
+    adm.finished(0)
+    adm.schedule(act)
+    assert log[5:] == [("task", 2)]
+    # a pause that crossed the task's end: nothing is left paused
+    adm.eligible([0], 2.0)
+    adm.schedule(act)
+    assert log[6:] == [("pause", 2)]  # 3, 2 and 0: 19 frames; 2 is the youngest
+    adm.finished(2)  # it ended before it read the pause (the agent answers idle)
+    adm.schedule(act)
+    assert log[7:] == [("task", 0)]
+    assert adm.suspended == [] and adm.pausing == []
 
 
 def test_bad_input():

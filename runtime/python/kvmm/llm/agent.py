@@ -16,6 +16,13 @@ event per line on stdout (nothing else is written there).
                                                    full pages are sealed by then)
         -> {"ev": "done", "id": I, "tokens": [...], "ttft": s, "seconds": s,
             "computed": n, "skipped": n, "preempted": n, "waits": n}
+    {"op": "pause"}   while a task runs: stop between two steps (nothing of this agent is
+                      pinned then, so kvmmd may swap its sequence out to make room for
+                      another agent's) -> {"ev": "paused", "id": I}; the task waits for
+    {"op": "resume"}  -> {"ev": "resumed", "id": I}: the next step pins the sequence again,
+                      which faults its swapped pages back in. A pause that comes after
+                      the task ended is answered {"ev": "idle"}; a resume outside a
+                      paused task is an error.
     {"op": "detach"}  -> {"ev": "detached"}
     {"op": "quit"}    exits 0
 
@@ -31,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import sys
 import time
 from typing import Any, Dict, Optional
@@ -43,12 +51,52 @@ def _emit(ev: Dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+class _Quit(Exception):
+    """quit (or the end of stdin) while a task was paused."""
+
+
+class _Commands:
+    """JSON lines from fd 0, read unbuffered so that a task can look for a pause between two
+    steps without blocking (sys.stdin's buffer would hide lines select() cannot see)."""
+
+    def __init__(self, fd: int = 0):
+        self.fd = fd
+        self.buf = b""
+        self.eof = False
+
+    def _fill(self, timeout: Optional[float]) -> None:
+        if self.eof:
+            return
+        r, _, _ = select.select([self.fd], [], [], timeout)
+        if r:
+            chunk = os.read(self.fd, 65536)
+            if chunk:
+                self.buf += chunk
+            else:
+                self.eof = True
+
+    def next(self, block: bool = True) -> Optional[Dict[str, Any]]:
+        """The next command; None at the end of input (or, when not block, when none is
+        waiting)."""
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                if line.strip():
+                    return json.loads(line)
+            if self.eof:
+                return None
+            self._fill(None if block else 0)
+            if not block and b"\n" not in self.buf:
+                return None
+
+
 class _Agent:
-    def __init__(self, model, stall: float):
+    def __init__(self, model, stall: float, commands: Optional[_Commands] = None):
         self.model = model
         self.stall = stall
         self.engine = None
         self.kv = None
+        self.commands = commands
 
     def attach(self, cmd: Dict[str, Any]) -> Dict[str, Any]:
         from .engine import Engine
@@ -99,6 +147,8 @@ class _Agent:
             if not told and req.first_token_time is not None:
                 told = True
                 _emit({"ev": "first", "id": tid, "ttft": req.first_token_time - req.arrival})
+            if self.commands is not None and e.has_work():
+                self._between_steps(tid)
         comp = req.completions[0]
         st = e.stats
         return {"ev": "done", "id": tid, "tokens": comp.token_ids,
@@ -107,6 +157,23 @@ class _Agent:
                 "computed": st["prefill_tokens"] - before["prefill_tokens"],
                 "skipped": st["cached_tokens"] - before["cached_tokens"],
                 "preempted": req.recomputes, "waits": waits}
+
+    def _between_steps(self, tid: int) -> None:
+        """A pause from the orchestrator (its admission control: another agent's task needs
+        the frames this one holds) stops the task here, where none of its pages is pinned,
+        until resume."""
+        cmd = self.commands.next(block=False)
+        if cmd is None:
+            return
+        if cmd.get("op") != "pause":
+            raise RuntimeError(f"op {cmd.get('op')!r} while a task runs (only pause)")
+        _emit({"ev": "paused", "id": tid})
+        cmd = self.commands.next(block=True)
+        if cmd is None or cmd.get("op") == "quit":
+            raise _Quit()
+        if cmd.get("op") != "resume":
+            raise RuntimeError(f"op {cmd.get('op')!r} while paused (only resume or quit)")
+        _emit({"ev": "resumed", "id": tid})
 
 
 def _warm_up(model) -> None:
@@ -145,13 +212,18 @@ def main(argv: Optional[list] = None) -> int:
         _emit({"ev": "error", "msg": f"{args.name}: cannot load {args.model}: {err}"})
         return 1
     _warm_up(model)
-    agent = _Agent(model, args.stall)
+    commands = _Commands()
+    agent = _Agent(model, args.stall, commands)
     _emit({"ev": "ready", "pid": os.getpid(), "name": args.name})
-    for line in sys.stdin:
-        if not line.strip():
-            continue
+    while True:
         try:
-            cmd = json.loads(line)
+            cmd = commands.next()
+        except ValueError as err:
+            _emit({"ev": "error", "msg": f"{args.name}: bad command: {err}"})
+            continue
+        if cmd is None:
+            break
+        try:
             op = cmd.get("op")
             if op == "quit":
                 break
@@ -162,8 +234,14 @@ def main(argv: Optional[list] = None) -> int:
                 _emit({"ev": "detached"})
             elif op == "task":
                 _emit(agent.task(cmd))
+            elif op == "pause":
+                _emit({"ev": "idle"})  # the task it was for ended first: nothing to pause
+            elif op == "resume":
+                _emit({"ev": "error", "msg": f"{args.name}: resume without a paused task"})
             else:
                 _emit({"ev": "error", "msg": f"{args.name}: unknown op {op!r}"})
+        except _Quit:
+            break
         except Exception as err:  # reported to the orchestrator, which stops the run
             _emit({"ev": "error", "msg": f"{args.name}: {type(err).__name__}: {err}"})
             try:

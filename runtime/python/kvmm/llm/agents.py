@@ -23,11 +23,13 @@ Modes, on identical inputs:
   shared    one namespace: the agents share the prefix cache
   private   a namespace (its own pool) per agent: no sharing, the baseline
   pressure  shared, in a pool of half the frames the shared mode's namespace held at its peak
-            (kvmmd's meminfo Peak), with a host-memory swap tier; if half cannot hold one
-            step of every agent at once (Orchestrator.least_pool: the pages of the longest
-            sequence and each other agent's own), the pool is that least size instead, and the
-            result says so (below it the agents' sequences are swapped out and in at every
-            step, or preempted: pressure_pool= forces a size, to see that)
+            (kvmmd's meminfo Peak: used + cached), with a host-memory swap tier, and
+            admission (_Admission: working-set load control) deciding which agents' tasks run
+            at once, the critical one first, pausing lower ones (kvmmd swaps them out) when it
+            does not fit. A step pins its whole sequence, so no pool below one task's pages
+            (Orchestrator.least_pool: the longest sequence) can run the workload: when half
+            the peak is less, the pool is that least size instead, and the result says so
+            (pressure_pool= forces a size; below the least it is refused)
 Every agent's output tokens are compared across the modes.
 """
 
@@ -143,6 +145,8 @@ class ModeResult:
     ttft: Dict[int, List[float]]  # per agent, one per round
     outputs: Dict[Tuple[int, int], List[int]]
     note: str = ""
+    suspended: int = 0  # tasks paused by admission (their sequences left to kvmm's swap)
+    queued: float = 0.0  # seconds tasks waited for admission, summed
 
     @property
     def tokens_per_s(self) -> float:
@@ -188,7 +192,8 @@ class _Daemon:
             except OSError as e:
                 raise AgentError(f"cannot start kvmmd ({argv[0]}): {e.strerror}") from None
         deadline = time.monotonic() + 10
-        while not os.path.exists(sock):
+        # the socket file appears at bind(), before listen(): wait until a connect succeeds
+        while not _listening(sock):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise AgentError("kvmmd did not start:\n" + _tail(self.log))
@@ -207,6 +212,13 @@ class _Daemon:
                 out["pswpout"] += admin.value(vm, "pswpout") or 0
         return out
 
+    def wmark_high(self, ns: str) -> int:
+        """The free frames kvswapd keeps in namespace ns (meminfo WmarkHigh)."""
+        from kvmm import admin
+
+        with admin.open(self.sock) as a:
+            return admin.value(a.meminfo(ns=ns), "WmarkHigh") or 0
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -215,6 +227,19 @@ class _Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def _listening(sock: str) -> bool:
+    import socket
+
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        s.connect(sock)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
 
 
 def _die_with_parent() -> None:
@@ -337,19 +362,34 @@ class Orchestrator:
 
     # ---- one mode -----------------------------------------------------------------------
     def least_pool(self) -> int:
-        """The smallest pool in which every agent's step fits at once: the pages of the longest
-        sequence (the last round's prompt, whose shared part all agents map, and its answer),
-        each other agent's own pages (its instruction and answer, and a partial page), and a
-        page per agent for a copy-on-write copy. Below it the agents' steps take turns: their
-        sequences are swapped out and in at every step, or preempted and recomputed."""
-        w, tpp = self.w, self.tpp
-        own = -(-(w.instruction_tokens + w.answer_tokens) // tpp) + 1
-        return -(-w.longest_tokens() // tpp) + (w.agents - 1) * own + w.agents
+        """The smallest pool the workload runs in: one task's working set, the pages of the
+        longest sequence (the last round's prompt and its answer). A step pins all of its
+        sequence's pages (the attention reads them all), so no smaller pool can run that
+        task; in this one the tasks take turns (admission)."""
+        return -(-self.w.longest_tokens() // self.tpp)
+
+    def _priority(self, agent: int) -> int:
+        return CRITICAL_PRIORITY if agent == self.w.critical else 0
+
+    def _working_set(self, prompt: List[int]) -> Tuple[frozenset, int]:
+        """A task's pages: the prompt's full pages by content (the same prefix is the same
+        page in the shared namespace, whoever computed it: a chained hash of the blocks, the
+        way kvmm keys them) and the count of its own pages after them (a partial prompt
+        page, the answer)."""
+        tpp = self.tpp
+        full = len(prompt) // tpp
+        keys, h = [], 0
+        for j in range(full):
+            h = hash((h, tuple(prompt[j * tpp:(j + 1) * tpp])))
+            keys.append(h)
+        total = -(-(len(prompt) + self.w.answer_tokens) // tpp)
+        return frozenset(keys), total - full
 
     def run(self, mode: str, pool_frames: Optional[int] = None, force: bool = False
             ) -> ModeResult:
         """Run the workload in mode; pressure needs pool_frames (half the shared peak), which
-        is raised to least_pool() unless force."""
+        is raised to least_pool() and the frames kvswapd keeps free (wmark_high) when below
+        them; force: a size below them is refused instead."""
         if mode not in MODES:
             raise AgentError(f"mode {mode!r}: one of {', '.join(MODES)}")
         w = self.w
@@ -365,31 +405,62 @@ class Orchestrator:
             if pool_frames is None:
                 raise AgentError("pressure needs the pool size (half the shared peak)")
             least = self.least_pool()
-            if force:
-                note = f"pool forced to {pool_frames} frames (least for every step: {least})"
-            elif pool_frames < least:
-                note = (f"half the shared peak ({pool_frames} frames) cannot hold one step of "
-                        f"the agents; pool raised to {least} frames")
-                pool_frames = least
-            pools = [(SHARED_NS, pool_frames)]
+            asked = pool_frames
             swap = ample * self.page_size
+            for _ in range(4):
+                d = _Daemon(self.dir, self.sock, self.page_size, [(SHARED_NS, pool_frames)],
+                            swap)
+                # kvswapd keeps wmark_high frames free: a task's pages must fit beside them,
+                # or it would swap the running sequence out between its steps
+                try:
+                    reserve = d.wmark_high(SHARED_NS)
+                except Exception:
+                    d.stop()
+                    raise
+                if pool_frames - reserve >= least:
+                    break
+                d.stop()
+                if force:
+                    raise AgentError(
+                        f"pressure pool: {pool_frames} frames cannot hold one task ({least} "
+                        f"pages, the longest sequence, which a step pins whole) beside the "
+                        f"{reserve} frames kvswapd keeps free: at least {least + reserve}")
+                pool_frames = least + reserve
+            else:
+                raise AgentError(f"pressure pool: no size found for {least} pages")
+            if pool_frames != asked:
+                note = (f"half the shared peak ({asked} frames) is below one task's working "
+                        f"set: the longest sequence is {least} pages, which a step pins "
+                        f"whole; pool raised to {pool_frames} frames ({least} and the "
+                        f"{reserve} kvswapd keeps free)")
+            elif force:
+                note = (f"pool forced to {pool_frames} frames (one task needs {least} and "
+                        f"kvswapd keeps {reserve} free)")
+            try:
+                return self._run(mode, d, [SHARED_NS], [(SHARED_NS, pool_frames)], note,
+                                 pool_frames - reserve)
+            finally:
+                self._detach_all(d)
         names = [p[0] for p in pools]
         d = _Daemon(self.dir, self.sock, self.page_size, pools, swap)
         try:
-            return self._run(mode, d, names, pools, note)
+            return self._run(mode, d, names, pools, note, None)
         finally:
-            for a in self.agents:
-                if a.proc.poll() is None:
-                    try:
-                        a.send({"op": "detach"})
-                    except AgentError:
-                        pass
-            try:
-                for _ in self.agents:
-                    self._next(want="detached")
-            except AgentError:
-                pass
-            d.stop()
+            self._detach_all(d)
+
+    def _detach_all(self, d: "_Daemon") -> None:
+        for a in self.agents:
+            if a.proc.poll() is None:
+                try:
+                    a.send({"op": "detach"})
+                except AgentError:
+                    pass
+        try:
+            for _ in self.agents:
+                self._next(want="detached")
+        except AgentError:
+            pass
+        d.stop()
 
     def warm_up(self) -> None:
         """Each agent answers one short task through a kvmmd of its own, not measured: the
@@ -419,12 +490,13 @@ class Orchestrator:
         finally:
             d.stop()
 
-    def _run(self, mode, d, names, pools, note) -> ModeResult:
+    def _run(self, mode, d, names, pools, note, capacity: Optional[int]) -> ModeResult:
+        """capacity: the frames admission may fill (None: every task starts when ready)."""
         w = self.w
         for a in self.agents:
             ns = names[a.idx] if mode == "private" else SHARED_NS
             a.send({"op": "attach", "socket": d.sock, "ns": ns, "kv_dtype": self.kv_dtype,
-                    "priority": CRITICAL_PRIORITY if a.idx == w.critical else 0})
+                    "priority": self._priority(a.idx)})
         for _ in self.agents:
             a, ev = self._next(want="attached")
             if ev["tokens_per_page"] != self.tpp:
@@ -435,33 +507,56 @@ class Orchestrator:
                  f"watch: kvmmctl --socket {d.sock} top")
         answers: Dict[Tuple[int, int], List[int]] = {}
         done: Dict[Tuple[int, int], Dict] = {}
+        queued: Dict[Tuple[int, int], float] = {}
+        suspended = 0
         t0 = time.perf_counter()
         for rnd in range(w.rounds):
             prompts = {i: w.prompt(rnd, i, answers) for i in range(w.agents)}
-            order = [w.leader] + [i for i in range(w.agents) if i != w.leader]
-            tid = {i: rnd * w.agents + i for i in order}
-            self.agents[order[0]].send({"op": "task", "id": tid[order[0]],
-                                        "prompt": prompts[order[0]],
-                                        "max_tokens": w.answer_tokens})
-            started, left, leader_first = False, set(order), len(order) == 1
+            adm = _Admission(capacity, {i: self._working_set(prompts[i]) for i in prompts},
+                             self._priority)
+            tid = {i: rnd * w.agents + i for i in prompts}
+            started = False
+            left = set(prompts)
+
+            def act(what: str, i: int) -> None:
+                if what == "task":
+                    self.agents[i].send({"op": "task", "id": tid[i], "prompt": prompts[i],
+                                         "max_tokens": w.answer_tokens})
+                else:
+                    self.agents[i].send({"op": what})
+
+            adm.eligible([w.leader], time.perf_counter())
+            adm.schedule(act)
             deadline = time.monotonic() + self.timeout
             while left:
-                if not started and (leader_first or (rnd, order[0]) in done):
-                    for i in order[1:]:
-                        self.agents[i].send({"op": "task", "id": tid[i], "prompt": prompts[i],
-                                             "max_tokens": w.answer_tokens})
-                    started = True
                 for a, ev in self._poll(deadline):
                     deadline = time.monotonic() + self.timeout  # silence is what times out
-                    if ev["ev"] == "first":
-                        leader_first = leader_first or a.idx == order[0]
-                    elif ev["ev"] == "done":
+                    kind = ev["ev"]
+                    if kind == "first":
+                        if a.idx == w.leader and not started:
+                            # the leader's prompt is sealed: the others map what it computed
+                            started = True
+                            adm.eligible([i for i in prompts if i != w.leader],
+                                         time.perf_counter())
+                    elif kind == "done":
                         done[(rnd, a.idx)] = ev
                         answers[(rnd, a.idx)] = ev["tokens"]
+                        queued[(rnd, a.idx)] = adm.queued(a.idx)
                         left.discard(a.idx)
+                        adm.finished(a.idx)
+                        if a.idx == w.leader and not started:
+                            started = True  # a single agent
+                            adm.eligible([i for i in prompts if i != w.leader],
+                                         time.perf_counter())
+                    elif kind == "paused":
+                        adm.paused(a.idx)
+                        suspended += 1
+                    elif kind in ("resumed", "idle"):
+                        pass
                     else:
                         raise AgentError(f"agent{a.idx}: unexpected {ev}")
-            self.log(f"[{mode}] round {rnd + 1}: " + ", ".join(
+                    adm.schedule(act)
+        self.log(f"[{mode}] round {rnd + 1}: " + ", ".join(
                 f"agent{i} {done[(rnd, i)]['skipped']} skipped/"
                 f"{done[(rnd, i)]['computed']} computed" for i in range(w.agents)))
         wall = time.perf_counter() - t0
@@ -472,8 +567,12 @@ class Orchestrator:
             generated=sum(len(e["tokens"]) for e in ev), computed=sum(e["computed"] for e in ev),
             skipped=sum(e["skipped"] for e in ev), preempted=sum(e["preempted"] for e in ev),
             waits=sum(e["waits"] for e in ev), swap_in=st["pswpin"], swap_out=st["pswpout"],
-            ttft={i: [done[(r, i)]["ttft"] for r in range(w.rounds)] for i in range(w.agents)},
-            outputs={k: list(v["tokens"]) for k, v in done.items()}, note=note)
+            # from the moment the task could start (what the shared mode's schedule would
+            # send it): time it waited for admission counts
+            ttft={i: [done[(r, i)]["ttft"] + queued[(r, i)] for r in range(w.rounds)]
+                  for i in range(w.agents)},
+            outputs={k: list(v["tokens"]) for k, v in done.items()}, note=note,
+            suspended=suspended, queued=sum(queued.values()))
 
     def close(self) -> None:
         for a in self.agents:
@@ -497,6 +596,98 @@ class Orchestrator:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _Admission:
+    """Load control for a pool smaller than the run (the pressure mode): which agents' tasks
+    run at once, the way an OS scheduler keeps the sum of the running processes' working sets
+    within memory rather than letting them take each other's pages at every step (Denning's
+    working-set policy with load control).
+
+    A task is admitted when its working set (Orchestrator._working_set: the prompt's pages by
+    content, which agents of one namespace share, and its own answer pages) fits in the pool
+    beside those of the running tasks; the candidates go in priority order (the critical
+    agent first, then paused tasks, then in the order they became ready; no task overtakes a
+    higher one that waits, so none starves). When the critical agent's task does not fit,
+    running tasks of lower priority are paused (youngest first) until it does, as the
+    swapper of a classic Unix suspends a process: a paused agent stops between two steps,
+    so its sequence is unpinned and kvmmd swaps it out (to the swap tier, not dropped) when
+    the critical agent's pages need the frames; resumed, its next step's PIN faults it back.
+    Pages nobody runs on (finished tasks, cached) are kvmmd's to reclaim or demote.
+    capacity None: no limit (every task starts when it is ready)."""
+
+    def __init__(self, capacity: Optional[int], sets: Dict[int, Tuple[frozenset, int]],
+                 priority):
+        self.capacity = capacity
+        self.sets = sets
+        self.prio = priority
+        self.ready: Dict[int, float] = {}  # agent -> when its task could start
+        self.started: Dict[int, float] = {}  # agent -> when its task was sent
+        self.waiting: List[int] = []  # ready, not sent
+        self.running: List[int] = []  # sent, not paused (pausing ones included)
+        self.pausing: List[int] = []  # pause sent, not yet acknowledged
+        self.suspended: List[int] = []  # paused, waiting to resume
+
+    def resident(self, agents) -> int:
+        keys = set()
+        own = 0
+        for i in agents:
+            keys |= self.sets[i][0]
+            own += self.sets[i][1]
+        return len(keys) + own
+
+    def _fits(self, agents) -> bool:
+        return self.capacity is None or self.resident(agents) <= self.capacity
+
+    def eligible(self, agents, now: float) -> None:
+        for i in agents:
+            self.ready[i] = now
+            self.waiting.append(i)
+
+    def queued(self, agent: int) -> float:
+        return self.started[agent] - self.ready[agent]
+
+    def paused(self, agent: int) -> None:
+        if agent in self.pausing:
+            self.pausing.remove(agent)
+            self.running.remove(agent)
+            self.suspended.append(agent)
+
+    def finished(self, agent: int) -> None:
+        for lst in (self.running, self.pausing):
+            if agent in lst:
+                lst.remove(agent)
+
+    def schedule(self, act) -> None:
+        """Admit what fits, in order; act(what, agent) sends "task", "pause" or "resume"."""
+        while self.waiting or self.suspended:
+            cand = min(self.waiting + self.suspended,
+                       key=lambda i: (-self.prio(i), i not in self.suspended, self.ready[i], i))
+            if self._fits(self.running + [cand]):
+                if cand in self.suspended:
+                    self.suspended.remove(cand)
+                    act("resume", cand)
+                else:
+                    self.waiting.remove(cand)
+                    self.started[cand] = time.perf_counter()
+                    act("task", cand)
+                self.running.append(cand)
+                continue
+            if self.pausing or not self.running:
+                return  # room is being made; or nothing runs (the pool was checked to fit one)
+            lower = sorted((i for i in self.running if self.prio(i) < self.prio(cand)),
+                           key=lambda i: (self.prio(i), -self.started[i]))
+            victims: List[int] = []
+            for v in lower:
+                victims.append(v)
+                if self._fits([i for i in self.running if i not in victims] + [cand]):
+                    break
+            else:
+                return  # pausing cannot make room for it: it waits for a task to end
+            for v in victims:
+                self.pausing.append(v)
+                act("pause", v)
+            return
 
 
 def run_modes(model: str, workload: Workload, modes: Sequence[str] = MODES,

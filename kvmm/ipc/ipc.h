@@ -257,6 +257,12 @@ bool kvmm_dp_runnable(struct kvmm_session *s);
 bool kvmm_dp_pending(struct kvmm_session *s);
 /* Set or clear KVMM_SQ_F_NEED_WAKEUP. */
 void kvmm_dp_need_wakeup(struct kvmm_session *s, bool on);
+/*
+ * The SQE parked by kvmm_ipc_remote_park() is answered (pool lock held): its CQE goes out
+ * and the ring's next SQEs run again.
+ */
+void kvmm_dp_park_done(struct kvmm_session *s, uint64_t user_data, unsigned int op, int res,
+		       const void *rep, size_t rlen);
 /* Mirror hooks, pool lock held: @is changed from block @from on / is going away. */
 void kvmm_dp_seq_update(struct kvmm_session *s, struct kvmm_ipc_seq *is, uint32_t from);
 void kvmm_dp_seq_gone(struct kvmm_session *s, struct kvmm_ipc_seq *is);
@@ -289,12 +295,13 @@ void kvmm_swapd_mirror_all(struct kvmm_server *srv, struct kvmm_ipc_ns *n);
 int kvmm_ipc_remote_setup(struct kvmm_server *srv);
 void kvmm_ipc_remote_destroy(struct kvmm_server *srv);
 /*
- * After a socket PREFIX_LOOKUP answered @rep locally (pool lock not held): when the prompt
- * has full blocks left and the namespace shares, ask the tier and park the request (true:
- * do not reply now).  false: reply as usual.
+ * After a PREFIX_LOOKUP or SEQ_PROMPT answered @rp locally (pool lock held): when the prompt
+ * has full blocks left and the namespace shares, ask the tier and park the request (true: do
+ * not answer now).  @hdr: the socket request; NULL: the ring's SQE of @user_data, which the
+ * ring answers with kvmm_dp_park_done().  false: answer as usual.
  */
-bool kvmm_ipc_remote_lookup(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr,
-			    const struct kvmm_prefix_lookup_rep *rep);
+bool kvmm_ipc_remote_park(struct kvmm_session *s, unsigned int op, const void *p, const void *rp,
+			  const struct kvmm_msg_hdr *hdr, uint64_t user_data);
 /* The tier's eventfd fired: map what came back, answer the parked lookups. */
 void kvmm_ipc_remote_event(struct kvmm_server *srv);
 /* The session goes: forget its parked lookup. */

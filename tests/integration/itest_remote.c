@@ -514,6 +514,116 @@ struct parked {
 	uint64_t start, end;
 };
 
+/* Every byte of @seq's first @pages blocks is prompt @p's pattern. */
+static void check_bytes(kvmm_client_t *c, uint64_t seq, unsigned int p, unsigned int pages)
+{
+	int32_t frames[MAX_BLOCKS + 1];
+
+	assert_int_equal(kvmm_block_table(c, &seq, 1, frames, MAX_BLOCKS + 1), 0);
+	for (unsigned int b = 0; b < pages; b++) {
+		const unsigned char *q = kvmm_frame_addr(c, (uint32_t)frames[b]);
+
+		for (size_t off = 0; off < ITEST_PAGE_SIZE; off++)
+			if (q[off] != pattern(p, b, off))
+				fail_msg("prompt %u block %u byte %zu differs", p, b, off);
+	}
+}
+
+/*
+ * Prompt @p (@pages pages and 3 tokens more) through @d the asynchronous way: a batch of
+ * PREFIX_LOOKUP then NOP on the rings (the lookup's CQE comes first, after the tier
+ * answered), or SEQ_PROMPT (@prompt; the synchronous call, which rides the rings too, or the
+ * socket with @socket).  Returns the pages hit, each byte checked; the time in *ms.
+ */
+static unsigned int lookup_async(struct itest_daemon *d, unsigned int p, unsigned int pages,
+				 bool prompt, bool socket, uint64_t *ms)
+{
+	uint32_t tokens[MAX_BLOCKS * 64], tpp, n;
+	kvmm_client_t *c;
+	uint64_t seq, hit = 0, t0;
+
+	if (socket)
+		setenv("KVMM_NO_RINGS", "1", 1);
+	assert_int_equal(kvmm_attach(d->sock, ITEST_NS_A, &itest_fmt, &c), 0);
+	unsetenv("KVMM_NO_RINGS");
+	assert_int_equal(kvmm_has_rings(c), socket ? 0 : 1);
+	tpp = kvmm_tokens_per_page(c);
+	n = pages * tpp + 3;
+	itest_tokens(tokens, n, p);
+	t0 = now_ms();
+	if (prompt) {
+		assert_int_equal(kvmm_seq_prompt(c, tokens, n, 0, &seq, &hit, NULL, 0), 0);
+		if (ms)
+			*ms = now_ms() - t0;
+		assert_true(hit <= (uint64_t)pages * tpp && hit % tpp == 0);
+		hit /= tpp;
+	} else {
+		struct kvmm_sqe sqe[2] = {
+			{.op = KVMM_SQE_PREFIX_LOOKUP, .nr = n, .data = tokens, .user_data = 11},
+			{.op = KVMM_SQE_NOP, .user_data = 12},
+		};
+		struct kvmm_cqe cqe[2];
+
+		assert_int_equal(kvmm_seq_create(c, 0, &seq), 0);
+		sqe[0].seq = seq;
+		t0 = now_ms();
+		assert_int_equal(kvmm_submit(c, sqe, 2), 2);
+		assert_int_equal(kvmm_complete(c, cqe, 2, 2), 2);
+		if (ms)
+			*ms = now_ms() - t0;
+		/* in submission order: the parked lookup, then what waited behind it */
+		assert_int_equal(cqe[0].user_data, 11);
+		assert_int_equal(cqe[0].res, 0);
+		assert_int_equal(cqe[1].user_data, 12);
+		assert_int_equal(cqe[1].res, 0);
+		hit = cqe[0].nr_blocks;
+		assert_true(hit <= pages);
+		assert_int_equal(cqe[0].nr_tokens, hit * tpp);
+	}
+	if (hit)
+		check_bytes(c, seq, p, (unsigned int)hit);
+	if (prompt) {
+		/* the rest of the prompt was appended after what came back: all n tokens */
+		uint64_t len;
+
+		assert_int_equal(kvmm_seq_append(c, seq, NULL, 0, &len), 0);
+		assert_int_equal(len, n);
+	}
+	assert_int_equal(kvmm_seq_free(c, seq), 0);
+	kvmm_detach(c);
+	return (unsigned int)hit;
+}
+
+/* (a') the same through kvmm_submit and SEQ_PROMPT: parked on the ring (or socket) */
+static void test_share_async(void **state)
+{
+	long long hits;
+	uint64_t ms;
+
+	(void)state;
+	need_cluster();
+	seal_prompt(&dA, 11, 8);
+	seal_prompt(&dA, 12, 8);
+	seal_prompt(&dA, 13, 8);
+	hits = remote_value(&dB, "Hits");
+	assert_int_equal(lookup_async(&dB, 11, 8, false, false, &ms), 8);
+	print_message("remote hit of 8 pages, kvmm_submit: %llu ms\n", (unsigned long long)ms);
+	assert_int_equal(lookup_async(&dB, 12, 8, true, false, &ms), 8);
+	print_message("remote hit of 8 pages, kvmm_seq_prompt: %llu ms\n", (unsigned long long)ms);
+	assert_int_equal(lookup_async(&dB, 13, 8, true, true, &ms), 8);
+	print_message("remote hit of 8 pages, kvmm_seq_prompt on the socket: %llu ms\n",
+		      (unsigned long long)ms);
+	assert_int_equal(remote_value(&dB, "Hits"), hits + 24);
+	/* local in B now: the same answers without the tier */
+	hits = remote_value(&dB, "Lookups");
+	assert_int_equal(lookup_async(&dB, 11, 8, true, false, NULL), 8);
+	assert_int_equal(lookup_async(&dB, 12, 8, false, false, NULL), 8);
+	assert_int_equal(remote_value(&dB, "Lookups"), hits);
+	/* a prompt nobody sealed: asked, missed, its pages all appended */
+	assert_int_equal(lookup_async(&dB, 14, 8, true, false, NULL), 0);
+	assert_int_equal(remote_value(&dB, "Lookups"), hits + 1);
+}
+
 static void *parked_lookup(void *arg)
 {
 	struct parked *pk = arg;
@@ -610,6 +720,13 @@ static void test_cluster_gone(void **state)
 	assert_int_equal(lookup_prompt(&dB, 6, 8, &ms), 0);
 	assert_true(ms < 2000);
 	assert_int_equal(lookup_prompt(&dB, 7, 8, &ms), 0);
+	assert_true(ms < 2000);
+	/* the asynchronous ways miss too, never block */
+	assert_int_equal(lookup_async(&dB, 7, 8, false, false, &ms), 0);
+	assert_true(ms < 2000);
+	assert_int_equal(lookup_async(&dB, 7, 8, true, false, &ms), 0);
+	assert_true(ms < 2000);
+	assert_int_equal(lookup_async(&dB, 7, 8, true, true, &ms), 0);
 	assert_true(ms < 2000);
 	assert_true(itest_daemon_alive(&dA));
 	assert_true(itest_daemon_alive(&dB));
@@ -759,8 +876,11 @@ static void test_client_redirects(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_share_across_daemons), cmocka_unit_test(test_corrupt_value),
-		cmocka_unit_test(test_client_redirects),     cmocka_unit_test(test_node_killed),
+		cmocka_unit_test(test_share_across_daemons),
+		cmocka_unit_test(test_share_async),
+		cmocka_unit_test(test_corrupt_value),
+		cmocka_unit_test(test_client_redirects),
+		cmocka_unit_test(test_node_killed),
 		cmocka_unit_test(test_cluster_gone),
 	};
 	int ret;

@@ -933,11 +933,15 @@ int kvmm_config_set_remote(struct kvmm_config *cfg, const char *key, const char 
 	}
 	if (!strcmp(k, "remote_policy")) {
 		if (!strcmp(value, "seal"))
-			rm->store = true;
+			rm->store = KVMM_CONFIG_REMOTE_SEAL;
+		else if (!strcmp(value, "demote"))
+			rm->store = KVMM_CONFIG_REMOTE_DEMOTE;
+		else if (!strcmp(value, "both"))
+			rm->store = KVMM_CONFIG_REMOTE_SEAL | KVMM_CONFIG_REMOTE_DEMOTE;
 		else if (!strcmp(value, "lookup"))
-			rm->store = false;
+			rm->store = 0;
 		else
-			return msg(err, errlen, "'%s' is not seal or lookup", value);
+			return msg(err, errlen, "'%s' is not seal, demote, both or lookup", value);
 		return 0;
 	}
 	if (!strcmp(k, "remote_max_value") || !strcmp(k, "remote_queue")) {
@@ -1297,6 +1301,13 @@ out_close:
 	return ret;
 }
 
+const char *kvmm_config_remote_policy(unsigned int store)
+{
+	static const char *const names[] = {"lookup", "seal", "demote", "both"};
+
+	return names[store & 3];
+}
+
 /* ---- defaults and the whole ---------------------------------------------------------- */
 
 void kvmm_config_init(struct kvmm_config *cfg)
@@ -1307,7 +1318,7 @@ void kvmm_config_init(struct kvmm_config *cfg)
 	cfg->swap.kswapd = true;
 	cfg->swap.warm_restart = true;
 	cfg->remote.timeout_ms = KVMM_CONFIG_REMOTE_DEFAULT_TIMEOUT_MS;
-	cfg->remote.store = true;
+	cfg->remote.store = KVMM_CONFIG_REMOTE_SEAL;
 	cfg->page_size = KVMM_CONFIG_DEFAULT_PAGE_SIZE;
 	cfg->nr_devices = 1; /* device 0 */
 	cfg->log_level = KVMM_LOG_DEFAULT_LEVEL;
@@ -1587,7 +1598,7 @@ void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
 		fprintf(f, "\n[remote]\nremote = \"%s\"\n", cfg->remote.seeds);
 		fprintf(f, "remote_ttl = %us\n", cfg->remote.ttl_s);
 		fprintf(f, "remote_timeout_ms = %u\n", cfg->remote.timeout_ms);
-		fprintf(f, "remote_policy = %s\n", cfg->remote.store ? "seal" : "lookup");
+		fprintf(f, "remote_policy = %s\n", kvmm_config_remote_policy(cfg->remote.store));
 		if (cfg->remote.max_value)
 			print_size(f, "remote_max_value", cfg->remote.max_value);
 		if (cfg->remote.max_queue)

@@ -100,11 +100,13 @@ struct kvmm_config_ns {
 
 /* [remote]: the remote tier (Documentation/admin-guide/remote.md) */
 #define KVMM_CONFIG_REMOTE_DEFAULT_TIMEOUT_MS 100
+#define KVMM_CONFIG_REMOTE_SEAL 1u   /* remote_policy = seal: pages are written when sealed */
+#define KVMM_CONFIG_REMOTE_DEMOTE 2u /* remote_policy = demote: when they leave the tiers */
 struct kvmm_config_remote {
 	char seeds[512];     /* remote = redis://HOST:PORT,...: "HOST:PORT,..."; "" = off */
 	uint32_t ttl_s;	     /* remote_ttl = DURATION, 0 = no expiry */
 	uint32_t timeout_ms; /* remote_timeout_ms = N (connect, each read/write) */
-	bool store;	     /* remote_policy = seal (store sealed pages) | lookup (never store) */
+	uint8_t store;	     /* remote_policy: KVMM_CONFIG_REMOTE_SEAL | _DEMOTE bits, 0 = lookup */
 	uint64_t max_value;  /* remote_max_value = SIZE: larger frames are never stored */
 	uint64_t max_queue;  /* remote_queue = SIZE: stores waiting beyond it are dropped */
 	uint32_t max_blocks; /* remote_max_blocks = N: blocks one lookup asks for */
@@ -167,6 +169,8 @@ struct kvmm_config {
 
 /* Defaults for everything; no namespace yet. */
 void kvmm_config_init(struct kvmm_config *cfg);
+/* remote_policy's name for a store value: lookup, seal, demote, both */
+const char *kvmm_config_remote_policy(unsigned int store);
 
 /*
  * Read the file at @path into @cfg.  -ENOENT (with a message) when it does not exist, so that

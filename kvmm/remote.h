@@ -140,9 +140,12 @@ void kvmm_redis_get_stats(struct kvmm_redis *rc, struct kvmm_redis_stats *st);
 
 /* ---- the tier (remote.c) ----------------------------------------------------------------- */
 
+/* Bits: when this daemon writes pages of its sharing namespaces to the tier. */
 enum kvmm_remote_policy {
-	KVMM_REMOTE_POLICY_OFF,	 /* lookups only: this daemon never writes */
-	KVMM_REMOTE_POLICY_SEAL, /* every newly sealed page of a shared namespace is written */
+	KVMM_REMOTE_POLICY_OFF = 0,    /* lookups only: this daemon never writes */
+	KVMM_REMOTE_POLICY_SEAL = 1,   /* every newly sealed page is written */
+	KVMM_REMOTE_POLICY_DEMOTE = 2, /* a page is written when it leaves this machine's tiers */
+	KVMM_REMOTE_POLICY_BOTH = 3,
 };
 
 struct kvmm_remote_config {
@@ -183,7 +186,8 @@ struct kvmm_remote_stats {
 	uint64_t bytes_in, bytes_out;
 	uint64_t stores, store_errors, store_dropped; /* pages written / failed / not queued */
 	uint64_t cancelled;			      /* lookups whose client went meanwhile */
-	uint64_t lat_sum_us;			      /* over lookups */
+	uint64_t demoted;    /* of the stores, pages queued as they left this machine's tiers */
+	uint64_t lat_sum_us; /* over lookups */
 	uint64_t lat_max_us;
 #define KVMM_REMOTE_LAT_BUCKETS 14
 	uint64_t
@@ -215,6 +219,8 @@ void kvmm_remote_lookup(struct kvmm_remote *r, struct kvmm_remote_req *req);
  */
 int kvmm_remote_store(struct kvmm_remote *r, uint64_t key, const struct kvmm_remote_meta *m,
 		      const void *frame);
+/* Count a queued store as a demotion (kvmm_remote_stats.demoted). */
+void kvmm_remote_note_demoted(struct kvmm_remote *r);
 /* Take the next finished lookup (the eventfd is drained first), NULL when none. */
 struct kvmm_remote_req *kvmm_remote_complete(struct kvmm_remote *r);
 /* Cancel a queued or running lookup of @owner: it completes with owner NULL. */

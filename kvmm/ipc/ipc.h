@@ -306,6 +306,13 @@ bool kvmm_ipc_remote_park(struct kvmm_session *s, unsigned int op, const void *p
 void kvmm_ipc_remote_event(struct kvmm_server *srv);
 /* The session goes: forget its parked lookup. */
 void kvmm_ipc_remote_cancel(struct kvmm_session *s);
+/*
+ * The pool's demote hook (kvmm/mm.h struct kvmm_mm_hooks): with remote_policy = demote (or
+ * both), a sealed page of a sharing namespace that leaves this machine's tiers is queued for
+ * the tier.  Pool lock held; may run on kvswapd's thread.
+ */
+bool kvmm_ipc_remote_demote(struct kvmm_pool *pool, const struct kvmm_cache_ent *ent,
+			    const void *bytes);
 /* SEAL entered blocks [from, seq->nsealed) in the cache: store them (pool lock held). */
 void kvmm_ipc_remote_seal(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t from);
 

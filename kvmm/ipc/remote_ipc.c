@@ -35,6 +35,8 @@
 #include <sys/epoll.h>
 
 #include "log.h"
+#include "kvmm/config.h"
+#include "kvmm/swap.h"
 #include "kvmm/ipc/admin_emit.h"
 #include "kvmm/ipc/ipc.h"
 #include "kvmm/remote.h"
@@ -81,16 +83,81 @@ int kvmm_ipc_remote_setup(struct kvmm_server *srv)
 		kvmm_err("remote: %s: %s", srv->cfg.remote.cfg.redis.seeds, strerror(-ret));
 		return ret;
 	}
+	/* the demote hook (swapd.c's hooks) finds the tier through the pool, under its lock */
+	for (i = 0; i < srv->nr_ns; i++) {
+		pthread_mutex_lock(&srv->ns[i].pool->lock);
+		srv->ns[i].pool->hooks_priv = srv;
+		pthread_mutex_unlock(&srv->ns[i].pool->lock);
+	}
 	kvmm_info("remote: tier on %s (policy %s, timeout %u ms)", srv->cfg.remote.cfg.redis.seeds,
-		  srv->cfg.remote.cfg.policy == KVMM_REMOTE_POLICY_SEAL ? "seal" : "lookup",
+		  kvmm_config_remote_policy(srv->cfg.remote.cfg.policy),
 		  srv->cfg.remote.cfg.redis.timeout_ms);
 	return 0;
 }
 
 void kvmm_ipc_remote_destroy(struct kvmm_server *srv)
 {
+	for (unsigned int i = 0; srv->remote && i < srv->nr_ns; i++) {
+		pthread_mutex_lock(&srv->ns[i].pool->lock);
+		srv->ns[i].pool->hooks_priv = NULL;
+		pthread_mutex_unlock(&srv->ns[i].pool->lock);
+	}
 	kvmm_remote_destroy(srv->remote);
 	srv->remote = NULL;
+}
+
+static void digest_blk(void *arg, const uint32_t *tokens, uint32_t n)
+{
+	kvmm_remote_digest_update(arg, tokens, n);
+}
+
+bool kvmm_ipc_remote_demote(struct kvmm_pool *pool, const struct kvmm_cache_ent *ent,
+			    const void *bytes)
+{
+	struct kvmm_server *srv = pool->hooks_priv;
+	const struct kvmm_remote_config *rc;
+	struct kvmm_remote_digest *d;
+	struct kvmm_cache_desc desc;
+	struct kvmm_remote_meta m;
+	struct kvmm_ns *ns;
+	uint16_t ns_id;
+	bool ok;
+
+	if (!srv || !srv->remote)
+		return false;
+	rc = kvmm_remote_cfg(srv->remote);
+	if (!(rc->policy & KVMM_REMOTE_POLICY_DEMOTE) || pool->page_size > rc->max_value ||
+	    !kvmm_pool_frame_addr(pool, 0))
+		return false;
+	ns_id = kvmm_pagecache_ent_ns(ent);
+	ns = ns_id < KVMM_MAX_NS ? pool->ns[ns_id] : NULL;
+	/* only namespaces whose keys every machine computes alike (a provisioned secret) */
+	if (!ns || !ns->secret_set)
+		return false;
+	/* the cluster has it already (stored when sealed, or brought from there) */
+	if (kvmm_pagecache_ent_remote(ent))
+		return true;
+	if (!bytes)
+		return true;
+	d = malloc(sizeof(*d));
+	if (!d)
+		return false;
+	/* the key domain the page was sealed under, then its whole prefix's tokens */
+	kvmm_pagecache_ent_desc(ent, &desc);
+	kvmm_remote_digest_init(d, ns->secret, ns->hash_seed, desc.fmt_id);
+	ok = !kvmm_pagecache_ent_prefix(ent, digest_blk, d);
+	if (ok) {
+		kvmm_remote_digest_get(d, m.digest);
+		m.fmt_id = desc.fmt_id;
+		m.payload_len = pool->page_size;
+		m.ntokens = desc.ntokens;
+		m.depth = desc.depth;
+		ok = !kvmm_remote_store(srv->remote, desc.key, &m, bytes);
+		if (ok)
+			kvmm_remote_note_demoted(srv->remote);
+	}
+	free(d);
+	return ok;
 }
 
 /* Stop (or resume) reading the session's socket; a hang-up is still seen. */
@@ -406,7 +473,7 @@ void kvmm_ipc_remote_seal(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t
 	struct kvmm_remote_digest *d;
 
 	if (!ns_shares(s) || from >= seq->nsealed ||
-	    kvmm_remote_cfg(s->srv->remote)->policy != KVMM_REMOTE_POLICY_SEAL)
+	    !(kvmm_remote_cfg(s->srv->remote)->policy & KVMM_REMOTE_POLICY_SEAL))
 		return;
 	d = malloc(sizeof(*d));
 	if (!d)
@@ -448,8 +515,7 @@ int kvmm_admin_remote(struct kvmm_server *srv, struct kvmm_ipc_ns *one __maybe_u
 		shared += srv->ns[i].cfg.have_secret;
 	kvmm_remote_get_stats(srv->remote, &st);
 	kvmm_out_str(o, "Seeds", srv->cfg.remote.cfg.redis.seeds);
-	kvmm_out_str(o, "Policy",
-		     srv->cfg.remote.cfg.policy == KVMM_REMOTE_POLICY_SEAL ? "seal" : "lookup");
+	kvmm_out_str(o, "Policy", kvmm_config_remote_policy(srv->cfg.remote.cfg.policy));
 	kvmm_out_u64(o, "SharedNamespaces", shared, NULL);
 	kvmm_out_u64(o, "Cluster", st.redis.cluster, NULL);
 	kvmm_out_u64(o, "Nodes", st.redis.nodes, NULL);
@@ -467,6 +533,7 @@ int kvmm_admin_remote(struct kvmm_server *srv, struct kvmm_ipc_ns *one __maybe_u
 	kvmm_out_u64(o, "Stores", st.stores, NULL);
 	kvmm_out_u64(o, "StoreErrors", st.store_errors, NULL);
 	kvmm_out_u64(o, "StoreDropped", st.store_dropped, NULL);
+	kvmm_out_u64(o, "Demoted", st.demoted, NULL);
 	kvmm_out_u64(o, "StoreQueued", st.queued_bytes, "B");
 	kvmm_out_u64(o, "Moved", st.redis.moved, NULL);
 	kvmm_out_u64(o, "Ask", st.redis.ask, NULL);

@@ -60,6 +60,7 @@ static void hook_oom(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t nr_f
 static const struct kvmm_mm_hooks swapd_hooks = {
 	.seq_changed = hook_seq_changed,
 	.oom = hook_oom,
+	.demote = kvmm_ipc_remote_demote, /* remote_ipc.c: remote_policy = demote */
 };
 
 /* The file of a file tier: PATH, or PATH.NS when every namespace pool needs its own. */

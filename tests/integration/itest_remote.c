@@ -274,7 +274,8 @@ static void remove_cluster(void)
 }
 
 /* A daemon config: alpha's secret and the [remote] section with @nseeds seeds. */
-static int write_conf(const char *name, int nseeds, char *path, size_t len)
+static int write_conf_policy(const char *name, int nseeds, const char *policy, char *path,
+			     size_t len)
 {
 	char seeds[256] = "";
 	FILE *f;
@@ -288,10 +289,15 @@ static int write_conf(const char *name, int nseeds, char *path, size_t len)
 		return -errno;
 	fprintf(f,
 		"[namespace %s]\nsecret_file = %s/secret\n\n[remote]\nremote = %s\n"
-		"remote_timeout_ms = %d\nremote_ttl = 1h\n",
-		ITEST_NS_A, rdir, seeds, TIMEOUT_MS);
+		"remote_timeout_ms = %d\nremote_ttl = 1h\nremote_policy = %s\n",
+		ITEST_NS_A, rdir, seeds, TIMEOUT_MS, policy);
 	fclose(f);
 	return 0;
+}
+
+static int write_conf(const char *name, int nseeds, char *path, size_t len)
+{
+	return write_conf_policy(name, nseeds, "seal", path, len);
 }
 
 static int group_setup(void **state)
@@ -360,12 +366,11 @@ static long long remote_value(const struct itest_daemon *d, const char *name)
 	return v;
 }
 
-/* Seal prompt @p of @pages pages through daemon @d; wait until its stores were tried. */
-static void seal_prompt(struct itest_daemon *d, unsigned int p, unsigned int pages)
+/* Seal prompt @p of @pages pages through daemon @d (its pages then cached, unmapped). */
+static void seal_only(struct itest_daemon *d, unsigned int p, unsigned int pages)
 {
 	uint32_t tokens[MAX_BLOCKS * 64], tpp, n;
 	int32_t frames[MAX_BLOCKS + 1];
-	long long before = remote_value(d, "Stores") + remote_value(d, "StoreErrors");
 	kvmm_client_t *c;
 	uint64_t seq, len;
 
@@ -385,6 +390,14 @@ static void seal_prompt(struct itest_daemon *d, unsigned int p, unsigned int pag
 	assert_int_equal(kvmm_seal(c, seq, 0, 0), 0);
 	assert_int_equal(kvmm_seq_free(c, seq), 0);
 	kvmm_detach(c);
+}
+
+/* seal_only(), then wait until its stores were tried. */
+static void seal_prompt(struct itest_daemon *d, unsigned int p, unsigned int pages)
+{
+	long long before = remote_value(d, "Stores") + remote_value(d, "StoreErrors");
+
+	seal_only(d, p, pages);
 	for (uint64_t t0 = now_ms(); now_ms() - t0 < 5000; itest_sleep_ms(10))
 		if (remote_value(d, "Stores") + remote_value(d, "StoreErrors") >= before + pages)
 			return;
@@ -622,6 +635,55 @@ static void test_share_async(void **state)
 	/* a prompt nobody sealed: asked, missed, its pages all appended */
 	assert_int_equal(lookup_async(&dB, 14, 8, true, false, NULL), 0);
 	assert_int_equal(remote_value(&dB, "Lookups"), hits + 1);
+}
+
+/*
+ * (e) remote_policy = demote: a third daemon C with a small NVMe tier writes nothing when it
+ * seals; once its pool and its swap file are full, the file's oldest cached pages are pushed
+ * out to the cluster to make room, and the first prompts are hits through B - and through C
+ * itself, which no longer has them - with identical bytes.
+ */
+static void test_demote(void **state)
+{
+	struct itest_swapdir sd;
+	struct itest_daemon dC = dA;
+	char conf[128];
+	const char *extra[] = {"--config", conf, "--swap", sd.filearg, NULL};
+	long long demoted, done;
+	const unsigned int first = 30, nr = 24, pages = 16;
+
+	(void)state;
+	need_cluster();
+	assert_int_equal(itest_swapdir_make(&sd, "itremote", 0, 32), 0);
+	assert_int_equal(write_conf_policy("c.conf", NODES, "demote", conf, sizeof(conf)), 0);
+	dC.pid = 0;
+	assert_int_equal(itest_daemon_start(&dC, extra), 0);
+	seal_only(&dC, first, pages);
+	/* nothing is written when sealed */
+	assert_int_equal(remote_value(&dC, "Stores"), 0);
+	assert_int_equal(remote_value(&dC, "Demoted"), 0);
+	/* 24 prompts of 16 pages: 384 pages for 256 frames and 32 file slots */
+	for (unsigned int p = first + 1; p < first + nr; p++)
+		seal_only(&dC, p, pages);
+	demoted = remote_value(&dC, "Demoted");
+	print_message("demote: %lld pages pushed out to the cluster\n", demoted);
+	assert_true(demoted >= 2 * pages);
+	for (uint64_t t0 = now_ms(); now_ms() - t0 < 5000; itest_sleep_ms(10)) {
+		done = remote_value(&dC, "Stores") + remote_value(&dC, "StoreErrors");
+		if (done >= demoted)
+			break;
+	}
+	assert_int_equal(remote_value(&dC, "Stores"), demoted);
+	/* the oldest prompts went out: a hit through B, and through C again */
+	assert_int_equal(lookup_prompt(&dB, first, pages, NULL), pages);
+	assert_int_equal(lookup_prompt(&dB, first + 1, pages, NULL), pages);
+	done = remote_value(&dC, "Hits");
+	assert_int_equal(lookup_prompt(&dC, first, pages, NULL), pages);
+	assert_true(remote_value(&dC, "Hits") >= done + pages);
+	assert_int_equal(itest_daemon_stop(&dC), 0);
+	itest_swapdir_remove(&sd);
+	snprintf(conf, sizeof(conf), "%s/c.conf", rdir);
+	unlink(conf);
 }
 
 static void *parked_lookup(void *arg)
@@ -878,6 +940,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_share_across_daemons),
 		cmocka_unit_test(test_share_async),
+		cmocka_unit_test(test_demote),
 		cmocka_unit_test(test_corrupt_value),
 		cmocka_unit_test(test_client_redirects),
 		cmocka_unit_test(test_node_killed),

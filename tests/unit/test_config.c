@@ -822,7 +822,19 @@ static void test_remote(void **state)
 	kvmm_config_init(cfg);
 	assert_int_equal(kvmm_config_set_remote(cfg, "remote", "h:1", err, sizeof(err)), 0);
 	assert_int_equal(cfg->remote.timeout_ms, KVMM_CONFIG_REMOTE_DEFAULT_TIMEOUT_MS);
-	assert_true(cfg->remote.store);
+	assert_int_equal(cfg->remote.store, KVMM_CONFIG_REMOTE_SEAL);
+	assert_string_equal(kvmm_config_remote_policy(cfg->remote.store), "seal");
+	/* the policies: when this daemon writes to the tier */
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_policy", "demote", err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg->remote.store, KVMM_CONFIG_REMOTE_DEMOTE);
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_policy", "both", err, sizeof(err)), 0);
+	assert_int_equal(cfg->remote.store, KVMM_CONFIG_REMOTE_SEAL | KVMM_CONFIG_REMOTE_DEMOTE);
+	assert_string_equal(kvmm_config_remote_policy(cfg->remote.store), "both");
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_policy", "always", err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "demote"));
+	assert_int_equal(cfg->remote.store, KVMM_CONFIG_REMOTE_SEAL | KVMM_CONFIG_REMOTE_DEMOTE);
 
 	/* TLS: a clear refusal, both ways of asking */
 	assert_int_equal(kvmm_config_set_remote(cfg, "remote", "rediss://h:1", err, sizeof(err)),
@@ -849,7 +861,7 @@ static void test_remote(void **state)
 	parse_bad("[remote]\nremote_timeout_ms = 0\n",
 		  NAME ":2: remote_timeout_ms: remote_timeout_ms must be at least 1");
 	parse_bad("[remote]\nremote_policy = always\n",
-		  NAME ":2: remote_policy: 'always' is not seal or lookup");
+		  NAME ":2: remote_policy: 'always' is not seal, demote, both or lookup");
 	parse_bad("[remote]\nremote_max_value = 1G\n",
 		  NAME ":2: remote_max_value: at most 512M (Redis' largest value)");
 	parse_bad("[remote]\n[remote]\n", NAME ":2: duplicate section [remote] (first at line 1)");

@@ -225,6 +225,12 @@ static redisContext *node_conn(struct kvmm_redis *rc, struct rnode *n)
 		n->retry_at = now_ns() + (uint64_t)rc->cfg.retry_ms * 1000000;
 		return NULL;
 	}
+	/*
+	 * Keep the reply buffer between replies: by default hiredis frees it whenever it is
+	 * empty and larger than 16 KiB, so every frame-sized value grew a new one from nothing
+	 * (reallocs, copies and fresh pages: most of a GET's cost on loopback).
+	 */
+	c->reader->maxbuf = 0;
 	n->c = c;
 	n->retry_at = 0;
 	n->conn_at = now_ns();
@@ -528,6 +534,22 @@ static void batch(struct kvmm_redis *rc, struct kvmm_redis_op *ops, size_t n, bo
 				}
 				redisAppendCommandArgv(c, argc, argv, argl);
 			}
+		}
+		/*
+		 * Write every node's commands before reading any reply, so that the nodes work
+		 * at once (redisGetReply would write a node's only when its replies are wanted:
+		 * one node after the other).  A failed write leaves c->err for the read below.
+		 */
+		for (unsigned int ni = 0; ni < rc->nr_nodes; ni++) {
+			redisContext *c = rc->node[ni].c;
+			int done = 0;
+
+			for (i = 0; i < n && node[i] != (int)ni; i++)
+				;
+			if (i == n || !c || c->err)
+				continue;
+			while (!done && redisBufferWrite(c, &done) == REDIS_OK)
+				;
 		}
 		/* receive, node by node, in the order sent */
 		for (unsigned int ni = 0; ni < rc->nr_nodes; ni++) {

@@ -20,154 +20,20 @@
  * the bytes over the link (a 25 Gb/s link moves the 128 MiB prefix in ~45 ms).
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-#include <hiredis/hiredis.h>
 
 #include "compiler.h"
 #include "kvmm/mm.h"
 #include "kvmm/remote.h"
 #include "kvmm/swap.h"
 #include "tools/bench.h"
+#include "tools/cluster/redis_cluster.h"
 
 #define NODES 3
-
-struct cluster {
-	char dir[64];
-	int port[NODES];
-	pid_t pid[NODES];
-	char seeds[256];
-};
-
-static bool free_port(int p)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ok;
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ok = fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-	if (fd >= 0)
-		close(fd);
-	return ok;
-}
-
-static int pick_port(void)
-{
-	for (int p = 20000 + (getpid() % 2000) * 10; p < 40000; p += 7)
-		if (free_port(p) && free_port(p + 10000))
-			return p;
-	return -1;
-}
-
-static redisReply *rcmd(int port, const char *fmt, ...)
-{
-	struct timeval tv = {.tv_sec = 2};
-	redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-	redisReply *r;
-	va_list ap;
-
-	if (!c || c->err) {
-		if (c)
-			redisFree(c);
-		return NULL;
-	}
-	va_start(ap, fmt);
-	r = redisvCommand(c, fmt, ap);
-	va_end(ap);
-	redisFree(c);
-	return r;
-}
-
-static void cluster_stop(struct cluster *cl)
-{
-	char path[256];
-
-	for (int i = 0; i < NODES; i++) {
-		if (cl->pid[i] > 0) {
-			kill(cl->pid[i], SIGKILL);
-			waitpid(cl->pid[i], NULL, 0);
-		}
-		snprintf(path, sizeof(path), "%s/nodes-%d.conf", cl->dir, cl->port[i]);
-		unlink(path);
-	}
-	if (cl->dir[0])
-		rmdir(cl->dir);
-}
-
-/* 3 masters on loopback, slots split evenly; 0, -ENOENT (no redis-server) or -errno. */
-static int cluster_start(struct cluster *cl)
-{
-	const char *bin = "/usr/bin/redis-server";
-	bool ok = false;
-
-	memset(cl, 0, sizeof(*cl));
-	if (access(bin, X_OK))
-		return -ENOENT;
-	snprintf(cl->dir, sizeof(cl->dir), "/tmp/kvmm-bench-redis.XXXXXX");
-	if (!mkdtemp(cl->dir))
-		return -errno;
-	for (int i = 0; i < NODES; i++) {
-		char p[16], conf[64];
-
-		cl->port[i] = pick_port();
-		if (cl->port[i] < 0)
-			return -EADDRINUSE;
-		snprintf(p, sizeof(p), "%d", cl->port[i]);
-		snprintf(conf, sizeof(conf), "nodes-%d.conf", cl->port[i]);
-		cl->pid[i] = fork();
-		if (cl->pid[i] == 0) {
-			int null = open("/dev/null", O_WRONLY);
-
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			dup2(null, 1);
-			dup2(null, 2);
-			execl(bin, bin, "--port", p, "--bind", "127.0.0.1", "--dir", cl->dir,
-			      "--cluster-enabled", "yes", "--cluster-config-file", conf, "--save",
-			      "", "--appendonly", "no", "--maxmemory", "2gb", (char *)NULL);
-			_exit(127);
-		}
-		for (int t = 0; t < 250; t++) {
-			redisReply *r = rcmd(cl->port[i], "PING");
-
-			if (r) {
-				freeReplyObject(r);
-				break;
-			}
-			usleep(20000);
-		}
-		snprintf(cl->seeds + strlen(cl->seeds), sizeof(cl->seeds) - strlen(cl->seeds),
-			 "%s127.0.0.1:%d", i ? "," : "", cl->port[i]);
-	}
-	for (int i = 0; i < NODES; i++)
-		freeReplyObject(rcmd(cl->port[i], "CLUSTER ADDSLOTSRANGE %d %d", 16384 * i / NODES,
-				     16384 * (i + 1) / NODES - 1));
-	for (int i = 1; i < NODES; i++)
-		freeReplyObject(rcmd(cl->port[0], "CLUSTER MEET 127.0.0.1 %d", cl->port[i]));
-	for (int t = 0; t < 200 && !ok; t++) {
-		ok = true;
-		for (int i = 0; i < NODES; i++) {
-			redisReply *r = rcmd(cl->port[i], "CLUSTER INFO");
-
-			ok = ok && r && r->type == REDIS_REPLY_STRING &&
-			     strstr(r->str, "cluster_state:ok") &&
-			     strstr(r->str, "cluster_known_nodes:3");
-			freeReplyObject(r);
-		}
-		if (!ok)
-			usleep(50000);
-	}
-	return ok ? 0 : -ETIMEDOUT;
-}
 
 static void fill(void *p, size_t len, uint64_t seed)
 {
@@ -278,12 +144,13 @@ int bench_suite_remote(const struct bench_opts *o)
 	struct kvmm_seq *src = NULL, *dst = NULL;
 	const char *seeds = getenv("KVMM_BENCH_REDIS");
 	char path[256];
-	struct cluster cl = {0};
+	static const char *const redis_args[] = {"--maxmemory", "2gb", NULL};
+	struct rcluster cl = {.extra = redis_args};
 	struct env e = {0};
 	int ret;
 
 	if (!seeds || !*seeds) {
-		ret = cluster_start(&cl);
+		ret = rcluster_start(&cl, NODES);
 		if (ret == -ENOENT) {
 			bench_note("remote: skipped: no /usr/bin/redis-server (make deps) and no "
 				   "$KVMM_BENCH_REDIS");
@@ -440,7 +307,6 @@ out:
 	if (e.pool)
 		kvmm_pool_destroy(e.pool);
 	free(e.tokens);
-	if (cl.dir[0])
-		cluster_stop(&cl);
+	rcluster_stop(&cl);
 	return ret;
 }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * tests/integration/itest_remote.c - the remote tier end to end: a 3-master Redis Cluster
- * (Debian's redis-server, on free loopback ports in a temporary directory, slots assigned and
- * nodes met by the test itself) and two kvmmd ("machines" A and B) with separate pools whose
+ * (Debian's redis-server, on free loopback ports in a temporary directory: tools/cluster/, the
+ * same helper kvmm-bench remote uses) and two kvmmd ("machines" A and B) with separate pools whose
  * namespace alpha has the same provisioned secret.  A knows one seed (it learns the rest from
  * CLUSTER SLOTS), B all three.
  *
@@ -23,7 +23,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <netinet/in.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -33,7 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -44,6 +42,7 @@
 
 #include "itest.h"
 #include "kvmm/remote.h"
+#include "tools/cluster/redis_cluster.h"
 #include "runtime/kvmm.h"
 #include "runtime/kvmm_admin.h"
 
@@ -51,10 +50,7 @@
 #define MAX_BLOCKS 64
 #define TIMEOUT_MS 500
 
-static char rdir[64];
-static char redis_bin[256];
-static int port[NODES];
-static pid_t rpid[NODES];
+static struct rcluster cl;
 static struct itest_daemon dA, dB;
 static bool have_cluster;
 
@@ -66,211 +62,17 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static bool find_redis(void)
-{
-	static const char *const dirs[] = {"/usr/bin", "/usr/local/bin", "/usr/sbin"};
-
-	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
-		snprintf(redis_bin, sizeof(redis_bin), "%s/redis-server", dirs[i]);
-		if (!access(redis_bin, X_OK))
-			return true;
-	}
-	return false;
-}
-
-static bool port_free(int p)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ok;
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ok = fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-	if (fd >= 0)
-		close(fd);
-	return ok;
-}
-
-/* A loopback port free now whose cluster bus port (+10000) is free too. */
-static int pick_port(void)
-{
-	for (int tries = 0; tries < 200; tries++) {
-		struct sockaddr_in sa = {.sin_family = AF_INET};
-		socklen_t len = sizeof(sa);
-		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), p;
-
-		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-		    getsockname(fd, (struct sockaddr *)&sa, &len)) {
-			if (fd >= 0)
-				close(fd);
-			continue;
-		}
-		close(fd);
-		p = ntohs(sa.sin_port);
-		if (p < 55000 && port_free(p + 10000))
-			return p;
-	}
-	return -1;
-}
-
-static redisReply *cmd(int i, const char *fmt, ...)
-{
-	struct timeval tv = {.tv_sec = 2};
-	redisContext *c = redisConnectWithTimeout("127.0.0.1", port[i], tv);
-	redisReply *r = NULL;
-	va_list ap;
-
-	if (!c || c->err) {
-		if (c)
-			redisFree(c);
-		return NULL;
-	}
-	redisSetTimeout(c, tv);
-	va_start(ap, fmt);
-	r = redisvCommand(c, fmt, ap);
-	va_end(ap);
-	redisFree(c);
-	return r;
-}
-
-static bool cmd_ok(int i, const char *fmt, const char *arg)
-{
-	redisReply *r = cmd(i, fmt, arg);
-	bool ok = r && r->type != REDIS_REPLY_ERROR;
-
-	if (r && !ok)
-		fprintf(stderr, "redis %d: %s\n", port[i], r->str);
-	freeReplyObject(r);
-	return ok;
-}
-
-static int start_node(int i)
-{
-	char p[16], conf[128], log[128];
-	uint64_t t0;
-
-	snprintf(p, sizeof(p), "%d", port[i]);
-	snprintf(conf, sizeof(conf), "nodes-%d.conf", port[i]);
-	snprintf(log, sizeof(log), "%s/redis-%d.log", rdir, port[i]);
-	rpid[i] = fork();
-	if (rpid[i] < 0)
-		return -errno;
-	if (rpid[i] == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		execl(redis_bin, redis_bin, "--port", p, "--bind", "127.0.0.1", "--dir", rdir,
-		      "--cluster-enabled", "yes", "--cluster-config-file", conf,
-		      "--cluster-node-timeout", "1000", "--cluster-require-full-coverage", "no",
-		      "--cluster-allow-reads-when-down", "yes", "--save", "", "--appendonly", "no",
-		      "--logfile", log, "--protected-mode", "no", (char *)NULL);
-		_exit(127);
-	}
-	for (t0 = now_ms(); now_ms() - t0 < 5000; itest_sleep_ms(20)) {
-		redisReply *r = cmd(i, "PING");
-
-		if (r) {
-			freeReplyObject(r);
-			return 0;
-		}
-	}
-	fprintf(stderr, "redis-server on port %d did not answer\n", port[i]);
-	return -ETIMEDOUT;
-}
-
-static void kill_node(int i, int sig)
-{
-	if (rpid[i] <= 0)
-		return;
-	kill(rpid[i], sig);
-	if (sig == SIGKILL) {
-		waitpid(rpid[i], NULL, 0);
-		rpid[i] = 0;
-	}
-}
-
-/* Every live node says the cluster is ok, knows every node and serves every slot. */
-static bool cluster_ok(void)
-{
-	for (int i = 0; i < NODES; i++) {
-		redisReply *r;
-		bool ok;
-
-		if (rpid[i] <= 0)
-			continue;
-		r = cmd(i, "CLUSTER INFO");
-		ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok") &&
-		     strstr(r->str, "cluster_known_nodes:3") &&
-		     strstr(r->str, "cluster_slots_ok:16384");
-		freeReplyObject(r);
-		if (!ok)
-			return false;
-	}
-	return true;
-}
-
-static bool wait_cluster_ok(unsigned int ms)
-{
-	for (uint64_t t0 = now_ms(); now_ms() - t0 < ms; itest_sleep_ms(50))
-		if (cluster_ok())
-			return true;
-	return false;
-}
-
-static int make_cluster(void)
-{
-	char meet[64];
-
-	snprintf(rdir, sizeof(rdir), "/tmp/kvmm-redis.XXXXXX");
-	if (!mkdtemp(rdir))
-		return -errno;
-	for (int i = 0; i < NODES; i++) {
-		port[i] = pick_port();
-		if (port[i] < 0 || start_node(i))
-			return -1;
-	}
-	for (int i = 0; i < NODES; i++) {
-		int lo = 16384 * i / NODES, hi = 16384 * (i + 1) / NODES - 1;
-		redisReply *r = cmd(i, "CLUSTER ADDSLOTSRANGE %d %d", lo, hi);
-
-		if (!r || r->type == REDIS_REPLY_ERROR) {
-			fprintf(stderr, "ADDSLOTSRANGE %d %d: %s\n", lo, hi,
-				r ? r->str : "no reply");
-			freeReplyObject(r);
-			return -1;
-		}
-		freeReplyObject(r);
-	}
-	for (int i = 1; i < NODES; i++) {
-		snprintf(meet, sizeof(meet), "%d", port[i]);
-		if (!cmd_ok(0, "CLUSTER MEET 127.0.0.1 %s", meet))
-			return -1;
-	}
-	if (!wait_cluster_ok(10000)) {
-		fprintf(stderr, "the cluster did not come up\n");
-		return -1;
-	}
-	return 0;
-}
-
+/* The test's files in the cluster's directory, then the cluster. */
 static void remove_cluster(void)
 {
+	static const char *const files[] = {"secret", "a.conf", "b.conf", "c.conf"};
 	char path[256];
 
-	for (int i = 0; i < NODES; i++) {
-		if (rpid[i] > 0 && kill(rpid[i], SIGCONT) == 0)
-			kill_node(i, SIGKILL);
-		snprintf(path, sizeof(path), "%s/nodes-%d.conf", rdir, port[i]);
-		unlink(path);
-		snprintf(path, sizeof(path), "%s/redis-%d.log", rdir, port[i]);
+	for (size_t i = 0; cl.dir[0] && i < sizeof(files) / sizeof(files[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", cl.dir, files[i]);
 		unlink(path);
 	}
-	snprintf(path, sizeof(path), "%s/secret", rdir);
-	unlink(path);
-	snprintf(path, sizeof(path), "%s/a.conf", rdir);
-	unlink(path);
-	snprintf(path, sizeof(path), "%s/b.conf", rdir);
-	unlink(path);
-	if (rdir[0])
-		rmdir(rdir);
+	rcluster_stop(&cl);
 }
 
 /* A daemon config: alpha's secret and the [remote] section with @nseeds seeds. */
@@ -282,15 +84,15 @@ static int write_conf_policy(const char *name, int nseeds, const char *policy, c
 
 	for (int i = 0; i < nseeds; i++)
 		snprintf(seeds + strlen(seeds), sizeof(seeds) - strlen(seeds),
-			 "%sredis://127.0.0.1:%d", i ? "," : "", port[i]);
-	snprintf(path, len, "%s/%s", rdir, name);
+			 "%sredis://127.0.0.1:%d", i ? "," : "", cl.port[i]);
+	snprintf(path, len, "%s/%s", cl.dir, name);
 	f = fopen(path, "w");
 	if (!f)
 		return -errno;
 	fprintf(f,
 		"[namespace %s]\nsecret_file = %s/secret\n\n[remote]\nremote = %s\n"
 		"remote_timeout_ms = %d\nremote_ttl = 1h\nremote_policy = %s\n",
-		ITEST_NS_A, rdir, seeds, TIMEOUT_MS, policy);
+		ITEST_NS_A, cl.dir, seeds, TIMEOUT_MS, policy);
 	fclose(f);
 	return 0;
 }
@@ -307,7 +109,7 @@ static int group_setup(void **state)
 	int fd;
 
 	(void)state;
-	if (!find_redis()) {
+	if (!rcluster_find(&cl)) {
 		fprintf(stderr, "itest_remote: redis-server is not installed (apt-get install "
 				"redis-server, or make deps): skipped\n");
 		return 0;
@@ -315,9 +117,9 @@ static int group_setup(void **state)
 	if (!itest_daemon_find(&dA))
 		return 0;
 	dB = dA;
-	if (make_cluster())
+	if (rcluster_start(&cl, NODES))
 		return -1;
-	snprintf(secret, sizeof(secret), "%s/secret", rdir);
+	snprintf(secret, sizeof(secret), "%s/secret", cl.dir);
 	fd = open(secret, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0 || write(fd, "00112233445566778899aabbccddeeff\n", 33) != 33)
 		return -1;
@@ -477,12 +279,12 @@ static int damage(unsigned int depth, bool truncate)
 	int done = 0;
 
 	for (int i = 0; i < NODES; i++) {
-		redisReply *keys = cmd(i, "KEYS kvmm:*");
+		redisReply *keys = rcluster_cmd(&cl, i, "KEYS kvmm:*");
 
 		assert_non_null(keys);
 		for (size_t k = 0; k < keys->elements; k++) {
 			const char *key = keys->element[k]->str;
-			redisReply *v = cmd(i, "GET %s", key), *r;
+			redisReply *v = rcluster_cmd(&cl, i, "GET %s", key), *r;
 			uint32_t d;
 
 			assert_non_null(v);
@@ -490,9 +292,11 @@ static int damage(unsigned int depth, bool truncate)
 			memcpy(&d, v->str + 32, sizeof(d)); /* header: depth at 32, little-endian */
 			if (d == depth) {
 				if (truncate)
-					r = cmd(i, "SET %s %b", key, v->str, v->len - 100);
+					r = rcluster_cmd(&cl, i, "SET %s %b", key, v->str,
+							 v->len - 100);
 				else
-					r = cmd(i, "SETRANGE %s 5000 %s", key, "garbage");
+					r = rcluster_cmd(&cl, i, "SETRANGE %s 5000 %s", key,
+							 "garbage");
 				assert_non_null(r);
 				assert_int_not_equal(r->type, REDIS_REPLY_ERROR);
 				freeReplyObject(r);
@@ -682,7 +486,7 @@ static void test_demote(void **state)
 	assert_true(remote_value(&dC, "Hits") >= done + pages);
 	assert_int_equal(itest_daemon_stop(&dC), 0);
 	itest_swapdir_remove(&sd);
-	snprintf(conf, sizeof(conf), "%s/c.conf", rdir);
+	snprintf(conf, sizeof(conf), "%s/c.conf", cl.dir);
 	unlink(conf);
 }
 
@@ -718,7 +522,7 @@ static void test_node_killed(void **state)
 	need_cluster();
 	seal_prompt(&dA, 3, 16);
 	seal_prompt(&dA, 4, 16);
-	kill_node(1, SIGKILL);
+	rcluster_node_kill(&cl, 1, SIGKILL);
 	/* B gets what lies before the dead node's first block, at once */
 	hit = lookup_prompt(&dB, 3, 16, &ms);
 	print_message("node killed: %u of 16 pages, %llu ms\n", hit, (unsigned long long)ms);
@@ -726,8 +530,8 @@ static void test_node_killed(void **state)
 	assert_true(hit == 16 || remote_value(&dB, "Errors") > 0);
 
 	/* restarted on its port (its nodes file keeps its slots); the daemons reconnect */
-	assert_int_equal(start_node(1), 0);
-	assert_true(wait_cluster_ok(10000));
+	assert_int_equal(rcluster_node_start(&cl, 1), 0);
+	assert_true(rcluster_wait_ok(&cl, 10000));
 	itest_sleep_ms(1100); /* past the client's retry back-off */
 	seal_prompt(&dA, 5, 8);
 	assert_int_equal(lookup_prompt(&dB, 5, 8, NULL), 8);
@@ -736,7 +540,7 @@ static void test_node_killed(void **state)
 	 * A partition: a node that accepts nothing, answers nothing.  The lookup waits for
 	 * remote_timeout_ms, parked; meanwhile another client of the same daemon is served.
 	 */
-	kill_node(2, SIGSTOP);
+	rcluster_node_kill(&cl, 2, SIGSTOP);
 	{
 		struct parked pk = {.p = 4, .pages = 16};
 		uint64_t t0, t1;
@@ -759,7 +563,7 @@ static void test_node_killed(void **state)
 		/* the other client was answered while the lookup was parked */
 		assert_true(t1 < pk.end);
 	}
-	kill(rpid[2], SIGCONT);
+	kill(cl.pid[2], SIGCONT);
 	assert_true(itest_daemon_alive(&dA));
 	assert_true(itest_daemon_alive(&dB));
 }
@@ -773,7 +577,7 @@ static void test_cluster_gone(void **state)
 	(void)state;
 	need_cluster();
 	for (int i = 0; i < NODES; i++)
-		kill_node(i, SIGKILL);
+		rcluster_node_kill(&cl, i, SIGKILL);
 	stores = remote_value(&dA, "StoreErrors");
 	seal_prompt(&dA, 6, 8);
 	assert_true(remote_value(&dA, "StoreErrors") > stores);
@@ -804,7 +608,7 @@ static redisReply *expect(redisReply *r)
 
 static void node_id(int i, char *id, size_t len)
 {
-	redisReply *r = expect(cmd(i, "CLUSTER MYID"));
+	redisReply *r = expect(rcluster_cmd(&cl, i, "CLUSTER MYID"));
 
 	snprintf(id, len, "%s", r->str);
 	freeReplyObject(r);
@@ -844,20 +648,22 @@ static void test_client_redirects(void **state)
 	need_cluster();
 	for (int i = 0; i < NODES; i++)
 		node_id(i, ids[i], sizeof(ids[i]));
-	snprintf(cfg.seeds, sizeof(cfg.seeds), "127.0.0.1:%d", port[dst]);
+	snprintf(cfg.seeds, sizeof(cfg.seeds), "127.0.0.1:%d", cl.port[dst]);
 	cfg.timeout_ms = 1000;
 	rc = kvmm_redis_create(&cfg);
 	assert_non_null(rc);
 	assert_int_equal(rc_op(rc, true, "{rt}a", "v1", NULL, 0), 0);
 	assert_int_equal(rc_op(rc, false, "{rt}a", NULL, got, sizeof(got)), 0);
 	assert_string_equal(got, "v1");
-	r = expect(cmd(src, "GET {rt}a")); /* it went to the slot's owner */
+	r = expect(rcluster_cmd(&cl, src, "GET {rt}a")); /* it went to the slot's owner */
 	assert_string_equal(r->str, "v1");
 	freeReplyObject(r);
 
 	/* migrating: a key the source no longer has is asked of the target */
-	freeReplyObject(expect(cmd(dst, "CLUSTER SETSLOT %u IMPORTING %s", slot, ids[src])));
-	freeReplyObject(expect(cmd(src, "CLUSTER SETSLOT %u MIGRATING %s", slot, ids[dst])));
+	freeReplyObject(
+		expect(rcluster_cmd(&cl, dst, "CLUSTER SETSLOT %u IMPORTING %s", slot, ids[src])));
+	freeReplyObject(
+		expect(rcluster_cmd(&cl, src, "CLUSTER SETSLOT %u MIGRATING %s", slot, ids[dst])));
 	assert_int_equal(rc_op(rc, true, "{rt}b", "v2", NULL, 0), 0);
 	assert_int_equal(rc_op(rc, false, "{rt}b", NULL, got, sizeof(got)), 0);
 	assert_string_equal(got, "v2");
@@ -869,9 +675,11 @@ static void test_client_redirects(void **state)
 	assert_int_equal(st.nodes, NODES);
 
 	/* moved: the client's map is stale, the source answers MOVED */
-	freeReplyObject(expect(cmd(src, "MIGRATE 127.0.0.1 %d {rt}a 0 5000", port[dst])));
+	freeReplyObject(
+		expect(rcluster_cmd(&cl, src, "MIGRATE 127.0.0.1 %d {rt}a 0 5000", cl.port[dst])));
 	for (int i = 0; i < NODES; i++)
-		freeReplyObject(expect(cmd(i, "CLUSTER SETSLOT %u NODE %s", slot, ids[dst])));
+		freeReplyObject(
+			expect(rcluster_cmd(&cl, i, "CLUSTER SETSLOT %u NODE %s", slot, ids[dst])));
 	assert_int_equal(rc_op(rc, false, "{rt}a", NULL, got, sizeof(got)), 0);
 	assert_string_equal(got, "v1");
 	kvmm_redis_get_stats(rc, &st);
@@ -880,10 +688,10 @@ static void test_client_redirects(void **state)
 	kvmm_redis_get_stats(rc, &st);
 	assert_int_equal(st.moved, 1); /* the map learnt it */
 	kvmm_redis_destroy(rc);
-	assert_true(wait_cluster_ok(5000));
+	assert_true(rcluster_wait_ok(&cl, 5000));
 
 	/* a single server without cluster mode is a one-node cluster */
-	plain = pick_port();
+	plain = rcluster_pick_port();
 	assert_true(plain > 0);
 	{
 		char p[16];
@@ -892,8 +700,8 @@ static void test_client_redirects(void **state)
 		snprintf(p, sizeof(p), "%d", plain);
 		if (pid == 0) {
 			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			execl(redis_bin, redis_bin, "--port", p, "--bind", "127.0.0.1", "--save",
-			      "", "--appendonly", "no", "--logfile", "/dev/null", "--requirepass",
+			execl(cl.bin, cl.bin, "--port", p, "--bind", "127.0.0.1", "--save", "",
+			      "--appendonly", "no", "--logfile", "/dev/null", "--requirepass",
 			      "s3cret", (char *)NULL);
 			_exit(127);
 		}

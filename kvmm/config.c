@@ -836,6 +836,7 @@ int kvmm_config_set_swap(struct kvmm_config *cfg, const char *key, const char *v
 static int parse_remote_seeds(struct kvmm_config_remote *rm, const char *v, char *err, size_t len)
 {
 	char buf[sizeof(rm->seeds)], out[sizeof(rm->seeds)] = "", *tok, *save = NULL;
+	bool tls = false, plain = false;
 
 	if (strlen(v) >= sizeof(buf))
 		return msg(err, len, "too long");
@@ -844,14 +845,18 @@ static int parse_remote_seeds(struct kvmm_config_remote *rm, const char *v, char
 		char *colon, *end;
 		unsigned long port;
 
-		if (!strncmp(tok, "rediss://", 9))
-			return msg(err, len,
-				   "'%s': TLS (rediss://) needs hiredis 1.0 or later built with "
-				   "SSL; this kvmmd links Debian 12's libhiredis 0.14, which has "
-				   "none: use a TLS tunnel (stunnel, spiped) to the cluster",
-				   tok);
-		if (!strncmp(tok, "redis://", 8))
+		/* rediss://: TLS to every node (remote_tls = yes) */
+		if (!strncmp(tok, "rediss://", 9)) {
+			tls = true;
+			tok += 9;
+		} else if (!strncmp(tok, "redis://", 8)) {
+			plain = true;
 			tok += 8;
+		}
+		if (tls && plain)
+			return msg(err, len,
+				   "redis:// and rediss:// seeds mixed: one cluster is "
+				   "either TLS or not");
 		if (strchr(tok, '@') || strchr(tok, '/'))
 			return msg(err, len,
 				   "'%s': expected redis://HOST:PORT (credentials go in "
@@ -875,6 +880,24 @@ static int parse_remote_seeds(struct kvmm_config_remote *rm, const char *v, char
 	if (!out[0])
 		return msg(err, len, "no HOST:PORT given");
 	strcpy(rm->seeds, out);
+	if (tls)
+		rm->tls = true;
+	return 0;
+}
+
+/* remote_tls_ca / _cert / _key: a regular file that exists now (read again at start) */
+static int tls_path(char *dst, size_t size, const char *value, char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (!value[0] || strlen(value) >= size)
+		return msg(err, errlen, "'%s': expected a path (at most %zu bytes)", value,
+			   size - 1);
+	if (stat(value, &st))
+		return msg(err, errlen, "'%s': %s", value, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return msg(err, errlen, "'%s' is not a regular file", value);
+	strcpy(dst, value);
 	return 0;
 }
 
@@ -987,11 +1010,19 @@ int kvmm_config_set_remote(struct kvmm_config *cfg, const char *key, const char 
 	if (!strcmp(k, "remote_tls")) {
 		if (parse_bool(value, &b))
 			return msg(err, errlen, "'%s' is not yes or no", value);
-		if (b)
-			return msg(err, errlen,
-				   "TLS needs hiredis 1.0 or later built with SSL; this kvmmd "
-				   "links Debian 12's libhiredis 0.14, which has none: use a TLS "
-				   "tunnel (stunnel, spiped) to the cluster");
+		rm->tls = b;
+		return 0;
+	}
+	if (!strcmp(k, "remote_tls_ca"))
+		return tls_path(rm->tls_ca, sizeof(rm->tls_ca), value, err, errlen);
+	if (!strcmp(k, "remote_tls_cert"))
+		return tls_path(rm->tls_cert, sizeof(rm->tls_cert), value, err, errlen);
+	if (!strcmp(k, "remote_tls_key"))
+		return tls_path(rm->tls_key, sizeof(rm->tls_key), value, err, errlen);
+	if (!strcmp(k, "remote_tls_server_name")) {
+		if (!value[0] || strlen(value) >= sizeof(rm->tls_name) || strpbrk(value, " \t/"))
+			return msg(err, errlen, "'%s' is not a host name or address", value);
+		strcpy(rm->tls_name, value);
 		return 0;
 	}
 	msg(err, errlen, "unknown key '%s' in [remote]", k);
@@ -1607,6 +1638,16 @@ void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
 			fprintf(f, "remote_max_blocks = %u\n", cfg->remote.max_blocks);
 		if (cfg->remote.user[0])
 			fprintf(f, "remote_user = %s\n", cfg->remote.user);
+		if (cfg->remote.tls)
+			fprintf(f, "remote_tls = yes\n");
+		if (cfg->remote.tls_ca[0])
+			fprintf(f, "remote_tls_ca = \"%s\"\n", cfg->remote.tls_ca);
+		if (cfg->remote.tls_cert[0])
+			fprintf(f, "remote_tls_cert = \"%s\"\n", cfg->remote.tls_cert);
+		if (cfg->remote.tls_key[0])
+			fprintf(f, "remote_tls_key = \"%s\"\n", cfg->remote.tls_key);
+		if (cfg->remote.tls_name[0])
+			fprintf(f, "remote_tls_server_name = %s\n", cfg->remote.tls_name);
 	}
 }
 

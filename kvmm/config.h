@@ -112,6 +112,11 @@ struct kvmm_config_remote {
 	uint32_t max_blocks; /* remote_max_blocks = N: blocks one lookup asks for */
 	char user[64];	     /* remote_user = NAME (AUTH NAME PASSWORD) */
 	char password[128];  /* remote_password = TEXT or remote_password_file = PATH */
+	bool tls;	     /* remote_tls = yes, or rediss:// seeds */
+	char tls_ca[256];    /* remote_tls_ca = PATH (PEM CAs; "" = the system's) */
+	char tls_cert[256];  /* remote_tls_cert = PATH (client certificate) */
+	char tls_key[256];   /* remote_tls_key = PATH (its key) */
+	char tls_name[256];  /* remote_tls_server_name = NAME (what certificates must carry) */
 	unsigned int section_line;
 };
 
@@ -201,7 +206,8 @@ int kvmm_config_set_ns(struct kvmm_config *cfg, const char *spec, char *err, siz
 /*
  * Set one [remote] key (--remote KEY=VALUE does it for a flag): remote, remote_ttl,
  * remote_timeout_ms, remote_policy, remote_max_value, remote_queue, remote_max_blocks,
- * remote_user, remote_password, remote_password_file, remote_tls.  -EINVAL or -ENOENT.
+ * remote_user, remote_password, remote_password_file, remote_tls, remote_tls_ca,
+ * remote_tls_cert, remote_tls_key, remote_tls_server_name.  -EINVAL or -ENOENT.
  */
 int kvmm_config_set_remote(struct kvmm_config *cfg, const char *key, const char *value, char *err,
 			   size_t errlen);

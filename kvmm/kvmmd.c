@@ -552,6 +552,15 @@ static void server_config(const struct kvmm_config *cfg, struct kvmm_ns_config *
 		rc->redis.timeout_ms = cfg->remote.timeout_ms;
 		memcpy(rc->redis.user, cfg->remote.user, sizeof(rc->redis.user));
 		memcpy(rc->redis.password, cfg->remote.password, sizeof(rc->redis.password));
+		rc->redis.tls.enabled = cfg->remote.tls;
+		BUILD_BUG_ON(sizeof(rc->redis.tls.ca_file) != sizeof(cfg->remote.tls_ca) ||
+			     sizeof(rc->redis.tls.server_name) != sizeof(cfg->remote.tls_name));
+		memcpy(rc->redis.tls.ca_file, cfg->remote.tls_ca, sizeof(rc->redis.tls.ca_file));
+		memcpy(rc->redis.tls.cert_file, cfg->remote.tls_cert,
+		       sizeof(rc->redis.tls.cert_file));
+		memcpy(rc->redis.tls.key_file, cfg->remote.tls_key, sizeof(rc->redis.tls.key_file));
+		memcpy(rc->redis.tls.server_name, cfg->remote.tls_name,
+		       sizeof(rc->redis.tls.server_name));
 		rc->ttl_s = cfg->remote.ttl_s;
 		rc->max_value = cfg->remote.max_value;
 		rc->max_queued_bytes = cfg->remote.max_queue;

@@ -13,6 +13,8 @@
  *                   map from CLUSTER SLOTS, CRC16 key slots with hash tags, MOVED and ASK,
  *                   reconnects with back-off, timeouts, AUTH; a single plain server works as
  *                   a cluster of one node.  Pipelined batches: one round trip per node.
+ *   remote_tls.c    TLS under hiredis 0.14 (which has none): hiredis on one end of a
+ *                   socketpair, a pump thread moving the bytes through OpenSSL to the node.
  *   remote.c        the tier: a worker thread that owns the client, a queue of lookups
  *                   (batches of GETs, verified on the worker) and of stores (SETs), the
  *                   completions handed back to kvmmd's loop through an eventfd, counters and
@@ -99,13 +101,38 @@ unsigned int kvmm_redis_keyslot(const char *key, size_t len);
 int kvmm_redis_parse_redirect(const char *err, unsigned int *slot, char *host, size_t hostlen,
 			      int *port);
 
+/* TLS to every node (remote_tls.c): OpenSSL under hiredis, which has none here */
+struct kvmm_redis_tls {
+	bool enabled;
+	char ca_file[256];     /* PEM CAs the nodes' certificates must chain to; "" = system's */
+	char cert_file[256];   /* client certificate (PEM chain), "" = none */
+	char key_file[256];    /* its key ("" = in cert_file) */
+	char server_name[256]; /* the name every node's certificate must carry (DNS or IP) and
+				* the SNI; "" = the host dialled */
+};
+
 struct kvmm_redis_config {
 	char seeds[512];     /* "host:port,host:port" */
 	uint32_t timeout_ms; /* connect and each read/write; 0 = 200 */
 	char user[64];	     /* AUTH user ("" = AUTH password alone) */
 	char password[128];  /* "" = no AUTH */
 	uint32_t retry_ms;   /* a node that failed is not tried again for this long (0 = 1000) */
+	struct kvmm_redis_tls tls;
 };
+
+/*
+ * TLS connections (remote_tls.c): a context made once from @cfg (NULL with a reason in @err:
+ * a CA, certificate or key that does not load), and per node a connection whose plain end
+ * hiredis talks over (redisConnectFd): the fd, or -errno (-ECONNREFUSED: the handshake or the
+ * certificate check failed, -ETIMEDOUT).  kvmm_tls_close() after redisFree().
+ */
+struct kvmm_tls;
+struct kvmm_tls_conn;
+struct kvmm_tls *kvmm_tls_create(const struct kvmm_redis_tls *cfg, char *err, size_t errlen);
+void kvmm_tls_destroy(struct kvmm_tls *t);
+int kvmm_tls_connect(struct kvmm_tls *t, const char *host, int port, uint32_t timeout_ms,
+		     struct kvmm_tls_conn **out);
+void kvmm_tls_close(struct kvmm_tls_conn *c);
 
 struct kvmm_redis;
 

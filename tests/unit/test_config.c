@@ -836,14 +836,37 @@ static void test_remote(void **state)
 	assert_non_null(strstr(err, "demote"));
 	assert_int_equal(cfg->remote.store, KVMM_CONFIG_REMOTE_SEAL | KVMM_CONFIG_REMOTE_DEMOTE);
 
-	/* TLS: a clear refusal, both ways of asking */
-	assert_int_equal(kvmm_config_set_remote(cfg, "remote", "rediss://h:1", err, sizeof(err)),
+	/* TLS: rediss:// seeds or remote_tls = yes, files that exist, a name */
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote", "rediss://h:1,rediss://g:2", err,
+						sizeof(err)),
+			 0);
+	assert_true(cfg->remote.tls);
+	assert_string_equal(cfg->remote.seeds, "h:1,g:2");
+	assert_int_equal(
+		kvmm_config_set_remote(cfg, "remote", "rediss://h:1,redis://g:2", err, sizeof(err)),
+		-EINVAL);
+	assert_non_null(strstr(err, "mixed"));
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_tls", "no", err, sizeof(err)), 0);
+	assert_false(cfg->remote.tls);
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_tls", "yes", err, sizeof(err)), 0);
+	assert_true(cfg->remote.tls);
+	assert_int_equal(
+		kvmm_config_set_remote(cfg, "remote_tls_ca", "/etc/hostname", err, sizeof(err)), 0);
+	assert_string_equal(cfg->remote.tls_ca, "/etc/hostname");
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_tls_ca", "/nonexistent/ca.pem", err,
+						sizeof(err)),
 			 -EINVAL);
-	assert_non_null(strstr(err, "TLS"));
-	assert_non_null(strstr(err, "hiredis"));
-	assert_int_equal(kvmm_config_set_remote(cfg, "remote_tls", "yes", err, sizeof(err)),
+	assert_non_null(strstr(err, "No such file"));
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_tls_cert", "/tmp", err, sizeof(err)),
 			 -EINVAL);
-	assert_non_null(strstr(err, "hiredis 1.0"));
+	assert_non_null(strstr(err, "not a regular file"));
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_tls_server_name", "redis.example", err,
+						sizeof(err)),
+			 0);
+	assert_string_equal(cfg->remote.tls_name, "redis.example");
+	assert_int_equal(
+		kvmm_config_set_remote(cfg, "remote_tls_server_name", "a b", err, sizeof(err)),
+		-EINVAL);
 	assert_int_equal(kvmm_config_set_remote(cfg, "remote_tls", "maybe", err, sizeof(err)),
 			 -EINVAL);
 	assert_int_equal(kvmm_config_set_remote(cfg, "remote_nope", "1", err, sizeof(err)),

@@ -6,14 +6,20 @@
  * namespace alpha has the same provisioned secret.  A knows one seed (it learns the rest from
  * CLUSTER SLOTS), B all three.
  *
- *   - a prompt sealed through A is a hit through B, with identical bytes;
+ *   - a prompt sealed through A is a hit through B, with identical bytes - through
+ *     kvmm_prefix_lookup, through kvmm_submit (the SQE parks on the ring, its CQE comes in
+ *     order) and through SEQ_PROMPT (kvmm_seq_prompt on the ring and on the socket);
+ *   - remote_policy = demote: a third daemon with a small NVMe tier writes nothing when it
+ *     seals, and pushes its oldest cached pages out to the cluster when it runs out of room;
  *   - values damaged in Redis (a flipped byte, a truncated value) are rejected, counted, and
  *     the lookup keeps only the blocks before the damage;
  *   - a node killed mid-run: lookups return (hits before the dead node's first block), nothing
  *     hangs; the node restarted on its port is reconnected and serves again;
  *   - a node stopped (SIGSTOP, a partition): lookups give up after remote_timeout_ms;
- *   - the whole cluster gone: lookups miss at once, seals still work, both daemons stop
- *     cleanly;
+ *   - the whole cluster gone: lookups miss at once (every way of asking), seals still work,
+ *     both daemons stop cleanly;
+ *   - TLS (kvmm/remote_tls.c): a TLS-only redis-server, certificates made with openssl: names,
+ *     CAs, client certificates checked, two kvmmd sharing a prompt over it;
  *   - the client itself (kvmm/remote_redis.c): a slot migrated under it (ASK while it
  *     migrates, MOVED once it moved), and a single Redis server without cluster mode that
  *     wants a password (AUTH: none, a wrong one, the right one).

@@ -22,6 +22,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +187,34 @@ static int tcp_connect(const char *host, int port, uint64_t deadline)
 	return fd >= 0 ? fd : ret;
 }
 
+/*
+ * A write to a connection the node reset raises SIGPIPE (OpenSSL writes with write(2)): the
+ * library never lets that kill its host.  The pump thread blocks it for good; the caller's
+ * thread blocks it around the handshake and the close_notify, and discards one raised
+ * meanwhile before its mask is restored.
+ */
+static void sigpipe_block(sigset_t *old)
+{
+	sigset_t s;
+
+	sigemptyset(&s);
+	sigaddset(&s, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &s, old);
+}
+
+static void sigpipe_restore(const sigset_t *old)
+{
+	struct timespec zero = {0, 0};
+	sigset_t s;
+
+	sigemptyset(&s);
+	sigaddset(&s, SIGPIPE);
+	if (!sigismember(old, SIGPIPE))
+		while (sigtimedwait(&s, NULL, &zero) > 0)
+			;
+	pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
 /* ---- the pump ----------------------------------------------------------------------------- */
 
 static bool want_io(SSL *ssl, int r, short *ev)
@@ -205,6 +234,9 @@ static bool want_io(SSL *ssl, int r, short *ev)
 static void *pump(void *arg)
 {
 	struct kvmm_tls_conn *c = arg;
+	sigset_t old;
+
+	sigpipe_block(&old);
 
 	for (;;) {
 		short tcp_ev = 0, pair_ev = 0;
@@ -248,7 +280,8 @@ static void *pump(void *arg)
 		}
 		/* buffer -> hiredis */
 		if (c->down_off < c->down_len) {
-			n = write(c->pair, c->down + c->down_off, c->down_len - c->down_off);
+			n = send(c->pair, c->down + c->down_off, c->down_len - c->down_off,
+				 MSG_NOSIGNAL);
 			if (n > 0) {
 				c->down_off += (size_t)n;
 				moved = true;
@@ -269,8 +302,11 @@ static void *pump(void *arg)
 				break;
 		}
 	}
-	/* the end of hiredis' side: it reads EOF (an I/O error) if it still reads */
-	shutdown(c->pair, SHUT_RDWR);
+	/*
+	 * hiredis reads EOF (an I/O error) from now on; its writes still go into the pair's
+	 * buffer (no EPIPE, no SIGPIPE) until it notices.
+	 */
+	shutdown(c->pair, SHUT_WR);
 	return NULL;
 }
 
@@ -281,6 +317,7 @@ int kvmm_tls_connect(struct kvmm_tls *t, const char *host, int port, uint32_t ti
 	const char *name = t->server_name[0] ? t->server_name : host;
 	struct kvmm_tls_conn *c;
 	int sv[2] = {-1, -1}, ret;
+	sigset_t mask;
 	char e[256];
 
 	c = calloc(1, sizeof(*c));
@@ -313,6 +350,7 @@ int kvmm_tls_connect(struct kvmm_tls *t, const char *host, int port, uint32_t ti
 			goto out_free;
 		}
 	}
+	sigpipe_block(&mask);
 	for (;;) {
 		short ev = 0;
 
@@ -328,12 +366,15 @@ int kvmm_tls_connect(struct kvmm_tls *t, const char *host, int port, uint32_t ti
 							     : ssl_err(e, sizeof(e)));
 			ERR_clear_error();
 			ret = -ECONNREFUSED;
-			goto out_free;
+			break;
 		}
 		ret = wait_fd(c->tcp, ev, deadline);
 		if (ret)
-			goto out_free;
+			break;
 	}
+	sigpipe_restore(&mask);
+	if (ret != 1)
+		goto out_free;
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) {
 		ret = -errno;
 		goto out_free;
@@ -364,12 +405,17 @@ out_free:
 
 void kvmm_tls_close(struct kvmm_tls_conn *c)
 {
+	sigset_t mask;
+
 	if (!c)
 		return;
 	/* hiredis' end is closed (redisFree) before this: the pump sees it and stops */
 	shutdown(c->pair, SHUT_RDWR);
 	pthread_join(c->thread, NULL);
+	/* close_notify to a node that may have reset the connection */
+	sigpipe_block(&mask);
 	SSL_shutdown(c->ssl);
+	sigpipe_restore(&mask);
 	SSL_free(c->ssl);
 	close(c->tcp);
 	close(c->pair);

@@ -172,14 +172,14 @@ static void session_pause(struct kvmm_session *s, bool pause)
 
 /*
  * Expected identity of blocks [first, first + n) of @seq continued by @tokens: content key
- * (chained from the sequence's last sealed block) and prefix digest.  Pool lock held.
+ * (chained from the sequence's block first - 1, sealed) and prefix digest.  Pool lock held.
  */
-static int fill_blocks(struct kvmm_session *s, struct kvmm_seq *seq, const uint32_t *tokens,
-		       struct kvmm_remote_req *req)
+static int fill_blocks(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t first,
+		       const uint32_t *tokens, struct kvmm_remote_req *req)
 {
 	struct kvmm_pool *pool = s->as->pool;
 	struct kvmm_ns *ns = s->as->ns;
-	uint32_t tpp = s->as->fmt.tokens_per_page, first = seq->nblocks;
+	uint32_t tpp = s->as->fmt.tokens_per_page;
 	struct kvmm_remote_digest *d;
 	uint64_t parent = 0;
 
@@ -274,18 +274,12 @@ bool kvmm_ipc_remote_park(struct kvmm_session *s, unsigned int op, const void *p
 	park = malloc(sizeof(*park) + (size_t)keep * sizeof(*tokens));
 	if (!rr || !park)
 		goto out_free;
-	if (op == KVMM_OP_SEQ_PROMPT) {
-		/* the tail appended after the local hit goes; appended again at the end */
-		if (kvmm_mm_seq_truncate(is->seq, (uint64_t)done * tpp))
-			goto out_free;
-	}
-	if (fill_blocks(s, is->seq, tokens, rr)) {
-		if (op == KVMM_OP_SEQ_PROMPT && kvmm_mm_seq_append(is->seq, keep, tokens)) {
-			/* cannot happen short of memory: answer with what is there */
-			kvmm_notice_ratelimited("remote: prompt tail not restored");
-		}
+	/* a prompt's local hit is its first done blocks; a lookup's ends the sequence */
+	if (fill_blocks(s, is->seq, op == KVMM_OP_SEQ_PROMPT ? done : is->seq->nblocks, tokens, rr))
 		goto out_free;
-	}
+	/* the tail appended after a prompt's local hit goes; appended again at the end */
+	if (op == KVMM_OP_SEQ_PROMPT && kvmm_mm_seq_truncate(is->seq, (uint64_t)done * tpp))
+		goto out_free;
 	memset(park, 0, sizeof(*park));
 	park->op = op;
 	park->ring = !hdr;

@@ -269,7 +269,11 @@ int bench_suite_remote(const struct bench_opts *o)
 
 	/* the tier, and the prefix stored in it */
 	snprintf(rc.redis.seeds, sizeof(rc.redis.seeds), "%s", seeds);
-	rc.redis.timeout_ms = 5000;
+	/*
+	 * Generous: a 128 MiB batch on a loaded 2-core machine (three redis-server, the worker
+	 * and the benchmark on it) once waited more than 5 s for a read and failed the suite.
+	 */
+	rc.redis.timeout_ms = 30000;
 	rc.max_queued_bytes = (uint64_t)bytes + (64u << 20);
 	ret = kvmm_remote_create(&rc, &e.r);
 	if (ret)

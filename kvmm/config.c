@@ -858,6 +858,7 @@ int kvmm_config_set_swap(struct kvmm_config *cfg, const char *key, const char *v
 static int parse_remote_seeds(struct kvmm_config_remote *rm, const char *v, char *err, size_t len)
 {
 	char buf[sizeof(rm->seeds)], out[sizeof(rm->seeds)] = "", *tok, *save = NULL;
+	bool tls = false, plain = false;
 
 	if (strlen(v) >= sizeof(buf))
 		return msg(err, len, "too long");
@@ -866,14 +867,18 @@ static int parse_remote_seeds(struct kvmm_config_remote *rm, const char *v, char
 		char *colon, *end;
 		unsigned long port;
 
-		if (!strncmp(tok, "rediss://", 9))
-			return msg(err, len,
-				   "'%s': TLS (rediss://) needs hiredis 1.0 or later built with "
-				   "SSL; this kvmmd links Debian 12's libhiredis 0.14, which has "
-				   "none: use a TLS tunnel (stunnel, spiped) to the cluster",
-				   tok);
-		if (!strncmp(tok, "redis://", 8))
+		/* rediss://: TLS to every node (remote_tls = yes) */
+		if (!strncmp(tok, "rediss://", 9)) {
+			tls = true;
+			tok += 9;
+		} else if (!strncmp(tok, "redis://", 8)) {
+			plain = true;
 			tok += 8;
+		}
+		if (tls && plain)
+			return msg(err, len,
+				   "redis:// and rediss:// seeds mixed: one cluster is "
+				   "either TLS or not");
 		if (strchr(tok, '@') || strchr(tok, '/'))
 			return msg(err, len,
 				   "'%s': expected redis://HOST:PORT (credentials go in "
@@ -897,6 +902,24 @@ static int parse_remote_seeds(struct kvmm_config_remote *rm, const char *v, char
 	if (!out[0])
 		return msg(err, len, "no HOST:PORT given");
 	strcpy(rm->seeds, out);
+	if (tls)
+		rm->tls = true;
+	return 0;
+}
+
+/* remote_tls_ca / _cert / _key: a regular file that exists now (read again at start) */
+static int tls_path(char *dst, size_t size, const char *value, char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (!value[0] || strlen(value) >= size)
+		return msg(err, errlen, "'%s': expected a path (at most %zu bytes)", value,
+			   size - 1);
+	if (stat(value, &st))
+		return msg(err, errlen, "'%s': %s", value, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return msg(err, errlen, "'%s' is not a regular file", value);
+	strcpy(dst, value);
 	return 0;
 }
 
@@ -955,11 +978,15 @@ int kvmm_config_set_remote(struct kvmm_config *cfg, const char *key, const char 
 	}
 	if (!strcmp(k, "remote_policy")) {
 		if (!strcmp(value, "seal"))
-			rm->store = true;
+			rm->store = KVMM_CONFIG_REMOTE_SEAL;
+		else if (!strcmp(value, "demote"))
+			rm->store = KVMM_CONFIG_REMOTE_DEMOTE;
+		else if (!strcmp(value, "both"))
+			rm->store = KVMM_CONFIG_REMOTE_SEAL | KVMM_CONFIG_REMOTE_DEMOTE;
 		else if (!strcmp(value, "lookup"))
-			rm->store = false;
+			rm->store = 0;
 		else
-			return msg(err, errlen, "'%s' is not seal or lookup", value);
+			return msg(err, errlen, "'%s' is not seal, demote, both or lookup", value);
 		return 0;
 	}
 	if (!strcmp(k, "remote_max_value") || !strcmp(k, "remote_queue")) {
@@ -1005,11 +1032,19 @@ int kvmm_config_set_remote(struct kvmm_config *cfg, const char *key, const char 
 	if (!strcmp(k, "remote_tls")) {
 		if (parse_bool(value, &b))
 			return msg(err, errlen, "'%s' is not yes or no", value);
-		if (b)
-			return msg(err, errlen,
-				   "TLS needs hiredis 1.0 or later built with SSL; this kvmmd "
-				   "links Debian 12's libhiredis 0.14, which has none: use a TLS "
-				   "tunnel (stunnel, spiped) to the cluster");
+		rm->tls = b;
+		return 0;
+	}
+	if (!strcmp(k, "remote_tls_ca"))
+		return tls_path(rm->tls_ca, sizeof(rm->tls_ca), value, err, errlen);
+	if (!strcmp(k, "remote_tls_cert"))
+		return tls_path(rm->tls_cert, sizeof(rm->tls_cert), value, err, errlen);
+	if (!strcmp(k, "remote_tls_key"))
+		return tls_path(rm->tls_key, sizeof(rm->tls_key), value, err, errlen);
+	if (!strcmp(k, "remote_tls_server_name")) {
+		if (!value[0] || strlen(value) >= sizeof(rm->tls_name) || strpbrk(value, " \t/"))
+			return msg(err, errlen, "'%s' is not a host name or address", value);
+		strcpy(rm->tls_name, value);
 		return 0;
 	}
 	msg(err, errlen, "unknown key '%s' in [remote]", k);
@@ -1319,6 +1354,13 @@ out_close:
 	return ret;
 }
 
+const char *kvmm_config_remote_policy(unsigned int store)
+{
+	static const char *const names[] = {"lookup", "seal", "demote", "both"};
+
+	return names[store & 3];
+}
+
 /* ---- defaults and the whole ---------------------------------------------------------- */
 
 void kvmm_config_init(struct kvmm_config *cfg)
@@ -1329,7 +1371,7 @@ void kvmm_config_init(struct kvmm_config *cfg)
 	cfg->swap.kswapd = true;
 	cfg->swap.warm_restart = true;
 	cfg->remote.timeout_ms = KVMM_CONFIG_REMOTE_DEFAULT_TIMEOUT_MS;
-	cfg->remote.store = true;
+	cfg->remote.store = KVMM_CONFIG_REMOTE_SEAL;
 	cfg->page_size = KVMM_CONFIG_DEFAULT_PAGE_SIZE;
 	cfg->nr_devices = 1; /* device 0 */
 	cfg->log_level = KVMM_LOG_DEFAULT_LEVEL;
@@ -1649,7 +1691,7 @@ void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
 		fprintf(f, "\n[remote]\nremote = \"%s\"\n", cfg->remote.seeds);
 		fprintf(f, "remote_ttl = %us\n", cfg->remote.ttl_s);
 		fprintf(f, "remote_timeout_ms = %u\n", cfg->remote.timeout_ms);
-		fprintf(f, "remote_policy = %s\n", cfg->remote.store ? "seal" : "lookup");
+		fprintf(f, "remote_policy = %s\n", kvmm_config_remote_policy(cfg->remote.store));
 		if (cfg->remote.max_value)
 			print_size(f, "remote_max_value", cfg->remote.max_value);
 		if (cfg->remote.max_queue)
@@ -1658,6 +1700,16 @@ void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
 			fprintf(f, "remote_max_blocks = %u\n", cfg->remote.max_blocks);
 		if (cfg->remote.user[0])
 			fprintf(f, "remote_user = %s\n", cfg->remote.user);
+		if (cfg->remote.tls)
+			fprintf(f, "remote_tls = yes\n");
+		if (cfg->remote.tls_ca[0])
+			fprintf(f, "remote_tls_ca = \"%s\"\n", cfg->remote.tls_ca);
+		if (cfg->remote.tls_cert[0])
+			fprintf(f, "remote_tls_cert = \"%s\"\n", cfg->remote.tls_cert);
+		if (cfg->remote.tls_key[0])
+			fprintf(f, "remote_tls_key = \"%s\"\n", cfg->remote.tls_key);
+		if (cfg->remote.tls_name[0])
+			fprintf(f, "remote_tls_server_name = %s\n", cfg->remote.tls_name);
 	}
 }
 

@@ -110,16 +110,23 @@ struct kvmm_config_ns {
 
 /* [remote]: the remote tier (Documentation/admin-guide/remote.md) */
 #define KVMM_CONFIG_REMOTE_DEFAULT_TIMEOUT_MS 100
+#define KVMM_CONFIG_REMOTE_SEAL 1u   /* remote_policy = seal: pages are written when sealed */
+#define KVMM_CONFIG_REMOTE_DEMOTE 2u /* remote_policy = demote: when they leave the tiers */
 struct kvmm_config_remote {
 	char seeds[512];     /* remote = redis://HOST:PORT,...: "HOST:PORT,..."; "" = off */
 	uint32_t ttl_s;	     /* remote_ttl = DURATION, 0 = no expiry */
 	uint32_t timeout_ms; /* remote_timeout_ms = N (connect, each read/write) */
-	bool store;	     /* remote_policy = seal (store sealed pages) | lookup (never store) */
+	uint8_t store;	     /* remote_policy: KVMM_CONFIG_REMOTE_SEAL | _DEMOTE bits, 0 = lookup */
 	uint64_t max_value;  /* remote_max_value = SIZE: larger frames are never stored */
 	uint64_t max_queue;  /* remote_queue = SIZE: stores waiting beyond it are dropped */
 	uint32_t max_blocks; /* remote_max_blocks = N: blocks one lookup asks for */
 	char user[64];	     /* remote_user = NAME (AUTH NAME PASSWORD) */
 	char password[128];  /* remote_password = TEXT or remote_password_file = PATH */
+	bool tls;	     /* remote_tls = yes, or rediss:// seeds */
+	char tls_ca[256];    /* remote_tls_ca = PATH (PEM CAs; "" = the system's) */
+	char tls_cert[256];  /* remote_tls_cert = PATH (client certificate) */
+	char tls_key[256];   /* remote_tls_key = PATH (its key) */
+	char tls_name[256];  /* remote_tls_server_name = NAME (what certificates must carry) */
 	unsigned int section_line;
 };
 
@@ -177,6 +184,8 @@ struct kvmm_config {
 
 /* Defaults for everything; no namespace yet. */
 void kvmm_config_init(struct kvmm_config *cfg);
+/* remote_policy's name for a store value: lookup, seal, demote, both */
+const char *kvmm_config_remote_policy(unsigned int store);
 
 /*
  * Read the file at @path into @cfg.  -ENOENT (with a message) when it does not exist, so that
@@ -207,7 +216,8 @@ int kvmm_config_set_ns(struct kvmm_config *cfg, const char *spec, char *err, siz
 /*
  * Set one [remote] key (--remote KEY=VALUE does it for a flag): remote, remote_ttl,
  * remote_timeout_ms, remote_policy, remote_max_value, remote_queue, remote_max_blocks,
- * remote_user, remote_password, remote_password_file, remote_tls.  -EINVAL or -ENOENT.
+ * remote_user, remote_password, remote_password_file, remote_tls, remote_tls_ca,
+ * remote_tls_cert, remote_tls_key, remote_tls_server_name.  -EINVAL or -ENOENT.
  */
 int kvmm_config_set_remote(struct kvmm_config *cfg, const char *key, const char *value, char *err,
 			   size_t errlen);

@@ -145,7 +145,8 @@ static void usage(FILE *f)
 		"                           prefetch=N, kswapd=yes|no, fault=POINT:SPEC\n"
 		"      --remote KEY=VALUE   a [remote] setting: remote=redis://HOST:PORT,...,\n"
 		"                           remote_ttl=TIME, remote_timeout_ms=N,\n"
-		"                           remote_policy=seal|lookup, remote_password_file=PATH\n"
+		"                           remote_policy=seal|demote|both|lookup, "
+		"remote_password_file=PATH\n"
 		"  -n, --namespace NAME[:AMOUNT[:USER,...]]\n"
 		"                           add or change a namespace: AMOUNT is frames or a size\n"
 		"                           with K/M/G/T; USERs (names or uids) may attach\n"
@@ -630,11 +631,22 @@ static void server_config(const struct kvmm_config *cfg, struct kvmm_ns_config *
 		rc->redis.timeout_ms = cfg->remote.timeout_ms;
 		memcpy(rc->redis.user, cfg->remote.user, sizeof(rc->redis.user));
 		memcpy(rc->redis.password, cfg->remote.password, sizeof(rc->redis.password));
+		rc->redis.tls.enabled = cfg->remote.tls;
+		BUILD_BUG_ON(sizeof(rc->redis.tls.ca_file) != sizeof(cfg->remote.tls_ca) ||
+			     sizeof(rc->redis.tls.server_name) != sizeof(cfg->remote.tls_name));
+		memcpy(rc->redis.tls.ca_file, cfg->remote.tls_ca, sizeof(rc->redis.tls.ca_file));
+		memcpy(rc->redis.tls.cert_file, cfg->remote.tls_cert,
+		       sizeof(rc->redis.tls.cert_file));
+		memcpy(rc->redis.tls.key_file, cfg->remote.tls_key, sizeof(rc->redis.tls.key_file));
+		memcpy(rc->redis.tls.server_name, cfg->remote.tls_name,
+		       sizeof(rc->redis.tls.server_name));
 		rc->ttl_s = cfg->remote.ttl_s;
 		rc->max_value = cfg->remote.max_value;
 		rc->max_queued_bytes = cfg->remote.max_queue;
 		rc->max_blocks = cfg->remote.max_blocks;
-		rc->policy = cfg->remote.store ? KVMM_REMOTE_POLICY_SEAL : KVMM_REMOTE_POLICY_OFF;
+		BUILD_BUG_ON(KVMM_REMOTE_POLICY_SEAL != KVMM_CONFIG_REMOTE_SEAL ||
+			     KVMM_REMOTE_POLICY_DEMOTE != KVMM_CONFIG_REMOTE_DEMOTE);
+		rc->policy = (enum kvmm_remote_policy)cfg->remote.store;
 	}
 }
 

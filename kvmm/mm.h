@@ -51,10 +51,17 @@ struct kvmm_kswapd; /* kswapd.c */
  *   oom          nothing is left to reclaim: @victim (lowest priority, then youngest) should
  *                be preempted to give back @nr_frames frames.  The core marks it
  *                KVMM_SEQ_F_PREEMPTED and never reports it again; freeing it is the owner's.
+ *   demote       a sealed page is about to leave this machine's tiers for room (reclaim drops
+ *                it because no swap tier took it, or the lowest tier pushes it out,
+ *                kvmm_swap_push_out): @bytes are its page_size bytes, to be copied now.  With
+ *                @bytes NULL the hook only says whether it would take the page.  true: taken
+ *                (or would be).  The owner's remote tier (kvmm/ipc/remote_ipc.c).
  */
+struct kvmm_cache_ent;
 struct kvmm_mm_hooks {
 	void (*seq_changed)(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t from);
 	void (*oom)(struct kvmm_pool *pool, struct kvmm_seq *victim, uint32_t nr_frames);
+	bool (*demote)(struct kvmm_pool *pool, const struct kvmm_cache_ent *ent, const void *bytes);
 };
 
 /* ---- frame metadata ------------------------------------------------------------------ */
@@ -681,6 +688,17 @@ int kvmm_pagecache_seq_key(struct kvmm_seq *seq, uint32_t block, uint64_t *key);
  * it was, or the block is not a resident sealed page.
  */
 bool kvmm_pagecache_remote_mark(struct kvmm_seq *seq, uint32_t block);
+/* Whether the remote tier has (or is being sent) the page of @ent; mark that it has. */
+bool kvmm_pagecache_ent_remote(const struct kvmm_cache_ent *ent);
+void kvmm_pagecache_ent_set_remote(struct kvmm_cache_ent *ent);
+/* No entry has @ent as parent: removing it orphans nobody. */
+bool kvmm_pagecache_ent_leaf(const struct kvmm_cache_ent *ent);
+/*
+ * Call @fn with each block's token ids of @ent's prefix, from the first block through @ent's
+ * own: 0, -ENOENT when the chain is broken (an orphan: a parent was evicted), -ENOMEM.
+ */
+int kvmm_pagecache_ent_prefix(const struct kvmm_cache_ent *ent,
+			      void (*fn)(void *arg, const uint32_t *tokens, uint32_t n), void *arg);
 /* Consistency of the cache with the frames (for kvmm_check_invariants). 0 or -EUCLEAN. */
 int kvmm_pagecache_check(struct kvmm_pool *pool, char *why, size_t whylen);
 /* The sealed blocks of @seq form one reachable chain of entries holding its tokens. */

@@ -800,6 +800,49 @@ bool kvmm_pagecache_remote_mark(struct kvmm_seq *seq, uint32_t block)
 	return true;
 }
 
+bool kvmm_pagecache_ent_remote(const struct kvmm_cache_ent *ent)
+{
+	return ent->flags & PC_REMOTE;
+}
+
+void kvmm_pagecache_ent_set_remote(struct kvmm_cache_ent *ent)
+{
+	ent->flags |= PC_REMOTE;
+}
+
+bool kvmm_pagecache_ent_leaf(const struct kvmm_cache_ent *ent)
+{
+	return list_empty(&ent->children);
+}
+
+int kvmm_pagecache_ent_prefix(const struct kvmm_cache_ent *ent,
+			      void (*fn)(void *arg, const uint32_t *tokens, uint32_t n), void *arg)
+{
+	const struct kvmm_cache_ent **chain, *e = ent;
+	uint32_t d;
+
+	if (ent->flags & PC_ORPHAN)
+		return -ENOENT;
+	chain = malloc(((size_t)ent->depth + 1) * sizeof(*chain));
+	if (!chain)
+		return -ENOMEM;
+	/* from @ent up to its first block: every parent one level up, ending at depth 0 */
+	for (d = ent->depth;; d--) {
+		if (!e || e->depth != d) {
+			free(chain);
+			return -ENOENT;
+		}
+		chain[d] = e;
+		if (!d)
+			break;
+		e = e->parent;
+	}
+	for (d = 0; d <= ent->depth; d++)
+		fn(arg, chain[d]->tokens, chain[d]->ntokens);
+	free(chain);
+	return 0;
+}
+
 static int pc_fail(char *why, size_t len, const struct kvmm_cache_ent *ent, const char *what)
 {
 	if (why && len)

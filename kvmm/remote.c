@@ -372,6 +372,13 @@ void kvmm_remote_lookup(struct kvmm_remote *r, struct kvmm_remote_req *req)
 	pthread_mutex_unlock(&r->lock);
 }
 
+void kvmm_remote_note_demoted(struct kvmm_remote *r)
+{
+	pthread_mutex_lock(&r->lock);
+	r->st.demoted++;
+	pthread_mutex_unlock(&r->lock);
+}
+
 int kvmm_remote_store(struct kvmm_remote *r, uint64_t key, const struct kvmm_remote_meta *m,
 		      const void *frame)
 {

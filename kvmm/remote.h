@@ -13,6 +13,8 @@
  *                   map from CLUSTER SLOTS, CRC16 key slots with hash tags, MOVED and ASK,
  *                   reconnects with back-off, timeouts, AUTH; a single plain server works as
  *                   a cluster of one node.  Pipelined batches: one round trip per node.
+ *   remote_tls.c    TLS under hiredis 0.14 (which has none): hiredis on one end of a
+ *                   socketpair, a pump thread moving the bytes through OpenSSL to the node.
  *   remote.c        the tier: a worker thread that owns the client, a queue of lookups
  *                   (batches of GETs, verified on the worker) and of stores (SETs), the
  *                   completions handed back to kvmmd's loop through an eventfd, counters and
@@ -99,13 +101,38 @@ unsigned int kvmm_redis_keyslot(const char *key, size_t len);
 int kvmm_redis_parse_redirect(const char *err, unsigned int *slot, char *host, size_t hostlen,
 			      int *port);
 
+/* TLS to every node (remote_tls.c): OpenSSL under hiredis, which has none here */
+struct kvmm_redis_tls {
+	bool enabled;
+	char ca_file[256];     /* PEM CAs the nodes' certificates must chain to; "" = system's */
+	char cert_file[256];   /* client certificate (PEM chain), "" = none */
+	char key_file[256];    /* its key ("" = in cert_file) */
+	char server_name[256]; /* the name every node's certificate must carry (DNS or IP) and
+				* the SNI; "" = the host dialled */
+};
+
 struct kvmm_redis_config {
 	char seeds[512];     /* "host:port,host:port" */
 	uint32_t timeout_ms; /* connect and each read/write; 0 = 200 */
 	char user[64];	     /* AUTH user ("" = AUTH password alone) */
 	char password[128];  /* "" = no AUTH */
 	uint32_t retry_ms;   /* a node that failed is not tried again for this long (0 = 1000) */
+	struct kvmm_redis_tls tls;
 };
+
+/*
+ * TLS connections (remote_tls.c): a context made once from @cfg (NULL with a reason in @err:
+ * a CA, certificate or key that does not load), and per node a connection whose plain end
+ * hiredis talks over (redisConnectFd): the fd, or -errno (-ECONNREFUSED: the handshake or the
+ * certificate check failed, -ETIMEDOUT).  kvmm_tls_close() after redisFree().
+ */
+struct kvmm_tls;
+struct kvmm_tls_conn;
+struct kvmm_tls *kvmm_tls_create(const struct kvmm_redis_tls *cfg, char *err, size_t errlen);
+void kvmm_tls_destroy(struct kvmm_tls *t);
+int kvmm_tls_connect(struct kvmm_tls *t, const char *host, int port, uint32_t timeout_ms,
+		     struct kvmm_tls_conn **out);
+void kvmm_tls_close(struct kvmm_tls_conn *c);
 
 struct kvmm_redis;
 
@@ -140,9 +167,12 @@ void kvmm_redis_get_stats(struct kvmm_redis *rc, struct kvmm_redis_stats *st);
 
 /* ---- the tier (remote.c) ----------------------------------------------------------------- */
 
+/* Bits: when this daemon writes pages of its sharing namespaces to the tier. */
 enum kvmm_remote_policy {
-	KVMM_REMOTE_POLICY_OFF,	 /* lookups only: this daemon never writes */
-	KVMM_REMOTE_POLICY_SEAL, /* every newly sealed page of a shared namespace is written */
+	KVMM_REMOTE_POLICY_OFF = 0,    /* lookups only: this daemon never writes */
+	KVMM_REMOTE_POLICY_SEAL = 1,   /* every newly sealed page is written */
+	KVMM_REMOTE_POLICY_DEMOTE = 2, /* a page is written when it leaves this machine's tiers */
+	KVMM_REMOTE_POLICY_BOTH = 3,
 };
 
 struct kvmm_remote_config {
@@ -183,7 +213,8 @@ struct kvmm_remote_stats {
 	uint64_t bytes_in, bytes_out;
 	uint64_t stores, store_errors, store_dropped; /* pages written / failed / not queued */
 	uint64_t cancelled;			      /* lookups whose client went meanwhile */
-	uint64_t lat_sum_us;			      /* over lookups */
+	uint64_t demoted;    /* of the stores, pages queued as they left this machine's tiers */
+	uint64_t lat_sum_us; /* over lookups */
 	uint64_t lat_max_us;
 #define KVMM_REMOTE_LAT_BUCKETS 14
 	uint64_t
@@ -215,6 +246,8 @@ void kvmm_remote_lookup(struct kvmm_remote *r, struct kvmm_remote_req *req);
  */
 int kvmm_remote_store(struct kvmm_remote *r, uint64_t key, const struct kvmm_remote_meta *m,
 		      const void *frame);
+/* Count a queued store as a demotion (kvmm_remote_stats.demoted). */
+void kvmm_remote_note_demoted(struct kvmm_remote *r);
 /* Take the next finished lookup (the eventfd is drained first), NULL when none. */
 struct kvmm_remote_req *kvmm_remote_complete(struct kvmm_remote *r);
 /* Cancel a queued or running lookup of @owner: it completes with owner NULL. */

@@ -340,6 +340,14 @@ int kvmm_swap_demote(struct kvmm_pool *pool, struct kvmm_ns *ns, uint32_t n);
  * lower tier with room).
  */
 int kvmm_swap_move_down(struct kvmm_pool *pool, unsigned int tier, uint32_t n);
+/*
+ * The lowest-priority tier is full and the pool's owner takes demoted pages (its demote hook,
+ * mm.h): push up to @n of its cached pages (no sequence maps them) out to the owner, from its
+ * move cursor on - roughly its oldest - read, handed over, their slots and entries freed.
+ * Returns the number pushed out (0 when there was none to push, or no hook).
+ */
+int kvmm_swap_push_out(struct kvmm_pool *pool, uint32_t n);
+#define KVMM_SWAP_PUSH_OUT 32 /* pages reclaim pushes out at once (one read batch) */
 
 /* ---- fault injection (swapfile.c) ---------------------------------------------------------- */
 

@@ -523,6 +523,104 @@ int kvmm_swap_move_down(struct kvmm_pool *pool, unsigned int tier, uint32_t n)
 	return move_slots(pool->swap, t, n, true);
 }
 
+#define PUSH_OUT_SCAN 1024 /* slots one push-out looks at, at most */
+
+/* Free slot @s of @t and the cache entry of the page in it. */
+static void push_out_free(struct kvmm_swap_tier *t, uint64_t s)
+{
+	kvmm_pagecache_remove_ent(t->pool, t->slots[s].ent);
+	kvmm_swap_slot_release(t, s);
+}
+
+/*
+ * An entry is removed only once it is a leaf: its children's prefix walk (the digest the
+ * hook computes) goes through it, and a lookup here would find nothing below a removed
+ * parent.  A parent written out while its children stay is marked and freed later, without
+ * being read again, when it has become a leaf.
+ */
+int kvmm_swap_push_out(struct kvmm_pool *pool, uint32_t n)
+{
+	struct kvmm_swap *sw = pool->swap;
+	struct kvmm_swap_io rd[KVMM_SWAP_BATCH];
+	unsigned int ids[KVMM_SWAP_TIER_MAX];
+	bool (*demote)(struct kvmm_pool *, const struct kvmm_cache_ent *, const void *);
+	bool taken[KVMM_SWAP_BATCH];
+	struct kvmm_swap_tier *t;
+	uint32_t want = 0, done = 0, k, scanned, nt;
+	uint8_t *bounce;
+	uint64_t s;
+
+	demote = pool->hooks ? pool->hooks->demote : NULL;
+	if (!sw || sw->busy || !demote || !n)
+		return 0;
+	nt = kvmm_swap_tiers(pool, ids, KVMM_SWAP_TIER_MAX);
+	t = nt ? kvmm_swap_tier_get(pool, ids[nt - 1]) : NULL;
+	if (!t || !t->nr_used)
+		return 0;
+	n = min_t(uint32_t, n, KVMM_SWAP_BATCH);
+	s = t->move_cursor;
+	for (scanned = 0; want < n && done < n && scanned < t->nslots && scanned < PUSH_OUT_SCAN;
+	     scanned++, s++) {
+		struct kvmm_swap_slot *sl;
+
+		if (s >= t->nslots)
+			s = 0;
+		sl = &t->slots[s];
+		/* a cached page alone in its slot: no sequence's PTE, no I/O, not resident */
+		if (!bitmap_test_bit(t->map, s) || sl->seq || !sl->ent ||
+		    (sl->flags & (SLOT_READING | SLOT_WRITING | SLOT_KEPT)))
+			continue;
+		if (kvmm_pagecache_ent_orphan(sl->ent)) {
+			/* no lookup can reach it any more: its room is free for the taking */
+			push_out_free(t, s);
+			done++;
+			continue;
+		}
+		if (!demote(pool, sl->ent, NULL))
+			continue;
+		if (kvmm_pagecache_ent_remote(sl->ent)) {
+			/* the cluster has it: free it once it is a leaf, no read needed */
+			if (kvmm_pagecache_ent_leaf(sl->ent)) {
+				push_out_free(t, s);
+				done++;
+			}
+			continue;
+		}
+		rd[want].slot = s;
+		rd[want].write = false;
+		want++;
+	}
+	t->move_cursor = s;
+	if (!want)
+		return (int)done;
+	bounce = aligned_alloc(4096, (size_t)want * t->page_size);
+	if (!bounce)
+		return (int)done;
+	for (k = 0; k < want; k++)
+		rd[k].buf = bounce + (size_t)k * t->page_size;
+	sw->busy++;
+	kvmm_swap_io_run(sw, t, rd, want);
+	/* every chain is whole while the hook computes the digests: hand all over first */
+	for (k = 0; k < want; k++) {
+		struct kvmm_cache_ent *ent = t->slots[rd[k].slot].ent;
+
+		/* a page that cannot be read or handed over stays where it is */
+		taken[k] = !rd[k].res && demote(pool, ent, rd[k].buf);
+		if (taken[k])
+			kvmm_pagecache_ent_set_remote(ent);
+	}
+	/* then free them, children (later slots) before their parents */
+	for (k = want; k--;) {
+		if (!taken[k] || !kvmm_pagecache_ent_leaf(t->slots[rd[k].slot].ent))
+			continue;
+		push_out_free(t, rd[k].slot);
+		done++;
+	}
+	sw->busy--;
+	free(bounce);
+	return (int)done;
+}
+
 /* ---- swapoff ---------------------------------------------------------------------------------- */
 
 int kvmm_swapoff(struct kvmm_pool *pool, unsigned int tier)

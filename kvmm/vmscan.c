@@ -108,6 +108,23 @@ static void evict(struct kvmm_pool *pool, struct kvmm_page *pg)
 		pool->stat[KVMM_STAT_PGSTEAL]++;
 		return;
 	}
+	if (pool->hooks && pool->hooks->demote && !kvmm_pagecache_ent_orphan(pg->cache) &&
+	    pool->hooks->demote(pool, pg->cache, NULL)) {
+		void *bytes = kvmm_pool_frame_addr(pool, kvmm_page_to_frame(pool, pg));
+
+		/*
+		 * The tiers are full and the owner takes pages leaving them (its remote tier):
+		 * the lowest tier's oldest cached pages go there and this one takes their place;
+		 * with nothing to push out (or no tier), this page goes there itself.
+		 */
+		if (pool->swap && kvmm_swap_push_out(pool, KVMM_SWAP_PUSH_OUT) > 0 &&
+		    !kvmm_swap_demote_page(pool, pg)) {
+			pool->stat[KVMM_STAT_PGSTEAL]++;
+			return;
+		}
+		if (bytes)
+			pool->hooks->demote(pool, pg->cache, bytes);
+	}
 	kvmm_pagecache_remove(pool, pg);
 	pg->flags &= ~(KVMM_PG_ACTIVE | KVMM_PG_REFERENCED);
 	/* still CACHED: kvmm_free_page uncharges ns->cached */

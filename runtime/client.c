@@ -508,11 +508,10 @@ int kvmm_msg_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov 
 
 	/*
 	 * Every op the rings carry goes there (no system call while the daemon polls, a futex
-	 * wait otherwise); the socket keeps attach, fds, admin and the socket-only ops, and
-	 * the prefix lookups of a daemon with a remote tier (they may wait for the cluster).
+	 * wait otherwise; a lookup waiting for a remote tier parks the ring, not the daemon);
+	 * the socket keeps attach, fds, admin and the socket-only ops.
 	 */
-	if (c->dp && kvmm_op_ring_ok(op) &&
-	    !(op == KVMM_OP_PREFIX_LOOKUP && (c->features & KVMM_FEAT_REMOTE))) {
+	if (c->dp && kvmm_op_ring_ok(op)) {
 		err = kvmm_client_usable(c);
 		if (err)
 			return err;

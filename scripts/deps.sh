@@ -22,14 +22,16 @@ set -eu
 # python3-pytest, python3-numpy, python3-torch: the Python package's tests (runtime/python,
 # run by tests/integration/itest_python with /usr/bin/python3).
 # libhiredis-dev: the remote tier's Redis client (kvmmd links it); redis-server: the Redis
-# Cluster that tests/integration/itest_remote and `kvmm-bench remote` start (and redis-cli).
+# Cluster that tests/integration/itest_remote and `kvmm-bench remote` start (and redis-cli);
+# libssl-dev: the remote tier's TLS (kvmm/remote_tls.c, hiredis 0.14 has none); openssl: the
+# CLI that makes itest_remote's test certificates.
 PACKAGES="make gcc clang pkg-config clang-format liburing-dev libjemalloc-dev libcmocka-dev
 libxxhash-dev fio tmux curl prometheus libclang-rt-dev python3-pytest python3-numpy
-python3-torch libhiredis-dev redis-server"
+python3-torch libhiredis-dev redis-server libssl-dev openssl"
 
 # what a GPU machine lacks to build and run tools/gpu-check (runtime and -dev halves)
 CARRY="make liburing2 liburing-dev libjemalloc2 libjemalloc-dev libcmocka0 libcmocka-dev
-libxxhash0 libxxhash-dev libhiredis0.14 libhiredis-dev"
+libxxhash0 libxxhash-dev libhiredis0.14 libhiredis-dev libssl3 libssl-dev"
 
 mode=${1:-}
 case "$mode" in

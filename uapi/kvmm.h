@@ -79,9 +79,10 @@ extern "C" {
 #define KVMM_FEAT_RINGS (UINT64_C(1) << 4)	  /* shared-memory SQ/CQ rings beside the socket */
 #define KVMM_FEAT_FD_PASSING (UINT64_C(1) << 5)	  /* pool chunks and shm passed as SCM_RIGHTS */
 /*
- * A remote tier may answer PREFIX_LOOKUP (kvmmd's [remote]): a lookup that misses locally
- * waits for the cluster, which only the socket can do (an SQE is answered within its batch),
- * so libkvmm sends synchronous lookups there instead of on the rings.
+ * A remote tier may answer PREFIX_LOOKUP and SEQ_PROMPT (kvmmd's [remote]): one that misses
+ * locally may wait for the cluster.  On the socket the session's next requests wait in it; on
+ * the rings the SQE's CQE comes later and the SQEs after it wait in the SQ (CQE i still answers
+ * SQE i).  Either way only that client waits, never the daemon.
  */
 #define KVMM_FEAT_REMOTE (UINT64_C(1) << 6)
 /* ATTACH's model identity (KVMM_ATTACH_F_MODEL) and SEQ_SALT: keys per model and salt */

@@ -76,11 +76,12 @@ static void do_mem(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 
 	pthread_mutex_lock(&pool->lock);
 	ret = kvmm_ipc_mem_op(s, hdr->op, hdr + 1, rp, &rlen);
-	pthread_mutex_unlock(&pool->lock);
-	/* a lookup that stopped short may wait for the remote tier: answered later */
-	if (!ret && hdr->op == KVMM_OP_PREFIX_LOOKUP && s->srv->remote &&
-	    kvmm_ipc_remote_lookup(s, hdr, rp))
+	/* a lookup (or prompt) that stopped short may wait for the remote tier: answered later */
+	if (!ret && s->srv->remote && kvmm_ipc_remote_park(s, hdr->op, hdr + 1, rp, hdr, 0)) {
+		pthread_mutex_unlock(&pool->lock);
 		return;
+	}
+	pthread_mutex_unlock(&pool->lock);
 	kvmm_session_reply(s, hdr, ret, rp, ret ? 0 : rlen);
 }
 

@@ -272,6 +272,12 @@ bool kvmm_dp_pending(struct kvmm_session *s);
 void kvmm_dp_need_wakeup(struct kvmm_session *s, bool on);
 /* Publish the loop's CPU (plus one) in the SQ's cpu hint (struct kvmm_shm_ring). */
 void kvmm_dp_set_cpu(struct kvmm_session *s, uint32_t cpu);
+/*
+ * The SQE parked by kvmm_ipc_remote_park() is answered (pool lock held): its CQE goes out
+ * and the ring's next SQEs run again.
+ */
+void kvmm_dp_park_done(struct kvmm_session *s, uint64_t user_data, unsigned int op, int res,
+		       const void *rep, size_t rlen);
 /* Mirror hooks, pool lock held: @is changed from block @from on / is going away. */
 void kvmm_dp_seq_update(struct kvmm_session *s, struct kvmm_ipc_seq *is, uint32_t from);
 void kvmm_dp_seq_gone(struct kvmm_session *s, struct kvmm_ipc_seq *is);
@@ -313,16 +319,24 @@ void kvmm_swapd_mirror_all(struct kvmm_server *srv, struct kvmm_ipc_ns *n);
 int kvmm_ipc_remote_setup(struct kvmm_server *srv);
 void kvmm_ipc_remote_destroy(struct kvmm_server *srv);
 /*
- * After a socket PREFIX_LOOKUP answered @rep locally (pool lock not held): when the prompt
- * has full blocks left and the namespace shares, ask the tier and park the request (true:
- * do not reply now).  false: reply as usual.
+ * After a PREFIX_LOOKUP or SEQ_PROMPT answered @rp locally (pool lock held): when the prompt
+ * has full blocks left and the namespace shares, ask the tier and park the request (true: do
+ * not answer now).  @hdr: the socket request; NULL: the ring's SQE of @user_data, which the
+ * ring answers with kvmm_dp_park_done().  false: answer as usual.
  */
-bool kvmm_ipc_remote_lookup(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr,
-			    const struct kvmm_prefix_lookup_rep *rep);
+bool kvmm_ipc_remote_park(struct kvmm_session *s, unsigned int op, const void *p, const void *rp,
+			  const struct kvmm_msg_hdr *hdr, uint64_t user_data);
 /* The tier's eventfd fired: map what came back, answer the parked lookups. */
 void kvmm_ipc_remote_event(struct kvmm_server *srv);
 /* The session goes: forget its parked lookup. */
 void kvmm_ipc_remote_cancel(struct kvmm_session *s);
+/*
+ * The pool's demote hook (kvmm/mm.h struct kvmm_mm_hooks): with remote_policy = demote (or
+ * both), a sealed page of a sharing namespace that leaves this machine's tiers is queued for
+ * the tier.  Pool lock held; may run on kvswapd's thread.
+ */
+bool kvmm_ipc_remote_demote(struct kvmm_pool *pool, const struct kvmm_cache_ent *ent,
+			    const void *bytes);
 /* SEAL entered blocks [from, seq->nsealed) in the cache: store them (pool lock held). */
 void kvmm_ipc_remote_seal(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t from);
 

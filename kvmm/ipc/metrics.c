@@ -410,6 +410,9 @@ int kvmm_obs_metrics_text(struct kvmm_server *srv, char **out, size_t *outlen)
 			    rs.stores);
 		SRV_COUNTER("kvmm_remote_store_errors_total", "Page writes that failed.",
 			    rs.store_errors);
+		SRV_COUNTER("kvmm_remote_demoted_total",
+			    "Pages queued for the remote tier as they left this machine's tiers.",
+			    rs.demoted);
 		SRV_COUNTER("kvmm_remote_store_dropped_total",
 			    "Page writes dropped at a full store queue.", rs.store_dropped);
 		family(&b, "kvmm_remote_lookup_seconds", "histogram",

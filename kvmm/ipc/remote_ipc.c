@@ -8,18 +8,19 @@
  * (secret_file): its content keys are then the same on every machine that has the secret.  A
  * namespace with a random secret never reads or writes the tier (its keys are its own).
  *
- * Lookups, asynchronously.  A PREFIX_LOOKUP from the socket first runs locally as always.
+ * Lookups, asynchronously.  A PREFIX_LOOKUP or SEQ_PROMPT first runs locally as always.
  * When it stopped short of the prompt's last full block, the remote part - every following
  * full block, up to max_blocks - is sent to the worker with each block's content key and
- * prefix digest, and the request is *parked*: no reply yet, the session's socket is taken out
- * of the loop's read set (its next request waits in the socket, so replies stay in order),
- * everything else - other clients, the rings, admin verbs - goes on.  The worker's completion
- * comes back through an eventfd in the loop's epoll set: the verified pages are appended to
- * the sequence (fresh frames, the bytes copied in) and sealed - which enters them in the page
- * cache, or maps the cached copy if another client sealed the block meanwhile - then the
- * lookup is answered as if the pages had been local, and the socket is read again.  A client
- * that goes away while parked cancels its lookup.  Lookups from the data plane's ring stay
- * local (an SQE is answered in order within its batch and cannot be parked).
+ * prefix digest, and the request is *parked*: no answer yet.  From the socket, the session's
+ * socket is taken out of the loop's read set (its next request waits in the socket, so
+ * replies stay in order); from the ring, the SQE is consumed but its CQE not written and the
+ * SQEs after it wait in the SQ (ring.c: CQE i answers SQE i).  Everything else - other
+ * clients, admin verbs - goes on.  The worker's completion comes back through an eventfd in
+ * the loop's epoll set: the verified pages are appended to the sequence (fresh frames, the
+ * bytes copied in) and sealed - which enters them in the page cache, or maps the cached copy
+ * if another client sealed the block meanwhile - then the request is answered as if the pages
+ * had been local (a SEQ_PROMPT's rest, taken back when it parked, appended after them), and
+ * the socket or ring is read again.  A client that goes away while parked cancels its lookup.
  *
  * Stores.  With remote_policy = seal, every block a SEAL newly enters in the page cache of a
  * sharing namespace is queued for the worker (the frame copied, the page marked so that it is
@@ -34,17 +35,23 @@
 #include <sys/epoll.h>
 
 #include "log.h"
+#include "kvmm/config.h"
+#include "kvmm/swap.h"
 #include "kvmm/ipc/admin_emit.h"
 #include "kvmm/ipc/ipc.h"
 #include "kvmm/remote.h"
 
 struct kvmm_ipc_park {
-	struct kvmm_msg_hdr hdr; /* the request, for the reply */
+	unsigned int op;	 /* PREFIX_LOOKUP or SEQ_PROMPT */
+	bool ring;		 /* answered by a CQE (kvmm_dp_park_done), else on the socket */
+	struct kvmm_msg_hdr hdr; /* socket: the request, for the reply */
+	uint64_t user_data;	 /* ring: the SQE's */
 	uint64_t seq_id;
-	uint32_t before;   /* the sequence's blocks before the lookup */
+	uint32_t before;   /* the sequence's blocks before the lookup (SEQ_PROMPT: 0) */
 	uint32_t first;	   /* ... when the remote part was sent: its first block */
 	uint32_t n;	   /* blocks asked for */
-	uint32_t tokens[]; /* n * tokens_per_page */
+	uint32_t ntokens;  /* tokens[]: the remote part's n * tokens_per_page, then (SEQ_PROMPT) */
+	uint32_t tokens[]; /* the rest of the prompt, appended after what came back */
 };
 
 static bool ns_shares(const struct kvmm_session *s)
@@ -76,16 +83,81 @@ int kvmm_ipc_remote_setup(struct kvmm_server *srv)
 		kvmm_err("remote: %s: %s", srv->cfg.remote.cfg.redis.seeds, strerror(-ret));
 		return ret;
 	}
+	/* the demote hook (swapd.c's hooks) finds the tier through the pool, under its lock */
+	for (i = 0; i < srv->nr_ns; i++) {
+		pthread_mutex_lock(&srv->ns[i]->pool->lock);
+		srv->ns[i]->pool->hooks_priv = srv;
+		pthread_mutex_unlock(&srv->ns[i]->pool->lock);
+	}
 	kvmm_info("remote: tier on %s (policy %s, timeout %u ms)", srv->cfg.remote.cfg.redis.seeds,
-		  srv->cfg.remote.cfg.policy == KVMM_REMOTE_POLICY_SEAL ? "seal" : "lookup",
+		  kvmm_config_remote_policy(srv->cfg.remote.cfg.policy),
 		  srv->cfg.remote.cfg.redis.timeout_ms);
 	return 0;
 }
 
 void kvmm_ipc_remote_destroy(struct kvmm_server *srv)
 {
+	for (unsigned int i = 0; srv->remote && i < srv->nr_ns; i++) {
+		pthread_mutex_lock(&srv->ns[i]->pool->lock);
+		srv->ns[i]->pool->hooks_priv = NULL;
+		pthread_mutex_unlock(&srv->ns[i]->pool->lock);
+	}
 	kvmm_remote_destroy(srv->remote);
 	srv->remote = NULL;
+}
+
+static void digest_blk(void *arg, const uint32_t *tokens, uint32_t n)
+{
+	kvmm_remote_digest_update(arg, tokens, n);
+}
+
+bool kvmm_ipc_remote_demote(struct kvmm_pool *pool, const struct kvmm_cache_ent *ent,
+			    const void *bytes)
+{
+	struct kvmm_server *srv = pool->hooks_priv;
+	const struct kvmm_remote_config *rc;
+	struct kvmm_remote_digest *d;
+	struct kvmm_cache_desc desc;
+	struct kvmm_remote_meta m;
+	struct kvmm_ns *ns;
+	uint16_t ns_id;
+	bool ok;
+
+	if (!srv || !srv->remote)
+		return false;
+	rc = kvmm_remote_cfg(srv->remote);
+	if (!(rc->policy & KVMM_REMOTE_POLICY_DEMOTE) || pool->page_size > rc->max_value ||
+	    !kvmm_pool_frame_addr(pool, 0))
+		return false;
+	ns_id = kvmm_pagecache_ent_ns(ent);
+	ns = ns_id < KVMM_MAX_NS ? pool->ns[ns_id] : NULL;
+	/* only namespaces whose keys every machine computes alike (a provisioned secret) */
+	if (!ns || !ns->secret_set)
+		return false;
+	/* the cluster has it already (stored when sealed, or brought from there) */
+	if (kvmm_pagecache_ent_remote(ent))
+		return true;
+	if (!bytes)
+		return true;
+	d = malloc(sizeof(*d));
+	if (!d)
+		return false;
+	/* the key domain the page was sealed under, then its whole prefix's tokens */
+	kvmm_pagecache_ent_desc(ent, &desc);
+	kvmm_remote_digest_init(d, ns->secret, ns->hash_seed, desc.fmt_id);
+	ok = !kvmm_pagecache_ent_prefix(ent, digest_blk, d);
+	if (ok) {
+		kvmm_remote_digest_get(d, m.digest);
+		m.fmt_id = desc.fmt_id;
+		m.payload_len = pool->page_size;
+		m.ntokens = desc.ntokens;
+		m.depth = desc.depth;
+		ok = !kvmm_remote_store(srv->remote, desc.key, &m, bytes);
+		if (ok)
+			kvmm_remote_note_demoted(srv->remote);
+	}
+	free(d);
+	return ok;
 }
 
 /* Stop (or resume) reading the session's socket; a hang-up is still seen. */
@@ -100,14 +172,14 @@ static void session_pause(struct kvmm_session *s, bool pause)
 
 /*
  * Expected identity of blocks [first, first + n) of @seq continued by @tokens: content key
- * (chained from the sequence's last sealed block) and prefix digest.  Pool lock held.
+ * (chained from the sequence's block first - 1, sealed) and prefix digest.  Pool lock held.
  */
-static int fill_blocks(struct kvmm_session *s, struct kvmm_seq *seq, const uint32_t *tokens,
-		       struct kvmm_remote_req *req)
+static int fill_blocks(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t first,
+		       const uint32_t *tokens, struct kvmm_remote_req *req)
 {
 	struct kvmm_pool *pool = s->as->pool;
 	struct kvmm_ns *ns = s->as->ns;
-	uint32_t tpp = s->as->fmt.tokens_per_page, first = seq->nblocks;
+	uint32_t tpp = s->as->fmt.tokens_per_page;
 	struct kvmm_remote_digest *d;
 	uint64_t parent = 0;
 
@@ -135,62 +207,101 @@ static int fill_blocks(struct kvmm_session *s, struct kvmm_seq *seq, const uint3
 	return 0;
 }
 
-bool kvmm_ipc_remote_lookup(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr,
-			    const struct kvmm_prefix_lookup_rep *rep)
+/*
+ * Park @op (pool lock held): set up the remote part of the prompt whose local answer is in
+ * @rp, queue it, and say so (true: no answer now).  The remote part is every full block the
+ * local lookup did not map, up to max_blocks; a SEQ_PROMPT's appended tail is taken back
+ * first (its frames are given again, after what the tier brings, when it completes).
+ */
+bool kvmm_ipc_remote_park(struct kvmm_session *s, unsigned int op, const void *p, const void *rp,
+			  const struct kvmm_msg_hdr *hdr, uint64_t user_data)
 {
 	const struct kvmm_remote_config *rc;
-	struct kvmm_prefix_lookup_req req;
-	const uint32_t *tokens = (const uint32_t *)((const uint8_t *)(hdr + 1) + sizeof(req));
+	const uint32_t *tokens;
 	struct kvmm_pool *pool;
 	struct kvmm_remote_req *rr = NULL;
 	struct kvmm_ipc_park *park = NULL;
 	struct kvmm_ipc_seq *is;
-	uint32_t tpp, n;
-	uint64_t left;
-	size_t tbytes;
+	uint32_t tpp, n, nr_tokens, done, keep;
+	uint64_t seq_id;
 
-	if (!ns_shares(s) || s->park)
+	if (!s->srv->remote || !ns_shares(s) || s->park)
 		return false;
 	rc = kvmm_remote_cfg(s->srv->remote);
 	pool = s->as->pool;
-	memcpy(&req, hdr + 1, sizeof(req));
 	tpp = s->as->fmt.tokens_per_page;
 	if (pool->page_size > rc->max_value)
 		return false;
-	/* the full blocks the local lookup did not map */
-	left = (uint64_t)rep->nr_blocks * tpp;
-	if (left >= req.nr_tokens)
+	if (op == KVMM_OP_PREFIX_LOOKUP) {
+		struct kvmm_prefix_lookup_req req;
+		struct kvmm_prefix_lookup_rep rep;
+
+		memcpy(&req, p, sizeof(req));
+		memcpy(&rep, rp, sizeof(rep));
+		tokens = (const uint32_t *)((const uint8_t *)p + sizeof(req));
+		seq_id = req.seq;
+		nr_tokens = req.nr_tokens;
+		done = rep.nr_blocks; /* mapped by this lookup */
+	} else if (op == KVMM_OP_SEQ_PROMPT) {
+		struct kvmm_seq_prompt_req req;
+		struct kvmm_seq_prompt_rep rep;
+
+		memcpy(&req, p, sizeof(req));
+		memcpy(&rep, rp, sizeof(rep));
+		tokens = (const uint32_t *)((const uint8_t *)p + sizeof(req));
+		seq_id = rep.seq;
+		nr_tokens = req.nr_tokens;
+		done = rep.nr_hit;
+	} else {
 		return false;
-	n = (uint32_t)min_t(uint64_t, (req.nr_tokens - left) / tpp, rc->max_blocks);
+	}
+	/* the full blocks the local lookup did not map */
+	if ((uint64_t)done * tpp >= nr_tokens)
+		return false;
+	n = (uint32_t)min_t(uint64_t, (nr_tokens - (uint64_t)done * tpp) / tpp, rc->max_blocks);
 	if (!n)
 		return false;
-	tokens += left;
-	tbytes = (size_t)n * tpp * sizeof(*tokens);
+	tokens += (size_t)done * tpp;
+	/* a lookup keeps the remote part's ids; a prompt all of its rest */
+	keep = op == KVMM_OP_SEQ_PROMPT ? nr_tokens - done * tpp : n * tpp;
 
-	pthread_mutex_lock(&pool->lock);
-	is = kvmm_session_seq_find(s, req.seq);
+	is = kvmm_session_seq_find(s, seq_id);
 	if (!is || is->preempted || is->seq->nblocks > UINT32_MAX - n)
-		goto out_unlock;
+		return false;
+	if (op == KVMM_OP_SEQ_PROMPT && (is->seq->nsealed != done || is->seq->nblocks < done))
+		return false;
 	rr = kvmm_remote_req_alloc(n);
-	park = malloc(sizeof(*park) + tbytes);
-	if (!rr || !park || fill_blocks(s, is->seq, tokens, rr))
-		goto out_unlock;
-	park->hdr = *hdr;
-	park->seq_id = req.seq;
+	park = malloc(sizeof(*park) + (size_t)keep * sizeof(*tokens));
+	if (!rr || !park)
+		goto out_free;
+	/* a prompt's local hit is its first done blocks; a lookup's ends the sequence */
+	if (fill_blocks(s, is->seq, op == KVMM_OP_SEQ_PROMPT ? done : is->seq->nblocks, tokens, rr))
+		goto out_free;
+	/* the tail appended after a prompt's local hit goes; appended again at the end */
+	if (op == KVMM_OP_SEQ_PROMPT && kvmm_mm_seq_truncate(is->seq, (uint64_t)done * tpp))
+		goto out_free;
+	memset(park, 0, sizeof(*park));
+	park->op = op;
+	park->ring = !hdr;
+	if (hdr)
+		park->hdr = *hdr;
+	park->user_data = user_data;
+	park->seq_id = seq_id;
 	park->first = is->seq->nblocks;
-	park->before = park->first - rep->nr_blocks;
+	park->before = park->first - done;
 	park->n = n;
-	memcpy(park->tokens, tokens, tbytes);
-	pthread_mutex_unlock(&pool->lock);
+	park->ntokens = keep;
+	memcpy(park->tokens, tokens, (size_t)keep * sizeof(*tokens));
 
 	rr->owner = s;
 	s->park = park;
-	session_pause(s, true);
+	/* the socket waits with its next request; the ring stops at this SQE (ring.c) */
+	if (!park->ring)
+		session_pause(s, true);
 	kvmm_remote_lookup(s->srv->remote, rr);
 	return true;
 
-out_unlock:
-	pthread_mutex_unlock(&pool->lock);
+out_free:
 	kvmm_remote_req_free(rr);
 	free(park);
 	return false;
@@ -235,38 +346,93 @@ static uint32_t install(struct kvmm_session *s, struct kvmm_seq *seq, struct kvm
 	return k;
 }
 
-static void finish(struct kvmm_server *srv, struct kvmm_session *s, struct kvmm_remote_req *rr)
+/*
+ * A SEQ_PROMPT after the tier answered: the rest of the prompt appended after the @k blocks
+ * that came back, as the op would have without the tier; when that finds no frames, without
+ * them; when that fails too the sequence goes (SEQ_PROMPT leaves nothing to undo).  Pool lock
+ * held.  0 or -errno.
+ */
+static int prompt_rest(struct kvmm_session *s, struct kvmm_ipc_seq *is, struct kvmm_ipc_park *park,
+		       uint32_t k)
 {
-	struct kvmm_ipc_park *park = s->park;
-	struct kvmm_prefix_lookup_rep rep;
-	struct kvmm_pool *pool = s->as->pool;
 	uint32_t tpp = s->as->fmt.tokens_per_page;
+	struct kvmm_seq_free_req fr = {.seq = park->seq_id};
+	size_t rlen = 0;
+	int ret;
+
+	ret = kvmm_mm_seq_append(is->seq, park->ntokens - k * tpp, park->tokens + (size_t)k * tpp);
+	if (ret && k) {
+		kvmm_mm_seq_truncate(is->seq, (uint64_t)park->first * tpp);
+		ret = kvmm_mm_seq_append(is->seq, park->ntokens, park->tokens);
+	}
+	if (ret)
+		kvmm_session_op_seq_free(s, KVMM_OP_SEQ_FREE, &fr, NULL, &rlen);
+	return ret;
+}
+
+static void finish(struct kvmm_session *s, struct kvmm_ipc_park *park, struct kvmm_remote_req *rr)
+{
+	union {
+		struct kvmm_prefix_lookup_rep lookup;
+		struct kvmm_seq_prompt_rep prompt;
+	} rep;
+	struct kvmm_pool *pool = s->as->pool;
+	uint32_t tpp = s->as->fmt.tokens_per_page, k = 0;
 	struct kvmm_ipc_seq *is;
 	struct kvmm_seq *seq;
+	size_t rlen = 0;
 	int status = 0;
 
-	(void)srv;
 	memset(&rep, 0, sizeof(rep));
 	pthread_mutex_lock(&pool->lock);
 	is = kvmm_session_seq_find(s, park->seq_id);
 	if (!is) {
-		/* freed meanwhile through the ring */
+		/* freed meanwhile (through the socket or the ring) */
 		status = -ENOENT;
 		goto out_unlock;
 	}
 	seq = is->seq;
-	/* unchanged since the lookup (the ring could have touched it): only then add pages */
+	/* unchanged since the lookup (the other transport could have touched it): add pages */
 	if (!is->preempted && seq->nblocks == park->first && seq->nsealed == park->first &&
-	    seq->ntokens == (uint64_t)park->first * tpp && install(s, seq, park, rr))
-		kvmm_dp_seq_update(s, is, park->first);
-	rep.nr_tokens = seq->ntokens;
-	rep.nr_blocks = seq->nblocks >= park->before ? seq->nblocks - park->before : 0;
+	    seq->ntokens == (uint64_t)park->first * tpp)
+		k = install(s, seq, park, rr);
+	if (park->op == KVMM_OP_SEQ_PROMPT) {
+		if (!is->preempted && seq->ntokens == (uint64_t)(park->first + k) * tpp) {
+			status = prompt_rest(s, is, park, k);
+		} else {
+			/* chosen by the OOM killer meanwhile (or touched by a guessed id) */
+			struct kvmm_seq_free_req fr = {.seq = park->seq_id};
+
+			status = is->preempted ? -ENOMEM : -EBUSY;
+			kvmm_session_op_seq_free(s, KVMM_OP_SEQ_FREE, &fr, NULL, &rlen);
+		}
+		if (!status) {
+			kvmm_dp_seq_update(s, is, 0);
+			rep.prompt.seq = park->seq_id;
+			rep.prompt.nr_blocks = is->seq->nblocks;
+			rep.prompt.nr_hit = park->first + k;
+			rlen = sizeof(rep.prompt);
+		}
+	} else {
+		if (k)
+			kvmm_dp_seq_update(s, is, park->first);
+		rep.lookup.nr_tokens = seq->ntokens;
+		rep.lookup.nr_blocks =
+			seq->nblocks >= park->before ? seq->nblocks - park->before : 0;
+		rlen = sizeof(rep.lookup);
+	}
 out_unlock:
-	pthread_mutex_unlock(&pool->lock);
 	s->park = NULL;
-	kvmm_session_reply(s, &park->hdr, status, &rep, status ? 0 : sizeof(rep));
+	if (park->ring) {
+		/* its CQE, and the SQEs after it run again (ring.c) */
+		kvmm_dp_park_done(s, park->user_data, park->op, status, &rep, status ? 0 : rlen);
+		pthread_mutex_unlock(&pool->lock);
+	} else {
+		pthread_mutex_unlock(&pool->lock);
+		kvmm_session_reply(s, &park->hdr, status, &rep, status ? 0 : rlen);
+		session_pause(s, false);
+	}
 	free(park);
-	session_pause(s, false);
 }
 
 void kvmm_ipc_remote_event(struct kvmm_server *srv)
@@ -277,7 +443,7 @@ void kvmm_ipc_remote_event(struct kvmm_server *srv)
 		struct kvmm_session *s = rr->owner;
 
 		if (s && s->park)
-			finish(srv, s, rr);
+			finish(s, s->park, rr);
 		kvmm_remote_req_free(rr);
 	}
 }
@@ -287,6 +453,8 @@ void kvmm_ipc_remote_cancel(struct kvmm_session *s)
 	if (!s->park)
 		return;
 	kvmm_remote_cancel(s->srv->remote, s);
+	if (!s->park->ring)
+		session_pause(s, false);
 	free(s->park);
 	s->park = NULL;
 }
@@ -299,7 +467,7 @@ void kvmm_ipc_remote_seal(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t
 	struct kvmm_remote_digest *d;
 
 	if (!ns_shares(s) || from >= seq->nsealed ||
-	    kvmm_remote_cfg(s->srv->remote)->policy != KVMM_REMOTE_POLICY_SEAL)
+	    !(kvmm_remote_cfg(s->srv->remote)->policy & KVMM_REMOTE_POLICY_SEAL))
 		return;
 	d = malloc(sizeof(*d));
 	if (!d)
@@ -341,8 +509,7 @@ int kvmm_admin_remote(struct kvmm_server *srv, struct kvmm_ipc_ns *one __maybe_u
 		shared += srv->ns[i]->cfg.have_secret;
 	kvmm_remote_get_stats(srv->remote, &st);
 	kvmm_out_str(o, "Seeds", srv->cfg.remote.cfg.redis.seeds);
-	kvmm_out_str(o, "Policy",
-		     srv->cfg.remote.cfg.policy == KVMM_REMOTE_POLICY_SEAL ? "seal" : "lookup");
+	kvmm_out_str(o, "Policy", kvmm_config_remote_policy(srv->cfg.remote.cfg.policy));
 	kvmm_out_u64(o, "SharedNamespaces", shared, NULL);
 	kvmm_out_u64(o, "Cluster", st.redis.cluster, NULL);
 	kvmm_out_u64(o, "Nodes", st.redis.nodes, NULL);
@@ -360,6 +527,7 @@ int kvmm_admin_remote(struct kvmm_server *srv, struct kvmm_ipc_ns *one __maybe_u
 	kvmm_out_u64(o, "Stores", st.stores, NULL);
 	kvmm_out_u64(o, "StoreErrors", st.store_errors, NULL);
 	kvmm_out_u64(o, "StoreDropped", st.store_dropped, NULL);
+	kvmm_out_u64(o, "Demoted", st.demoted, NULL);
 	kvmm_out_u64(o, "StoreQueued", st.queued_bytes, "B");
 	kvmm_out_u64(o, "Moved", st.redis.moved, NULL);
 	kvmm_out_u64(o, "Ask", st.redis.ask, NULL);

@@ -65,6 +65,13 @@ struct kvmm_dp {
 	uint32_t mag_head; /* the client's magazine head as last validated */
 
 	uint64_t *slot_seq; /* mirror slot -> sequence id (0 free), private */
+	/*
+	 * An SQE waits for the remote tier (remote_ipc.c): consumed, its CQE not written yet.
+	 * CQE i answers SQE i (the client reclaims its data area, matches its synchronous call
+	 * and fails what is in flight by that order), so the SQEs after it wait in the SQ until
+	 * kvmm_dp_park_done() posts it - as a parked socket request holds the socket.
+	 */
+	bool parked;
 
 	/*
 	 * magazine: held[i] is the frame of block i of mag_seq, state[i] its MAG_* state.  The
@@ -777,7 +784,8 @@ bool kvmm_dp_pending(struct kvmm_session *s)
 {
 	struct kvmm_dp *dp = s->dp;
 
-	return dp && READ_ONCE(dp->sq->tail) != dp->sq_head;
+	/* a parked ring is not looked at until its CQE goes out */
+	return dp && !dp->parked && READ_ONCE(dp->sq->tail) != dp->sq_head;
 }
 
 /* Work for the magazine: the client popped or returned frames, or a top-up is due. */
@@ -845,6 +853,49 @@ static int run_sqe(struct kvmm_session *s, const struct kvmm_ring_sqe *e, struct
 	return ret;
 }
 
+/* Publish the CQ tail and wake a client asleep on it. */
+static void cq_publish(struct kvmm_dp *dp)
+{
+	/*
+	 * release: the CQEs, and the mirror and magazine writes of the ops they complete, are
+	 * visible before the tail; pairs with the client's acquire load of the CQ tail.
+	 */
+	smp_store_release(&dp->cq->tail, dp->cq_tail);
+	/*
+	 * Full barrier: the tail store above must be visible before we load the WAITING flag,
+	 * or a client that set the flag and then re-read an old tail would sleep through this
+	 * completion.  Pairs with the client's smp_mb between its flag store and tail re-load.
+	 */
+	smp_mb();
+	if (READ_ONCE(dp->cq->flags) & KVMM_CQ_F_WAITING)
+		futex_wake(&dp->cq->tail);
+	else if (dp->s->srv->cpu && READ_ONCE(dp->cq->cpu) == dp->s->srv->cpu)
+		dp->s->srv->yield_soon = true; /* it spins for this on our CPU: the loop yields */
+}
+
+void kvmm_dp_park_done(struct kvmm_session *s, uint64_t user_data, unsigned int op, int res,
+		       const void *rep, size_t rlen)
+{
+	struct kvmm_dp *dp = s->dp;
+	struct kvmm_ring_cqe cqe;
+
+	if (!dp || !dp->parked)
+		return;
+	memset(&cqe, 0, sizeof(cqe));
+	cqe.user_data = user_data;
+	cqe.op = op;
+	cqe.res = res;
+	if (!res)
+		memcpy(cqe.rep, rep, min_t(size_t, rlen, sizeof(cqe.rep)));
+	if (res < 0)
+		KVMM_STAT_INC(s->srv, errors);
+	/* its slot is free: the poll that parked it counted it in the CQ's room */
+	memcpy(&dp->cqes[dp->cq_tail & dp->mask], &cqe, sizeof(cqe));
+	dp->cq_tail++;
+	dp->parked = false;
+	cq_publish(dp);
+}
+
 int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 {
 	struct kvmm_dp *dp = s->dp;
@@ -868,7 +919,7 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 		return -EPROTO;
 	}
 	room = entries - (dp->cq_tail - cq_head);
-	n = min_t(uint32_t, min_t(uint32_t, avail, room), budget);
+	n = dp->parked ? 0 : min_t(uint32_t, min_t(uint32_t, avail, room), budget);
 	/* an idle client costs a few loads per loop iteration, not the pool lock */
 	if (!n && !mag_pending(dp))
 		return 0;
@@ -889,6 +940,19 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 		kvmm_trace_clock_begin();
 		res = run_sqe(s, &e, &cqe);
 		kvmm_trace_clock_end();
+		/*
+		 * A lookup that stopped short may wait for the remote tier: the SQE is
+		 * consumed, its CQE comes with kvmm_dp_park_done(), the rest waits.
+		 */
+		if (!res && s->srv->remote &&
+		    kvmm_ipc_remote_park(s, e.op, s->srv->rx, (struct kvmm_msg_hdr *)s->srv->tx + 1,
+					 NULL, e.user_data)) {
+			KVMM_STAT_INC(s->srv, requests);
+			dp->parked = true;
+			dp->sq_head++;
+			i++;
+			break;
+		}
 		cqe.res = res;
 		if (res == -EBADMSG || res == -EOPNOTSUPP) {
 			KVMM_STAT_INC(s->srv, bad_msgs);
@@ -924,20 +988,6 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 		kvmm_swapd_preempt_run(s->srv);
 	/* release: we are done reading these SQEs and their data; the client may reuse them */
 	smp_store_release(&dp->sq->head, dp->sq_head);
-	/*
-	 * release: the CQEs, and the mirror and magazine writes of the ops they complete, are
-	 * visible before the tail; pairs with the client's acquire load of the CQ tail.
-	 */
-	smp_store_release(&dp->cq->tail, dp->cq_tail);
-	/*
-	 * Full barrier: the tail store above must be visible before we load the WAITING flag,
-	 * or a client that set the flag and then re-read an old tail would sleep through this
-	 * completion.  Pairs with the client's smp_mb between its flag store and tail re-load.
-	 */
-	smp_mb();
-	if (READ_ONCE(dp->cq->flags) & KVMM_CQ_F_WAITING)
-		futex_wake(&dp->cq->tail);
-	else if (s->srv->cpu && READ_ONCE(dp->cq->cpu) == s->srv->cpu)
-		s->srv->yield_soon = true; /* it spins for this on our CPU: the loop yields */
+	cq_publish(dp);
 	return (int)(i + moved);
 }

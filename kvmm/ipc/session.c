@@ -237,6 +237,8 @@ void kvmm_session_detach(struct kvmm_session *s)
 
 	if (s->state != KVMM_SESSION_ATTACHED)
 		return;
+	/* a ring's lookup parked on the remote tier (its socket is read meanwhile) */
+	kvmm_ipc_remote_cancel(s);
 	pool = s->as->pool;
 	pthread_mutex_lock(&pool->lock);
 	kvmm_dp_destroy(s); /* first: its magazine frames go back with their hidden sequence */

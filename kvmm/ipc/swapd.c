@@ -60,6 +60,7 @@ static void hook_oom(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t nr_f
 static const struct kvmm_mm_hooks swapd_hooks = {
 	.seq_changed = hook_seq_changed,
 	.oom = hook_oom,
+	.demote = kvmm_ipc_remote_demote, /* remote_ipc.c: remote_policy = demote */
 };
 
 /* The file of a file tier: PATH, or PATH.NS when every namespace pool needs its own. */
@@ -109,6 +110,9 @@ int kvmm_swapd_setup(struct kvmm_server *srv, struct kvmm_ipc_ns *n)
 
 	pthread_mutex_lock(&n->pool->lock);
 	n->pool->hooks = &swapd_hooks;
+	/* a namespace made at run time (ns_live.c) finds the remote tier too (remote_ipc.c) */
+	if (srv->remote)
+		n->pool->hooks_priv = srv;
 	pthread_mutex_unlock(&n->pool->lock);
 	if (c->host_size) {
 		ret = add_tier(srv, n, HOST_TIER, HOST_PRIO, c->host_size, NULL, 0);

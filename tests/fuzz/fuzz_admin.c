@@ -15,7 +15,7 @@
  * run by tools/fuzz (Documentation/dev-tools/fuzzing.md).
  *
  * fuzz-libs: kvmm/ipc/built-in.a kvmm/built-in.a kvmm/backend/built-in.a lib/built-in.a
- * fuzz-ldlibs: -lxxhash -luring -lpthread -lhiredis
+ * fuzz-ldlibs: -lxxhash -luring -lpthread -lhiredis -lssl -lcrypto
  */
 #include <errno.h>
 #include <stdint.h>

@@ -15,7 +15,7 @@
  * Then steps, each a command byte (its value mod 13 below) and its arguments.
  *
  * fuzz-libs: kvmm/ipc/built-in.a kvmm/built-in.a kvmm/backend/built-in.a lib/built-in.a
- * fuzz-ldlibs: -lxxhash -luring -lpthread -lhiredis
+ * fuzz-ldlibs: -lxxhash -luring -lpthread -lhiredis -lssl -lcrypto
  */
 #include <sys/mman.h>
 #include <sys/stat.h>

@@ -17,7 +17,7 @@
  * swap slot must be back in the pools (fz_check_pools() aborts otherwise).
  *
  * fuzz-libs: kvmm/ipc/built-in.a kvmm/built-in.a kvmm/backend/built-in.a lib/built-in.a
- * fuzz-ldlibs: -lxxhash -luring -lpthread -lhiredis
+ * fuzz-ldlibs: -lxxhash -luring -lpthread -lhiredis -lssl -lcrypto
  */
 #include "tests/fuzz/fuzz_server.h"
 

@@ -1,19 +1,25 @@
 // SPDX-License-Identifier: MIT
 /*
  * tests/integration/itest_remote.c - the remote tier end to end: a 3-master Redis Cluster
- * (Debian's redis-server, on free loopback ports in a temporary directory, slots assigned and
- * nodes met by the test itself) and two kvmmd ("machines" A and B) with separate pools whose
+ * (Debian's redis-server, on free loopback ports in a temporary directory: tools/cluster/, the
+ * same helper kvmm-bench remote uses) and two kvmmd ("machines" A and B) with separate pools whose
  * namespace alpha has the same provisioned secret.  A knows one seed (it learns the rest from
  * CLUSTER SLOTS), B all three.
  *
- *   - a prompt sealed through A is a hit through B, with identical bytes;
+ *   - a prompt sealed through A is a hit through B, with identical bytes - through
+ *     kvmm_prefix_lookup, through kvmm_submit (the SQE parks on the ring, its CQE comes in
+ *     order) and through SEQ_PROMPT (kvmm_seq_prompt on the ring and on the socket);
+ *   - remote_policy = demote: a third daemon with a small NVMe tier writes nothing when it
+ *     seals, and pushes its oldest cached pages out to the cluster when it runs out of room;
  *   - values damaged in Redis (a flipped byte, a truncated value) are rejected, counted, and
  *     the lookup keeps only the blocks before the damage;
  *   - a node killed mid-run: lookups return (hits before the dead node's first block), nothing
  *     hangs; the node restarted on its port is reconnected and serves again;
  *   - a node stopped (SIGSTOP, a partition): lookups give up after remote_timeout_ms;
- *   - the whole cluster gone: lookups miss at once, seals still work, both daemons stop
- *     cleanly;
+ *   - the whole cluster gone: lookups miss at once (every way of asking), seals still work,
+ *     both daemons stop cleanly;
+ *   - TLS (kvmm/remote_tls.c): a TLS-only redis-server, certificates made with openssl: names,
+ *     CAs, client certificates checked, two kvmmd sharing a prompt over it;
  *   - the client itself (kvmm/remote_redis.c): a slot migrated under it (ASK while it
  *     migrates, MOVED once it moved), and a single Redis server without cluster mode that
  *     wants a password (AUTH: none, a wrong one, the right one).
@@ -23,7 +29,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <netinet/in.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -33,7 +38,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -44,6 +48,7 @@
 
 #include "itest.h"
 #include "kvmm/remote.h"
+#include "tools/cluster/redis_cluster.h"
 #include "runtime/kvmm.h"
 #include "runtime/kvmm_admin.h"
 
@@ -51,10 +56,7 @@
 #define MAX_BLOCKS 64
 #define TIMEOUT_MS 500
 
-static char rdir[64];
-static char redis_bin[256];
-static int port[NODES];
-static pid_t rpid[NODES];
+static struct rcluster cl;
 static struct itest_daemon dA, dB;
 static bool have_cluster;
 
@@ -66,232 +68,44 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static bool find_redis(void)
-{
-	static const char *const dirs[] = {"/usr/bin", "/usr/local/bin", "/usr/sbin"};
-
-	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
-		snprintf(redis_bin, sizeof(redis_bin), "%s/redis-server", dirs[i]);
-		if (!access(redis_bin, X_OK))
-			return true;
-	}
-	return false;
-}
-
-static bool port_free(int p)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ok;
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ok = fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-	if (fd >= 0)
-		close(fd);
-	return ok;
-}
-
-/* A loopback port free now whose cluster bus port (+10000) is free too. */
-static int pick_port(void)
-{
-	for (int tries = 0; tries < 200; tries++) {
-		struct sockaddr_in sa = {.sin_family = AF_INET};
-		socklen_t len = sizeof(sa);
-		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), p;
-
-		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-		    getsockname(fd, (struct sockaddr *)&sa, &len)) {
-			if (fd >= 0)
-				close(fd);
-			continue;
-		}
-		close(fd);
-		p = ntohs(sa.sin_port);
-		if (p < 55000 && port_free(p + 10000))
-			return p;
-	}
-	return -1;
-}
-
-static redisReply *cmd(int i, const char *fmt, ...)
-{
-	struct timeval tv = {.tv_sec = 2};
-	redisContext *c = redisConnectWithTimeout("127.0.0.1", port[i], tv);
-	redisReply *r = NULL;
-	va_list ap;
-
-	if (!c || c->err) {
-		if (c)
-			redisFree(c);
-		return NULL;
-	}
-	redisSetTimeout(c, tv);
-	va_start(ap, fmt);
-	r = redisvCommand(c, fmt, ap);
-	va_end(ap);
-	redisFree(c);
-	return r;
-}
-
-static bool cmd_ok(int i, const char *fmt, const char *arg)
-{
-	redisReply *r = cmd(i, fmt, arg);
-	bool ok = r && r->type != REDIS_REPLY_ERROR;
-
-	if (r && !ok)
-		fprintf(stderr, "redis %d: %s\n", port[i], r->str);
-	freeReplyObject(r);
-	return ok;
-}
-
-static int start_node(int i)
-{
-	char p[16], conf[128], log[128];
-	uint64_t t0;
-
-	snprintf(p, sizeof(p), "%d", port[i]);
-	snprintf(conf, sizeof(conf), "nodes-%d.conf", port[i]);
-	snprintf(log, sizeof(log), "%s/redis-%d.log", rdir, port[i]);
-	rpid[i] = fork();
-	if (rpid[i] < 0)
-		return -errno;
-	if (rpid[i] == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		execl(redis_bin, redis_bin, "--port", p, "--bind", "127.0.0.1", "--dir", rdir,
-		      "--cluster-enabled", "yes", "--cluster-config-file", conf,
-		      "--cluster-node-timeout", "1000", "--cluster-require-full-coverage", "no",
-		      "--cluster-allow-reads-when-down", "yes", "--save", "", "--appendonly", "no",
-		      "--logfile", log, "--protected-mode", "no", (char *)NULL);
-		_exit(127);
-	}
-	for (t0 = now_ms(); now_ms() - t0 < 5000; itest_sleep_ms(20)) {
-		redisReply *r = cmd(i, "PING");
-
-		if (r) {
-			freeReplyObject(r);
-			return 0;
-		}
-	}
-	fprintf(stderr, "redis-server on port %d did not answer\n", port[i]);
-	return -ETIMEDOUT;
-}
-
-static void kill_node(int i, int sig)
-{
-	if (rpid[i] <= 0)
-		return;
-	kill(rpid[i], sig);
-	if (sig == SIGKILL) {
-		waitpid(rpid[i], NULL, 0);
-		rpid[i] = 0;
-	}
-}
-
-/* Every live node says the cluster is ok, knows every node and serves every slot. */
-static bool cluster_ok(void)
-{
-	for (int i = 0; i < NODES; i++) {
-		redisReply *r;
-		bool ok;
-
-		if (rpid[i] <= 0)
-			continue;
-		r = cmd(i, "CLUSTER INFO");
-		ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok") &&
-		     strstr(r->str, "cluster_known_nodes:3") &&
-		     strstr(r->str, "cluster_slots_ok:16384");
-		freeReplyObject(r);
-		if (!ok)
-			return false;
-	}
-	return true;
-}
-
-static bool wait_cluster_ok(unsigned int ms)
-{
-	for (uint64_t t0 = now_ms(); now_ms() - t0 < ms; itest_sleep_ms(50))
-		if (cluster_ok())
-			return true;
-	return false;
-}
-
-static int make_cluster(void)
-{
-	char meet[64];
-
-	snprintf(rdir, sizeof(rdir), "/tmp/kvmm-redis.XXXXXX");
-	if (!mkdtemp(rdir))
-		return -errno;
-	for (int i = 0; i < NODES; i++) {
-		port[i] = pick_port();
-		if (port[i] < 0 || start_node(i))
-			return -1;
-	}
-	for (int i = 0; i < NODES; i++) {
-		int lo = 16384 * i / NODES, hi = 16384 * (i + 1) / NODES - 1;
-		redisReply *r = cmd(i, "CLUSTER ADDSLOTSRANGE %d %d", lo, hi);
-
-		if (!r || r->type == REDIS_REPLY_ERROR) {
-			fprintf(stderr, "ADDSLOTSRANGE %d %d: %s\n", lo, hi,
-				r ? r->str : "no reply");
-			freeReplyObject(r);
-			return -1;
-		}
-		freeReplyObject(r);
-	}
-	for (int i = 1; i < NODES; i++) {
-		snprintf(meet, sizeof(meet), "%d", port[i]);
-		if (!cmd_ok(0, "CLUSTER MEET 127.0.0.1 %s", meet))
-			return -1;
-	}
-	if (!wait_cluster_ok(10000)) {
-		fprintf(stderr, "the cluster did not come up\n");
-		return -1;
-	}
-	return 0;
-}
-
+/* The test's files in the cluster's directory, then the cluster. */
 static void remove_cluster(void)
 {
+	static const char *const files[] = {"secret", "a.conf", "b.conf", "c.conf"};
 	char path[256];
 
-	for (int i = 0; i < NODES; i++) {
-		if (rpid[i] > 0 && kill(rpid[i], SIGCONT) == 0)
-			kill_node(i, SIGKILL);
-		snprintf(path, sizeof(path), "%s/nodes-%d.conf", rdir, port[i]);
-		unlink(path);
-		snprintf(path, sizeof(path), "%s/redis-%d.log", rdir, port[i]);
+	for (size_t i = 0; cl.dir[0] && i < sizeof(files) / sizeof(files[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", cl.dir, files[i]);
 		unlink(path);
 	}
-	snprintf(path, sizeof(path), "%s/secret", rdir);
-	unlink(path);
-	snprintf(path, sizeof(path), "%s/a.conf", rdir);
-	unlink(path);
-	snprintf(path, sizeof(path), "%s/b.conf", rdir);
-	unlink(path);
-	if (rdir[0])
-		rmdir(rdir);
+	rcluster_stop(&cl);
 }
 
 /* A daemon config: alpha's secret and the [remote] section with @nseeds seeds. */
-static int write_conf(const char *name, int nseeds, char *path, size_t len)
+static int write_conf_policy(const char *name, int nseeds, const char *policy, char *path,
+			     size_t len)
 {
 	char seeds[256] = "";
 	FILE *f;
 
 	for (int i = 0; i < nseeds; i++)
 		snprintf(seeds + strlen(seeds), sizeof(seeds) - strlen(seeds),
-			 "%sredis://127.0.0.1:%d", i ? "," : "", port[i]);
-	snprintf(path, len, "%s/%s", rdir, name);
+			 "%sredis://127.0.0.1:%d", i ? "," : "", cl.port[i]);
+	snprintf(path, len, "%s/%s", cl.dir, name);
 	f = fopen(path, "w");
 	if (!f)
 		return -errno;
 	fprintf(f,
 		"[namespace %s]\nsecret_file = %s/secret\n\n[remote]\nremote = %s\n"
-		"remote_timeout_ms = %d\nremote_ttl = 1h\n",
-		ITEST_NS_A, rdir, seeds, TIMEOUT_MS);
+		"remote_timeout_ms = %d\nremote_ttl = 1h\nremote_policy = %s\n",
+		ITEST_NS_A, cl.dir, seeds, TIMEOUT_MS, policy);
 	fclose(f);
 	return 0;
+}
+
+static int write_conf(const char *name, int nseeds, char *path, size_t len)
+{
+	return write_conf_policy(name, nseeds, "seal", path, len);
 }
 
 static int group_setup(void **state)
@@ -301,7 +115,7 @@ static int group_setup(void **state)
 	int fd;
 
 	(void)state;
-	if (!find_redis()) {
+	if (!rcluster_find(&cl)) {
 		fprintf(stderr, "itest_remote: redis-server is not installed (apt-get install "
 				"redis-server, or make deps): skipped\n");
 		return 0;
@@ -309,9 +123,9 @@ static int group_setup(void **state)
 	if (!itest_daemon_find(&dA))
 		return 0;
 	dB = dA;
-	if (make_cluster())
+	if (rcluster_start(&cl, NODES))
 		return -1;
-	snprintf(secret, sizeof(secret), "%s/secret", rdir);
+	snprintf(secret, sizeof(secret), "%s/secret", cl.dir);
 	fd = open(secret, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0 || write(fd, "00112233445566778899aabbccddeeff\n", 33) != 33)
 		return -1;
@@ -360,12 +174,11 @@ static long long remote_value(const struct itest_daemon *d, const char *name)
 	return v;
 }
 
-/* Seal prompt @p of @pages pages through daemon @d; wait until its stores were tried. */
-static void seal_prompt(struct itest_daemon *d, unsigned int p, unsigned int pages)
+/* Seal prompt @p of @pages pages through daemon @d (its pages then cached, unmapped). */
+static void seal_only(struct itest_daemon *d, unsigned int p, unsigned int pages)
 {
 	uint32_t tokens[MAX_BLOCKS * 64], tpp, n;
 	int32_t frames[MAX_BLOCKS + 1];
-	long long before = remote_value(d, "Stores") + remote_value(d, "StoreErrors");
 	kvmm_client_t *c;
 	uint64_t seq, len;
 
@@ -385,6 +198,14 @@ static void seal_prompt(struct itest_daemon *d, unsigned int p, unsigned int pag
 	assert_int_equal(kvmm_seal(c, seq, 0, 0), 0);
 	assert_int_equal(kvmm_seq_free(c, seq), 0);
 	kvmm_detach(c);
+}
+
+/* seal_only(), then wait until its stores were tried. */
+static void seal_prompt(struct itest_daemon *d, unsigned int p, unsigned int pages)
+{
+	long long before = remote_value(d, "Stores") + remote_value(d, "StoreErrors");
+
+	seal_only(d, p, pages);
 	for (uint64_t t0 = now_ms(); now_ms() - t0 < 5000; itest_sleep_ms(10))
 		if (remote_value(d, "Stores") + remote_value(d, "StoreErrors") >= before + pages)
 			return;
@@ -464,12 +285,12 @@ static int damage(unsigned int depth, bool truncate)
 	int done = 0;
 
 	for (int i = 0; i < NODES; i++) {
-		redisReply *keys = cmd(i, "KEYS kvmm:*");
+		redisReply *keys = rcluster_cmd(&cl, i, "KEYS kvmm:*");
 
 		assert_non_null(keys);
 		for (size_t k = 0; k < keys->elements; k++) {
 			const char *key = keys->element[k]->str;
-			redisReply *v = cmd(i, "GET %s", key), *r;
+			redisReply *v = rcluster_cmd(&cl, i, "GET %s", key), *r;
 			uint32_t d;
 
 			assert_non_null(v);
@@ -477,9 +298,11 @@ static int damage(unsigned int depth, bool truncate)
 			memcpy(&d, v->str + 32, sizeof(d)); /* header: depth at 32, little-endian */
 			if (d == depth) {
 				if (truncate)
-					r = cmd(i, "SET %s %b", key, v->str, v->len - 100);
+					r = rcluster_cmd(&cl, i, "SET %s %b", key, v->str,
+							 v->len - 100);
 				else
-					r = cmd(i, "SETRANGE %s 5000 %s", key, "garbage");
+					r = rcluster_cmd(&cl, i, "SETRANGE %s 5000 %s", key,
+							 "garbage");
 				assert_non_null(r);
 				assert_int_not_equal(r->type, REDIS_REPLY_ERROR);
 				freeReplyObject(r);
@@ -514,6 +337,165 @@ struct parked {
 	uint64_t start, end;
 };
 
+/* Every byte of @seq's first @pages blocks is prompt @p's pattern. */
+static void check_bytes(kvmm_client_t *c, uint64_t seq, unsigned int p, unsigned int pages)
+{
+	int32_t frames[MAX_BLOCKS + 1];
+
+	assert_int_equal(kvmm_block_table(c, &seq, 1, frames, MAX_BLOCKS + 1), 0);
+	for (unsigned int b = 0; b < pages; b++) {
+		const unsigned char *q = kvmm_frame_addr(c, (uint32_t)frames[b]);
+
+		for (size_t off = 0; off < ITEST_PAGE_SIZE; off++)
+			if (q[off] != pattern(p, b, off))
+				fail_msg("prompt %u block %u byte %zu differs", p, b, off);
+	}
+}
+
+/*
+ * Prompt @p (@pages pages and 3 tokens more) through @d the asynchronous way: a batch of
+ * PREFIX_LOOKUP then NOP on the rings (the lookup's CQE comes first, after the tier
+ * answered), or SEQ_PROMPT (@prompt; the synchronous call, which rides the rings too, or the
+ * socket with @socket).  Returns the pages hit, each byte checked; the time in *ms.
+ */
+static unsigned int lookup_async(struct itest_daemon *d, unsigned int p, unsigned int pages,
+				 bool prompt, bool socket, uint64_t *ms)
+{
+	uint32_t tokens[MAX_BLOCKS * 64], tpp, n;
+	kvmm_client_t *c;
+	uint64_t seq, hit = 0, t0;
+
+	if (socket)
+		setenv("KVMM_NO_RINGS", "1", 1);
+	assert_int_equal(kvmm_attach(d->sock, ITEST_NS_A, &itest_fmt, &c), 0);
+	unsetenv("KVMM_NO_RINGS");
+	assert_int_equal(kvmm_has_rings(c), socket ? 0 : 1);
+	tpp = kvmm_tokens_per_page(c);
+	n = pages * tpp + 3;
+	itest_tokens(tokens, n, p);
+	t0 = now_ms();
+	if (prompt) {
+		assert_int_equal(kvmm_seq_prompt(c, tokens, n, 0, &seq, &hit, NULL, 0), 0);
+		if (ms)
+			*ms = now_ms() - t0;
+		assert_true(hit <= (uint64_t)pages * tpp && hit % tpp == 0);
+		hit /= tpp;
+	} else {
+		struct kvmm_sqe sqe[2] = {
+			{.op = KVMM_SQE_PREFIX_LOOKUP, .nr = n, .data = tokens, .user_data = 11},
+			{.op = KVMM_SQE_NOP, .user_data = 12},
+		};
+		struct kvmm_cqe cqe[2];
+
+		assert_int_equal(kvmm_seq_create(c, 0, &seq), 0);
+		sqe[0].seq = seq;
+		t0 = now_ms();
+		assert_int_equal(kvmm_submit(c, sqe, 2), 2);
+		assert_int_equal(kvmm_complete(c, cqe, 2, 2), 2);
+		if (ms)
+			*ms = now_ms() - t0;
+		/* in submission order: the parked lookup, then what waited behind it */
+		assert_int_equal(cqe[0].user_data, 11);
+		assert_int_equal(cqe[0].res, 0);
+		assert_int_equal(cqe[1].user_data, 12);
+		assert_int_equal(cqe[1].res, 0);
+		hit = cqe[0].nr_blocks;
+		assert_true(hit <= pages);
+		assert_int_equal(cqe[0].nr_tokens, hit * tpp);
+	}
+	if (hit)
+		check_bytes(c, seq, p, (unsigned int)hit);
+	if (prompt) {
+		/* the rest of the prompt was appended after what came back: all n tokens */
+		uint64_t len;
+
+		assert_int_equal(kvmm_seq_append(c, seq, NULL, 0, &len), 0);
+		assert_int_equal(len, n);
+	}
+	assert_int_equal(kvmm_seq_free(c, seq), 0);
+	kvmm_detach(c);
+	return (unsigned int)hit;
+}
+
+/* (a') the same through kvmm_submit and SEQ_PROMPT: parked on the ring (or socket) */
+static void test_share_async(void **state)
+{
+	long long hits;
+	uint64_t ms;
+
+	(void)state;
+	need_cluster();
+	seal_prompt(&dA, 11, 8);
+	seal_prompt(&dA, 12, 8);
+	seal_prompt(&dA, 13, 8);
+	hits = remote_value(&dB, "Hits");
+	assert_int_equal(lookup_async(&dB, 11, 8, false, false, &ms), 8);
+	print_message("remote hit of 8 pages, kvmm_submit: %llu ms\n", (unsigned long long)ms);
+	assert_int_equal(lookup_async(&dB, 12, 8, true, false, &ms), 8);
+	print_message("remote hit of 8 pages, kvmm_seq_prompt: %llu ms\n", (unsigned long long)ms);
+	assert_int_equal(lookup_async(&dB, 13, 8, true, true, &ms), 8);
+	print_message("remote hit of 8 pages, kvmm_seq_prompt on the socket: %llu ms\n",
+		      (unsigned long long)ms);
+	assert_int_equal(remote_value(&dB, "Hits"), hits + 24);
+	/* local in B now: the same answers without the tier */
+	hits = remote_value(&dB, "Lookups");
+	assert_int_equal(lookup_async(&dB, 11, 8, true, false, NULL), 8);
+	assert_int_equal(lookup_async(&dB, 12, 8, false, false, NULL), 8);
+	assert_int_equal(remote_value(&dB, "Lookups"), hits);
+	/* a prompt nobody sealed: asked, missed, its pages all appended */
+	assert_int_equal(lookup_async(&dB, 14, 8, true, false, NULL), 0);
+	assert_int_equal(remote_value(&dB, "Lookups"), hits + 1);
+}
+
+/*
+ * (e) remote_policy = demote: a third daemon C with a small NVMe tier writes nothing when it
+ * seals; once its pool and its swap file are full, the file's oldest cached pages are pushed
+ * out to the cluster to make room, and the first prompts are hits through B - and through C
+ * itself, which no longer has them - with identical bytes.
+ */
+static void test_demote(void **state)
+{
+	struct itest_swapdir sd;
+	struct itest_daemon dC = dA;
+	char conf[128];
+	const char *extra[] = {"--config", conf, "--swap", sd.filearg, NULL};
+	long long demoted, done;
+	const unsigned int first = 30, nr = 24, pages = 16;
+
+	(void)state;
+	need_cluster();
+	assert_int_equal(itest_swapdir_make(&sd, "itremote", 0, 32), 0);
+	assert_int_equal(write_conf_policy("c.conf", NODES, "demote", conf, sizeof(conf)), 0);
+	dC.pid = 0;
+	assert_int_equal(itest_daemon_start(&dC, extra), 0);
+	seal_only(&dC, first, pages);
+	/* nothing is written when sealed */
+	assert_int_equal(remote_value(&dC, "Stores"), 0);
+	assert_int_equal(remote_value(&dC, "Demoted"), 0);
+	/* 24 prompts of 16 pages: 384 pages for 256 frames and 32 file slots */
+	for (unsigned int p = first + 1; p < first + nr; p++)
+		seal_only(&dC, p, pages);
+	demoted = remote_value(&dC, "Demoted");
+	print_message("demote: %lld pages pushed out to the cluster\n", demoted);
+	assert_true(demoted >= 2 * pages);
+	for (uint64_t t0 = now_ms(); now_ms() - t0 < 5000; itest_sleep_ms(10)) {
+		done = remote_value(&dC, "Stores") + remote_value(&dC, "StoreErrors");
+		if (done >= demoted)
+			break;
+	}
+	assert_int_equal(remote_value(&dC, "Stores"), demoted);
+	/* the oldest prompts went out: a hit through B, and through C again */
+	assert_int_equal(lookup_prompt(&dB, first, pages, NULL), pages);
+	assert_int_equal(lookup_prompt(&dB, first + 1, pages, NULL), pages);
+	done = remote_value(&dC, "Hits");
+	assert_int_equal(lookup_prompt(&dC, first, pages, NULL), pages);
+	assert_true(remote_value(&dC, "Hits") >= done + pages);
+	assert_int_equal(itest_daemon_stop(&dC), 0);
+	itest_swapdir_remove(&sd);
+	snprintf(conf, sizeof(conf), "%s/c.conf", cl.dir);
+	unlink(conf);
+}
+
 static void *parked_lookup(void *arg)
 {
 	struct parked *pk = arg;
@@ -546,7 +528,7 @@ static void test_node_killed(void **state)
 	need_cluster();
 	seal_prompt(&dA, 3, 16);
 	seal_prompt(&dA, 4, 16);
-	kill_node(1, SIGKILL);
+	rcluster_node_kill(&cl, 1, SIGKILL);
 	/* B gets what lies before the dead node's first block, at once */
 	hit = lookup_prompt(&dB, 3, 16, &ms);
 	print_message("node killed: %u of 16 pages, %llu ms\n", hit, (unsigned long long)ms);
@@ -554,8 +536,8 @@ static void test_node_killed(void **state)
 	assert_true(hit == 16 || remote_value(&dB, "Errors") > 0);
 
 	/* restarted on its port (its nodes file keeps its slots); the daemons reconnect */
-	assert_int_equal(start_node(1), 0);
-	assert_true(wait_cluster_ok(10000));
+	assert_int_equal(rcluster_node_start(&cl, 1), 0);
+	assert_true(rcluster_wait_ok(&cl, 10000));
 	itest_sleep_ms(1100); /* past the client's retry back-off */
 	seal_prompt(&dA, 5, 8);
 	assert_int_equal(lookup_prompt(&dB, 5, 8, NULL), 8);
@@ -564,7 +546,7 @@ static void test_node_killed(void **state)
 	 * A partition: a node that accepts nothing, answers nothing.  The lookup waits for
 	 * remote_timeout_ms, parked; meanwhile another client of the same daemon is served.
 	 */
-	kill_node(2, SIGSTOP);
+	rcluster_node_kill(&cl, 2, SIGSTOP);
 	{
 		struct parked pk = {.p = 4, .pages = 16};
 		uint64_t t0, t1;
@@ -587,7 +569,7 @@ static void test_node_killed(void **state)
 		/* the other client was answered while the lookup was parked */
 		assert_true(t1 < pk.end);
 	}
-	kill(rpid[2], SIGCONT);
+	kill(cl.pid[2], SIGCONT);
 	assert_true(itest_daemon_alive(&dA));
 	assert_true(itest_daemon_alive(&dB));
 }
@@ -601,7 +583,7 @@ static void test_cluster_gone(void **state)
 	(void)state;
 	need_cluster();
 	for (int i = 0; i < NODES; i++)
-		kill_node(i, SIGKILL);
+		rcluster_node_kill(&cl, i, SIGKILL);
 	stores = remote_value(&dA, "StoreErrors");
 	seal_prompt(&dA, 6, 8);
 	assert_true(remote_value(&dA, "StoreErrors") > stores);
@@ -610,6 +592,13 @@ static void test_cluster_gone(void **state)
 	assert_int_equal(lookup_prompt(&dB, 6, 8, &ms), 0);
 	assert_true(ms < 2000);
 	assert_int_equal(lookup_prompt(&dB, 7, 8, &ms), 0);
+	assert_true(ms < 2000);
+	/* the asynchronous ways miss too, never block */
+	assert_int_equal(lookup_async(&dB, 7, 8, false, false, &ms), 0);
+	assert_true(ms < 2000);
+	assert_int_equal(lookup_async(&dB, 7, 8, true, false, &ms), 0);
+	assert_true(ms < 2000);
+	assert_int_equal(lookup_async(&dB, 7, 8, true, true, &ms), 0);
 	assert_true(ms < 2000);
 	assert_true(itest_daemon_alive(&dA));
 	assert_true(itest_daemon_alive(&dB));
@@ -625,7 +614,7 @@ static redisReply *expect(redisReply *r)
 
 static void node_id(int i, char *id, size_t len)
 {
-	redisReply *r = expect(cmd(i, "CLUSTER MYID"));
+	redisReply *r = expect(rcluster_cmd(&cl, i, "CLUSTER MYID"));
 
 	snprintf(id, len, "%s", r->str);
 	freeReplyObject(r);
@@ -665,20 +654,22 @@ static void test_client_redirects(void **state)
 	need_cluster();
 	for (int i = 0; i < NODES; i++)
 		node_id(i, ids[i], sizeof(ids[i]));
-	snprintf(cfg.seeds, sizeof(cfg.seeds), "127.0.0.1:%d", port[dst]);
+	snprintf(cfg.seeds, sizeof(cfg.seeds), "127.0.0.1:%d", cl.port[dst]);
 	cfg.timeout_ms = 1000;
 	rc = kvmm_redis_create(&cfg);
 	assert_non_null(rc);
 	assert_int_equal(rc_op(rc, true, "{rt}a", "v1", NULL, 0), 0);
 	assert_int_equal(rc_op(rc, false, "{rt}a", NULL, got, sizeof(got)), 0);
 	assert_string_equal(got, "v1");
-	r = expect(cmd(src, "GET {rt}a")); /* it went to the slot's owner */
+	r = expect(rcluster_cmd(&cl, src, "GET {rt}a")); /* it went to the slot's owner */
 	assert_string_equal(r->str, "v1");
 	freeReplyObject(r);
 
 	/* migrating: a key the source no longer has is asked of the target */
-	freeReplyObject(expect(cmd(dst, "CLUSTER SETSLOT %u IMPORTING %s", slot, ids[src])));
-	freeReplyObject(expect(cmd(src, "CLUSTER SETSLOT %u MIGRATING %s", slot, ids[dst])));
+	freeReplyObject(
+		expect(rcluster_cmd(&cl, dst, "CLUSTER SETSLOT %u IMPORTING %s", slot, ids[src])));
+	freeReplyObject(
+		expect(rcluster_cmd(&cl, src, "CLUSTER SETSLOT %u MIGRATING %s", slot, ids[dst])));
 	assert_int_equal(rc_op(rc, true, "{rt}b", "v2", NULL, 0), 0);
 	assert_int_equal(rc_op(rc, false, "{rt}b", NULL, got, sizeof(got)), 0);
 	assert_string_equal(got, "v2");
@@ -690,9 +681,11 @@ static void test_client_redirects(void **state)
 	assert_int_equal(st.nodes, NODES);
 
 	/* moved: the client's map is stale, the source answers MOVED */
-	freeReplyObject(expect(cmd(src, "MIGRATE 127.0.0.1 %d {rt}a 0 5000", port[dst])));
+	freeReplyObject(
+		expect(rcluster_cmd(&cl, src, "MIGRATE 127.0.0.1 %d {rt}a 0 5000", cl.port[dst])));
 	for (int i = 0; i < NODES; i++)
-		freeReplyObject(expect(cmd(i, "CLUSTER SETSLOT %u NODE %s", slot, ids[dst])));
+		freeReplyObject(
+			expect(rcluster_cmd(&cl, i, "CLUSTER SETSLOT %u NODE %s", slot, ids[dst])));
 	assert_int_equal(rc_op(rc, false, "{rt}a", NULL, got, sizeof(got)), 0);
 	assert_string_equal(got, "v1");
 	kvmm_redis_get_stats(rc, &st);
@@ -701,10 +694,10 @@ static void test_client_redirects(void **state)
 	kvmm_redis_get_stats(rc, &st);
 	assert_int_equal(st.moved, 1); /* the map learnt it */
 	kvmm_redis_destroy(rc);
-	assert_true(wait_cluster_ok(5000));
+	assert_true(rcluster_wait_ok(&cl, 5000));
 
 	/* a single server without cluster mode is a one-node cluster */
-	plain = pick_port();
+	plain = rcluster_pick_port();
 	assert_true(plain > 0);
 	{
 		char p[16];
@@ -713,8 +706,8 @@ static void test_client_redirects(void **state)
 		snprintf(p, sizeof(p), "%d", plain);
 		if (pid == 0) {
 			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			execl(redis_bin, redis_bin, "--port", p, "--bind", "127.0.0.1", "--save",
-			      "", "--appendonly", "no", "--logfile", "/dev/null", "--requirepass",
+			execl(cl.bin, cl.bin, "--port", p, "--bind", "127.0.0.1", "--save", "",
+			      "--appendonly", "no", "--logfile", "/dev/null", "--requirepass",
 			      "s3cret", (char *)NULL);
 			_exit(127);
 		}
@@ -756,11 +749,234 @@ static void test_client_redirects(void **state)
 	}
 }
 
+/* ---- TLS ----------------------------------------------------------------------------- */
+
+static char tdir[128];
+
+static int sh(const char *fmt, ...)
+{
+	char cmdline[2048];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cmdline, sizeof(cmdline), fmt, ap);
+	va_end(ap);
+	return system(cmdline);
+}
+
+/*
+ * A test CA (ca.*), a server certificate it signs for DNS redis.test and IP 127.0.0.1
+ * (srv.*), a client certificate (cli.*), and an unrelated CA (other.*), in @dir.
+ */
+static int make_certs(const char *dir)
+{
+	const char *ec = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+
+	return sh("cd %s && printf 'subjectAltName=DNS:redis.test,IP:127.0.0.1\n' > san.ext && "
+		  "openssl req -x509 %s -keyout ca.key -out ca.crt -days 1 -subj /CN=kvmm-ca "
+		  ">/dev/null 2>&1 && "
+		  "openssl req -x509 %s -keyout other.key -out other.crt -days 1 "
+		  "-subj /CN=other-ca >/dev/null 2>&1 && "
+		  "openssl req %s -keyout srv.key -out srv.csr -subj /CN=redis.test "
+		  ">/dev/null 2>&1 && "
+		  "openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
+		  "-out srv.crt -days 1 -extfile san.ext >/dev/null 2>&1 && "
+		  "openssl req %s -keyout cli.key -out cli.csr -subj /CN=kvmmd >/dev/null 2>&1 && "
+		  "openssl x509 -req -in cli.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
+		  "-out cli.crt -days 1 >/dev/null 2>&1",
+		  dir, ec, ec, ec, ec);
+}
+
+static void tls_cfg(struct kvmm_redis_config *cfg, int port, const char *ca, const char *name,
+		    bool client_cert)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	snprintf(cfg->seeds, sizeof(cfg->seeds), "127.0.0.1:%d", port);
+	cfg->timeout_ms = 2000;
+	cfg->retry_ms = 10;
+	cfg->tls.enabled = true;
+	snprintf(cfg->tls.ca_file, sizeof(cfg->tls.ca_file), "%s/%s", tdir, ca);
+	snprintf(cfg->tls.server_name, sizeof(cfg->tls.server_name), "%s", name);
+	if (client_cert) {
+		snprintf(cfg->tls.cert_file, sizeof(cfg->tls.cert_file), "%s/cli.crt", tdir);
+		snprintf(cfg->tls.key_file, sizeof(cfg->tls.key_file), "%s/cli.key", tdir);
+	}
+}
+
+static void tls_remove(void)
+{
+	static const char *const f[] = {"san.ext",   "ca.key",	"ca.crt",  "ca.srl",  "other.key",
+					"other.crt", "srv.key", "srv.csr", "srv.crt", "cli.key",
+					"cli.csr",   "cli.crt", "d.conf",  "e.conf",  "redis.log"};
+	char path[256];
+
+	if (!tdir[0])
+		return;
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", tdir, f[i]);
+		unlink(path);
+	}
+	rmdir(tdir);
+	tdir[0] = '\0';
+}
+
+/* A daemon config for the TLS server: rediss:// and the CA, client certificate, name. */
+static int write_tls_conf(const char *name, int tport, char *path, size_t len)
+{
+	FILE *f;
+
+	snprintf(path, len, "%s/%s", tdir, name);
+	f = fopen(path, "w");
+	if (!f)
+		return -errno;
+	fprintf(f,
+		"[namespace %s]\nsecret_file = %s/secret\n\n[remote]\nremote = "
+		"rediss://127.0.0.1:%d\n"
+		"remote_timeout_ms = 2000\nremote_tls_ca = %s/ca.crt\nremote_tls_cert = "
+		"%s/cli.crt\n"
+		"remote_tls_key = %s/cli.key\nremote_tls_server_name = redis.test\n",
+		ITEST_NS_A, cl.dir, tport, tdir, tdir, tdir);
+	fclose(f);
+	return 0;
+}
+
+/*
+ * (f) TLS to the nodes (kvmm/remote_tls.c under hiredis 0.14): a redis-server with only a TLS
+ * port, its certificate from a CA made here with the openssl CLI, client certificates
+ * required.  The client verifies the chain and the name (IP or DNS), sends its certificate;
+ * a wrong name, a wrong CA, no client certificate all fail without hanging; two kvmmd share a
+ * prompt over it.  Skipped when openssl is missing or redis-server has no TLS.
+ */
+static void test_tls(void **state)
+{
+	struct kvmm_redis_config cfg;
+	struct kvmm_redis_stats st;
+	struct kvmm_redis *rc;
+	struct itest_daemon dD = dA, dE = dA;
+	char p[16], crt[192], key[192], ca[192], log[192], confD[192], confE[192], got[32];
+	const char *extraD[] = {"--config", confD, NULL}, *extraE[] = {"--config", confE, NULL};
+	int tport, ret = -1, status;
+	pid_t pid;
+
+	(void)state;
+	need_cluster();
+	if (access("/usr/bin/openssl", X_OK)) {
+		print_message("TLS: skipped: no /usr/bin/openssl\n");
+		skip();
+	}
+	snprintf(tdir, sizeof(tdir), "%s/tls.XXXXXX", cl.dir);
+	assert_non_null(mkdtemp(tdir));
+	if (make_certs(tdir)) {
+		tls_remove();
+		fail_msg("openssl could not make the test certificates");
+	}
+	tport = rcluster_pick_port();
+	assert_true(tport > 0);
+	snprintf(p, sizeof(p), "%d", tport);
+	snprintf(crt, sizeof(crt), "%s/srv.crt", tdir);
+	snprintf(key, sizeof(key), "%s/srv.key", tdir);
+	snprintf(ca, sizeof(ca), "%s/ca.crt", tdir);
+	snprintf(log, sizeof(log), "%s/redis.log", tdir);
+	pid = fork();
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execl(cl.bin, cl.bin, "--port", "0", "--tls-port", p, "--bind", "127.0.0.1",
+		      "--tls-cert-file", crt, "--tls-key-file", key, "--tls-ca-cert-file", ca,
+		      "--tls-auth-clients", "yes", "--save", "", "--appendonly", "no", "--logfile",
+		      log, (char *)NULL);
+		_exit(127);
+	}
+	assert_true(pid > 0);
+	/* up when a verified SET goes through; a redis-server without TLS exits at once */
+	tls_cfg(&cfg, tport, "ca.crt", "", true);
+	rc = kvmm_redis_create(&cfg);
+	assert_non_null(rc);
+	for (uint64_t t0 = now_ms(); now_ms() - t0 < 5000; itest_sleep_ms(50)) {
+		ret = rc_op(rc, true, "t1", "over-tls", NULL, 0);
+		if (!ret || waitpid(pid, &status, WNOHANG) == pid)
+			break;
+	}
+	if (ret) {
+		kvmm_redis_destroy(rc);
+		if (waitpid(pid, &status, WNOHANG) == pid) {
+			print_message(
+				"TLS: skipped: this redis-server does not run with --tls-port "
+				"(built without TLS?)\n");
+			tls_remove();
+			skip();
+		}
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		tls_remove();
+		fail_msg("no TLS connection to redis-server: %s", strerror(-ret));
+	}
+	/* the certificate names IP 127.0.0.1, the host dialled */
+	assert_int_equal(rc_op(rc, false, "t1", NULL, got, sizeof(got)), 0);
+	assert_string_equal(got, "over-tls");
+	kvmm_redis_get_stats(rc, &st);
+	assert_true(st.connects >= 1);
+	kvmm_redis_destroy(rc);
+	/* ... and DNS redis.test */
+	tls_cfg(&cfg, tport, "ca.crt", "redis.test", true);
+	rc = kvmm_redis_create(&cfg);
+	assert_int_equal(rc_op(rc, false, "t1", NULL, got, sizeof(got)), 0);
+	assert_string_equal(got, "over-tls");
+	kvmm_redis_destroy(rc);
+	/* another name: the certificate does not carry it */
+	tls_cfg(&cfg, tport, "ca.crt", "evil.test", true);
+	rc = kvmm_redis_create(&cfg);
+	assert_int_equal(rc_op(rc, false, "t1", NULL, got, sizeof(got)), -ECONNREFUSED);
+	kvmm_redis_get_stats(rc, &st);
+	assert_true(st.conn_fail >= 1);
+	assert_int_equal(st.connects, 0);
+	kvmm_redis_destroy(rc);
+	/* a CA that did not sign it */
+	tls_cfg(&cfg, tport, "other.crt", "", true);
+	rc = kvmm_redis_create(&cfg);
+	assert_int_equal(rc_op(rc, false, "t1", NULL, got, sizeof(got)), -ECONNREFUSED);
+	kvmm_redis_destroy(rc);
+	/* no client certificate: the server refuses (at the handshake or the first read) */
+	tls_cfg(&cfg, tport, "ca.crt", "", false);
+	rc = kvmm_redis_create(&cfg);
+	assert_int_not_equal(rc_op(rc, false, "t1", NULL, got, sizeof(got)), 0);
+	kvmm_redis_destroy(rc);
+	/* a CA file that is no certificate: the client is not made */
+	tls_cfg(&cfg, tport, "san.ext", "", true);
+	assert_null(kvmm_redis_create(&cfg));
+	/* plain RESP to the TLS port: an error, not a hang */
+	cfg.tls.enabled = false;
+	rc = kvmm_redis_create(&cfg);
+	assert_int_not_equal(rc_op(rc, false, "t1", NULL, got, sizeof(got)), 0);
+	kvmm_redis_destroy(rc);
+
+	/* two daemons over it: sealed through D, a hit through E with identical bytes */
+	assert_int_equal(write_tls_conf("d.conf", tport, confD, sizeof(confD)), 0);
+	assert_int_equal(write_tls_conf("e.conf", tport, confE, sizeof(confE)), 0);
+	dD.pid = dE.pid = 0;
+	assert_int_equal(itest_daemon_start(&dD, extraD), 0);
+	assert_int_equal(itest_daemon_start(&dE, extraE), 0);
+	seal_prompt(&dD, 41, 8);
+	assert_int_equal(remote_value(&dD, "Stores"), 8);
+	assert_int_equal(remote_value(&dD, "StoreErrors"), 0);
+	assert_int_equal(lookup_prompt(&dE, 41, 8, NULL), 8);
+	assert_int_equal(lookup_async(&dE, 41, 8, true, false, NULL), 8);
+	assert_int_equal(itest_daemon_stop(&dD), 0);
+	assert_int_equal(itest_daemon_stop(&dE), 0);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	tls_remove();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_share_across_daemons), cmocka_unit_test(test_corrupt_value),
-		cmocka_unit_test(test_client_redirects),     cmocka_unit_test(test_node_killed),
+		cmocka_unit_test(test_share_across_daemons),
+		cmocka_unit_test(test_share_async),
+		cmocka_unit_test(test_demote),
+		cmocka_unit_test(test_corrupt_value),
+		cmocka_unit_test(test_client_redirects),
+		cmocka_unit_test(test_node_killed),
+		cmocka_unit_test(test_tls),
 		cmocka_unit_test(test_cluster_gone),
 	};
 	int ret;

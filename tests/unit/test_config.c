@@ -874,16 +874,51 @@ static void test_remote(void **state)
 	kvmm_config_init(cfg);
 	assert_int_equal(kvmm_config_set_remote(cfg, "remote", "h:1", err, sizeof(err)), 0);
 	assert_int_equal(cfg->remote.timeout_ms, KVMM_CONFIG_REMOTE_DEFAULT_TIMEOUT_MS);
-	assert_true(cfg->remote.store);
+	assert_int_equal(cfg->remote.store, KVMM_CONFIG_REMOTE_SEAL);
+	assert_string_equal(kvmm_config_remote_policy(cfg->remote.store), "seal");
+	/* the policies: when this daemon writes to the tier */
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_policy", "demote", err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg->remote.store, KVMM_CONFIG_REMOTE_DEMOTE);
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_policy", "both", err, sizeof(err)), 0);
+	assert_int_equal(cfg->remote.store, KVMM_CONFIG_REMOTE_SEAL | KVMM_CONFIG_REMOTE_DEMOTE);
+	assert_string_equal(kvmm_config_remote_policy(cfg->remote.store), "both");
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_policy", "always", err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "demote"));
+	assert_int_equal(cfg->remote.store, KVMM_CONFIG_REMOTE_SEAL | KVMM_CONFIG_REMOTE_DEMOTE);
 
-	/* TLS: a clear refusal, both ways of asking */
-	assert_int_equal(kvmm_config_set_remote(cfg, "remote", "rediss://h:1", err, sizeof(err)),
+	/* TLS: rediss:// seeds or remote_tls = yes, files that exist, a name */
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote", "rediss://h:1,rediss://g:2", err,
+						sizeof(err)),
+			 0);
+	assert_true(cfg->remote.tls);
+	assert_string_equal(cfg->remote.seeds, "h:1,g:2");
+	assert_int_equal(
+		kvmm_config_set_remote(cfg, "remote", "rediss://h:1,redis://g:2", err, sizeof(err)),
+		-EINVAL);
+	assert_non_null(strstr(err, "mixed"));
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_tls", "no", err, sizeof(err)), 0);
+	assert_false(cfg->remote.tls);
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_tls", "yes", err, sizeof(err)), 0);
+	assert_true(cfg->remote.tls);
+	assert_int_equal(
+		kvmm_config_set_remote(cfg, "remote_tls_ca", "/etc/hostname", err, sizeof(err)), 0);
+	assert_string_equal(cfg->remote.tls_ca, "/etc/hostname");
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_tls_ca", "/nonexistent/ca.pem", err,
+						sizeof(err)),
 			 -EINVAL);
-	assert_non_null(strstr(err, "TLS"));
-	assert_non_null(strstr(err, "hiredis"));
-	assert_int_equal(kvmm_config_set_remote(cfg, "remote_tls", "yes", err, sizeof(err)),
+	assert_non_null(strstr(err, "No such file"));
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_tls_cert", "/tmp", err, sizeof(err)),
 			 -EINVAL);
-	assert_non_null(strstr(err, "hiredis 1.0"));
+	assert_non_null(strstr(err, "not a regular file"));
+	assert_int_equal(kvmm_config_set_remote(cfg, "remote_tls_server_name", "redis.example", err,
+						sizeof(err)),
+			 0);
+	assert_string_equal(cfg->remote.tls_name, "redis.example");
+	assert_int_equal(
+		kvmm_config_set_remote(cfg, "remote_tls_server_name", "a b", err, sizeof(err)),
+		-EINVAL);
 	assert_int_equal(kvmm_config_set_remote(cfg, "remote_tls", "maybe", err, sizeof(err)),
 			 -EINVAL);
 	assert_int_equal(kvmm_config_set_remote(cfg, "remote_nope", "1", err, sizeof(err)),
@@ -901,7 +936,7 @@ static void test_remote(void **state)
 	parse_bad("[remote]\nremote_timeout_ms = 0\n",
 		  NAME ":2: remote_timeout_ms: remote_timeout_ms must be at least 1");
 	parse_bad("[remote]\nremote_policy = always\n",
-		  NAME ":2: remote_policy: 'always' is not seal or lookup");
+		  NAME ":2: remote_policy: 'always' is not seal, demote, both or lookup");
 	parse_bad("[remote]\nremote_max_value = 1G\n",
 		  NAME ":2: remote_max_value: at most 512M (Redis' largest value)");
 	parse_bad("[remote]\n[remote]\n", NAME ":2: duplicate section [remote] (first at line 1)");

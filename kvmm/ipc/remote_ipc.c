@@ -180,24 +180,25 @@ static int fill_blocks(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t fi
 	struct kvmm_pool *pool = s->as->pool;
 	struct kvmm_ns *ns = s->as->ns;
 	uint32_t tpp = s->as->fmt.tokens_per_page;
+	uint64_t parent = 0, key_id = kvmm_seq_key_id(seq);
 	struct kvmm_remote_digest *d;
-	uint64_t parent = 0;
 
 	if (first && kvmm_pagecache_seq_key(seq, first - 1, &parent))
 		return -ENOENT;
 	d = malloc(sizeof(*d));
 	if (!d)
 		return -ENOMEM;
-	kvmm_remote_digest_init(d, ns->secret, ns->hash_seed, s->as->fmt_id);
+	/* the key domain of the sequence's pages: its salt's (kvmm_seal_salt), else the aspace's */
+	kvmm_remote_digest_init(d, ns->secret, ns->hash_seed, key_id);
 	kvmm_remote_digest_update(d, seq->tokens, (size_t)first * tpp);
 	for (uint32_t i = 0; i < req->n; i++) {
 		const uint32_t *t = tokens + (size_t)i * tpp;
 		struct kvmm_remote_blk *b = &req->blk[i];
 
-		b->key = kvmm_cache_key(ns, parent, s->as->fmt_id, t, tpp);
+		b->key = kvmm_cache_key(ns, parent, key_id, t, tpp);
 		kvmm_remote_digest_update(d, t, tpp);
 		kvmm_remote_digest_get(d, b->want.digest);
-		b->want.fmt_id = s->as->fmt_id;
+		b->want.fmt_id = key_id;
 		b->want.payload_len = pool->page_size;
 		b->want.ntokens = tpp;
 		b->want.depth = first + i;
@@ -472,7 +473,7 @@ void kvmm_ipc_remote_seal(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t
 	d = malloc(sizeof(*d));
 	if (!d)
 		return;
-	kvmm_remote_digest_init(d, ns->secret, ns->hash_seed, s->as->fmt_id);
+	kvmm_remote_digest_init(d, ns->secret, ns->hash_seed, kvmm_seq_key_id(seq));
 	kvmm_remote_digest_update(d, seq->tokens, (size_t)from * tpp);
 	for (b = from; b < seq->nsealed; b++) {
 		struct kvmm_remote_meta m;
@@ -485,7 +486,7 @@ void kvmm_ipc_remote_seal(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t
 		if (!kvmm_pagecache_remote_mark(seq, b))
 			continue; /* stored already (or brought from the tier) */
 		kvmm_remote_digest_get(d, m.digest);
-		m.fmt_id = s->as->fmt_id;
+		m.fmt_id = kvmm_seq_key_id(seq);
 		m.payload_len = pool->page_size;
 		m.ntokens = tpp;
 		m.depth = b;

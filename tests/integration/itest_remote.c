@@ -174,8 +174,12 @@ static long long remote_value(const struct itest_daemon *d, const char *name)
 	return v;
 }
 
-/* Seal prompt @p of @pages pages through daemon @d (its pages then cached, unmapped). */
-static void seal_only(struct itest_daemon *d, unsigned int p, unsigned int pages)
+/*
+ * Seal prompt @p of @pages pages through daemon @d (its pages then cached, unmapped), under
+ * @salt (a string; NULL: none).
+ */
+static void seal_only_salt(struct itest_daemon *d, unsigned int p, unsigned int pages,
+			   const char *salt)
 {
 	uint32_t tokens[MAX_BLOCKS * 64], tpp, n;
 	int32_t frames[MAX_BLOCKS + 1];
@@ -195,29 +199,43 @@ static void seal_only(struct itest_daemon *d, unsigned int p, unsigned int pages
 		for (size_t off = 0; off < ITEST_PAGE_SIZE; off++)
 			q[off] = pattern(p, b, off);
 	}
-	assert_int_equal(kvmm_seal(c, seq, 0, 0), 0);
+	if (salt)
+		assert_int_equal(kvmm_seal_salt(c, seq, 0, 0, salt, strlen(salt)), 0);
+	else
+		assert_int_equal(kvmm_seal(c, seq, 0, 0), 0);
 	assert_int_equal(kvmm_seq_free(c, seq), 0);
 	kvmm_detach(c);
 }
 
-/* seal_only(), then wait until its stores were tried. */
-static void seal_prompt(struct itest_daemon *d, unsigned int p, unsigned int pages)
+static void seal_only(struct itest_daemon *d, unsigned int p, unsigned int pages)
+{
+	seal_only_salt(d, p, pages, NULL);
+}
+
+/* seal_only_salt(), then wait until its stores were tried. */
+static void seal_prompt_salt(struct itest_daemon *d, unsigned int p, unsigned int pages,
+			     const char *salt)
 {
 	long long before = remote_value(d, "Stores") + remote_value(d, "StoreErrors");
 
-	seal_only(d, p, pages);
+	seal_only_salt(d, p, pages, salt);
 	for (uint64_t t0 = now_ms(); now_ms() - t0 < 5000; itest_sleep_ms(10))
 		if (remote_value(d, "Stores") + remote_value(d, "StoreErrors") >= before + pages)
 			return;
 	fail_msg("the stores of prompt %u did not complete", p);
 }
 
+static void seal_prompt(struct itest_daemon *d, unsigned int p, unsigned int pages)
+{
+	seal_prompt_salt(d, p, pages, NULL);
+}
+
 /*
- * Look prompt @p (@pages pages) up through @d: the pages hit, each byte checked; the time
- * the lookup took in *ms.
+ * Look prompt @p (@pages pages) up through @d under @salt (NULL: none): the pages hit, each
+ * byte checked; the time the lookup took in *ms.
  */
-static unsigned int lookup_prompt(struct itest_daemon *d, unsigned int p, unsigned int pages,
-				  uint64_t *ms)
+static unsigned int lookup_prompt_salt(struct itest_daemon *d, unsigned int p, unsigned int pages,
+				       uint64_t *ms, const char *salt)
 {
 	uint32_t tokens[MAX_BLOCKS * 64], tpp, n;
 	int32_t frames[MAX_BLOCKS + 1];
@@ -230,7 +248,11 @@ static unsigned int lookup_prompt(struct itest_daemon *d, unsigned int p, unsign
 	itest_tokens(tokens, n, p);
 	assert_int_equal(kvmm_seq_create(c, 0, &seq), 0);
 	t0 = now_ms();
-	assert_int_equal(kvmm_prefix_lookup(c, seq, tokens, n, &hit), 0);
+	if (salt)
+		assert_int_equal(
+			kvmm_prefix_lookup_salt(c, seq, tokens, n, salt, strlen(salt), &hit), 0);
+	else
+		assert_int_equal(kvmm_prefix_lookup(c, seq, tokens, n, &hit), 0);
 	if (ms)
 		*ms = now_ms() - t0;
 	assert_int_equal(hit % tpp, 0);
@@ -248,6 +270,12 @@ static unsigned int lookup_prompt(struct itest_daemon *d, unsigned int p, unsign
 	assert_int_equal(kvmm_seq_free(c, seq), 0);
 	kvmm_detach(c);
 	return (unsigned int)(hit / tpp);
+}
+
+static unsigned int lookup_prompt(struct itest_daemon *d, unsigned int p, unsigned int pages,
+				  uint64_t *ms)
+{
+	return lookup_prompt_salt(d, p, pages, ms, NULL);
 }
 
 /* (a) sealed through A, a hit through B with identical bytes; then a local hit in B */
@@ -277,6 +305,23 @@ static void test_share_across_daemons(void **state)
 	assert_int_equal(remote_value(&dB, "Lookups"), lookups);
 	/* what B brought back is not stored again */
 	assert_int_equal(remote_value(&dB, "Stores"), 0);
+}
+
+/*
+ * (a') a salt (kvmm_seal_salt) is part of the key on every machine: a prompt sealed through A
+ * under one salt is a hit through B under the same salt only, never without it or under
+ * another (until session 15 salted pages were stored under the salt's keys but looked up
+ * without it: they never hit)
+ */
+static void test_salted(void **state)
+{
+	(void)state;
+	need_cluster();
+	seal_prompt_salt(&dA, 21, 4, "tenant-1");
+	assert_int_equal(lookup_prompt_salt(&dB, 21, 4, NULL, "tenant-2"), 0);
+	assert_int_equal(lookup_prompt(&dB, 21, 4, NULL), 0);
+	assert_int_equal(lookup_prompt_salt(&dB, 21, 4, NULL, "tenant-1"), 4);
+	assert_int_equal(remote_value(&dB, "Corrupt"), 0);
 }
 
 /* Apply @what to every stored value of block @depth, on every node. Returns how many. */
@@ -467,6 +512,7 @@ static void test_demote(void **state)
 	assert_int_equal(itest_swapdir_make(&sd, "itremote", 0, 32), 0);
 	assert_int_equal(write_conf_policy("c.conf", NODES, "demote", conf, sizeof(conf)), 0);
 	dC.pid = 0;
+	dC.dir[0] = '\0'; /* a directory of its own: itest_daemon_start reuses a halted one's */
 	assert_int_equal(itest_daemon_start(&dC, extra), 0);
 	seal_only(&dC, first, pages);
 	/* nothing is written when sealed */
@@ -953,6 +999,7 @@ static void test_tls(void **state)
 	assert_int_equal(write_tls_conf("d.conf", tport, confD, sizeof(confD)), 0);
 	assert_int_equal(write_tls_conf("e.conf", tport, confE, sizeof(confE)), 0);
 	dD.pid = dE.pid = 0;
+	dD.dir[0] = dE.dir[0] = '\0'; /* directories of their own, not A's */
 	assert_int_equal(itest_daemon_start(&dD, extraD), 0);
 	assert_int_equal(itest_daemon_start(&dE, extraE), 0);
 	seal_prompt(&dD, 41, 8);
@@ -972,6 +1019,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_share_across_daemons),
 		cmocka_unit_test(test_share_async),
+		cmocka_unit_test(test_salted),
 		cmocka_unit_test(test_demote),
 		cmocka_unit_test(test_corrupt_value),
 		cmocka_unit_test(test_client_redirects),

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -460,4 +461,53 @@ void itest_swapdir_remove(struct itest_swapdir *s)
 	}
 	rmdir(s->dir);
 	s->dir[0] = '\0';
+}
+
+/*
+ * Run argv (NULL-terminated) with stdout+stderr captured into *out (malloc'd); as @uid when
+ * not -1.  Returns the exit status, or -1 when it died of a signal.
+ */
+int itest_run(char **out, uid_t uid, const char *const *argv)
+{
+	int pfd[2], status;
+	size_t len = 0, cap = 4096;
+	char *buf = malloc(cap);
+	pid_t pid;
+
+	assert_non_null(buf);
+	assert_int_equal(pipe2(pfd, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		if (uid != (uid_t)-1 && (setgroups(0, NULL) || setgid(uid) || setuid(uid)))
+			_exit(126);
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	close(pfd[1]);
+	for (;;) {
+		ssize_t n;
+
+		if (cap - len < 1024) {
+			cap *= 2;
+			buf = realloc(buf, cap);
+			assert_non_null(buf);
+		}
+		n = read(pfd[0], buf + len, cap - len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	close(pfd[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (out)
+		*out = buf;
+	else
+		free(buf);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

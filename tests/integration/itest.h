@@ -124,4 +124,10 @@ int itest_group_start(const char *const *extra);
 int itest_group_teardown(void **state);
 void itest_need_daemon(void);
 
+/*
+ * Run argv (NULL-terminated) with stdout+stderr captured into *out (malloc'd; NULL: dropped);
+ * as @uid when not -1.  Returns the exit status, or -1 when it died of a signal.
+ */
+int itest_run(char **out, uid_t uid, const char *const *argv);
+
 #endif /* KVMM_TESTS_ITEST_H */

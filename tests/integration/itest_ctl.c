@@ -33,55 +33,6 @@
 
 static char ctl_bin[4096];
 
-/*
- * Run argv (NULL-terminated) with stdout+stderr captured into *out (malloc'd); as @uid when
- * not -1.  Returns the exit status, or -1 when it died of a signal.
- */
-static int run(char **out, uid_t uid, const char *const *argv)
-{
-	int pfd[2], status;
-	size_t len = 0, cap = 4096;
-	char *buf = malloc(cap);
-	pid_t pid;
-
-	assert_non_null(buf);
-	assert_int_equal(pipe2(pfd, O_CLOEXEC), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (!pid) {
-		dup2(pfd[1], 1);
-		dup2(pfd[1], 2);
-		if (uid != (uid_t)-1 && (setgroups(0, NULL) || setgid(uid) || setuid(uid)))
-			_exit(126);
-		execv(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-	close(pfd[1]);
-	for (;;) {
-		ssize_t n;
-
-		if (cap - len < 1024) {
-			cap *= 2;
-			buf = realloc(buf, cap);
-			assert_non_null(buf);
-		}
-		n = read(pfd[0], buf + len, cap - len - 1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-	}
-	buf[len] = '\0';
-	close(pfd[0]);
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	if (out)
-		*out = buf;
-	else
-		free(buf);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 /* kvmmctl --socket SOCK args... (NULL-terminated) */
 static int ctl(char **out, ...)
 {
@@ -97,7 +48,7 @@ static int ctl(char **out, ...)
 		argc++;
 	va_end(ap);
 	argv[argc] = NULL;
-	return run(out, (uid_t)-1, argv);
+	return itest_run(out, (uid_t)-1, argv);
 }
 
 /* ---- a tiny JSON validator: one value, then only white space (or, lines: one per line) --- */
@@ -256,7 +207,7 @@ static void test_exit_codes(void **state)
 
 	(void)state;
 	itest_need_daemon();
-	assert_int_equal(run(&out, (uid_t)-1, argv), 3);
+	assert_int_equal(itest_run(&out, (uid_t)-1, argv), 3);
 	assert_non_null(strstr(out, "no daemon"));
 	free(out);
 	assert_int_equal(ctl(NULL, "frobnicate", NULL), 2);
@@ -286,9 +237,9 @@ static void test_permission(void **state)
 	if (geteuid() == 0) {
 		/* nobody must reach the socket to be refused by the daemon, not by the file system */
 		assert_int_equal(chmod(itest_d.dir, 0755), 0);
-		rc = run(&out, 65534, argv);
+		rc = itest_run(&out, 65534, argv);
 	} else {
-		rc = run(&out, (uid_t)-1, argv);
+		rc = itest_run(&out, (uid_t)-1, argv);
 	}
 	assert_int_equal(rc, 4);
 	assert_non_null(strstr(out, "permission denied"));
@@ -594,7 +545,7 @@ static int __attribute__((format(printf, 2, 3))) sh(char **out, const char *fmt,
 	vsnprintf(cmd, sizeof(cmd), fmt, ap);
 	va_end(ap);
 	argv[2] = cmd;
-	return run(out, (uid_t)-1, argv);
+	return itest_run(out, (uid_t)-1, argv);
 }
 
 static void test_top(void **state)

@@ -38,13 +38,9 @@ static char ctl_bin[4096];
 static int ctl(char **out, ...)
 {
 	const char *argv[32];
-	size_t len = 0, cap = 4096;
-	char *buf = malloc(cap);
-	int pfd[2], status, argc = 0;
+	int argc = 0;
 	va_list ap;
-	pid_t pid;
 
-	assert_non_null(buf);
 	argv[argc++] = ctl_bin;
 	argv[argc++] = "--socket";
 	argv[argc++] = itest_d.sock;
@@ -53,39 +49,7 @@ static int ctl(char **out, ...)
 		argc++;
 	va_end(ap);
 	argv[argc] = NULL;
-	assert_int_equal(pipe2(pfd, O_CLOEXEC), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (!pid) {
-		dup2(pfd[1], 1);
-		dup2(pfd[1], 2);
-		execv(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-	close(pfd[1]);
-	for (;;) {
-		ssize_t n;
-
-		if (cap - len < 1024) {
-			cap *= 2;
-			buf = realloc(buf, cap);
-			assert_non_null(buf);
-		}
-		n = read(pfd[0], buf + len, cap - len - 1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-	}
-	buf[len] = '\0';
-	close(pfd[0]);
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	if (out)
-		*out = buf;
-	else
-		free(buf);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+	return itest_run(out, (uid_t)-1, argv);
 }
 
 /* The daemon's NAMESPACES record of @ns (malloc'd line), or NULL when it has none. */

@@ -891,7 +891,8 @@ static int write_tls_conf(const char *name, int tport, char *path, size_t len)
  * port, its certificate from a CA made here with the openssl CLI, client certificates
  * required.  The client verifies the chain and the name (IP or DNS), sends its certificate;
  * a wrong name, a wrong CA, no client certificate all fail without hanging; two kvmmd share a
- * prompt over it.  Skipped when openssl is missing or redis-server has no TLS.
+ * prompt over it; then the same over a 3-master cluster whose nodes and bus speak only TLS to
+ * clients and each other.  Skipped when openssl is missing or redis-server has no TLS.
  */
 static void test_tls(void **state)
 {
@@ -899,6 +900,7 @@ static void test_tls(void **state)
 	struct kvmm_redis_stats st;
 	struct kvmm_redis *rc;
 	struct itest_daemon dD = dA, dE = dA;
+	struct rcluster tc = {0};
 	char p[16], crt[192], key[192], ca[192], log[192], confD[192], confE[192], got[32];
 	const char *extraD[] = {"--config", confD, NULL}, *extraE[] = {"--config", confE, NULL};
 	int tport, ret = -1, status;
@@ -1011,6 +1013,56 @@ static void test_tls(void **state)
 	assert_int_equal(itest_daemon_stop(&dE), 0);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
+
+	/*
+	 * A Redis Cluster whose nodes speak TLS, bus included (tls-cluster): seeded with one
+	 * node's TLS port, the client learns the slots over TLS (which names the TLS ports),
+	 * reaches every node, and two daemons share a prompt through it.
+	 */
+	tc.tls_cert = crt;
+	tc.tls_key = key;
+	tc.tls_ca = ca;
+	if (rcluster_start(&tc, NODES)) {
+		tls_remove();
+		fail_msg("no TLS Redis Cluster");
+	}
+	tls_cfg(&cfg, tc.tls_port[1], "ca.crt", "redis.test", false);
+	rc = kvmm_redis_create(&cfg);
+	assert_non_null(rc);
+	for (int k = 0; k < 24; k++) {
+		char name[16], val[16];
+
+		snprintf(name, sizeof(name), "tc%d", k);
+		snprintf(val, sizeof(val), "v%d", k);
+		assert_int_equal(rc_op(rc, true, name, val, NULL, 0), 0);
+	}
+	for (int k = 0; k < 24; k++) {
+		char name[16], val[16];
+
+		snprintf(name, sizeof(name), "tc%d", k);
+		snprintf(val, sizeof(val), "v%d", k);
+		assert_int_equal(rc_op(rc, false, name, NULL, got, sizeof(got)), 0);
+		assert_string_equal(got, val);
+	}
+	kvmm_redis_get_stats(rc, &st);
+	assert_true(st.cluster);
+	assert_int_equal(st.nodes, NODES);
+	assert_true(st.connects >= NODES);
+	kvmm_redis_destroy(rc);
+	assert_int_equal(write_tls_conf("d.conf", tc.tls_port[0], confD, sizeof(confD)), 0);
+	assert_int_equal(write_tls_conf("e.conf", tc.tls_port[2], confE, sizeof(confE)), 0);
+	dD.pid = dE.pid = 0;
+	dD.dir[0] = dE.dir[0] = '\0';
+	assert_int_equal(itest_daemon_start(&dD, extraD), 0);
+	assert_int_equal(itest_daemon_start(&dE, extraE), 0);
+	seal_prompt(&dD, 42, 8);
+	assert_int_equal(remote_value(&dD, "StoreErrors"), 0);
+	assert_int_equal(remote_value(&dD, "Cluster"), 1);
+	assert_int_equal(remote_value(&dD, "Nodes"), NODES);
+	assert_int_equal(lookup_prompt(&dE, 42, 8, NULL), 8);
+	assert_int_equal(itest_daemon_stop(&dD), 0);
+	assert_int_equal(itest_daemon_stop(&dE), 0);
+	rcluster_stop(&tc);
 	tls_remove();
 }
 

@@ -109,12 +109,13 @@ redisReply *rcluster_cmd(const struct rcluster *cl, int i, const char *fmt, ...)
 
 int rcluster_node_start(struct rcluster *cl, int i)
 {
-	char p[16], conf[64], log[128];
+	char p[16], tp[16], conf[64], log[128];
 	const char *argv[MAX_ARGS];
 	int argc = 0;
 	uint64_t t0;
 
 	snprintf(p, sizeof(p), "%d", cl->port[i]);
+	snprintf(tp, sizeof(tp), "%d", cl->tls_port[i]);
 	snprintf(conf, sizeof(conf), "nodes-%d.conf", cl->port[i]);
 	snprintf(log, sizeof(log), "%s/redis-%d.log", cl->dir, cl->port[i]);
 	{
@@ -137,6 +138,15 @@ int rcluster_node_start(struct rcluster *cl, int i)
 	}
 	for (int k = 0; cl->extra && cl->extra[k] && argc < MAX_ARGS - 1; k++)
 		argv[argc++] = cl->extra[k];
+	if (cl->tls_cert && argc < MAX_ARGS - 13) {
+		const char *tls[] = {
+			"--tls-port",	      tp,	    "--tls-cluster",	  "yes",
+			"--tls-cert-file",    cl->tls_cert, "--tls-key-file",	  cl->tls_key,
+			"--tls-ca-cert-file", cl->tls_ca,   "--tls-auth-clients", "no"};
+
+		for (size_t k = 0; k < sizeof(tls) / sizeof(tls[0]); k++)
+			argv[argc++] = tls[k];
+	}
 	argv[argc] = NULL;
 	cl->pid[i] = fork();
 	if (cl->pid[i] < 0) {
@@ -209,10 +219,14 @@ bool rcluster_wait_ok(const struct rcluster *cl, unsigned int ms)
 int rcluster_start(struct rcluster *cl, int nodes)
 {
 	const char *const *extra = cl->extra;
+	const char *cert = cl->tls_cert, *key = cl->tls_key, *ca = cl->tls_ca;
 	int ret = 0;
 
 	memset(cl, 0, sizeof(*cl));
 	cl->extra = extra;
+	cl->tls_cert = cert;
+	cl->tls_key = key;
+	cl->tls_ca = ca;
 	if (nodes < 1 || nodes > RCLUSTER_MAX_NODES)
 		return -EINVAL;
 	if (!rcluster_find(cl))
@@ -225,9 +239,19 @@ int rcluster_start(struct rcluster *cl, int nodes)
 	cl->nodes = nodes;
 	for (int i = 0; i < nodes && !ret; i++) {
 		cl->port[i] = rcluster_pick_port();
-		ret = cl->port[i] < 0 ? -EADDRINUSE : rcluster_node_start(cl, i);
+		if (cl->tls_cert) {
+			/* not the plain port's neighbour: both bus ports must be free */
+			do
+				cl->tls_port[i] = rcluster_pick_port();
+			while (cl->tls_port[i] == cl->port[i]);
+		}
+		ret = cl->port[i] < 0 || cl->tls_port[i] < 0 ? -EADDRINUSE
+							     : rcluster_node_start(cl, i);
 		snprintf(cl->seeds + strlen(cl->seeds), sizeof(cl->seeds) - strlen(cl->seeds),
 			 "%s127.0.0.1:%d", i ? "," : "", cl->port[i]);
+		snprintf(cl->tls_seeds + strlen(cl->tls_seeds),
+			 sizeof(cl->tls_seeds) - strlen(cl->tls_seeds), "%s127.0.0.1:%d",
+			 i ? "," : "", cl->tls_port[i]);
 	}
 	for (int i = 0; i < nodes && !ret; i++) {
 		redisReply *r = rcluster_cmd(cl, i, "CLUSTER ADDSLOTSRANGE %d %d",
@@ -241,7 +265,9 @@ int rcluster_start(struct rcluster *cl, int nodes)
 		freeReplyObject(r);
 	}
 	for (int i = 1; i < nodes && !ret; i++) {
-		redisReply *r = rcluster_cmd(cl, 0, "CLUSTER MEET 127.0.0.1 %d", cl->port[i]);
+		/* with tls-cluster the bus listens beside the TLS port */
+		redisReply *r = rcluster_cmd(cl, 0, "CLUSTER MEET 127.0.0.1 %d",
+					     cl->tls_cert ? cl->tls_port[i] : cl->port[i]);
 
 		if (!r || r->type == REDIS_REPLY_ERROR)
 			ret = -EIO;

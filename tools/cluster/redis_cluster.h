@@ -24,6 +24,16 @@ struct rcluster {
 	pid_t pid[RCLUSTER_MAX_NODES]; /* 0: not running */
 	char seeds[256];	       /* "127.0.0.1:P,127.0.0.1:Q,..." */
 	const char *const *extra;      /* more redis-server arguments for every node, or NULL */
+	/*
+	 * TLS, set before rcluster_start like extra (NULL: none): every node also listens on a
+	 * TLS port with this certificate, key and CA (clients need no certificate), its cluster
+	 * bus runs over TLS (tls-cluster: the bus port is the TLS port + 10000, so nodes meet on
+	 * their TLS ports), and CLUSTER SLOTS asked over TLS names the TLS ports.  The plain
+	 * port stays for the helper's own commands.
+	 */
+	const char *tls_cert, *tls_key, *tls_ca;
+	int tls_port[RCLUSTER_MAX_NODES];
+	char tls_seeds[256]; /* the TLS ports, as seeds */
 };
 
 /* Where redis-server is (cl->bin): true, or false when it is not installed. */

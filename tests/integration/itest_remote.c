@@ -799,7 +799,7 @@ static void test_client_redirects(void **state)
 
 static char tdir[128];
 
-static int sh(const char *fmt, ...)
+static int __printf(1, 2) sh(const char *fmt, ...)
 {
 	char cmdline[2048];
 	va_list ap;

@@ -34,7 +34,9 @@
  *      prompt up, append what missed), SEQ_SEAL_FREE (seal, then free), KVMM_RH_PROMPT;
  *      REMOTE (read verb: the remote tier); key domains (KVMM_FEAT_KEY_DOMAIN): a model
  *      identity at ATTACH (KVMM_ATTACH_F_MODEL + struct kvmm_attach_model) and a
- *      sequence's salt (SEQ_SALT), both hashed into every content key.
+ *      sequence's salt (SEQ_SALT), both hashed into every content key.  Live namespaces:
+ *      NS_CREATE, NS_SET, NS_DELETE (struct kvmm_ns_req).  The rings' cpu hint (struct
+ *      kvmm_shm_ring.cpu, taken from padding; 0 = unknown, what older peers leave there).
  */
 #ifndef KVMM_UAPI_KVMM_H
 #define KVMM_UAPI_KVMM_H

@@ -207,6 +207,7 @@ check:
 # What `make check SAN=thread` runs: the programs where threads share memory (the daemon's
 # kswapd, swap writeback and remote worker beside its event loop; the libraries' own threads).
 tsan-tests := tests/unit/test_atomic tests/unit/test_kmalloc tests/unit/test_kswapd \
+	tests/unit/test_trace \
 	tests/unit/test_log tests/unit/test_ring tests/unit/test_ipc tests/unit/test_swap \
 	tests/unit/test_remote tests/integration/itest_ring tests/integration/itest_async \
 	tests/integration/itest_share tests/integration/itest_kill tests/integration/itest_swap \

@@ -827,6 +827,11 @@ int kvmm_config_set_swap(struct kvmm_config *cfg, const char *key, const char *v
 			return msg(err, errlen, "'%s' is not yes or no", value);
 		return 0;
 	}
+	if (!strcmp(k, "reclaim_inline")) {
+		if (parse_bool(value, &sw->reclaim_inline))
+			return msg(err, errlen, "'%s' is not yes or no", value);
+		return 0;
+	}
 	if (!strcmp(k, "warm_restart")) {
 		if (parse_bool(value, &sw->warm_restart))
 			return msg(err, errlen, "'%s' is not yes or no", value);
@@ -1369,6 +1374,7 @@ void kvmm_config_init(struct kvmm_config *cfg)
 	strcpy(cfg->backend, "host");
 	cfg->swap.prefetch = 2;
 	cfg->swap.kswapd = true;
+	cfg->swap.reclaim_inline = true;
 	cfg->swap.warm_restart = true;
 	cfg->remote.timeout_ms = KVMM_CONFIG_REMOTE_DEFAULT_TIMEOUT_MS;
 	cfg->remote.store = KVMM_CONFIG_REMOTE_SEAL;
@@ -1678,6 +1684,7 @@ void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
 		fprintf(f, "swap_queue_depth = %u\n", cfg->swap.queue_depth);
 	fprintf(f, "prefetch = %u\n", cfg->swap.prefetch);
 	fprintf(f, "kswapd = %s\n", cfg->swap.kswapd ? "yes" : "no");
+	fprintf(f, "reclaim_inline = %s\n", cfg->swap.reclaim_inline ? "yes" : "no");
 	fprintf(f, "warm_restart = %s\n", cfg->swap.warm_restart ? "yes" : "no");
 	for (i = 0; i < cfg->swap.nr_fault; i++) {
 		const char *sp = strchr(cfg->swap.fault[i], ' ');

@@ -141,6 +141,7 @@ struct kvmm_config_swap {
 	uint32_t queue_depth; /* swap_queue_depth = N, 0 = default */
 	uint32_t prefetch;    /* prefetch = N (readahead depth), default 2 */
 	bool kswapd;	      /* kswapd = yes|no, default yes */
+	bool reclaim_inline;  /* reclaim_inline = yes|no: drop-only reclaim in the loop, yes */
 	bool warm_restart;    /* warm_restart = yes|no: swap_file keeps an index, default yes */
 	char fault[KVMM_CONFIG_MAX_FAULTS][KVMM_CONFIG_FAULT_LEN]; /* fault = POINT:SPEC */
 	unsigned int nr_fault;

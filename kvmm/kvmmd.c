@@ -618,6 +618,7 @@ static void server_config(const struct kvmm_config *cfg, struct kvmm_ns_config *
 	sc->swap.prefetch = cfg->swap.prefetch;
 	sc->swap.prefetch_set = true;
 	sc->swap.no_kswapd = !cfg->swap.kswapd;
+	sc->swap.reclaim_inline = cfg->swap.reclaim_inline;
 	sc->swap.no_index = !cfg->swap.warm_restart;
 	memcpy(sc->swap.fault, cfg->swap.fault, sizeof(sc->swap.fault));
 	sc->swap.nr_fault = cfg->swap.nr_fault;

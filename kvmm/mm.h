@@ -253,6 +253,7 @@ enum kvmm_stat {
 	KVMM_STAT_SWAP_CLEAN,	  /* clean swap-cached pages swapped out into their kept slot */
 	KVMM_STAT_ALLOC_BLOCK,	  /* blocks of consecutive frames a bulk append got at once */
 	KVMM_STAT_SWAP_CSUM_BAD,  /* swap-ins whose bytes failed their checksum: page dropped */
+	KVMM_STAT_RECLAIM_INLINE, /* cached pages the allocating thread dropped under low */
 	KVMM_STAT_COUNT,
 };
 
@@ -308,6 +309,12 @@ struct kvmm_pool {
 	void *hooks_priv;
 	struct kvmm_kswapd *kswapd; /* background reclaimer, NULL: none (kswapd.c) */
 	uint32_t reclaim_nest;	    /* inside kvmm_shrink(): no nested sequence swap-out */
+	/*
+	 * The owner's word that nothing takes pages leaving the pool but a swap tier (no hook
+	 * demotes them): while no tier exists, reclaim only drops cached pages, and the thread
+	 * that allocates does it in batches (kswapd.c, direct reclaim) instead of kvswapd.
+	 */
+	bool reclaim_inline;
 	/*
 	 * The namespace whose allocation reclaims (kvmm_alloc_page() sets it around its direct
 	 * reclaim and OOM report): its own min and low do not protect it from itself.  NULL:
@@ -790,8 +797,16 @@ uint32_t kvmm_seq_nr_resident(const struct kvmm_seq *seq);
  */
 int kvmm_kswapd_start(struct kvmm_pool *pool);
 void kvmm_kswapd_stop(struct kvmm_pool *pool);
-/* Pool lock held: wake kvswapd if it runs and free < low (cheap when already awake). */
+/*
+ * Pool lock held: free < low and kvswapd runs: wake it (cheap when already awake), or, when
+ * kvmm_reclaim_drop_only(), drop one batch of cached pages here first.
+ */
 void kvmm_wakeup_kswapd(struct kvmm_pool *pool);
+/*
+ * Reclaim would only drop clean cached pages and the owner wants that done by the allocating
+ * thread (pool->reclaim_inline): no swap tier to demote to, not inside reclaim.  Pool lock.
+ */
+bool kvmm_reclaim_drop_only(const struct kvmm_pool *pool);
 
 /* Put a CACHED page on the LRU: the active list when it has KVMM_PG_ACTIVE, else inactive. */
 void kvmm_lru_add(struct kvmm_pool *pool, struct kvmm_page *pg);

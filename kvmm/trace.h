@@ -73,12 +73,20 @@ uint64_t kvmm_trace_head(const struct kvmm_trace *tr);
  * false when it was overwritten (or is being written, or not written yet).
  */
 bool kvmm_trace_read(const struct kvmm_trace *tr, uint64_t seqno, struct kvmm_trace_rec *out);
+/*
+ * After kvmm_trace_read() of @seqno failed: true when the record is gone for good (its slot
+ * holds a later record), false when it may still appear (claimed, not yet published).
+ */
+bool kvmm_trace_overwritten(const struct kvmm_trace *tr, uint64_t seqno);
 
 /*
  * One clock reading for the records of one request: between kvmm_trace_clock_begin() and
  * kvmm_trace_clock_end() this thread's records carry the time of the begin (a request that
  * allocates, seals and frees a hundred frames read the clock a hundred times, a third of its
- * cost in the daemon).  Outside such a span every record reads the clock.
+ * cost in the daemon), and they are staged in the thread and published together at the end
+ * (or every 128 records), with one atomic add instead of one per record.  Readers see a
+ * span's records when it ends.  Outside such a span every record reads the clock and is
+ * published at once.
  */
 void kvmm_trace_clock_begin(void);
 void kvmm_trace_clock_end(void);

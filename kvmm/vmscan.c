@@ -224,6 +224,12 @@ uint32_t kvmm_reclaim(struct kvmm_pool *pool, struct kvmm_ns *ns, uint32_t n)
 	return freed;
 }
 
+bool kvmm_reclaim_drop_only(const struct kvmm_pool *pool)
+{
+	return pool->reclaim_inline && !pool->reclaim_nest &&
+	       !kvmm_swap_tiers((struct kvmm_pool *)pool, (unsigned int[1]){0}, 1);
+}
+
 uint32_t kvmm_reclaim_protected(struct kvmm_pool *pool, uint32_t n)
 {
 	uint32_t freed;

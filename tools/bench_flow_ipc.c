@@ -325,6 +325,49 @@ static double flow_inproc(const struct bench_opts *o)
 	return strtod(p + sizeof(key) - 1, NULL);
 }
 
+/*
+ * $KVMM_FLOW_SOLO="MODE CLIENTS SECONDS": that one row alone, for a profiler to watch kvmmd
+ * and the clients (no in-process baseline, no targets).
+ */
+static int flow_solo(const char *spec)
+{
+	char mode[32], page[16], frames[16];
+	struct bench_kvmmd d = {0};
+	unsigned int n;
+	double secs, rate;
+	int m, err;
+
+	if (sscanf(spec, "%31s %u %lf", mode, &n, &secs) != 3 || !n || n > FLOW_MAX_CLIENTS ||
+	    secs <= 0) {
+		fprintf(stderr, "flow: KVMM_FLOW_SOLO=\"%s\": want \"MODE CLIENTS SECONDS\", "
+				"1 <= CLIENTS <= %u\n",
+			spec, FLOW_MAX_CLIENTS);
+		return -EINVAL;
+	}
+	for (m = 0; m < FLOW_MODES && strcmp(mode, flow_mode_name[m]); m++)
+		;
+	if (m == FLOW_MODES) {
+		fprintf(stderr, "flow: KVMM_FLOW_SOLO: no mode \"%s\"\n", mode);
+		return -EINVAL;
+	}
+	snprintf(page, sizeof(page), "%u", FLOW_PAGE_SIZE);
+	snprintf(frames, sizeof(frames), "%u", FLOW_FRAMES);
+	err = bench_kvmmd_start(&d, page, frames);
+	if (err) {
+		fprintf(stderr, "flow: kvmmd did not start: %s\n", strerror(-err));
+		bench_kvmmd_stop(&d);
+		return err;
+	}
+	fprintf(stderr, "flow: kvmmd pid %d\n", (int)d.pid);
+	rate = flow_clients(d.sock, n, (enum flow_mode)m, (uint64_t)(secs * 1e9), false);
+	bench_kvmmd_stop(&d);
+	if (rate < 0)
+		return (int)rate;
+	snprintf(mode, sizeof(mode), "flow.%s.%uc", flow_mode_name[m], n);
+	bench_report(mode, rate, "requests/s", "", 0);
+	return 0;
+}
+
 int bench_suite_flow_ipc(const struct bench_opts *o)
 {
 	static const unsigned int nr[] = {1, 2, 4, 8};
@@ -334,6 +377,8 @@ int bench_suite_flow_ipc(const struct bench_opts *o)
 	char name[96], page[16], frames[16];
 	int err;
 
+	if (getenv("KVMM_FLOW_SOLO"))
+		return flow_solo(getenv("KVMM_FLOW_SOLO"));
 	snprintf(page, sizeof(page), "%u", FLOW_PAGE_SIZE);
 	snprintf(frames, sizeof(frames), "%u", FLOW_FRAMES);
 	err = bench_kvmmd_start(&d, page, frames);

@@ -47,7 +47,7 @@ static const struct kvmm_format fmt = {
 int bench_kvmmd_start(struct bench_kvmmd *d, const char *page_size, const char *frames)
 {
 	char ns[64];
-	const char *bin = getenv("KVMM_KVMMD");
+	const char *bin = getenv("KVMM_KVMMD"), *extra = getenv("KVMM_BENCH_CONFIG");
 	char conf[128];
 	int fd;
 
@@ -66,6 +66,11 @@ int bench_kvmmd_start(struct bench_kvmmd *d, const char *page_size, const char *
 	fd = open(conf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
+	/* $KVMM_BENCH_CONFIG: kvmmd.conf lines for an experiment ("kswapd = no") */
+	if (extra && dprintf(fd, "%s\n", extra) < 0) {
+		close(fd);
+		return -EIO;
+	}
 	close(fd);
 	d->pid = fork();
 	if (d->pid < 0)

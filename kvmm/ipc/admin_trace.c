@@ -175,6 +175,8 @@ static void pump_one(struct kvmm_server *srv, struct kvmm_trace *tr, struct kvmm
 		size_t before = t.len;
 
 		if (!kvmm_trace_read(tr, s->trace_next, &r)) {
+			if (!kvmm_trace_overwritten(tr, s->trace_next))
+				break; /* claimed, not yet published: the next tick sends it */
 			s->trace_lost++;
 			continue;
 		}

@@ -337,6 +337,8 @@ void kvmm_ipc_remote_cancel(struct kvmm_session *s);
  */
 bool kvmm_ipc_remote_demote(struct kvmm_pool *pool, const struct kvmm_cache_ent *ent,
 			    const void *bytes);
+/* Whether evicted pages go to the remote tier (remote_policy demote or both). */
+bool kvmm_ipc_remote_demotes(const struct kvmm_server *srv);
 /* SEAL entered blocks [from, seq->nsealed) in the cache: store them (pool lock held). */
 void kvmm_ipc_remote_seal(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t from);
 

@@ -111,6 +111,11 @@ static void digest_blk(void *arg, const uint32_t *tokens, uint32_t n)
 	kvmm_remote_digest_update(arg, tokens, n);
 }
 
+bool kvmm_ipc_remote_demotes(const struct kvmm_server *srv)
+{
+	return srv->remote && (kvmm_remote_cfg(srv->remote)->policy & KVMM_REMOTE_POLICY_DEMOTE);
+}
+
 bool kvmm_ipc_remote_demote(struct kvmm_pool *pool, const struct kvmm_cache_ent *ent,
 			    const void *bytes)
 {

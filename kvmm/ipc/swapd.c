@@ -113,6 +113,8 @@ int kvmm_swapd_setup(struct kvmm_server *srv, struct kvmm_ipc_ns *n)
 	/* a namespace made at run time (ns_live.c) finds the remote tier too (remote_ipc.c) */
 	if (srv->remote)
 		n->pool->hooks_priv = srv;
+	/* the remote tier takes evicted pages only with remote_policy demote or both */
+	n->pool->reclaim_inline = c->reclaim_inline && !kvmm_ipc_remote_demotes(srv);
 	pthread_mutex_unlock(&n->pool->lock);
 	if (c->host_size) {
 		ret = add_tier(srv, n, HOST_TIER, HOST_PRIO, c->host_size, NULL, 0);
@@ -142,6 +144,7 @@ int kvmm_swapd_setup(struct kvmm_server *srv, struct kvmm_ipc_ns *n)
 		ret = kvmm_kswapd_start(n->pool);
 		if (ret)
 			kvmm_err("swap: namespace %s: kvswapd: %s", n->cfg.name, strerror(-ret));
+
 	}
 	return ret;
 }

@@ -104,8 +104,8 @@ bool kvmm_trace_read(const struct kvmm_trace *tr, uint64_t seqno, struct kvmm_tr
 #define TRACE_STAGE 128
 
 struct trace_stage {
-	uint64_t clock;		/* kvmm_trace_clock_begin's reading, 0 outside a span */
-	struct kvmm_trace *tr;	/* the ring the staged records are for */
+	uint64_t clock;	       /* kvmm_trace_clock_begin's reading, 0 outside a span */
+	struct kvmm_trace *tr; /* the ring the staged records are for */
 	uint32_t nr;
 	struct kvmm_trace_rec rec[TRACE_STAGE];
 };

@@ -339,8 +339,9 @@ static int flow_solo(const char *spec)
 
 	if (sscanf(spec, "%31s %u %lf", mode, &n, &secs) != 3 || !n || n > FLOW_MAX_CLIENTS ||
 	    secs <= 0) {
-		fprintf(stderr, "flow: KVMM_FLOW_SOLO=\"%s\": want \"MODE CLIENTS SECONDS\", "
-				"1 <= CLIENTS <= %u\n",
+		fprintf(stderr,
+			"flow: KVMM_FLOW_SOLO=\"%s\": want \"MODE CLIENTS SECONDS\", "
+			"1 <= CLIENTS <= %u\n",
 			spec, FLOW_MAX_CLIENTS);
 		return -EINVAL;
 	}

@@ -78,9 +78,9 @@ struct kvmm_server_swap {
 	uint32_t queue_depth; /* file tier io_uring depth, 0 = default */
 	uint32_t prefetch;    /* readahead depth after a fault, with prefetch_set (else 2) */
 	bool prefetch_set;
-	bool no_kswapd; /* tests: no background reclaimer */
+	bool no_kswapd;	     /* tests: no background reclaimer */
 	bool reclaim_inline; /* drop-only reclaim in the loop (kvmm_kswapd_inline) */
-	bool no_index;	/* warm_restart = no: the file tier keeps no index */
+	bool no_index;	     /* warm_restart = no: the file tier keeps no index */
 	char fault[KVMM_SERVER_MAX_FAULTS][KVMM_FAULT_SPEC_LEN]; /* armed at start */
 	unsigned int nr_fault;
 };

@@ -144,7 +144,6 @@ int kvmm_swapd_setup(struct kvmm_server *srv, struct kvmm_ipc_ns *n)
 		ret = kvmm_kswapd_start(n->pool);
 		if (ret)
 			kvmm_err("swap: namespace %s: kvswapd: %s", n->cfg.name, strerror(-ret));
-
 	}
 	return ret;
 }

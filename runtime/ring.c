@@ -23,14 +23,16 @@
 #include <unistd.h>
 
 #include "atomic.h"
+#include "compiler.h"
 #include "runtime/libkvmm.h"
 
-#define KVMM_RING_SPIN_NS 20000	     /* poll the CQ this long before sleeping */
-#define KVMM_RING_PURE_NS 20000	     /* of which this long without a yield (kvmm_ring_wait) */
-#define KVMM_RING_SLEEP_NS 10000000L /* futex timeout: look at the socket this often */
-#define KVMM_MIRROR_TRIES 64	     /* seqcount retries before asking the socket */
-#define KVMM_MAG_REFILL_MIN 64	     /* frames an empty magazine asks for at least */
-#define KVMM_MAG_WAIT_NS 200000	     /* an empty magazine waits this long for a top-up */
+#define KVMM_RING_SPIN_NS 20000	      /* poll the CQ at least this long before sleeping */
+#define KVMM_RING_SPIN_MAX_NS 1000000 /* and at most this long (the learnt budget's cap) */
+#define KVMM_RING_PURE_NS 20000	      /* of which this long without a yield (kvmm_ring_wait) */
+#define KVMM_RING_SLEEP_NS 10000000L  /* futex timeout: look at the socket this often */
+#define KVMM_MIRROR_TRIES 64	      /* seqcount retries before asking the socket */
+#define KVMM_MAG_REFILL_MIN 64	      /* frames an empty magazine asks for at least */
+#define KVMM_MAG_WAIT_NS 200000	      /* an empty magazine waits this long for a top-up */
 
 struct kvmm_dp_client {
 	struct kvmm_shm_hdr hdr; /* checked copy */
@@ -52,6 +54,12 @@ struct kvmm_dp_client {
 	uint64_t *user_data; /* per SQ slot, to fail what is in flight when the daemon dies */
 	uint32_t ret_tail;
 	bool mag_auto; /* a MAG_REFILL succeeded: the daemon now tops the magazine up itself */
+
+	/*
+	 * What one entry in flight has cost the daemon lately, an average of the waits (ns per
+	 * entry, 1/8 weight for the newest): a wait for n entries spins about 2n times that.
+	 */
+	uint64_t ns_per_entry;
 
 	/* a synchronous call on the ring (kvmm_ring_call): its SQ index and, once in, its CQE */
 	bool call_pending, call_done;
@@ -360,16 +368,33 @@ static uint64_t env_ns(const char *name, uint64_t def)
 }
 
 /*
- * The spin budget of a wait, in ns ($KVMM_RING_SPIN_NS overrides the default, for measuring
- * it: Documentation/benchmarks/kvmm-bench.md, suite flow).
+ * The spin budget of a wait for @inflight entries, in ns: twice what they have been costing
+ * (ns_per_entry), at least KVMM_RING_SPIN_NS, at most KVMM_RING_SPIN_MAX_NS.  A step of 32
+ * entries takes the daemon a few hundred microseconds; a fixed 20 us spin then slept every
+ * time, and the futex wake-up (a system call in kvmmd, a scheduler round trip here) cost a
+ * third of the step's rate (kvmm-bench.md, suite flow).  $KVMM_RING_SPIN_NS fixes the budget
+ * instead, for measuring it.
  */
-static uint64_t spin_budget(void)
+static uint64_t spin_budget(const struct kvmm_dp_client *d, uint32_t inflight)
 {
-	static uint64_t budget = UINT64_MAX;
+	static uint64_t fixed = UINT64_MAX; /* UINT64_MAX - 1: learnt */
+	uint64_t b;
 
-	if (budget == UINT64_MAX)
-		budget = env_ns("KVMM_RING_SPIN_NS", KVMM_RING_SPIN_NS);
-	return budget;
+	if (fixed == UINT64_MAX)
+		fixed = getenv("KVMM_RING_SPIN_NS") ? env_ns("KVMM_RING_SPIN_NS", KVMM_RING_SPIN_NS)
+						    : UINT64_MAX - 1;
+	if (fixed != UINT64_MAX - 1)
+		return fixed;
+	b = 2 * d->ns_per_entry * (inflight ? inflight : 1);
+	return clamp_t(uint64_t, b, KVMM_RING_SPIN_NS, KVMM_RING_SPIN_MAX_NS);
+}
+
+/* A wait for @inflight entries saw completions after @ns: learn what an entry costs. */
+static void spin_learn(struct kvmm_dp_client *d, uint32_t inflight, uint64_t ns)
+{
+	uint64_t per = ns / (inflight ? inflight : 1);
+
+	d->ns_per_entry = d->ns_per_entry ? (7 * d->ns_per_entry + per) / 8 : per;
 }
 
 /* The part of it without yields on another CPU than the daemon's ($KVMM_RING_PURE_NS). */
@@ -398,11 +423,16 @@ static unsigned int this_cpu(void)
 static int ring_wait(struct kvmm_client *c, bool any)
 {
 	struct kvmm_dp_client *d = c->dp;
-	uint64_t start = now_ns(), budget = spin_budget(), pure = pure_budget();
+	uint64_t start = now_ns(), budget, pure = pure_budget();
 	unsigned int spins = 0, cpu = this_cpu();
+	uint32_t inflight;
 
 	WRITE_ONCE(d->cq->cpu, cpu);
 	kvmm_ring_kick(c);
+	inflight = d->sq_published - READ_ONCE(d->cq->tail);
+	budget = spin_budget(d, inflight);
+	if (cq_has(d))
+		return 0;
 	while (!cq_has(d)) {
 		struct timespec ts = {0, KVMM_RING_SLEEP_NS};
 		uint32_t seen;
@@ -454,6 +484,7 @@ static int ring_wait(struct kvmm_client *c, bool any)
 			return err;
 		}
 	}
+	spin_learn(d, inflight, now_ns() - start);
 	return 0;
 }
 

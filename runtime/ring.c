@@ -407,6 +407,33 @@ static uint64_t pure_budget(void)
 	return budget;
 }
 
+/* The CPUs this process may run on (the load hint's yardstick), at least 1. */
+static uint32_t nr_cpus(void)
+{
+	static uint32_t n;
+
+	if (!n) {
+		cpu_set_t set;
+
+		n = sched_getaffinity(0, sizeof(set), &set) ? 1 : (uint32_t)CPU_COUNT(&set);
+		n = n ? n : 1;
+	}
+	return n;
+}
+
+/* Whether waits follow the daemon's load hint ($KVMM_RING_LOAD=0: no, for measuring it). */
+static bool load_hint(void)
+{
+	static int on = -1;
+
+	if (on < 0) {
+		const char *e = getenv("KVMM_RING_LOAD");
+
+		on = !(e && !strcmp(e, "0"));
+	}
+	return on;
+}
+
 /* This thread's CPU plus one, 0 when unknown (the rings' cpu hints). */
 static unsigned int this_cpu(void)
 {
@@ -431,6 +458,12 @@ static int ring_wait(struct kvmm_client *c, bool any)
 	kvmm_ring_kick(c);
 	inflight = d->sq_published - READ_ONCE(d->cq->tail);
 	budget = spin_budget(d, inflight);
+	/*
+	 * More clients than CPUs want the daemon (its load hint): a spin here takes a CPU from
+	 * it or from a client it has answered, so sleep at once.
+	 */
+	if (READ_ONCE(d->sq->load) > nr_cpus() + 1 && load_hint())
+		budget = 0;
 	if (cq_has(d))
 		return 0;
 	while (!cq_has(d)) {

@@ -326,23 +326,21 @@ static double flow_inproc(const struct bench_opts *o)
 }
 
 /*
- * $KVMM_FLOW_SOLO="MODE CLIENTS SECONDS": that one row alone, for a profiler to watch kvmmd
- * and the clients (no in-process baseline, no targets).
+ * $KVMM_FLOW_SOLO="MODE CLIENTS SECONDS": that row alone, for a profiler to watch kvmmd and
+ * the clients (no in-process baseline, no targets).  CLIENTS may be a list, "1,2,4,8": the
+ * rows one after the other on one daemon, as the full suite runs them.
  */
 static int flow_solo(const char *spec)
 {
-	char mode[32], page[16], frames[16];
+	char mode[32], list[64], name[96], page[16], frames[16], *tok, *save = NULL;
 	struct bench_kvmmd d = {0};
-	unsigned int n;
 	double secs, rate;
-	int m, err;
+	int m, err = 0;
 
-	if (sscanf(spec, "%31s %u %lf", mode, &n, &secs) != 3 || !n || n > FLOW_MAX_CLIENTS ||
-	    secs <= 0) {
+	if (sscanf(spec, "%31s %63s %lf", mode, list, &secs) != 3 || secs <= 0) {
 		fprintf(stderr,
-			"flow: KVMM_FLOW_SOLO=\"%s\": want \"MODE CLIENTS SECONDS\", "
-			"1 <= CLIENTS <= %u\n",
-			spec, FLOW_MAX_CLIENTS);
+			"flow: KVMM_FLOW_SOLO=\"%s\": want \"MODE CLIENTS[,CLIENTS...] SECONDS\"\n",
+			spec);
 		return -EINVAL;
 	}
 	for (m = 0; m < FLOW_MODES && strcmp(mode, flow_mode_name[m]); m++)
@@ -360,13 +358,27 @@ static int flow_solo(const char *spec)
 		return err;
 	}
 	fprintf(stderr, "flow: kvmmd pid %d\n", (int)d.pid);
-	rate = flow_clients(d.sock, n, (enum flow_mode)m, (uint64_t)(secs * 1e9), false);
+	for (tok = strtok_r(list, ",", &save); tok && !err; tok = strtok_r(NULL, ",", &save)) {
+		char *end;
+		unsigned long n = strtoul(tok, &end, 10);
+
+		if (*end || !n || n > FLOW_MAX_CLIENTS) {
+			fprintf(stderr, "flow: KVMM_FLOW_SOLO: \"%s\" is not 1..%u clients\n", tok,
+				FLOW_MAX_CLIENTS);
+			err = -EINVAL;
+			break;
+		}
+		rate = flow_clients(d.sock, (unsigned int)n, (enum flow_mode)m,
+				    (uint64_t)(secs * 1e9), false);
+		if (rate < 0) {
+			err = (int)rate;
+			break;
+		}
+		snprintf(name, sizeof(name), "flow.%s.%luc", flow_mode_name[m], n);
+		bench_report(name, rate, "requests/s", "", 0);
+	}
 	bench_kvmmd_stop(&d);
-	if (rate < 0)
-		return (int)rate;
-	snprintf(mode, sizeof(mode), "flow.%s.%uc", flow_mode_name[m], n);
-	bench_report(mode, rate, "requests/s", "", 0);
-	return 0;
+	return err;
 }
 
 int bench_suite_flow_ipc(const struct bench_opts *o)

@@ -36,7 +36,8 @@
  *      identity at ATTACH (KVMM_ATTACH_F_MODEL + struct kvmm_attach_model) and a
  *      sequence's salt (SEQ_SALT), both hashed into every content key.  Live namespaces:
  *      NS_CREATE, NS_SET, NS_DELETE (struct kvmm_ns_req).  The rings' cpu hint (struct
- *      kvmm_shm_ring.cpu, taken from padding; 0 = unknown, what older peers leave there).
+ *      kvmm_shm_ring.cpu, taken from padding; 0 = unknown, what older peers leave there),
+ *      and the SQ's load hint (struct kvmm_shm_ring.load, after cpu, the same way).
  */
 #ifndef KVMM_UAPI_KVMM_H
 #define KVMM_UAPI_KVMM_H
@@ -1235,13 +1236,21 @@ struct kvmm_shm_ring {
 	 * a late yield or a useless one, never correctness.
 	 */
 	uint32_t cpu;
-	uint32_t pad2[14];
+	/*
+	 * SQ only, a hint written by the daemon: how many clients its last busy round served,
+	 * plus one (0: unknown).  A waiting client that sees more of them than CPUs sleeps on the
+	 * futex at once instead of spinning: spinners beyond the CPUs keep the daemon itself off
+	 * a CPU.  Only a hint, like cpu.
+	 */
+	uint32_t load;
+	uint32_t pad2[13];
 };
 KVMM_ABI_ASSERT_SIZE(struct kvmm_shm_ring, 192);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_ring, head, 0);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_ring, tail, 64);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_ring, flags, 128);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_ring, cpu, 132);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_ring, load, 136);
 
 /*
  * One submitted operation: op is a memory opcode (PING, SEQ_CREATE .. UNPIN, MAG_REFILL,

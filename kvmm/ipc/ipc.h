@@ -150,6 +150,7 @@ struct kvmm_server {
 	uint64_t last_sys_ns;	 /* CLOCK_MONOTONIC of the spin's last epoll_wait */
 	uint64_t last_yield_ns;	 /* and of its last sched_yield */
 	uint32_t cpu;		 /* the loop's CPU plus one, as the SQs' cpu hints say */
+	uint32_t load;		 /* clients served by the last busy round plus one (load hints) */
 	bool yield_soon;	 /* a completed client waits on the loop's CPU: let it run */
 	uint64_t hello_next_ns;	 /* earliest HELLO deadline of a waiting connection, 0: none */
 
@@ -272,6 +273,8 @@ bool kvmm_dp_pending(struct kvmm_session *s);
 void kvmm_dp_need_wakeup(struct kvmm_session *s, bool on);
 /* Publish the loop's CPU (plus one) in the SQ's cpu hint (struct kvmm_shm_ring). */
 void kvmm_dp_set_cpu(struct kvmm_session *s, uint32_t cpu);
+/* Publish how many clients the last busy round served, plus one (the SQ's load hint). */
+void kvmm_dp_set_load(struct kvmm_session *s, uint32_t load);
 /*
  * The SQE parked by kvmm_ipc_remote_park() is answered (pool lock held): its CQE goes out
  * and the ring's next SQEs run again.

@@ -163,6 +163,7 @@ int kvmm_dp_create(struct kvmm_session *s, uint32_t ring_entries, int fds[2],
 	memcpy(dp->map, &dp->hdr, sizeof(dp->hdr));
 	dp->sq = area(dp, dp->hdr.sq_off);
 	dp->sq->cpu = s->srv->cpu;
+	dp->sq->load = s->srv->load;
 	dp->sqes = area(dp, dp->hdr.sqes_off);
 	dp->data = area(dp, dp->hdr.data_off);
 	dp->cq = area(dp, dp->hdr.cq_off);
@@ -827,6 +828,12 @@ void kvmm_dp_set_cpu(struct kvmm_session *s, uint32_t cpu)
 {
 	if (s->dp)
 		WRITE_ONCE(s->dp->sq->cpu, cpu);
+}
+
+void kvmm_dp_set_load(struct kvmm_session *s, uint32_t load)
+{
+	if (s->dp)
+		WRITE_ONCE(s->dp->sq->load, load);
 }
 
 /* Run one SQE (already copied out of the region) into @cqe. Pool lock held. */

@@ -682,6 +682,7 @@ static void stop_all(struct kvmm_server *srv)
 static bool poll_rings(struct kvmm_server *srv, bool *blocked)
 {
 	struct kvmm_session *s, *tmp;
+	uint32_t served = 0;
 	bool busy = false;
 
 	*blocked = false;
@@ -697,10 +698,18 @@ static bool poll_rings(struct kvmm_server *srv, bool *blocked)
 			session_close(s);
 			continue;
 		}
-		if (n > 0)
+		if (n > 0) {
 			busy = true;
-		else if (kvmm_dp_pending(s))
+			served++;
+		} else if (kvmm_dp_pending(s)) {
 			*blocked = true;
+		}
+	}
+	/* how crowded the daemon is, for the clients' waits: only when it changes */
+	if (served && served + 1 != srv->load) {
+		srv->load = served + 1;
+		list_for_each_entry (s, &srv->sessions, node)
+			kvmm_dp_set_load(s, srv->load);
 	}
 	return busy;
 }

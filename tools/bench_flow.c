@@ -95,6 +95,8 @@ int bench_suite_flow(const struct bench_opts *o)
 	ret = kvmm_pool_create(&params, &x->pool);
 	if (ret)
 		goto out;
+	/* as kvmmd runs this pool (no swap tier): reclaim in batches by the allocating thread */
+	x->pool->reclaim_inline = true;
 	ret = kvmm_ns_create(x->pool, "bench", 0, 0, &x->ns);
 	if (ret)
 		goto out_pool;

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -49,12 +50,23 @@ class Daemon:
             self.proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
-        while not os.path.exists(self.sock):
+        # the socket file exists from bind(), before listen(): wait for a connect that works
+        while not self._accepts():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 log = self.log_text()  # read before stop() removes the directory
                 self.stop()
                 raise RuntimeError(f"kvmmd did not start:\n{log}")
             time.sleep(0.01)
+
+    def _accepts(self) -> bool:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(self.sock)
+            return True
+        except OSError:
+            return False
+        finally:
+            s.close()
 
     def log_text(self) -> str:
         try:

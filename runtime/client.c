@@ -279,6 +279,9 @@ static void handle_event(struct kvmm_client *c)
 		if (plen < sizeof(ev))
 			return;
 		memcpy(&ev, c->rx + KVMM_MSG_HDR_SIZE, sizeof(ev));
+		/* dropped because a swapped page failed its checksum: lost, not reclaimed */
+		if (ev.reason == KVMM_PREEMPT_CORRUPT)
+			cqe.res = -KVMM_ELOST;
 		cqe.seq = ev.seq;
 		cqe.nr_frames = ev.nr_frames;
 		kvmm_cq_push(c, &cqe);

@@ -39,7 +39,8 @@ static const struct {
 		 "(kvmm_lost_seqs), the call was not done"},
 	{EISCONN, "the handle is still connected to kvmmd (nothing to reattach)"},
 	{KVMM_EPREEMPTED, "the sequence was preempted by kvmmd; its KV cache is gone"},
-	{KVMM_ELOST, "KV page content lost (swap I/O error or poisoned page)"},
+	{KVMM_ELOST, "KV page content lost: a swapped page failed its checksum (or a swap I/O "
+		     "error, a poisoned page); the sequence was dropped, recompute it"},
 };
 
 const char *kvmm_strerror(int err)

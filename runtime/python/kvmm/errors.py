@@ -36,7 +36,10 @@ class KvmmError(OSError):
 
 class PreemptedError(KvmmError):
     """The sequence was preempted by the daemon (``-KVMM_EPREEMPTED``): its KV is gone and the
-    engine must recompute it (or free it)."""
+    engine must recompute it (or free it).  ``reason``: ``"oom"`` (the daemon needed the
+    frames), or ``"corrupt"`` for :class:`PageLostError`."""
+
+    reason = "oom"
 
 
 class OutOfMemoryError(KvmmError):
@@ -60,8 +63,14 @@ class KvmmReattached(KvmmError):
     :meth:`kvmm.Client.lost_seqs` lists them, to recompute."""
 
 
-class PageLostError(KvmmError):
-    """A page's content was lost (``-KVMM_ELOST``: a swap I/O error, a poisoned frame)."""
+class PageLostError(PreemptedError):
+    """A page's content was lost (``-KVMM_ELOST``): a swapped page of the sequence failed its
+    checksum when it came back (the host or file swap tier held other bytes than were
+    written), a poisoned frame.  The daemon dropped the sequence, as it drops a preempted
+    one but not for lack of memory; a subclass of :class:`PreemptedError` because the engine
+    does the same (free it, recompute it), ``reason`` says which: ``"corrupt"``."""
+
+    reason = "corrupt"
 
 
 _GONE = (_errno.ENOTCONN, _errno.EPIPE)

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple, Optional, Sequence
 
 from . import _args, _lib
 from ._lib import lib
-from .errors import KVMM_EPREEMPTED, KvmmError, check, make_error
+from .errors import KVMM_ELOST, KVMM_EPREEMPTED, KvmmError, check, make_error
 
 CQE_F_EVENT = 1
 CQE_F_GONE = 2  # with CQE_F_EVENT: the daemon went away (res -ENOTCONN), once per loss
@@ -77,8 +77,15 @@ class Cqe(NamedTuple):
 
     @property
     def preempted(self) -> bool:
-        """A PREEMPT event, or an operation that failed because its sequence was preempted."""
-        return self.res == -KVMM_EPREEMPTED
+        """A PREEMPT event, or an operation that failed because its sequence was preempted
+        (for lack of memory, or dropped because a page was corrupt: :attr:`lost`)."""
+        return self.res in (-KVMM_EPREEMPTED, -KVMM_ELOST)
+
+    @property
+    def lost(self) -> bool:
+        """The sequence was dropped because a swapped page failed its checksum
+        (``-KVMM_ELOST``; a PREEMPT event of reason CORRUPT), not for lack of memory."""
+        return self.res == -KVMM_ELOST
 
     def error(self) -> Optional[KvmmError]:
         """The exception for a failed operation (not raised), or None."""

@@ -56,8 +56,17 @@ struct kvmm_attach_opts {
 	uint32_t flags;	      /* KVMM_ATTACH_* below; others must be zero */
 	uint32_t model_len;   /* bytes at model, at most KVMM_MODEL_ID_MAX; 0: no identity */
 	const void *model;    /* the model's identity (opaque: name, revision, adapter, ...) */
-	uint64_t reserved[6]; /* must be zero (later options) */
+	/*
+	 * How long a call may wait for kvmmd without a word from it before the handle gives
+	 * the daemon up (-ETIMEDOUT; see "When kvmmd stops answering" below), in ms: 0 the
+	 * default ($KVMM_DAEMON_TIMEOUT_MS, else KVMM_DAEMON_TIMEOUT_DEFAULT_MS), < 0 never.
+	 */
+	int32_t daemon_timeout_ms;
+	uint32_t reserved32;  /* must be zero */
+	uint64_t reserved[5]; /* must be zero (later options) */
 };
+
+#define KVMM_DAEMON_TIMEOUT_DEFAULT_MS 30000
 
 /*
  * Leave the pool writable everywhere in this process: no read-only sealed, shared or foreign
@@ -127,7 +136,9 @@ int kvmm_connected(const kvmm_client_t *client);
  * the other properties are the new daemon's. Completions and events not yet reaped are
  * dropped (operations in flight are lost with their sequences). Errors: -EISCONN (the handle
  * is still connected: nothing done), -ETIMEDOUT (no daemon answered in time; the handle stays
- * detached and may try again), or what kvmm_attach_ex returns for a daemon that refuses it
+ * detached and may try again; kvmm_conn_error() says what the last attempt met: no socket,
+ * nobody listening, a daemon that did not answer, a namespace it does not have), or what
+ * kvmm_attach_ex returns for a daemon that refuses it
  * (-EPROTO, -EACCES, -EINVAL for a namespace that took another format, ...). Not while another
  * thread is in kvmm_mag_alloc, kvmm_mag_avail or kvmm_frame_addr on the handle (they take no
  * lock); with KVMM_ATTACH_REATTACH any call may reattach.
@@ -141,6 +152,35 @@ int kvmm_reattach(kvmm_client_t *client, int timeout_ms);
  * handle could not keep track of every sequence (it ran out of memory: recompute all).
  */
 int kvmm_lost_seqs(const kvmm_client_t *client, uint64_t *seqs, uint32_t max);
+
+/*
+ * When kvmmd stops answering.  A daemon that is stopped (SIGSTOP, a debugger) or hung keeps
+ * its socket open, so a call waiting for it would wait forever.  Instead a call that waits
+ * daemon_timeout_ms (kvmm_attach_opts; $KVMM_DAEMON_TIMEOUT_MS; default 30 s) without a word
+ * from the daemon - no reply, no completion, no event - gives the daemon up: it returns
+ * -ETIMEDOUT, the handle queues its GONE event (res -ETIMEDOUT) and closes the connection,
+ * and every later call fails with -ETIMEDOUT at once, as after a daemon's death.  Nothing is
+ * left half-done for the engine to guess about: the daemon frees the whole session when it
+ * runs again (the closed socket), so every sequence of the handle is lost - the one the
+ * timed-out call named included, whether or not that call was carried out.  The engine
+ * treats it like a crash: kvmm_reattach (or KVMM_ATTACH_REATTACH) once the daemon answers
+ * again, then recompute what kvmm_lost_seqs lists.  A reattach attempt waits for the
+ * daemon's answer at most the deadline (an automatic one at most 1 s).  The check costs
+ * nothing on the fast path: the socket's receive timeout and the rings' futex wait, which
+ * wakes every 10 ms anyway, measure it.  Calls that legitimately take long (a PIN reading
+ * many pages from a slow swap file, a lookup waiting for the remote tier) count against it
+ * too: choose the deadline above them.
+ */
+
+/*
+ * Why the handle cannot talk to kvmmd, or why its last (re)attach attempt failed: the
+ * negative errno of the cause (0: connected, nothing failed) and, in buf (len bytes, may be
+ * NULL when len is 0), one line naming it - "kvmmd (pid 4242) did not answer in 500 ms: it
+ * is stopped (SIGSTOP or a job-control stop): ...", "cannot connect to kvmmd at PATH: No
+ * such file or directory", "kvmmd at PATH refused ATTACH to namespace "alpha": ...".
+ * -EINVAL for a NULL handle.
+ */
+int kvmm_conn_error(const kvmm_client_t *client, char *buf, size_t len);
 
 /* Say goodbye (the daemon frees this handle's sequences and pins), unmap, free. NULL is ok. */
 void kvmm_detach(kvmm_client_t *client);

@@ -141,7 +141,7 @@ def submit(client: Any, sqes: Sequence[Sqe]) -> int:
     keep: list = []
     for i, s in enumerate(sqes):
         _fill(arr[i], s, keep)
-    return check(lib.kvmm_submit(h, arr, n), "kvmm_submit")
+    return check(lib.kvmm_submit(h, arr, n), "kvmm_submit", h)
 
 
 def complete(client: Any, max: int = 64, min: int = 0) -> list[Cqe]:
@@ -154,6 +154,6 @@ def complete(client: Any, max: int = 64, min: int = 0) -> list[Cqe]:
     if mn > mx:
         raise ValueError("min must not exceed max")
     buf = (_lib.Cqe * mx)()
-    got = check(lib.kvmm_complete(h, buf, mx, mn), "kvmm_complete")
+    got = check(lib.kvmm_complete(h, buf, mx, mn), "kvmm_complete", h)
     return [Cqe(c.user_data, c.res, c.flags, c.seq, c.nr_tokens, c.nr_blocks, c.nr_frames)
             for c in buf[:got]]

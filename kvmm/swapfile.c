@@ -109,8 +109,8 @@ void kvmm_swap_mem_corrupt(struct kvmm_swap_tier *t, uint64_t slot, void *page)
 	uint8_t *b = page;
 
 	b[t->page_size / 2] ^= 0x5a;
-	kvmm_warn("swap: fault injection corrupted slot %llu of tier %u",
-		  (unsigned long long)slot, t->id);
+	kvmm_warn("swap: fault injection corrupted slot %llu of tier %u", (unsigned long long)slot,
+		  t->id);
 }
 
 void *kvmm_swap_host_alloc(struct kvmm_swap_tier *t, uint64_t bytes)

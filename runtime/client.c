@@ -656,7 +656,8 @@ static int client_connect(struct kvmm_client *c)
 		struct ucred cred;
 		socklen_t len = sizeof(cred);
 
-		c->peer_pid = getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) ? 0 : cred.pid;
+		c->peer_pid =
+			getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) ? 0 : cred.pid;
 	}
 	/* the daemon deadline: a blocking receive gives up after it (kvmm_client_stalled) */
 	if (c->wait_ms) {
@@ -1086,7 +1087,8 @@ int kvmm_attach_ex(const char *socket_path, const char *ns, const struct kvmm_fo
 	c->wp_want = wprotect_env() && !(opts && (opts->flags & KVMM_ATTACH_NO_WPROTECT));
 	/* the daemon deadline: the option, else $KVMM_DAEMON_TIMEOUT_MS, else 30 s */
 	if (opts && opts->daemon_timeout_ms)
-		c->deadline_ms = opts->daemon_timeout_ms < 0 ? 0 : (uint32_t)opts->daemon_timeout_ms;
+		c->deadline_ms =
+			opts->daemon_timeout_ms < 0 ? 0 : (uint32_t)opts->daemon_timeout_ms;
 	else
 		c->deadline_ms = deadline_env();
 	c->wait_ms = c->deadline_ms;

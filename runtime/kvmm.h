@@ -53,9 +53,9 @@ int kvmm_attach(const char *socket_path, const char *ns, const struct kvmm_forma
 
 /* Options of kvmm_attach_ex. Zero-initialize and set what is wanted. */
 struct kvmm_attach_opts {
-	uint32_t flags;	      /* KVMM_ATTACH_* below; others must be zero */
-	uint32_t model_len;   /* bytes at model, at most KVMM_MODEL_ID_MAX; 0: no identity */
-	const void *model;    /* the model's identity (opaque: name, revision, adapter, ...) */
+	uint32_t flags;	    /* KVMM_ATTACH_* below; others must be zero */
+	uint32_t model_len; /* bytes at model, at most KVMM_MODEL_ID_MAX; 0: no identity */
+	const void *model;  /* the model's identity (opaque: name, revision, adapter, ...) */
 	/*
 	 * How long a call may wait for kvmmd without a word from it before the handle gives
 	 * the daemon up (-ETIMEDOUT; see "When kvmmd stops answering" below), in ms: 0 the
@@ -117,7 +117,8 @@ int kvmm_write_protected(const kvmm_client_t *client);
  * socket hung up, a send failed, the rings' wait found it dead) or the session broke. Knowing
  * takes a call: kvmm_complete(client, cqes, max, 0) looks without waiting. The first time a
  * handle finds its daemon gone it queues one event, a completion with KVMM_CQE_F_EVENT |
- * KVMM_CQE_F_GONE and res -ENOTCONN; every call then fails with -ENOTCONN (never a hang, a
+ * KVMM_CQE_F_GONE and res -ENOTCONN (-ETIMEDOUT when it gave up a stopped or hung daemon,
+ * below); every call then fails with -ENOTCONN (-ETIMEDOUT) (never a hang, a
  * signal or a crash) until kvmm_reattach.
  */
 int kvmm_connected(const kvmm_client_t *client);
@@ -375,7 +376,12 @@ struct kvmm_sqe {
 /* One completion (or event). */
 struct kvmm_cqe {
 	uint64_t user_data; /* the sqe's; 0 for events */
-	int32_t res;	    /* 0 or -errno; -KVMM_EPREEMPTED for a PREEMPT event */
+	/*
+	 * 0 or -errno. PREEMPT event: -KVMM_EPREEMPTED (the daemon needed the frames) or
+	 * -KVMM_ELOST (a swapped page failed its checksum: dropped). GONE: -ENOTCONN or
+	 * -ETIMEDOUT (a stopped or hung daemon given up: kvmm_conn_error)
+	 */
+	int32_t res;
 	uint32_t flags;	    /* KVMM_CQE_F_* */
 	uint64_t seq;	    /* created / forked sequence; the preempted one for events */
 	uint64_t nr_tokens; /* APPEND, PREFIX_LOOKUP: the sequence's length after; PROMPT: hit */
@@ -394,7 +400,11 @@ int kvmm_submit(kvmm_client_t *client, const struct kvmm_sqe *sqes, unsigned int
 /*
  * Reap up to max completions into cqes, waiting until at least min have arrived (min 0: never
  * wait). Returns the number stored, or a negative errno (-ENOTCONN: the daemon is gone and
- * nothing is left to reap; operations in flight then complete with -ENOTCONN).
+ * nothing is left to reap; operations in flight then complete with -ENOTCONN; -ETIMEDOUT:
+ * the daemon said nothing for the handle's deadline, see kvmm_conn_error). With
+ * KVMM_ATTACH_REATTACH, a handle whose daemon is gone (its GONE event reaped) tries to
+ * reattach here as in any call: -ESTALE when it did (kvmm_lost_seqs), -ENOTCONN while the
+ * daemon is not back, a refusing daemon's errno.
  */
 int kvmm_complete(kvmm_client_t *client, struct kvmm_cqe *cqes, unsigned int max, unsigned int min);
 /* Operations submitted and not yet reaped by kvmm_complete. */

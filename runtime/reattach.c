@@ -299,8 +299,9 @@ static int reattach_locked(struct kvmm_client *c, int timeout_ms)
 		uint32_t left = 0;
 
 		if (deadline != UINT64_MAX)
-			left = now >= deadline ? 1 : (uint32_t)min_u64((deadline - now) / 1000000u + 1,
-								      UINT32_MAX);
+			left = now >= deadline ? 1
+					       : (uint32_t)min_u64((deadline - now) / 1000000u + 1,
+								   UINT32_MAX);
 		err = reattach_once(c, left);
 		if (!err)
 			return (int)c->nr_lost;

@@ -232,8 +232,7 @@ static void preempt_session(struct kvmm_session *s)
 		else
 			kvmm_notice_ratelimited("oom: namespace %s: client %u sequence %" PRIu64
 						" preempted (%u frames)",
-						s->ns->cfg.name, s->id, is->id,
-						is->preempt_frames);
+						s->ns->cfg.name, s->id, is->id, is->preempt_frames);
 	}
 }
 

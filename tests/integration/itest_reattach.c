@@ -401,9 +401,9 @@ static void test_stopped_daemon(void **state)
 		assert_int_equal(pthread_create(&th[i], NULL, timed_create, &b[i]), 0);
 	for (int i = 0; i < 2; i++) {
 		assert_int_equal(pthread_join(th[i], NULL), 0);
-		print_message("%s: a call to a stopped kvmmd returned %d after %llu ms (deadline %d)\n",
-			      i ? "socket" : "rings", b[i].err, (unsigned long long)b[i].ms,
-			      STALL_MS);
+		print_message(
+			"%s: a call to a stopped kvmmd returned %d after %llu ms (deadline %d)\n",
+			i ? "socket" : "rings", b[i].err, (unsigned long long)b[i].ms, STALL_MS);
 		assert_int_equal(b[i].err, -ETIMEDOUT);
 		assert_true(b[i].ms >= STALL_MS - 20 && b[i].ms < STALL_MS + 3000);
 		assert_gave_up(c[i]);

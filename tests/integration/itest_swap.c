@@ -664,9 +664,9 @@ static void test_host_corrupt(void **state)
 	bad0 = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_csum_bad");
 	assert_int_equal(itest_admin_open(&itest_d, &admin), 0);
 	/* the first page written to the tiers (the host tier: the higher priority) is spoilt */
-	assert_int_equal(kvmm_admin_fault_inject(admin, ITEST_NS_A,
-						 "swap.write nth=1 times=1 mode=corrupt"),
-			 0);
+	assert_int_equal(
+		kvmm_admin_fault_inject(admin, ITEST_NS_A, "swap.write nth=1 times=1 mode=corrupt"),
+		0);
 	x = mkseq(c, -5, 40, 40); /* lowest priority: swapped out first */
 	assert_int_equal(touch(c, x, 4000, true), 0);
 	z = mkseq(c, -4, 20, 42);

@@ -1815,8 +1815,7 @@ static void test_fault_corrupt_args(void **state)
 	struct kvmm_seq *s = mkseq(f, 0, 2, 1);
 
 	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.read nth=1 mode=corrupt"), -EINVAL);
-	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.alloc nth=1 mode=corrupt"),
-			 -EINVAL);
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.alloc nth=1 mode=corrupt"), -EINVAL);
 	assert_int_equal(add_nvme(f, 2, 0, 16), 0);
 	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.write nth=1 times=1 mode=corrupt"),
 			 0);

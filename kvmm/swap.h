@@ -130,6 +130,13 @@ int kvmm_swap_io_from_host(struct kvmm_swap_tier *t, const struct kvmm_swap_io *
  * be mapped - a staged one before it).  No-ops without t->csum.
  */
 void kvmm_swap_mem_csum(struct kvmm_swap_tier *t, uint64_t slot, const void *page);
+/*
+ * kvmm_swap_io_to_host() of @io's page into slot @slot (at @dst) of memory tier @t, its
+ * checksum taken: in the same pass as the copy for a host-addressable frame; for a staged
+ * one after the copy when @sync, else by the caller (kvmm_swap_mem_csum) once it synced.
+ */
+int kvmm_swap_mem_write(struct kvmm_swap_tier *t, const struct kvmm_swap_io *io, uint64_t slot,
+			void *dst, bool sync);
 int kvmm_swap_mem_read(struct kvmm_swap_tier *t, const struct kvmm_swap_io *io, uint64_t slot,
 		       const void *src, bool sync);
 /* Wait for the staging copies started on @t's pool backend (no-op without hooks). 0/-errno. */

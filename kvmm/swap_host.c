@@ -96,9 +96,7 @@ static int host_submit(struct kvmm_swap_tier *t, struct kvmm_swap_io *io)
 		return -EINVAL;
 	slot = h->arena + io->slot * t->page_size;
 	if (io->write) {
-		ret = kvmm_swap_io_to_host(t, io, slot, true);
-		if (!ret)
-			kvmm_swap_mem_csum(t, io->slot, slot);
+		ret = kvmm_swap_mem_write(t, io, io->slot, slot, true);
 	} else {
 		ret = kvmm_swap_mem_read(t, io, io->slot, slot, true);
 		if (ret == -EBADMSG) {

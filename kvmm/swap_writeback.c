@@ -277,19 +277,21 @@ static void wb_run(struct kvmm_pool *pool, bool unlock)
 		sw->nr_wb_copying += b.n;
 		pthread_mutex_unlock(&pool->lock);
 	}
+	/* hashed as copied (memory frames); a staged copy is hashed once it landed, below */
 	list_for_each_entry (wb, &b.recs, node)
-		wb->io.res = kvmm_swap_io_to_host(wb->t, &wb->io, wb->dst, false);
+		wb->io.res = kvmm_swap_mem_write(wb->t, &wb->io, wb->io.slot, wb->dst, false);
 	if (staged && b.n) {
 		ret = pool->be.ops->sync ? pool->be.ops->sync(&pool->be) : 0;
 		list_for_each_entry (wb, &b.recs, node)
 			if (!wb->io.res)
 				wb->io.res = ret;
 	}
-	/* the checksums of what landed (the slots are ours until the records are finished) */
+	/* staged: the checksums of what landed (the slots are ours until the records finish) */
 	list_for_each_entry (wb, &b.recs, node) {
 		if (wb->io.res)
 			continue;
-		kvmm_swap_mem_csum(wb->t, wb->io.slot, wb->dst);
+		if (staged)
+			kvmm_swap_mem_csum(wb->t, wb->io.slot, wb->dst);
 		if (wb->io.corrupt)
 			kvmm_swap_mem_corrupt(wb->t, wb->io.slot, wb->dst);
 	}

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 #include "bitmap.h"
@@ -89,19 +90,59 @@ void kvmm_swap_mem_csum(struct kvmm_swap_tier *t, uint64_t slot, const void *pag
 		t->csum[slot] = XXH3_64bits(page, t->page_size);
 }
 
+#define COPY_HASH_CHUNK 4096 /* hashed while still in the L1 cache after its copy */
+
+/*
+ * memcpy(dst, src, n) and XXH3-64 of the bytes written, in one pass over memory: each chunk
+ * is hashed right after it was copied, from the cache, instead of a second pass over the
+ * page from DRAM.  The streaming hash equals XXH3_64bits(dst, n).
+ */
+static uint64_t copy_hash(void *dst, const void *src, size_t n)
+{
+	XXH3_state_t st;
+	size_t off;
+
+	XXH3_64bits_reset(&st);
+	for (off = 0; off < n; off += COPY_HASH_CHUNK) {
+		size_t len = n - off < COPY_HASH_CHUNK ? n - off : COPY_HASH_CHUNK;
+
+		memcpy((uint8_t *)dst + off, (const uint8_t *)src + off, len);
+		XXH3_64bits_update(&st, (uint8_t *)dst + off, len);
+	}
+	return XXH3_64bits_digest(&st);
+}
+
+int kvmm_swap_mem_write(struct kvmm_swap_tier *t, const struct kvmm_swap_io *io, uint64_t slot,
+			void *dst, bool sync)
+{
+	int ret;
+
+	if (io->buf && t->csum && slot < t->nslots) {
+		t->csum[slot] = copy_hash(dst, io->buf, t->page_size);
+		return 0;
+	}
+	ret = kvmm_swap_io_to_host(t, io, dst, sync);
+	/* staged and not synced: the caller hashes once the copy landed */
+	if (!ret && (sync || io->buf))
+		kvmm_swap_mem_csum(t, slot, dst);
+	return ret;
+}
+
 int kvmm_swap_mem_read(struct kvmm_swap_tier *t, const struct kvmm_swap_io *io, uint64_t slot,
 		       const void *src, bool sync)
 {
 	uint64_t want = t->csum && slot < t->nslots ? t->csum[slot] : 0;
-	int ret;
 
 	/* 0: nothing known (never written since the tier came up) */
-	if (want && !io->buf && XXH3_64bits(src, t->page_size) != want)
-		return -EBADMSG; /* staged: checked before it reaches the device */
-	ret = kvmm_swap_io_from_host(t, io, src, sync);
-	if (!ret && want && io->buf && XXH3_64bits(io->buf, t->page_size) != want)
-		ret = -EBADMSG; /* the frame's bytes are not the page's: never installed */
-	return ret;
+	if (!want)
+		return kvmm_swap_io_from_host(t, io, src, sync);
+	/* the frame's bytes, hashed as they land: those that would be mapped */
+	if (io->buf)
+		return copy_hash(io->buf, src, t->page_size) == want ? 0 : -EBADMSG;
+	/* staged: checked before it reaches the device */
+	if (XXH3_64bits(src, t->page_size) != want)
+		return -EBADMSG;
+	return kvmm_swap_io_from_host(t, io, src, sync);
 }
 
 void kvmm_swap_mem_corrupt(struct kvmm_swap_tier *t, uint64_t slot, void *page)

@@ -166,7 +166,8 @@ int kvmm_lost_seqs(const kvmm_client_t *client, uint64_t *seqs, uint32_t max);
  * timed-out call named included, whether or not that call was carried out.  The engine
  * treats it like a crash: kvmm_reattach (or KVMM_ATTACH_REATTACH) once the daemon answers
  * again, then recompute what kvmm_lost_seqs lists.  A reattach attempt waits for the
- * daemon's answer at most the deadline (an automatic one at most 1 s).  The check costs
+ * daemon's answer at most the reattach's time left or 1 s, whichever is longer (an
+ * automatic one at most 1 s), and never past the deadline.  The check costs
  * nothing on the fast path: the socket's receive timeout and the rings' futex wait, which
  * wakes every 10 ms anyway, measure it.  Calls that legitimately take long (a PIN reading
  * many pages from a slow swap file, a lookup waiting for the remote tier) count against it

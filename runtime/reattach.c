@@ -298,10 +298,17 @@ static int reattach_locked(struct kvmm_client *c, int timeout_ms)
 		uint64_t now = mono_ns();
 		uint32_t left = 0;
 
-		if (deadline != UINT64_MAX)
-			left = now >= deadline ? 1
-					       : (uint32_t)min_u64((deadline - now) / 1000000u + 1,
-								   UINT32_MAX);
+		/*
+		 * An attempt waits for the daemon's answer the time left, but at least what an
+		 * automatic one waits (a live daemon answers in far less; a slow one still gets
+		 * a fair chance at "one try"), and never past the deadline (0: the deadline).
+		 */
+		if (deadline != UINT64_MAX) {
+			left = (uint32_t)min_u64(
+				now >= deadline ? 0 : (deadline - now) / 1000000u + 1, UINT32_MAX);
+			if (left < REATTACH_AUTO_WAIT_MS)
+				left = REATTACH_AUTO_WAIT_MS;
+		}
 		err = reattach_once(c, left);
 		if (!err)
 			return (int)c->nr_lost;

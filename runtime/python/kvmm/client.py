@@ -499,7 +499,9 @@ class Client:
 
     def complete(self, max: int = 64, min: int = 0) -> list:
         """Reap up to ``max`` completions (:class:`kvmm.Cqe`), waiting for at least ``min``
-        (kvmm_complete).  Events (preemption) come as completions with ``is_event``."""
+        (kvmm_complete).  Events (preemption) come as completions with ``is_event``.  With
+        ``reattach=True`` it reattaches like any call once the daemon is back (after the GONE
+        event: :class:`kvmm.KvmmReattached`), so an engine that only reaps is reattached."""
         from .ring import complete
         return complete(self, max, min)
 

@@ -61,6 +61,11 @@ struct kvmm_cache_ent;
 struct kvmm_mm_hooks {
 	void (*seq_changed)(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t from);
 	void (*oom)(struct kvmm_pool *pool, struct kvmm_seq *victim, uint32_t nr_frames);
+	/*
+	 * Optional: @seq lost a page's content (a swap slot failed its checksum) and is dropped
+	 * like an OOM victim, but for that reason; NULL: reported through oom.
+	 */
+	void (*lost)(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t nr_frames);
 	bool (*demote)(struct kvmm_pool *pool, const struct kvmm_cache_ent *ent, const void *bytes);
 };
 

@@ -69,7 +69,8 @@ struct kvmm_swap_io {
 	void *buf;	/* page_size bytes, host-visible, or NULL: staged (@frame) */
 	uint32_t frame; /* the pool frame, when @buf is NULL */
 	bool write;
-	int res; /* on completion: 0 or -errno */
+	bool corrupt; /* swap.write mode=corrupt: flip a byte of the slot once written (core) */
+	int res;      /* on completion: 0 or -errno */
 	/* called exactly once on completion, from ops->poll (never from submit) */
 	void (*end_io)(struct kvmm_swap_io *io);
 	void *priv;
@@ -121,6 +122,23 @@ int kvmm_swap_io_to_host(struct kvmm_swap_tier *t, const struct kvmm_swap_io *io
 			 bool sync);
 int kvmm_swap_io_from_host(struct kvmm_swap_tier *t, const struct kvmm_swap_io *io,
 			   const void *host, bool sync);
+/*
+ * Memory tiers' checksums (t->csum, one XXH3 per slot, kept in the tier's own memory): the
+ * checksum of the page just written to @slot (@page: its bytes there), and a verified copy
+ * out of @slot: kvmm_swap_io_from_host() whose result is -EBADMSG when the bytes are not
+ * those written (a host-addressable frame is checked after the copy - the bytes that would
+ * be mapped - a staged one before it).  No-ops without t->csum.
+ */
+void kvmm_swap_mem_csum(struct kvmm_swap_tier *t, uint64_t slot, const void *page);
+/*
+ * kvmm_swap_io_to_host() of @io's page into slot @slot (at @dst) of memory tier @t, its
+ * checksum taken: in the same pass as the copy for a host-addressable frame; for a staged
+ * one after the copy when @sync, else by the caller (kvmm_swap_mem_csum) once it synced.
+ */
+int kvmm_swap_mem_write(struct kvmm_swap_tier *t, const struct kvmm_swap_io *io, uint64_t slot,
+			void *dst, bool sync);
+int kvmm_swap_mem_read(struct kvmm_swap_tier *t, const struct kvmm_swap_io *io, uint64_t slot,
+		       const void *src, bool sync);
 /* Wait for the staging copies started on @t's pool backend (no-op without hooks). 0/-errno. */
 int kvmm_swap_io_sync(struct kvmm_swap_tier *t);
 /*
@@ -175,6 +193,7 @@ struct kvmm_swap_tier {
 	uint64_t bytes_out, bytes_in;
 	uint64_t nr_out, nr_in, nr_fail;
 	uint64_t nr_csum_bad; /* reads whose bytes failed the slot's checksum (dropped) */
+	uint64_t *csum;	      /* memory tiers: XXH3 of each slot's page as written (0: none) */
 	uint32_t inflight;
 	uint32_t nr_wb;	       /* swap-out writes in flight to this tier */
 	uint32_t nr_wb_io;     /* of them, submitted and not completed by the medium */
@@ -355,6 +374,12 @@ enum kvmm_fault_mode {
 	KVMM_FAULT_EIO,	   /* the I/O fails with -EIO */
 	KVMM_FAULT_SHORT,  /* a short write or read: half the page moves, -EIO is reported */
 	KVMM_FAULT_ENOSPC, /* the medium is full: -ENOSPC */
+	/*
+	 * swap.write only: the write succeeds, then one byte of the slot changes (bit rot in a
+	 * memory tier, after its checksum was taken); a tier without slot_addr (a file) fails
+	 * the write with -EIO instead
+	 */
+	KVMM_FAULT_CORRUPT,
 	KVMM_FAULT_MODE_COUNT,
 };
 

@@ -85,6 +85,9 @@ int kvmm_swap_fault_set(struct kvmm_pool *pool, const char *point,
 		return -ENOENT;
 	if (attr && ((unsigned int)attr->mode >= KVMM_FAULT_MODE_COUNT || attr->probability > 100))
 		return -EINVAL;
+	/* a corrupted slot is something written: only the write point makes one */
+	if (attr && attr->mode == KVMM_FAULT_CORRUPT && i != FP_WRITE)
+		return -EINVAL;
 	sw = kvmm_swap_get(pool);
 	if (!sw)
 		return -ENOMEM;
@@ -153,6 +156,8 @@ int kvmm_swap_fault_parse(struct kvmm_pool *pool, const char *spec)
 				a.mode = KVMM_FAULT_SHORT;
 			else if (!strcmp(eq, "enospc"))
 				a.mode = KVMM_FAULT_ENOSPC;
+			else if (!strcmp(eq, "corrupt"))
+				a.mode = KVMM_FAULT_CORRUPT;
 			else
 				return -EINVAL;
 			continue;

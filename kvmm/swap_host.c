@@ -12,7 +12,12 @@
  * backend whose frames the host cannot address (CUDA) the page moves straight between the
  * frame and its arena slot through the backend's copy_to_host / copy_from_host hooks (a DMA),
  * and the arena is pinned host memory from its host_alloc when that succeeds (else the same
- * anonymous mapping, which the DMA then stages through).  Locking: the pool lock.
+ * anonymous mapping, which the DMA then stages through).  Every page written gets a checksum
+ * (t->csum, XXH3, in this process's memory beside the arena) and every read is verified
+ * against it (kvmm_swap_mem_read, also on the core's unlocked copies): a slot whose bytes
+ * changed - a stray write into the arena, bit rot - fails the read with -EBADMSG and is
+ * dropped like a corrupt file slot (kvmm_swap_slot_corrupt), never installed.  Locking: the
+ * pool lock.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -50,6 +55,16 @@ static int host_init(struct kvmm_swap_tier *t, const struct kvmm_swap_tier_param
 		return -ENOMEM;
 	}
 	h->size = (size_t)p->size;
+	/* one checksum per slot, verified on every read (kvmm_swap_mem_read) */
+	t->csum = calloc(t->nslots, sizeof(*t->csum));
+	if (!t->csum) {
+		if (h->pinned)
+			kvmm_swap_host_free(t, h->arena, h->size);
+		else
+			munmap(h->arena, h->size);
+		free(h);
+		return -ENOMEM;
+	}
 	INIT_LIST_HEAD(&h->done);
 	t->priv = h;
 	t->direct = true;
@@ -66,6 +81,8 @@ static void host_fini(struct kvmm_swap_tier *t)
 	else
 		munmap(h->arena, h->size);
 	free(h);
+	free(t->csum);
+	t->csum = NULL;
 	t->priv = NULL;
 }
 
@@ -78,10 +95,17 @@ static int host_submit(struct kvmm_swap_tier *t, struct kvmm_swap_io *io)
 	if (io->slot >= t->nslots)
 		return -EINVAL;
 	slot = h->arena + io->slot * t->page_size;
-	if (io->write)
-		ret = kvmm_swap_io_to_host(t, io, slot, true);
-	else
-		ret = kvmm_swap_io_from_host(t, io, slot, true);
+	if (io->write) {
+		ret = kvmm_swap_mem_write(t, io, io->slot, slot, true);
+	} else {
+		ret = kvmm_swap_mem_read(t, io, io->slot, slot, true);
+		if (ret == -EBADMSG) {
+			/* a spoilt slot is a failed read, reported like any I/O's result */
+			io->res = ret;
+			list_add_tail(&io->node, &h->done);
+			return 0;
+		}
+	}
 	if (ret)
 		return ret;
 	io->res = 0;

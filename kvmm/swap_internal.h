@@ -25,6 +25,8 @@ enum {
 	SLOT_WRITING = 1u << 1, /* a swap-out write (struct swap_wb) is filling it */
 	/* kept by the resident clean page of frame slot->block (page->swap names the slot) */
 	SLOT_KEPT = 1u << 2,
+	/* failed its checksum (kvmm_swap_slot_corrupt): never read or moved again */
+	SLOT_BAD = 1u << 3,
 };
 
 /* fault point indices */
@@ -177,8 +179,9 @@ void kvmm_swap_index_csum(struct kvmm_swap_tier *t, uint64_t slot, const void *p
 bool kvmm_swap_index_verify(struct kvmm_swap_tier *t, uint64_t slot, const void *page);
 /*
  * Slot @s of @t failed its checksum: nothing may use its bytes.  Its page-cache entry goes
- * (a lookup misses it), its sequence is reported like an OOM victim (the owner's oom hook:
- * its KV is gone), and the slot is let go once nobody names it.  Pool lock held.
+ * (a lookup misses it), its sequence is dropped like an OOM victim but reported as lost (the
+ * owner's lost hook, else its oom hook: its KV is gone), the slot is marked SLOT_BAD (never
+ * read or moved again) and let go once nobody names it.  Pool lock held.
  */
 void kvmm_swap_slot_corrupt(struct kvmm_pool *pool, struct kvmm_swap_tier *t, uint64_t s);
 /* Slot @slot now names a page-cache entry: write its record. */
@@ -188,10 +191,16 @@ void kvmm_swap_index_forget(struct kvmm_swap_tier *t, uint64_t slot);
 void kvmm_swap_index_info(const struct kvmm_swap_tier *t, struct kvmm_swap_tier_info *info);
 
 /* swap_fault.c */
-/* -1: no failure, else the enum kvmm_fault_mode to inject */
+/*
+ * -1: no failure, else the enum kvmm_fault_mode to inject (KVMM_FAULT_CORRUPT: the caller
+ * writes, then spoils the slot with kvmm_swap_mem_corrupt - memory tiers - or fails the
+ * write with -EIO)
+ */
 int kvmm_swap_fault_hit(struct kvmm_swap *sw, int point);
 
 /* swapfile.c */
+/* swap.write mode=corrupt: change a byte of slot @slot (at @page) after its checksum, logged. */
+void kvmm_swap_mem_corrupt(struct kvmm_swap_tier *t, uint64_t slot, void *page);
 /* Run @n I/Os on @t to completion (fault points applied); each io->res says how it went. */
 void kvmm_swap_io_run(struct kvmm_swap *sw, struct kvmm_swap_tier *t, struct kvmm_swap_io *ios,
 		      uint32_t n);

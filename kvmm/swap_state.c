@@ -160,7 +160,8 @@ static void rd_claim_copy(struct swap_rd *rd, bool sync)
 	if (!__atomic_compare_exchange_n(&rd->cstate, &pending, RD_COPYING, false, __ATOMIC_ACQUIRE,
 					 __ATOMIC_RELAXED))
 		return;
-	rd->copy_res = kvmm_swap_io_from_host(rd->t, &rd->io, rd->src, sync);
+	/* checked against the memory tier's checksum: a spoilt slot fails with -EBADMSG */
+	rd->copy_res = kvmm_swap_mem_read(rd->t, &rd->io, rd->io.slot, rd->src, sync);
 	/* from here on anyone under the lock may install it: the frame holds the page */
 	__atomic_store_n(&rd->cstate, RD_COPIED, __ATOMIC_RELEASE);
 }
@@ -413,6 +414,8 @@ static int prefetch(struct kvmm_seq *seq, uint32_t first, uint32_t n, struct lis
 		if (!kvmm_pte_is_swap(swp))
 			continue;
 		t = kvmm_swap_decode(pool, swp, &s);
+		if (t && (t->slots[s].flags & SLOT_BAD))
+			continue; /* never read again (kvmm_swap_slot_corrupt) */
 		if (own && t && copy_unlocked(pool, t)) {
 			if (t->slots[s].flags & SLOT_READING)
 				continue;
@@ -506,6 +509,10 @@ static int fault_range(struct kvmm_seq *seq, uint32_t first, uint32_t n, struct 
 			}
 			bt = kvmm_swap_decode(pool, swp, &s);
 			KVMM_BUG_ON(!bt);
+			if (bt->slots[s].flags & SLOT_BAD) {
+				err = -EIO; /* failed its checksum already: its bytes are nobody's */
+				break;
+			}
 			if (f && copy_unlocked(pool, bt)) {
 				/* copied by kvmm_swap_fault_copy(), without the lock */
 				err = rd_start_unlocked(pool, bt, s, false, seq->as->mag, &f->own);

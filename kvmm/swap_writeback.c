@@ -133,6 +133,10 @@ static int wb_start(struct kvmm_swap *sw, struct kvmm_swap_tier *t, uint64_t s,
 	wb->io.end_io = wb_end_io;
 	wb->io.priv = wb;
 	mode = kvmm_swap_fault_hit(sw, FP_WRITE);
+	if (mode == KVMM_FAULT_CORRUPT && t->ops->slot_addr) {
+		wb->io.corrupt = true; /* copied, then spoilt (kvmm_swap_writeback) */
+		mode = -1;
+	}
 	if (mode >= 0) {
 		/* injected: completes at once as failed (a short write is not trusted either) */
 		wb->io.res = mode == KVMM_FAULT_ENOSPC ? -ENOSPC : -EIO;
@@ -273,13 +277,23 @@ static void wb_run(struct kvmm_pool *pool, bool unlock)
 		sw->nr_wb_copying += b.n;
 		pthread_mutex_unlock(&pool->lock);
 	}
+	/* hashed as copied (memory frames); a staged copy is hashed once it landed, below */
 	list_for_each_entry (wb, &b.recs, node)
-		wb->io.res = kvmm_swap_io_to_host(wb->t, &wb->io, wb->dst, false);
+		wb->io.res = kvmm_swap_mem_write(wb->t, &wb->io, wb->io.slot, wb->dst, false);
 	if (staged && b.n) {
 		ret = pool->be.ops->sync ? pool->be.ops->sync(&pool->be) : 0;
 		list_for_each_entry (wb, &b.recs, node)
 			if (!wb->io.res)
 				wb->io.res = ret;
+	}
+	/* staged: the checksums of what landed (the slots are ours until the records finish) */
+	list_for_each_entry (wb, &b.recs, node) {
+		if (wb->io.res)
+			continue;
+		if (staged)
+			kvmm_swap_mem_csum(wb->t, wb->io.slot, wb->dst);
+		if (wb->io.corrupt)
+			kvmm_swap_mem_corrupt(wb->t, wb->io.slot, wb->dst);
 	}
 	if (unlock) {
 		/* from here on a waiter under the lock may finish the records */

@@ -28,6 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
 #include "bitmap.h"
 #include "compiler.h"
 #include "kmalloc.h"
@@ -79,6 +82,76 @@ int kvmm_swap_io_from_host(struct kvmm_swap_tier *t, const struct kvmm_swap_io *
 	if (!ret && sync)
 		ret = kvmm_swap_io_sync(t);
 	return ret;
+}
+
+void kvmm_swap_mem_csum(struct kvmm_swap_tier *t, uint64_t slot, const void *page)
+{
+	if (t->csum && slot < t->nslots)
+		t->csum[slot] = XXH3_64bits(page, t->page_size);
+}
+
+#define COPY_HASH_CHUNK 4096 /* hashed while still in the L1 cache after its copy */
+
+/*
+ * memcpy(dst, src, n) and XXH3-64 of the bytes written, in one pass over memory: each chunk
+ * is hashed right after it was copied, from the cache, instead of a second pass over the
+ * page from DRAM.  The streaming hash equals XXH3_64bits(dst, n).
+ */
+static uint64_t copy_hash(void *dst, const void *src, size_t n)
+{
+	XXH3_state_t st;
+	size_t off;
+
+	XXH3_64bits_reset(&st);
+	for (off = 0; off < n; off += COPY_HASH_CHUNK) {
+		size_t len = n - off < COPY_HASH_CHUNK ? n - off : COPY_HASH_CHUNK;
+
+		memcpy((uint8_t *)dst + off, (const uint8_t *)src + off, len);
+		XXH3_64bits_update(&st, (uint8_t *)dst + off, len);
+	}
+	return XXH3_64bits_digest(&st);
+}
+
+int kvmm_swap_mem_write(struct kvmm_swap_tier *t, const struct kvmm_swap_io *io, uint64_t slot,
+			void *dst, bool sync)
+{
+	int ret;
+
+	if (io->buf && t->csum && slot < t->nslots) {
+		t->csum[slot] = copy_hash(dst, io->buf, t->page_size);
+		return 0;
+	}
+	ret = kvmm_swap_io_to_host(t, io, dst, sync);
+	/* staged and not synced: the caller hashes once the copy landed */
+	if (!ret && (sync || io->buf))
+		kvmm_swap_mem_csum(t, slot, dst);
+	return ret;
+}
+
+int kvmm_swap_mem_read(struct kvmm_swap_tier *t, const struct kvmm_swap_io *io, uint64_t slot,
+		       const void *src, bool sync)
+{
+	uint64_t want = t->csum && slot < t->nslots ? t->csum[slot] : 0;
+
+	/* 0: nothing known (never written since the tier came up) */
+	if (!want)
+		return kvmm_swap_io_from_host(t, io, src, sync);
+	/* the frame's bytes, hashed as they land: those that would be mapped */
+	if (io->buf)
+		return copy_hash(io->buf, src, t->page_size) == want ? 0 : -EBADMSG;
+	/* staged: checked before it reaches the device */
+	if (XXH3_64bits(src, t->page_size) != want)
+		return -EBADMSG;
+	return kvmm_swap_io_from_host(t, io, src, sync);
+}
+
+void kvmm_swap_mem_corrupt(struct kvmm_swap_tier *t, uint64_t slot, void *page)
+{
+	uint8_t *b = page;
+
+	b[t->page_size / 2] ^= 0x5a;
+	kvmm_warn("swap: fault injection corrupted slot %llu of tier %u", (unsigned long long)slot,
+		  t->id);
 }
 
 void *kvmm_swap_host_alloc(struct kvmm_swap_tier *t, uint64_t bytes)
@@ -153,7 +226,10 @@ void kvmm_swap_io_run(struct kvmm_swap *sw, struct kvmm_swap_tier *t, struct kvm
 		io->end_io = batch_end_io;
 		io->priv = &batch;
 		io->res = 0;
-		if (mode >= 0) {
+		io->corrupt = false;
+		if (mode == KVMM_FAULT_CORRUPT && io->write && t->ops->slot_addr) {
+			io->corrupt = true; /* written, then spoilt below */
+		} else if (mode >= 0) {
 			/* a short transfer is an error like any other: the slot is not trusted */
 			io->res = mode == KVMM_FAULT_ENOSPC ? -ENOSPC : -EIO;
 			continue;
@@ -177,6 +253,8 @@ void kvmm_swap_io_run(struct kvmm_swap *sw, struct kvmm_swap_tier *t, struct kvm
 		KVMM_BUG_ON(ret < 0 && ret != -EINTR && ret != -EAGAIN);
 	}
 	for (i = 0; i < n; i++) {
+		if (ios[i].corrupt && !ios[i].res)
+			kvmm_swap_mem_corrupt(t, ios[i].slot, t->ops->slot_addr(t, ios[i].slot));
 		if (ios[i].res) {
 			kvmm_swap_count_fail(t, ios[i].write, ios[i].slot, ios[i].res);
 		} else if (ios[i].write) {
@@ -463,8 +541,8 @@ static int move_slots(struct kvmm_swap *sw, struct kvmm_swap_tier *t, uint32_t n
 			if (s >= t->nslots)
 				s = 0;
 			if (!bitmap_test_bit(t->map, s) ||
-			    (t->slots[s].flags & (SLOT_READING | SLOT_WRITING))) {
-				/* free, or in use by a read or a write-back */
+			    (t->slots[s].flags & (SLOT_READING | SLOT_WRITING | SLOT_BAD))) {
+				/* free, in use by a read or a write-back, or spoilt */
 			} else if (t->slots[s].flags & SLOT_KEPT) {
 				/* its page is resident: the slot is just freed, that is room too */
 				kvmm_swap_kept_release(t, s);
@@ -498,6 +576,8 @@ static int move_slots(struct kvmm_swap *sw, struct kvmm_swap_tier *t, uint32_t n
 		for (k = 0; k < got; k++) {
 			if (rd[k].res || wr[k].res) {
 				kvmm_swap_slot_release(dst, d + k);
+				if (rd[k].res == -EBADMSG)
+					kvmm_swap_slot_corrupt(t->pool, t, src[k]);
 				err = rd[k].res ? rd[k].res : wr[k].res;
 				continue;
 			}
@@ -568,7 +648,7 @@ int kvmm_swap_push_out(struct kvmm_pool *pool, uint32_t n)
 		sl = &t->slots[s];
 		/* a cached page alone in its slot: no sequence's PTE, no I/O, not resident */
 		if (!bitmap_test_bit(t->map, s) || sl->seq || !sl->ent ||
-		    (sl->flags & (SLOT_READING | SLOT_WRITING | SLOT_KEPT)))
+		    (sl->flags & (SLOT_READING | SLOT_WRITING | SLOT_KEPT | SLOT_BAD)))
 			continue;
 		if (kvmm_pagecache_ent_orphan(sl->ent)) {
 			/* no lookup can reach it any more: its room is free for the taking */
@@ -606,6 +686,8 @@ int kvmm_swap_push_out(struct kvmm_pool *pool, uint32_t n)
 
 		/* a page that cannot be read or handed over stays where it is */
 		taken[k] = !rd[k].res && demote(pool, ent, rd[k].buf);
+		if (rd[k].res == -EBADMSG)
+			kvmm_swap_slot_corrupt(pool, t, rd[k].slot); /* nor is a spoilt one sent */
 		if (taken[k])
 			kvmm_pagecache_ent_set_remote(ent);
 	}
@@ -702,6 +784,7 @@ void kvmm_swap_slot_corrupt(struct kvmm_pool *pool, struct kvmm_swap_tier *t, ui
 	struct kvmm_swap_slot *sl = &t->slots[s];
 	struct kvmm_seq *seq = sl->seq;
 
+	sl->flags |= SLOT_BAD;
 	if (sl->ent) {
 		kvmm_pagecache_remove_ent(pool, sl->ent);
 		sl->ent = NULL;
@@ -709,7 +792,9 @@ void kvmm_swap_slot_corrupt(struct kvmm_pool *pool, struct kvmm_swap_tier *t, ui
 	/* the sequence keeps the slot (its PTE names it) until its owner frees or truncates it */
 	if (seq && !(seq->flags & KVMM_SEQ_F_PREEMPTED)) {
 		seq->flags |= KVMM_SEQ_F_PREEMPTED;
-		if (pool->hooks && pool->hooks->oom)
+		if (pool->hooks && pool->hooks->lost)
+			pool->hooks->lost(pool, seq, kvmm_seq_nr_resident(seq));
+		else if (pool->hooks && pool->hooks->oom)
 			pool->hooks->oom(pool, seq, kvmm_seq_nr_resident(seq));
 	}
 	if (!seq && !(sl->flags & SLOT_READING))

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,85 @@ static int client_broken(struct kvmm_client *c, int err)
 	if (err == -ENOTCONN)
 		kvmm_client_gone(c); /* the daemon hung up: said once, as an event */
 	return err;
+}
+
+void kvmm_client_cause(struct kvmm_client *c, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	c->cause = err;
+	va_start(ap, fmt);
+	vsnprintf(c->cause_msg, sizeof(c->cause_msg), fmt, ap);
+	va_end(ap);
+}
+
+/*
+ * The state letter of process @pid in /proc/PID/stat ('R', 'S', 'D', 'T' stopped, 't'
+ * traced, 'Z'), or 0 when it cannot be read (another PID namespace, gone, no /proc).
+ */
+static char peer_state(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	if (pid <= 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	/* "pid (comm) S ...": comm may hold anything, the state follows its last ')' */
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' && p[2] ? p[2] : 0;
+}
+
+static const char *state_text(char st)
+{
+	switch (st) {
+	case 'T':
+		return "it is stopped (SIGSTOP or a job-control stop): SIGCONT resumes it";
+	case 't':
+		return "it is stopped by a debugger (ptrace)";
+	case 'Z':
+	case 'X':
+		return "it has exited";
+	case 'D':
+		return "it is blocked in the kernel (uninterruptible I/O)";
+	case 'R':
+	case 'S':
+		return "it is running but does not answer (hung or overloaded)";
+	default:
+		return "its state is unknown here";
+	}
+}
+
+int kvmm_client_stalled(struct kvmm_client *c)
+{
+	char st = peer_state(c->peer_pid);
+
+	if (c->peer_pid > 0)
+		kvmm_client_cause(c, -ETIMEDOUT,
+				  "kvmmd (pid %d) did not answer in %u ms: %s; this handle gave it "
+				  "up (kvmm_reattach once it answers)",
+				  (int)c->peer_pid, c->wait_ms, state_text(st));
+	else
+		kvmm_client_cause(c, -ETIMEDOUT,
+				  "kvmmd did not answer in %u ms (stopped or hung); this handle "
+				  "gave it up (kvmm_reattach once it answers)",
+				  c->wait_ms);
+	if (!c->err)
+		c->err = -ETIMEDOUT;
+	kvmm_inflight_fail(c, -ETIMEDOUT);
+	if (c->dp)
+		kvmm_ring_fail(c, -ETIMEDOUT);
+	kvmm_client_gone_err(c, -ETIMEDOUT);
+	return -ETIMEDOUT;
 }
 
 size_t kvmm_msg_payload_max(const struct kvmm_client *c)
@@ -95,6 +175,9 @@ static int msg_recv(struct kvmm_client *c, struct kvmm_rx *rx, bool block)
 		n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | (block ? 0 : MSG_DONTWAIT));
 	} while (n < 0 && errno == EINTR);
 	if (n < 0) {
+		/* blocking: SO_RCVTIMEO (the daemon deadline) passed without a record */
+		if ((errno == EAGAIN || errno == EWOULDBLOCK) && block)
+			return kvmm_client_stalled(c);
 		if (errno == EAGAIN || errno == EWOULDBLOCK)
 			return -EAGAIN;
 		return client_broken(c, -ENOTCONN);
@@ -279,6 +362,9 @@ static void handle_event(struct kvmm_client *c)
 		if (plen < sizeof(ev))
 			return;
 		memcpy(&ev, c->rx + KVMM_MSG_HDR_SIZE, sizeof(ev));
+		/* dropped because a swapped page failed its checksum: lost, not reclaimed */
+		if (ev.reason == KVMM_PREEMPT_CORRUPT)
+			cqe.res = -KVMM_ELOST;
 		cqe.seq = ev.seq;
 		cqe.nr_frames = ev.nr_frames;
 		kvmm_cq_push(c, &cqe);
@@ -345,6 +431,7 @@ static int msg_sendv(struct kvmm_client *c, struct iovec *iov, unsigned int nr_i
 	for (;;) {
 		struct pollfd pfd = {.fd = c->fd, .events = POLLOUT | POLLIN};
 		ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		int ret;
 
 		if (n >= 0)
 			return 0;
@@ -352,11 +439,14 @@ static int msg_sendv(struct kvmm_client *c, struct iovec *iov, unsigned int nr_i
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return client_broken(c, -ENOTCONN); /* EPIPE: nobody at the other end */
-		if (poll(&pfd, 1, -1) < 0) {
+		ret = poll(&pfd, 1, c->wait_ms ? (int)c->wait_ms : -1);
+		if (ret < 0) {
 			if (errno == EINTR)
 				continue;
 			return -errno;
 		}
+		if (ret == 0)
+			return kvmm_client_stalled(c); /* full, and the daemon reads nothing */
 		if (pfd.revents & (POLLIN | POLLHUP | POLLERR)) {
 			int err = kvmm_msg_pump(c, false);
 
@@ -558,7 +648,27 @@ static int client_connect(struct kvmm_client *c)
 		err = -errno;
 		close(c->fd);
 		c->fd = -1;
+		kvmm_client_cause(c, err, "cannot connect to kvmmd at %s: %s", c->sock_path,
+				  strerror(-err));
 		return err;
+	}
+	{
+		struct ucred cred;
+		socklen_t len = sizeof(cred);
+
+		c->peer_pid =
+			getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) ? 0 : cred.pid;
+	}
+	/* the daemon deadline: a blocking receive gives up after it (kvmm_client_stalled) */
+	if (c->wait_ms) {
+		struct timeval tv = {c->wait_ms / 1000, (long)(c->wait_ms % 1000) * 1000};
+
+		if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0) {
+			err = -errno;
+			close(c->fd);
+			c->fd = -1;
+			return err;
+		}
 	}
 	return 0;
 }
@@ -891,11 +1001,41 @@ int kvmm_client_open(struct kvmm_client *c)
 	c->max_msg = 0;
 	err = client_connect(c);
 
-	if (!err)
+	if (!err) {
 		err = client_hello(c);
-	if (!err)
+		/* a stall (-ETIMEDOUT) has said why already */
+		if (err && err != -ETIMEDOUT)
+			kvmm_client_cause(c, err, "kvmmd at %s refused HELLO: %s", c->sock_path,
+					  kvmm_strerror(err));
+	}
+	if (!err) {
 		err = client_attach(c);
+		if (err && err != -ETIMEDOUT)
+			kvmm_client_cause(c, err,
+					  "kvmmd at %s refused ATTACH to namespace \"%s\": %s",
+					  c->sock_path, c->ns, kvmm_strerror(err));
+	}
+	if (!err) {
+		c->cause = 0;
+		c->cause_msg[0] = '\0';
+	}
 	return err;
+}
+
+/* $KVMM_DAEMON_TIMEOUT_MS: the deadline in ms (0: wait forever), else the default. */
+static uint32_t deadline_env(void)
+{
+	const char *e = getenv("KVMM_DAEMON_TIMEOUT_MS");
+	unsigned long long v;
+	char *end;
+
+	if (!e || !*e)
+		return KVMM_DAEMON_TIMEOUT_DEFAULT_MS;
+	errno = 0;
+	v = strtoull(e, &end, 10);
+	if (errno || *end || *e == '-' || v > INT32_MAX)
+		return KVMM_DAEMON_TIMEOUT_DEFAULT_MS; /* not a number: the default, not "never" */
+	return (uint32_t)v;
 }
 
 /* $KVMM_WPROTECT=0 turns the protection of pool pages off (default on). */
@@ -930,6 +1070,8 @@ int kvmm_attach_ex(const char *socket_path, const char *ns, const struct kvmm_fo
 	     i++)
 		if (opts->reserved[i])
 			return -EINVAL;
+	if (opts && opts->reserved32)
+		return -EINVAL;
 	if (strlen(ns) >= KVMM_NAME_LEN)
 		return -EINVAL;
 	memcpy(name, ns, strlen(ns));
@@ -943,6 +1085,13 @@ int kvmm_attach_ex(const char *socket_path, const char *ns, const struct kvmm_fo
 	c->next_seq = 1;
 	c->pid = getpid();
 	c->wp_want = wprotect_env() && !(opts && (opts->flags & KVMM_ATTACH_NO_WPROTECT));
+	/* the daemon deadline: the option, else $KVMM_DAEMON_TIMEOUT_MS, else 30 s */
+	if (opts && opts->daemon_timeout_ms)
+		c->deadline_ms =
+			opts->daemon_timeout_ms < 0 ? 0 : (uint32_t)opts->daemon_timeout_ms;
+	else
+		c->deadline_ms = deadline_env();
+	c->wait_ms = c->deadline_ms;
 	pthread_mutex_init(&c->lock, NULL);
 	/* what a reattach needs to do it again (reattach.c) */
 	memcpy(c->ns, name, sizeof(c->ns));

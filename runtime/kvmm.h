@@ -53,11 +53,20 @@ int kvmm_attach(const char *socket_path, const char *ns, const struct kvmm_forma
 
 /* Options of kvmm_attach_ex. Zero-initialize and set what is wanted. */
 struct kvmm_attach_opts {
-	uint32_t flags;	      /* KVMM_ATTACH_* below; others must be zero */
-	uint32_t model_len;   /* bytes at model, at most KVMM_MODEL_ID_MAX; 0: no identity */
-	const void *model;    /* the model's identity (opaque: name, revision, adapter, ...) */
-	uint64_t reserved[6]; /* must be zero (later options) */
+	uint32_t flags;	    /* KVMM_ATTACH_* below; others must be zero */
+	uint32_t model_len; /* bytes at model, at most KVMM_MODEL_ID_MAX; 0: no identity */
+	const void *model;  /* the model's identity (opaque: name, revision, adapter, ...) */
+	/*
+	 * How long a call may wait for kvmmd without a word from it before the handle gives
+	 * the daemon up (-ETIMEDOUT; see "When kvmmd stops answering" below), in ms: 0 the
+	 * default ($KVMM_DAEMON_TIMEOUT_MS, else KVMM_DAEMON_TIMEOUT_DEFAULT_MS), < 0 never.
+	 */
+	int32_t daemon_timeout_ms;
+	uint32_t reserved32;  /* must be zero */
+	uint64_t reserved[5]; /* must be zero (later options) */
 };
+
+#define KVMM_DAEMON_TIMEOUT_DEFAULT_MS 30000
 
 /*
  * Leave the pool writable everywhere in this process: no read-only sealed, shared or foreign
@@ -108,7 +117,8 @@ int kvmm_write_protected(const kvmm_client_t *client);
  * socket hung up, a send failed, the rings' wait found it dead) or the session broke. Knowing
  * takes a call: kvmm_complete(client, cqes, max, 0) looks without waiting. The first time a
  * handle finds its daemon gone it queues one event, a completion with KVMM_CQE_F_EVENT |
- * KVMM_CQE_F_GONE and res -ENOTCONN; every call then fails with -ENOTCONN (never a hang, a
+ * KVMM_CQE_F_GONE and res -ENOTCONN (-ETIMEDOUT when it gave up a stopped or hung daemon,
+ * below); every call then fails with -ENOTCONN (-ETIMEDOUT) (never a hang, a
  * signal or a crash) until kvmm_reattach.
  */
 int kvmm_connected(const kvmm_client_t *client);
@@ -127,7 +137,9 @@ int kvmm_connected(const kvmm_client_t *client);
  * the other properties are the new daemon's. Completions and events not yet reaped are
  * dropped (operations in flight are lost with their sequences). Errors: -EISCONN (the handle
  * is still connected: nothing done), -ETIMEDOUT (no daemon answered in time; the handle stays
- * detached and may try again), or what kvmm_attach_ex returns for a daemon that refuses it
+ * detached and may try again; kvmm_conn_error() says what the last attempt met: no socket,
+ * nobody listening, a daemon that did not answer, a namespace it does not have), or what
+ * kvmm_attach_ex returns for a daemon that refuses it
  * (-EPROTO, -EACCES, -EINVAL for a namespace that took another format, ...). Not while another
  * thread is in kvmm_mag_alloc, kvmm_mag_avail or kvmm_frame_addr on the handle (they take no
  * lock); with KVMM_ATTACH_REATTACH any call may reattach.
@@ -141,6 +153,36 @@ int kvmm_reattach(kvmm_client_t *client, int timeout_ms);
  * handle could not keep track of every sequence (it ran out of memory: recompute all).
  */
 int kvmm_lost_seqs(const kvmm_client_t *client, uint64_t *seqs, uint32_t max);
+
+/*
+ * When kvmmd stops answering.  A daemon that is stopped (SIGSTOP, a debugger) or hung keeps
+ * its socket open, so a call waiting for it would wait forever.  Instead a call that waits
+ * daemon_timeout_ms (kvmm_attach_opts; $KVMM_DAEMON_TIMEOUT_MS; default 30 s) without a word
+ * from the daemon - no reply, no completion, no event - gives the daemon up: it returns
+ * -ETIMEDOUT, the handle queues its GONE event (res -ETIMEDOUT) and closes the connection,
+ * and every later call fails with -ETIMEDOUT at once, as after a daemon's death.  Nothing is
+ * left half-done for the engine to guess about: the daemon frees the whole session when it
+ * runs again (the closed socket), so every sequence of the handle is lost - the one the
+ * timed-out call named included, whether or not that call was carried out.  The engine
+ * treats it like a crash: kvmm_reattach (or KVMM_ATTACH_REATTACH) once the daemon answers
+ * again, then recompute what kvmm_lost_seqs lists.  A reattach attempt waits for the
+ * daemon's answer at most the reattach's time left or 1 s, whichever is longer (an
+ * automatic one at most 1 s), and never past the deadline.  The check costs
+ * nothing on the fast path: the socket's receive timeout and the rings' futex wait, which
+ * wakes every 10 ms anyway, measure it.  Calls that legitimately take long (a PIN reading
+ * many pages from a slow swap file, a lookup waiting for the remote tier) count against it
+ * too: choose the deadline above them.
+ */
+
+/*
+ * Why the handle cannot talk to kvmmd, or why its last (re)attach attempt failed: the
+ * negative errno of the cause (0: connected, nothing failed) and, in buf (len bytes, may be
+ * NULL when len is 0), one line naming it - "kvmmd (pid 4242) did not answer in 500 ms: it
+ * is stopped (SIGSTOP or a job-control stop): ...", "cannot connect to kvmmd at PATH: No
+ * such file or directory", "kvmmd at PATH refused ATTACH to namespace "alpha": ...".
+ * -EINVAL for a NULL handle.
+ */
+int kvmm_conn_error(const kvmm_client_t *client, char *buf, size_t len);
 
 /* Say goodbye (the daemon frees this handle's sequences and pins), unmap, free. NULL is ok. */
 void kvmm_detach(kvmm_client_t *client);
@@ -335,7 +377,12 @@ struct kvmm_sqe {
 /* One completion (or event). */
 struct kvmm_cqe {
 	uint64_t user_data; /* the sqe's; 0 for events */
-	int32_t res;	    /* 0 or -errno; -KVMM_EPREEMPTED for a PREEMPT event */
+	/*
+	 * 0 or -errno. PREEMPT event: -KVMM_EPREEMPTED (the daemon needed the frames) or
+	 * -KVMM_ELOST (a swapped page failed its checksum: dropped). GONE: -ENOTCONN or
+	 * -ETIMEDOUT (a stopped or hung daemon given up: kvmm_conn_error)
+	 */
+	int32_t res;
 	uint32_t flags;	    /* KVMM_CQE_F_* */
 	uint64_t seq;	    /* created / forked sequence; the preempted one for events */
 	uint64_t nr_tokens; /* APPEND, PREFIX_LOOKUP: the sequence's length after; PROMPT: hit */
@@ -354,7 +401,11 @@ int kvmm_submit(kvmm_client_t *client, const struct kvmm_sqe *sqes, unsigned int
 /*
  * Reap up to max completions into cqes, waiting until at least min have arrived (min 0: never
  * wait). Returns the number stored, or a negative errno (-ENOTCONN: the daemon is gone and
- * nothing is left to reap; operations in flight then complete with -ENOTCONN).
+ * nothing is left to reap; operations in flight then complete with -ENOTCONN; -ETIMEDOUT:
+ * the daemon said nothing for the handle's deadline, see kvmm_conn_error). With
+ * KVMM_ATTACH_REATTACH, a handle whose daemon is gone (its GONE event reaped) tries to
+ * reattach here as in any call: -ESTALE when it did (kvmm_lost_seqs), -ENOTCONN while the
+ * daemon is not back, a refusing daemon's errno.
  */
 int kvmm_complete(kvmm_client_t *client, struct kvmm_cqe *cqes, unsigned int max, unsigned int min);
 /* Operations submitted and not yet reaped by kvmm_complete. */

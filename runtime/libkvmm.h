@@ -98,6 +98,18 @@ struct kvmm_client {
 	uint32_t opt_flags; /* KVMM_ATTACH_* */
 	uint32_t model_len;
 	unsigned char model[KVMM_MODEL_ID_MAX];
+	/*
+	 * Stall detection (client.c): a call that waits deadline_ms for the daemon without a
+	 * word from it gives the daemon up (-ETIMEDOUT, like a daemon gone); 0: waits forever.
+	 * wait_ms is the socket's receive timeout now (deadline_ms, shorter for a reattach
+	 * attempt), peer_pid kvmmd's pid from SO_PEERCRED (0: unknown).
+	 */
+	uint32_t deadline_ms;
+	uint32_t wait_ms;
+	pid_t peer_pid;
+	/* why the handle cannot talk to kvmmd, or why its last reattach attempt failed */
+	int cause;
+	char cause_msg[256];
 	bool gone;	     /* the daemon went away: the GONE event is queued, reattach may run */
 	bool reattaching;    /* inside kvmm_reattach: no automatic attempt from within */
 	uint64_t retry_ns;   /* KVMM_ATTACH_REATTACH: no attempt before this (CLOCK_MONOTONIC) */
@@ -288,6 +300,20 @@ static inline int kvmm_client_usable_now(const struct kvmm_client *c)
 KVMM_INTERNAL int kvmm_client_usable(struct kvmm_client *c);
 /* The connection hung up or a send found no one: queue the GONE event (once per loss). */
 KVMM_INTERNAL void kvmm_client_gone(struct kvmm_client *c);
+/* The same with the event's res @err (-ETIMEDOUT: the handle gave a stalled daemon up). */
+KVMM_INTERNAL void kvmm_client_gone_err(struct kvmm_client *c, int err);
+/*
+ * The daemon said nothing for c->wait_ms while a call waited: give it up.  The connection
+ * is closed to further use (c->err = -ETIMEDOUT), what is in flight fails with -ETIMEDOUT,
+ * the GONE event (res -ETIMEDOUT) is queued, and the cause names the daemon and its state
+ * (stopped, running).  Returns -ETIMEDOUT (client.c).
+ */
+KVMM_INTERNAL int kvmm_client_stalled(struct kvmm_client *c);
+/* Record why the handle cannot talk (kvmm_conn_error): @err and a printf-style message. */
+KVMM_INTERNAL void kvmm_client_cause(struct kvmm_client *c, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* ring.c: everything in flight on the rings completes with @err (the daemon is given up). */
+KVMM_INTERNAL void kvmm_ring_fail(struct kvmm_client *c, int err);
 /* Connect to c->sock_path, HELLO and ATTACH with c's saved arguments (client.c). */
 KVMM_INTERNAL int kvmm_client_open(struct kvmm_client *c);
 /* Undo what kvmm_client_open set up except the pool's address range (client.c). */
@@ -301,7 +327,8 @@ KVMM_INTERNAL void kvmm_live_cqe(struct kvmm_client *c, unsigned int op,
 /* Whether err says the connection is gone (the call may or may not have been done). */
 static inline bool kvmm_err_gone(int err)
 {
-	return err == -ENOTCONN || err == -EPIPE || err == -ECONNRESET || err == -ESTALE;
+	return err == -ENOTCONN || err == -EPIPE || err == -ECONNRESET || err == -ESTALE ||
+	       err == -ETIMEDOUT;
 }
 KVMM_INTERNAL void kvmm_reattach_free(struct kvmm_client *c);
 

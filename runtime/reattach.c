@@ -20,8 +20,11 @@
  * a hash and a store per create or free.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,9 +32,15 @@
 
 #define REATTACH_BACKOFF_MIN_MS 10
 #define REATTACH_BACKOFF_MAX_MS 500
+#define REATTACH_AUTO_WAIT_MS 1000 /* an automatic attempt waits this long for an answer */
 
 #define LIVE_EMPTY 0
 #define LIVE_DEAD UINT64_MAX
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
 
 static uint64_t mono_ns(void)
 {
@@ -169,7 +178,12 @@ void kvmm_reattach_free(struct kvmm_client *c)
 
 void kvmm_client_gone(struct kvmm_client *c)
 {
-	struct kvmm_cqe ev = {.res = -ENOTCONN, .flags = KVMM_CQE_F_EVENT | KVMM_CQE_F_GONE};
+	kvmm_client_gone_err(c, -ENOTCONN);
+}
+
+void kvmm_client_gone_err(struct kvmm_client *c, int err)
+{
+	struct kvmm_cqe ev = {.res = err, .flags = KVMM_CQE_F_EVENT | KVMM_CQE_F_GONE};
 
 	if (c->gone || c->reattaching)
 		return;
@@ -196,6 +210,7 @@ static bool retryable(int err)
 	case EAGAIN:
 	case ESHUTDOWN:
 	case EUSERS:
+	case ETIMEDOUT: /* a stopped daemon may run again */
 		return true;
 	default:
 		return false;
@@ -228,12 +243,21 @@ static int reattach_begin(struct kvmm_client *c)
  * fails. On success the old session's sequences become the lost list and what it left
  * unreaped in the completion queue (the GONE event included) is dropped.
  */
-static int reattach_once(struct kvmm_client *c)
+static int reattach_once(struct kvmm_client *c, uint32_t wait_ms)
 {
 	int err;
 
 	c->reattaching = true;
+	/* the attempt's answer is waited for at most wait_ms (0: the deadline, if any) */
+	if (wait_ms && (!c->deadline_ms || wait_ms < c->deadline_ms))
+		c->wait_ms = wait_ms;
 	err = kvmm_client_open(c);
+	c->wait_ms = c->deadline_ms; /* the session's own calls: the whole deadline */
+	if (!err && c->fd >= 0 && c->wait_ms != wait_ms && wait_ms) {
+		struct timeval tv = {c->wait_ms / 1000, (long)(c->wait_ms % 1000) * 1000};
+
+		setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	}
 	c->reattaching = false;
 	if (err) {
 		kvmm_client_close_session(c);
@@ -271,14 +295,27 @@ static int reattach_locked(struct kvmm_client *c, int timeout_ms)
 		return err;
 	deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000u;
 	for (;;) {
-		uint64_t now;
+		uint64_t now = mono_ns();
+		uint32_t left = 0;
 
-		err = reattach_once(c);
+		/*
+		 * An attempt waits for the daemon's answer the time left, but at least what an
+		 * automatic one waits (a live daemon answers in far less; a slow one still gets
+		 * a fair chance at "one try"), and never past the deadline (0: the deadline).
+		 */
+		if (deadline != UINT64_MAX) {
+			left = (uint32_t)min_u64(
+				now >= deadline ? 0 : (deadline - now) / 1000000u + 1, UINT32_MAX);
+			if (left < REATTACH_AUTO_WAIT_MS)
+				left = REATTACH_AUTO_WAIT_MS;
+		}
+		err = reattach_once(c, left);
 		if (!err)
 			return (int)c->nr_lost;
 		if (!retryable(err))
 			return err;
 		now = mono_ns();
+		/* the cause stays readable: kvmm_conn_error (no socket, nobody, no answer) */
 		if (now >= deadline)
 			return -ETIMEDOUT;
 		if ((uint64_t)backoff * 1000000u > deadline - now)
@@ -310,16 +347,34 @@ int kvmm_client_usable(struct kvmm_client *c)
 	now = mono_ns();
 	if (now < c->retry_ns)
 		return -ENOTCONN;
-	if (reattach_begin(c) == 0 && reattach_once(c) == 0) {
-		c->backoff_ms = REATTACH_BACKOFF_MIN_MS;
-		return -ESTALE; /* this call is not done: the engine hears of the loss first */
+	if (reattach_begin(c) == 0) {
+		err = reattach_once(c, REATTACH_AUTO_WAIT_MS);
+		if (!err) {
+			c->backoff_ms = REATTACH_BACKOFF_MIN_MS;
+			return -ESTALE; /* this call is not done: the engine hears of the loss first */
+		}
 	}
 	/* not back yet: later calls fail at once until the backoff has passed */
 	if (!c->backoff_ms)
 		c->backoff_ms = REATTACH_BACKOFF_MIN_MS;
 	c->retry_ns = now + (uint64_t)c->backoff_ms * 1000000u;
 	c->backoff_ms = backoff_next(c->backoff_ms);
-	return -ENOTCONN;
+	/*
+	 * A daemon that answers and refuses (another ABI, no longer our namespace's format,
+	 * this user not allowed) will not change its mind by itself: say so, not "gone".  The
+	 * rest (no socket, nobody listening, no answer) is -ENOTCONN: not back yet, and
+	 * kvmm_conn_error says which.
+	 */
+	return err && !retryable(err) ? err : -ENOTCONN;
+}
+
+int kvmm_conn_error(const kvmm_client_t *c, char *buf, size_t len)
+{
+	if (!c || (len && !buf))
+		return -EINVAL;
+	if (len)
+		snprintf(buf, len, "%s", c->cause ? c->cause_msg : "");
+	return c->cause;
 }
 
 int kvmm_lost_seqs(const kvmm_client_t *c, uint64_t *seqs, uint32_t max)

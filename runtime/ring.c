@@ -294,6 +294,11 @@ static void ring_fail(struct kvmm_client *c, int err)
 		c->err = err;
 }
 
+void kvmm_ring_fail(struct kvmm_client *c, int err)
+{
+	ring_fail(c, err);
+}
+
 unsigned int kvmm_ring_reap(struct kvmm_client *c)
 {
 	struct kvmm_dp_client *d = c->dp;
@@ -450,7 +455,7 @@ static unsigned int this_cpu(void)
 static int ring_wait(struct kvmm_client *c, bool any)
 {
 	struct kvmm_dp_client *d = c->dp;
-	uint64_t start = now_ns(), budget, pure = pure_budget();
+	uint64_t start = now_ns(), budget, pure = pure_budget(), heard = start;
 	unsigned int spins = 0, cpu = this_cpu();
 	uint32_t inflight;
 
@@ -512,10 +517,16 @@ static int ring_wait(struct kvmm_client *c, bool any)
 			break;
 		/* nothing yet: is the daemon still there? (also takes events off the socket) */
 		err = kvmm_msg_pump(c, false);
+		if (err == 0)
+			heard = now_ns(); /* it spoke (an event): it is alive */
 		if (err && err != -EAGAIN) {
-			ring_fail(c, -ENOTCONN);
+			ring_fail(c, err == -ETIMEDOUT ? err : -ENOTCONN);
 			return err;
 		}
+		/* silent past the deadline with work in flight: stopped or hung (kvmm.h) */
+		if (c->wait_ms && d->sq_published != d->cq_head &&
+		    now_ns() - heard >= (uint64_t)c->wait_ms * 1000000u)
+			return kvmm_client_stalled(c);
 	}
 	spin_learn(d, inflight, now_ns() - start);
 	return 0;

@@ -38,8 +38,12 @@ static const struct {
 	{ESTALE, "kvmmd restarted and the handle reattached: its sequences were lost "
 		 "(kvmm_lost_seqs), the call was not done"},
 	{EISCONN, "the handle is still connected to kvmmd (nothing to reattach)"},
+	{ETIMEDOUT, "kvmmd did not answer in time (stopped or hung; $KVMM_DAEMON_TIMEOUT_MS): the "
+		    "handle gave it up, its sequences are lost (kvmm_reattach; kvmm_conn_error "
+		    "says more)"},
 	{KVMM_EPREEMPTED, "the sequence was preempted by kvmmd; its KV cache is gone"},
-	{KVMM_ELOST, "KV page content lost (swap I/O error or poisoned page)"},
+	{KVMM_ELOST, "KV page content lost: a swapped page failed its checksum (or a swap I/O "
+		     "error, a poisoned page); the sequence was dropped, recompute it"},
 };
 
 const char *kvmm_strerror(int err)

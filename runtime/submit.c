@@ -213,6 +213,18 @@ static int complete_locked(struct kvmm_client *c, struct kvmm_cqe *cqes, unsigne
 
 	if (min > max)
 		min = max;
+	/*
+	 * A handle that only reaps (an engine on the asynchronous rings alone) reattaches here
+	 * like the synchronous calls do (KVMM_ATTACH_REATTACH): once the GONE event was taken,
+	 * a call that finds the daemon back fails with -ESTALE, so the engine reads
+	 * kvmm_lost_seqs before it submits anything to the new daemon.
+	 */
+	if (!c->cq_count && kvmm_client_usable_now(c) && (c->opt_flags & KVMM_ATTACH_REATTACH)) {
+		int err = kvmm_client_usable(c);
+
+		if (err)
+			return err;
+	}
 	for (;;) {
 		int err;
 

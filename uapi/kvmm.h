@@ -1451,6 +1451,11 @@ enum kvmm_preempt_reason {
 	KVMM_PREEMPT_OOM = 1,	/* the pool is out of frames after reclaim */
 	KVMM_PREEMPT_LIMIT = 2, /* the namespace is over its max */
 	KVMM_PREEMPT_ADMIN = 3, /* an admin asked */
+	/*
+	 * A swapped page of the sequence failed its checksum on swap-in (host or file tier):
+	 * its KV is lost, never mapped; ops on it fail with -KVMM_ELOST instead of EPREEMPTED
+	 */
+	KVMM_PREEMPT_CORRUPT = 4,
 };
 
 /*

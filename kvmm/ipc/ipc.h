@@ -69,6 +69,7 @@ struct kvmm_ipc_seq {
 	bool preempted;		   /* OOM victim: ops on it get -KVMM_EPREEMPTED (swapd.c) */
 	bool preempt_sent;	   /* the PREEMPT event went out */
 	uint32_t preempt_frames;   /* frames it held when chosen */
+	uint32_t preempt_reason;   /* enum kvmm_preempt_reason: OOM, or CORRUPT (-KVMM_ELOST) */
 };
 
 struct kvmm_session {
@@ -309,6 +310,11 @@ int kvmm_ipc_ns_config_check(const struct kvmm_ns_config *c);
 void kvmm_admin_ns(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr);
 /* Loop: send pending PREEMPT events, free victims that are not pinned. Cheap when none. */
 void kvmm_swapd_preempt_run(struct kvmm_server *srv);
+/* What an op on preempted @is fails with: -KVMM_ELOST when a page was corrupt, else EPREEMPTED. */
+static inline int kvmm_ipc_seq_preempt_err(const struct kvmm_ipc_seq *is)
+{
+	return is->preempt_reason == KVMM_PREEMPT_CORRUPT ? -KVMM_ELOST : -KVMM_EPREEMPTED;
+}
 /* Admin verbs (the pool locks are taken inside): 0 or -errno. */
 int kvmm_swapd_swapon(struct kvmm_server *srv, struct kvmm_ipc_ns *n,
 		      const struct kvmm_swapon_req *req);

@@ -557,7 +557,7 @@ static int lookup(struct kvmm_session *s, uint64_t id, bool change, struct kvmm_
 		return -ENOENT;
 	/* an OOM victim's KV is gone (or going): only SEQ_FREE still works (swapd.c) */
 	if (is->preempted)
-		return -KVMM_EPREEMPTED;
+		return kvmm_ipc_seq_preempt_err(is);
 	if (change && is->pin_depth)
 		return -EBUSY;
 	*out = is;
@@ -610,7 +610,7 @@ static int pin_fault_in(struct kvmm_session *s, const uint8_t *ids, uint32_t nr)
 		if (!is)
 			continue; /* the caller reports -ENOENT */
 		if (is->preempted)
-			return -KVMM_EPREEMPTED;
+			return kvmm_ipc_seq_preempt_err(is);
 		need += kvmm_mm_seq_nr_swapped(is->seq);
 	}
 	if (!need)
@@ -676,6 +676,9 @@ static int pin_fault_in(struct kvmm_session *s, const uint8_t *ids, uint32_t nr)
 		if (!is || !kvmm_mm_seq_nr_swapped(is->seq))
 			continue;
 		r = kvmm_mm_seq_fault(is->seq, 0, is->seq->nblocks);
+		/* a page that failed its checksum dropped the sequence: not an I/O to retry */
+		if (r < 0 && is->preempted)
+			r = kvmm_ipc_seq_preempt_err(is);
 		if (r < 0) {
 			ret = r;
 			if (r == -ENOMEM)
@@ -1032,7 +1035,7 @@ int kvmm_session_op_pin(struct kvmm_session *s, unsigned int op, const void *p, 
 			goto out_marks;
 		}
 		if (pin && v[i]->preempted) {
-			ret = -KVMM_EPREEMPTED;
+			ret = kvmm_ipc_seq_preempt_err(v[i]);
 			goto out_marks;
 		}
 		if (!pin && v[i]->batch_mark >= v[i]->pin_depth) {

@@ -44,22 +44,36 @@ static void hook_seq_changed(struct kvmm_pool *pool, struct kvmm_seq *seq, uint3
 		kvmm_dp_seq_update(is->sess, is, from);
 }
 
-static void hook_oom(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t nr_frames)
+static void mark_preempted(struct kvmm_seq *seq, uint32_t nr_frames, uint32_t reason)
 {
 	struct kvmm_ipc_seq *is = seq->priv;
 
-	(void)pool;
 	if (!is || !is->sess || is->preempted)
 		return;
 	is->preempted = true;
 	is->preempt_frames = nr_frames;
+	is->preempt_reason = reason;
 	is->sess->preempt_pending = true;
 	__atomic_store_n(&is->sess->srv->preempt_pending, 1, __ATOMIC_RELEASE);
+}
+
+static void hook_oom(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t nr_frames)
+{
+	(void)pool;
+	mark_preempted(seq, nr_frames, KVMM_PREEMPT_OOM);
+}
+
+/* a swapped page of @seq failed its checksum: dropped, and said so (not as an OOM) */
+static void hook_lost(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t nr_frames)
+{
+	(void)pool;
+	mark_preempted(seq, nr_frames, KVMM_PREEMPT_CORRUPT);
 }
 
 static const struct kvmm_mm_hooks swapd_hooks = {
 	.seq_changed = hook_seq_changed,
 	.oom = hook_oom,
+	.lost = hook_lost,
 	.demote = kvmm_ipc_remote_demote, /* remote_ipc.c: remote_policy = demote */
 };
 
@@ -209,12 +223,18 @@ static void preempt_session(struct kvmm_session *s)
 		m.hdr.abi = s->abi;
 		m.ev.seq = is->id;
 		m.ev.nr_frames = is->preempt_frames;
-		m.ev.reason = KVMM_PREEMPT_OOM;
+		m.ev.reason = is->preempt_reason ? is->preempt_reason : KVMM_PREEMPT_OOM;
 		if (!kvmm_session_send(s, &m, sizeof(m), NULL, 0))
 			KVMM_STAT_INC(s->srv, events);
-		kvmm_notice_ratelimited("oom: namespace %s: client %u sequence %" PRIu64
-					" preempted (%u frames)",
-					s->ns->cfg.name, s->id, is->id, is->preempt_frames);
+		if (m.ev.reason == KVMM_PREEMPT_CORRUPT)
+			kvmm_warn_ratelimited("swap: namespace %s: client %u sequence %" PRIu64
+					      " dropped: a swapped page failed its checksum "
+					      "(%u frames)",
+					      s->ns->cfg.name, s->id, is->id, is->preempt_frames);
+		else
+			kvmm_notice_ratelimited("oom: namespace %s: client %u sequence %" PRIu64
+						" preempted (%u frames)",
+						s->ns->cfg.name, s->id, is->id, is->preempt_frames);
 	}
 }
 

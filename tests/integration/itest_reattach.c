@@ -28,6 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -313,6 +315,343 @@ static void test_auto(void **state)
 	assert_int_equal(kvmm_connected(c), 1);
 	page_roundtrip(c);
 	kvmm_detach(c);
+}
+
+/* ---- a stopped daemon (SIGSTOP) ------------------------------------------------------------ */
+
+#define STALL_MS 400
+
+static kvmm_client_t *attach_deadline(uint32_t flags, int32_t deadline_ms, bool socket_only)
+{
+	struct kvmm_attach_opts o = {.flags = flags, .daemon_timeout_ms = deadline_ms};
+	kvmm_client_t *c = NULL;
+
+	if (socket_only)
+		setenv("KVMM_NO_RINGS", "1", 1);
+	assert_int_equal(kvmm_attach_ex(itest_d.sock, ITEST_NS_A, &itest_fmt, &o, &c), 0);
+	unsetenv("KVMM_NO_RINGS");
+	assert_int_equal(kvmm_has_rings(c), !socket_only);
+	return c;
+}
+
+struct timed_call {
+	kvmm_client_t *c;
+	uint64_t ms;
+	int err;
+};
+
+static void *timed_create(void *arg)
+{
+	struct timed_call *b = arg;
+	uint64_t s, t0 = now_ms();
+
+	b->err = kvmm_seq_create(b->c, 0, &s);
+	b->ms = now_ms() - t0;
+	return NULL;
+}
+
+/* After a stall: -ETIMEDOUT at once, the GONE event says -ETIMEDOUT, the cause names kvmmd. */
+static void assert_gave_up(kvmm_client_t *c)
+{
+	struct kvmm_cqe cqe[8];
+	char why[256], pid[32];
+	uint64_t x;
+	int n, gone = 0;
+
+	assert_int_equal(kvmm_connected(c), 0);
+	assert_int_equal(kvmm_seq_create(c, 0, &x), -ETIMEDOUT);
+	n = kvmm_complete(c, cqe, 8, 0);
+	for (int i = 0; i < n; i++)
+		if ((cqe[i].flags & KVMM_CQE_F_EVENT) && (cqe[i].flags & KVMM_CQE_F_GONE)) {
+			assert_int_equal(cqe[i].res, -ETIMEDOUT);
+			gone++;
+		}
+	assert_int_equal(gone, 1);
+	assert_int_equal(kvmm_conn_error(c, why, sizeof(why)), -ETIMEDOUT);
+	snprintf(pid, sizeof(pid), "pid %d", (int)itest_d.pid);
+	print_message("cause: %s\n", why);
+	assert_non_null(strstr(why, pid));
+	assert_non_null(strstr(why, "stopped"));
+}
+
+/*
+ * kvmmd stopped with SIGSTOP while clients wait on the rings and on the socket: each call
+ * returns -ETIMEDOUT about the deadline later (not never), the cause names the stopped
+ * daemon; a reattach while it is still stopped times out too; after SIGCONT kvmm_reattach
+ * works, reports the sequences the session had (the daemon freed them), and the handle works.
+ */
+static void test_stopped_daemon(void **state)
+{
+	struct timed_call b[2] = {0};
+	kvmm_client_t *c[2];
+	uint64_t s[2], want[1], t0, dt;
+	pthread_t th[2];
+	char why[256];
+
+	(void)state;
+	itest_need_daemon();
+	c[0] = attach_deadline(0, STALL_MS, false);
+	c[1] = attach_deadline(0, STALL_MS, true);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(kvmm_seq_create(c[i], 0, &s[i]), 0);
+		b[i].c = c[i];
+	}
+	assert_int_equal(kill(itest_d.pid, SIGSTOP), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, timed_create, &b[i]), 0);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+		print_message(
+			"%s: a call to a stopped kvmmd returned %d after %llu ms (deadline %d)\n",
+			i ? "socket" : "rings", b[i].err, (unsigned long long)b[i].ms, STALL_MS);
+		assert_int_equal(b[i].err, -ETIMEDOUT);
+		assert_true(b[i].ms >= STALL_MS - 20 && b[i].ms < STALL_MS + 3000);
+		assert_gave_up(c[i]);
+	}
+	/* still stopped: a reattach gets no answer either, and says so */
+	t0 = now_ms();
+	assert_int_equal(kvmm_reattach(c[0], 300), -ETIMEDOUT);
+	dt = now_ms() - t0;
+	assert_true(dt < 3000);
+	assert_int_equal(kvmm_conn_error(c[0], why, sizeof(why)), -ETIMEDOUT);
+	assert_non_null(strstr(why, "did not answer"));
+	assert_int_equal(kill(itest_d.pid, SIGCONT), 0);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(kvmm_reattach(c[i], 5000), 1);
+		want[0] = s[i];
+		assert_lost(c[i], want, 1);
+		assert_int_equal(kvmm_conn_error(c[i], NULL, 0), 0);
+		page_roundtrip(c[i]);
+		kvmm_detach(c[i]);
+	}
+}
+
+/* The same with KVMM_ATTACH_REATTACH: -ETIMEDOUT, -ENOTCONN while stopped, -ESTALE after. */
+static void test_stopped_auto(void **state)
+{
+	kvmm_client_t *c;
+	uint64_t s, x, want[1], t0;
+	int err, tries = 0;
+
+	(void)state;
+	itest_need_daemon();
+	c = attach_deadline(KVMM_ATTACH_REATTACH, STALL_MS, false);
+	assert_int_equal(kvmm_seq_create(c, 0, &s), 0);
+	assert_int_equal(kill(itest_d.pid, SIGSTOP), 0);
+	t0 = now_ms();
+	assert_int_equal(kvmm_seq_create(c, 0, &x), -ETIMEDOUT);
+	assert_true(now_ms() - t0 < STALL_MS + 3000);
+	/* an automatic attempt while it is stopped: no answer in its wait, not back yet */
+	assert_int_equal(kvmm_seq_create(c, 0, &x), -ENOTCONN);
+	assert_int_equal(kvmm_conn_error(c, NULL, 0), -ETIMEDOUT);
+	assert_int_equal(kill(itest_d.pid, SIGCONT), 0);
+	do {
+		err = kvmm_seq_create(c, 0, &x);
+		if (err == -ENOTCONN)
+			itest_sleep_ms(20);
+	} while (err == -ENOTCONN && ++tries < 200);
+	assert_int_equal(err, -ESTALE);
+	want[0] = s;
+	assert_lost(c, want, 1);
+	page_roundtrip(c);
+	kvmm_detach(c);
+}
+
+/* A deadline of -1 waits as long as it takes: the call completes after SIGCONT. */
+static void test_stopped_no_deadline(void **state)
+{
+	struct timed_call b = {0};
+	kvmm_client_t *c;
+	pthread_t th;
+
+	(void)state;
+	itest_need_daemon();
+	c = attach_deadline(0, -1, false);
+	b.c = c;
+	assert_int_equal(kill(itest_d.pid, SIGSTOP), 0);
+	assert_int_equal(pthread_create(&th, NULL, timed_create, &b), 0);
+	itest_sleep_ms(STALL_MS + 200);
+	assert_int_equal(kill(itest_d.pid, SIGCONT), 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(b.err, 0);
+	assert_true(b.ms >= STALL_MS);
+	assert_int_equal(kvmm_connected(c), 1);
+	kvmm_detach(c);
+}
+
+/*
+ * An engine on the asynchronous rings alone (kvmm_submit + kvmm_complete, no synchronous
+ * call) with KVMM_ATTACH_REATTACH: kvmm_complete delivers the GONE event, then fails with
+ * -ENOTCONN while the daemon is away and with -ESTALE when it finds it back; the lost list
+ * is there and submitting works on the new daemon.
+ */
+static void test_complete_only_auto(void **state)
+{
+	struct kvmm_cqe cqe[8];
+	struct kvmm_sqe sqe;
+	kvmm_client_t *c;
+	uint64_t s, want[1];
+	int n, err = 0, tries = 0, gone = 0;
+
+	(void)state;
+	itest_need_daemon();
+	c = attach_flags(KVMM_ATTACH_REATTACH);
+	memset(&sqe, 0, sizeof(sqe));
+	sqe.op = KVMM_SQE_SEQ_CREATE;
+	sqe.user_data = 7;
+	assert_int_equal(kvmm_submit(c, &sqe, 1), 1);
+	assert_int_equal(kvmm_complete(c, cqe, 1, 1), 1);
+	assert_int_equal(cqe[0].res, 0);
+	s = cqe[0].seq;
+	halt(true);
+	/* reaping only: the loss comes as the event, then -ENOTCONN */
+	for (tries = 0; tries < 100 && !gone; tries++) {
+		n = kvmm_complete(c, cqe, 8, 0);
+		for (int i = 0; i < n; i++)
+			gone += (cqe[i].flags & KVMM_CQE_F_GONE) != 0;
+		if (!gone)
+			itest_sleep_ms(10);
+	}
+	assert_int_equal(gone, 1);
+	assert_int_equal(kvmm_complete(c, cqe, 8, 0), -ENOTCONN);
+	start();
+	tries = 0;
+	do {
+		err = kvmm_complete(c, cqe, 8, 0);
+		if (err == -ENOTCONN)
+			itest_sleep_ms(20);
+	} while (err == -ENOTCONN && ++tries < 200);
+	assert_int_equal(err, -ESTALE);
+	want[0] = s;
+	assert_lost(c, want, 1);
+	assert_int_equal(kvmm_connected(c), 1);
+	/* and the rings work on the new daemon */
+	assert_int_equal(kvmm_submit(c, &sqe, 1), 1);
+	assert_int_equal(kvmm_complete(c, cqe, 1, 1), 1);
+	assert_int_equal(cqe[0].res, 0);
+	assert_int_equal(kvmm_complete(c, cqe, 8, 0), 0);
+	kvmm_detach(c);
+}
+
+/*
+ * A stand-in for a daemon that answers and refuses: it listens at the socket and answers
+ * every HELLO with -EPROTO (another ABI), until told to stop.
+ */
+struct refuser {
+	int fd;
+	volatile int stop;
+	unsigned int nr;
+};
+
+static void *refuser_run(void *arg)
+{
+	struct refuser *r = arg;
+
+	while (!r->stop) {
+		struct kvmm_msg_hdr req, rep;
+		int c = accept(r->fd, NULL, NULL);
+
+		if (c < 0) {
+			itest_sleep_ms(5);
+			continue;
+		}
+		if (recv(c, &req, sizeof(req), 0) == (ssize_t)sizeof(req)) {
+			kvmm_msg_hdr_init_reply(&rep, &req, sizeof(rep), -EPROTO);
+			send(c, &rep, sizeof(rep), MSG_NOSIGNAL);
+			r->nr++;
+		}
+		close(c);
+	}
+	return NULL;
+}
+
+static void refuser_start(struct refuser *r, pthread_t *th)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+	memset(r, 0, sizeof(*r));
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", itest_d.sock);
+	unlink(itest_d.sock);
+	r->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	assert_true(r->fd >= 0);
+	assert_int_equal(bind(r->fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(r->fd, 16), 0);
+	assert_int_equal(pthread_create(th, NULL, refuser_run, r), 0);
+}
+
+static void refuser_stop(struct refuser *r, pthread_t th)
+{
+	r->stop = 1;
+	assert_int_equal(pthread_join(th, NULL), 0);
+	close(r->fd);
+	unlink(itest_d.sock);
+}
+
+/*
+ * Why a reattach fails, said: no socket at all (ENOENT, every try), then a daemon that
+ * answers and refuses (-EPROTO).  kvmm_reattach's -ETIMEDOUT comes with the last attempt's
+ * cause (kvmm_conn_error), a refusal is returned as itself; the automatic mode's calls
+ * return -ENOTCONN while nobody is there (the cause readable) and the refusal's errno
+ * itself when a daemon refuses, not -ENOTCONN.
+ */
+static void test_reattach_cause(void **state)
+{
+	struct refuser r;
+	kvmm_client_t *c, *a;
+	pthread_t th;
+	char why[256];
+	uint64_t x;
+	int err, tries = 0;
+
+	(void)state;
+	itest_need_daemon();
+	c = attach_flags(0);
+	a = attach_flags(KVMM_ATTACH_REATTACH);
+	assert_int_equal(kvmm_conn_error(c, why, sizeof(why)), 0);
+	assert_string_equal(why, "");
+	halt(true);
+	unlink(itest_d.sock); /* no socket: connect says ENOENT, try after try */
+	assert_int_equal(kvmm_reattach(c, 150), -ETIMEDOUT);
+	err = kvmm_conn_error(c, why, sizeof(why));
+	print_message("no socket: %d %s\n", err, why);
+	assert_int_equal(err, -ENOENT);
+	assert_non_null(strstr(why, itest_d.sock));
+	assert_int_equal(kvmm_seq_create(a, 0, &x), -ENOTCONN); /* the loss itself */
+	itest_sleep_ms(20);
+	assert_int_equal(kvmm_seq_create(a, 0, &x), -ENOTCONN); /* not back: retryable */
+	assert_int_equal(kvmm_conn_error(a, NULL, 0), -ENOENT);
+
+	refuser_start(&r, &th);
+	assert_int_equal(kvmm_reattach(c, 2000), -EPROTO);
+	err = kvmm_conn_error(c, why, sizeof(why));
+	print_message("refused: %d %s\n", err, why);
+	assert_int_equal(err, -EPROTO);
+	assert_non_null(strstr(why, "refused HELLO"));
+	do {
+		err = kvmm_seq_create(a, 0, &x);
+		if (err == -ENOTCONN)
+			itest_sleep_ms(20);
+	} while (err == -ENOTCONN && ++tries < 200);
+	assert_int_equal(err, -EPROTO);
+	assert_int_equal(kvmm_conn_error(a, NULL, 0), -EPROTO);
+	assert_int_equal(kvmm_connected(a), 0);
+	refuser_stop(&r, th);
+	assert_true(r.nr >= 2);
+
+	start();
+	assert_int_equal(kvmm_reattach(c, 5000), 0);
+	assert_int_equal(kvmm_conn_error(c, NULL, 0), 0);
+	tries = 0;
+	do {
+		err = kvmm_seq_create(a, 0, &x);
+		if (err == -ENOTCONN || err == -EPROTO)
+			itest_sleep_ms(20);
+	} while ((err == -ENOTCONN || err == -EPROTO) && ++tries < 200);
+	assert_int_equal(err, -ESTALE);
+	page_roundtrip(c);
+	page_roundtrip(a);
+	kvmm_detach(c);
+	kvmm_detach(a);
 }
 
 /*
@@ -753,6 +1092,11 @@ int main(void)
 		cmocka_unit_test(test_never_back),
 		cmocka_unit_test(test_blocked_call),
 		cmocka_unit_test(test_auto),
+		cmocka_unit_test(test_stopped_daemon),
+		cmocka_unit_test(test_stopped_auto),
+		cmocka_unit_test(test_stopped_no_deadline),
+		cmocka_unit_test(test_complete_only_auto),
+		cmocka_unit_test(test_reattach_cause),
 		cmocka_unit_test(test_pool_resized),
 		cmocka_unit_test(test_kill9_under_load),
 	};

@@ -642,6 +642,65 @@ static void test_swap_write_fail_logged(void **state)
 	kvmm_detach(c);
 }
 
+/*
+ * A host-tier slot spoilt after it was written (swap.write mode=corrupt): the sequence's next
+ * PIN fails with -KVMM_ELOST (not EIO, not EPREEMPTED), its PREEMPT event says lost
+ * (-KVMM_ELOST), swap_csum_bad counts it, the log says so, other sequences are intact, and
+ * freeing it gives everything back.
+ */
+static void test_host_corrupt(void **state)
+{
+	long long bad0;
+	kvmm_admin_t *admin;
+	kvmm_client_t *c;
+	uint64_t x, y, z;
+	uint32_t tok = 1;
+	bool got = false;
+	int tries;
+
+	(void)state;
+	itest_need_daemon();
+	c = attach();
+	bad0 = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_csum_bad");
+	assert_int_equal(itest_admin_open(&itest_d, &admin), 0);
+	/* the first page written to the tiers (the host tier: the higher priority) is spoilt */
+	assert_int_equal(
+		kvmm_admin_fault_inject(admin, ITEST_NS_A, "swap.write nth=1 times=1 mode=corrupt"),
+		0);
+	x = mkseq(c, -5, 40, 40); /* lowest priority: swapped out first */
+	assert_int_equal(touch(c, x, 4000, true), 0);
+	z = mkseq(c, -4, 20, 42);
+	assert_int_equal(touch(c, z, 4002, true), 0);
+	y = mkseq(c, 0, 230, 41); /* pushes x and z out */
+	assert_int_equal(kvmm_seq_free(c, y), 0);
+	assert_int_equal(touch(c, x, 4000, false), -KVMM_ELOST);
+	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_csum_bad") - bad0, 1);
+	for (tries = 0; tries < 200 && !got; tries++) {
+		struct kvmm_cqe cqe[4];
+		int k, nr = kvmm_complete(c, cqe, 4, 0);
+
+		for (k = 0; k < nr; k++)
+			if ((cqe[k].flags & KVMM_CQE_F_EVENT) && cqe[k].seq == x) {
+				assert_int_equal(cqe[k].res, -KVMM_ELOST);
+				got = true;
+			}
+		if (!got)
+			usleep(5000);
+	}
+	assert_true(got);
+	assert_int_equal(kvmm_seq_append(c, x, &tok, 1, NULL), -KVMM_ELOST);
+	assert_string_equal(kvmm_errname(-KVMM_ELOST), "ELOST");
+	assert_non_null(strstr(kvmm_strerror(-KVMM_ELOST), "checksum"));
+	assert_true(log_count("failed its checksum") >= 1);
+	assert_true(log_count("dropped: a swapped page failed its checksum") >= 1);
+	/* the other sequence comes back with its bytes */
+	assert_int_equal(touch(c, z, 4002, false), 0);
+	assert_int_equal(kvmm_seq_free(c, x), 0);
+	assert_int_equal(kvmm_seq_free(c, z), 0);
+	kvmm_admin_close(admin);
+	kvmm_detach(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -655,6 +714,7 @@ int main(void)
 		cmocka_unit_test(test_warm_restart_kill9),
 		cmocka_unit_test(test_warm_restart_clean),
 		cmocka_unit_test(test_swap_write_fail_logged),
+		cmocka_unit_test(test_host_corrupt),
 	};
 	int ret = cmocka_run_group_tests_name("itest_swap", tests, setup, teardown);
 

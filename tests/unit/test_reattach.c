@@ -167,6 +167,36 @@ static void test_bad_arguments(void **state)
 	free_client(c);
 }
 
+/* kvmm_conn_error's arguments, and the daemon deadline's option: reserved bits stay zero. */
+static void test_conn_error_args(void **state)
+{
+	struct kvmm_format fmt = {
+		.layers = 1, .kv_heads = 1, .head_dim = 64, .dtype = KVMM_DTYPE_FP16};
+	struct kvmm_attach_opts o = {.reserved32 = 1};
+	struct kvmm_client *c = dead_client("/nonexistent");
+	kvmm_client_t *out = NULL;
+	char buf[64] = "x";
+
+	(void)state;
+	assert_int_equal(kvmm_conn_error(NULL, buf, sizeof(buf)), -EINVAL);
+	assert_int_equal(kvmm_conn_error(c, NULL, 1), -EINVAL);
+	assert_int_equal(kvmm_conn_error(c, NULL, 0), 0);
+	assert_int_equal(kvmm_conn_error(c, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "");
+	/* a failed attempt leaves its cause, cut to the buffer, always terminated */
+	assert_int_equal(kvmm_reattach(c, 0), -ETIMEDOUT);
+	assert_int_equal(kvmm_conn_error(c, buf, 8), -ENOENT);
+	assert_int_equal(strlen(buf), 7);
+	assert_int_equal(kvmm_conn_error(c, buf, sizeof(buf)), -ENOENT);
+	assert_non_null(strstr(buf, "cannot connect"));
+	free_client(c);
+	assert_int_equal(kvmm_attach_ex("/nonexistent", "a", &fmt, &o, &out), -EINVAL);
+	assert_null(out);
+	o.reserved32 = 0;
+	o.daemon_timeout_ms = 50;
+	assert_int_equal(kvmm_attach_ex("/nonexistent", "a", &fmt, &o, &out), -ENOENT);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -174,6 +204,7 @@ int main(void)
 		cmocka_unit_test(test_gone_event_once),
 		cmocka_unit_test(test_reattach_nobody_there),
 		cmocka_unit_test(test_bad_arguments),
+		cmocka_unit_test(test_conn_error_args),
 	};
 
 	return cmocka_run_group_tests_name("test_reattach", tests, NULL, NULL);

@@ -1642,6 +1642,190 @@ static void test_fault_read(void **state)
 	check_inv(f->pool);
 }
 
+/* ---- host-tier checksums --------------------------------------------------------------------- */
+
+static struct kvmm_seq *lost_seq, *oom_seq;
+static unsigned int nr_lost, nr_oom;
+
+static void hook_lost(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t nr_frames)
+{
+	(void)pool;
+	(void)nr_frames;
+	lost_seq = seq;
+	nr_lost++;
+}
+
+static void hook_oom(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t nr_frames)
+{
+	(void)pool;
+	(void)nr_frames;
+	oom_seq = seq;
+	nr_oom++;
+}
+
+static const struct kvmm_mm_hooks csum_hooks = {.oom = hook_oom, .lost = hook_lost};
+
+static uint64_t tier_csum_bad(struct fx *f, unsigned int id)
+{
+	struct kvmm_swap_tier_info ti;
+
+	assert_int_equal(kvmm_swap_tier_info(f->pool, id, &ti), 0);
+	return ti.csum_bad;
+}
+
+/* Block @b of @seq is swapped and its frame was never given the spoilt bytes. */
+static void assert_not_mapped(struct kvmm_seq *seq, uint32_t b)
+{
+	assert_true(kvmm_pte_is_swap(seq->pte[b]));
+	assert_int_equal(kvmm_mm_seq_frame(seq, b), KVMM_FRAME_NONE);
+}
+
+/*
+ * A host-tier slot spoilt after its write (swap.write mode=corrupt): the read fails its
+ * checksum, nothing is installed, it is counted, the owner hears of it as lost (not as an
+ * OOM), the slot is never read again; the other pages of the tier come back intact.
+ */
+static void test_host_csum_sync(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *s = mkseq(f, 0, 4, 1), *other = mkseq(f, 1, 2, 500);
+	uint64_t bad0 = vmstat(f, KVMM_STAT_SWAP_CSUM_BAD);
+
+	f->pool->hooks = &csum_hooks;
+	nr_lost = nr_oom = 0;
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.write nth=3 times=1 mode=corrupt"),
+			 0);
+	/* the write "succeeds": a corruption is not an I/O error */
+	assert_int_equal(kvmm_mm_seq_swap_out(s, 0, 4), 4);
+	assert_int_equal(kvmm_mm_seq_swap_out(other, 0, 2), 2);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWAP_CSUM_BAD), bad0);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_fault(s, 0, 4), -EIO);
+	check_inv(f->pool);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWAP_CSUM_BAD) - bad0, 1);
+	assert_int_equal(tier_csum_bad(f, 1), 1);
+	assert_not_mapped(s, 2);
+	check_bytes(f, 0, s, 0, 2);
+	check_bytes(f, 0, s, 3, 4);
+	assert_int_equal(nr_lost, 1);
+	assert_ptr_equal(lost_seq, s);
+	assert_int_equal(nr_oom, 0);
+	assert_true(s->flags & KVMM_SEQ_F_PREEMPTED);
+	/* the spoilt slot is not read again (nor counted twice) */
+	assert_int_equal(kvmm_mm_seq_fault(s, 2, 1), -EIO);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWAP_CSUM_BAD) - bad0, 1);
+	assert_not_mapped(s, 2);
+	/* others are untouched */
+	assert_int_equal(kvmm_mm_seq_fault(other, 0, 2), 2);
+	check_bytes(f, 1, other, 0, 2);
+	/* the owner frees it: the slot goes */
+	kvmm_mm_seq_free(s);
+	check_inv(f->pool);
+	assert_int_equal(tier_used(f, 1), 0);
+	f->pool->hooks = NULL;
+}
+
+/* the same through the copies made without the lock: write-back and unlocked fault-in */
+static void test_host_csum_unlocked(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *s = mkseq(f, 0, 4, 1);
+	uint64_t bad0 = vmstat(f, KVMM_STAT_SWAP_CSUM_BAD);
+	struct kvmm_swap_tier *t;
+	struct kvmm_swap_fault sf;
+	uint8_t *slot;
+
+	f->pool->hooks = &csum_hooks;
+	nr_lost = nr_oom = 0;
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	/* asynchronous write-back, its copy spoilt once made */
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.write nth=2 times=1 mode=corrupt"),
+			 0);
+	assert_int_equal(kvmm_mm_seq_swap_out_async(s, 0, 4), 4);
+	pthread_mutex_lock(&f->pool->lock);
+	assert_int_equal(kvmm_swap_writeback(f->pool, true), 4);
+	pthread_mutex_unlock(&f->pool->lock);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(s), 4);
+	/* and a stray write into the arena (a bug elsewhere in the process) spoils block 3 */
+	t = kvmm_swap_tier_get(f->pool, 1);
+	slot = t->ops->slot_addr(t, kvmm_pte_swap_slot(s->pte[3]));
+	slot[7] ^= 1;
+	/* the unlocked fault-in: copy without the lock, finish with it */
+	assert_int_equal(kvmm_mm_seq_fault_start(s, 0, 4, &sf), 4);
+	kvmm_swap_fault_copy(&sf);
+	assert_int_equal(kvmm_swap_fault_finish(&sf), -EIO);
+	check_inv(f->pool);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWAP_CSUM_BAD) - bad0, 2);
+	assert_int_equal(tier_csum_bad(f, 1), 2);
+	assert_not_mapped(s, 1);
+	assert_not_mapped(s, 3);
+	check_bytes(f, 0, s, 0, 1);
+	check_bytes(f, 0, s, 2, 3);
+	assert_int_equal(nr_lost, 1); /* once per sequence */
+	assert_ptr_equal(lost_seq, s);
+	assert_int_equal(nr_oom, 0);
+	kvmm_mm_seq_free(s);
+	check_inv(f->pool);
+	assert_int_equal(tier_used(f, 1), 0);
+	f->pool->hooks = NULL;
+}
+
+/* a demoted cached page spoilt on the host tier is never moved down: dropped, counted */
+static void test_host_csum_move_down(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *s = mkseq(f, 0, 2, 1);
+	uint64_t bad0 = vmstat(f, KVMM_STAT_SWAP_CSUM_BAD);
+	struct kvmm_swap_tier *t;
+	uint8_t *slot;
+
+	f->pool->hooks = &csum_hooks;
+	nr_lost = nr_oom = 0;
+	assert_int_equal(add_host(f, 1, 10, 16), 0);
+	assert_int_equal(add_host(f, 2, 0, 16), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(s, 0, 2), 2);
+	t = kvmm_swap_tier_get(f->pool, 1);
+	assert_int_equal(kvmm_pte_swap_tier(s->pte[0]), 1);
+	slot = t->ops->slot_addr(t, kvmm_pte_swap_slot(s->pte[0]));
+	slot[PAGE_SZ - 1] ^= 0x80;
+	/* the good page moves; the spoilt one stays, marked, until its owner lets it go */
+	assert_int_equal(kvmm_swap_move_down(f->pool, 1, 2), 1);
+	check_inv(f->pool);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWAP_CSUM_BAD) - bad0, 1);
+	assert_int_equal(nr_lost, 1);
+	assert_int_equal(kvmm_swap_move_down(f->pool, 1, 2), 0);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWAP_CSUM_BAD) - bad0, 1);
+	assert_int_equal(kvmm_pte_swap_tier(s->pte[1]), 2);
+	assert_int_equal(kvmm_mm_seq_fault(s, 1, 1), 1);
+	check_bytes(f, 0, s, 1, 2);
+	kvmm_mm_seq_free(s);
+	check_inv(f->pool);
+	assert_int_equal(tier_used(f, 1), 0);
+	f->pool->hooks = NULL;
+}
+
+/* mode=corrupt: only the write point; a file tier (no slot address) gets -EIO instead */
+static void test_fault_corrupt_args(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *s = mkseq(f, 0, 2, 1);
+
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.read nth=1 mode=corrupt"), -EINVAL);
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.alloc nth=1 mode=corrupt"), -EINVAL);
+	assert_int_equal(add_nvme(f, 2, 0, 16), 0);
+	assert_int_equal(kvmm_swap_fault_parse(f->pool, "swap.write nth=1 times=1 mode=corrupt"),
+			 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(s, 0, 2), 1);
+	assert_true(kvmm_pte_is_present(s->pte[0]));
+	assert_int_equal(kvmm_mm_seq_fault(s, 0, 2), 1);
+	check_bytes(f, 0, s, 0, 2);
+	check_inv(f->pool);
+}
+
 static void test_fault_parse(void **state)
 {
 	struct fx *f = *state;
@@ -1869,6 +2053,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fault_alloc, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fault_read, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fault_parse, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_host_csum_sync, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_host_csum_unlocked, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_host_csum_move_down, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fault_corrupt_args, setup, teardown),
 		cmocka_unit_test(test_stat_names),
 		cmocka_unit_test_setup_teardown(test_model, setup, teardown),
 	};

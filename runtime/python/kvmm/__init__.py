@@ -16,8 +16,9 @@ Documentation/userspace-api/python.md has the whole story.
 """
 from ._lib import path as library_path
 from .client import BLOCK_NONE, DEVICE_NONE, SEQ_ALL_TOKENS, Client, attach
-from .errors import (KVMM_ELOST, KVMM_EPREEMPTED, KvmmDaemonGone, KvmmError, KvmmReattached,
-                     NoDaemonError, OutOfMemoryError, PageLostError, PreemptedError)
+from .errors import (KVMM_ELOST, KVMM_EPREEMPTED, KvmmDaemonGone, KvmmDaemonStalled, KvmmError,
+                     KvmmReattached, NoDaemonError, OutOfMemoryError, PageLostError,
+                     PreemptedError)
 from .format import DTYPE_BF16, DTYPE_FP16, DTYPE_FP32, DTYPE_INT8, Format, PageLayout
 from .ring import CQE_F_EVENT, CQE_F_GONE, MAX_INFLIGHT, Cqe, Op, Sqe
 from .views import PoolViews
@@ -26,7 +27,7 @@ from . import admin, kernels
 __all__ = [
     "attach", "Client", "Format", "PageLayout", "PoolViews", "kernels", "admin",
     "KvmmError", "PreemptedError", "OutOfMemoryError", "NoDaemonError", "PageLostError",
-    "KvmmDaemonGone", "KvmmReattached", "CQE_F_GONE",
+    "KvmmDaemonGone", "KvmmDaemonStalled", "KvmmReattached", "CQE_F_GONE",
     "KVMM_EPREEMPTED", "KVMM_ELOST", "BLOCK_NONE", "SEQ_ALL_TOKENS", "DEVICE_NONE",
     "DTYPE_FP32", "DTYPE_FP16", "DTYPE_BF16", "DTYPE_INT8",
     "Op", "Sqe", "Cqe", "CQE_F_EVENT", "MAX_INFLIGHT", "library_path",

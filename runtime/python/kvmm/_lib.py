@@ -39,7 +39,8 @@ class Format(Structure):
 class AttachOpts(Structure):
     """struct kvmm_attach_opts (runtime/kvmm.h)."""
     _fields_ = [("flags", c_uint32), ("model_len", c_uint32), ("model", c_void_p),
-                ("reserved", c_uint64 * 6)]
+                ("daemon_timeout_ms", c_int32), ("reserved32", c_uint32),
+                ("reserved", c_uint64 * 5)]
 
 
 ATTACH_NO_WPROTECT = 1
@@ -139,6 +140,7 @@ _proto("kvmm_detach", None, P)
 _proto("kvmm_connected", c_int, P, optional=True)
 _proto("kvmm_reattach", c_int, P, c_int, optional=True)
 _proto("kvmm_lost_seqs", c_int, P, u64p, c_uint32, optional=True)
+_proto("kvmm_conn_error", c_int, P, c_char_p, c_size_t, optional=True)
 _proto("kvmm_page_size", c_uint64, P)
 _proto("kvmm_tokens_per_page", c_uint32, P)
 _proto("kvmm_bytes_per_token", c_uint32, P)

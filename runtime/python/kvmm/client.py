@@ -51,7 +51,8 @@ class Client:
 
     def __init__(self, socket_path: Optional[str] = None, ns: str = "default",
                  fmt: Optional[Format] = None, *, wprotect: bool = True,
-                 model: Union[bytes, str, None] = None, reattach: bool = False) -> None:
+                 model: Union[bytes, str, None] = None, reattach: bool = False,
+                 daemon_timeout: Optional[float] = None) -> None:
         if fmt is None:
             raise TypeError("attach needs a fmt (kvmm.Format)")
         if not isinstance(fmt, Format):
@@ -75,7 +76,8 @@ class Client:
             raise TypeError(f"reattach must be a bool, not {type(reattach).__name__}")
         if reattach and not _lib.has("kvmm_reattach"):
             raise KvmmError(_errno.EOPNOTSUPP, "this libkvmm cannot reattach", "kvmm_attach_ex")
-        if wprotect and not modelb and not reattach:
+        deadline_ms = _deadline_ms(daemon_timeout)
+        if wprotect and not modelb and not reattach and not deadline_ms:
             err = lib.kvmm_attach(sockb, nsb, byref(cfmt), byref(h))
         else:
             if not _lib.has("kvmm_attach_ex"):
@@ -84,6 +86,7 @@ class Client:
             opts = _lib.AttachOpts()
             opts.flags = (0 if wprotect else _lib.ATTACH_NO_WPROTECT) | \
                 (_lib.ATTACH_REATTACH if reattach else 0)
+            opts.daemon_timeout_ms = deadline_ms
             buf = ctypes.create_string_buffer(modelb, len(modelb)) if modelb else None
             if buf is not None:
                 opts.model = ctypes.cast(buf, c_void_p)
@@ -179,6 +182,15 @@ class Client:
         h = self._handle()
         return bool(lib.kvmm_connected(h)) if _lib.has("kvmm_connected") else True
 
+    def conn_error(self) -> tuple[int, str]:
+        """Why the handle cannot talk to kvmmd, or why its last reattach attempt failed
+        (kvmm_conn_error): ``(errno, message)``, e.g. ``(errno.ETIMEDOUT, "kvmmd (pid 42)
+        did not answer in 500 ms: it is stopped ...")`` or ``(errno.ENOENT, "cannot connect
+        to kvmmd at PATH: ...")``; ``(0, "")`` when connected.  The errors of calls that
+        failed for that reason carry the same as ``cause_errno`` and ``cause``."""
+        from .errors import conn_error
+        return conn_error(self._handle())
+
     def reattach(self, timeout: Optional[float] = 30.0) -> list[int]:
         """Attach again to the kvmmd at the same socket (kvmm_reattach) after the daemon went
         away and came back, with the same namespace, format, model identity and options,
@@ -187,7 +199,10 @@ class Client:
         an old id means nothing afterwards (the new daemon may reuse it).  The views made
         before are void: :meth:`views` makes new ones over the new pool (the page size and
         frame count may have changed too).  KvmmError ETIMEDOUT when no daemon answered in
-        time (call again later), EISCONN when the handle is still connected."""
+        time (call again later; its ``cause_errno`` and ``cause`` say what the last attempt
+        met: no socket, nobody listening, a daemon that did not answer), EISCONN when the
+        handle is still connected, or the refusal of a daemon that answered (EPROTO,
+        EACCES, ...)."""
         h = self._handle()
         if not _lib.has("kvmm_reattach"):
             raise KvmmError(_errno.EOPNOTSUPP, "this libkvmm cannot reattach", "kvmm_reattach")
@@ -197,7 +212,7 @@ class Client:
             if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout < 0:
                 raise ValueError(f"timeout must be seconds >= 0 or None, not {timeout!r}")
             ms = min(int(timeout * 1000), 2**31 - 1)
-        check(lib.kvmm_reattach(h, ms), "kvmm_reattach")
+        check(lib.kvmm_reattach(h, ms), "kvmm_reattach", h)
         return self.lost_seqs()
 
     def lost_seqs(self) -> list[int]:
@@ -206,9 +221,9 @@ class Client:
         pool's properties (page_size, nr_frames, ...) and drops the views made before."""
         h = self._handle()
         self._init_props()
-        n = check(lib.kvmm_lost_seqs(h, None, 0), "kvmm_lost_seqs")
+        n = check(lib.kvmm_lost_seqs(h, None, 0), "kvmm_lost_seqs", h)
         arr = (c_uint64 * max(n, 1))()
-        n = check(lib.kvmm_lost_seqs(h, arr, n), "kvmm_lost_seqs")
+        n = check(lib.kvmm_lost_seqs(h, arr, n), "kvmm_lost_seqs", h)
         return list(arr[:n])
 
     # ---- the pool ---------------------------------------------------------------------
@@ -251,7 +266,7 @@ class Client:
         seq = c_uint64()
         check(lib.kvmm_seq_create(h, _args.integer("priority", priority, -(1 << 31),
                                                    (1 << 31) - 1), byref(seq)),
-              "kvmm_seq_create")
+              "kvmm_seq_create", h)
         return seq.value
 
     def seq_append(self, seq: int, tokens: IntSeq) -> int:
@@ -264,7 +279,7 @@ class Client:
             raise ValueError("too many tokens in one append")
         length = c_uint64()
         check(lib.kvmm_seq_append(h, seq, ctypes.cast(addr, _lib.u32p), n, byref(length)),
-              "kvmm_seq_append")
+              "kvmm_seq_append", h)
         return length.value
 
     def seq_append_frames(self, seq: int, tokens: IntSeq, frames: IntSeq) -> int:
@@ -278,7 +293,7 @@ class Client:
         length = c_uint64()
         check(lib.kvmm_seq_append_frames(h, seq, ctypes.cast(taddr, _lib.u32p), n,
                                          ctypes.cast(faddr, _lib.u32p), nf, byref(length)),
-              "kvmm_seq_append_frames")
+              "kvmm_seq_append_frames", h)
         return length.value
 
     def seq_fork(self, parent: int, nr_tokens: Optional[int] = None) -> int:
@@ -288,19 +303,19 @@ class Client:
         n = SEQ_ALL_TOKENS if nr_tokens is None else _args.u64("nr_tokens", nr_tokens)
         child = c_uint64()
         check(lib.kvmm_seq_fork(h, _args.u64("parent", parent), n, byref(child)),
-              "kvmm_seq_fork")
+              "kvmm_seq_fork", h)
         return child.value
 
     def seq_truncate(self, seq: int, nr_tokens: int) -> None:
         """Shorten ``seq`` to ``nr_tokens`` tokens (kvmm_seq_truncate)."""
         h = self._handle()
         check(lib.kvmm_seq_truncate(h, _args.u64("seq", seq), _args.u64("nr_tokens", nr_tokens)),
-              "kvmm_seq_truncate")
+              "kvmm_seq_truncate", h)
 
     def seq_free(self, seq: int) -> None:
         """Free ``seq`` and its pages; sealed pages stay cached (kvmm_seq_free)."""
         h = self._handle()
-        check(lib.kvmm_seq_free(h, _args.u64("seq", seq)), "kvmm_seq_free")
+        check(lib.kvmm_seq_free(h, _args.u64("seq", seq)), "kvmm_seq_free", h)
 
     # ---- prefix cache -----------------------------------------------------------------
 
@@ -318,11 +333,11 @@ class Client:
         hit = c_uint64()
         if saltb is None:
             check(lib.kvmm_prefix_lookup(h, seq, ctypes.cast(addr, _lib.u32p), n, byref(hit)),
-                  "kvmm_prefix_lookup")
+                  "kvmm_prefix_lookup", h)
         else:
             check(lib.kvmm_prefix_lookup_salt(h, seq, ctypes.cast(addr, _lib.u32p), n, saltb,
                                               len(saltb), byref(hit)),
-                  "kvmm_prefix_lookup_salt")
+                  "kvmm_prefix_lookup_salt", h)
         return hit.value
 
     def seal(self, seq: int, block: int = 0, nr_blocks: int = 0, *,
@@ -335,10 +350,10 @@ class Client:
         block, nr_blocks = _args.u32("block", block), _args.u32("nr_blocks", nr_blocks)
         saltb = _identity("salt", salt, _lib.SALT_MAX)
         if saltb is None:
-            check(lib.kvmm_seal(h, seq, block, nr_blocks), "kvmm_seal")
+            check(lib.kvmm_seal(h, seq, block, nr_blocks), "kvmm_seal", h)
         else:
             check(lib.kvmm_seal_salt(h, seq, block, nr_blocks, saltb, len(saltb)),
-                  "kvmm_seal_salt")
+                  "kvmm_seal_salt", h)
 
     # ---- a request's flow in one call each -------------------------------------------
 
@@ -367,7 +382,7 @@ class Client:
         err = lib.kvmm_seq_prompt(h, ctypes.cast(addr, _lib.u32p), n, prio, byref(seq),
                                   byref(hit), ptr, mb)
         if err < 0:
-            e = make_error(err, "kvmm_seq_prompt")
+            e = make_error(err, "kvmm_seq_prompt", h)
             if err == -_errno.E2BIG and seq.value:
                 e.seq = seq.value
             raise e
@@ -380,7 +395,7 @@ class Client:
         h = self._handle()
         check(lib.kvmm_seq_seal_free(h, _args.u64("seq", seq), _args.u32("block", block),
                                      _args.u32("nr_blocks", nr_blocks)),
-              "kvmm_seq_seal_free")
+              "kvmm_seq_seal_free", h)
 
     # ---- batches ----------------------------------------------------------------------
 
@@ -390,7 +405,7 @@ class Client:
         nr = c_uint32()
         err = fn(h, addr, n, byref(nr))
         if err < 0:
-            raise make_error(err, name)
+            raise make_error(err, name, h)
         return nr.value
 
     def pin(self, seqs: IntSeq) -> int:
@@ -427,7 +442,7 @@ class Client:
             mb = _args.u32("max_blocks", max_blocks)
             out = _new_int32((n, mb), like)
         ptr, mb = _table_ptr(out, n, max_blocks)
-        check(lib.kvmm_block_table(h, addr, n, ptr, mb), "kvmm_block_table")
+        check(lib.kvmm_block_table(h, addr, n, ptr, mb), "kvmm_block_table", h)
         return out
 
     # ---- magazine ---------------------------------------------------------------------
@@ -454,14 +469,14 @@ class Client:
         if n == 0:
             raise ValueError("n must be at least 1")
         buf = (c_uint32 * n)()
-        got = check(lib.kvmm_mag_alloc(h, buf, n), "kvmm_mag_alloc")
+        got = check(lib.kvmm_mag_alloc(h, buf, n), "kvmm_mag_alloc", h)
         return list(buf[:got])
 
     def mag_free(self, frames: IntSeq) -> None:
         """Give back frames taken with :meth:`mag_alloc` (kvmm_mag_free)."""
         h = self._handle()
         arr, addr, n = _args.int_array("frames", frames, "I")
-        check(lib.kvmm_mag_free(h, ctypes.cast(addr, _lib.u32p), n), "kvmm_mag_free")
+        check(lib.kvmm_mag_free(h, ctypes.cast(addr, _lib.u32p), n), "kvmm_mag_free", h)
 
     # ---- views (views.py) and asynchronous submission (ring.py) -----------------------
 
@@ -484,7 +499,9 @@ class Client:
 
     def complete(self, max: int = 64, min: int = 0) -> list:
         """Reap up to ``max`` completions (:class:`kvmm.Cqe`), waiting for at least ``min``
-        (kvmm_complete).  Events (preemption) come as completions with ``is_event``."""
+        (kvmm_complete).  Events (preemption) come as completions with ``is_event``.  With
+        ``reattach=True`` it reattaches like any call once the daemon is back (after the GONE
+        event: :class:`kvmm.KvmmReattached`), so an engine that only reaps is reattached."""
         from .ring import complete
         return complete(self, max, min)
 
@@ -560,9 +577,25 @@ def _identity(what: str, v: Union[bytes, str, None], most: int) -> Optional[byte
     return bytes(v)
 
 
+def _deadline_ms(daemon_timeout: Optional[float]) -> int:
+    """attach's daemon_timeout as kvmm_attach_opts.daemon_timeout_ms: 0 the default, -1 never."""
+    if daemon_timeout is None:
+        return 0
+    if not isinstance(daemon_timeout, (int, float)) or isinstance(daemon_timeout, bool):
+        raise TypeError("daemon_timeout must be seconds or None, not "
+                        f"{type(daemon_timeout).__name__}")
+    if daemon_timeout == float("inf"):
+        return -1
+    if not daemon_timeout > 0:
+        raise ValueError("daemon_timeout must be > 0 seconds (math.inf: never), not "
+                         f"{daemon_timeout!r}")
+    return max(1, min(int(daemon_timeout * 1000), 2**31 - 1))
+
+
 def attach(socket_path: Optional[str] = None, ns: str = "default",
            fmt: Optional[Format] = None, *, wprotect: bool = True,
-           model: Union[bytes, str, None] = None, reattach: bool = False) -> Client:
+           model: Union[bytes, str, None] = None, reattach: bool = False,
+           daemon_timeout: Optional[float] = None) -> Client:
     """Attach to kvmmd (kvmm_attach): connect to ``socket_path`` (None: $KVMM_SOCKET, else
     $XDG_RUNTIME_DIR/kvmm/kvmmd.sock, else /run/kvmm/kvmmd.sock), join namespace ``ns`` with
     format ``fmt`` and map its pool.  NoDaemonError when nothing listens there.
@@ -572,8 +605,12 @@ def attach(socket_path: Optional[str] = None, ns: str = "default",
     content key: clients of one namespace with different identities never share pages.
     ``reattach=True`` (KVMM_ATTACH_REATTACH): after the daemon went away, the first call that
     finds it back reattaches and raises :class:`kvmm.KvmmReattached` (the lost sequences are
-    in :meth:`Client.lost_seqs`); without it, :meth:`Client.reattach` does it when asked."""
-    return Client(socket_path, ns, fmt, wprotect=wprotect, model=model, reattach=reattach)
+    in :meth:`Client.lost_seqs`); without it, :meth:`Client.reattach` does it when asked.
+    ``daemon_timeout``: seconds a call may wait for kvmmd without a word from it before the
+    client gives a stopped or hung daemon up (:class:`kvmm.KvmmDaemonStalled`; None: the
+    default, ``$KVMM_DAEMON_TIMEOUT_MS`` else 30 s; ``math.inf``: wait forever)."""
+    return Client(socket_path, ns, fmt, wprotect=wprotect, model=model, reattach=reattach,
+                  daemon_timeout=daemon_timeout)
 
 
 _ = KvmmError  # re-exported for the type hints of callers

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple, Optional, Sequence
 
 from . import _args, _lib
 from ._lib import lib
-from .errors import KVMM_EPREEMPTED, KvmmError, check, make_error
+from .errors import KVMM_ELOST, KVMM_EPREEMPTED, KvmmError, check, make_error
 
 CQE_F_EVENT = 1
 CQE_F_GONE = 2  # with CQE_F_EVENT: the daemon went away (res -ENOTCONN), once per loss
@@ -77,8 +77,15 @@ class Cqe(NamedTuple):
 
     @property
     def preempted(self) -> bool:
-        """A PREEMPT event, or an operation that failed because its sequence was preempted."""
-        return self.res == -KVMM_EPREEMPTED
+        """A PREEMPT event, or an operation that failed because its sequence was preempted
+        (for lack of memory, or dropped because a page was corrupt: :attr:`lost`)."""
+        return self.res in (-KVMM_EPREEMPTED, -KVMM_ELOST)
+
+    @property
+    def lost(self) -> bool:
+        """The sequence was dropped because a swapped page failed its checksum
+        (``-KVMM_ELOST``; a PREEMPT event of reason CORRUPT), not for lack of memory."""
+        return self.res == -KVMM_ELOST
 
     def error(self) -> Optional[KvmmError]:
         """The exception for a failed operation (not raised), or None."""
@@ -134,7 +141,7 @@ def submit(client: Any, sqes: Sequence[Sqe]) -> int:
     keep: list = []
     for i, s in enumerate(sqes):
         _fill(arr[i], s, keep)
-    return check(lib.kvmm_submit(h, arr, n), "kvmm_submit")
+    return check(lib.kvmm_submit(h, arr, n), "kvmm_submit", h)
 
 
 def complete(client: Any, max: int = 64, min: int = 0) -> list[Cqe]:
@@ -147,6 +154,6 @@ def complete(client: Any, max: int = 64, min: int = 0) -> list[Cqe]:
     if mn > mx:
         raise ValueError("min must not exceed max")
     buf = (_lib.Cqe * mx)()
-    got = check(lib.kvmm_complete(h, buf, mx, mn), "kvmm_complete")
+    got = check(lib.kvmm_complete(h, buf, mx, mn), "kvmm_complete", h)
     return [Cqe(c.user_data, c.res, c.flags, c.seq, c.nr_tokens, c.nr_blocks, c.nr_frames)
             for c in buf[:got]]

@@ -82,6 +82,16 @@ static int check_buddy(struct kvmm_pool *pool, struct frame_seen *seen, char *wh
 	}
 	if (frames != pool->nr_free)
 		return fail(why, len, "buddy: %u frames listed, nr_free %u", frames, pool->nr_free);
+	/* the daemon-wide budget (budget.c) is charged for every frame out of the buddy */
+	if (pool->budget && pool->budget_charged != pool->nframes - pool->nr_free)
+		return fail(why, len, "budget: %u frames charged, %u out of the buddy",
+			    pool->budget_charged, pool->nframes - pool->nr_free);
+	if (pool->budget &&
+	    __atomic_load_n(&pool->budget->used, __ATOMIC_RELAXED) < pool->budget_charged)
+		return fail(
+			why, len, "budget: %llu frames used in all, %u by this pool",
+			(unsigned long long)__atomic_load_n(&pool->budget->used, __ATOMIC_RELAXED),
+			pool->budget_charged);
 	return 0;
 }
 

@@ -108,6 +108,9 @@ static const char *const stat_names[KVMM_STAT_COUNT] = {
 	[KVMM_STAT_SWAP_CLEAN] = "swap_clean_out",
 	[KVMM_STAT_ALLOC_BLOCK] = "alloc_block",
 	[KVMM_STAT_SWAP_CSUM_BAD] = "swap_csum_bad",
+	[KVMM_STAT_BUDGET_RECLAIM] = "budget_reclaim",
+	[KVMM_STAT_BUDGET_LOW] = "budget_low",
+	[KVMM_STAT_BUDGET_DISCARD] = "budget_discard",
 };
 
 const char *kvmm_stat_name(enum kvmm_stat s)
@@ -146,6 +149,41 @@ static inline void free_area_del(struct kvmm_pool *pool, struct kvmm_page *pg, u
 }
 
 /*
+ * The daemon-wide budget (budget.c): frames out of the buddy are charged to it; false when
+ * @n more would go past its limit (nothing charged).
+ */
+static bool budget_charge(struct kvmm_pool *pool, uint32_t n)
+{
+	struct kvmm_budget *b = pool->budget;
+
+	if (__atomic_add_fetch(&b->used, n, __ATOMIC_RELAXED) > b->limit) {
+		__atomic_sub_fetch(&b->used, n, __ATOMIC_RELAXED);
+		return false;
+	}
+	pool->budget_charged += n;
+	return true;
+}
+
+/*
+ * Frames [f, f + n) go back to the buddy: uncharged, and while the budget is overcommitted
+ * their memory goes back to the system (then they hold no one's data: zeroes).
+ */
+static void budget_uncharge(struct kvmm_pool *pool, uint32_t f, uint32_t n)
+{
+	struct kvmm_budget *b = pool->budget;
+	uint32_t i;
+
+	pool->budget_charged -= n;
+	__atomic_sub_fetch(&b->used, n, __ATOMIC_RELAXED);
+	if (!__atomic_load_n(&b->discard, __ATOMIC_RELAXED) || !pool->be.ops->discard ||
+	    pool->be.ops->discard(&pool->be, f, n))
+		return;
+	for (i = 0; i < n; i++)
+		pool->pages[f + i].data_ns = KVMM_NS_CLEAN;
+	pool->stat[KVMM_STAT_BUDGET_DISCARD] += n;
+}
+
+/*
  * Take a block of 2^order frames and put every frame of it in @state.  The smallest free
  * block that is large enough is split; each split leaves its upper half on the list below.
  */
@@ -159,6 +197,8 @@ static struct kvmm_page *buddy_take(struct kvmm_pool *pool, unsigned int order,
 		if (!list_empty(&pool->free_area[o]))
 			break;
 	if (unlikely(o == KVMM_MAX_ORDER))
+		return NULL;
+	if (pool->budget && !budget_charge(pool, UINT32_C(1) << order))
 		return NULL;
 
 	pg = list_first_entry(&pool->free_area[o], struct kvmm_page, lru);
@@ -202,6 +242,8 @@ static void buddy_give(struct kvmm_pool *pool, struct kvmm_page *pg, unsigned in
 	pool->nr_state[KVMM_PAGE_FREE] += n;
 	pool->nr_free += n;
 	pool->stat[KVMM_STAT_BUDDY_FREE]++;
+	if (pool->budget)
+		budget_uncharge(pool, f, n);
 
 	while (order < KVMM_MAX_ORDER - 1) {
 		uint32_t b = f ^ (UINT32_C(1) << order);
@@ -456,6 +498,15 @@ static void direct_reclaim(struct kvmm_pool *pool)
 	kvmm_shrink(pool, clamp_t(uint32_t, want, 1, KVMM_RECLAIM_BATCH), 0);
 }
 
+/*
+ * The budget, not the pool, is short, and @ns is under its min: the budget's reclaim already
+ * preempted in a pool above its min (budget.c); its own sequences are not the ones to go.
+ */
+static bool budget_min_short(const struct kvmm_pool *pool, const struct kvmm_ns *ns)
+{
+	return pool->budget && pool->nr_free && ns && (uint64_t)ns->used + ns->cached < ns->min;
+}
+
 /* Nothing in the buddy nor in @mag: take back other magazines' frames and try once more. */
 static struct kvmm_page *alloc_slow(struct kvmm_pool *pool, struct kvmm_magazine *mag)
 {
@@ -507,6 +558,14 @@ struct kvmm_page *kvmm_alloc_page(struct kvmm_pool *pool, struct kvmm_ns *ns,
 	}
 	KVMM_BUG_ON(mag && mag->pool != pool);
 
+	/* the daemon-wide budget is spent: reclaim across its pools (budget.c) */
+	if (pool->budget && !(mag && mag->count)) {
+		uint64_t want = mag ? mag->batch : 1;
+
+		if (unlikely(kvmm_budget_free(pool->budget) < want))
+			kvmm_budget_reclaim(pool, ns, want);
+	}
+
 	if (unlikely(kvmm_pool_nr_free(pool) <= pool->wmark_min)) {
 		/* @ns's own min and low do not protect it from its own allocation */
 		struct kvmm_ns *prev = pool->reclaim_for;
@@ -525,7 +584,7 @@ struct kvmm_page *kvmm_alloc_page(struct kvmm_pool *pool, struct kvmm_ns *ns,
 			 * Not while write-back is still in flight: that is left only inside a
 			 * swap operation, and frees frames as soon as the operation is over.
 			 */
-			if (!kvmm_swap_nr_writeback(pool)) {
+			if (!kvmm_swap_nr_writeback(pool) && !budget_min_short(pool, ns)) {
 				struct kvmm_ns *prev = pool->reclaim_for;
 
 				pool->reclaim_for = ns;
@@ -578,7 +637,8 @@ struct kvmm_page *kvmm_alloc_block(struct kvmm_pool *pool, struct kvmm_ns *ns, u
 	KVMM_BUG_ON(ns && (ns->id >= KVMM_MAX_NS || pool->ns[ns->id] != ns));
 	/* best effort: near a limit or a watermark the caller's single pages do the reclaim */
 	if ((ns && ns->limit && (uint64_t)ns->used + ns->cached + n > ns->limit) ||
-	    (uint64_t)kvmm_pool_nr_free(pool) < (uint64_t)pool->wmark_low + n) {
+	    (uint64_t)kvmm_pool_nr_free(pool) < (uint64_t)pool->wmark_low + n ||
+	    (pool->budget && kvmm_budget_free(pool->budget) < n)) {
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -813,6 +873,8 @@ void kvmm_pool_destroy(struct kvmm_pool *pool)
 	if (!pool)
 		return;
 	kvmm_kswapd_stop(pool); /* no reclaimer may run while the pool goes */
+	/* out of the budget first: no other pool's reclaim may look at this one any more */
+	kvmm_budget_leave(pool);
 	/* address spaces, the page cache and namespaces first: they point into the frames */
 	kvmm_mm_release(pool);
 	pool->be.ops->fini(&pool->be);

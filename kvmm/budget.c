@@ -37,6 +37,7 @@
 
 #include "compiler.h"
 #include "list.h"
+#include "log.h"
 #include "kvmm/mm.h"
 #include "kvmm/trace.h"
 
@@ -72,23 +73,7 @@ uint64_t kvmm_budget_free(const struct kvmm_budget *b)
 
 void kvmm_budget_discard_free(struct kvmm_pool *pool)
 {
-	unsigned int o;
-
-	if (!pool->be.ops->discard)
-		return;
-	for (o = 0; o < KVMM_MAX_ORDER; o++) {
-		struct kvmm_page *pg;
-
-		list_for_each_entry (pg, &pool->free_area[o], lru) {
-			uint32_t f = kvmm_page_to_frame(pool, pg), i, n = UINT32_C(1) << o;
-
-			if (pool->be.ops->discard(&pool->be, f, n))
-				continue;
-			for (i = 0; i < n; i++)
-				pg[i].data_ns = KVMM_NS_CLEAN;
-			pool->stat[KVMM_STAT_BUDGET_DISCARD] += n;
-		}
-	}
+	kvmm_budget_trim(pool, UINT32_MAX);
 }
 
 /* b->lock held: the pools together span more than the limit (or no longer do). */
@@ -125,6 +110,10 @@ int kvmm_budget_join(struct kvmm_budget *b, struct kvmm_pool *pool, struct kvmm_
 	pool->budget = b;
 	pool->budget_ns = ns;
 	pool->budget_charged = 0;
+	pool->nr_free_resident = 0;
+	/* free frames a pool keeps resident: its high watermark, at least two refill batches */
+	pool->budget_keep =
+		min(max_t(uint32_t, pool->wmark_high, 2 * KVMM_MAG_DEFAULT_BATCH), pool->nframes);
 	pthread_mutex_unlock(&pool->lock);
 	list_add_tail(&pool->budget_node, &b->pools);
 	b->nr_pools++;
@@ -151,6 +140,7 @@ void kvmm_budget_leave(struct kvmm_pool *pool)
 	pool->budget = NULL;
 	pool->budget_ns = NULL;
 	pool->budget_charged = 0;
+	pool->nr_free_resident = 0;
 }
 
 uint64_t kvmm_budget_targets(const uint64_t *usage, const uint64_t *floor, unsigned int nr,
@@ -197,18 +187,32 @@ static inline uint64_t ns_charged(const struct kvmm_ns *ns)
 	return (uint64_t)ns->used + ns->cached;
 }
 
-/* Reclaim up to @n frames of @p (its lock held) for the budget; returns what it gave back. */
-static uint64_t shrink_pool(struct kvmm_pool *p, uint64_t n, bool keep_low)
+/*
+ * Reclaim up to @n frames of @p (its lock held) for @self's allocation; returns the frames
+ * that went back to @p's buddy.  Another pool's are given back to the system at once (that
+ * is what frees the budget); @self's stay resident, for it to take again without a refault.
+ */
+static uint64_t shrink_pool(struct kvmm_pool *p, struct kvmm_pool *self, uint64_t n, bool keep_low)
 {
-	uint32_t before = p->budget_charged;
+	uint32_t before = p->nr_free;
 	struct kvmm_ns *prev = p->reclaim_for;
+	uint32_t got;
 
 	/* every namespace's protections hold here, the allocating one's too */
 	p->reclaim_for = NULL;
 	kvmm_shrink(p, (uint32_t)min_t(uint64_t, n, UINT32_MAX),
 		    keep_low ? KVMM_SHRINK_KEEP_LOW : 0);
 	p->reclaim_for = prev;
-	return before > p->budget_charged ? before - p->budget_charged : 0;
+	got = p->nr_free > before ? p->nr_free - before : 0;
+	if (p != self)
+		kvmm_budget_trim(p, got);
+	return got;
+}
+
+/* What @self's allocations can have: the budget left, and its own free frames still resident. */
+static inline uint64_t avail(const struct kvmm_budget *b, const struct kvmm_pool *self)
+{
+	return kvmm_budget_free(b) + self->nr_free_resident;
 }
 
 uint64_t kvmm_budget_reclaim(struct kvmm_pool *self, struct kvmm_ns *ns, uint64_t want)
@@ -223,15 +227,20 @@ uint64_t kvmm_budget_reclaim(struct kvmm_pool *self, struct kvmm_ns *ns, uint64_
 	if (!b)
 		return 0;
 	if (pthread_mutex_trylock(&b->lock))
-		return kvmm_budget_free(b);
+		return avail(b, self);
 	list_for_each_entry (p, &b->pools, budget_node) {
 		if (p != self)
 			pthread_mutex_lock(&p->lock);
 		pools[nr++] = p;
 	}
 	b->nr_reclaim++;
-	for (pass = 0; pass < 2 && kvmm_budget_free(b) < want; pass++) {
-		uint64_t need = want - kvmm_budget_free(b);
+	/* other pools' free frames still resident cost nobody anything: given back first */
+	for (i = 0; i < nr && avail(b, self) < want; i++)
+		if (pools[i] != self)
+			kvmm_budget_trim(pools[i], (uint32_t)min_t(uint64_t, want - avail(b, self),
+								   UINT32_MAX));
+	for (pass = 0; pass < 2 && avail(b, self) < want; pass++) {
+		uint64_t need = want - avail(b, self);
 
 		for (i = 0; i < nr; i++) {
 			const struct kvmm_ns *n = pools[i]->budget_ns;
@@ -247,7 +256,7 @@ uint64_t kvmm_budget_reclaim(struct kvmm_pool *self, struct kvmm_ns *ns, uint64_
 
 			if (!take[i])
 				continue;
-			got = shrink_pool(pools[i], take[i], pass == 0);
+			got = shrink_pool(pools[i], self, take[i], pass == 0);
 			freed += got;
 			pools[i]->stat[KVMM_STAT_BUDGET_RECLAIM] += got;
 			if (!n)
@@ -258,11 +267,16 @@ uint64_t kvmm_budget_reclaim(struct kvmm_pool *self, struct kvmm_ns *ns, uint64_
 				n->low_events++;
 				pools[i]->stat[KVMM_STAT_BUDGET_LOW]++;
 				b->low_events++;
+				kvmm_notice_ratelimited(
+					"budget: namespace %.32s reclaimed below its low (%u "
+					"frames, "
+					"low %u): every namespace was at or under its low",
+					n->name, n->used + n->cached, n->low);
 			}
 		}
 	}
 	/* a guaranteed min: preempt where the most is held above one */
-	if (kvmm_budget_free(b) < want && ns && ns_charged(ns) < ns->min) {
+	if (avail(b, self) < want && ns && ns_charged(ns) < ns->min) {
 		struct kvmm_pool *victim = NULL;
 		uint64_t best = 0;
 
@@ -275,11 +289,16 @@ uint64_t kvmm_budget_reclaim(struct kvmm_pool *self, struct kvmm_ns *ns, uint64_
 				victim = pools[i];
 			}
 		}
-		if (victim && kvmm_out_of_memory(victim))
+		if (victim && kvmm_out_of_memory(victim)) {
 			b->nr_oom++;
+			kvmm_notice_ratelimited(
+				"budget: namespace %.32s is under its min (%llu of %u "
+				"frames): a sequence of another one is preempted",
+				ns->name, (unsigned long long)ns_charged(ns), ns->min);
+		}
 	}
 	b->reclaimed += freed;
-	if (kvmm_budget_free(b) < want)
+	if (avail(b, self) < want)
 		b->nr_short++;
 	while (nr--)
 		if (pools[nr] != self)
@@ -288,5 +307,5 @@ uint64_t kvmm_budget_reclaim(struct kvmm_pool *self, struct kvmm_ns *ns, uint64_
 	if (freed)
 		kvmm_trace_event(KVMM_TR_RECLAIM, self, 0, ns ? ns->id : 0, 0, KVMM_TRACE_NONE,
 				 freed);
-	return kvmm_budget_free(b);
+	return avail(b, self);
 }

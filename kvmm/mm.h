@@ -98,6 +98,11 @@ enum {
 	 * keeps its swap slot (swap.h, clean swap-cached pages).
 	 */
 	KVMM_PG_KV_PENDING = 1u << 10,
+	/*
+	 * A FREE frame of a pool in a budget whose memory is still there, charged to the budget
+	 * (budget.c): given back (discarded) only past the pool's keep or under pressure.
+	 */
+	KVMM_PG_RESIDENT = 1u << 11,
 };
 
 struct kvmm_cache_ent; /* page-cache side record of a sealed page (pagecache.c) */
@@ -336,7 +341,9 @@ struct kvmm_pool {
 	struct kvmm_budget *budget;
 	struct list_head budget_node; /* in budget->pools */
 	struct kvmm_ns *budget_ns;    /* the namespace whose min / low stand for the pool */
-	uint32_t budget_charged;
+	uint32_t budget_charged;      /* frames out of the buddy + nr_free_resident */
+	uint32_t nr_free_resident;    /* FREE frames with KVMM_PG_RESIDENT */
+	uint32_t budget_keep;	      /* free frames kept resident while overcommitted */
 };
 
 int kvmm_pool_create(const struct kvmm_pool_params *params, struct kvmm_pool **out);
@@ -887,7 +894,12 @@ uint64_t kvmm_budget_targets(const uint64_t *usage, const uint64_t *floor, unsig
  * afterwards.  0 at once when another thread reclaims for the budget.
  */
 uint64_t kvmm_budget_reclaim(struct kvmm_pool *pool, struct kvmm_ns *ns, uint64_t want);
-/* Discard every free frame of @pool (pool lock held): when the budget becomes overcommitted. */
+/*
+ * Give back the memory of up to @want free frames of @pool still charged (KVMM_PG_RESIDENT),
+ * the coldest first; returns how many (pool lock held).  kvmm_budget_discard_free() gives
+ * back all of them: when the budget becomes overcommitted.
+ */
+uint32_t kvmm_budget_trim(struct kvmm_pool *pool, uint32_t want);
 void kvmm_budget_discard_free(struct kvmm_pool *pool);
 
 /* ---- invariants (debug.c) --------------------------------------------------------------- */

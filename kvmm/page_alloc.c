@@ -149,13 +149,16 @@ static inline void free_area_del(struct kvmm_pool *pool, struct kvmm_page *pg, u
 }
 
 /*
- * The daemon-wide budget (budget.c): frames out of the buddy are charged to it; false when
- * @n more would go past its limit (nothing charged).
+ * The daemon-wide budget (budget.c) charges a pool for every frame whose memory it holds:
+ * every frame out of the buddy, and the free frames not yet given back (KVMM_PG_RESIDENT,
+ * nr_free_resident of them).  false when @n more would go past its limit (nothing charged).
  */
 static bool budget_charge(struct kvmm_pool *pool, uint32_t n)
 {
 	struct kvmm_budget *b = pool->budget;
 
+	if (!n)
+		return true;
 	if (__atomic_add_fetch(&b->used, n, __ATOMIC_RELAXED) > b->limit) {
 		__atomic_sub_fetch(&b->used, n, __ATOMIC_RELAXED);
 		return false;
@@ -164,23 +167,82 @@ static bool budget_charge(struct kvmm_pool *pool, uint32_t n)
 	return true;
 }
 
-/*
- * Frames [f, f + n) go back to the buddy: uncharged, and while the budget is overcommitted
- * their memory goes back to the system (then they hold no one's data: zeroes).
- */
-static void budget_uncharge(struct kvmm_pool *pool, uint32_t f, uint32_t n)
+/* Discard free frames [f, f + n), all RESIDENT: their memory goes, their charge with it. */
+static void budget_discard(struct kvmm_pool *pool, uint32_t f, uint32_t n)
 {
 	struct kvmm_budget *b = pool->budget;
 	uint32_t i;
 
+	if (pool->be.ops->discard(&pool->be, f, n))
+		return;
+	for (i = 0; i < n; i++) {
+		pool->pages[f + i].flags &= ~KVMM_PG_RESIDENT;
+		/* it reads zeroes now: no one's data, no scrub before another namespace's use */
+		pool->pages[f + i].data_ns = KVMM_NS_CLEAN;
+	}
+	pool->nr_free_resident -= n;
 	pool->budget_charged -= n;
 	__atomic_sub_fetch(&b->used, n, __ATOMIC_RELAXED);
-	if (!__atomic_load_n(&b->discard, __ATOMIC_RELAXED) || !pool->be.ops->discard ||
-	    pool->be.ops->discard(&pool->be, f, n))
-		return;
-	for (i = 0; i < n; i++)
-		pool->pages[f + i].data_ns = KVMM_NS_CLEAN;
 	pool->stat[KVMM_STAT_BUDGET_DISCARD] += n;
+}
+
+uint32_t kvmm_budget_trim(struct kvmm_pool *pool, uint32_t want)
+{
+	uint32_t done = 0;
+	int o;
+
+	if (!pool->budget || !pool->be.ops->discard || !want)
+		return 0;
+	/* the coldest first: large merged blocks, and each list from its tail (lists are LIFO) */
+	for (o = KVMM_MAX_ORDER - 1; o >= 0 && done < want && pool->nr_free_resident; o--) {
+		struct kvmm_page *pg;
+
+		list_for_each_entry_reverse (pg, &pool->free_area[o], lru) {
+			uint32_t f = kvmm_page_to_frame(pool, pg), n = UINT32_C(1) << o, i = 0;
+
+			while (i < n && done < want) {
+				uint32_t run = 0;
+
+				while (i + run < n && (pg[i + run].flags & KVMM_PG_RESIDENT) &&
+				       done + run < want)
+					run++;
+				if (run) {
+					budget_discard(pool, f + i, run);
+					done += run;
+					i += run;
+				} else {
+					i++;
+				}
+			}
+			if (done >= want || !pool->nr_free_resident)
+				break;
+		}
+	}
+	return done;
+}
+
+/*
+ * Frames [f, f + n) went back to the buddy: still charged (their memory is still there).
+ * While the budget is overcommitted, free frames held past the pool's keep are given back
+ * down to half of it, the coldest first (budget_keep_trim, once the block is on its list), so
+ * that other pools can have the budget; below the keep, a pool that frees and allocates
+ * again (an engine's step) never pays a refault.
+ */
+static void budget_freed(struct kvmm_pool *pool, uint32_t f, uint32_t n)
+{
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		pool->pages[f + i].flags |= KVMM_PG_RESIDENT;
+	pool->nr_free_resident += n;
+}
+
+/* After a block went back (and merged): trim past the keep (budget_freed). */
+static void budget_keep_trim(struct kvmm_pool *pool)
+{
+	if (pool->nr_free_resident > pool->budget_keep &&
+	    __atomic_load_n(&pool->budget->discard, __ATOMIC_RELAXED))
+		kvmm_budget_trim(pool, pool->nr_free_resident - pool->budget_keep / 2);
 }
 
 /*
@@ -198,10 +260,30 @@ static struct kvmm_page *buddy_take(struct kvmm_pool *pool, unsigned int order,
 			break;
 	if (unlikely(o == KVMM_MAX_ORDER))
 		return NULL;
-	if (pool->budget && !budget_charge(pool, UINT32_C(1) << order))
-		return NULL;
 
 	pg = list_first_entry(&pool->free_area[o], struct kvmm_page, lru);
+	n = 1u << order;
+	/*
+	 * The frames taken that were given back (not RESIDENT) are charged again.  The budget
+	 * spent, the pool's own free frames still resident are given back for them (a trim may
+	 * reach this very block: count again).
+	 */
+	if (pool->budget) {
+		uint32_t resident;
+
+		for (;;) {
+			for (resident = 0, i = 0; i < n; i++)
+				resident += !!(pg[i].flags & KVMM_PG_RESIDENT);
+			if (budget_charge(pool, n - resident))
+				break;
+			if (pool->nr_free_resident <= resident ||
+			    !kvmm_budget_trim(pool, n - resident))
+				return NULL;
+		}
+		for (i = 0; i < n; i++)
+			pg[i].flags &= ~KVMM_PG_RESIDENT;
+		pool->nr_free_resident -= resident;
+	}
 	free_area_del(pool, pg, o);
 	while (o > order) {
 		o--;
@@ -209,7 +291,6 @@ static struct kvmm_page *buddy_take(struct kvmm_pool *pool, unsigned int order,
 		pool->stat[KVMM_STAT_BUDDY_SPLIT]++;
 	}
 
-	n = 1u << order;
 	for (i = 0; i < n; i++) {
 		KVMM_BUG_ON(pg[i].state != KVMM_PAGE_FREE);
 		pg[i].state = (uint8_t)state;
@@ -243,7 +324,7 @@ static void buddy_give(struct kvmm_pool *pool, struct kvmm_page *pg, unsigned in
 	pool->nr_free += n;
 	pool->stat[KVMM_STAT_BUDDY_FREE]++;
 	if (pool->budget)
-		budget_uncharge(pool, f, n);
+		budget_freed(pool, f, n);
 
 	while (order < KVMM_MAX_ORDER - 1) {
 		uint32_t b = f ^ (UINT32_C(1) << order);
@@ -260,6 +341,8 @@ static void buddy_give(struct kvmm_pool *pool, struct kvmm_page *pg, unsigned in
 		pool->stat[KVMM_STAT_BUDDY_MERGE]++;
 	}
 	free_area_add(pool, &pool->pages[f], order);
+	if (pool->budget)
+		budget_keep_trim(pool);
 }
 
 struct kvmm_page *kvmm_buddy_alloc(struct kvmm_pool *pool, unsigned int order)
@@ -558,14 +641,6 @@ struct kvmm_page *kvmm_alloc_page(struct kvmm_pool *pool, struct kvmm_ns *ns,
 	}
 	KVMM_BUG_ON(mag && mag->pool != pool);
 
-	/* the daemon-wide budget is spent: reclaim across its pools (budget.c) */
-	if (pool->budget && !(mag && mag->count)) {
-		uint64_t want = mag ? mag->batch : 1;
-
-		if (unlikely(kvmm_budget_free(pool->budget) < want))
-			kvmm_budget_reclaim(pool, ns, want);
-	}
-
 	if (unlikely(kvmm_pool_nr_free(pool) <= pool->wmark_min)) {
 		/* @ns's own min and low do not protect it from its own allocation */
 		struct kvmm_ns *prev = pool->reclaim_for;
@@ -576,6 +651,11 @@ struct kvmm_page *kvmm_alloc_page(struct kvmm_pool *pool, struct kvmm_ns *ns,
 	}
 
 	pg = mag ? mag_pop(mag) : buddy_take(pool, 0, KVMM_PAGE_MAPPED);
+	/* free frames, but the daemon-wide budget is spent: reclaim across its pools (budget.c) */
+	if (unlikely(!pg) && pool->budget && pool->nr_free) {
+		kvmm_budget_reclaim(pool, ns, mag ? mag->batch : 1);
+		pg = mag ? mag_pop(mag) : buddy_take(pool, 0, KVMM_PAGE_MAPPED);
+	}
 	if (unlikely(!pg)) {
 		pg = alloc_slow(pool, mag);
 		if (!pg) {

@@ -170,14 +170,21 @@ static void test_targets(void **state)
 
 /* ---- accounting and discarding -------------------------------------------------------- */
 
+static uint64_t used_sum(const struct bfix *f)
+{
+	return (uint64_t)f->a.pool->budget_charged + f->b.pool->budget_charged;
+}
+
 static void test_accounting(void **state)
 {
 	struct bfix *f = *state;
+	uint32_t keep = f->a.pool->budget_keep;
 	struct kvmm_seq *sa, *sb;
 
-	/* two pools of 64 on a budget of 64: overcommitted, freed frames are discarded */
+	/* two pools of 64 on a budget of 64: overcommitted, freed frames past the keep go back */
 	assert_true(f->budget.discard);
 	assert_int_equal(f->budget.span, 2 * NFRAMES);
+	assert_int_equal(keep, 32);
 	sa = mapped_seq(&f->a, 20);
 	sb = mapped_seq(&f->b, 30);
 	assert_int_equal(f->budget.used, 50);
@@ -185,71 +192,124 @@ static void test_accounting(void **state)
 	assert_int_equal(f->a.pool->budget_charged, 20);
 	mmf_check(f->a.pool);
 	mmf_check(f->b.pool);
-	/* the budget, not the pool, runs out (a has 44 frames free in its own buddy): nothing
-	 * reclaimable anywhere, the append fails and gives back what it took */
+	/*
+	 * The budget, not the pool, runs out (a has 44 frames free in its own buddy): nothing
+	 * reclaimable anywhere, the append fails; what it took stays resident in a's buddy,
+	 * still charged, under the keep
+	 */
 	assert_int_equal(kvmm_mm_seq_append(sa, TPP * 20, NULL), -ENOMEM);
 	assert_true(f->a.pool->nr_free >= 20);
-	assert_int_equal(f->budget.used, 50);
+	assert_int_equal(f->a.pool->nr_free_resident, BUDGET - 50);
+	assert_int_equal(f->budget.used, BUDGET);
+	assert_int_equal(f->budget.used, used_sum(f));
 	assert_true(f->budget.nr_short >= 1);
+	/* b's 30 frames go back to its buddy: resident too (30 <= its keep), nothing punched */
 	kvmm_mm_seq_free(sb);
-	assert_int_equal(f->budget.used, f->a.pool->budget_charged);
-	assert_true(f->b.pool->stat[KVMM_STAT_BUDGET_DISCARD] >= 30);
-	/* what b gave back, a can take now */
+	assert_int_equal(f->b.pool->nr_free_resident, 30);
+	assert_int_equal(f->b.pool->stat[KVMM_STAT_BUDGET_DISCARD], 0);
+	mmf_check(f->b.pool);
+	/* a wants 20 more: b's free resident frames are given back for it, nothing reclaimed */
 	assert_int_equal(kvmm_mm_seq_append(sa, TPP * 20, NULL), 0);
+	assert_true(f->b.pool->stat[KVMM_STAT_BUDGET_DISCARD] >= 6);
+	assert_int_equal(f->b.ns->budget_reclaimed, 0);
+	assert_int_equal(f->budget.used, used_sum(f));
+	mmf_check(f->a.pool);
+	mmf_check(f->b.pool);
+	/* a frees its 40: past its keep, trimmed to half of it */
 	kvmm_mm_seq_free(sa);
-	assert_int_equal(f->budget.used, 0);
+	assert_true(f->a.pool->nr_free_resident <= keep);
+	assert_true(f->a.pool->stat[KVMM_STAT_BUDGET_DISCARD] > 0);
+	assert_int_equal(f->budget.used, used_sum(f));
 	mmf_check(f->a.pool);
 	mmf_check(f->b.pool);
 }
 
-/* A frame's memory really goes back to the system when it returns to the buddy. */
+/* count of the pool's pages resident in memory (mincore) */
+static uint32_t pages_in_core(struct kvmm_pool *pool)
+{
+	size_t len = (size_t)pool->nframes * PAGE_SZ, n = len / 4096, i;
+	unsigned char *vec = malloc(n);
+	uint32_t in = 0;
+
+	assert_non_null(vec);
+	assert_int_equal(mincore(kvmm_pool_frame_addr(pool, 0), len, vec), 0);
+	for (i = 0; i < n; i++)
+		in += vec[i] & 1;
+	free(vec);
+	return in;
+}
+
+/* A freed frame's memory really goes back to the system, past the keep and when trimmed. */
 static void test_discard_returns_memory(void **state)
 {
 	struct bfix *f = *state;
-	long sys = sysconf(_SC_PAGESIZE);
-	struct kvmm_page *pg;
-	unsigned char vec[PAGE_SZ / 4096 + 1];
-	uint32_t frame;
-	char *p;
+	struct kvmm_page *pg[48];
+	uint32_t i, in;
 
-	assert_true(sys > 0 && PAGE_SZ % sys == 0);
-	pg = kvmm_alloc_page(f->a.pool, f->a.ns, NULL);
-	assert_non_null(pg);
-	frame = kvmm_page_to_frame(f->a.pool, pg);
-	p = kvmm_pool_frame_addr(f->a.pool, frame);
-	memset(p, 0x5a, PAGE_SZ);
-	assert_int_equal(mincore(p, PAGE_SZ, vec), 0);
-	assert_true(vec[0] & 1);
-	kvmm_free_page(f->a.pool, pg, NULL);
-	assert_int_equal(mincore(p, PAGE_SZ, vec), 0);
-	assert_false(vec[0] & 1);
-	/* and it reads zeroes: it holds no one's data any more */
-	assert_int_equal(p[0], 0);
-	assert_int_equal(f->a.pool->pages[frame].data_ns, KVMM_NS_CLEAN);
+	assert_int_equal(sysconf(_SC_PAGESIZE), 4096);
+	for (i = 0; i < 48; i++) {
+		pg[i] = kvmm_alloc_page(f->a.pool, f->a.ns, NULL);
+		assert_non_null(pg[i]);
+		memset(kvmm_pool_frame_addr(f->a.pool, kvmm_page_to_frame(f->a.pool, pg[i])), 0x5a,
+		       PAGE_SZ);
+	}
+	assert_int_equal(pages_in_core(f->a.pool), 48);
+	for (i = 0; i < 48; i++)
+		kvmm_free_page(f->a.pool, pg[i], NULL);
+	/* 48 free frames past a keep of 32: trimmed to 16, the others' memory is gone */
+	in = pages_in_core(f->a.pool);
+	assert_int_equal(in, f->a.pool->nr_free_resident);
+	assert_true(in <= 32);
+	/* all of it, on demand */
+	assert_int_equal(kvmm_budget_trim(f->a.pool, UINT32_MAX), in);
+	assert_int_equal(pages_in_core(f->a.pool), 0);
+	assert_int_equal(f->a.pool->budget_charged, 0);
+	/* a frame given back reads zeroes and holds no one's data (reading maps the zero page) */
+	for (i = 0; i < NFRAMES; i++) {
+		const struct kvmm_page *p = &f->a.pool->pages[i];
+		const char *addr = kvmm_pool_frame_addr(f->a.pool, i);
+
+		assert_false(p->flags & KVMM_PG_RESIDENT);
+		assert_int_equal(addr[0], 0);
+		assert_int_equal(p->data_ns, KVMM_NS_CLEAN);
+	}
+	mmf_check(f->a.pool);
 }
 
-/* Not overcommitted (the pools fit in the budget): nothing is discarded. */
+/* Not overcommitted (the pools fit in the budget): nothing is given back. */
 static void test_no_discard_when_it_fits(void **state)
 {
 	struct kvmm_budget b;
 	struct kvmm_pool *pool = mmf_pool(NFRAMES);
-	struct kvmm_page *pg;
+	struct kvmm_page *pg[48];
+	uint32_t i;
 
 	(void)state;
 	assert_int_equal(kvmm_budget_init(&b, NFRAMES), 0);
 	assert_int_equal(kvmm_budget_join(&b, pool, NULL), 0);
 	assert_false(b.discard);
-	pg = kvmm_alloc_page(pool, NULL, NULL);
-	assert_non_null(pg);
-	assert_int_equal(b.used, 1);
-	kvmm_free_page(pool, pg, NULL);
-	assert_int_equal(b.used, 0);
+	for (i = 0; i < 48; i++) {
+		pg[i] = kvmm_alloc_page(pool, NULL, NULL);
+		assert_non_null(pg[i]);
+	}
+	assert_int_equal(b.used, 48);
+	for (i = 0; i < 48; i++)
+		kvmm_free_page(pool, pg[i], NULL);
+	assert_int_equal(b.used, 48);
+	assert_int_equal(pool->nr_free_resident, 48);
 	assert_int_equal(pool->stat[KVMM_STAT_BUDGET_DISCARD], 0);
+	mmf_check(pool);
+	/* taken again: no new charge */
+	pg[0] = kvmm_alloc_page(pool, NULL, NULL);
+	assert_non_null(pg[0]);
+	assert_int_equal(b.used, 48);
+	kvmm_free_page(pool, pg[0], NULL);
 	/* a pool that is not empty cannot join; one pool cannot join twice */
 	assert_int_equal(kvmm_budget_join(&b, pool, NULL), -EBUSY);
 	mmf_check(pool);
 	kvmm_pool_destroy(pool);
 	assert_int_equal(b.nr_pools, 0);
+	assert_int_equal(b.used, 0);
 	kvmm_budget_fini(&b);
 }
 

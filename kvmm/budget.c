@@ -5,15 +5,18 @@
  * one limit, the way memcg's children share their parent's.
  *
  * Each pool's size is the most its namespace may ever hold (its address span); what it holds
- * is what it took out of its buddy (MAGAZINE, MAPPED and CACHED frames), charged here as it
- * takes it (page_alloc.c's buddy_take) and uncharged as it goes back (buddy_give).  The pools
- * may together span more than the limit (overcommit); then a frame going back to a buddy is
- * discarded at once (the backend's discard: a punched hole in the host backend's memfd; the
- * clients' mappings stay valid and read zeroes), so that the limit bounds the memory really
- * resident, and another pool can take what one gave back.
+ * is what it took out of its buddy (MAGAZINE, MAPPED and CACHED frames) and the free frames
+ * whose memory is still there (KVMM_PG_RESIDENT), charged here as it takes them (page_alloc.c's
+ * buddy_take) and uncharged as their memory is given back (kvmm_budget_trim).  The pools may
+ * together span more than the limit (overcommit); then the free frames a pool holds past its
+ * keep are discarded at once, the coldest first (the backend's discard: a punched hole in the
+ * host backend's memfd; the clients' mappings stay valid and read zeroes), and the others as
+ * soon as another pool's allocation needs the budget, so that the limit bounds the memory
+ * really resident, and another pool can take what one gave back.
  *
  * When an allocation finds the budget spent (kvmm_alloc_page), reclaim runs across the pools
  * (memcg's reclaim from a parent's limit, with its children's memory.min and memory.low):
+ *   0. the other pools' resident free frames are given back (they cost nobody anything);
  *   1. from every pool whose namespace holds more than its low (max(min, low)), the
  *      allocating one included, each in proportion to what it holds above it
  *      (kvmm_budget_targets), never taking one below its low (KVMM_SHRINK_KEEP_LOW):

@@ -840,9 +840,10 @@ void kvmm_mark_page_accessed(struct kvmm_pool *pool, struct kvmm_page *pg);
 /*
  * Frames resident over several pools (kvmmd: one per namespace) never exceed @limit, though
  * the pools' sizes together may (overcommit): memcg's global limit over its children.  A pool
- * charges the budget for every frame it takes out of its buddy and uncharges it when the frame
- * goes back; while the pools together span more than the limit (overcommitted) a frame going
- * back to a buddy is discarded (the backend's discard: the memory goes back to the system).
+ * charges the budget for every frame it takes out of its buddy and keeps it charged while the
+ * frame's memory is there (a free frame KVMM_PG_RESIDENT); while the pools together span more
+ * than the limit (overcommitted) free frames past the pool's keep are discarded (the backend's
+ * discard: the memory goes back to the system), and the rest when another pool needs them.
  * An allocation that finds the budget spent reclaims from the pools whose namespaces are above
  * their low, in proportion to what they hold above it (the allocating one included), then,
  * only when that was not enough, from those above their min; a namespace's min is never

@@ -7,7 +7,7 @@
  * memory of the daemon's memfds (their allocated blocks, fstat of /proc/PID/fd) never holds
  * more than the budget and falls when pages are dropped (punched holes); a min is never
  * reclaimed; every namespace under low is reclaimed down to min with a low event shown by
- * kvmmctl; max is resized live, down (reclaimed down to it) and up, and a max below what is
+ * kvmmctl; a namespace under its min gets its frames by preempting another's sequence; max is resized live, down (reclaimed down to it) and up, and a max below what is
  * mapped and cannot go is refused; mins past the budget are refused; meminfo, namespaces,
  * their JSON and Prometheus show the budget.
  */
@@ -286,6 +286,46 @@ static void test_min_and_low_events(void **state)
 	ctl_ok("ns", "set", ITEST_NS_B, "low=0");
 }
 
+/* A namespace under its min gets its frames: another namespace's sequence is preempted. */
+static void test_min_preempts(void **state)
+{
+	uint32_t *tok = malloc(200 * TPP * sizeof(*tok));
+	kvmm_client_t *a, *b;
+	uint64_t big, seq;
+	int i, ret = -1;
+
+	(void)state;
+	itest_need_daemon();
+	assert_non_null(tok);
+	drop_all();
+	ctl_ok("ns", "set", ITEST_NS_A, "min=200");
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &a), 0);
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_B, &itest_fmt, &b), 0);
+	/* beta maps nearly all of the budget: nothing of it can be reclaimed (no swap tier) */
+	big = fill(b, 1100, BUDGET - 150, true);
+	itest_tokens(tok, 200 * TPP, 1200);
+	/* alpha's 200 are guaranteed: the first try may fail while beta's victim goes */
+	for (i = 0; i < 200 && ret; i++) {
+		assert_int_equal(kvmm_seq_create(a, 0, &seq), 0);
+		ret = kvmm_seq_append(a, seq, tok, 200 * TPP, NULL);
+		if (ret) {
+			assert_int_equal(kvmm_seq_free(a, seq), 0);
+			itest_sleep_ms(10);
+		}
+	}
+	assert_int_equal(ret, 0);
+	assert_int_equal(ns_value(ITEST_NS_A, "used"), 200);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "BudgetPreempted") >= 1);
+	/* beta's sequence was the victim */
+	assert_true(kvmm_seq_append(b, big, tok, TPP, NULL) < 0);
+	kvmm_seq_free(b, big);
+	assert_int_equal(kvmm_seq_free(a, seq), 0);
+	free(tok);
+	kvmm_detach(a);
+	kvmm_detach(b);
+	ctl_ok("ns", "set", ITEST_NS_A, "min=0");
+}
+
 /* ---- live resize ------------------------------------------------------------------------ */
 
 static void test_resize(void **state)
@@ -389,6 +429,7 @@ int main(void)
 		cmocka_unit_test(test_low_protects_cache),
 		cmocka_unit_test(test_memory_returned),
 		cmocka_unit_test(test_min_and_low_events),
+		cmocka_unit_test(test_min_preempts),
 		cmocka_unit_test(test_resize),
 		cmocka_unit_test(test_metrics),
 	};

@@ -205,13 +205,14 @@ check:
 	$(Q)$(MAKE) -f $(srctree)/Makefile __check
 
 # What `make check SAN=thread` runs: the programs where threads share memory (the daemon's
-# kswapd, swap writeback and remote worker beside its event loop; the libraries' own threads).
+# kswapd, swap writeback and remote worker beside its event loop; the libraries' own threads;
+# the frame budget's reclaim taking other pools' locks beside their kvswapd).
 tsan-tests := tests/unit/test_atomic tests/unit/test_kmalloc tests/unit/test_kswapd \
 	tests/unit/test_trace \
 	tests/unit/test_log tests/unit/test_ring tests/unit/test_ipc tests/unit/test_swap \
 	tests/unit/test_remote tests/integration/itest_ring tests/integration/itest_async \
 	tests/integration/itest_share tests/integration/itest_kill tests/integration/itest_swap \
-	tests/integration/itest_remote
+	tests/integration/itest_remote tests/integration/itest_budget
 check-tests := $(if $(filter thread,$(KVMM_SANITIZE)),$(filter $(tsan-tests),$(all-tests)),\
 	$(all-tests) $(all-test-scripts))
 # those programs and the daemon they start, not the whole tree (CI's time)

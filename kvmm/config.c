@@ -1462,11 +1462,17 @@ static int finalize_namespaces(struct kvmm_config *cfg, uint64_t total, bool tot
 		return fin_err(cfg, cfg->line[KVMM_CFG_POOL_SIZE], err, len,
 			       "the namespaces' min add up to %llu frames but the pool has %llu",
 			       (unsigned long long)mins, (unsigned long long)total);
-	if (sized > total)
-		return fin_err(cfg, cfg->line[KVMM_CFG_POOL_SIZE], err, len,
-			       "namespaces take %llu frames but the pool has %llu",
-			       (unsigned long long)sized, (unsigned long long)total);
-	left = total - sized;
+	/*
+	 * The pool is a budget the namespaces' pools share (kvmm/budget.c): their sizes may add
+	 * up past it (overcommit), one alone may not.
+	 */
+	for (i = 0; i < cfg->nr_ns; i++)
+		if (cfg->ns[i].frames > total)
+			return fin_err(cfg, cfg->ns[i].line[KVMM_CFG_NS_FRAMES], err, len,
+				       "namespace %s: %llu frames but the pool has %llu",
+				       cfg->ns[i].name, (unsigned long long)cfg->ns[i].frames,
+				       (unsigned long long)total);
+	left = total - min(sized, total);
 	if (unsized && left < unsized)
 		return fin_err(cfg, cfg->line[KVMM_CFG_POOL_SIZE], err, len,
 			       "%llu frames left for %u namespaces without frames or size",

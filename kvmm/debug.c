@@ -44,7 +44,7 @@ __printf(3, 4) static int fail(char *why, size_t len, const char *fmt, ...)
 
 static int check_buddy(struct kvmm_pool *pool, struct frame_seen *seen, char *why, size_t len)
 {
-	uint32_t frames = 0;
+	uint32_t frames = 0, resident, fr;
 	unsigned int o;
 
 	for (o = 0; o < KVMM_MAX_ORDER; o++) {
@@ -82,6 +82,34 @@ static int check_buddy(struct kvmm_pool *pool, struct frame_seen *seen, char *wh
 	}
 	if (frames != pool->nr_free)
 		return fail(why, len, "buddy: %u frames listed, nr_free %u", frames, pool->nr_free);
+	/*
+	 * The daemon-wide budget (budget.c) is charged for every frame out of the buddy and every
+	 * free frame whose memory was not given back (RESIDENT, only in a pool of a budget).
+	 */
+	resident = 0;
+	for (fr = 0; fr < pool->nframes; fr++)
+		if (pool->pages[fr].flags & KVMM_PG_RESIDENT) {
+			if (pool->pages[fr].state != KVMM_PAGE_FREE || !pool->budget)
+				return fail(why, len, "frame %u: resident flag on a %s frame%s", fr,
+					    kvmm_page_state_name(pool->pages[fr].state),
+					    pool->budget ? "" : " of a pool in no budget");
+			resident++;
+		}
+	if (pool->budget && resident != pool->nr_free_resident)
+		return fail(why, len, "budget: %u free frames resident, %u counted", resident,
+			    pool->nr_free_resident);
+	if (pool->budget &&
+	    pool->budget_charged != pool->nframes - pool->nr_free + pool->nr_free_resident)
+		return fail(why, len,
+			    "budget: %u frames charged, %u out of the buddy and %u free resident",
+			    pool->budget_charged, pool->nframes - pool->nr_free,
+			    pool->nr_free_resident);
+	if (pool->budget &&
+	    __atomic_load_n(&pool->budget->used, __ATOMIC_RELAXED) < pool->budget_charged)
+		return fail(
+			why, len, "budget: %llu frames used in all, %u by this pool",
+			(unsigned long long)__atomic_load_n(&pool->budget->used, __ATOMIC_RELAXED),
+			pool->budget_charged);
 	return 0;
 }
 
@@ -232,7 +260,8 @@ static int check_frames(struct kvmm_pool *pool, const struct frame_seen *seen, c
 		case KVMM_PAGE_FREE:
 		case KVMM_PAGE_MAGAZINE:
 			if (pg->refcount || pg->cache ||
-			    (pg->flags & ~(KVMM_PG_BUDDY_HEAD | KVMM_PG_POISONED)))
+			    (pg->flags &
+			     ~(KVMM_PG_BUDDY_HEAD | KVMM_PG_POISONED | KVMM_PG_RESIDENT)))
 				return fail(why, len, "frame %u: %s with refcount %u flags %#x", f,
 					    kvmm_page_state_name(pg->state), pg->refcount,
 					    pg->flags);

@@ -41,6 +41,7 @@ struct kvmm_ns;
 struct kvmm_swap; /* kvmm/swap.h */
 struct kvmm_seq;
 struct kvmm_kswapd; /* kswapd.c */
+struct kvmm_budget; /* budget.c */
 
 /*
  * What the owner of a pool (kvmmd) wants to hear from reclaim, all called with the pool lock
@@ -102,6 +103,11 @@ enum {
 	 * keeps its swap slot (swap.h, clean swap-cached pages).
 	 */
 	KVMM_PG_KV_PENDING = 1u << 10,
+	/*
+	 * A FREE frame of a pool in a budget whose memory is still there, charged to the budget
+	 * (budget.c): given back (discarded) only past the pool's keep or under pressure.
+	 */
+	KVMM_PG_RESIDENT = 1u << 11,
 };
 
 struct kvmm_cache_ent; /* page-cache side record of a sealed page (pagecache.c) */
@@ -169,6 +175,12 @@ struct kvmm_backend_ops {
 	int (*copy)(struct kvmm_backend_ctx *be, uint32_t dst, uint32_t src, uint64_t bytes);
 	/* Zero a frame (scrub before it changes namespace). 0 or -errno. */
 	int (*scrub)(struct kvmm_backend_ctx *be, uint32_t frame);
+	/*
+	 * Give the memory of frames [first, first + nr) back to the system (a punched hole, a
+	 * dropped anonymous range): they read as zeroes afterwards, in every mapping of them,
+	 * which stays valid.  NULL when the memory cannot be returned (cuda).  0 or -errno.
+	 */
+	int (*discard)(struct kvmm_backend_ctx *be, uint32_t first, uint32_t nr);
 	/*
 	 * Swap staging, for memory the host cannot address (cuda backend); NULL when frame_addr
 	 * and memcpy serve.  copy_to_host / copy_from_host start copying whole frames
@@ -259,6 +271,10 @@ enum kvmm_stat {
 	KVMM_STAT_ALLOC_BLOCK,	  /* blocks of consecutive frames a bulk append got at once */
 	KVMM_STAT_SWAP_CSUM_BAD,  /* swap-ins whose bytes failed their checksum: page dropped */
 	KVMM_STAT_RECLAIM_INLINE, /* cached pages the allocating thread dropped under low */
+	/* the daemon-wide frame budget (budget.c, Documentation/mm/budget.md) */
+	KVMM_STAT_BUDGET_RECLAIM, /* frames this pool gave up to the budget (any allocator's) */
+	KVMM_STAT_BUDGET_LOW,	  /* budget reclaims that took this pool's namespace below low */
+	KVMM_STAT_BUDGET_DISCARD, /* frames whose memory went back to the system (hole punched) */
 	KVMM_STAT_COUNT,
 };
 
@@ -329,6 +345,17 @@ struct kvmm_pool {
 	unsigned int reclaim_prot;  /* the protection kvmm_reclaim() honours now (vmscan.c) */
 	uint32_t nr_faulting;	    /* sequences a PIN is faulting in (KVMM_SEQ_F_FAULTING) */
 	struct list_head shrinkers; /* struct kvmm_shrinker.node (shrinker.c) */
+
+	/*
+	 * The daemon-wide frame budget this pool draws from (budget.c), NULL: none.  Frames out
+	 * of the buddy (MAGAZINE, MAPPED, CACHED) are charged to it: budget_charged of them.
+	 */
+	struct kvmm_budget *budget;
+	struct list_head budget_node; /* in budget->pools */
+	struct kvmm_ns *budget_ns;    /* the namespace whose min / low stand for the pool */
+	uint32_t budget_charged;      /* frames out of the buddy + nr_free_resident */
+	uint32_t nr_free_resident;    /* FREE frames with KVMM_PG_RESIDENT */
+	uint32_t budget_keep;	      /* free frames kept resident while overcommitted */
 };
 
 int kvmm_pool_create(const struct kvmm_pool_params *params, struct kvmm_pool **out);
@@ -476,6 +503,9 @@ struct kvmm_ns {
 	uint32_t min;
 	uint32_t low;
 	uint32_t peak; /* the most used + cached ever charged at once (high-water mark) */
+	/* budget reclaim (budget.c): frames taken for others, times taken below low */
+	uint64_t budget_reclaimed;
+	uint64_t low_events;
 	int priority;
 	struct kvmm_pool *pool;
 	uint64_t hash_seed; /* XXH3 seed derived from secret (ns.c), cached for lookups */
@@ -759,6 +789,8 @@ bool kvmm_ns_protected(const struct kvmm_pool *pool, const struct kvmm_ns *ns, u
  * them.  For kvswapd and other callers that can let go of the lock; direct reclaim is sync.
  */
 #define KVMM_SHRINK_ASYNC (1u << 1)
+/* Honour low as well as min all the way (budget reclaim's first pass): nothing below low. */
+#define KVMM_SHRINK_KEEP_LOW (1u << 2)
 uint32_t kvmm_shrink(struct kvmm_pool *pool, uint32_t n, unsigned int flags);
 
 /*
@@ -822,6 +854,74 @@ void kvmm_lru_del(struct kvmm_pool *pool, struct kvmm_page *pg);
  * REFERENCED, a second one while still REFERENCED promotes it (ACTIVE).
  */
 void kvmm_mark_page_accessed(struct kvmm_pool *pool, struct kvmm_page *pg);
+
+/* ---- the daemon-wide frame budget (budget.c) ------------------------------------------ */
+
+/*
+ * Frames resident over several pools (kvmmd: one per namespace) never exceed @limit, though
+ * the pools' sizes together may (overcommit): memcg's global limit over its children.  A pool
+ * charges the budget for every frame it takes out of its buddy and keeps it charged while the
+ * frame's memory is there (a free frame KVMM_PG_RESIDENT); while the pools together span more
+ * than the limit (overcommitted) free frames past the pool's keep are discarded (the backend's
+ * discard: the memory goes back to the system), and the rest when another pool needs them.
+ * An allocation that finds the budget spent reclaims from the pools whose namespaces are above
+ * their low, in proportion to what they hold above it (the allocating one included), then,
+ * only when that was not enough, from those above their min; a namespace's min is never
+ * reclaimed, and one under its min preempts (oom hook) in a pool above its own min.  @lock
+ * orders the cross-pool reclaim: taken with trylock by allocators (one reclaimer at a time;
+ * a second one goes without), with lock by join and leave; under it, other pools' locks.
+ * used is atomic (pools change it under their own locks).
+ */
+struct kvmm_budget {
+	pthread_mutex_t lock;
+	uint64_t limit;		/* frames */
+	uint64_t used;		/* frames charged by all pools (atomic) */
+	uint64_t span;		/* frames of all pools together (under lock) */
+	bool discard;		/* span > limit: frames going back are discarded */
+	struct list_head pools; /* struct kvmm_pool.budget_node */
+	uint32_t nr_pools;
+	/* statistics (under lock): reclaims run, frames they freed, ones that fell short */
+	uint64_t nr_reclaim, reclaimed, nr_short, nr_oom, low_events;
+};
+
+int kvmm_budget_init(struct kvmm_budget *b, uint64_t limit);
+/* Every pool must have left. */
+void kvmm_budget_fini(struct kvmm_budget *b);
+/*
+ * Make @pool (nothing allocated yet) draw from @b; @ns is the namespace whose min and low
+ * stand for it in budget reclaim (NULL: none, never protected).  Takes b->lock, and the
+ * pools' locks when the budget becomes overcommitted (their free frames are discarded).
+ * 0, -EINVAL, -EBUSY (already in one or frames allocated), -ENOSPC (KVMM_BUDGET_MAX_POOLS).
+ */
+#define KVMM_BUDGET_MAX_POOLS 64
+int kvmm_budget_join(struct kvmm_budget *b, struct kvmm_pool *pool, struct kvmm_ns *ns);
+/* Detach @pool from its budget (kvmm_pool_destroy calls it); its charges go. b->lock. */
+void kvmm_budget_leave(struct kvmm_pool *pool);
+/* Frames the budget has left (0 when spent). */
+uint64_t kvmm_budget_free(const struct kvmm_budget *b);
+
+/*
+ * The reclaim-target choice, pure: @nr members holding usage[i] frames with floors floor[i]
+ * (low at the first pass, min at the second): take[i] frames from each so that together they
+ * give @want, in proportion to what each holds above its floor (never more than that; the
+ * fractions go to the largest remainders, so the shares add up to @want exactly).  Returns
+ * the sum of take[] (less than @want when the members hold less above their floors).
+ */
+uint64_t kvmm_budget_targets(const uint64_t *usage, const uint64_t *floor, unsigned int nr,
+			     uint64_t want, uint64_t *take);
+/*
+ * The budget has fewer than @want frames left for @ns's allocation in @pool (pool lock held):
+ * reclaim across the pools as described above.  Returns the frames the budget has left
+ * afterwards.  0 at once when another thread reclaims for the budget.
+ */
+uint64_t kvmm_budget_reclaim(struct kvmm_pool *pool, struct kvmm_ns *ns, uint64_t want);
+/*
+ * Give back the memory of up to @want free frames of @pool still charged (KVMM_PG_RESIDENT),
+ * the coldest first; returns how many (pool lock held).  kvmm_budget_discard_free() gives
+ * back all of them: when the budget becomes overcommitted.
+ */
+uint32_t kvmm_budget_trim(struct kvmm_pool *pool, uint32_t want);
+void kvmm_budget_discard_free(struct kvmm_pool *pool);
 
 /* ---- invariants (debug.c) --------------------------------------------------------------- */
 

@@ -109,6 +109,9 @@ static const char *const stat_names[KVMM_STAT_COUNT] = {
 	[KVMM_STAT_ALLOC_BLOCK] = "alloc_block",
 	[KVMM_STAT_SWAP_CSUM_BAD] = "swap_csum_bad",
 	[KVMM_STAT_RECLAIM_INLINE] = "reclaim_inline",
+	[KVMM_STAT_BUDGET_RECLAIM] = "budget_reclaim",
+	[KVMM_STAT_BUDGET_LOW] = "budget_low",
+	[KVMM_STAT_BUDGET_DISCARD] = "budget_discard",
 };
 
 const char *kvmm_stat_name(enum kvmm_stat s)
@@ -147,6 +150,103 @@ static inline void free_area_del(struct kvmm_pool *pool, struct kvmm_page *pg, u
 }
 
 /*
+ * The daemon-wide budget (budget.c) charges a pool for every frame whose memory it holds:
+ * every frame out of the buddy, and the free frames not yet given back (KVMM_PG_RESIDENT,
+ * nr_free_resident of them).  false when @n more would go past its limit (nothing charged).
+ */
+static bool budget_charge(struct kvmm_pool *pool, uint32_t n)
+{
+	struct kvmm_budget *b = pool->budget;
+
+	if (!n)
+		return true;
+	if (__atomic_add_fetch(&b->used, n, __ATOMIC_RELAXED) > b->limit) {
+		__atomic_sub_fetch(&b->used, n, __ATOMIC_RELAXED);
+		return false;
+	}
+	pool->budget_charged += n;
+	return true;
+}
+
+/* Discard free frames [f, f + n), all RESIDENT: their memory goes, their charge with it. */
+static void budget_discard(struct kvmm_pool *pool, uint32_t f, uint32_t n)
+{
+	struct kvmm_budget *b = pool->budget;
+	uint32_t i;
+
+	if (pool->be.ops->discard(&pool->be, f, n))
+		return;
+	for (i = 0; i < n; i++) {
+		pool->pages[f + i].flags &= ~KVMM_PG_RESIDENT;
+		/* it reads zeroes now: no one's data, no scrub before another namespace's use */
+		pool->pages[f + i].data_ns = KVMM_NS_CLEAN;
+	}
+	pool->nr_free_resident -= n;
+	pool->budget_charged -= n;
+	__atomic_sub_fetch(&b->used, n, __ATOMIC_RELAXED);
+	pool->stat[KVMM_STAT_BUDGET_DISCARD] += n;
+}
+
+uint32_t kvmm_budget_trim(struct kvmm_pool *pool, uint32_t want)
+{
+	uint32_t done = 0;
+	int o;
+
+	if (!pool->budget || !pool->be.ops->discard || !want)
+		return 0;
+	/* the coldest first: large merged blocks, and each list from its tail (lists are LIFO) */
+	for (o = KVMM_MAX_ORDER - 1; o >= 0 && done < want && pool->nr_free_resident; o--) {
+		struct kvmm_page *pg;
+
+		list_for_each_entry_reverse (pg, &pool->free_area[o], lru) {
+			uint32_t f = kvmm_page_to_frame(pool, pg), n = UINT32_C(1) << o, i = 0;
+
+			while (i < n && done < want) {
+				uint32_t run = 0;
+
+				while (i + run < n && (pg[i + run].flags & KVMM_PG_RESIDENT) &&
+				       done + run < want)
+					run++;
+				if (run) {
+					budget_discard(pool, f + i, run);
+					done += run;
+					i += run;
+				} else {
+					i++;
+				}
+			}
+			if (done >= want || !pool->nr_free_resident)
+				break;
+		}
+	}
+	return done;
+}
+
+/*
+ * Frames [f, f + n) went back to the buddy: still charged (their memory is still there).
+ * While the budget is overcommitted, free frames held past the pool's keep are given back
+ * down to half of it, the coldest first (budget_keep_trim, once the block is on its list), so
+ * that other pools can have the budget; below the keep, a pool that frees and allocates
+ * again (an engine's step) never pays a refault.
+ */
+static void budget_freed(struct kvmm_pool *pool, uint32_t f, uint32_t n)
+{
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		pool->pages[f + i].flags |= KVMM_PG_RESIDENT;
+	pool->nr_free_resident += n;
+}
+
+/* After a block went back (and merged): trim past the keep (budget_freed). */
+static void budget_keep_trim(struct kvmm_pool *pool)
+{
+	if (pool->nr_free_resident > pool->budget_keep &&
+	    __atomic_load_n(&pool->budget->discard, __ATOMIC_RELAXED))
+		kvmm_budget_trim(pool, pool->nr_free_resident - pool->budget_keep / 2);
+}
+
+/*
  * Take a block of 2^order frames and put every frame of it in @state.  The smallest free
  * block that is large enough is split; each split leaves its upper half on the list below.
  */
@@ -163,6 +263,28 @@ static struct kvmm_page *buddy_take(struct kvmm_pool *pool, unsigned int order,
 		return NULL;
 
 	pg = list_first_entry(&pool->free_area[o], struct kvmm_page, lru);
+	n = 1u << order;
+	/*
+	 * The frames taken that were given back (not RESIDENT) are charged again.  The budget
+	 * spent, the pool's own free frames still resident are given back for them (a trim may
+	 * reach this very block: count again).
+	 */
+	if (pool->budget) {
+		uint32_t resident;
+
+		for (;;) {
+			for (resident = 0, i = 0; i < n; i++)
+				resident += !!(pg[i].flags & KVMM_PG_RESIDENT);
+			if (budget_charge(pool, n - resident))
+				break;
+			if (pool->nr_free_resident <= resident ||
+			    !kvmm_budget_trim(pool, n - resident))
+				return NULL;
+		}
+		for (i = 0; i < n; i++)
+			pg[i].flags &= ~KVMM_PG_RESIDENT;
+		pool->nr_free_resident -= resident;
+	}
 	free_area_del(pool, pg, o);
 	while (o > order) {
 		o--;
@@ -170,7 +292,6 @@ static struct kvmm_page *buddy_take(struct kvmm_pool *pool, unsigned int order,
 		pool->stat[KVMM_STAT_BUDDY_SPLIT]++;
 	}
 
-	n = 1u << order;
 	for (i = 0; i < n; i++) {
 		KVMM_BUG_ON(pg[i].state != KVMM_PAGE_FREE);
 		pg[i].state = (uint8_t)state;
@@ -203,6 +324,8 @@ static void buddy_give(struct kvmm_pool *pool, struct kvmm_page *pg, unsigned in
 	pool->nr_state[KVMM_PAGE_FREE] += n;
 	pool->nr_free += n;
 	pool->stat[KVMM_STAT_BUDDY_FREE]++;
+	if (pool->budget)
+		budget_freed(pool, f, n);
 
 	while (order < KVMM_MAX_ORDER - 1) {
 		uint32_t b = f ^ (UINT32_C(1) << order);
@@ -219,6 +342,8 @@ static void buddy_give(struct kvmm_pool *pool, struct kvmm_page *pg, unsigned in
 		pool->stat[KVMM_STAT_BUDDY_MERGE]++;
 	}
 	free_area_add(pool, &pool->pages[f], order);
+	if (pool->budget)
+		budget_keep_trim(pool);
 }
 
 struct kvmm_page *kvmm_buddy_alloc(struct kvmm_pool *pool, unsigned int order)
@@ -472,6 +597,15 @@ static void direct_reclaim(struct kvmm_pool *pool)
 	kvmm_shrink(pool, clamp_t(uint32_t, want, 1, KVMM_RECLAIM_BATCH), 0);
 }
 
+/*
+ * The budget, not the pool, is short, and @ns is under its min: the budget's reclaim already
+ * preempted in a pool above its min (budget.c); its own sequences are not the ones to go.
+ */
+static bool budget_min_short(const struct kvmm_pool *pool, const struct kvmm_ns *ns)
+{
+	return pool->budget && pool->nr_free && ns && (uint64_t)ns->used + ns->cached < ns->min;
+}
+
 /* Nothing in the buddy nor in @mag: take back other magazines' frames and try once more. */
 static struct kvmm_page *alloc_slow(struct kvmm_pool *pool, struct kvmm_magazine *mag)
 {
@@ -533,6 +667,11 @@ struct kvmm_page *kvmm_alloc_page(struct kvmm_pool *pool, struct kvmm_ns *ns,
 	}
 
 	pg = mag ? mag_pop(mag) : buddy_take(pool, 0, KVMM_PAGE_MAPPED);
+	/* free frames, but the daemon-wide budget is spent: reclaim across its pools (budget.c) */
+	if (unlikely(!pg) && pool->budget && pool->nr_free) {
+		kvmm_budget_reclaim(pool, ns, mag ? mag->batch : 1);
+		pg = mag ? mag_pop(mag) : buddy_take(pool, 0, KVMM_PAGE_MAPPED);
+	}
 	if (unlikely(!pg)) {
 		pg = alloc_slow(pool, mag);
 		if (!pg) {
@@ -541,7 +680,7 @@ struct kvmm_page *kvmm_alloc_page(struct kvmm_pool *pool, struct kvmm_ns *ns,
 			 * Not while write-back is still in flight: that is left only inside a
 			 * swap operation, and frees frames as soon as the operation is over.
 			 */
-			if (!kvmm_swap_nr_writeback(pool)) {
+			if (!kvmm_swap_nr_writeback(pool) && !budget_min_short(pool, ns)) {
 				struct kvmm_ns *prev = pool->reclaim_for;
 
 				pool->reclaim_for = ns;
@@ -594,7 +733,8 @@ struct kvmm_page *kvmm_alloc_block(struct kvmm_pool *pool, struct kvmm_ns *ns, u
 	KVMM_BUG_ON(ns && (ns->id >= KVMM_MAX_NS || pool->ns[ns->id] != ns));
 	/* best effort: near a limit or a watermark the caller's single pages do the reclaim */
 	if ((ns && ns->limit && (uint64_t)ns->used + ns->cached + n > ns->limit) ||
-	    (uint64_t)kvmm_pool_nr_free(pool) < (uint64_t)pool->wmark_low + n) {
+	    (uint64_t)kvmm_pool_nr_free(pool) < (uint64_t)pool->wmark_low + n ||
+	    (pool->budget && kvmm_budget_free(pool->budget) < n)) {
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -829,6 +969,8 @@ void kvmm_pool_destroy(struct kvmm_pool *pool)
 	if (!pool)
 		return;
 	kvmm_kswapd_stop(pool); /* no reclaimer may run while the pool goes */
+	/* out of the budget first: no other pool's reclaim may look at this one any more */
+	kvmm_budget_leave(pool);
 	/* address spaces, the page cache and namespaces first: they point into the frames */
 	kvmm_mm_release(pool);
 	pool->be.ops->fini(&pool->be);

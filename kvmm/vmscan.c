@@ -230,7 +230,7 @@ bool kvmm_reclaim_drop_only(const struct kvmm_pool *pool)
 	       !kvmm_swap_tiers((struct kvmm_pool *)pool, (unsigned int[1]){0}, 1);
 }
 
-uint32_t kvmm_reclaim_protected(struct kvmm_pool *pool, uint32_t n)
+static uint32_t reclaim_protected(struct kvmm_pool *pool, uint32_t n, bool keep_low)
 {
 	uint32_t freed;
 
@@ -239,12 +239,17 @@ uint32_t kvmm_reclaim_protected(struct kvmm_pool *pool, uint32_t n)
 	/* first what no protection covers, then what only low covers; what min covers stays */
 	pool->reclaim_prot = KVMM_PROT_LOW;
 	freed = kvmm_reclaim(pool, NULL, n);
-	if (freed < n) {
+	if (freed < n && !keep_low) {
 		pool->reclaim_prot = KVMM_PROT_MIN;
 		freed += kvmm_reclaim(pool, NULL, n - freed);
 	}
 	pool->reclaim_prot = KVMM_PROT_NONE;
 	return freed;
+}
+
+uint32_t kvmm_reclaim_protected(struct kvmm_pool *pool, uint32_t n)
+{
+	return reclaim_protected(pool, n, false);
 }
 
 /* ---- the reclaim order: cache, tiers, sequences, OOM ----------------------------------- */
@@ -324,7 +329,7 @@ static void make_tier_room(struct kvmm_pool *pool, uint32_t n)
  * Swap out whole sequences, victims in reclaim order, until @want frames were freed (or, with
  * @async, put under writeback: kvmm_swap_writeback() frees them).
  */
-static uint32_t shrink_seqs(struct kvmm_pool *pool, uint32_t want, bool async)
+static uint32_t shrink_seqs(struct kvmm_pool *pool, uint32_t want, bool async, bool keep_low)
 {
 	unsigned int level = KVMM_PROT_LOW;
 	uint32_t freed = 0;
@@ -344,7 +349,7 @@ static uint32_t shrink_seqs(struct kvmm_pool *pool, uint32_t want, bool async)
 				    !kvmm_ns_protected(pool, as->ns, level,
 						       kvmm_seq_nr_resident(seq)))
 					victim = seq;
-		if (!victim && level == KVMM_PROT_LOW) {
+		if (!victim && level == KVMM_PROT_LOW && !keep_low) {
 			level = KVMM_PROT_MIN;
 			continue;
 		}
@@ -383,7 +388,7 @@ uint32_t kvmm_shrink(struct kvmm_pool *pool, uint32_t n, unsigned int flags)
 	pool->reclaim_nest++;
 	if (swap_ok && pool->lru.nr_active + pool->lru.nr_inactive)
 		make_tier_room(pool, n);
-	freed = kvmm_reclaim_protected(pool, n);
+	freed = reclaim_protected(pool, n, flags & KVMM_SHRINK_KEEP_LOW);
 	/* frames the owner parks idle (client magazines) before anything someone uses */
 	if (freed < n)
 		freed += kvmm_run_shrinkers(pool, NULL, n - freed);
@@ -397,7 +402,8 @@ uint32_t kvmm_shrink(struct kvmm_pool *pool, uint32_t n, unsigned int flags)
 		freed += (uint32_t)kvmm_swap_writeback_wait(
 			pool, swap_ok && !(flags & KVMM_SHRINK_NOSWAP));
 	if (freed < n && swap_ok && !(flags & KVMM_SHRINK_NOSWAP))
-		freed += shrink_seqs(pool, n - freed, flags & KVMM_SHRINK_ASYNC);
+		freed += shrink_seqs(pool, n - freed, flags & KVMM_SHRINK_ASYNC,
+				     flags & KVMM_SHRINK_KEEP_LOW);
 	pool->reclaim_nest--;
 	return freed;
 }

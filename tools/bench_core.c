@@ -12,6 +12,12 @@
  *   core.prefix_lookup     kvmm_mm_prefix_lookup of a cached 4096-token prompt, ns/block
  *   core.prefix_lookup_rate  the same as M blocks/s
  *   core.cache_key         kvmm_cache_key() alone (the keyed hash insert and lookup compute)
+ *   core.touch_free_{buddy,mag}_{budget,overcommit}  alloc, write one byte, free, in a pool
+ *                          of the daemon-wide frame budget: one it fits (charging only) and an
+ *                          overcommitted one (free frames past the pool's keep discarded,
+ *                          refaulted on reuse), against the same pool without a budget,
+ *                          ns/page; core.touch_free_churn_overcommit frees 512 at a time,
+ *                          past the keep: what giving memory back costs
  *
  * each beside a baseline measured in the same run: malloc + free of 64 bytes (same burst
  * pattern) for the allocator, XXH3-64 of each 16-token block chained through the previous
@@ -39,8 +45,9 @@ struct core_ctx {
 	struct kvmm_magazine mag;
 	struct kvmm_fmt fmt;
 	struct kvmm_aspace *as;
-	uint32_t tpp; /* tokens per page (16) */
-	int err;      /* first error inside a timed run; reported after the run */
+	uint32_t tpp;	/* tokens per page (16) */
+	int err;	/* first error inside a timed run; reported after the run */
+	uint32_t burst; /* budget cases: pages allocated before they are freed (<= CHURN) */
 
 	/* insert case */
 	struct kvmm_seq **seqs; /* one per iteration of a batch (also the lookup case) */
@@ -252,6 +259,120 @@ static int cache_prompt(struct core_ctx *x)
 	return ret == PROMPT_BLOCKS ? 0 : -EPROTO;
 }
 
+/*
+ * The daemon-wide frame budget (kvmm/budget.c) on the allocator's paths: buddy and magazine
+ * alloc + free of a pool alone, of one in a budget it fits (charging only), and of one in an
+ * overcommitted budget, where every frame going back to the buddy is discarded
+ * (MADV_DONTNEED here, a punched hole in kvmmd's memfds) and refaults when used again.  Each
+ * burst writes one byte per page, as an engine writes its KV, so the refault is counted.
+ */
+#define BUDGET_FRAMES 4096
+#define CHURN 512 /* the churn rows' burst: past the pool's keep (122 frames here) */
+
+static void touch_free(struct core_ctx *x, struct kvmm_magazine *mag, uint64_t n)
+{
+	struct kvmm_page *pg[CHURN];
+	int burst = (int)x->burst;
+
+	for (uint64_t i = 0; i < n; i++) {
+		for (int j = 0; j < burst; j++) {
+			pg[j] = kvmm_alloc_page(x->pool, x->ns, mag);
+			if (__builtin_expect(!pg[j], 0)) {
+				set_err(x, -ENOMEM);
+				while (j--)
+					kvmm_free_page(x->pool, pg[j], mag);
+				return;
+			}
+			*(volatile char *)kvmm_pool_frame_addr(
+				x->pool, kvmm_page_to_frame(x->pool, pg[j])) = 1;
+		}
+		for (int j = 0; j < burst; j++)
+			kvmm_free_page(x->pool, pg[j], mag);
+	}
+}
+
+static void run_touch_buddy(void *arg, uint64_t n)
+{
+	touch_free(arg, NULL, n);
+}
+
+static void run_touch_mag(void *arg, uint64_t n)
+{
+	struct core_ctx *x = arg;
+
+	touch_free(x, &x->mag, n);
+}
+
+/*
+ * mode 0: no budget, 1: a budget the pool fits, 2: an overcommitted one; @kind 0: buddy,
+ * 1: magazine, 2: buddy in bursts of CHURN.  ns/page, or < 0.
+ */
+static int budget_case(const struct bench_opts *o, int mode, int kind, double *ns)
+{
+	struct kvmm_pool_params params = {.page_size = 4096, .nframes = BUDGET_FRAMES};
+	static const char *const names[3][3] = {
+		{"touch_free_buddy", "touch_free_buddy_budget", "touch_free_buddy_overcommit"},
+		{"touch_free_mag", "touch_free_mag_budget", "touch_free_mag_overcommit"},
+		{"touch_free_churn", "touch_free_churn_budget", "touch_free_churn_overcommit"}};
+	bool mag = kind == 1;
+	struct core_ctx x = {0};
+	struct kvmm_budget b;
+	struct bench_case c;
+	int ret;
+
+	ret = kvmm_pool_create(&params, &x.pool);
+	if (ret)
+		return ret;
+	ret = kvmm_ns_create(x.pool, "bench", 0, 0, &x.ns);
+	if (!ret)
+		ret = kvmm_magazine_init(x.pool, &x.mag, 1, 64, 32);
+	if (!ret && mode) {
+		ret = kvmm_budget_init(&b, mode == 1 ? BUDGET_FRAMES : BUDGET_FRAMES / 2);
+		if (!ret)
+			ret = kvmm_budget_join(&b, x.pool, x.ns);
+	}
+	if (!ret) {
+		x.burst = kind == 2 ? CHURN : BURST;
+		c = (struct bench_case){.name = names[kind][mode],
+					.run = mag ? run_touch_mag : run_touch_buddy,
+					.arg = &x,
+					.items_per_iter = x.burst};
+		*ns = bench_measure(o, &c);
+		ret = x.err;
+	}
+	kvmm_magazine_drain_all(&x.mag);
+	if (x.ns)
+		kvmm_ns_destroy(x.ns);
+	kvmm_pool_destroy(x.pool);
+	if (mode)
+		kvmm_budget_fini(&b);
+	return ret;
+}
+
+static int bench_budget(const struct bench_opts *o)
+{
+	double ns[3][3];
+	int ret = 0;
+
+	for (int kind = 0; kind < 3 && !ret; kind++)
+		for (int mode = 0; mode < 3 && !ret; mode++)
+			ret = budget_case(o, mode, kind, &ns[kind][mode]);
+	if (ret) {
+		fprintf(stderr, "kvmm-bench core: budget: %s\n", strerror(-ret));
+		return ret;
+	}
+	bench_report("core.touch_free_buddy_budget", ns[0][1], "ns/page", "touch_free_buddy",
+		     ns[0][0]);
+	bench_report("core.touch_free_buddy_overcommit", ns[0][2], "ns/page", "touch_free_buddy",
+		     ns[0][0]);
+	bench_report("core.touch_free_mag_budget", ns[1][1], "ns/page", "touch_free_mag", ns[1][0]);
+	bench_report("core.touch_free_mag_overcommit", ns[1][2], "ns/page", "touch_free_mag",
+		     ns[1][0]);
+	bench_report("core.touch_free_churn_overcommit", ns[2][2], "ns/page", "touch_free_churn",
+		     ns[2][0]);
+	return 0;
+}
+
 static int check_err(struct core_ctx *x, const char *what)
 {
 	if (!x->err)
@@ -355,6 +476,9 @@ int bench_suite_core(const struct bench_opts *o)
 		     1e3 / hash_ns);
 	bench_target("core magazine alloc+free", mag_ns, 50, true, "ns/page");
 	bench_target("core prefix lookup", 1e3 / lookup_ns, 10, false, "M blocks/s");
+	ret = bench_budget(o);
+	if (ret)
+		goto out_as;
 
 	/* the benchmark must leave a consistent pool: a cheap end-to-end check of its own */
 	ret = kvmm_check_invariants(x.pool, why, sizeof(why));

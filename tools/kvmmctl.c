@@ -286,17 +286,20 @@ static void verb_status(kvmm_admin_t *h)
 
 static void verb_meminfo(kvmm_admin_t *h)
 {
-	const char *l = NULL;
-	long long group = 1;
+	const char *l = NULL, *bl;
+	long long group = 1, ps0 = 0;
+	uint64_t budget_free;
 	char *t;
 
 	if (print_verbatim(h, "meminfo", KVMM_OP_MEMINFO, 0, 0))
 		return;
 	t = read_or_die(h, "meminfo", KVMM_OP_MEMINFO, 0, 0, 0);
-	printf("%-16s %9s %9s %9s %9s %9s %9s %9s\n", "namespace", "total", "used", "cached",
-	       "shared", "free", "limit", "avail");
+	bl = ctl_next(t, "Budget", NULL);
+	budget_free = bl ? (uint64_t)ctl_tag(bl, "BudgetFree") : UINT64_MAX;
+	printf("%-16s %9s %9s %9s %9s %9s %9s %9s %9s %6s\n", "namespace", "total", "used",
+	       "cached", "shared", "free", "limit", "avail", "resident", "lowev");
 	while ((l = ctl_next(t, "Namespace", l))) {
-		char name[64], b[7][24];
+		char name[64], b[8][24];
 		long long ps = ctl_tag(l, "PageSize"), nd = ctl_tag(l, "Devices");
 		uint64_t total = (uint64_t)ctl_tag(l, "Total"), used = (uint64_t)ctl_tag(l, "Used");
 		uint64_t cached = (uint64_t)ctl_tag(l, "Cached");
@@ -312,20 +315,41 @@ static void verb_meminfo(kvmm_admin_t *h)
 			avail = avail < limit - used ? avail : limit - used;
 		else if (limit <= used)
 			avail = 0;
+		/* and within what the daemon-wide budget has left, plus its own cache */
+		if (avail > budget_free + cached)
+			avail = budget_free + cached;
 		/* a frame mirrored on a tensor-parallel group takes PageSize on each device */
 		if (nd > 1 && ps > 0) {
 			ps *= nd;
 			group = nd;
 		}
 		ctl_first(l, name, sizeof(name));
-		printf("%-16s %9s %9s %9s %9s %9s %9s %9s\n", name,
+		ps0 = ps;
+		printf("%-16s %9s %9s %9s %9s %9s %9s %9s %9s %6lld\n", name,
 		       ctl_size(total, (uint64_t)ps, b[0], 24),
 		       ctl_size(used, (uint64_t)ps, b[1], 24),
 		       ctl_size(cached, (uint64_t)ps, b[2], 24),
 		       ctl_size((uint64_t)ctl_tag(l, "Shared"), (uint64_t)ps, b[3], 24),
 		       ctl_size(nfree, (uint64_t)ps, b[4], 24),
 		       lim < 0 ? "none" : ctl_size(limit, (uint64_t)ps, b[5], 24),
-		       ctl_size(avail, (uint64_t)ps, b[6], 24));
+		       ctl_size(avail, (uint64_t)ps, b[6], 24),
+		       ctl_size((uint64_t)ctl_tag(l, "Resident"), (uint64_t)ps, b[7], 24),
+		       ctl_tag(l, "LowEvents"));
+	}
+	/* the daemon-wide budget the namespaces share (an older daemon has none) */
+	if (bl) {
+		char b[4][24];
+
+		printf("budget %s, used %s, free %s; pools span %s%s; %lld reclaims freed %lld "
+		       "frames, %lld short, %lld preempted, %lld low events\n",
+		       ctl_size((uint64_t)ctl_tag(bl, "Budget"), (uint64_t)ps0, b[0], 24),
+		       ctl_size((uint64_t)ctl_tag(bl, "BudgetUsed"), (uint64_t)ps0, b[1], 24),
+		       ctl_size(budget_free, (uint64_t)ps0, b[2], 24),
+		       ctl_size((uint64_t)ctl_tag(bl, "BudgetSpan"), (uint64_t)ps0, b[3], 24),
+		       ctl_tag(bl, "BudgetOvercommit") ? " (overcommitted)" : "",
+		       ctl_tag(bl, "BudgetReclaims"), ctl_tag(bl, "BudgetFreed"),
+		       ctl_tag(bl, "BudgetShort"), ctl_tag(bl, "BudgetPreempted"),
+		       ctl_tag(bl, "BudgetLowEvents"));
 	}
 	if (group > 1)
 		printf("(sizes are over the %lld devices that each hold every frame)\n", group);
@@ -385,14 +409,20 @@ static void verb_clients(kvmm_admin_t *h)
 	free(t);
 }
 
-/* A namespace's min and low from its NAMESPACES record ("-" when none, or not reported). */
-static void ns_protection(kvmm_admin_t *h, const char *name, char *mn, char *lo, size_t len)
+/*
+ * A namespace's min and low from its NAMESPACES record ("-" when none, or not reported), and
+ * the frames the daemon-wide budget charges it and its low events ("-" from an older daemon).
+ */
+static void ns_protection(kvmm_admin_t *h, const char *name, char *mn, char *lo, char *res,
+			  char *lowev, size_t len)
 {
 	struct kvmm_admin_req req;
 	char *t = NULL;
 
 	strcpy(mn, "-");
 	strcpy(lo, "-");
+	strcpy(res, "-");
+	strcpy(lowev, "-");
 	memset(&req, 0, sizeof(req));
 	snprintf(req.ns, sizeof(req.ns), "%s", name);
 	if (kvmm_admin_read(h, KVMM_OP_NAMESPACES, &req, &t) || !t)
@@ -401,6 +431,10 @@ static void ns_protection(kvmm_admin_t *h, const char *name, char *mn, char *lo,
 		strcpy(mn, "-");
 	if (kvmm_admin_field(t, "low", lo, len) <= 0)
 		strcpy(lo, "-");
+	if (kvmm_admin_field(t, "resident", res, len) <= 0)
+		strcpy(res, "-");
+	if (kvmm_admin_field(t, "low_events", lowev, len) <= 0)
+		strcpy(lowev, "-");
 	free(t);
 }
 
@@ -415,24 +449,24 @@ static void verb_namespaces(kvmm_admin_t *h)
 	ret = kvmm_admin_namespaces(h, ctl.ns, &list, &nr);
 	if (ret)
 		ctl_die_status("namespaces", ret);
-	printf("%-16s %4s %9s %9s %9s %9s %9s %9s %9s %5s %7s %8s %10s %10s\n", "NAMESPACE", "ID",
-	       "FRAMES", "LIMIT", "MIN", "LOW", "USED", "CACHED", "SHARED", "PRIO", "CLIENTS",
-	       "HIT%", "HITS", "EVICTED");
+	printf("%-16s %4s %9s %9s %9s %9s %9s %9s %9s %9s %6s %5s %7s %8s %10s %10s\n", "NAMESPACE",
+	       "ID", "FRAMES", "LIMIT", "MIN", "LOW", "USED", "CACHED", "RESIDENT", "SHARED",
+	       "LOWEV", "PRIO", "CLIENTS", "HIT%", "HITS", "EVICTED");
 	for (i = 0; i < nr; i++) {
 		const struct kvmm_admin_ns *n = &list[i];
 		uint64_t lookups = n->hits + n->misses;
-		char lim[24], mn[24], lo[24];
+		char lim[24], mn[24], lo[24], res[24], lowev[24];
 
 		/* "-": none (the pool's size is not a limit) */
 		snprintf(lim, sizeof(lim), "%" PRIu64, n->limit);
 		if (n->limit == KVMM_LIMIT_NONE)
 			strcpy(lim, "-");
-		ns_protection(h, n->name, mn, lo, sizeof(mn));
+		ns_protection(h, n->name, mn, lo, res, lowev, sizeof(mn));
 		printf("%-16s %4" PRIu32 " %9" PRIu64 " %9s %9s %9s %9" PRIu64 " %9" PRIu64
-		       " %9" PRIu64 " %5" PRId32 " %7" PRIu64 " %7.1f%% %10" PRIu64 " %10" PRIu64
-		       "\n",
-		       n->name, n->id, n->frames, lim, mn, lo, n->used, n->cached, n->shared,
-		       n->priority, n->clients,
+		       " %9s %9" PRIu64 " %6s %5" PRId32 " %7" PRIu64 " %7.1f%% %10" PRIu64
+		       " %10" PRIu64 "\n",
+		       n->name, n->id, n->frames, lim, mn, lo, n->used, n->cached, res, n->shared,
+		       lowev, n->priority, n->clients,
 		       lookups ? 100.0 * (double)n->hits / (double)lookups : 0.0, n->hits,
 		       n->pgsteal);
 	}
@@ -936,9 +970,14 @@ static void verb_ns(kvmm_admin_t *h, struct ns_args *a)
 		ctl_die(CTL_EXIT_DAEMON, "%s: namespace '%s' exists", what, a->req.ns);
 	if (ret == -ENOSPC)
 		ctl_die(CTL_EXIT_DAEMON,
-			"%s: no room: the pool has too few frames no namespace holds "
-			"(kvmmctl meminfo), or 32 namespaces exist",
+			"%s: no room: a pool larger than the daemon's budget, namespaces' min "
+			"adding up past it (kvmmctl meminfo), or 32 namespaces exist",
 			what);
+	if (ret == -EBUSY && a->op == KVMM_OP_NS_SET)
+		ctl_die(CTL_EXIT_DAEMON,
+			"%s: '%s' still holds more than that max after reclaim (mapped or pinned "
+			"pages, no swap tier to take them): max unchanged, nothing preempted",
+			what, a->req.ns);
 	if (ret == -EBUSY)
 		ctl_die(CTL_EXIT_DAEMON,
 			"%s: '%s' is busy: clients are attached (--force shuts them out), or it "
@@ -1188,6 +1227,9 @@ static void usage(FILE *f)
 		"      --frames        sizes in frames, not bytes\n"
 		"      --noswap        reclaim: drop cache only, swap nothing out\n"
 		"      --force         ns delete: even with clients attached (they are shut out)\n"
+		"      --max V, --min V, --low V, --priority P\n"
+		"                      ns create / set: the same as max=V, min=V, low=V, "
+		"priority=P\n"
 		"  -h, --help, -V, --version\n"
 		"\n"
 		"Exit status: 0 ok, 1 the daemon answered an error, 2 bad arguments, 3 no daemon,\n"
@@ -1204,6 +1246,8 @@ int main(int argc, char **argv)
 		{"dump", no_argument, NULL, 3},		  {"clear", no_argument, NULL, 4},
 		{"frames", no_argument, NULL, 5},	  {"noswap", no_argument, NULL, 6},
 		{"force", no_argument, NULL, 7},	  {"help", no_argument, NULL, 'h'},
+		{"max", required_argument, NULL, 8},	  {"min", required_argument, NULL, 9},
+		{"low", required_argument, NULL, 10},	  {"priority", required_argument, NULL, 11},
 		{"version", no_argument, NULL, 'V'},	  {NULL, 0, NULL, 0},
 	};
 	struct ns_args ns_args;
@@ -1274,6 +1318,26 @@ int main(int argc, char **argv)
 		case 7:
 			ctl.force = true;
 			break;
+		case 8:
+		case 9:
+		case 10:
+		case 11: {
+			static const char *const keys[] = {"max", "min", "low", "priority"};
+			/* a negative priority was marked as an argument (above) */
+			const char *v = optarg[0] == CTL_NEG_MARK ? optarg + 1 : optarg;
+			int n;
+
+			/* the same as ns create / set's max=V, min=V, low=V, priority=P */
+			if (ctl.nr_ns_kv == sizeof(ctl.ns_kv) / sizeof(ctl.ns_kv[0]))
+				ctl_die(CTL_EXIT_USAGE, "too many --max/--min/--low/--priority");
+			n = snprintf(ctl.ns_kv[ctl.nr_ns_kv], sizeof(ctl.ns_kv[0]), "%s=%s",
+				     keys[opt - 8], v);
+			if (n < 0 || (size_t)n >= sizeof(ctl.ns_kv[0]))
+				ctl_die(CTL_EXIT_USAGE, "--%s: '%s' is too long", keys[opt - 8],
+					optarg);
+			ctl.nr_ns_kv++;
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -1330,8 +1394,19 @@ int main(int argc, char **argv)
 			if (ctl.json && ctl.raw)
 				ctl_die(CTL_EXIT_USAGE, "--json and --raw exclude each other");
 		}
-		if (!strcmp(verb, "ns"))
-			ns_parse_args(vargc, vargv, &ns_args);
+		if (!strcmp(verb, "ns")) {
+			char *all[64];
+			int n = 0;
+
+			for (int i = 0; i < vargc && n < 56; i++)
+				all[n++] = vargv[i];
+			for (unsigned int i = 0; i < ctl.nr_ns_kv; i++)
+				all[n++] = ctl.ns_kv[i];
+			ns_parse_args(n, all, &ns_args);
+		} else if (ctl.nr_ns_kv) {
+			ctl_die(CTL_EXIT_USAGE, "--max, --min, --low and --priority are for ns "
+						"create and ns set");
+		}
 		h = ctl_connect();
 		ctl_handle = h;
 		if (!strcmp(verb, "status"))

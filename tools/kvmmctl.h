@@ -30,6 +30,9 @@ struct ctl_opts {
 	uint32_t events; /* trace: event mask, 0 = all */
 	int timeout_ms;
 	bool json, raw, dump, clear, frames, noswap, force;
+	/* ns create / set: --max V, --min V, --low V, --priority P as "key=V" settings */
+	char ns_kv[8][48];
+	unsigned int nr_ns_kv;
 };
 
 extern struct ctl_opts ctl;

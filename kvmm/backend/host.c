@@ -219,6 +219,33 @@ static int host_scrub(struct kvmm_backend_ctx *be, uint32_t frame)
 	return 0;
 }
 
+/*
+ * Punch frames [first, first + nr) out of their memfds (the budget's discard): the memory goes
+ * back to the system and every mapping of it, the clients' too, stays valid and reads zeroes.
+ * A range may cross chunks; one hole per chunk.
+ */
+static int host_discard(struct kvmm_backend_ctx *be, uint32_t first, uint32_t nr)
+{
+	struct host_mem *hm = be->priv;
+	uint64_t off, end;
+
+	if (!hm || first >= be->nframes || nr > be->nframes - first)
+		return -EINVAL;
+	off = (uint64_t)first * be->page_size;
+	end = off + (uint64_t)nr * be->page_size;
+	while (off < end) {
+		uint32_t chunk = (uint32_t)(off / hm->chunk_size);
+		uint64_t in = off - (uint64_t)chunk * hm->chunk_size;
+		uint64_t len = min(end - off, chunk_len(hm, chunk) - in);
+
+		if (fallocate(hm->fds[chunk], FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)in,
+			      (off_t)len))
+			return -errno;
+		off += len;
+	}
+	return 0;
+}
+
 const struct kvmm_backend_ops kvmm_host_backend_ops = {
 	.name = "host",
 	.init = host_init,
@@ -226,6 +253,7 @@ const struct kvmm_backend_ops kvmm_host_backend_ops = {
 	.frame_addr = host_frame_addr,
 	.copy = host_copy,
 	.scrub = host_scrub,
+	.discard = host_discard,
 };
 
 void kvmm_host_backend_init(struct kvmm_host_backend *hb, uint64_t chunk_size, unsigned int flags)

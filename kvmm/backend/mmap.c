@@ -62,6 +62,16 @@ static int mmap_scrub(struct kvmm_backend_ctx *be, uint32_t frame)
 	return 0;
 }
 
+/* Private anonymous memory: MADV_DONTNEED drops it, and it refaults as zeroes. */
+static int mmap_discard(struct kvmm_backend_ctx *be, uint32_t first, uint32_t nr)
+{
+	if (!be->priv || first >= be->nframes || nr > be->nframes - first)
+		return -EINVAL;
+	if (madvise(mmap_frame_addr(be, first), (size_t)nr * be->page_size, MADV_DONTNEED))
+		return -errno;
+	return 0;
+}
+
 const struct kvmm_backend_ops kvmm_mmap_backend_ops = {
 	.name = "mmap",
 	.init = mmap_init,
@@ -69,4 +79,5 @@ const struct kvmm_backend_ops kvmm_mmap_backend_ops = {
 	.frame_addr = mmap_frame_addr,
 	.copy = mmap_copy,
 	.scrub = mmap_scrub,
+	.discard = mmap_discard,
 };

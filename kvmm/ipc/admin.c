@@ -177,6 +177,25 @@ static void status_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct 
 	kmalloc_out(o);
 }
 
+/* The daemon-wide frame budget the namespaces' pools share (kvmm/budget.c). */
+static void budget_out(struct kvmm_server *srv, struct kvmm_out *o)
+{
+	struct kvmm_obs_budget b;
+
+	kvmm_obs_budget_snapshot(srv, &b);
+	kvmm_out_u64(o, "Budget", b.limit, "frames");
+	kvmm_out_u64(o, "BudgetUsed", b.used, "frames");
+	kvmm_out_u64(o, "BudgetFree", b.used < b.limit ? b.limit - b.used : 0, "frames");
+	/* the pools' sizes together: above Budget, overcommitted (freed frames discarded) */
+	kvmm_out_u64(o, "BudgetSpan", b.span, "frames");
+	kvmm_out_u64(o, "BudgetOvercommit", b.overcommit, NULL);
+	kvmm_out_u64(o, "BudgetReclaims", b.reclaims, NULL);
+	kvmm_out_u64(o, "BudgetFreed", b.reclaimed, "frames");
+	kvmm_out_u64(o, "BudgetShort", b.nr_short, NULL);
+	kvmm_out_u64(o, "BudgetPreempted", b.nr_oom, NULL);
+	kvmm_out_u64(o, "BudgetLowEvents", b.low_events, NULL);
+}
+
 static void meminfo_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct kvmm_out *o)
 {
 	struct kvmm_ipc_ns *n;
@@ -202,6 +221,10 @@ static void meminfo_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct
 			kvmm_out_u64(o, "Min", s.min, "frames");
 		if (s.low)
 			kvmm_out_u64(o, "Low", s.low, "frames");
+		/* frames the daemon-wide budget charges it (all out of its pool's buddy) */
+		kvmm_out_u64(o, "Resident", s.resident, "frames");
+		kvmm_out_u64(o, "BudgetReclaimed", s.budget_reclaimed, "frames");
+		kvmm_out_u64(o, "LowEvents", s.low_events, NULL);
 		kvmm_out_u64(o, "Peak", s.peak, "frames");
 		kvmm_out_u64(o, "Shared", s.shared, "frames");
 		kvmm_out_u64(o, "Pinned", s.pinned, "frames");
@@ -216,6 +239,7 @@ static void meminfo_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct
 		kvmm_out_sect_end(o);
 	}
 	kvmm_out_list_end(o);
+	budget_out(srv, o);
 	kmalloc_out(o);
 }
 
@@ -343,6 +367,9 @@ static void namespaces_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, str
 		kvmm_out_u64_opt(o, "low", s.low, NULL);
 		kvmm_out_u64(o, "used", s.used, NULL);
 		kvmm_out_u64(o, "cached", s.cached, NULL);
+		kvmm_out_u64(o, "resident", s.resident, NULL);
+		kvmm_out_u64(o, "low_events", s.low_events, NULL);
+		kvmm_out_u64(o, "budget_reclaimed", s.budget_reclaimed, NULL);
 		kvmm_out_s64(o, "priority", s.priority, NULL);
 		kvmm_out_u64(o, "clients", s.clients, NULL);
 		kvmm_out_u64(o, "chunks", s.chunks, NULL);

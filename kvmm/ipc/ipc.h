@@ -132,6 +132,8 @@ struct kvmm_server {
 	unsigned int nr_ns;
 	uid_t owner_uid;
 	struct kvmm_host_backend host; /* the pools' backend unless cfg->backend is another */
+	struct kvmm_budget budget;     /* total_frames, shared by every namespace's pool */
+	bool budget_init;
 
 	int listen_fd;
 	int epoll_fd;

@@ -331,6 +331,8 @@ int kvmm_obs_metrics_text(struct kvmm_server *srv, char **out, size_t *outlen)
 	NS_GAUGE_OPT("kvmm_namespace_low_frames", "Frames reclaimed only after unprotected ones.",
 		     low);
 #undef NS_GAUGE_OPT
+	NS_GAUGE("kvmm_namespace_resident_frames",
+		 "Frames the daemon-wide budget charges the namespace's pool.", resident);
 	NS_GAUGE("kvmm_shared_frames", "Mapped frames shared by more than one sequence.", shared);
 	NS_GAUGE("kvmm_pinned_frames", "Mapped frames pinned by an engine step.", pinned);
 	NS_GAUGE("kvmm_page_cache_entries", "Sealed pages indexed in the prefix cache.", pagecache);
@@ -351,6 +353,46 @@ int kvmm_obs_metrics_text(struct kvmm_server *srv, char **out, size_t *outlen)
 		for (i = 0; i < srv->nr_ns; i++)
 			bprintf(&b, "%s{namespace=\"%s\"} %" PRIu64 "\n", m, snap[i].name,
 				snap[i].stat[k]);
+	}
+	family(&b, "kvmm_namespace_low_events_total", "counter",
+	       "Budget reclaims that took the namespace below its low (protection broken).");
+	for (i = 0; i < srv->nr_ns; i++)
+		bprintf(&b, "kvmm_namespace_low_events_total{namespace=\"%s\"} %" PRIu64 "\n",
+			snap[i].name, snap[i].low_events);
+	family(&b, "kvmm_namespace_budget_reclaimed_frames_total", "counter",
+	       "Frames the budget's reclaim took from the namespace.");
+	for (i = 0; i < srv->nr_ns; i++)
+		bprintf(&b,
+			"kvmm_namespace_budget_reclaimed_frames_total{namespace=\"%s\"} %" PRIu64
+			"\n",
+			snap[i].name, snap[i].budget_reclaimed);
+	{
+		struct kvmm_obs_budget bs;
+
+		kvmm_obs_budget_snapshot(srv, &bs);
+		family(&b, "kvmm_budget_frames", "gauge",
+		       "The daemon-wide frame budget (pool_size) the namespaces share.");
+		bprintf(&b, "kvmm_budget_frames %" PRIu64 "\n", bs.limit);
+		family(&b, "kvmm_budget_used_frames", "gauge", "Frames charged to the budget.");
+		bprintf(&b, "kvmm_budget_used_frames %" PRIu64 "\n", bs.used);
+		family(&b, "kvmm_budget_span_frames", "gauge",
+		       "The namespaces' pool sizes together (above the budget: overcommitted).");
+		bprintf(&b, "kvmm_budget_span_frames %" PRIu64 "\n", bs.span);
+		family(&b, "kvmm_budget_reclaims_total", "counter",
+		       "Allocations that found the budget spent and reclaimed across namespaces.");
+		bprintf(&b, "kvmm_budget_reclaims_total %" PRIu64 "\n", bs.reclaims);
+		family(&b, "kvmm_budget_reclaimed_frames_total", "counter",
+		       "Frames the budget's reclaim freed.");
+		bprintf(&b, "kvmm_budget_reclaimed_frames_total %" PRIu64 "\n", bs.reclaimed);
+		family(&b, "kvmm_budget_short_total", "counter",
+		       "Budget reclaims that could not free what was wanted.");
+		bprintf(&b, "kvmm_budget_short_total %" PRIu64 "\n", bs.nr_short);
+		family(&b, "kvmm_budget_preempted_total", "counter",
+		       "Sequences preempted for a namespace under its min.");
+		bprintf(&b, "kvmm_budget_preempted_total %" PRIu64 "\n", bs.nr_oom);
+		family(&b, "kvmm_budget_low_events_total", "counter",
+		       "Namespaces taken below their low by the budget's reclaim.");
+		bprintf(&b, "kvmm_budget_low_events_total %" PRIu64 "\n", bs.low_events);
 	}
 	family(&b, "kvmm_page_size_bytes", "gauge", "Bytes per frame.");
 	bprintf(&b, "kvmm_page_size_bytes %" PRIu64 "\n", srv->cfg.page_size);

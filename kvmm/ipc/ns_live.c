@@ -5,13 +5,16 @@
  * [namespace] sections on SIGHUP (kvmm_server_ns_apply(), called by kvmmd.c).
  *
  * Namespaces stay physically partitioned (server.c): each has a pool of its own, so a client
- * only ever maps its own namespace's frames.  What the pool_size grants is shared out as the
- * namespaces come and go: a new one takes its frames from what the others leave of
- * total_frames (-ENOSPC when that is too little), a deleted one gives them back (its pool,
- * memfds and swap tiers are destroyed).  A pool's size is fixed while it lives; what changes
- * at run time is a namespace's max (its hard limit, memcg's memory.max), its min and low
- * (memcg's protections, which the core's reclaim honours between the namespaces of a pool:
- * vmscan.c), its priority and who may attach.
+ * only ever maps its own namespace's frames.  The pool_size is a budget the pools share
+ * (kvmm/budget.c): a pool's size is only the most its namespace may ever hold, the pools may
+ * together span more than the budget (overcommit), and the frames resident in all of them
+ * never exceed it; the budget's reclaim honours each namespace's min and low (memcg's
+ * protections) across the pools.  A new namespace is refused (-ENOSPC) only when its pool
+ * alone is larger than the budget or the namespaces' mins would add up past it; a deleted
+ * one's pool, memfds and swap tiers are destroyed.  A pool's size is fixed while it lives;
+ * what changes at run time is a namespace's max (its hard limit, memcg's memory.max: a lower
+ * one reclaims down to it, or is refused with -EBUSY), its min and low, its priority and who
+ * may attach.
  *
  * Deleting a namespace that a client is attached to is refused with -EBUSY unless forced;
  * forced, each such client is sent a SHUTDOWN event (reason ADMIN), detached (its sequences
@@ -54,17 +57,6 @@ static struct kvmm_ipc_ns *ns_by_name(struct kvmm_server *srv, const char *name)
 	return NULL;
 }
 
-/* Frames the namespaces' pools hold now. */
-static uint64_t frames_taken(const struct kvmm_server *srv)
-{
-	uint64_t sum = 0;
-	unsigned int i;
-
-	for (i = 0; i < srv->nr_ns; i++)
-		sum += srv->ns[i]->cfg.nframes;
-	return sum;
-}
-
 /* The lowest id no live namespace has (attach_rep.ns_id). */
 static uint32_t free_id(const struct kvmm_server *srv)
 {
@@ -97,23 +89,45 @@ static void ns_free(struct kvmm_server *srv, struct kvmm_ipc_ns *n)
 	free(n);
 }
 
+/* The mins of every namespace but @skip, plus @min: what the budget must guarantee. */
+static uint64_t mins_with(const struct kvmm_server *srv, const struct kvmm_ipc_ns *skip,
+			  uint32_t min)
+{
+	uint64_t sum = min;
+	unsigned int i;
+
+	for (i = 0; i < srv->nr_ns; i++)
+		if (srv->ns[i] != skip)
+			sum += srv->ns[i]->cfg.min;
+	return sum;
+}
+
 int kvmm_server_ns_add(struct kvmm_server *srv, const struct kvmm_ns_config *c)
 {
+	uint64_t budget = srv ? srv->cfg.total_frames : 0;
 	struct kvmm_ipc_ns *n;
-	uint64_t taken;
 	int ret;
 
 	if (!srv || !c || kvmm_ipc_ns_config_check(c))
 		return -EINVAL;
 	if (ns_by_name(srv, c->name))
 		return -EEXIST;
-	taken = frames_taken(srv);
-	if (srv->nr_ns >= KVMM_SERVER_MAX_NS || taken + c->nframes > srv->cfg.total_frames) {
-		kvmm_warn("ipc: namespace %.32s: %u frames asked, %llu of the pool's %llu are free",
-			  c->name, c->nframes,
-			  (unsigned long long)(srv->cfg.total_frames -
-					       min(taken, srv->cfg.total_frames)),
-			  (unsigned long long)srv->cfg.total_frames);
+	if (srv->nr_ns >= KVMM_SERVER_MAX_NS) {
+		kvmm_warn("ipc: namespace %.32s: %u namespaces exist already", c->name, srv->nr_ns);
+		return -ENOSPC;
+	}
+	/* the pools may span more than the budget together (overcommit), but not one alone */
+	if (c->nframes > budget) {
+		kvmm_warn("ipc: namespace %.32s: %u frames asked, more than the budget's %llu",
+			  c->name, c->nframes, (unsigned long long)budget);
+		return -ENOSPC;
+	}
+	/* what min guarantees must exist */
+	if (mins_with(srv, NULL, c->min) > budget) {
+		kvmm_warn("ipc: namespace %.32s: the namespaces' min would add up to %llu frames, "
+			  "more than the budget's %llu",
+			  c->name, (unsigned long long)mins_with(srv, NULL, c->min),
+			  (unsigned long long)budget);
 		return -ENOSPC;
 	}
 	n = calloc(1, sizeof(*n));
@@ -133,23 +147,50 @@ int kvmm_server_ns_add(struct kvmm_server *srv, const struct kvmm_ns_config *c)
 	return 0;
 }
 
-/* Apply @c's max, min, low and priority to @n's namespace (the caller checked @c). */
+/*
+ * Apply @c's max, min, low and priority to @n's namespace (the caller checked @c).  A max
+ * below what the namespace holds reclaims down to it, its own protections aside (memcg's
+ * memory.max write): cached pages, its clients' idle magazine frames, sequences swapped out.
+ * What is left mapped above the new max (pinned, or no swap tier to go to) is never preempted
+ * for a resize: the old settings stay and -EBUSY says so.
+ */
 static int ns_set(struct kvmm_ipc_ns *n, const struct kvmm_ns_config *c)
 {
 	struct kvmm_ns *ns = n->ns;
 	uint32_t limit = c->limit >= c->nframes ? 0 : c->limit;
+	uint32_t old_limit = ns->limit, old_min = ns->min, old_low = ns->low;
+	struct kvmm_pool *pool = n->pool;
+	uint64_t charged;
 	int ret;
 
-	pthread_mutex_lock(&n->pool->lock);
+	pthread_mutex_lock(&pool->lock);
 	/* protections off first, so that neither check sees half of the new settings */
 	ret = kvmm_ns_set_protection(ns, 0, 0);
 	if (!ret)
 		ret = kvmm_ns_set_limit(ns, limit);
+	charged = (uint64_t)ns->used + ns->cached;
+	if (!ret && limit && charged > limit) {
+		struct kvmm_ns *prev = pool->reclaim_for;
+
+		pool->reclaim_for = ns;
+		kvmm_shrink(pool, (uint32_t)(charged - limit), 0);
+		pool->reclaim_for = prev;
+		charged = (uint64_t)ns->used + ns->cached;
+		if (charged > limit) {
+			kvmm_warn("ipc: namespace %s: max %u refused: it still holds %llu frames "
+				  "after reclaim (mapped, pinned or nowhere to swap them)",
+				  c->name, limit, (unsigned long long)charged);
+			ns->limit = old_limit;
+			ret = -EBUSY;
+		}
+	}
 	if (!ret)
 		ret = kvmm_ns_set_protection(ns, c->min, c->low);
+	else
+		kvmm_ns_set_protection(ns, old_min, old_low);
 	if (!ret)
 		ns->priority = c->priority;
-	pthread_mutex_unlock(&n->pool->lock);
+	pthread_mutex_unlock(&pool->lock);
 	return ret;
 }
 
@@ -167,6 +208,13 @@ int kvmm_server_ns_update(struct kvmm_server *srv, const struct kvmm_ns_config *
 	if (c->nframes != n->cfg.nframes || c->have_secret != n->cfg.have_secret ||
 	    (c->have_secret && memcmp(c->secret, n->cfg.secret, sizeof(c->secret))))
 		return -EINVAL;
+	if (c->min > n->cfg.min && mins_with(srv, n, c->min) > srv->cfg.total_frames) {
+		kvmm_warn("ipc: namespace %s: min %u refused: the namespaces' min would add up to "
+			  "%llu frames, more than the budget's %llu",
+			  c->name, c->min, (unsigned long long)mins_with(srv, n, c->min),
+			  (unsigned long long)srv->cfg.total_frames);
+		return -ENOSPC;
+	}
 	ret = ns_set(n, c);
 	if (ret)
 		return ret;
@@ -334,11 +382,14 @@ static int do_ns_create(struct kvmm_session *s, const struct kvmm_ns_req *req)
 		return -EINVAL;
 	memset(&c, 0, sizeof(c));
 	memcpy(c.name, req->ns, sizeof(c.name));
-	/* its pool: the frames asked, else its max */
+	/*
+	 * Its pool: the frames asked, else the whole budget, so that its max (which it must then
+	 * give) can later be raised as far as the budget at run time.
+	 */
 	if (req->valid & KVMM_NS_SET_FRAMES)
 		c.nframes = req->frames > UINT32_MAX ? 0 : (uint32_t)req->frames;
 	else if ((req->valid & KVMM_NS_SET_MAX) && req->max_frames != KVMM_LIMIT_NONE)
-		c.nframes = req->max_frames > UINT32_MAX ? 0 : (uint32_t)req->max_frames;
+		c.nframes = (uint32_t)min_t(uint64_t, srv->cfg.total_frames, KVMM_MAX_FRAMES);
 	if (!c.nframes || c.nframes > KVMM_MAX_FRAMES)
 		return -EINVAL;
 	ret = ns_req_config(req, &c);

@@ -57,10 +57,20 @@ struct kvmm_obs_ns {
 	uint64_t active, inactive, pagecache, shared, pinned;
 	uint64_t wmark_min, wmark_low, wmark_high;
 	uint64_t clients, chunks;
+	/* the daemon-wide budget (kvmm/budget.c): frames it charges this pool, reclaim, events */
+	uint64_t resident, budget_reclaimed, low_events;
 	int priority;
 	uint64_t stat[KVMM_STAT_COUNT];
 };
 
+/* The daemon-wide frame budget's numbers (snapshot.c, under the budget's lock). */
+struct kvmm_obs_budget {
+	uint64_t limit, used, span, pools;
+	bool overcommit;
+	uint64_t reclaims, reclaimed, nr_short, nr_oom, low_events;
+};
+
+void kvmm_obs_budget_snapshot(struct kvmm_server *srv, struct kvmm_obs_budget *out);
 /* snapshot.c: the numbers of @n, under its pool lock. */
 void kvmm_obs_ns_snapshot(struct kvmm_ipc_ns *n, struct kvmm_obs_ns *out);
 /* snapshot.c: the server's counters (kvmm_server_get_stats() of server.h is this). */

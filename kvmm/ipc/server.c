@@ -118,6 +118,9 @@ int kvmm_ipc_ns_open(struct kvmm_server *srv, struct kvmm_ipc_ns *n)
 			     &n->ns);
 	if (!ret)
 		ret = kvmm_ns_set_protection(n->ns, n->cfg.min, n->cfg.low);
+	/* the daemon-wide budget the pools share (kvmm/budget.c) */
+	if (!ret)
+		ret = kvmm_budget_join(&srv->budget, n->pool, n->ns);
 	if (ret)
 		return ret;
 	/* a provisioned secret (secret_file) first: a warm restart's index must match it */
@@ -304,6 +307,10 @@ int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server 
 		srv->cfg.backend = &srv->host.ops;
 	}
 
+	ret = kvmm_budget_init(&srv->budget, srv->cfg.total_frames);
+	if (ret)
+		goto out_destroy;
+	srv->budget_init = true;
 	ret = create_pools(srv, cfg->ns, cfg->nr_ns);
 	if (ret)
 		goto out_destroy;
@@ -908,6 +915,8 @@ void kvmm_server_destroy(struct kvmm_server *srv)
 		kvmm_pool_destroy(srv->ns[i]->pool);
 		free(srv->ns[i]);
 	}
+	if (srv->budget_init)
+		kvmm_budget_fini(&srv->budget);
 	free(srv->ns);
 	free(srv->socket_path);
 	free(srv->rx);

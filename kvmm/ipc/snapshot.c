@@ -24,6 +24,27 @@ void kvmm_obs_server_stats(struct kvmm_server *srv, struct kvmm_server_stats *st
 		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
 }
 
+void kvmm_obs_budget_snapshot(struct kvmm_server *srv, struct kvmm_obs_budget *out)
+{
+	struct kvmm_budget *b = &srv->budget;
+
+	memset(out, 0, sizeof(*out));
+	if (!srv->budget_init)
+		return;
+	pthread_mutex_lock(&b->lock);
+	out->limit = b->limit;
+	out->used = __atomic_load_n(&b->used, __ATOMIC_RELAXED);
+	out->span = b->span;
+	out->pools = b->nr_pools;
+	out->overcommit = b->discard;
+	out->reclaims = b->nr_reclaim;
+	out->reclaimed = b->reclaimed;
+	out->nr_short = b->nr_short;
+	out->nr_oom = b->nr_oom;
+	out->low_events = b->low_events;
+	pthread_mutex_unlock(&b->lock);
+}
+
 void kvmm_obs_ns_snapshot(struct kvmm_ipc_ns *n, struct kvmm_obs_ns *out)
 {
 	struct kvmm_pool *pool = n->pool;
@@ -46,6 +67,9 @@ void kvmm_obs_ns_snapshot(struct kvmm_ipc_ns *n, struct kvmm_obs_ns *out)
 	out->min = n->ns->min;
 	out->low = n->ns->low;
 	out->priority = n->ns->priority;
+	out->resident = pool->budget_charged;
+	out->budget_reclaimed = n->ns->budget_reclaimed;
+	out->low_events = n->ns->low_events;
 	out->active = pool->lru.nr_active;
 	out->inactive = pool->lru.nr_inactive;
 	out->pagecache = kvmm_pagecache_count(pool);

@@ -740,6 +740,10 @@ static void test_metrics(void **state)
 	assert_non_null(strstr(out, "kvmm_frames{namespace=\"alpha\",state=\"cached\"}"));
 	assert_non_null(strstr(out, "kvmm_prefix_cache_hits_total{namespace=\"alpha\"}"));
 	assert_non_null(strstr(out, "kvmm_pgscan_total{namespace=\"beta\"}"));
+	/* the daemon-wide frame budget (kvmm/budget.c) */
+	assert_non_null(strstr(out, "\nkvmm_budget_frames 4352\n"));
+	assert_non_null(strstr(out, "kvmm_namespace_resident_frames{namespace=\"alpha\"}"));
+	assert_non_null(strstr(out, "kvmm_namespace_low_events_total{namespace=\"beta\"} 0"));
 	check_exposition(out);
 	free(out);
 	if (have_prog("promtool")) {

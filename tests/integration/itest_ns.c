@@ -207,18 +207,24 @@ static void test_ns_verbs(void **state)
 	assert_true(kvmm_seq_create(c, 0, &sid) < 0);
 	kvmm_detach(c);
 	assert_true(itest_daemon_alive(&itest_d));
-	/* every free frame of the pool can be had again */
+	/* the pools may span more than the budget together (overcommit), one alone may not */
 	{
 		char arg[32];
 
 		snprintf(arg, sizeof(arg), "frames=%d", FREE_FRAMES);
 		assert_int_equal(ctl(&out, "ns", "create", "delta", arg, NULL), 0);
 		free(out);
-		snprintf(arg, sizeof(arg), "frames=%d", 1);
-		assert_int_equal(ctl(&out, "ns", "create", "zeta", arg, NULL), 1);
+		snprintf(arg, sizeof(arg), "frames=%d", POOL_FRAMES);
+		assert_int_equal(ctl(&out, "ns", "create", "zeta", arg, NULL), 0);
+		free(out);
+		snprintf(arg, sizeof(arg), "frames=%d", POOL_FRAMES + 1);
+		assert_int_equal(ctl(&out, "ns", "create", "eta", arg, NULL), 1);
+		assert_non_null(strstr(out, "no room"));
 	}
 	free(out);
 	assert_int_equal(ctl(&out, "ns", "delete", "delta", NULL), 0);
+	free(out);
+	assert_int_equal(ctl(&out, "ns", "delete", "zeta", NULL), 0);
 	free(out);
 	assert_int_equal(ctl(&out, "ns", "delete", "nosuch", NULL), 1);
 	assert_non_null(strstr(out, "no namespace 'nosuch'"));

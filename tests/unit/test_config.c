@@ -303,6 +303,20 @@ static void test_split_rest(void **state)
 	assert_int_equal(cfg->frames, 101);
 }
 
+/* Issue 26: the pool is a budget; the namespaces' pools may add up past it (overcommit). */
+static void test_overcommit(void **state)
+{
+	(void)state;
+	parse_ok("[daemon]\npage_size=4K\nframes=100\n"
+		 "[namespace a]\nframes=100\nmin=30\nlow=60\n[namespace b]\nframes=80\nmax=70\n");
+	finalize_ok(0);
+	assert_int_equal(ns_named("a")->frames, 100);
+	assert_int_equal(ns_named("a")->low, 60);
+	assert_int_equal(ns_named("b")->frames, 80);
+	assert_int_equal(ns_named("b")->limit, 70);
+	assert_int_equal(cfg->frames, 100);
+}
+
 static void test_pool_from_namespaces(void **state)
 {
 	(void)state;
@@ -582,9 +596,10 @@ static void test_finalize_errors(void **state)
 	(void)state;
 	finalize_bad("[daemon]\npage_size = 64K\nchunk_size = 96K\n",
 		     NAME ":3: chunk_size 98304 is not a multiple of page_size 65536");
+	/* the pools may add up past the pool (overcommit: a budget), one alone may not */
 	finalize_bad("[daemon]\npage_size = 4K\nframes = 10\n[namespace a]\nframes = 8\n"
-		     "[namespace b]\nframes = 3\n",
-		     NAME ":3: namespaces take 11 frames but the pool has 10");
+		     "[namespace b]\nframes = 11\n",
+		     NAME ":7: namespace b: 11 frames but the pool has 10");
 	finalize_bad("[daemon]\npage_size = 4K\nframes = 10\n[namespace a]\nframes = 9\n"
 		     "[namespace b]\n[namespace c]\n",
 		     NAME ":3: 1 frames left for 2 namespaces without frames or size");
@@ -972,6 +987,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_device_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_namespace_keys, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_split_rest, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_overcommit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_from_namespaces, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sizes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_syntax, setup, teardown),

@@ -30,7 +30,8 @@
  *      min is preempted (kvmm_out_of_memory, whose victim's end gives frames back later).
  * Otherwise the allocation goes on to its own pool's OOM path, as without a budget.
  *
- * Locking: budget->used is atomic, each pool charges it under its own lock.  The rest of the
+ * Locking: budget->used is atomic, each pool charges it under its own lock (while the budget
+ * is not overcommitted, into its own budget_pending instead: kvmm_budget_flush).  The rest of the
  * budget is under budget->lock, which an allocator takes with trylock (one reclaimer at a time;
  * another finding it taken goes without) and then takes the other pools' locks while holding
  * its own: no thread ever waits for a budget lock while holding a pool lock, so no cycle.
@@ -67,6 +68,27 @@ void kvmm_budget_fini(struct kvmm_budget *b)
 	pthread_mutex_destroy(&b->lock);
 }
 
+void kvmm_budget_flush(struct kvmm_pool *pool)
+{
+	uint32_t n = pool->budget_pending;
+
+	if (!n)
+		return;
+	__atomic_add_fetch(&pool->budget->used, n, __ATOMIC_RELAXED);
+	__atomic_store_n(&pool->budget_pending, 0, __ATOMIC_RELAXED);
+}
+
+uint64_t kvmm_budget_used(struct kvmm_budget *b)
+{
+	uint64_t used = __atomic_load_n(&b->used, __ATOMIC_RELAXED);
+	struct kvmm_pool *p;
+
+	/* b->lock held: the pools' pending charges too (read without their locks) */
+	list_for_each_entry (p, &b->pools, budget_node)
+		used += __atomic_load_n(&p->budget_pending, __ATOMIC_RELAXED);
+	return used;
+}
+
 uint64_t kvmm_budget_free(const struct kvmm_budget *b)
 {
 	uint64_t used = __atomic_load_n(&b->used, __ATOMIC_RELAXED);
@@ -90,9 +112,14 @@ static void update_overcommit(struct kvmm_budget *b)
 	__atomic_store_n(&b->discard, on, __ATOMIC_RELAXED);
 	if (!on)
 		return;
-	/* what went back to the buddies while that was not needed goes now */
+	/*
+	 * The charges the pools counted on their own meanwhile join budget->used (a pool that
+	 * charges after its lock was taken here sees discard set); what went back to the
+	 * buddies while that was not needed goes now.
+	 */
 	list_for_each_entry (p, &b->pools, budget_node) {
 		pthread_mutex_lock(&p->lock);
+		kvmm_budget_flush(p);
 		kvmm_budget_discard_free(p);
 		pthread_mutex_unlock(&p->lock);
 	}
@@ -113,6 +140,7 @@ int kvmm_budget_join(struct kvmm_budget *b, struct kvmm_pool *pool, struct kvmm_
 	pool->budget = b;
 	pool->budget_ns = ns;
 	pool->budget_charged = 0;
+	pool->budget_pending = 0;
 	pool->nr_free_resident = 0;
 	/* free frames a pool keeps resident: its high watermark, at least two refill batches */
 	pool->budget_keep =
@@ -137,7 +165,8 @@ void kvmm_budget_leave(struct kvmm_pool *pool)
 	list_del_init(&pool->budget_node);
 	b->nr_pools--;
 	b->span -= pool->nframes;
-	__atomic_sub_fetch(&b->used, pool->budget_charged, __ATOMIC_RELAXED);
+	__atomic_sub_fetch(&b->used, pool->budget_charged - pool->budget_pending, __ATOMIC_RELAXED);
+	pool->budget_pending = 0;
 	update_overcommit(b);
 	pthread_mutex_unlock(&b->lock);
 	pool->budget = NULL;

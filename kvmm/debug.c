@@ -105,11 +105,13 @@ static int check_buddy(struct kvmm_pool *pool, struct frame_seen *seen, char *wh
 			    pool->budget_charged, pool->nframes - pool->nr_free,
 			    pool->nr_free_resident);
 	if (pool->budget &&
-	    __atomic_load_n(&pool->budget->used, __ATOMIC_RELAXED) < pool->budget_charged)
+	    __atomic_load_n(&pool->budget->used, __ATOMIC_RELAXED) + pool->budget_pending <
+		    pool->budget_charged)
 		return fail(
-			why, len, "budget: %llu frames used in all, %u by this pool",
+			why, len,
+			"budget: %llu frames used in all (%u pending here), %u by this pool",
 			(unsigned long long)__atomic_load_n(&pool->budget->used, __ATOMIC_RELAXED),
-			pool->budget_charged);
+			pool->budget_pending, pool->budget_charged);
 	return 0;
 }
 

@@ -160,6 +160,12 @@ static bool budget_charge(struct kvmm_pool *pool, uint32_t n)
 
 	if (!n)
 		return true;
+	/* not overcommitted: the pools together cannot pass the limit (budget_pending) */
+	if (!__atomic_load_n(&b->discard, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&pool->budget_pending, pool->budget_pending + n, __ATOMIC_RELAXED);
+		pool->budget_charged += n;
+		return true;
+	}
 	if (__atomic_add_fetch(&b->used, n, __ATOMIC_RELAXED) > b->limit) {
 		__atomic_sub_fetch(&b->used, n, __ATOMIC_RELAXED);
 		return false;
@@ -176,6 +182,7 @@ static void budget_discard(struct kvmm_pool *pool, uint32_t f, uint32_t n)
 
 	if (pool->be.ops->discard(&pool->be, f, n))
 		return;
+	kvmm_budget_flush(pool); /* the uncharge below comes out of budget->used */
 	for (i = 0; i < n; i++) {
 		pool->pages[f + i].flags &= ~KVMM_PG_RESIDENT;
 		/* it reads zeroes now: no one's data, no scrub before another namespace's use */

@@ -33,7 +33,7 @@ void kvmm_obs_budget_snapshot(struct kvmm_server *srv, struct kvmm_obs_budget *o
 		return;
 	pthread_mutex_lock(&b->lock);
 	out->limit = b->limit;
-	out->used = __atomic_load_n(&b->used, __ATOMIC_RELAXED);
+	out->used = kvmm_budget_used(b);
 	out->span = b->span;
 	out->pools = b->nr_pools;
 	out->overcommit = b->discard;

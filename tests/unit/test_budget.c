@@ -292,17 +292,17 @@ static void test_no_discard_when_it_fits(void **state)
 		pg[i] = kvmm_alloc_page(pool, NULL, NULL);
 		assert_non_null(pg[i]);
 	}
-	assert_int_equal(b.used, 48);
+	assert_int_equal(kvmm_budget_used(&b), 48);
 	for (i = 0; i < 48; i++)
 		kvmm_free_page(pool, pg[i], NULL);
-	assert_int_equal(b.used, 48);
+	assert_int_equal(kvmm_budget_used(&b), 48);
 	assert_int_equal(pool->nr_free_resident, 48);
 	assert_int_equal(pool->stat[KVMM_STAT_BUDGET_DISCARD], 0);
 	mmf_check(pool);
 	/* taken again: no new charge */
 	pg[0] = kvmm_alloc_page(pool, NULL, NULL);
 	assert_non_null(pg[0]);
-	assert_int_equal(b.used, 48);
+	assert_int_equal(kvmm_budget_used(&b), 48);
 	kvmm_free_page(pool, pg[0], NULL);
 	/* a pool that is not empty cannot join; one pool cannot join twice */
 	assert_int_equal(kvmm_budget_join(&b, pool, NULL), -EBUSY);

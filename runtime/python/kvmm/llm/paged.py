@@ -202,8 +202,17 @@ class PagedKV(KVStore):
     def lookup(self, seq, tokens):
         if len(tokens) < self.tokens_per_page or seq.lost:
             return 0
+        tokens = list(tokens)
+        if self.chunk_pages is not None:
+            # a lookup maps (faulting in) every page it hits in one go: chunked, the pool
+            # may be smaller than the prefix, so at most half of it (the rest is computed)
+            tokens = tokens[:max(1, self.c.nr_frames // 2) * self.tokens_per_page]
         try:
-            hit = self.c.prefix_lookup(seq.id, list(tokens))
+            hit = self.c.prefix_lookup(seq.id, tokens)
+        except self._kvmm.OutOfMemoryError:
+            if self.chunk_pages is None:
+                raise
+            return 0
         except self._kvmm.KvmmDaemonGone:
             self._reattach()
             return 0  # seq is lost: the next begin_step says so

@@ -10,7 +10,8 @@ event per line on stdout (nothing else is written there).
         attach to kvmmd at S in namespace NS; every sequence of this agent gets kvmm priority
         P (under memory pressure kvmmd swaps out or preempts lower priorities first);
         optional "chunk_pages": C: attention C pages at a time (PagedKV(chunk_pages=C)), a
-        step writing at most C pages' worth of tokens
+        step writing at most C pages' worth of tokens; "lookup_pages": L: a prefix lookup
+        maps at most L pages
         -> {"ev": "attached", "tokens_per_page": T, "kernel": K}
     {"op": "task", "id": I, "prompt": [ids...], "max_tokens": N}
         generate N greedy tokens (end-of-sequence ignored, so every answer has N tokens)
@@ -112,7 +113,8 @@ class _Agent:
         self.kv = PagedKV(c.num_layers, c.num_kv_heads, c.head_dim,
                           kv_dtype=cmd.get("kv_dtype", "fp16"), ns=cmd["ns"],
                           socket_path=cmd["socket"], priority=int(cmd.get("priority", 0)),
-                          chunk_pages=int(chunk) if chunk else None)
+                          chunk_pages=int(chunk) if chunk else None,
+                          lookup_pages=cmd.get("lookup_pages"))
         batch = int(cmd.get("batch", 4096))
         if chunk:
             # a step writes at most a chunk's worth of pages (plus a partial one): what

@@ -507,6 +507,11 @@ class Orchestrator:
                    "priority": self._priority(a.idx)}
             if chunk:
                 cmd["chunk_pages"] = chunk
+                # a preamble well past the pool (over 4/3 of it) cannot even be mapped for
+                # a moment: lookups take at most half the pool (the rest is computed)
+                pool = pools[0][1]
+                if 3 * (len(w.preamble) // self.tpp) > 4 * pool:
+                    cmd["lookup_pages"] = pool // 2
             a.send(cmd)
         for _ in self.agents:
             a, ev = self._next(want="attached")

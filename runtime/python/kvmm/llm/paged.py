@@ -117,7 +117,7 @@ class PagedKV(KVStore):
                  quant_group: int = 0, kernels: Optional[bool] = None, client=None,
                  priority: int = 0, model: Optional[bytes] = None,
                  reattach_timeout: Optional[float] = None, chunk_pages: Optional[int] = None,
-                 auto_chunk: bool = True):
+                 auto_chunk: bool = True, lookup_pages: Optional[int] = None):
         import kvmm  # the libkvmm bindings: only this store needs them
 
         self._kvmm = kvmm
@@ -127,6 +127,9 @@ class PagedKV(KVStore):
         # chunked only when a step does not fit and auto_chunk is set)
         self.chunk_pages = chunk_pages
         self.auto_chunk = auto_chunk
+        # the most pages one prefix lookup maps (None: all it finds): a lookup faults every
+        # hit in at once, which a pool smaller than the prefix cannot hold
+        self.lookup_pages = lookup_pages
         self._chunk: Optional[int] = None  # this step's chunk (None: not chunked)
         self._tails: List[tuple] = []  # this step's range pins (seq id, block, blocks)
         self._lost_in_step: List[_PSeq] = []  # preempted while a chunked step ran
@@ -203,10 +206,10 @@ class PagedKV(KVStore):
         if len(tokens) < self.tokens_per_page or seq.lost:
             return 0
         tokens = list(tokens)
-        if self.chunk_pages is not None:
-            # a lookup maps (faulting in) every page it hits in one go: chunked, the pool
-            # may be smaller than the prefix, so at most half of it (the rest is computed)
-            tokens = tokens[:max(1, self.c.nr_frames // 2) * self.tokens_per_page]
+        if self.lookup_pages is not None:
+            # a lookup maps (faulting in) every page it hits in one go: in a pool smaller
+            # than the prefix, at most lookup_pages of it (the rest is computed)
+            tokens = tokens[:max(1, self.lookup_pages) * self.tokens_per_page]
         try:
             hit = self.c.prefix_lookup(seq.id, tokens)
         except self._kvmm.OutOfMemoryError:

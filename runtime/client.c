@@ -699,7 +699,7 @@ static int client_hello(struct kvmm_client *c)
 		.pid = (uint32_t)getpid(),
 		.features = KVMM_FEAT_HOST_BACKEND | KVMM_FEAT_CUDA_BACKEND |
 			    KVMM_FEAT_PREFIX_CACHE | KVMM_FEAT_FD_PASSING | KVMM_FEAT_REMOTE |
-			    KVMM_FEAT_KEY_DOMAIN,
+			    KVMM_FEAT_KEY_DOMAIN | KVMM_FEAT_PIN_RANGE,
 	};
 	const char *no_rings = getenv("KVMM_NO_RINGS");
 

@@ -322,6 +322,20 @@ int kvmm_pin(kvmm_client_t *client, const uint64_t *seqs, uint32_t nr_seqs, uint
 int kvmm_unpin(kvmm_client_t *client, const uint64_t *seqs, uint32_t nr_seqs, uint32_t *nr_frames);
 
 /*
+ * Pin part of one sequence: make blocks [block, block + nr_blocks) of seq resident (swapped
+ * ones are read back; room may be made by swapping out the sequence's other, unpinned blocks)
+ * and keep reclaim off them until kvmm_unpin_range() of the same range. For attention over a
+ * sequence that does not fit in memory, one chunk at a time. flags: KVMM_PIN_RANGE_F_PREFETCH
+ * also starts reading back the next nr_blocks blocks. While a range is pinned the sequence
+ * cannot change (-EBUSY). *nr_frames (may be NULL) receives the frames (un)pinned. Needs a
+ * daemon with KVMM_FEAT_PIN_RANGE (-EOPNOTSUPP otherwise).
+ */
+int kvmm_pin_range(kvmm_client_t *client, uint64_t seq, uint32_t block, uint32_t nr_blocks,
+		   unsigned int flags, uint32_t *nr_frames);
+int kvmm_unpin_range(kvmm_client_t *client, uint64_t seq, uint32_t block, uint32_t nr_blocks,
+		     uint32_t *nr_frames);
+
+/*
  * Start bringing back, asynchronously, the swapped pages of the nr_seqs sequences the next
  * step will run (kvmmd reads them while this step computes); returns once the reads are
  * started.  *nr_started (may be NULL) receives the pages whose reads began.  The PIN of the

@@ -398,6 +398,41 @@ int kvmm_unpin(kvmm_client_t *c, const uint64_t *seqs, uint32_t nr_seqs, uint32_
 	return LOCKED(c, pin_locked(c, KVMM_OP_UNPIN, seqs, nr_seqs, nr_frames));
 }
 
+static int pin_range_locked(struct kvmm_client *c, unsigned int op, uint64_t seq, uint32_t block,
+			    uint32_t nr_blocks, unsigned int flags, uint32_t *nr_frames)
+{
+	struct kvmm_pin_range_req req = {
+		.seq = seq, .block = block, .nr_blocks = nr_blocks, .flags = flags};
+	struct kvmm_iov part = {&req, sizeof(req)};
+	struct kvmm_pin_rep rep;
+	int err;
+
+	if (!(c->features & KVMM_FEAT_PIN_RANGE))
+		return -EOPNOTSUPP;
+	err = kvmm_msg_call(c, op, &part, 1, &rep, sizeof(rep));
+	if (!err && nr_frames)
+		*nr_frames = rep.nr_frames;
+	return err;
+}
+
+int kvmm_pin_range(kvmm_client_t *c, uint64_t seq, uint32_t block, uint32_t nr_blocks,
+		   unsigned int flags, uint32_t *nr_frames)
+{
+	if (!c || !nr_blocks || (flags & ~KVMM_PIN_RANGE_F_ALL))
+		return -EINVAL;
+	return LOCKED(c, pin_range_locked(c, KVMM_OP_SEQ_PIN_RANGE, seq, block, nr_blocks, flags,
+					  nr_frames));
+}
+
+int kvmm_unpin_range(kvmm_client_t *c, uint64_t seq, uint32_t block, uint32_t nr_blocks,
+		     uint32_t *nr_frames)
+{
+	if (!c || !nr_blocks)
+		return -EINVAL;
+	return LOCKED(c, pin_range_locked(c, KVMM_OP_SEQ_UNPIN_RANGE, seq, block, nr_blocks, 0,
+					  nr_frames));
+}
+
 /* Copy the entries of the SEQ_BLOCKS reply now in c->rx into row[block..]; next block. */
 static int blocks_take(struct kvmm_client *c, int32_t *row, uint32_t block, uint32_t max,
 		       uint32_t *next, uint32_t *total)

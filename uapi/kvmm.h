@@ -38,6 +38,8 @@
  *      NS_CREATE, NS_SET, NS_DELETE (struct kvmm_ns_req).  The rings' cpu hint (struct
  *      kvmm_shm_ring.cpu, taken from padding; 0 = unknown, what older peers leave there),
  *      and the SQ's load hint (struct kvmm_shm_ring.load, after cpu, the same way).
+ *      Range pins (KVMM_FEAT_PIN_RANGE): SEQ_PIN_RANGE, SEQ_UNPIN_RANGE (struct
+ *      kvmm_pin_range_req): part of a sequence resident and pinned, the rest reclaimable.
  */
 #ifndef KVMM_UAPI_KVMM_H
 #define KVMM_UAPI_KVMM_H
@@ -90,10 +92,12 @@ extern "C" {
 #define KVMM_FEAT_REMOTE (UINT64_C(1) << 6)
 /* ATTACH's model identity (KVMM_ATTACH_F_MODEL) and SEQ_SALT: keys per model and salt */
 #define KVMM_FEAT_KEY_DOMAIN (UINT64_C(1) << 7)
+/* SEQ_PIN_RANGE and SEQ_UNPIN_RANGE: pin part of a sequence (chunked attention) */
+#define KVMM_FEAT_PIN_RANGE (UINT64_C(1) << 8)
 #define KVMM_FEAT_ALL_V0                                                              \
 	(KVMM_FEAT_HOST_BACKEND | KVMM_FEAT_CUDA_BACKEND | KVMM_FEAT_PREFIX_CACHE |   \
 	 KVMM_FEAT_SWAP | KVMM_FEAT_RINGS | KVMM_FEAT_FD_PASSING | KVMM_FEAT_REMOTE | \
-	 KVMM_FEAT_KEY_DOMAIN)
+	 KVMM_FEAT_KEY_DOMAIN | KVMM_FEAT_PIN_RANGE)
 
 /*
  * Version negotiation, the one rule both sides of HELLO apply: speak the newer of the two
@@ -277,6 +281,8 @@ enum kvmm_op {
 	KVMM_OP_SEQ_PROMPT = 0x010e,	    /* kvmm_seq_prompt_req + ids -> kvmm_seq_prompt_rep */
 	KVMM_OP_SEQ_SEAL_FREE = 0x010f,	    /* struct kvmm_seal_req -> none */
 	KVMM_OP_SEQ_SALT = 0x0110,	    /* struct kvmm_seq_salt_req + salt bytes -> none */
+	KVMM_OP_SEQ_PIN_RANGE = 0x0111,	    /* struct kvmm_pin_range_req -> kvmm_pin_rep */
+	KVMM_OP_SEQ_UNPIN_RANGE = 0x0112,   /* struct kvmm_pin_range_req -> kvmm_pin_rep */
 
 	/* admin: read verbs take struct kvmm_admin_req and answer text or JSON */
 	KVMM_OP_STATUS = 0x0200,
@@ -316,7 +322,7 @@ enum kvmm_op {
 #define KVMM_OP_EVENT_BASE 0x0300U
 /* The last opcode of each range in this version (they move when a version appends ops). */
 #define KVMM_OP_SESSION_LAST KVMM_OP_PING
-#define KVMM_OP_MEM_LAST KVMM_OP_SEQ_SALT
+#define KVMM_OP_MEM_LAST KVMM_OP_SEQ_UNPIN_RANGE
 #define KVMM_OP_ADMIN_LAST KVMM_OP_NS_DELETE
 #define KVMM_OP_EVENT_LAST KVMM_OP_SHUTDOWN
 
@@ -1105,6 +1111,40 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_rep, nr_frames, 0);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_rep, nr_swapin, 4);
 
 /*
+ * SEQ_PIN_RANGE (KVMM_FEAT_PIN_RANGE) pins blocks [block, block + nr_blocks) of one sequence:
+ * their swapped pages are brought back first (room is made by reclaiming elsewhere, the other
+ * blocks of the same sequence included: they are not pinned), then each page's pin count is
+ * raised until the SEQ_UNPIN_RANGE of the same range.  For an engine whose step does not fit
+ * in memory: attention over the sequence chunk by chunk, each chunk pinned while it is read,
+ * the pages being written pinned for the whole step.  With KVMM_PIN_RANGE_F_PREFETCH the
+ * reads of the swapped blocks of the next nr_blocks after the range are started (as
+ * PREFETCH does), so the next chunk's pin finds them resident or in flight.  Range pins nest
+ * and overlap freely, with each other and with PIN; each SEQ_UNPIN_RANGE ends the latest pin
+ * of exactly that range (-EINVAL when there is none).  While a sequence has range pins it
+ * cannot change (SEQ_APPEND, SEQ_TRUNCATE, SEQ_FREE, SEAL and PREFIX_LOOKUP get -EBUSY, as
+ * under PIN).  The range must lie within the sequence's blocks and nr_blocks be at least 1
+ * (-EINVAL); an unknown id is -ENOENT, a preempted one -KVMM_EPREEMPTED.  The write contract
+ * of PIN holds per page: a page's pending KV (tokens appended to it) must be written before
+ * the unpin that drops its last pin.  A client that goes away drops its range pins.  Reply:
+ * struct kvmm_pin_rep (frames pinned or unpinned, pages brought back from swap).
+ */
+struct kvmm_pin_range_req {
+	uint64_t seq;
+	uint32_t block;
+	uint32_t nr_blocks;
+	uint32_t flags; /* KVMM_PIN_RANGE_F_*; zero for SEQ_UNPIN_RANGE */
+	uint32_t reserved;
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_pin_range_req, 24);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_range_req, seq, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_range_req, block, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_range_req, nr_blocks, 12);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_range_req, flags, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_range_req, reserved, 20);
+#define KVMM_PIN_RANGE_F_PREFETCH (1U << 0) /* start reading the next nr_blocks back */
+#define KVMM_PIN_RANGE_F_ALL KVMM_PIN_RANGE_F_PREFETCH
+
+/*
  * PREFETCH takes a PIN batch (struct kvmm_pin_req + nr_seqs uint64_t ids): start reading
  * back, asynchronously, the swapped pages of the sequences the next step will run, and answer
  * at once with struct kvmm_pin_rep (nr_frames 0, nr_swapin = reads started).  Nothing is
@@ -1746,6 +1786,10 @@ enum kvmm_reply_head {
 	  KVMM_PL_FIXED(struct kvmm_seal_req), KVMM_RH_NONE)                                      \
 	X(SEQ_SALT, "seq_salt", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                \
 	  KVMM_PL_VAR(struct kvmm_seq_salt_req), KVMM_RH_NONE)                                    \
+	X(SEQ_PIN_RANGE, "seq_pin_range", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                      \
+	  KVMM_PL_FIXED(struct kvmm_pin_range_req), KVMM_RH_FRAMES)                               \
+	X(SEQ_UNPIN_RANGE, "seq_unpin_range", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                  \
+	  KVMM_PL_FIXED(struct kvmm_pin_range_req), KVMM_RH_FRAMES)                               \
 	/* admin: read verbs */                                                                   \
 	X(STATUS, "status", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)   \
 	X(MEMINFO, "meminfo", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE) \

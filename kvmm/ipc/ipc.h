@@ -55,21 +55,32 @@ struct kvmm_ipc_ns {
 	uint32_t nr_clients; /* sessions attached */
 };
 
+/* One SEQ_PIN_RANGE pin: blocks [block, block + nr_blocks) and the frames it pinned. */
+struct kvmm_range_pin {
+	struct kvmm_range_pin *next;
+	uint32_t block;
+	uint32_t nr_blocks;
+	uint32_t nr_frames;
+	uint32_t frames[]; /* nr_frames */
+};
+
 /* A client's sequence: the core sequence plus its pin state. */
 struct kvmm_ipc_seq {
 	struct hlist_node node; /* in session->seqs, keyed by id */
 	uint64_t id;		/* per session, from 1, never reused in the session */
 	struct kvmm_seq *seq;
-	uint32_t pin_depth;	   /* PINs not yet UNPINned */
-	uint32_t nr_pinned;	   /* frames in pinned[] */
-	uint32_t *pinned;	   /* frames whose pincount the pins raised (set at first PIN) */
-	uint32_t batch_mark;	   /* scratch of one PIN/UNPIN batch */
-	uint32_t pt_slot;	   /* data plane: page-table mirror slot + 1, 0 = none */
-	struct kvmm_session *sess; /* its session (reclaim's hooks find it through seq->priv) */
-	bool preempted;		   /* OOM victim: ops on it get -KVMM_EPREEMPTED (swapd.c) */
-	bool preempt_sent;	   /* the PREEMPT event went out */
-	uint32_t preempt_frames;   /* frames it held when chosen */
-	uint32_t preempt_reason;   /* enum kvmm_preempt_reason: OOM, or CORRUPT (-KVMM_ELOST) */
+	uint32_t pin_depth; /* PINs not yet UNPINned */
+	uint32_t nr_pinned; /* frames in pinned[] */
+	uint32_t *pinned;   /* frames whose pincount the pins raised (set at first PIN) */
+	struct kvmm_range_pin *ranges; /* SEQ_PIN_RANGE pins, latest first */
+	uint32_t nr_ranges;	       /* in ranges */
+	uint32_t batch_mark;	       /* scratch of one PIN/UNPIN batch */
+	uint32_t pt_slot;	       /* data plane: page-table mirror slot + 1, 0 = none */
+	struct kvmm_session *sess;     /* its session (reclaim's hooks find it through seq->priv) */
+	bool preempted;		       /* OOM victim: ops on it get -KVMM_EPREEMPTED (swapd.c) */
+	bool preempt_sent;	       /* the PREEMPT event went out */
+	uint32_t preempt_frames;       /* frames it held when chosen */
+	uint32_t preempt_reason;       /* enum kvmm_preempt_reason: OOM, or CORRUPT (-KVMM_ELOST) */
 };
 
 struct kvmm_session {
@@ -246,7 +257,7 @@ kvmm_ipc_mem_fn kvmm_session_op_nop, kvmm_session_op_seq_create, kvmm_session_op
 	kvmm_session_op_seq_fork, kvmm_session_op_seq_truncate, kvmm_session_op_seq_free,
 	kvmm_session_op_prefix_lookup, kvmm_session_op_seal, kvmm_session_op_pin,
 	kvmm_session_op_seq_blocks, kvmm_session_op_prefetch, kvmm_session_op_seq_prompt,
-	kvmm_session_op_seq_seal_free, kvmm_session_op_seq_salt;
+	kvmm_session_op_seq_seal_free, kvmm_session_op_seq_salt, kvmm_session_op_pin_range;
 
 /* ---- ring.c: the data plane (uapi/kvmm.h "Data plane") ------------------------------- */
 

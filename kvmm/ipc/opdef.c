@@ -88,6 +88,8 @@ static const struct kvmm_ipc_opdef opdefs[KVMM_OP_COUNT] = {
 	OP(SEQ_PROMPT) = {.mem = kvmm_session_op_seq_prompt, .mirror = KVMM_MIRROR_NEW},
 	OP(SEQ_SEAL_FREE) = {.mem = kvmm_session_op_seq_seal_free},
 	OP(SEQ_SALT) = {.mem = kvmm_session_op_seq_salt, .check = check_seq_salt},
+	OP(SEQ_PIN_RANGE) = {.mem = kvmm_session_op_pin_range},
+	OP(SEQ_UNPIN_RANGE) = {.mem = kvmm_session_op_pin_range},
 	/* admin: read verbs */
 	OP(STATUS) = {.report = kvmm_admin_status},
 	OP(MEMINFO) = {.report = kvmm_admin_meminfo},

@@ -193,11 +193,33 @@ static void pins_drop(struct kvmm_pool *pool, struct kvmm_ipc_seq *is, uint32_t 
 	}
 }
 
+/* Drop one range pin (unlinked by the caller): its frames' pins, then the record. */
+static uint32_t range_pin_drop(struct kvmm_pool *pool, struct kvmm_range_pin *rp)
+{
+	uint32_t i, n = rp->nr_frames;
+
+	for (i = 0; i < n; i++) {
+		struct kvmm_page *pg = kvmm_frame_to_page(pool, rp->frames[i]);
+
+		KVMM_BUG_ON(!pg->pincount);
+		kvmm_page_unpin(pg, 1);
+	}
+	kvmm_free(rp);
+	return n;
+}
+
 /* Forget a sequence: unpin, free it in the core, drop the record. */
 static void seq_untrack(struct kvmm_session *s, struct kvmm_ipc_seq *is)
 {
 	if (is->pin_depth)
 		pins_drop(s->as->pool, is, is->pin_depth);
+	while (is->ranges) {
+		struct kvmm_range_pin *rp = is->ranges;
+
+		is->ranges = rp->next;
+		range_pin_drop(s->as->pool, rp);
+	}
+	is->nr_ranges = 0;
 	kvmm_mm_seq_free(is->seq);
 	kvmm_dp_seq_gone(s, is);
 	kvmm_htable_del(&is->node);
@@ -281,7 +303,7 @@ static enum kvmm_backend pools_backend(const struct kvmm_server *srv)
 
 static uint64_t supported_features(const struct kvmm_server *srv)
 {
-	uint64_t f = KVMM_FEAT_PREFIX_CACHE | KVMM_FEAT_KEY_DOMAIN;
+	uint64_t f = KVMM_FEAT_PREFIX_CACHE | KVMM_FEAT_KEY_DOMAIN | KVMM_FEAT_PIN_RANGE;
 
 	f |= pools_backend(srv) == KVMM_BACKEND_CUDA ? KVMM_FEAT_CUDA_BACKEND
 						     : KVMM_FEAT_HOST_BACKEND;
@@ -558,7 +580,7 @@ static int lookup(struct kvmm_session *s, uint64_t id, bool change, struct kvmm_
 	/* an OOM victim's KV is gone (or going): only SEQ_FREE still works (swapd.c) */
 	if (is->preempted)
 		return kvmm_ipc_seq_preempt_err(is);
-	if (change && is->pin_depth)
+	if (change && (is->pin_depth || is->nr_ranges))
 		return -EBUSY;
 	*out = is;
 	return 0;
@@ -1091,6 +1113,164 @@ out_marks:
 		return ret;
 	rep->nr_frames = frames;
 	rep->nr_swapin = nr_swapin;
+	*rlen = sizeof(*rep);
+	return 0;
+}
+
+/*
+ * SEQ_PIN_RANGE's fault-in: the swapped blocks of [first, first + n) come back.  Room is made
+ * first, in reclaim order, with the range's resident pages held by a temporary pin (the rest
+ * of the sequence is fair game: that is the point of pinning a range); the sequence is marked
+ * faulting meanwhile, so it is no OOM victim for its own fault.  Returns the pages brought
+ * in or -errno, as pin_fault_in().
+ */
+static int range_fault_in(struct kvmm_session *s, struct kvmm_ipc_seq *is, uint32_t first,
+			  uint32_t n)
+{
+	struct kvmm_pool *pool = s->as->pool;
+	struct kvmm_seq *seq = is->seq;
+	uint32_t b, need = 0;
+	bool marked = false;
+	int r;
+
+	for (b = first; b < first + n; b++)
+		if (kvmm_pte_is_swap(seq->pte[b]))
+			need++;
+	if (!need)
+		return 0;
+	if (!(seq->flags & KVMM_SEQ_F_FAULTING)) {
+		seq->flags |= KVMM_SEQ_F_FAULTING;
+		pool->nr_faulting++;
+		marked = true;
+	}
+	if (kvmm_pool_nr_free(pool) < need + pool->wmark_min) {
+		uint32_t want = need + pool->wmark_min - kvmm_pool_nr_free(pool), nr_held = 0;
+		struct kvmm_page **held = kvmm_malloc((size_t)n * sizeof(*held));
+
+		if (!held) {
+			r = -ENOMEM;
+			goto out;
+		}
+		for (b = first; b < first + n; b++)
+			if (kvmm_pte_is_present(seq->pte[b])) {
+				struct kvmm_page *pg =
+					kvmm_frame_to_page(pool, kvmm_pte_frame(seq->pte[b]));
+
+				pg->pincount++;
+				held[nr_held++] = pg;
+			}
+		kvmm_shrink(pool, want, 0);
+		while (nr_held)
+			held[--nr_held]->pincount--;
+		kvmm_free(held);
+	}
+	r = kvmm_mm_seq_fault(seq, first, n);
+	if (r == -ENOMEM)
+		kvmm_out_of_memory(pool);
+	kvmm_trace_event(KVMM_TR_FAULT, pool, s->id, s->ns->ns->id, seq->id, KVMM_TRACE_NONE,
+			 r < 0 ? 0 : (uint64_t)r);
+	kvmm_dp_seq_update(s, is, 0);
+out:
+	if (marked) {
+		seq->flags &= ~KVMM_SEQ_F_FAULTING;
+		pool->nr_faulting--;
+	}
+	return r;
+}
+
+/*
+ * SEQ_PIN_RANGE / SEQ_UNPIN_RANGE: pin blocks [block, block + nr_blocks) of one sequence
+ * (faulting the swapped ones in, optionally starting the reads of the next range), or end
+ * the latest pin of exactly that range.
+ */
+int kvmm_session_op_pin_range(struct kvmm_session *s, unsigned int op, const void *p, void *rp,
+			      size_t *rlen)
+{
+	struct kvmm_pin_range_req req;
+	struct kvmm_pin_rep *rep = rp;
+	struct kvmm_pool *pool = s->as->pool;
+	struct kvmm_range_pin *r, **pp;
+	struct kvmm_ipc_seq *is;
+	struct kvmm_seq *seq;
+	uint32_t b, swapin = 0;
+	int ret;
+
+	memcpy(&req, p, sizeof(req));
+	if (!(s->features & KVMM_FEAT_PIN_RANGE))
+		return -EOPNOTSUPP;
+	if (req.reserved || (req.flags & ~KVMM_PIN_RANGE_F_ALL) ||
+	    (op == KVMM_OP_SEQ_UNPIN_RANGE && req.flags))
+		return -EINVAL;
+	is = kvmm_session_seq_find(s, req.seq);
+	if (!is)
+		return -ENOENT;
+	seq = is->seq;
+	if (op == KVMM_OP_SEQ_UNPIN_RANGE) {
+		for (pp = &is->ranges; *pp; pp = &(*pp)->next)
+			if ((*pp)->block == req.block && (*pp)->nr_blocks == req.nr_blocks)
+				break;
+		if (!*pp)
+			return -EINVAL; /* no pin of that range */
+		r = *pp;
+		*pp = r->next;
+		is->nr_ranges--;
+		rep->nr_frames = range_pin_drop(pool, r);
+		rep->nr_swapin = 0;
+		*rlen = sizeof(*rep);
+		return 0;
+	}
+	if (is->preempted)
+		return -KVMM_EPREEMPTED;
+	if (!req.nr_blocks || req.block > seq->nblocks || req.nr_blocks > seq->nblocks - req.block)
+		return -EINVAL;
+	ret = range_fault_in(s, is, req.block, req.nr_blocks);
+	if (ret < 0)
+		return ret;
+	swapin = (uint32_t)ret;
+	if (is->preempted) /* chosen while the fault made room */
+		return -KVMM_EPREEMPTED;
+	r = kvmm_malloc(sizeof(*r) + (size_t)req.nr_blocks * sizeof(uint32_t));
+	if (!r)
+		return -ENOMEM;
+	r->block = req.block;
+	r->nr_blocks = req.nr_blocks;
+	r->nr_frames = 0;
+	for (b = req.block; b < req.block + req.nr_blocks; b++) {
+		uint32_t f = kvmm_mm_seq_frame(seq, b);
+
+		if (f == KVMM_FRAME_NONE)
+			continue;
+		r->frames[r->nr_frames++] = f;
+	}
+	/* every block of the range must be resident now: a read that failed fails the pin */
+	if (r->nr_frames != req.nr_blocks) {
+		for (b = req.block; b < req.block + req.nr_blocks; b++)
+			if (kvmm_pte_is_swap(seq->pte[b])) {
+				kvmm_free(r);
+				return -EIO;
+			}
+	}
+	for (b = 0; b < r->nr_frames; b++) {
+		struct kvmm_page *pg = kvmm_frame_to_page(pool, r->frames[b]);
+
+		kvmm_page_wb_touch(pg); /* wanted by the step: a swap-out in flight keeps it */
+		pg->pincount++;
+	}
+	r->next = is->ranges;
+	is->ranges = r;
+	is->nr_ranges++;
+	/* the mirror shows the range's frames (a readahead may have mapped some unannounced) */
+	kvmm_dp_seq_update(s, is, req.block);
+	if ((req.flags & KVMM_PIN_RANGE_F_PREFETCH) && req.block + req.nr_blocks < seq->nblocks) {
+		uint32_t next = req.block + req.nr_blocks;
+		uint32_t n = min_t(uint32_t, req.nr_blocks, seq->nblocks - next);
+
+		ret = kvmm_mm_seq_prefetch(seq, next, n);
+		if (ret > 0)
+			kvmm_dp_seq_update(s, is, 0);
+	}
+	rep->nr_frames = r->nr_frames;
+	rep->nr_swapin = swapin;
 	*rlen = sizeof(*rep);
 	return 0;
 }

@@ -217,7 +217,7 @@ static void preempt_session(struct kvmm_session *s)
 		if (!is->preempted || is->preempt_sent)
 			continue;
 		is->preempt_sent = true;
-		if (!is->pin_depth && !kvmm_mm_seq_truncate(is->seq, 0))
+		if (!is->pin_depth && !is->nr_ranges && !kvmm_mm_seq_truncate(is->seq, 0))
 			kvmm_dp_seq_update(s, is, 0);
 		kvmm_msg_hdr_init(&m.hdr, KVMM_OP_PREEMPT, sizeof(m), 0);
 		m.hdr.abi = s->abi;

@@ -15,7 +15,9 @@
  *     page table shows it present and the PIN after it reads nothing;
  *   - OOM: with every tier full, the lowest-priority sequence's client gets a PREEMPT event,
  *     and the sequence's ops answer -KVMM_EPREEMPTED until it is freed;
- *   - a PIN that cannot find room for a swapped sequence fails with -ENOMEM and keeps its KV.
+ *   - a PIN that cannot find room for a swapped sequence fails with -ENOMEM and keeps its KV;
+ *   - kvmm_pin_range: a sequence longer than the pool, written and read back one range at a
+ *     time (the rest swapped out meanwhile), every byte identical.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -366,6 +368,94 @@ static void test_prefetch(void **state)
 	kvmm_admin_close(admin);
 }
 
+/* pin_range blocks [b0, b0 + n) of seq, write (@write) or compare them with @tag's bytes, unpin */
+static int touch_range(kvmm_client_t *c, uint64_t seq, uint32_t b0, uint32_t n, uint64_t tag,
+		       bool write, unsigned int flags)
+{
+	static int32_t table[1024];
+	uint64_t ps = kvmm_page_size(c);
+	uint32_t b, i, frames = 0;
+	int ret = kvmm_pin_range(c, seq, b0, n, flags, &frames);
+
+	if (ret)
+		return ret;
+	assert_int_equal(frames, n);
+	assert_int_equal(kvmm_block_table(c, &seq, 1, table, 1024), 0);
+	for (b = b0; b < b0 + n; b++) {
+		uint8_t *p;
+
+		assert_true(table[b] >= 0);
+		p = kvmm_frame_addr(c, (uint32_t)table[b]);
+		for (i = 0; i < ps; i += 61) {
+			if (write)
+				p[i] = byte_at(tag, b, i);
+			else if (p[i] != byte_at(tag, b, i))
+				fail_msg("seq %llu block %u byte %u differs",
+					 (unsigned long long)seq, b, i);
+		}
+	}
+	assert_int_equal(kvmm_unpin_range(c, seq, b0, n, &frames), 0);
+	assert_int_equal(frames, n);
+	return 0;
+}
+
+/*
+ * A sequence of 320 pages in the 256-frame pool: no PIN of it can ever succeed, but range by
+ * range it is written, then read back twice (forwards with the next range prefetched, then
+ * backwards), the rest of it swapped out and in meanwhile, every byte identical.
+ */
+static void test_pin_range(void **state)
+{
+	const uint32_t total = 320, step = 40;
+	uint32_t tpp, *t, b, pinned = 7;
+	kvmm_client_t *c;
+	int64_t in0;
+	uint64_t s, bogus = 999999;
+	kvmm_admin_t *admin;
+
+	(void)state;
+	itest_need_daemon();
+	assert_int_equal(itest_admin_open(&itest_d, &admin), 0);
+	c = attach();
+	tpp = kvmm_tokens_per_page(c);
+	t = malloc((size_t)step * tpp * sizeof(*t));
+	assert_non_null(t);
+	assert_int_equal(kvmm_seq_create(c, 0, &s), 0);
+	for (b = 0; b < total; b += step) {
+		itest_tokens(t, step * tpp, 700 + b);
+		assert_int_equal(kvmm_seq_append(c, s, t, step * tpp, NULL), 0);
+		assert_int_equal(touch_range(c, s, b, step, 7000, true, 0), 0);
+	}
+	free(t);
+	in0 = vmstat(admin, "pswpin");
+	for (b = 0; b < total; b += step)
+		assert_int_equal(touch_range(c, s, b, step, 7000, false, KVMM_PIN_RANGE_F_PREFETCH),
+				 0);
+	for (b = total; b > 0; b -= step)
+		assert_int_equal(touch_range(c, s, b - step, step, 7000, false, 0), 0);
+	assert_true(vmstat(admin, "pswpin") > in0);
+	/* the whole sequence does not fit: PIN cannot succeed, and changes nothing */
+	assert_int_equal(kvmm_pin(c, &s, 1, NULL), -ENOMEM);
+	assert_int_equal(touch_range(c, s, 100, 8, 7000, false, 0), 0);
+
+	/* errors */
+	assert_int_equal(kvmm_pin_range(NULL, s, 0, 1, 0, NULL), -EINVAL);
+	assert_int_equal(kvmm_pin_range(c, s, 0, 0, 0, NULL), -EINVAL);
+	assert_int_equal(kvmm_pin_range(c, s, 0, 1, 1U << 7, NULL), -EINVAL);
+	assert_int_equal(kvmm_pin_range(c, s, total - 1, 2, 0, NULL), -EINVAL);
+	assert_int_equal(kvmm_pin_range(c, bogus, 0, 1, 0, NULL), -ENOENT);
+	assert_int_equal(kvmm_unpin_range(c, s, 0, 1, NULL), -EINVAL); /* not pinned */
+	assert_int_equal(kvmm_unpin_range(c, s, 0, 0, NULL), -EINVAL);
+	/* pinned: the sequence cannot change; the pin is released by its unpin */
+	assert_int_equal(kvmm_pin_range(c, s, 10, 4, 0, &pinned), 0);
+	assert_int_equal(pinned, 4);
+	assert_int_equal(kvmm_seq_free(c, s), -EBUSY);
+	assert_int_equal(kvmm_unpin_range(c, s, 10, 4, NULL), 0);
+	assert_int_equal(kvmm_seq_free(c, s), 0);
+	kvmm_detach(c);
+	kvmm_admin_close(admin);
+}
+
 /* Every tier full: the lowest-priority sequence's client is told to preempt it. */
 static void test_oom_preempt(void **state)
 {
@@ -708,6 +798,7 @@ int main(void)
 		cmocka_unit_test(test_prefix_demoted),
 		cmocka_unit_test(test_fault_inject),
 		cmocka_unit_test(test_prefetch),
+		cmocka_unit_test(test_pin_range),
 		cmocka_unit_test(test_oom_preempt),
 		cmocka_unit_test(test_oom_log_ratelimited),
 		cmocka_unit_test(test_swap_not_dropped),

@@ -380,6 +380,20 @@ static int pin(int fd, unsigned int op, const uint64_t *ids, uint32_t n, uint32_
 	return ret;
 }
 
+static int pin_range(int fd, unsigned int op, uint64_t seq, uint32_t block, uint32_t nr,
+		     uint32_t flags, struct kvmm_pin_rep *out)
+{
+	struct kvmm_pin_range_req req = {
+		.seq = seq, .block = block, .nr_blocks = nr, .flags = flags};
+	struct kvmm_pin_rep rep = {0};
+	int ret;
+
+	ret = xfer(fd, op, &req, sizeof(req), &rep, sizeof(rep));
+	if (out)
+		*out = rep;
+	return ret;
+}
+
 /* An admin read verb's whole text (records joined). */
 static int admin_text(int fd, unsigned int op, const char *ns, char *out, size_t cap)
 {
@@ -1373,6 +1387,140 @@ static void test_append_swapped(void **state)
 	assert_int_equal(pool_state(f, "small", KVMM_PAGE_MAPPED), 0);
 }
 
+/*
+ * SEQ_PIN_RANGE / SEQ_UNPIN_RANGE: part of a sequence pinned, ranges nest and overlap (with
+ * each other and with PIN), each unpin ends a pin of exactly that range, the sequence cannot
+ * change meanwhile, bad ranges are refused, and hanging up drops what is left.
+ */
+static void test_pin_range(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t tok[16], n;
+	struct kvmm_pin_rep rep;
+	int32_t fr[64];
+	uint64_t s1;
+	int fd = client(f, "alpha");
+
+	for (unsigned int i = 0; i < 16; i++)
+		tok[i] = 300 + i;
+	s1 = seq_create(fd);
+	assert_int_equal(seq_append(fd, s1, tok, 14), 0); /* 4 blocks, the last partial */
+	assert_int_equal(blocks(fd, s1, fr, &n), 0);
+	assert_int_equal(n, 4);
+
+	assert_int_equal(pin_range(fd, KVMM_OP_SEQ_PIN_RANGE, s1, 1, 2, 0, &rep), 0);
+	assert_int_equal(rep.nr_frames, 2);
+	assert_int_equal(rep.nr_swapin, 0);
+	assert_int_equal(pincount(f, "alpha", (uint32_t)fr[0]), 0);
+	assert_int_equal(pincount(f, "alpha", (uint32_t)fr[1]), 1);
+	assert_int_equal(pincount(f, "alpha", (uint32_t)fr[2]), 1);
+	assert_int_equal(pincount(f, "alpha", (uint32_t)fr[3]), 0);
+	/* overlapping, and beside a whole-sequence PIN */
+	assert_int_equal(
+		pin_range(fd, KVMM_OP_SEQ_PIN_RANGE, s1, 2, 2, KVMM_PIN_RANGE_F_PREFETCH, &rep), 0);
+	assert_int_equal(pin(fd, KVMM_OP_PIN, &s1, 1, NULL), 0);
+	assert_int_equal(pincount(f, "alpha", (uint32_t)fr[0]), 1);
+	assert_int_equal(pincount(f, "alpha", (uint32_t)fr[2]), 3);
+	assert_int_equal(pincount(f, "alpha", (uint32_t)fr[3]), 2);
+	assert_int_equal(pin(fd, KVMM_OP_UNPIN, &s1, 1, NULL), 0);
+
+	/* range-pinned: the sequence cannot change */
+	assert_int_equal(seq_op(fd, KVMM_OP_SEQ_FREE, s1, 0), -EBUSY);
+	assert_int_equal(seq_op(fd, KVMM_OP_SEQ_TRUNCATE, s1, 4), -EBUSY);
+	assert_int_equal(seq_append(fd, s1, tok, 1), -EBUSY);
+	assert_int_equal(seal(fd, s1, 0, 0), -EBUSY);
+
+	/* bad requests change nothing */
+	assert_int_equal(pin_range(fd, KVMM_OP_SEQ_PIN_RANGE, s1, 0, 0, 0, NULL), -EINVAL);
+	assert_int_equal(pin_range(fd, KVMM_OP_SEQ_PIN_RANGE, s1, 3, 2, 0, NULL), -EINVAL);
+	assert_int_equal(pin_range(fd, KVMM_OP_SEQ_PIN_RANGE, s1, 5, 1, 0, NULL), -EINVAL);
+	assert_int_equal(pin_range(fd, KVMM_OP_SEQ_PIN_RANGE, s1, UINT32_MAX, 2, 0, NULL), -EINVAL);
+	assert_int_equal(pin_range(fd, KVMM_OP_SEQ_PIN_RANGE, s1, 0, 1, 1U << 5, NULL), -EINVAL);
+	assert_int_equal(pin_range(fd, KVMM_OP_SEQ_PIN_RANGE, 999, 0, 1, 0, NULL), -ENOENT);
+	assert_int_equal(pin_range(fd, KVMM_OP_SEQ_UNPIN_RANGE, s1, 1, 3, 0, NULL), -EINVAL);
+	assert_int_equal(pin_range(fd, KVMM_OP_SEQ_UNPIN_RANGE, s1, 1, 2, 1, NULL), -EINVAL);
+	assert_int_equal(pin_range(fd, KVMM_OP_SEQ_UNPIN_RANGE, 999, 1, 2, 0, NULL), -ENOENT);
+	assert_int_equal(pincount(f, "alpha", (uint32_t)fr[1]), 1);
+	assert_int_equal(pincount(f, "alpha", (uint32_t)fr[2]), 2);
+
+	assert_int_equal(pin_range(fd, KVMM_OP_SEQ_UNPIN_RANGE, s1, 1, 2, 0, &rep), 0);
+	assert_int_equal(rep.nr_frames, 2);
+	assert_int_equal(pincount(f, "alpha", (uint32_t)fr[1]), 0);
+	assert_int_equal(pincount(f, "alpha", (uint32_t)fr[2]), 1);
+	/* once: a second unpin of the range is refused */
+	assert_int_equal(pin_range(fd, KVMM_OP_SEQ_UNPIN_RANGE, s1, 1, 2, 0, NULL), -EINVAL);
+	assert_int_equal(pin_range(fd, KVMM_OP_SEQ_UNPIN_RANGE, s1, 2, 2, 0, NULL), 0);
+	assert_int_equal(pincount(f, "alpha", (uint32_t)fr[2]), 0);
+	assert_int_equal(seq_append(fd, s1, tok, 2), 0); /* free to change again */
+
+	/* a range left pinned: hanging up drops it and frees everything */
+	assert_int_equal(pin_range(fd, KVMM_OP_SEQ_PIN_RANGE, s1, 0, 4, 0, NULL), 0);
+	assert_int_equal(pin_range(fd, KVMM_OP_SEQ_PIN_RANGE, s1, 0, 4, 0, NULL), 0);
+	assert_int_equal(pincount(f, "alpha", (uint32_t)fr[0]), 2);
+	close(fd);
+	wait_no_clients(f);
+	assert_int_equal(pincount(f, "alpha", (uint32_t)fr[0]), 0);
+	assert_int_equal(pool_state(f, "alpha", KVMM_PAGE_MAPPED), 0);
+	assert_int_equal(check_invariants(f, "alpha"), 0);
+}
+
+/*
+ * A sequence bigger than what is left of the pool: reclaim swaps out its blocks outside a
+ * pinned range, never those inside, and pinning another range brings its blocks back
+ * (making room by swapping out the blocks no range holds any more).
+ */
+static void test_pin_range_swapped(void **state)
+{
+	struct fixture *f = *state;
+	struct kvmm_seq_create_req cr = {.priority = -10}; /* reclaim's first choice */
+	struct kvmm_seq_create_rep rep;
+	struct kvmm_pin_rep pr;
+	uint32_t tok[48], n, i, out = 0;
+	int32_t b[64];
+	uint64_t a;
+	int fd = client(f, "small");
+
+	for (i = 0; i < 48; i++)
+		tok[i] = 400 + i;
+	assert_int_equal(xfer(fd, KVMM_OP_SEQ_CREATE, &cr, sizeof(cr), &rep, sizeof(rep)), 0);
+	a = rep.seq;
+	assert_int_equal(seq_append(fd, a, tok, 48), 0); /* 12 of the 16 frames */
+	assert_int_equal(pin_range(fd, KVMM_OP_SEQ_PIN_RANGE, a, 0, 4, 0, NULL), 0);
+	/* 10 frames for another sequence: 6 of a's must go, none of blocks 0..3 */
+	cr.priority = 0;
+	cr.nr_tokens = 10 * 4;
+	assert_int_equal(xfer(fd, KVMM_OP_SEQ_CREATE, &cr, sizeof(cr), &rep, sizeof(rep)), 0);
+	assert_int_equal(blocks(fd, a, b, &n), 0);
+	assert_int_equal(n, 12);
+	for (i = 0; i < 4; i++)
+		assert_true(b[i] >= 0);
+	for (i = 4; i < 12; i++)
+		out += b[i] == KVMM_BLOCK_NONE;
+	assert_true(out >= 6);
+	/* the whole sequence cannot come back beside the other one; a range can */
+	assert_int_equal(pin_range(fd, KVMM_OP_SEQ_UNPIN_RANGE, a, 0, 4, 0, NULL), 0);
+	assert_int_equal(
+		pin_range(fd, KVMM_OP_SEQ_PIN_RANGE, a, 8, 4, KVMM_PIN_RANGE_F_PREFETCH, &pr), 0);
+	assert_int_equal(pr.nr_frames, 4);
+	assert_true(pr.nr_swapin >= 1);
+	assert_int_equal(blocks(fd, a, b, &n), 0);
+	for (i = 8; i < 12; i++)
+		assert_true(b[i] >= 0);
+	assert_int_equal(check_invariants(f, "small"), 0);
+	assert_int_equal(pin_range(fd, KVMM_OP_SEQ_UNPIN_RANGE, a, 8, 4, 0, NULL), 0);
+	/* the other sequence gone, the whole of a pins again, every block as it was */
+	assert_int_equal(seq_op(fd, KVMM_OP_SEQ_FREE, rep.seq, 0), 0);
+	assert_int_equal(pin(fd, KVMM_OP_PIN, &a, 1, NULL), 0);
+	assert_int_equal(blocks(fd, a, b, &n), 0);
+	for (i = 0; i < 12; i++)
+		assert_true(b[i] >= 0);
+	assert_int_equal(pin(fd, KVMM_OP_UNPIN, &a, 1, NULL), 0);
+	assert_int_equal(check_invariants(f, "small"), 0);
+	close(fd);
+	wait_no_clients(f);
+	assert_int_equal(pool_state(f, "small", KVMM_PAGE_MAPPED), 0);
+}
+
 /* ---- the real host backend: chunk memfds over SCM_RIGHTS -------------------------------- */
 
 static int setup_host(void **state)
@@ -1471,6 +1619,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_attach_permission, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_share_prefix, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pin, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pin_range, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_disconnect_frees, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_admin, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shutdown, setup, teardown),
@@ -1480,6 +1629,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_too_big_for_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_seal_swapped, setup_swap, teardown),
 		cmocka_unit_test_setup_teardown(test_append_swapped, setup_swap, teardown),
+		cmocka_unit_test_setup_teardown(test_pin_range_swapped, setup_swap, teardown),
 	};
 
 	return cmocka_run_group_tests_name("ipc", tests, group_setup, group_teardown);

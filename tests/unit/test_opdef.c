@@ -52,6 +52,8 @@ static bool enumerated(unsigned int op)
 	case KVMM_OP_SEQ_PROMPT:
 	case KVMM_OP_SEQ_SEAL_FREE:
 	case KVMM_OP_SEQ_SALT:
+	case KVMM_OP_SEQ_PIN_RANGE:
+	case KVMM_OP_SEQ_UNPIN_RANGE:
 	case KVMM_OP_STATUS:
 	case KVMM_OP_MEMINFO:
 	case KVMM_OP_VMSTAT:

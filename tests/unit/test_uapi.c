@@ -87,6 +87,7 @@ static const struct size_case size_cases[] = {
 	SIZE_CASE(struct kvmm_seq_blocks_rep, 16),
 	SIZE_CASE(struct kvmm_attach_model, 8),
 	SIZE_CASE(struct kvmm_seq_salt_req, 16),
+	SIZE_CASE(struct kvmm_pin_range_req, 24),
 };
 
 static void test_struct_sizes(void **state)
@@ -329,7 +330,7 @@ static void test_feature_bits(void **state)
 	static const uint64_t feats[] = {
 		KVMM_FEAT_HOST_BACKEND, KVMM_FEAT_CUDA_BACKEND, KVMM_FEAT_PREFIX_CACHE,
 		KVMM_FEAT_SWAP,		KVMM_FEAT_RINGS,	KVMM_FEAT_FD_PASSING,
-		KVMM_FEAT_REMOTE,	KVMM_FEAT_KEY_DOMAIN,
+		KVMM_FEAT_REMOTE,	KVMM_FEAT_KEY_DOMAIN,	KVMM_FEAT_PIN_RANGE,
 	};
 	uint64_t seen = 0;
 	size_t i;
@@ -342,7 +343,7 @@ static void test_feature_bits(void **state)
 		seen |= feats[i];
 	}
 	assert_true(seen == KVMM_FEAT_ALL_V0);
-	assert_true(KVMM_FEAT_ALL_V0 == UINT64_C(0xff));
+	assert_true(KVMM_FEAT_ALL_V0 == UINT64_C(0x1ff));
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -376,6 +377,8 @@ static const struct op_case op_cases[] = {
 	{KVMM_OP_SEQ_PROMPT, 0x010e, "seq_prompt"},
 	{KVMM_OP_SEQ_SEAL_FREE, 0x010f, "seq_seal_free"},
 	{KVMM_OP_SEQ_SALT, 0x0110, "seq_salt"},
+	{KVMM_OP_SEQ_PIN_RANGE, 0x0111, "seq_pin_range"},
+	{KVMM_OP_SEQ_UNPIN_RANGE, 0x0112, "seq_unpin_range"},
 	{KVMM_OP_STATUS, 0x0200, "status"},
 	{KVMM_OP_MEMINFO, 0x0201, "meminfo"},
 	{KVMM_OP_VMSTAT, 0x0202, "vmstat"},
@@ -430,7 +433,7 @@ static void test_op_values_and_names(void **state)
 	}
 	assert_int_equal(KVMM_OP_REPLY, 0x8000);
 	assert_int_equal(KVMM_OP_SESSION_LAST, KVMM_OP_PING);
-	assert_int_equal(KVMM_OP_MEM_LAST, KVMM_OP_SEQ_SALT);
+	assert_int_equal(KVMM_OP_MEM_LAST, KVMM_OP_SEQ_UNPIN_RANGE);
 	assert_int_equal(KVMM_OP_ADMIN_LAST, KVMM_OP_NS_DELETE);
 	assert_int_equal(KVMM_OP_EVENT_LAST, KVMM_OP_SHUTDOWN);
 }
@@ -468,7 +471,7 @@ static void test_op_name_exhaustive(void **state)
 
 	assert_string_equal(kvmm_op_name(KVMM_OP_NONE), "?");
 	assert_string_equal(kvmm_op_name(0x0006), "?");
-	assert_string_equal(kvmm_op_name(0x0111), "?");
+	assert_string_equal(kvmm_op_name(0x0113), "?");
 	assert_string_equal(kvmm_op_name(0x0215), "?");
 	assert_string_equal(kvmm_op_name(0x0302), "?");
 	assert_string_equal(kvmm_op_name(0x0400), "?");

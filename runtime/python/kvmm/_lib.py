@@ -47,6 +47,7 @@ ATTACH_NO_WPROTECT = 1
 ATTACH_REATTACH = 2  # KVMM_ATTACH_REATTACH
 MODEL_ID_MAX = 256  # KVMM_MODEL_ID_MAX
 SALT_MAX = 256  # KVMM_SALT_MAX
+PIN_RANGE_F_PREFETCH = 1  # KVMM_PIN_RANGE_F_PREFETCH
 
 
 class Sqe(Structure):
@@ -162,6 +163,8 @@ _proto("kvmm_seq_seal_free", c_int, P, c_uint64, c_uint32, c_uint32)
 _proto("kvmm_pin", c_int, P, c_void_p, c_uint32, u32p)
 _proto("kvmm_unpin", c_int, P, c_void_p, c_uint32, u32p)
 _proto("kvmm_prefetch", c_int, P, c_void_p, c_uint32, u32p)
+_proto("kvmm_pin_range", c_int, P, c_uint64, c_uint32, c_uint32, c_uint, u32p)
+_proto("kvmm_unpin_range", c_int, P, c_uint64, c_uint32, c_uint32, u32p)
 _proto("kvmm_block_table", c_int, P, c_void_p, c_uint32, c_void_p, c_uint32)
 _proto("kvmm_submit", c_int, P, POINTER(Sqe), c_uint)
 _proto("kvmm_complete", c_int, P, POINTER(Cqe), c_uint, c_uint)

@@ -417,6 +417,34 @@ class Client:
         """Undo :meth:`pin` (kvmm_unpin).  Returns the frames unpinned."""
         return self._batch(lib.kvmm_unpin, "kvmm_unpin", seqs)
 
+    def pin_range(self, seq: int, block: int, nr_blocks: int, *, prefetch: bool = False
+                  ) -> int:
+        """Pin blocks [block, block + nr_blocks) of ``seq`` only (kvmm_pin_range): they are
+        made resident (swapped ones read back, room made by reclaiming elsewhere, the
+        sequence's other blocks included) and kept so until :meth:`unpin_range` of the same
+        range.  For attention over a sequence that does not fit, one chunk at a time.
+        ``prefetch``: also start reading back the next ``nr_blocks`` blocks.  While a range
+        is pinned the sequence cannot change (BusyError).  Returns the frames pinned."""
+        h = self._handle()
+        nr = c_uint32()
+        err = lib.kvmm_pin_range(h, _args.u64("seq", seq), _args.u32("block", block),
+                                 _args.u32("nr_blocks", nr_blocks),
+                                 _lib.PIN_RANGE_F_PREFETCH if prefetch else 0, byref(nr))
+        if err < 0:
+            raise make_error(err, "kvmm_pin_range")
+        return nr.value
+
+    def unpin_range(self, seq: int, block: int, nr_blocks: int) -> int:
+        """End the latest :meth:`pin_range` of exactly that range (kvmm_unpin_range).
+        Returns the frames unpinned."""
+        h = self._handle()
+        nr = c_uint32()
+        err = lib.kvmm_unpin_range(h, _args.u64("seq", seq), _args.u32("block", block),
+                                   _args.u32("nr_blocks", nr_blocks), byref(nr))
+        if err < 0:
+            raise make_error(err, "kvmm_unpin_range")
+        return nr.value
+
     def prefetch(self, seqs: IntSeq) -> int:
         """Start reading back the swapped pages of ``seqs`` (kvmm_prefetch).  Returns the
         pages whose reads began."""

@@ -8,7 +8,10 @@ event per line on stdout (nothing else is written there).
 
     {"op": "attach", "socket": S, "ns": NS, "priority": P, "kv_dtype": "fp16"}
         attach to kvmmd at S in namespace NS; every sequence of this agent gets kvmm priority
-        P (under memory pressure kvmmd swaps out or preempts lower priorities first)
+        P (under memory pressure kvmmd swaps out or preempts lower priorities first);
+        optional "chunk_pages": C: attention C pages at a time (PagedKV(chunk_pages=C)), a
+        step writing at most C pages' worth of tokens; "lookup_pages": L: a prefix lookup
+        maps at most L pages
         -> {"ev": "attached", "tokens_per_page": T, "kernel": K}
     {"op": "task", "id": I, "prompt": [ids...], "max_tokens": N}
         generate N greedy tokens (end-of-sequence ignored, so every answer has N tokens)
@@ -19,6 +22,8 @@ event per line on stdout (nothing else is written there).
     {"op": "pause"}   while a task runs: stop between two steps (nothing of this agent is
                       pinned then, so kvmmd may swap its sequence out to make room for
                       another agent's) -> {"ev": "paused", "id": I}; the task waits for
+                      With "release": true the paused task first gives up its sequence (it is
+                      computed again on resume, its prompt from kvmm's prefix cache).
     {"op": "resume"}  -> {"ev": "resumed", "id": I}: the next step pins the sequence again,
                       which faults its swapped pages back in. A pause that comes after
                       the task ended is answered {"ev": "idle"}; a resume outside a
@@ -104,11 +109,18 @@ class _Agent:
 
         self.detach()
         c = self.model.cfg
+        chunk = cmd.get("chunk_pages")
         self.kv = PagedKV(c.num_layers, c.num_kv_heads, c.head_dim,
                           kv_dtype=cmd.get("kv_dtype", "fp16"), ns=cmd["ns"],
-                          socket_path=cmd["socket"], priority=int(cmd.get("priority", 0)))
-        self.engine = Engine(self.model, self.kv, max_batch_tokens=int(cmd.get("batch", 4096)),
-                             seal_prompts=True)
+                          socket_path=cmd["socket"], priority=int(cmd.get("priority", 0)),
+                          chunk_pages=int(chunk) if chunk else None,
+                          lookup_pages=cmd.get("lookup_pages"))
+        batch = int(cmd.get("batch", 4096))
+        if chunk:
+            # a step writes at most a chunk's worth of pages (plus a partial one): what
+            # the orchestrator's admission counts beside the chunk being read
+            batch = min(batch, int(chunk) * self.kv.tokens_per_page)
+        self.engine = Engine(self.model, self.kv, max_batch_tokens=batch, seal_prompts=True)
         return {"ev": "attached", "tokens_per_page": self.kv.tokens_per_page,
                 "kernel": self.kv.kernel}
 
@@ -129,6 +141,7 @@ class _Agent:
         req = e.add_request(cmd["prompt"], SamplingParams(max_tokens=int(cmd["max_tokens"]),
                                                           ignore_eos=True))
         waits = 0
+        self.released = 0
         stalled_since: Optional[float] = None
         told = False
         while e.has_work():
@@ -156,7 +169,8 @@ class _Agent:
                 "seconds": time.perf_counter() - req.arrival,
                 "computed": st["prefill_tokens"] - before["prefill_tokens"],
                 "skipped": st["cached_tokens"] - before["cached_tokens"],
-                "preempted": req.recomputes, "waits": waits}
+                "preempted": req.recomputes - self.released, "released": self.released,
+                "waits": waits}
 
     def _between_steps(self, tid: int) -> None:
         """A pause from the orchestrator (its admission control: another agent's task needs
@@ -167,6 +181,13 @@ class _Agent:
             return
         if cmd.get("op") != "pause":
             raise RuntimeError(f"op {cmd.get('op')!r} while a task runs (only pause)")
+        if cmd.get("release"):
+            # give the sequence up (its sealed prompt pages stay in kvmm's cache): pages
+            # mapped by two running sequences are never swapped, so a paused task that
+            # kept its prefix mapped would hold it in memory beside the one that runs
+            for s in list(self.engine.running):
+                self.engine.preempt(s)
+                self.released += 1
         _emit({"ev": "paused", "id": tid})
         cmd = self.commands.next(block=True)
         if cmd is None or cmd.get("op") == "quit":

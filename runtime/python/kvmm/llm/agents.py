@@ -23,13 +23,16 @@ Modes, on identical inputs:
   shared    one namespace: the agents share the prefix cache
   private   a namespace (its own pool) per agent: no sharing, the baseline
   pressure  shared, in a pool of half the frames the shared mode's namespace held at its peak
-            (kvmmd's meminfo Peak: used + cached), with a host-memory swap tier, and
-            admission (_Admission: working-set load control) deciding which agents' tasks run
-            at once, the critical one first, pausing lower ones (kvmmd swaps them out) when it
-            does not fit. A step pins its whole sequence, so no pool below one task's pages
-            (Orchestrator.least_pool: the longest sequence) can run the workload: when half
-            the peak is less, the pool is that least size instead, and the result says so
-            (pressure_pool= forces a size; below the least it is refused)
+            (kvmmd's meminfo Peak: used + cached), with a host-memory swap tier. That pool
+            is smaller than one round-2 sequence, so the agents' attention is chunked
+            (PagedKV(chunk_pages=C)): a step pins only the pages it writes and the chunk it
+            reads, C pages at a time, and kvmmd swaps the rest of the sequence out and back
+            in between chunks. C is chosen so that every agent's working set (the chunk read
+            and the at most C + 1 pages written) fits at once beside the frames kvswapd
+            keeps free; admission (_Admission: working-set load control) still orders the
+            tasks, the critical one first, pausing lower ones when it does not fit. A pool
+            below one chunk's needs (3 pages and the kvswapd reserve) is refused
+            (pressure_pool= forces a size)
 Every agent's output tokens are compared across the modes.
 """
 
@@ -57,6 +60,7 @@ PKG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 TREE = os.path.normpath(os.path.join(PKG_ROOT, "..", ".."))
 SHARED_NS = "agents"
 CRITICAL_PRIORITY = 10  # kvmm sequence priority of the critical agent (the others: 0)
+CHUNK_MAX = 64  # pages: the largest attention chunk of the pressure mode
 
 
 class AgentError(RuntimeError):
@@ -362,34 +366,47 @@ class Orchestrator:
 
     # ---- one mode -----------------------------------------------------------------------
     def least_pool(self) -> int:
-        """The smallest pool the workload runs in: one task's working set, the pages of the
-        longest sequence (the last round's prompt and its answer). A step pins all of its
-        sequence's pages (the attention reads them all), so no smaller pool can run that
-        task; in this one the tasks take turns (admission)."""
+        """Pages of the longest sequence (the last round's prompt and its answer): what a
+        whole-sequence pin needs, more than the pressure pool holds; chunked attention
+        (chunk_pages) pins a part of it at a time."""
         return -(-self.w.longest_tokens() // self.tpp)
+
+    def chunk_for(self, capacity: int) -> int:
+        """The chunk (pages) of the pressure mode's attention in a pool whose admission may
+        fill capacity frames: every agent's working set (the chunk read, at most chunk + 1
+        pages written) fits at once, up to CHUNK_MAX and no longer than the longest
+        sequence; 0 when not even one chunk of one page fits."""
+        if capacity < 3:
+            return 0
+        c = (capacity // self.w.agents - 1) // 2
+        return max(1, min(CHUNK_MAX, c, self.least_pool()))
 
     def _priority(self, agent: int) -> int:
         return CRITICAL_PRIORITY if agent == self.w.critical else 0
 
-    def _working_set(self, prompt: List[int]) -> Tuple[frozenset, int]:
+    def _working_set(self, prompt: List[int], chunk: int = 0) -> Tuple[frozenset, int]:
         """A task's pages: the prompt's full pages by content (the same prefix is the same
         page in the shared namespace, whoever computed it: a chained hash of the blocks, the
         way kvmm keys them) and the count of its own pages after them (a partial prompt
-        page, the answer)."""
+        page, the answer). Chunked attention (chunk pages): its own pages are what a step
+        pins, the chunk it reads and the at most chunk + 1 pages it writes."""
         tpp = self.tpp
         full = len(prompt) // tpp
         keys, h = [], 0
         for j in range(full):
             h = hash((h, tuple(prompt[j * tpp:(j + 1) * tpp])))
             keys.append(h)
+        if chunk:
+            return frozenset(keys), 2 * chunk + 1
         total = -(-(len(prompt) + self.w.answer_tokens) // tpp)
         return frozenset(keys), total - full
 
     def run(self, mode: str, pool_frames: Optional[int] = None, force: bool = False
             ) -> ModeResult:
-        """Run the workload in mode; pressure needs pool_frames (half the shared peak), which
-        is raised to least_pool() and the frames kvswapd keeps free (wmark_high) when below
-        them; force: a size below them is refused instead."""
+        """Run the workload in mode; pressure needs pool_frames (half the shared peak), and
+        runs with chunked attention sized to it (chunk_for); a pool that cannot hold one
+        chunk beside the frames kvswapd keeps free (wmark_high) is refused. force: the size
+        was given (--pressure-pool), not derived."""
         if mode not in MODES:
             raise AgentError(f"mode {mode!r}: one of {', '.join(MODES)}")
         w = self.w
@@ -404,41 +421,30 @@ class Orchestrator:
         else:
             if pool_frames is None:
                 raise AgentError("pressure needs the pool size (half the shared peak)")
-            least = self.least_pool()
-            asked = pool_frames
             swap = ample * self.page_size
-            for _ in range(4):
-                d = _Daemon(self.dir, self.sock, self.page_size, [(SHARED_NS, pool_frames)],
-                            swap)
-                # kvswapd keeps wmark_high frames free: a task's pages must fit beside them,
-                # or it would swap the running sequence out between its steps
-                try:
-                    reserve = d.wmark_high(SHARED_NS)
-                except Exception:
-                    d.stop()
-                    raise
-                if pool_frames - reserve >= least:
-                    break
+            d = _Daemon(self.dir, self.sock, self.page_size, [(SHARED_NS, pool_frames)], swap)
+            # kvswapd keeps wmark_high frames free: the running tasks' pinned pages must fit
+            # beside them, or it would swap out what a step is about to read
+            try:
+                reserve = d.wmark_high(SHARED_NS)
+            except Exception:
                 d.stop()
-                if force:
-                    raise AgentError(
-                        f"pressure pool: {pool_frames} frames cannot hold one task ({least} "
-                        f"pages, the longest sequence, which a step pins whole) beside the "
-                        f"{reserve} frames kvswapd keeps free: at least {least + reserve}")
-                pool_frames = least + reserve
-            else:
-                raise AgentError(f"pressure pool: no size found for {least} pages")
-            if pool_frames != asked:
-                note = (f"half the shared peak ({asked} frames) is below one task's working "
-                        f"set: the longest sequence is {least} pages, which a step pins "
-                        f"whole; pool raised to {pool_frames} frames ({least} and the "
-                        f"{reserve} kvswapd keeps free)")
-            elif force:
-                note = (f"pool forced to {pool_frames} frames (one task needs {least} and "
-                        f"kvswapd keeps {reserve} free)")
+                raise
+            chunk = self.chunk_for(pool_frames - reserve)
+            if not chunk:
+                d.stop()
+                raise AgentError(
+                    f"pressure pool: {pool_frames} frames cannot hold one chunk (1 page read "
+                    f"and 2 written) beside the {reserve} frames kvswapd keeps free: at least "
+                    f"{3 + reserve}")
+            least = self.least_pool()
+            note = (f"{'forced' if force else 'half the shared peak'}: {pool_frames} frames "
+                    f"for sequences of up to {least} pages: attention {chunk} pages at a "
+                    f"time (each agent pins at most {2 * chunk + 1}; kvswapd keeps "
+                    f"{reserve} free)")
             try:
                 return self._run(mode, d, [SHARED_NS], [(SHARED_NS, pool_frames)], note,
-                                 pool_frames - reserve)
+                                 pool_frames - reserve, chunk)
             finally:
                 self._detach_all(d)
         names = [p[0] for p in pools]
@@ -490,13 +496,23 @@ class Orchestrator:
         finally:
             d.stop()
 
-    def _run(self, mode, d, names, pools, note, capacity: Optional[int]) -> ModeResult:
-        """capacity: the frames admission may fill (None: every task starts when ready)."""
+    def _run(self, mode, d, names, pools, note, capacity: Optional[int], chunk: int = 0
+             ) -> ModeResult:
+        """capacity: the frames admission may fill (None: every task starts when ready);
+        chunk: the agents' attention chunk in pages (0: whole sequences)."""
         w = self.w
         for a in self.agents:
             ns = names[a.idx] if mode == "private" else SHARED_NS
-            a.send({"op": "attach", "socket": d.sock, "ns": ns, "kv_dtype": self.kv_dtype,
-                    "priority": self._priority(a.idx)})
+            cmd = {"op": "attach", "socket": d.sock, "ns": ns, "kv_dtype": self.kv_dtype,
+                   "priority": self._priority(a.idx)}
+            if chunk:
+                cmd["chunk_pages"] = chunk
+                # a preamble well past the pool (over 4/3 of it) cannot even be mapped for
+                # a moment: lookups take at most half the pool (the rest is computed)
+                pool = pools[0][1]
+                if 3 * (len(w.preamble) // self.tpp) > 4 * pool:
+                    cmd["lookup_pages"] = pool // 2
+            a.send(cmd)
         for _ in self.agents:
             a, ev = self._next(want="attached")
             if ev["tokens_per_page"] != self.tpp:
@@ -512,8 +528,9 @@ class Orchestrator:
         t0 = time.perf_counter()
         for rnd in range(w.rounds):
             prompts = {i: w.prompt(rnd, i, answers) for i in range(w.agents)}
-            adm = _Admission(capacity, {i: self._working_set(prompts[i]) for i in prompts},
-                             self._priority)
+            adm = _Admission(capacity,
+                             {i: self._working_set(prompts[i], chunk) for i in prompts},
+                             self._priority, chunked=bool(chunk))
             tid = {i: rnd * w.agents + i for i in prompts}
             started = False
             left = set(prompts)
@@ -522,6 +539,8 @@ class Orchestrator:
                 if what == "task":
                     self.agents[i].send({"op": "task", "id": tid[i], "prompt": prompts[i],
                                          "max_tokens": w.answer_tokens})
+                elif what == "pause" and chunk:
+                    self.agents[i].send({"op": what, "release": True})
                 else:
                     self.agents[i].send({"op": what})
 
@@ -613,14 +632,20 @@ class _Admission:
     swapper of a classic Unix suspends a process: a paused agent stops between two steps,
     so its sequence is unpinned and kvmmd swaps it out (to the swap tier, not dropped) when
     the critical agent's pages need the frames; resumed, its next step's PIN faults it back.
+    Chunked (the pressure mode's pool is smaller than one sequence): a task's working set is
+    its pinned pages (chunk read, pages written) plus the prompt pages it maps that another
+    running task maps too (kvmm swaps no page two sequences map); a paused task gives its
+    sequence up (release: its prompt stays in kvmm's prefix cache, it is computed again on
+    resume), so it holds nothing.
     Pages nobody runs on (finished tasks, cached) are kvmmd's to reclaim or demote.
     capacity None: no limit (every task starts when it is ready)."""
 
     def __init__(self, capacity: Optional[int], sets: Dict[int, Tuple[frozenset, int]],
-                 priority):
+                 priority, chunked: bool = False):
         self.capacity = capacity
         self.sets = sets
         self.prio = priority
+        self.chunked = chunked
         self.ready: Dict[int, float] = {}  # agent -> when its task could start
         self.started: Dict[int, float] = {}  # agent -> when its task was sent
         self.waiting: List[int] = []  # ready, not sent
@@ -629,6 +654,16 @@ class _Admission:
         self.suspended: List[int] = []  # paused, waiting to resume
 
     def resident(self, agents) -> int:
+        """Frames the tasks hold at once. Chunked: the prompt pages two of them map (kvmm
+        never swaps a page two sequences map) and each one's pinned pages; the rest of
+        each sequence is kvmm's to swap. Else: their pages, shared ones once."""
+        if self.chunked:
+            seen: set = set()
+            twice: set = set()
+            for i in agents:
+                twice |= seen & self.sets[i][0]
+                seen |= self.sets[i][0]
+            return len(twice) + sum(self.sets[i][1] for i in agents)
         keys = set()
         own = 0
         for i in agents:
@@ -637,7 +672,9 @@ class _Admission:
         return len(keys) + own
 
     def _fits(self, agents) -> bool:
-        return self.capacity is None or self.resident(agents) <= self.capacity
+        # chunked: a task alone always runs (the pool was checked to hold its chunk)
+        return (self.capacity is None or (self.chunked and len(agents) == 1)
+                or self.resident(agents) <= self.capacity)
 
     def eligible(self, agents, now: float) -> None:
         for i in agents:

@@ -21,8 +21,8 @@ context + the agent's instruction; round 2's shared context carries round 1's in
 and answers, so agents map each other's KV. One agent is critical (a higher kvmm priority).
 The workload runs in three modes on identical inputs: shared (one namespace, prefix cache),
 private (a namespace each: the baseline) and pressure (shared, in a pool of half the shared
-mode's peak frames, or one task's pages when half is less; swap tier on; admission runs the
-tasks that fit, the critical agent first, pausing others). It prints, per mode, prefill
+mode's peak frames, smaller than one sequence; swap tier on; the agents' attention chunked to
+fit; admission runs the tasks that fit, the critical agent first, pausing others). It prints, per mode, prefill
 tokens computed and skipped, frames at peak, wall time, tokens/s, time to first token per
 agent, preemptions and swap-ins, checks that every agent's output tokens are the same in
 every mode, and ends with a table.
@@ -68,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma separated, of shared, private, pressure (all)")
     p.add_argument("--kv-dtype", choices=["fp32", "fp16", "bf16"], default="fp16")
     p.add_argument("--pressure-pool", type=_positive, default=None, metavar="FRAMES",
-                   help="the pressure pool (default: half the shared peak, at least "
-                   "one task's pages, the longest sequence)")
+                   help="the pressure pool (default: half the shared peak; the agents' "
+                   "attention is chunked to fit it; refused below one chunk's pages)")
     p.add_argument("--reps", type=_positive, default=1,
                    help="run the modes this many times; each figure is the median")
     p.add_argument("--timeout", type=float, default=300.0,

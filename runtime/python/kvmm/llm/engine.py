@@ -210,8 +210,38 @@ class Engine:
         try:
             hidden = self.model.forward(torch.tensor(toks, dtype=torch.long),
                                         torch.tensor(pos, dtype=torch.long), self.kv.attention)
+        except KVOutOfMemory:
+            # a chunked step found no room for a chunk: nothing of it counts; give up our
+            # youngest sequence as begin_step does (unless it is the only one: the caller's)
+            self.kv.end_step()
+            gone = {id(x) for x in self.kv.step_lost()}
+            for s in [x for x in self.running if id(x.kv) in gone]:
+                self._preempted(s)
+            if len(self.running) < 2:
+                raise
+            self._preempted(max(self.running, key=lambda x: (x.req.id, x.comp.index)))
+            return 0
         finally:
             self.kv.end_step()
+        gone = {id(x) for x in self.kv.step_lost()}
+        if gone:  # preempted during the step: its output is void, it is recomputed
+            for s in [x for x in self.running if id(x.kv) in gone]:
+                self._preempted(s)
+            keep = [i for i, s in enumerate(seqs) if id(s.kv) not in gone and s.kv is not None]
+            rows, pos0 = [], 0
+            for i, e in enumerate(batch):
+                if i in keep:
+                    rows.extend(range(pos0, pos0 + len(e.new)))
+                pos0 += len(e.new)
+            hidden = hidden[rows]
+            batch = [batch[i] for i in keep]
+            seqs = [seqs[i] for i in keep]
+            last_rows, samplers, n = [], [], 0
+            for e, s in zip(batch, seqs):
+                n += len(e.new)
+                if e.start + len(e.new) == len(s.tokens):
+                    last_rows.append(n - 1)
+                    samplers.append(s)
         for e, s in zip(batch, seqs):
             s.computed = e.start + len(e.new)
             if len(e.new) == 1 and e.start >= len(s.req.prompt):

@@ -12,8 +12,10 @@ makes of its block manager:
     free(seq)                    drop seq (a preempted or aborted sequence)
     begin_step(batch)            make room for and pin the batch's new tokens; returns the
                                  sequences kvmm preempted, which sit out this step
-    attention(layer, q, k, v)    store the step's new k, v and attend (model.AttnFn)
+    attention(layer, q, k, v)    store the step's new k, v and attend (model.AttnFn); may
+                                 raise KVOutOfMemory (a chunked step found no room)
     end_step()                   unpin
+    step_lost()                  sequences lost while the step ran: their output is void
 
 ContiguousKV keeps each sequence's K and V in its own growing tensors: the baseline kvmm pages
 are measured against (tools/kvmm-llm-bench) and the path used without a daemon.
@@ -79,6 +81,10 @@ class KVStore:
 
     def end_step(self) -> None:
         pass
+
+    def step_lost(self) -> List[object]:
+        """Sequences lost while the step ran (their output of it is void): none here."""
+        return []
 
     def close(self) -> None:
         pass

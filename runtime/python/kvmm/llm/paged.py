@@ -30,6 +30,22 @@ finds it gone (KvmmDaemonGone) makes the store wait up to that long for it to co
 next begin_step, like a preempted one: the engine recomputes them, from whatever prefixes the
 restarted daemon kept (a warm-restarted swap file).  Their old ids are never used again.
 
+Chunked attention (chunk_pages=N): for a sequence that does not fit in the namespace's pool
+(kvmm_pin of it can never succeed), or for every step with the option set. begin_step pins
+only the pages the step writes (kvmm_pin_range of the new tokens' blocks, held until
+end_step); attention() then goes over each sequence's pages N at a time: pin the chunk
+(kvmm_pin_range, its swapped pages faulted in; the rest of the sequence stays unpinned, so
+kvmswapd may swap it out), read the chunk's block-table slice, compute the chunk's partial
+attention and its log-sum-exp, unpin, and merge the partials exactly (online softmax).  The
+chunks go forwards on even layers and backwards on odd ones, so a layer starts on the pages the
+last one ended on (still resident); forward chunks start the reads of the next one
+(KVMM_PIN_RANGE_F_PREFETCH).  Computed in fp32 in torch over the views (the paged kernels
+return no log-sum-exp).  Without the option, a step whose pin finds no room (KVOutOfMemory:
+nothing preempted, one sequence alone is bigger than the pool) is retried chunked with
+AUTO_CHUNK_PAGES pages a chunk (a quarter of the pool, if less).  A chunk that finds no room
+raises KVOutOfMemory from attention(); a sequence preempted meanwhile is reported by
+step_lost() and its output of the step is void.
+
 Kernels: kvmm.kernels (libkvmm's CPU or CUDA kernels on tensors) when the loaded libkvmm
 has them; otherwise the same computation in torch over the zero-copy views (a gather through
 the block table, then attention), so the engine runs on any libkvmm. .kernel says which.
@@ -48,7 +64,9 @@ import torch
 from .kv import KVOutOfMemory, KVStore, StepEntry
 from .model import causal_attention
 
-__all__ = ["PagedKV", "model_identity", "namespace_of"]
+__all__ = ["PagedKV", "model_identity", "namespace_of", "AUTO_CHUNK_PAGES"]
+
+AUTO_CHUNK_PAGES = 32  # chunk of a step that does not fit, without chunk_pages
 
 _KV_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
               "int8": torch.int8}
@@ -98,10 +116,23 @@ class PagedKV(KVStore):
                  ns: str = "default", socket_path: Optional[str] = None,
                  quant_group: int = 0, kernels: Optional[bool] = None, client=None,
                  priority: int = 0, model: Optional[bytes] = None,
-                 reattach_timeout: Optional[float] = None):
+                 reattach_timeout: Optional[float] = None, chunk_pages: Optional[int] = None,
+                 auto_chunk: bool = True, lookup_pages: Optional[int] = None):
         import kvmm  # the libkvmm bindings: only this store needs them
 
         self._kvmm = kvmm
+        if chunk_pages is not None and (not isinstance(chunk_pages, int) or chunk_pages < 1):
+            raise ValueError(f"chunk_pages {chunk_pages!r}: a number of pages, at least 1")
+        # attention over at most chunk_pages pinned pages at a time (None: whole sequences,
+        # chunked only when a step does not fit and auto_chunk is set)
+        self.chunk_pages = chunk_pages
+        self.auto_chunk = auto_chunk
+        # the most pages one prefix lookup maps (None: all it finds): a lookup faults every
+        # hit in at once, which a pool smaller than the prefix cannot hold
+        self.lookup_pages = lookup_pages
+        self._chunk: Optional[int] = None  # this step's chunk (None: not chunked)
+        self._tails: List[tuple] = []  # this step's range pins (seq id, block, blocks)
+        self._lost_in_step: List[_PSeq] = []  # preempted while a chunked step ran
         if kv_dtype not in _KV_DTYPES:
             raise ValueError(f"kv dtype {kv_dtype!r}: one of {', '.join(_KV_DTYPES)}")
         if kv_dtype == "int8" and not quant_group:
@@ -124,7 +155,8 @@ class PagedKV(KVStore):
         self._seqs: Dict[int, _PSeq] = {}
         self._batch: List[StepEntry] = []
         self._pinned: List[int] = []
-        self.stats = {"preempt_events": 0, "sealed": 0, "reattached": 0}
+        self.stats = {"preempt_events": 0, "sealed": 0, "reattached": 0, "chunked_steps": 0,
+                      "chunks": 0}
         # kvmmd went away: wait this long for it to come back (Client.reattach), then
         # recompute every sequence; None: KvmmDaemonGone reaches the caller
         self.reattach_timeout = reattach_timeout
@@ -152,6 +184,8 @@ class PagedKV(KVStore):
         for s in self._seqs.values():
             s.lost = s.gone = True
         self._pinned = []
+        self._tails = []
+        self._chunk = None
         self._batch = []
         self.views = self.c.views("torch")  # the views of the old pool are void
         self.tokens_per_page = self.c.tokens_per_page
@@ -171,8 +205,17 @@ class PagedKV(KVStore):
     def lookup(self, seq, tokens):
         if len(tokens) < self.tokens_per_page or seq.lost:
             return 0
+        tokens = list(tokens)
+        if self.lookup_pages is not None:
+            # a lookup maps (faulting in) every page it hits in one go: in a pool smaller
+            # than the prefix, at most lookup_pages of it (the rest is computed)
+            tokens = tokens[:max(1, self.lookup_pages) * self.tokens_per_page]
         try:
-            hit = self.c.prefix_lookup(seq.id, list(tokens))
+            hit = self.c.prefix_lookup(seq.id, tokens)
+        except self._kvmm.OutOfMemoryError:
+            if self.chunk_pages is None:
+                raise
+            return 0
         except self._kvmm.KvmmDaemonGone:
             self._reattach()
             return 0  # seq is lost: the next begin_step says so
@@ -185,11 +228,29 @@ class PagedKV(KVStore):
         self._seqs[child.id] = child
         return child
 
+    def _seal(self, seq) -> None:
+        """kvmm_seal of seq's full pages; a long sequence a chunk of blocks at a time (each
+        seal brings back what it seals, so one that does not fit is sealed in parts).  A
+        part that finds no room is left unsealed (the cache misses it, nothing is lost)."""
+        full = seq.appended // self.tokens_per_page
+        size = self.chunk_pages or self.auto_chunk_pages()
+        if full <= size:
+            try:
+                self.c.seal(seq.id)
+            except self._kvmm.OutOfMemoryError:
+                pass
+            return
+        for b in range(0, full, size):
+            try:
+                self.c.seal(seq.id, b, min(size, full - b))
+            except self._kvmm.OutOfMemoryError:
+                return  # the later blocks cannot be sealed before this one
+
     def seal_computed(self, seq):
         if seq.lost:
             return
         try:
-            self.c.seal(seq.id)
+            self._seal(seq)
         except self._kvmm.PreemptedError:
             seq.lost = True  # the next begin_step reports it
         except self._kvmm.KvmmDaemonGone:
@@ -200,7 +261,7 @@ class PagedKV(KVStore):
     def finish(self, seq):
         if not seq.lost:
             try:
-                self.c.seal(seq.id)
+                self._seal(seq)
                 self.stats["sealed"] += seq.appended // self.tokens_per_page
             except self._kvmm.PreemptedError:
                 pass  # nothing to keep: its pages are gone
@@ -268,6 +329,75 @@ class PagedKV(KVStore):
                     if not more:
                         raise KVOutOfMemory(f"kvmm namespace {self.c.ns}: out of pages") from None
         live = [e for e in batch if not e.seq.lost]
+        self._chunk = None
+        if self.chunk_pages is not None:
+            return self._begin_chunked(batch, live, self.chunk_pages)
+        try:
+            self._pin_whole(live)
+        except KVOutOfMemory:
+            live = [e for e in batch if not e.seq.lost]
+            if not self.auto_chunk or len(live) != 1:
+                raise  # several: the engine gives one up first
+            # one sequence alone does not fit: attention a chunk at a time
+            return self._begin_chunked(batch, live, self.auto_chunk_pages())
+        live = [e for e in batch if not e.seq.lost]
+        self._pinned = [e.seq.id for e in live]
+        self._batch = live
+        if live:
+            self._prepare(live)
+        # every lost sequence still ours, including those learnt of in a step that raised:
+        # the engine frees each, so none is reported twice
+        return [s for s in self._seqs.values() if s.lost]
+
+    def auto_chunk_pages(self) -> int:
+        """The chunk of a step that does not fit (no chunk_pages): AUTO_CHUNK_PAGES, or a
+        quarter of the pool when that is less."""
+        return max(1, min(AUTO_CHUNK_PAGES, self.c.nr_frames // 4))
+
+    def _begin_chunked(self, batch: List[StepEntry], live: List[StepEntry], chunk: int
+                       ) -> List[object]:
+        """Pin only the pages each sequence's new tokens go to (the rest is pinned a chunk
+        at a time by attention()); KVOutOfMemory when even those find no room."""
+        kvmm = self._kvmm
+        tpp = self.tokens_per_page
+        tails = []
+        try:
+            for e in live:
+                b0 = e.start // tpp
+                n = -(-(e.start + len(e.new)) // tpp) - b0
+                if n <= 0:
+                    continue
+                try:
+                    self.c.pin_range(e.seq.id, b0, n)
+                except kvmm.PreemptedError:
+                    e.seq.lost = True
+                    continue
+                except kvmm.OutOfMemoryError:
+                    if self.poll_preempted() and e.seq.lost:
+                        continue
+                    raise KVOutOfMemory(f"kvmm namespace {self.c.ns}: no room for the "
+                                        f"{n} pages a step writes") from None
+                tails.append((e.seq.id, b0, n))
+        except BaseException:
+            for t in tails:
+                try:
+                    self.c.unpin_range(*t)
+                except kvmm.KvmmError:
+                    pass
+            raise
+        self._tails = tails
+        self._chunk = chunk
+        self.stats["chunked_steps"] += 1
+        live = [e for e in live if not e.seq.lost]
+        self._batch = live
+        if live:
+            self._prepare(live, [e.seq.id for e in live])
+        return [s for s in self._seqs.values() if s.lost]
+
+    def _pin_whole(self, live: List[StepEntry]) -> None:
+        """kvmm_pin of the batch's sequences (each whole); sequences found preempted are
+        marked lost; KVOutOfMemory when the batch does not fit."""
+        kvmm = self._kvmm
         ids = [e.seq.id for e in live]
         tries = 0
         while ids:
@@ -292,15 +422,8 @@ class PagedKV(KVStore):
                 except kvmm.OutOfMemoryError:
                     pass
             self.poll_preempted()
-            live = [e for e in batch if not e.seq.lost]
+            live = [e for e in live if not e.seq.lost]
             ids = [e.seq.id for e in live]
-        self._pinned = ids
-        self._batch = live
-        if live:
-            self._prepare(live)
-        # every lost sequence still ours, including those learnt of in a step that raised:
-        # the engine frees each, so none is reported twice
-        return [s for s in self._seqs.values() if s.lost]
 
     def _append_async(self, batch: List[StepEntry]) -> None:
         """The step's appends as one burst (kvmm_submit, then kvmm_complete): one wake-up of
@@ -330,12 +453,15 @@ class PagedKV(KVStore):
                 elif cqe.preempted:
                     s.lost = True
 
-    def _prepare(self, batch: List[StepEntry]) -> None:
+    def _prepare(self, batch: List[StepEntry], ids: Optional[List[int]] = None) -> None:
         """Block table, context and query lengths, and the new tokens' slots of the step."""
         tpp = self.tokens_per_page
         ctx = [e.start + len(e.new) for e in batch]
         max_blocks = max(1, max(-(-n // tpp) for n in ctx))
-        self.table = self.c.block_table(self._pinned, max_blocks)  # int32 [seqs, max_blocks]
+        self.max_blocks = max_blocks
+        # int32 [seqs, max_blocks]; chunked: the new tokens' pages are right, the others are
+        # read again when their chunk is pinned
+        self.table = self.c.block_table(self._pinned if ids is None else ids, max_blocks)
         self.ctx_lens = torch.tensor(ctx, dtype=torch.int32)
         self.q_lens = torch.tensor([len(e.new) for e in batch], dtype=torch.int32)
         pos = torch.cat([torch.arange(e.start, e.start + len(e.new)) for e in batch])
@@ -354,11 +480,30 @@ class PagedKV(KVStore):
             self.qlen_dev = self.q_lens.to(self.device)
 
     def attention(self, layer, q, k, v):
+        if self._chunk is not None:
+            return self._attention_chunked(layer, q, k, v)
         if self._k is not None:
             return self._attention_kernels(layer, q, k, v)
         return self._attention_torch(layer, q, k, v)
 
+    def step_lost(self) -> List[object]:
+        """Sequences kvmmd preempted while the step ran (a chunk's pin found them gone):
+        their output of this step is void, the engine recomputes them."""
+        out, self._lost_in_step = self._lost_in_step, []
+        return out
+
     def end_step(self):
+        for t in self._tails:
+            try:
+                self.c.unpin_range(*t)
+            except self._kvmm.PreemptedError:
+                pass
+            except self._kvmm.KvmmDaemonGone:
+                if self.reattach_timeout is None:
+                    raise
+                break
+        self._tails = []
+        self._chunk = None
         if self._pinned:
             try:
                 self.c.unpin(self._pinned)
@@ -464,3 +609,102 @@ class PagedKV(KVStore):
         s = s.masked_fill(mask[:, None, None, :], float("-inf"))
         p = torch.softmax(s, -1)
         return torch.einsum("bhgt,bthd->bhgd", p, vv.float()).reshape(b, heads, d)
+
+    # ---- chunked: a part of each sequence pinned at a time ---------------------------------
+    def _attention_chunked(self, layer, q, k, v):
+        """Store the new K, V (their pages are pinned for the step), then each sequence's
+        attention over its pages, self._chunk at a time, merged exactly."""
+        V = self.views
+        ks = V.k_scales[layer] if V.k_scales is not None else None
+        vs = V.v_scales[layer] if V.v_scales is not None else None
+        k, v, q = k.to(self.device), v.to(self.device), q.to(self.device)
+        self._store(V.k[layer], ks, k)
+        self._store(V.v[layer], vs, v)
+        out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+        tpp, size = self.tokens_per_page, self._chunk
+        row = 0
+        for e in self._batch:
+            n = len(e.new)
+            end = e.start + n
+            nb = -(-end // tpp)
+            chunks = [(b, min(size, nb - b)) for b in range(0, nb, size)]
+            forward = layer % 2 == 0
+            if not forward:
+                chunks.reverse()  # start where the last layer ended: those pages are in
+            acc_o = acc_lse = None
+            for b0, cn in chunks:
+                o, lse = self._chunk_attention(layer, e.seq.id, b0, cn, nb, end, q[row:row + n],
+                                               e.start, ks, vs)
+                if acc_o is None:
+                    acc_o, acc_lse = o, lse
+                else:
+                    acc_o, acc_lse = merge_partials(acc_o, acc_lse, o, lse)
+            heads, d = q.shape[1], q.shape[2]
+            out[row:row + n] = acc_o.permute(2, 0, 1, 3).reshape(n, heads, d)
+            row += n
+        return out
+
+    def _chunk_attention(self, layer, sid, b0, cn, nb, end, q, start, ks, vs):
+        """Pin blocks [b0, b0 + cn) of sequence sid, attend q (positions start..) over their
+        tokens, unpin; returns the partial output and log-sum-exp (partial_attention)."""
+        kvmm = self._kvmm
+        V = self.views
+        tpp = self.tokens_per_page
+        try:
+            self.c.pin_range(sid, b0, cn)
+        except kvmm.PreemptedError:
+            # kvmmd took it while the step ran: no output for it (the engine drops the
+            # sequence after the step, step_lost()), nothing pinned
+            self._seqs[sid].lost = True
+            self._lost_in_step.append(self._seqs[sid])
+            m = q.shape[1] // self.kv_heads
+            return (torch.zeros(self.kv_heads, m, q.shape[0], q.shape[2], device=q.device),
+                    torch.full((self.kv_heads, m, q.shape[0]), float("-inf"), device=q.device))
+        except kvmm.OutOfMemoryError:
+            raise KVOutOfMemory(f"kvmm namespace {self.c.ns}: no room for a chunk of {cn} "
+                                f"pages") from None
+        try:
+            self.stats["chunks"] += 1
+            row = self.c.block_table([sid], nb)[0, b0:b0 + cn].long()
+            if bool((row < 0).any()):
+                raise RuntimeError(f"kvmm: sequence {sid}: a pinned block has no frame")
+            frames = row.to(self.device)
+            t0, t1 = b0 * tpp, min(end, (b0 + cn) * tpp)
+            kk = self._load(V.k[layer], ks, frames, t1 - t0)
+            vv = self._load(V.v[layer], vs, frames, t1 - t0)
+            return partial_attention(q, kk, vv, start, t0)
+        finally:
+            self.c.unpin_range(sid, b0, cn)
+
+
+def partial_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qpos: int, kpos: int):
+    """Attention of q [n, H, D] (positions qpos..qpos+n-1) over one chunk of keys k, v
+    [m, KVH, D] (positions kpos..kpos+m-1), each query seeing the keys up to its own position.
+    Returns the chunk's normalised output [KVH, g, n, D] and its log-sum-exp [KVH, g, n]
+    (-inf, with a zero output, for a query that sees no key of the chunk), in fp32: the
+    partials of all chunks merge (merge_partials) into exactly the attention over all keys."""
+    n, heads, d = q.shape
+    m, kvh = k.shape[0], k.shape[1]
+    g = heads // kvh
+    qf = q.float().view(n, kvh, g, d).permute(1, 2, 0, 3)  # [KVH, g, n, D]
+    kf = k.float().permute(1, 2, 0)[:, None]  # [KVH, 1, D, m]
+    vf = v.float().permute(1, 0, 2)[:, None]  # [KVH, 1, m, D]
+    s = torch.matmul(qf, kf) * (1.0 / math.sqrt(d))  # [KVH, g, n, m]
+    if kpos + m - 1 > qpos:  # some key lies after some query
+        kp = torch.arange(kpos, kpos + m, device=q.device)[None, :]
+        qp = torch.arange(qpos, qpos + n, device=q.device)[:, None]
+        s = s.masked_fill(kp > qp, float("-inf"))
+    lse = torch.logsumexp(s, -1)  # [KVH, g, n]
+    p = torch.exp(s - lse[..., None])
+    p = torch.where(torch.isfinite(lse)[..., None], p, torch.zeros_like(p))
+    return torch.matmul(p, vf), lse
+
+
+def merge_partials(o1: torch.Tensor, lse1: torch.Tensor, o2: torch.Tensor, lse2: torch.Tensor):
+    """Two chunks' partial attention (partial_attention) as one: the online-softmax merge,
+    exact up to rounding. A side with lse -inf (no key seen) weighs nothing."""
+    lse = torch.logaddexp(lse1, lse2)
+    ok = torch.isfinite(lse)
+    w1 = torch.where(ok, torch.exp(lse1 - lse), torch.zeros_like(lse))
+    w2 = torch.where(ok, torch.exp(lse2 - lse), torch.zeros_like(lse))
+    return o1 * w1[..., None] + o2 * w2[..., None], lse

@@ -59,7 +59,7 @@ class Daemon:
             time.sleep(0.01)
 
     def _accepts(self) -> bool:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # as kvmmd listens
         try:
             s.connect(self.sock)
             return True

@@ -19,7 +19,9 @@ timeout_s=${KVMM_TEST_TIMEOUT:-600}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1:halt_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # SAN=thread: the first race fails the program (a daemon's kills it: the test sees it gone)
-export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+# (scripts/tsan.supp: reports that are not bugs, each with its reason)
+tsan_supp=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/tsan.supp
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=${tsan_supp}}
 
 passed=0 failed=0 skipped=0
 failed_names=()

@@ -33,8 +33,9 @@
  * Locking: budget->used is atomic, each pool charges it under its own lock (while the budget
  * is not overcommitted, into its own budget_pending instead: kvmm_budget_flush).  The rest of the
  * budget is under budget->lock, which an allocator takes with trylock (one reclaimer at a time;
- * another finding it taken goes without) and then takes the other pools' locks while holding
- * its own: no thread ever waits for a budget lock while holding a pool lock, so no cycle.
+ * another finding it taken reclaims from its own pool only, whose lock it holds) and then takes
+ * the other pools' locks while holding its own: no thread ever waits for a budget lock while
+ * holding a pool lock, so no cycle.
  */
 #include <errno.h>
 #include <string.h>
@@ -258,8 +259,22 @@ uint64_t kvmm_budget_reclaim(struct kvmm_pool *self, struct kvmm_ns *ns, uint64_
 
 	if (!b)
 		return 0;
-	if (pthread_mutex_trylock(&b->lock))
+	if (pthread_mutex_trylock(&b->lock)) {
+		/*
+		 * Another allocation reclaims across the pools (kvmmd's ring workers run
+		 * namespaces in parallel), perhaps waiting for our lock.  Ours is the one pool
+		 * we may touch meanwhile: what it frees stays resident, for us to take.  Without
+		 * this, an allocation that loses the race failed with plenty of cache to reclaim.
+		 */
+		if (avail(b, self) < want) {
+			uint64_t got = shrink_pool(self, self, want - avail(b, self), true);
+
+			self->stat[KVMM_STAT_BUDGET_RECLAIM] += got;
+			if (self->budget_ns)
+				self->budget_ns->budget_reclaimed += got;
+		}
 		return avail(b, self);
+	}
 	list_for_each_entry (p, &b->pools, budget_node) {
 		if (p != self)
 			pthread_mutex_lock(&p->lock);

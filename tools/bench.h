@@ -111,6 +111,7 @@ static inline void bench_flow_prompt(uint32_t *tok, uint32_t client, uint32_t re
 struct bench_kvmmd {
 	int pid;
 	char dir[64], sock[128];
+	const char *ns2; /* set before start: a second namespace of that name, the same size */
 };
 int bench_kvmmd_start(struct bench_kvmmd *d, const char *page_size, const char *frames);
 void bench_kvmmd_stop(struct bench_kvmmd *d);

@@ -44,6 +44,8 @@
 
 #define FLOW_BATCH 16
 #define FLOW_MAX_CLIENTS 8
+/* the second namespace of the 2ns rows: clients of two namespaces share no pool lock */
+#define FLOW_NS2 "bench2"
 
 static const struct kvmm_format flow_fmt = FLOW_FORMAT;
 
@@ -217,8 +219,8 @@ static int flow_step(kvmm_client_t *c, enum flow_mode mode, uint32_t (*tok)[FLOW
  * pool's pages are write-protected only with @protect: the mode rows measure the control
  * plane; the wprotect rows what the protection adds to it (libkvmm.md, "Read-only pages").
  */
-static void flow_client(const char *sock, uint32_t idx, enum flow_mode mode, uint64_t dur_ns,
-			bool protect, int go_fd, int ready_fd, int res_fd)
+static void flow_client(const char *sock, const char *ns, uint32_t idx, enum flow_mode mode,
+			uint64_t dur_ns, bool protect, int go_fd, int ready_fd, int res_fd)
 {
 	static const struct kvmm_attach_opts unprotected = {.flags = KVMM_ATTACH_NO_WPROTECT};
 	static uint32_t tok[FLOW_BATCH][FLOW_TOKENS];
@@ -229,7 +231,7 @@ static void flow_client(const char *sock, uint32_t idx, enum flow_mode mode, uin
 	uint32_t req = 0;
 	char b = 0;
 
-	r.err = kvmm_attach_ex(sock, "bench", &flow_fmt, protect ? NULL : &unprotected, &c);
+	r.err = kvmm_attach_ex(sock, ns, &flow_fmt, protect ? NULL : &unprotected, &c);
 	for (int i = 0; !r.err && i < 4; i++, req += done)
 		r.err = flow_step(c, mode, tok, idx, req, seq, &done);
 	if (write(ready_fd, &b, 1) != 1 || read(go_fd, &b, 1) < 0)
@@ -247,9 +249,12 @@ static void flow_client(const char *sock, uint32_t idx, enum flow_mode mode, uin
 	_exit(0);
 }
 
-/* @n processes at once for @dur_ns: the sum of their rates in requests/s, or a -errno. */
-static double flow_clients(const char *sock, unsigned int n, enum flow_mode mode, uint64_t dur_ns,
-			   bool protect)
+/*
+ * @n processes at once for @dur_ns: the sum of their rates in requests/s, or a -errno.  With
+ * @two_ns every other process attaches to the second namespace (FLOW_NS2).
+ */
+static double flow_clients_ns(const char *sock, unsigned int n, enum flow_mode mode,
+			      uint64_t dur_ns, bool protect, bool two_ns)
 {
 	int go[2], ready[2], res[2];
 	pid_t pids[FLOW_MAX_CLIENTS];
@@ -263,7 +268,8 @@ static double flow_clients(const char *sock, unsigned int n, enum flow_mode mode
 		pids[i] = fork();
 		if (pids[i] == 0) {
 			close(go[1]);
-			flow_client(sock, i, mode, dur_ns, protect, go[0], ready[1], res[1]);
+			flow_client(sock, two_ns && (i & 1) ? FLOW_NS2 : "bench", i, mode, dur_ns,
+				    protect, go[0], ready[1], res[1]);
 		}
 	}
 	close(go[0]);
@@ -293,6 +299,12 @@ static double flow_clients(const char *sock, unsigned int n, enum flow_mode mode
 	close(ready[0]);
 	close(res[0]);
 	return err ? err : rate;
+}
+
+static double flow_clients(const char *sock, unsigned int n, enum flow_mode mode, uint64_t dur_ns,
+			   bool protect)
+{
+	return flow_clients_ns(sock, n, mode, dur_ns, protect, false);
 }
 
 /* The in-process rate: `kvmm-bench --json [--quick] flow`, its flow.inproc_rate row. */
@@ -336,6 +348,7 @@ static int flow_solo(const char *spec)
 	struct bench_kvmmd d = {0};
 	double secs, rate;
 	int m, err = 0;
+	bool two_ns;
 
 	if (sscanf(spec, "%31s %63s %lf", mode, list, &secs) != 3 || secs <= 0) {
 		fprintf(stderr,
@@ -351,6 +364,9 @@ static int flow_solo(const char *spec)
 	}
 	snprintf(page, sizeof(page), "%u", FLOW_PAGE_SIZE);
 	snprintf(frames, sizeof(frames), "%u", FLOW_FRAMES);
+	/* $KVMM_FLOW_NS=2: the clients in two namespaces, alternating (the 2ns rows) */
+	two_ns = getenv("KVMM_FLOW_NS") && !strcmp(getenv("KVMM_FLOW_NS"), "2");
+	d.ns2 = FLOW_NS2;
 	err = bench_kvmmd_start(&d, page, frames);
 	if (err) {
 		fprintf(stderr, "flow: kvmmd did not start: %s\n", strerror(-err));
@@ -368,13 +384,14 @@ static int flow_solo(const char *spec)
 			err = -EINVAL;
 			break;
 		}
-		rate = flow_clients(d.sock, (unsigned int)n, (enum flow_mode)m,
-				    (uint64_t)(secs * 1e9), false);
+		rate = flow_clients_ns(d.sock, (unsigned int)n, (enum flow_mode)m,
+				       (uint64_t)(secs * 1e9), false, two_ns);
 		if (rate < 0) {
 			err = (int)rate;
 			break;
 		}
-		snprintf(name, sizeof(name), "flow.%s.%luc", flow_mode_name[m], n);
+		snprintf(name, sizeof(name), "flow.%s.%luc%s", flow_mode_name[m], n,
+			 two_ns ? ".2ns" : "");
 		bench_report(name, rate, "requests/s", "", 0);
 	}
 	bench_kvmmd_stop(&d);
@@ -386,6 +403,7 @@ int bench_suite_flow_ipc(const struct bench_opts *o)
 	static const unsigned int nr[] = {1, 2, 4, 8};
 	uint64_t dur = o->quick ? 250000000ull : 1000000000ull;
 	double rate[FLOW_MODES][4], inp[FLOW_MODES + 1], in, wp[FLOW_MODES] = {0};
+	double ns2[FLOW_MODES] = {0};
 	struct bench_kvmmd d = {0};
 	char name[96], page[16], frames[16];
 	int err;
@@ -394,6 +412,7 @@ int bench_suite_flow_ipc(const struct bench_opts *o)
 		return flow_solo(getenv("KVMM_FLOW_SOLO"));
 	snprintf(page, sizeof(page), "%u", FLOW_PAGE_SIZE);
 	snprintf(frames, sizeof(frames), "%u", FLOW_FRAMES);
+	d.ns2 = FLOW_NS2;
 	err = bench_kvmmd_start(&d, page, frames);
 	if (err == -ENOENT)
 		return 0;
@@ -422,6 +441,12 @@ int bench_suite_flow_ipc(const struct bench_opts *o)
 			bench_kvmmd_stop(&d);
 			return (int)wp[m];
 		}
+		/* two clients in two namespaces: what the ring workers run in parallel */
+		ns2[m] = flow_clients_ns(d.sock, 2, (enum flow_mode)m, dur, false, true);
+		if (ns2[m] < 0) {
+			bench_kvmmd_stop(&d);
+			return (int)ns2[m];
+		}
 	}
 	bench_kvmmd_stop(&d);
 	inp[FLOW_MODES] = flow_inproc(o);
@@ -445,6 +470,8 @@ int bench_suite_flow_ipc(const struct bench_opts *o)
 		snprintf(base, sizeof(base), "flow.%s.1c", flow_mode_name[m]);
 		snprintf(name, sizeof(name), "flow.%s.1c.wprotect", flow_mode_name[m]);
 		bench_report(name, wp[m], "requests/s", base, rate[m][0]);
+		snprintf(name, sizeof(name), "flow.%s.2c.2ns", flow_mode_name[m]);
+		bench_report(name, ns2[m], "requests/s", base, rate[m][0]);
 	}
 	for (int m = 0; m < FLOW_MODES; m++) {
 		bool async = m == FLOW_ASYNC || m == FLOW_ASYNC_COMPOUND;

@@ -83,9 +83,19 @@ int bench_kvmmd_start(struct bench_kvmmd *d, const char *page_size, const char *
 			dup2(null, STDOUT_FILENO);
 			dup2(null, STDERR_FILENO);
 		}
-		execl(bin, bin, "--foreground", "--config", conf, "--socket", d->sock,
-		      "--page-size", page_size, "--frames", frames, "--namespace", ns,
-		      (char *)NULL);
+		char ns2[64], total[32];
+
+		/* two namespaces of @frames each: a pool_size of both, so no overcommit */
+		snprintf(ns2, sizeof(ns2), "%s:%s", d->ns2 ? d->ns2 : "", frames);
+		snprintf(total, sizeof(total), "%llu", 2 * strtoull(frames, NULL, 10));
+		if (d->ns2)
+			execl(bin, bin, "--foreground", "--config", conf, "--socket", d->sock,
+			      "--page-size", page_size, "--frames", total, "--namespace", ns,
+			      "--namespace", ns2, (char *)NULL);
+		else
+			execl(bin, bin, "--foreground", "--config", conf, "--socket", d->sock,
+			      "--page-size", page_size, "--frames", frames, "--namespace", ns,
+			      (char *)NULL);
 		_exit(127);
 	}
 	for (int i = 0; i < 500; i++) {

@@ -21,6 +21,7 @@
 #ifndef KVMM_IPC_IPC_H
 #define KVMM_IPC_IPC_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -53,6 +54,47 @@ struct kvmm_ipc_ns {
 	uint32_t nr_devices; /* devices mirroring each frame (the pool's backend) */
 	uint64_t chunk_size;
 	uint32_t nr_clients; /* sessions attached */
+	/* the ring worker serving this namespace's rings (ring_worker.c), NULL: none yet */
+	struct kvmm_ring_worker *rw;
+	uint32_t nr_rw_sessions; /* of its sessions on rw (thread 0 only) */
+};
+
+/*
+ * The rings' side of an event loop: the main loop's (struct kvmm_server.loop) or a ring
+ * worker's.  Only the thread running that loop reads or writes it.
+ */
+struct kvmm_ring_loop {
+	uint64_t last_work;	/* CLOCK_MONOTONIC of the last ring work (spin window) */
+	uint64_t last_yield_ns; /* and of the spin's last sched_yield */
+	uint32_t cpu;		/* the loop's CPU plus one, as the SQs' cpu hints say */
+	uint32_t load;		/* clients served by the last busy round plus one (load hints) */
+	bool yield_soon;	/* a completed client waits on the loop's CPU: let it run */
+	uint8_t *rx;		/* KVMM_MSG_MAX bytes of scratch for an SQE's payload */
+	uint8_t *tx;		/* and for its reply */
+};
+
+/*
+ * A ring worker (ring_worker.c, kvmmd.conf ring_threads): a thread polling the rings of the
+ * sessions of the namespaces given to it, so that namespaces run on several CPUs at once.
+ * The main loop keeps the sockets, admin, timers and session lifetimes.
+ */
+struct kvmm_ring_worker {
+	struct kvmm_server *srv;
+	unsigned int index;
+	pthread_t thread;
+	bool started;
+	int stop;     /* atomic: leave the loop */
+	int epoll_fd; /* its sessions' doorbells and stop_fd */
+	int stop_fd;  /* eventfd: wakes it to see stop */
+	/*
+	 * Held by the worker across each poll round; the main loop takes it to add or remove a
+	 * session, so a session never goes while the worker looks at it.  Taken before any
+	 * pool lock, never after one.
+	 */
+	pthread_mutex_t lock;
+	struct list_head sessions; /* struct kvmm_session.rw_node */
+	uint32_t nr_sessions;
+	struct kvmm_ring_loop loop;
 };
 
 /* One SEQ_PIN_RANGE pin: blocks [block, block + nr_blocks) and the frames it pinned. */
@@ -111,6 +153,15 @@ struct kvmm_session {
 	uint32_t nr_seqs;
 	uint64_t next_seq;
 	struct kvmm_dp *dp; /* data plane (ring.c), NULL without one */
+	/*
+	 * The ring worker polling dp (NULL: the main loop does), set when dp is made; rw_node is
+	 * in its list while rw_linked.  ring_bad (atomic): the worker found the ring corrupt, the
+	 * main loop closes the session.
+	 */
+	struct kvmm_ring_worker *rw;
+	struct list_head rw_node;
+	bool rw_linked;
+	int ring_bad;
 
 	uint32_t nr_bad;
 	uint64_t nr_requests;
@@ -157,16 +208,17 @@ struct kvmm_server {
 
 	struct list_head sessions;
 	uint32_t next_client_id;
-	uint64_t start_ns;	 /* CLOCK_MONOTONIC at create */
-	uint64_t ring_last_work; /* CLOCK_MONOTONIC of the last ring work (spin window) */
-	uint64_t ring_spin_ns;	 /* that window: KVMM_RING_SPIN_NS, or $KVMMD_RING_SPIN_NS */
-	uint64_t spin_sys_ns;	 /* while spinning, a system call at most this often */
-	uint64_t last_sys_ns;	 /* CLOCK_MONOTONIC of the spin's last epoll_wait */
-	uint64_t last_yield_ns;	 /* and of its last sched_yield */
-	uint32_t cpu;		 /* the loop's CPU plus one, as the SQs' cpu hints say */
-	uint32_t load;		 /* clients served by the last busy round plus one (load hints) */
-	bool yield_soon;	 /* a completed client waits on the loop's CPU: let it run */
-	uint64_t hello_next_ns;	 /* earliest HELLO deadline of a waiting connection, 0: none */
+	uint64_t start_ns;	    /* CLOCK_MONOTONIC at create */
+	uint64_t ring_spin_ns;	    /* the spin window: KVMM_RING_SPIN_NS, or $KVMMD_RING_SPIN_NS */
+	uint64_t spin_sys_ns;	    /* while spinning, a system call at most this often */
+	uint64_t last_sys_ns;	    /* CLOCK_MONOTONIC of the spin's last epoll_wait */
+	struct kvmm_ring_loop loop; /* the main loop's rings (those of sessions without rw) */
+	/* ring workers (ring_worker.c), nr_rw of them; none: the main loop polls every ring */
+	struct kvmm_ring_worker *rw;
+	unsigned int nr_rw;
+	int kick_fd;	  /* eventfd: a worker asks the main loop to look (preempts, bad rings) */
+	int kick_pending; /* atomic: kick_fd was written and not yet read */
+	uint64_t hello_next_ns; /* earliest HELLO deadline of a waiting connection, 0: none */
 
 	struct kvmm_server_stats stats; /* updated with relaxed atomics (read by other threads) */
 
@@ -283,6 +335,8 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget);
 bool kvmm_dp_runnable(struct kvmm_session *s);
 /* Whether the SQ holds entries at all (runnable or held back by a full CQ). */
 bool kvmm_dp_pending(struct kvmm_session *s);
+/* Ring @s's doorbell from the daemon's side: the loop polling it wakes up. */
+void kvmm_dp_kick(struct kvmm_session *s);
 /* Set or clear KVMM_SQ_F_NEED_WAKEUP. */
 void kvmm_dp_need_wakeup(struct kvmm_session *s, bool on);
 /* Publish the loop's CPU (plus one) in the SQ's cpu hint (struct kvmm_shm_ring). */
@@ -308,6 +362,36 @@ int kvmm_dp_mag_op(struct kvmm_session *s, unsigned int op, const void *p, void 
 int kvmm_dp_append_frames(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t n,
 			  const uint32_t *ids, const uint32_t *frames, uint32_t nr_frames);
 
+#define KVMM_RING_BURST 256    /* SQEs of one client consumed per loop round */
+#define KVMM_RING_BLOCKED_MS 5 /* re-poll a CQ-full client at least this often */
+
+/* ---- ring_worker.c: ring workers (kvmmd.conf ring_threads) --------------------------------- */
+
+/* Start @n ring workers (0: none, the main loop polls every ring).  0 or -errno. */
+int kvmm_ring_workers_start(struct kvmm_server *srv, unsigned int n);
+/* Stop and join them (before the sessions close); kvmm_ring_workers_free() after. */
+void kvmm_ring_workers_stop(struct kvmm_server *srv);
+void kvmm_ring_workers_free(struct kvmm_server *srv);
+/*
+ * At kvmm_dp_create(): choose the loop that will poll @s's rings (the worker of its
+ * namespace, or the least busy one for a namespace's first ring) and return the epoll fd its
+ * doorbell goes into.  Pool lock held; main loop.
+ */
+int kvmm_ring_worker_pick(struct kvmm_session *s);
+/* After the attach was answered: the worker starts polling @s.  Main loop, no pool lock. */
+void kvmm_ring_worker_add(struct kvmm_session *s);
+/* Before @s's data plane goes: the worker stops polling it.  Main loop, no pool lock. */
+void kvmm_ring_worker_del(struct kvmm_session *s);
+/* A worker's round (ring.c's kvmm_dp_poll) saw OOM victims: its sessions' events now. */
+void kvmm_ring_worker_preempt(struct kvmm_ring_worker *w);
+/* Ask the main loop to look at preempts and bad rings (any thread). */
+void kvmm_ipc_kick(struct kvmm_server *srv);
+/*
+ * A loop's spin decision after a poll round that did (@busy) or did not find work: true
+ * while it should poll again without sleeping (it yields the CPU now and then itself).
+ */
+bool kvmm_ring_loop_spin(struct kvmm_server *srv, struct kvmm_ring_loop *l, bool busy);
+
 /* ---- swapd.c: swap tiers, kvswapd, OOM preemption ---------------------------------------- */
 
 /* At create, per namespace pool: hooks, the configured tiers and fault points, kvswapd. */
@@ -323,6 +407,8 @@ int kvmm_ipc_ns_config_check(const struct kvmm_ns_config *c);
 void kvmm_admin_ns(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr);
 /* Loop: send pending PREEMPT events, free victims that are not pinned. Cheap when none. */
 void kvmm_swapd_preempt_run(struct kvmm_server *srv);
+/* The same for one session (takes its pool lock): a ring worker's own sessions. */
+void kvmm_swapd_preempt_session(struct kvmm_session *s);
 /* What an op on preempted @is fails with: -KVMM_ELOST when a page was corrupt, else EPREEMPTED. */
 static inline int kvmm_ipc_seq_preempt_err(const struct kvmm_ipc_seq *is)
 {

@@ -162,8 +162,9 @@ int kvmm_dp_create(struct kvmm_session *s, uint32_t ring_entries, int fds[2],
 	}
 	memcpy(dp->map, &dp->hdr, sizeof(dp->hdr));
 	dp->sq = area(dp, dp->hdr.sq_off);
-	dp->sq->cpu = s->srv->cpu;
-	dp->sq->load = s->srv->load;
+	/* the hints start as the main loop's; a worker publishes its own on its next round */
+	dp->sq->cpu = s->srv->loop.cpu;
+	dp->sq->load = s->srv->loop.load;
 	dp->sqes = area(dp, dp->hdr.sqes_off);
 	dp->data = area(dp, dp->hdr.data_off);
 	dp->cq = area(dp, dp->hdr.cq_off);
@@ -194,7 +195,9 @@ int kvmm_dp_create(struct kvmm_session *s, uint32_t ring_entries, int fds[2],
 		struct epoll_event ev = {.events = EPOLLIN | EPOLLET,
 					 .data.ptr = (void *)((uintptr_t)s | 1)};
 
-		if (epoll_ctl(s->srv->epoll_fd, EPOLL_CTL_ADD, dp->efd, &ev)) {
+		/* into the epoll set of the loop that will poll these rings (ring_worker.c) */
+		if (epoll_ctl(kvmm_ring_worker_pick(s), EPOLL_CTL_ADD, dp->efd, &ev)) {
+			s->rw = NULL;
 			ret = -errno;
 			kvmm_mm_seq_free(dp->mag_seq);
 			goto out_free;
@@ -239,7 +242,8 @@ void kvmm_dp_destroy(struct kvmm_session *s)
 	/* the magazine's frames go back with their hidden sequence */
 	kvmm_mm_seq_free(dp->mag_seq);
 	/* the client still holds the eventfd: take it out of epoll before closing ours */
-	epoll_ctl(s->srv->epoll_fd, EPOLL_CTL_DEL, dp->efd, NULL);
+	epoll_ctl(s->rw ? s->rw->epoll_fd : s->srv->epoll_fd, EPOLL_CTL_DEL, dp->efd, NULL);
+	s->rw = NULL; /* kvmm_ring_worker_del() took it out of the worker's list first */
 	close(dp->efd);
 	munmap(dp->map, dp->hdr.size);
 	close(dp->memfd);
@@ -785,8 +789,13 @@ bool kvmm_dp_pending(struct kvmm_session *s)
 {
 	struct kvmm_dp *dp = s->dp;
 
-	/* a parked ring is not looked at until its CQE goes out */
-	return dp && !dp->parked && READ_ONCE(dp->sq->tail) != dp->sq_head;
+	/*
+	 * A parked ring is not looked at until its CQE goes out.  Without the pool lock: the
+	 * main loop's kvmm_dp_park_done() may change parked and cq_tail under it, so this is a
+	 * hint, read atomically; kvmm_dp_poll() looks again under the lock.
+	 */
+	return dp && !__atomic_load_n(&dp->parked, __ATOMIC_RELAXED) &&
+	       READ_ONCE(dp->sq->tail) != dp->sq_head;
 }
 
 /* Work for the magazine: the client popped or returned frames, or a top-up is due. */
@@ -815,7 +824,8 @@ bool kvmm_dp_runnable(struct kvmm_session *s)
 		return true;
 	if (!kvmm_dp_pending(s))
 		return false;
-	return (uint32_t)(dp->cq_tail - READ_ONCE(dp->cq->head)) < dp->hdr.ring_entries;
+	return (uint32_t)(__atomic_load_n(&dp->cq_tail, __ATOMIC_RELAXED) -
+			  READ_ONCE(dp->cq->head)) < dp->hdr.ring_entries;
 }
 
 void kvmm_dp_need_wakeup(struct kvmm_session *s, bool on)
@@ -837,11 +847,12 @@ void kvmm_dp_set_load(struct kvmm_session *s, uint32_t load)
 }
 
 /* Run one SQE (already copied out of the region) into @cqe. Pool lock held. */
-static int run_sqe(struct kvmm_session *s, const struct kvmm_ring_sqe *e, struct kvmm_ring_cqe *cqe)
+static int run_sqe(struct kvmm_session *s, struct kvmm_ring_loop *l, const struct kvmm_ring_sqe *e,
+		   struct kvmm_ring_cqe *cqe)
 {
 	struct kvmm_dp *dp = s->dp;
-	uint8_t *buf = s->srv->rx;
-	void *rp = (struct kvmm_msg_hdr *)s->srv->tx + 1;
+	uint8_t *buf = l->rx;
+	void *rp = (struct kvmm_msg_hdr *)l->tx + 1;
 	size_t rlen = 0;
 	int ret;
 
@@ -860,14 +871,26 @@ static int run_sqe(struct kvmm_session *s, const struct kvmm_ring_sqe *e, struct
 	return ret;
 }
 
-/* Publish the CQ tail and wake a client asleep on it. */
-static void cq_publish(struct kvmm_dp *dp)
+/*
+ * Publish the CQ tail (pool lock held: the main loop's kvmm_dp_park_done() and a worker's
+ * poll both post CQEs, and the tail must never be seen to go back).
+ */
+static void cq_store(struct kvmm_dp *dp)
 {
 	/*
 	 * release: the CQEs, and the mirror and magazine writes of the ops they complete, are
 	 * visible before the tail; pairs with the client's acquire load of the CQ tail.
 	 */
 	smp_store_release(&dp->cq->tail, dp->cq_tail);
+}
+
+/*
+ * After cq_store(), lock or no lock: wake a client asleep on the tail.  @l: the loop that
+ * polls this ring when it is the calling thread (a client spinning on its CPU makes it
+ * yield), else NULL.
+ */
+static void cq_wake(struct kvmm_dp *dp, struct kvmm_ring_loop *l)
+{
 	/*
 	 * Full barrier: the tail store above must be visible before we load the WAITING flag,
 	 * or a client that set the flag and then re-read an old tail would sleep through this
@@ -876,8 +899,8 @@ static void cq_publish(struct kvmm_dp *dp)
 	smp_mb();
 	if (READ_ONCE(dp->cq->flags) & KVMM_CQ_F_WAITING)
 		futex_wake(&dp->cq->tail);
-	else if (dp->s->srv->cpu && READ_ONCE(dp->cq->cpu) == dp->s->srv->cpu)
-		dp->s->srv->yield_soon = true; /* it spins for this on our CPU: the loop yields */
+	else if (l && l->cpu && READ_ONCE(dp->cq->cpu) == l->cpu)
+		l->yield_soon = true; /* it spins for this on our CPU: the loop yields */
 }
 
 void kvmm_dp_park_done(struct kvmm_session *s, uint64_t user_data, unsigned int op, int res,
@@ -898,28 +921,53 @@ void kvmm_dp_park_done(struct kvmm_session *s, uint64_t user_data, unsigned int 
 		KVMM_STAT_INC(s->srv, errors);
 	/* its slot is free: the poll that parked it counted it in the CQ's room */
 	memcpy(&dp->cqes[dp->cq_tail & dp->mask], &cqe, sizeof(cqe));
-	dp->cq_tail++;
-	dp->parked = false;
-	cq_publish(dp);
+	__atomic_store_n(&dp->cq_tail, dp->cq_tail + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&dp->parked, false, __ATOMIC_RELAXED);
+	cq_store(dp);
+	/* not the polling loop's thread when a worker polls this ring: no yield hint */
+	cq_wake(dp, s->rw ? NULL : &s->srv->loop);
+	/* a worker asleep must see the SQEs held behind the parked one: ring its doorbell */
+	if (s->rw)
+		kvmm_dp_kick(s);
+}
+
+void kvmm_dp_kick(struct kvmm_session *s)
+{
+	uint64_t one = 1;
+	ssize_t n;
+
+	if (!s->dp)
+		return;
+	n = write(s->dp->efd, &one, sizeof(one));
+	(void)n;
 }
 
 int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 {
 	struct kvmm_dp *dp = s->dp;
+	struct kvmm_ring_loop *l;
 	struct kvmm_pool *pool;
 	uint32_t entries, tail, cq_head, avail, room, n, i, moved = 0;
+	bool preempt;
 	int ret;
 
 	if (!dp)
 		return 0;
+	/* an idle client costs a few loads per loop iteration, not the pool lock */
+	if (!kvmm_dp_runnable(s))
+		return 0;
+	l = s->rw ? &s->rw->loop : &s->srv->loop;
 	pool = s->as->pool;
 	entries = dp->hdr.ring_entries;
+
+	pthread_mutex_lock(&pool->lock);
 	/* acquire: pairs with the client's release of the SQ tail after it wrote the SQEs */
 	tail = smp_load_acquire(&dp->sq->tail);
 	/* acquire: pairs with the client's release of the CQ head after it read the CQEs */
 	cq_head = smp_load_acquire(&dp->cq->head);
 	avail = tail - dp->sq_head;
 	if (avail > entries || (uint32_t)(dp->cq_tail - cq_head) > entries) {
+		pthread_mutex_unlock(&pool->lock);
 		kvmm_warn_ratelimited(
 			"ipc: client %u: ring indexes out of range (sq %u..%u, cq %u..%u)", s->id,
 			dp->sq_head, tail, cq_head, dp->cq_tail);
@@ -927,11 +975,6 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 	}
 	room = entries - (dp->cq_tail - cq_head);
 	n = dp->parked ? 0 : min_t(uint32_t, min_t(uint32_t, avail, room), budget);
-	/* an idle client costs a few loads per loop iteration, not the pool lock */
-	if (!n && !mag_pending(dp))
-		return 0;
-
-	pthread_mutex_lock(&pool->lock);
 	ret = mag_poll(s);
 	if (ret > 0)
 		moved = (uint32_t)ret;
@@ -945,17 +988,17 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 		cqe.user_data = e.user_data;
 		cqe.op = kvmm_op_known(e.op) ? e.op : 0;
 		kvmm_trace_clock_begin();
-		res = run_sqe(s, &e, &cqe);
+		res = run_sqe(s, l, &e, &cqe);
 		kvmm_trace_clock_end();
 		/*
 		 * A lookup that stopped short may wait for the remote tier: the SQE is
 		 * consumed, its CQE comes with kvmm_dp_park_done(), the rest waits.
 		 */
 		if (!res && s->srv->remote &&
-		    kvmm_ipc_remote_park(s, e.op, s->srv->rx, (struct kvmm_msg_hdr *)s->srv->tx + 1,
-					 NULL, e.user_data)) {
+		    kvmm_ipc_remote_park(s, e.op, l->rx, (struct kvmm_msg_hdr *)l->tx + 1, NULL,
+					 e.user_data)) {
 			KVMM_STAT_INC(s->srv, requests);
-			dp->parked = true;
+			__atomic_store_n(&dp->parked, true, __ATOMIC_RELAXED);
 			dp->sq_head++;
 			i++;
 			break;
@@ -968,14 +1011,28 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 		}
 		if (res < 0)
 			KVMM_STAT_INC(s->srv, errors);
-		KVMM_STAT_INC(s->srv, requests);
 		memcpy(&dp->cqes[dp->cq_tail & dp->mask], &cqe, sizeof(cqe));
-		dp->cq_tail++;
+		__atomic_store_n(&dp->cq_tail, dp->cq_tail + 1, __ATOMIC_RELAXED);
 		dp->sq_head++;
 	}
+	/* one shared counter update per round, not per entry (workers share the line) */
+	if (i)
+		KVMM_STAT_ADD(s->srv, requests, i - (dp->parked ? 1 : 0));
 	/* after the step's appends took their frames: top the magazine up in the same pass */
 	if (ret >= 0)
 		moved += mag_topup(s);
+	/*
+	 * An op of this batch ran out of memory and reported OOM victims: their PREEMPT events
+	 * go out before its -ENOMEM completion can be seen, so that a client which polls its
+	 * events on -ENOMEM (kvmm.llm's engine does) finds the victim's, as it did when the reply
+	 * came on the socket after them.  That takes pool locks: publish after it, locked again.
+	 */
+	preempt = i && ret >= 0 && __atomic_load_n(&s->srv->preempt_pending, __ATOMIC_ACQUIRE);
+	if (i && ret >= 0 && !preempt) {
+		/* release: we are done reading these SQEs and their data; the client may reuse them */
+		smp_store_release(&dp->sq->head, dp->sq_head);
+		cq_store(dp);
+	}
 	pthread_mutex_unlock(&pool->lock);
 	if (ret < 0) {
 		kvmm_warn_ratelimited(
@@ -985,16 +1042,16 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 	}
 	if (!i)
 		return moved ? 1 : 0;
-	/*
-	 * An op of this batch ran out of memory and reported OOM victims: their PREEMPT events
-	 * go out before its -ENOMEM completion can be seen, so that a client which polls its
-	 * events on -ENOMEM (kvmm.llm's engine does) finds the victim's, as it did when the reply
-	 * came on the socket after them.
-	 */
-	if (__atomic_load_n(&s->srv->preempt_pending, __ATOMIC_ACQUIRE))
-		kvmm_swapd_preempt_run(s->srv);
-	/* release: we are done reading these SQEs and their data; the client may reuse them */
-	smp_store_release(&dp->sq->head, dp->sq_head);
-	cq_publish(dp);
+	if (preempt) {
+		if (s->rw)
+			kvmm_ring_worker_preempt(s->rw);
+		else
+			kvmm_swapd_preempt_run(s->srv);
+		pthread_mutex_lock(&pool->lock);
+		smp_store_release(&dp->sq->head, dp->sq_head);
+		cq_store(dp);
+		pthread_mutex_unlock(&pool->lock);
+	}
+	cq_wake(dp, l);
 	return (int)(i + moved);
 }

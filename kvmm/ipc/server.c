@@ -39,9 +39,7 @@
 #define KVMM_RX_BURST 32  /* records of one client handled per wakeup */
 #define KVMM_RX_MAX_FDS 8 /* descriptors a client may smuggle in one record (closed) */
 #define KVMM_EPOLL_BATCH 64
-#define KVMM_RING_BURST 256	   /* SQEs of one client consumed per loop iteration */
 #define KVMM_RING_SPIN_NS 50000ULL /* keep polling the rings this long after work */
-#define KVMM_RING_BLOCKED_MS 5	   /* re-poll a CQ-full client at least this often */
 /*
  * While the rings keep it spinning, the loop makes a system call (epoll_wait for the socket
  * side, sched_yield to let a client on this CPU run) at most this often instead of on every
@@ -52,7 +50,7 @@
 #define KVMM_SPIN_SYS_NS 20000ULL
 
 /* epoll tags for the two non-session fds: any two distinct addresses would do */
-static char tag_listen, tag_stop, tag_obs, tag_remote, tag_reload;
+static char tag_listen, tag_stop, tag_obs, tag_remote, tag_reload, tag_kick;
 
 static uint64_t now_ns(void)
 {
@@ -246,6 +244,21 @@ static int open_socket(struct kvmm_server *srv)
 	return epoll_add(srv, srv->listen_fd, EPOLLIN, &tag_listen);
 }
 
+/* How many ring workers: the config's ring_threads, or $KVMMD_RING_THREADS (measuring). */
+static unsigned int ring_threads(const struct kvmm_server_config *cfg)
+{
+	const char *e = getenv("KVMMD_RING_THREADS");
+	char *end;
+	unsigned long v;
+
+	if (e && *e) {
+		v = strtoul(e, &end, 10);
+		if (!*end && v <= KVMM_SERVER_MAX_RING_THREADS)
+			return (unsigned int)v;
+	}
+	return cfg->ring_threads;
+}
+
 int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server **out)
 {
 	struct kvmm_server *srv;
@@ -266,6 +279,7 @@ int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server 
 		return -ENOMEM;
 	srv->cfg = *cfg;
 	srv->listen_fd = srv->epoll_fd = srv->stop_fd = srv->reload_fd = srv->reserve_fd = -1;
+	srv->kick_fd = -1;
 	INIT_LIST_HEAD(&srv->sessions);
 	srv->owner_uid = geteuid();
 	srv->start_ns = now_ns();
@@ -296,6 +310,8 @@ int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server 
 		ret = -ENOMEM;
 		goto out_destroy;
 	}
+	srv->loop.rx = srv->rx;
+	srv->loop.tx = srv->tx;
 	srv->cfg.socket_path = srv->socket_path;
 	srv->cfg.ns = NULL; /* use srv->ns[]->cfg */
 	if (!srv->cfg.total_frames)
@@ -322,14 +338,18 @@ int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server 
 	srv->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
 	srv->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	srv->reload_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	srv->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	if (srv->epoll_fd < 0 || srv->stop_fd < 0 || srv->reload_fd < 0 || srv->reserve_fd < 0) {
+	if (srv->epoll_fd < 0 || srv->stop_fd < 0 || srv->reload_fd < 0 || srv->reserve_fd < 0 ||
+	    srv->kick_fd < 0) {
 		ret = -errno;
 		goto out_destroy;
 	}
 	ret = epoll_add(srv, srv->stop_fd, EPOLLIN, &tag_stop);
 	if (!ret)
 		ret = epoll_add(srv, srv->reload_fd, EPOLLIN, &tag_reload);
+	if (!ret)
+		ret = epoll_add(srv, srv->kick_fd, EPOLLIN, &tag_kick);
 	if (ret)
 		goto out_destroy;
 	/* observability (trace ring and pump, /metrics): one fd in our set (metrics.c) */
@@ -340,6 +360,11 @@ int kvmm_server_create(const struct kvmm_server_config *cfg, struct kvmm_server 
 		ret = epoll_add(srv, kvmm_remote_fd(srv->remote), EPOLLIN, &tag_remote);
 	if (ret)
 		goto out_destroy;
+	ret = kvmm_ring_workers_start(srv, ring_threads(&srv->cfg));
+	if (ret) {
+		kvmm_err("ipc: ring workers: %s", strerror(-ret));
+		goto out_destroy;
+	}
 	ret = open_socket(srv);
 	if (ret) {
 		kvmm_err("ipc: socket %s: %s", srv->socket_path, strerror(-ret));
@@ -696,7 +721,8 @@ static bool poll_rings(struct kvmm_server *srv, bool *blocked)
 	list_for_each_entry_safe (s, tmp, &srv->sessions, node) {
 		int n;
 
-		if (!s->dp || s->dead)
+		/* a ring worker's session (ring_worker.c) is polled there */
+		if (!s->dp || s->dead || s->rw)
 			continue;
 		n = kvmm_dp_poll(s, KVMM_RING_BURST);
 		if (n < 0) {
@@ -713,10 +739,11 @@ static bool poll_rings(struct kvmm_server *srv, bool *blocked)
 		}
 	}
 	/* how crowded the daemon is, for the clients' waits: only when it changes */
-	if (served && served + 1 != srv->load) {
-		srv->load = served + 1;
+	if (served && served + 1 != srv->loop.load) {
+		srv->loop.load = served + 1;
 		list_for_each_entry (s, &srv->sessions, node)
-			kvmm_dp_set_load(s, srv->load);
+			if (!s->rw)
+				kvmm_dp_set_load(s, srv->loop.load);
 	}
 	return busy;
 }
@@ -732,36 +759,12 @@ static bool poll_rings(struct kvmm_server *srv, bool *blocked)
 static int loop_timeout(struct kvmm_server *srv, bool busy, bool blocked, bool *armed)
 {
 	struct kvmm_session *s;
-	uint64_t now = now_ns();
 
-	if (srv->yield_soon) {
-		/* a client spinning on our CPU waits for what we just completed */
-		srv->yield_soon = false;
-		sched_yield();
-		srv->last_yield_ns = now;
-	}
-	if (busy)
-		srv->ring_last_work = now;
-	if (busy)
+	if (kvmm_ring_loop_spin(srv, &srv->loop, busy))
 		return 0;
-	if (now - srv->ring_last_work < srv->ring_spin_ns) {
-		/*
-		 * Spinning, but give the CPU away now and then: a client that wakes us tends to
-		 * be scheduled on our CPU, and a pure spin would hold its next submission off
-		 * for the whole window (that made a 64-sequence step cost the 50 us spin).  Not
-		 * on every round: the system call is most of a round's cost; a client known to
-		 * spin on our CPU got its yield above (yield_soon).
-		 */
-		if (now - srv->last_yield_ns >= srv->spin_sys_ns) {
-			sched_yield();
-			srv->last_yield_ns = now;
-		} else {
-			cpu_relax();
-		}
-		return 0;
-	}
 	list_for_each_entry (s, &srv->sessions, node)
-		kvmm_dp_need_wakeup(s, true);
+		if (!s->rw)
+			kvmm_dp_need_wakeup(s, true);
 	*armed = true;
 	/*
 	 * Full barrier: the flag stores must be visible before the SQ tails are loaded again;
@@ -769,9 +772,28 @@ static int loop_timeout(struct kvmm_server *srv, bool busy, bool blocked, bool *
 	 */
 	smp_mb();
 	list_for_each_entry (s, &srv->sessions, node)
-		if (kvmm_dp_runnable(s))
+		if (!s->rw && kvmm_dp_runnable(s))
 			return 0;
 	return blocked ? KVMM_RING_BLOCKED_MS : -1;
+}
+
+/* A ring worker asked (kvmm_ipc_kick): PREEMPT events for every session, bad rings closed. */
+static void kick_event(struct kvmm_server *srv)
+{
+	struct kvmm_session *s, *tmp;
+	uint64_t v;
+
+	if (read(srv->kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		kvmm_warn_ratelimited("ipc: kick: %s", strerror(errno));
+	__atomic_store_n(&srv->kick_pending, 0, __ATOMIC_RELEASE);
+	kvmm_swapd_preempt_run(srv);
+	list_for_each_entry_safe (s, tmp, &srv->sessions, node) {
+		if (!__atomic_load_n(&s->ring_bad, __ATOMIC_ACQUIRE))
+			continue;
+		KVMM_STAT_INC(srv, disconnect_bad);
+		s->dead = true;
+		session_close(s);
+	}
 }
 
 int kvmm_server_run(struct kvmm_server *srv)
@@ -786,10 +808,11 @@ int kvmm_server_run(struct kvmm_server *srv)
 		int i, n, timeout, hello, cpu = sched_getcpu();
 
 		/* the clients' waits yield only to a loop on their CPU: say where it runs */
-		if (cpu >= 0 && (uint32_t)cpu + 1 != srv->cpu) {
-			srv->cpu = (uint32_t)cpu + 1;
+		if (cpu >= 0 && (uint32_t)cpu + 1 != srv->loop.cpu) {
+			srv->loop.cpu = (uint32_t)cpu + 1;
 			list_for_each_entry (s, &srv->sessions, node)
-				kvmm_dp_set_cpu(s, srv->cpu);
+				if (!s->rw)
+					kvmm_dp_set_cpu(s, srv->loop.cpu);
 		}
 		timeout = loop_timeout(srv, busy, blocked, &armed);
 		hello = reap_silent(srv);
@@ -808,7 +831,8 @@ int kvmm_server_run(struct kvmm_server *srv)
 		if (armed) {
 			/* awake: clients need not ring until we are about to sleep again */
 			list_for_each_entry (s, &srv->sessions, node)
-				kvmm_dp_need_wakeup(s, false);
+				if (!s->rw)
+					kvmm_dp_need_wakeup(s, false);
 			armed = false;
 		}
 
@@ -846,6 +870,10 @@ int kvmm_server_run(struct kvmm_server *srv)
 			}
 			if (ptr == &tag_remote) {
 				kvmm_ipc_remote_event(srv);
+				continue;
+			}
+			if (ptr == &tag_kick) {
+				kick_event(srv);
 				continue;
 			}
 			/* a doorbell (session | 1): every ring is polled below anyway */
@@ -892,11 +920,13 @@ void kvmm_server_destroy(struct kvmm_server *srv)
 
 	if (!srv)
 		return;
-	/* background reclaimers first: nothing may reclaim while sessions go */
+	/* background reclaimers and ring workers first: nothing may run while sessions go */
 	for (i = 0; srv->ns && i < srv->nr_ns; i++)
 		kvmm_kswapd_stop(srv->ns[i]->pool);
+	kvmm_ring_workers_stop(srv);
 	list_for_each_entry_safe (s, tmp, &srv->sessions, node)
 		session_close(s);
+	kvmm_ring_workers_free(srv);
 	kvmm_ipc_remote_destroy(srv);
 	kvmm_obs_destroy(srv);
 	if (srv->listen_fd >= 0)
@@ -909,6 +939,8 @@ void kvmm_server_destroy(struct kvmm_server *srv)
 		close(srv->stop_fd);
 	if (srv->reload_fd >= 0)
 		close(srv->reload_fd);
+	if (srv->kick_fd >= 0)
+		close(srv->kick_fd);
 	if (srv->reserve_fd >= 0)
 		close(srv->reserve_fd);
 	for (i = 0; srv->ns && i < srv->nr_ns; i++) {

@@ -85,6 +85,8 @@ struct kvmm_server_swap {
 	unsigned int nr_fault;
 };
 
+#define KVMM_SERVER_MAX_RING_THREADS 64
+
 struct kvmm_server_config {
 	const char *socket_path;
 	uint64_t page_size;
@@ -125,6 +127,12 @@ struct kvmm_server_config {
 	 */
 	uint32_t max_clients_per_uid;
 	uint32_t hello_timeout_ms;
+	/*
+	 * Ring worker threads (kvmm/ipc/ring_worker.c): each namespace's data-plane rings are
+	 * polled by one of them, so namespaces run in parallel.  0: the event loop polls every
+	 * ring itself.  At most KVMM_SERVER_MAX_RING_THREADS.
+	 */
+	uint32_t ring_threads;
 	/* the socket file's mode (0 = 0666, the library's default) and group */
 	uint32_t socket_mode;
 	gid_t socket_gid;

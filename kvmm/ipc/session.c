@@ -259,6 +259,8 @@ void kvmm_session_detach(struct kvmm_session *s)
 
 	if (s->state != KVMM_SESSION_ATTACHED)
 		return;
+	/* its ring worker lets go of it first (it takes the pool lock after its own) */
+	kvmm_ring_worker_del(s);
 	/* a ring's lookup parked on the remote tier (its socket is read meanwhile) */
 	kvmm_ipc_remote_cancel(s);
 	pool = s->as->pool;
@@ -529,6 +531,8 @@ static int do_attach(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 		  (int)s->cred.pid, n->cfg.name, s->dp ? " with rings" : "");
 	kvmm_session_send(s, out, sizeof(*out) + sizeof(rep), fds, rep.nr_fds);
 	free(all_fds);
+	/* its rings: polled from now on by the namespace's ring worker, if there are workers */
+	kvmm_ring_worker_add(s);
 	return 0;
 }
 

@@ -244,17 +244,21 @@ void kvmm_swapd_preempt_run(struct kvmm_server *srv)
 
 	if (!__atomic_exchange_n(&srv->preempt_pending, 0, __ATOMIC_ACQ_REL))
 		return;
-	list_for_each_entry (s, &srv->sessions, node) {
-		struct kvmm_pool *pool;
+	list_for_each_entry (s, &srv->sessions, node)
+		kvmm_swapd_preempt_session(s);
+}
 
-		if (s->state != KVMM_SESSION_ATTACHED || s->dead)
-			continue;
-		pool = s->as->pool;
-		pthread_mutex_lock(&pool->lock);
-		if (s->preempt_pending) {
-			s->preempt_pending = false;
-			preempt_session(s);
-		}
-		pthread_mutex_unlock(&pool->lock);
+void kvmm_swapd_preempt_session(struct kvmm_session *s)
+{
+	struct kvmm_pool *pool;
+
+	if (s->state != KVMM_SESSION_ATTACHED || s->dead)
+		return;
+	pool = s->as->pool;
+	pthread_mutex_lock(&pool->lock);
+	if (s->preempt_pending) {
+		s->preempt_pending = false;
+		preempt_session(s);
 	}
+	pthread_mutex_unlock(&pool->lock);
 }

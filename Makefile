@@ -212,7 +212,8 @@ tsan-tests := tests/unit/test_atomic tests/unit/test_kmalloc tests/unit/test_ksw
 	tests/unit/test_log tests/unit/test_ring tests/unit/test_ipc tests/unit/test_swap \
 	tests/unit/test_remote tests/integration/itest_ring tests/integration/itest_async \
 	tests/integration/itest_share tests/integration/itest_kill tests/integration/itest_swap \
-	tests/integration/itest_remote tests/integration/itest_budget
+	tests/integration/itest_remote tests/integration/itest_budget \
+	tests/integration/itest_rthreads
 check-tests := $(if $(filter thread,$(KVMM_SANITIZE)),$(filter $(tsan-tests),$(all-tests)),\
 	$(all-tests) $(all-test-scripts))
 # those programs and the daemon they start, not the whole tree (CI's time)

@@ -263,6 +263,7 @@ static const struct {
 	{"socket_group", KVMM_CFG_SOCKET_GROUP},
 	{"max_clients_per_uid", KVMM_CFG_MAX_CLIENTS_PER_UID},
 	{"hello_timeout", KVMM_CFG_HELLO_TIMEOUT},
+	{"ring_threads", KVMM_CFG_RING_THREADS},
 };
 
 /* the keys of [namespace]: two units of one setting share a slot (duplicate detection) */
@@ -436,6 +437,17 @@ static int set_daemon(struct kvmm_config *cfg, size_t idx, const char *val, char
 		if (!v || v > 3600000)
 			return msg(err, len, "hello_timeout must be 1 ms to 1 hour");
 		cfg->hello_timeout_ms = (uint32_t)v;
+		return 0;
+	case KVMM_CFG_RING_THREADS:
+		/* "auto" (one per two CPUs, at most 8), or 0 (the event loop polls every ring) to 64 */
+		if (!strcmp(val, "auto")) {
+			cfg->ring_threads = KVMM_CONFIG_RING_THREADS_AUTO;
+			return 0;
+		}
+		ret = parse_count(val, KVMM_CONFIG_MAX_RING_THREADS, &v, err, len);
+		if (ret)
+			return ret;
+		cfg->ring_threads = (uint32_t)v;
 		return 0;
 	case KVMM_CFG_MAX_CLIENTS:
 		ret = parse_count(val, 65536, &v, err, len);
@@ -1385,6 +1397,7 @@ void kvmm_config_init(struct kvmm_config *cfg)
 	cfg->max_clients_per_uid = KVMM_CONFIG_DEFAULT_MAX_CLIENTS_PER_UID;
 	cfg->socket_mode = KVMM_CONFIG_DEFAULT_SOCKET_MODE;
 	cfg->hello_timeout_ms = KVMM_CONFIG_DEFAULT_HELLO_TIMEOUT_MS;
+	cfg->ring_threads = KVMM_CONFIG_RING_THREADS_AUTO;
 }
 
 int kvmm_config_default_socket(char *buf, size_t len)
@@ -1652,6 +1665,10 @@ void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
 	if (cfg->have_socket_gid)
 		fprintf(f, "socket_group = %u\n", (unsigned int)cfg->socket_gid);
 	fprintf(f, "hello_timeout = %ums\n", cfg->hello_timeout_ms);
+	if (cfg->ring_threads == KVMM_CONFIG_RING_THREADS_AUTO)
+		fprintf(f, "ring_threads = auto\n");
+	else
+		fprintf(f, "ring_threads = %u\n", cfg->ring_threads);
 	if (cfg->metrics[0])
 		fprintf(f, "metrics = %s\n", cfg->metrics);
 	for (i = 0; i < cfg->nr_ns; i++) {

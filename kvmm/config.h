@@ -38,6 +38,8 @@
 #define KVMM_CONFIG_DEFAULT_SOCKET_MODE 0660
 /* a connection that has not said HELLO within this is closed */
 #define KVMM_CONFIG_DEFAULT_HELLO_TIMEOUT_MS 5000
+#define KVMM_CONFIG_RING_THREADS_AUTO UINT32_MAX
+#define KVMM_CONFIG_MAX_RING_THREADS 64
 #define KVMM_CONFIG_DEFAULT_NS "default"
 
 /* keys of [daemon]; indexes into struct kvmm_config.line */
@@ -61,6 +63,7 @@ enum kvmm_config_key {
 	KVMM_CFG_SOCKET_GROUP,
 	KVMM_CFG_MAX_CLIENTS_PER_UID,
 	KVMM_CFG_HELLO_TIMEOUT,
+	KVMM_CFG_RING_THREADS,
 	KVMM_CFG_KEY_COUNT,
 };
 
@@ -173,6 +176,8 @@ struct kvmm_config {
 	gid_t socket_gid;	      /* its group, when have_socket_gid */
 	bool have_socket_gid;
 	uint32_t hello_timeout_ms;
+	/* ring worker threads (kvmm/ipc/ring_worker.c); KVMM_CONFIG_RING_THREADS_AUTO: by CPUs */
+	uint32_t ring_threads;
 	char metrics[64]; /* "IPV4:PORT" of the Prometheus /metrics listener, "" = off */
 	struct kvmm_config_ns ns[KVMM_CONFIG_MAX_NS];
 	unsigned int nr_ns;

@@ -74,6 +74,7 @@ enum {
 	OPT_MAX_CLIENTS_PER_UID,
 	OPT_HELLO_TIMEOUT,
 	OPT_REMOTE,
+	OPT_RING_THREADS,
 };
 
 static const struct option long_opts[] = {
@@ -101,6 +102,7 @@ static const struct option long_opts[] = {
 	{"socket-group", required_argument, NULL, OPT_SOCKET_GROUP},
 	{"max-clients-per-uid", required_argument, NULL, OPT_MAX_CLIENTS_PER_UID},
 	{"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
+	{"ring-threads", required_argument, NULL, OPT_RING_THREADS},
 	{"remote", required_argument, NULL, OPT_REMOTE},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
@@ -137,6 +139,9 @@ static void usage(FILE *f)
 		"      --max-clients-per-uid N  connections one other user may hold (default\n"
 		"                           64, 0 = no cap)\n"
 		"      --hello-timeout TIME close connections silent this long (default 5s)\n"
+		"      --ring-threads N     threads polling the clients' rings, each serving\n"
+		"                           whole namespaces (default auto: one per two CPUs,\n"
+		"                           at most 8; 0 = the event loop polls them)\n"
 		"      --socket-mode MODE   the socket's permissions (default 0660)\n"
 		"      --socket-group GROUP the socket's group (default the daemon's)\n"
 		"      --metrics ADDR:PORT  serve Prometheus /metrics (loopback; default off)\n"
@@ -217,6 +222,8 @@ static const char *opt_key(int opt)
 		return "max_clients_per_uid";
 	case OPT_HELLO_TIMEOUT:
 		return "hello_timeout";
+	case OPT_RING_THREADS:
+		return "ring_threads";
 	default:
 		return NULL;
 	}
@@ -599,6 +606,13 @@ static void server_config(const struct kvmm_config *cfg, struct kvmm_ns_config *
 	sc->max_clients = cfg->max_clients;
 	sc->max_clients_per_uid = cfg->max_clients_per_uid;
 	sc->hello_timeout_ms = cfg->hello_timeout_ms;
+	sc->ring_threads = cfg->ring_threads;
+	if (sc->ring_threads == KVMM_CONFIG_RING_THREADS_AUTO) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+		/* one per two CPUs: the clients need the others */
+		sc->ring_threads = cpus < 4 ? 1 : cpus > 16 ? 8 : (uint32_t)(cpus / 2);
+	}
 	sc->socket_mode = cfg->socket_mode;
 	sc->socket_gid = cfg->socket_gid;
 	sc->have_socket_gid = cfg->have_socket_gid;

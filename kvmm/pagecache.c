@@ -884,7 +884,7 @@ static const char *pc_check_family(const struct kvmm_pool *pool, const struct kv
 			return "a child does not point back";
 		++*nchildren;
 	}
-	if (ent->flags & ~PC_ORPHAN)
+	if (ent->flags & ~(PC_ORPHAN | PC_REMOTE))
 		return "unknown flags";
 	if (!ent->depth) {
 		if (p || ent->parent_key || orphan || !list_empty(&ent->sibling))

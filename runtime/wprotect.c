@@ -501,6 +501,13 @@ int kvmm_wp_pending_add(struct kvmm_client *c, uint64_t tag, const struct kvmm_w
 	case KVMM_OP_SEQ_FREE:
 	case KVMM_OP_PREFIX_LOOKUP:
 	case KVMM_OP_SEAL:
+	/*
+	 * The compound ones too: an asynchronous SEQ_PROMPT's new sequence was never tracked
+	 * (its own new pages stayed read-only: SIGSEGV in the engine writing them), and a
+	 * SEQ_SEAL_FREE left its sealed pages writable.
+	 */
+	case KVMM_OP_SEQ_PROMPT:
+	case KVMM_OP_SEQ_SEAL_FREE:
 		break;
 	default:
 		return 0; /* changes nothing of what is writable */

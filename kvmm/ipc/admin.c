@@ -147,6 +147,8 @@ static void status_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct 
 	kvmm_out_u64(o, "CacheHits", hits, "blocks");
 	kvmm_out_u64(o, "CacheMisses", misses, "lookups");
 	kvmm_out_u64(o, "Clients", st.clients, NULL);
+	/* threads polling the rings (ring_threads); 0: the event loop does */
+	kvmm_out_u64(o, "RingThreads", srv->nr_rw, NULL);
 	kvmm_out_u64(o, "Accepted", st.accepted, NULL);
 	kvmm_out_u64(o, "Refused", st.refused, NULL);
 	kvmm_out_u64(o, "Hellos", st.hellos, NULL);

@@ -83,9 +83,10 @@ struct kvmm_ring_worker {
 	unsigned int index;
 	pthread_t thread;
 	bool started;
-	int stop;     /* atomic: leave the loop */
-	int epoll_fd; /* its sessions' doorbells and stop_fd */
-	int stop_fd;  /* eventfd: wakes it to see stop */
+	int stop;      /* atomic: leave the loop */
+	bool spinning; /* holds one of srv->rw_max_spinning */
+	int epoll_fd;  /* its sessions' doorbells and stop_fd */
+	int stop_fd;   /* eventfd: wakes it to see stop */
 	/*
 	 * Held by the worker across each poll round; the main loop takes it to add or remove a
 	 * session, so a session never goes while the worker looks at it.  Taken before any
@@ -216,6 +217,12 @@ struct kvmm_server {
 	/* ring workers (ring_worker.c), nr_rw of them; none: the main loop polls every ring */
 	struct kvmm_ring_worker *rw;
 	unsigned int nr_rw;
+	/*
+	 * Workers spinning idle (atomic) and how many may at once: one per two CPUs, so that
+	 * spinning workers leave the clients, the ones they wait for, CPUs to run on.
+	 */
+	int rw_spinning;
+	int rw_max_spinning;
 	int kick_fd;	  /* eventfd: a worker asks the main loop to look (preempts, bad rings) */
 	int kick_pending; /* atomic: kick_fd was written and not yet read */
 	uint64_t hello_next_ns; /* earliest HELLO deadline of a waiting connection, 0: none */

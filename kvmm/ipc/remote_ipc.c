@@ -300,7 +300,8 @@ bool kvmm_ipc_remote_park(struct kvmm_session *s, unsigned int op, const void *p
 	memcpy(park->tokens, tokens, (size_t)keep * sizeof(*tokens));
 
 	rr->owner = s;
-	s->park = park;
+	/* atomic: the main loop's session_read() looks at it without the pool lock */
+	__atomic_store_n(&s->park, park, __ATOMIC_RELEASE);
 	/* the socket waits with its next request; the ring stops at this SQE (ring.c) */
 	if (!park->ring)
 		session_pause(s, true);
@@ -428,7 +429,7 @@ static void finish(struct kvmm_session *s, struct kvmm_ipc_park *park, struct kv
 		rlen = sizeof(rep.lookup);
 	}
 out_unlock:
-	s->park = NULL;
+	__atomic_store_n(&s->park, NULL, __ATOMIC_RELEASE);
 	if (park->ring) {
 		/* its CQE, and the SQEs after it run again (ring.c) */
 		kvmm_dp_park_done(s, park->user_data, park->op, status, &rep, status ? 0 : rlen);
@@ -462,7 +463,7 @@ void kvmm_ipc_remote_cancel(struct kvmm_session *s)
 	if (!s->park->ring)
 		session_pause(s, false);
 	free(s->park);
-	s->park = NULL;
+	__atomic_store_n(&s->park, NULL, __ATOMIC_RELEASE);
 }
 
 void kvmm_ipc_remote_seal(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t from)

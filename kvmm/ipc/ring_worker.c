@@ -214,6 +214,31 @@ static int arm(struct kvmm_ring_worker *w, bool blocked)
 	return blocked ? KVMM_RING_BLOCKED_MS : -1;
 }
 
+/* A place among the idle spinners (srv->rw_max_spinning): true when this worker may spin. */
+static bool spin_get(struct kvmm_ring_worker *w)
+{
+	struct kvmm_server *srv = w->srv;
+	int n = __atomic_load_n(&srv->rw_spinning, __ATOMIC_RELAXED);
+
+	if (w->spinning)
+		return true;
+	while (n < srv->rw_max_spinning)
+		if (__atomic_compare_exchange_n(&srv->rw_spinning, &n, n + 1, false,
+						__ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+			w->spinning = true;
+			return true;
+		}
+	return false;
+}
+
+static void spin_put(struct kvmm_ring_worker *w)
+{
+	if (!w->spinning)
+		return;
+	w->spinning = false;
+	__atomic_fetch_sub(&w->srv->rw_spinning, 1, __ATOMIC_RELAXED);
+}
+
 static void *worker_main(void *arg)
 {
 	struct kvmm_ring_worker *w = arg;
@@ -236,8 +261,11 @@ static void *worker_main(void *arg)
 		}
 		busy = poll_round(w, &blocked);
 		pthread_mutex_unlock(&w->lock);
-		if (kvmm_ring_loop_spin(w->srv, &w->loop, busy))
+		if (busy)
+			spin_put(w); /* working, not waiting */
+		if (kvmm_ring_loop_spin(w->srv, &w->loop, busy) && (busy || spin_get(w)))
 			continue;
+		spin_put(w);
 
 		pthread_mutex_lock(&w->lock);
 		timeout = arm(w, blocked);
@@ -268,6 +296,11 @@ int kvmm_ring_workers_start(struct kvmm_server *srv, unsigned int n)
 	srv->rw = calloc(n, sizeof(*srv->rw));
 	if (!srv->rw)
 		return -ENOMEM;
+	{
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+		srv->rw_max_spinning = cpus >= 4 ? (int)(cpus / 2) : 1;
+	}
 	for (i = 0; i < n; i++) {
 		struct kvmm_ring_worker *w = &srv->rw[i];
 		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};

@@ -385,6 +385,8 @@ static void session_close(struct kvmm_session *s)
 {
 	struct kvmm_server *srv = s->srv;
 
+	/* its ring worker lets go of it before anything of it goes */
+	kvmm_ring_worker_del(s);
 	if (s->park)
 		kvmm_ipc_remote_cancel(s);
 	kvmm_session_fini(s);
@@ -560,7 +562,9 @@ static bool session_read(struct kvmm_session *s)
 	unsigned int burst;
 
 	/* a parked lookup (remote_ipc.c) holds the session's next requests in its socket */
-	for (burst = 0; burst < KVMM_RX_BURST && !s->dead && !s->park; burst++) {
+	for (burst = 0;
+	     burst < KVMM_RX_BURST && !s->dead && !__atomic_load_n(&s->park, __ATOMIC_ACQUIRE);
+	     burst++) {
 		struct iovec iov = {.iov_base = srv->rx, .iov_len = KVMM_MSG_MAX};
 		struct msghdr msg = {.msg_iov = &iov,
 				     .msg_iovlen = 1,

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * kvmm/ipc/server.c - kvmmd's control-plane server: the listening SOCK_SEQPACKET socket, the
- * single-threaded epoll loop, accepting clients (identity from SO_PEERCRED), receiving and
+ * epoll event loop (the clients' shared-memory rings are polled by ring workers,
+ * ring_worker.c, or here with ring_threads = 0), accepting clients (identity from SO_PEERCRED), receiving and
  * checking each record, and sending replies without ever blocking.  It owns one pool per
  * namespace (namespaces are physically partitioned in v0, so frame numbers are per namespace
  * and a client only ever receives its own namespace's chunk fds).  What a request does is

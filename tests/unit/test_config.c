@@ -107,6 +107,7 @@ static void test_defaults(void **state)
 	assert_false(cfg->foreground);
 	assert_false(cfg->prefault);
 	assert_int_equal(cfg->max_clients, KVMM_CONFIG_DEFAULT_MAX_CLIENTS);
+	assert_int_equal(cfg->ring_threads, KVMM_CONFIG_RING_THREADS_AUTO);
 	/* one namespace, all frames, the owner and root only */
 	assert_int_equal(cfg->nr_ns, 1);
 	ns = &cfg->ns[0];
@@ -162,7 +163,8 @@ static void test_every_daemon_key(void **state)
 		 "log_level = debug\n"
 		 "foreground = yes\n"
 		 "prefault = on\n"
-		 "max_clients = 17\n");
+		 "max_clients = 17\n"
+		 "ring_threads = 3\n");
 	assert_string_equal(cfg->socket_path, "/tmp/k/kvmmd.sock");
 	assert_string_equal(cfg->backend, "host");
 	assert_int_equal(cfg->page_size, 64 << 10);
@@ -177,6 +179,7 @@ static void test_every_daemon_key(void **state)
 	assert_true(cfg->foreground);
 	assert_true(cfg->prefault);
 	assert_int_equal(cfg->max_clients, 17);
+	assert_int_equal(cfg->ring_threads, 3);
 	assert_int_equal(cfg->line[KVMM_CFG_SOCKET], 3);
 	assert_int_equal(cfg->line[KVMM_CFG_MAX_CLIENTS], 15);
 	finalize_ok(0);
@@ -409,6 +412,10 @@ static void test_bad_lines(void **state)
 		{"[daemon]\n\n\nframes = 12x\n", NAME ":4: frames: '12x' is not a number"},
 		{"[daemon]\nframes = -3\n", NAME ":2: frames: '-3' is not a number"},
 		{"[daemon]\nframes = 0\n", NAME ":2: frames: frames must be at least 1"},
+		{"[daemon]\nring_threads = 65\n",
+		 NAME ":2: ring_threads: 65 is too large (at most 64)"},
+		{"[daemon]\nring_threads = many\n",
+		 NAME ":2: ring_threads: 'many' is not a number"},
 		{"[daemon]\nframes = 99999999999\n",
 		 NAME ":2: frames: 99999999999 is too large (at most 4294967295)"},
 		{"[daemon]\nframes = 1\n[daemon]\n",
@@ -820,6 +827,21 @@ static void test_print_round_trip(void **state)
 }
 
 /* [remote] and secret_file: every key, the print round trip, each bad value named */
+/* ring_threads: auto (the default, resolved by kvmmd from the CPUs), 0 (none) .. 64 */
+static void test_ring_threads(void **state)
+{
+	(void)state;
+	parse_ok("[daemon]\nring_threads = 0\n");
+	assert_int_equal(cfg->ring_threads, 0);
+	assert_int_equal(cfg->line[KVMM_CFG_RING_THREADS], 2);
+	kvmm_config_init(cfg);
+	parse_ok("[daemon]\nring_threads = auto\n");
+	assert_int_equal(cfg->ring_threads, KVMM_CONFIG_RING_THREADS_AUTO);
+	kvmm_config_init(cfg);
+	parse_ok("[daemon]\nring_threads = 64\n");
+	assert_int_equal(cfg->ring_threads, 64);
+}
+
 static void test_remote(void **state)
 {
 	char dir[] = "/tmp/kvmm-cfg-remote.XXXXXX", good[64], bad[64], pw[64], text[1024];
@@ -1002,6 +1024,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_load, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_print_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_remote, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ring_threads, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("config", tests, NULL, NULL);

@@ -227,7 +227,7 @@ bool kvmm_admin_trace_pump(struct kvmm_server *srv)
 	uint32_t subs = 0;
 
 	list_for_each_entry (s, &srv->sessions, node) {
-		if (!s->trace_follow || s->dead)
+		if (!s->trace_follow || kvmm_session_dead(s))
 			continue;
 		subs++;
 		if (tr)

@@ -93,9 +93,9 @@ void kvmm_ipc_dispatch(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	if (hdr->op != KVMM_OP_HELLO && (s->state == KVMM_SESSION_NEW || hdr->abi != s->abi)) {
 		/* nothing before HELLO, and nothing in a version we did not agree on */
 		kvmm_session_reply(s, hdr, -EPROTO, NULL, 0);
-		if (++s->nr_bad >= KVMM_SERVER_MAX_BAD_MSGS && !s->dead) {
+		if (++s->nr_bad >= KVMM_SERVER_MAX_BAD_MSGS && !kvmm_session_dead(s)) {
 			KVMM_STAT_INC(s->srv, disconnect_bad);
-			s->dead = true;
+			kvmm_session_set_dead(s);
 		}
 		return;
 	}

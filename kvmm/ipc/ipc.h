@@ -181,6 +181,20 @@ struct kvmm_session {
 	uint64_t trace_dropped; /* did not fit in the socket: dropped, never waited for */
 };
 
+/*
+ * dead: a ring worker's PREEMPT send may find the socket gone (kvmm_session_send) while the
+ * main loop looks: read and set atomically.
+ */
+static inline bool kvmm_session_dead(const struct kvmm_session *s)
+{
+	return __atomic_load_n(&s->dead, __ATOMIC_RELAXED);
+}
+
+static inline void kvmm_session_set_dead(struct kvmm_session *s)
+{
+	__atomic_store_n(&s->dead, true, __ATOMIC_RELAXED);
+}
+
 #define KVMM_SESSION_MAX_SEQS 65536
 
 struct kvmm_server {

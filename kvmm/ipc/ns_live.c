@@ -244,7 +244,7 @@ static void evict_client(struct kvmm_session *s)
 	 * session's event, and the loop may still hold this one's in its batch).
 	 */
 	shutdown(s->fd, SHUT_RDWR);
-	s->dead = true;
+	kvmm_session_set_dead(s);
 	kvmm_notice("ipc: client %u shut out of its deleted namespace", s->id);
 }
 

@@ -524,11 +524,11 @@ static void accept_all(struct kvmm_server *srv)
 /* Count a bad message; past the limit the peer is not worth listening to. */
 static void session_bad(struct kvmm_session *s)
 {
-	if (++s->nr_bad >= KVMM_SERVER_MAX_BAD_MSGS && !s->dead) {
+	if (++s->nr_bad >= KVMM_SERVER_MAX_BAD_MSGS && !kvmm_session_dead(s)) {
 		KVMM_STAT_INC(s->srv, disconnect_bad);
 		kvmm_warn_ratelimited("ipc: client %u sent %u bad messages, disconnecting", s->id,
 				      s->nr_bad);
-		s->dead = true;
+		kvmm_session_set_dead(s);
 	}
 }
 
@@ -563,8 +563,8 @@ static bool session_read(struct kvmm_session *s)
 	unsigned int burst;
 
 	/* a parked lookup (remote_ipc.c) holds the session's next requests in its socket */
-	for (burst = 0;
-	     burst < KVMM_RX_BURST && !s->dead && !__atomic_load_n(&s->park, __ATOMIC_ACQUIRE);
+	for (burst = 0; burst < KVMM_RX_BURST && !kvmm_session_dead(s) &&
+			!__atomic_load_n(&s->park, __ATOMIC_ACQUIRE);
 	     burst++) {
 		struct iovec iov = {.iov_base = srv->rx, .iov_len = KVMM_MSG_MAX};
 		struct msghdr msg = {.msg_iov = &iov,
@@ -611,14 +611,14 @@ static bool session_read(struct kvmm_session *s)
 			/* say why, then go: kvmm_attach() reports it as -EUSERS */
 			kvmm_session_reply(s, (const struct kvmm_msg_hdr *)srv->rx, -EUSERS, NULL,
 					   0);
-			s->dead = true;
+			kvmm_session_set_dead(s);
 			break;
 		}
 		kvmm_trace_clock_begin();
 		kvmm_ipc_dispatch(s, (const struct kvmm_msg_hdr *)srv->rx);
 		kvmm_trace_clock_end();
 	}
-	return !s->dead;
+	return !kvmm_session_dead(s);
 }
 
 /*
@@ -671,7 +671,7 @@ static void session_event(struct kvmm_session *s, uint32_t events)
 	if (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP))
 		alive = false;
 	if (!alive) {
-		if (!s->dead)
+		if (!kvmm_session_dead(s))
 			KVMM_STAT_INC(s->srv, hangups);
 		session_close(s);
 	}
@@ -727,12 +727,12 @@ static bool poll_rings(struct kvmm_server *srv, bool *blocked)
 		int n;
 
 		/* a ring worker's session (ring_worker.c) is polled there */
-		if (!s->dp || s->dead || s->rw)
+		if (!s->dp || kvmm_session_dead(s) || s->rw)
 			continue;
 		n = kvmm_dp_poll(s, KVMM_RING_BURST);
 		if (n < 0) {
 			KVMM_STAT_INC(srv, disconnect_bad);
-			s->dead = true;
+			kvmm_session_set_dead(s);
 			session_close(s);
 			continue;
 		}
@@ -796,7 +796,7 @@ static void kick_event(struct kvmm_server *srv)
 		if (!__atomic_load_n(&s->ring_bad, __ATOMIC_ACQUIRE))
 			continue;
 		KVMM_STAT_INC(srv, disconnect_bad);
-		s->dead = true;
+		kvmm_session_set_dead(s);
 		session_close(s);
 	}
 }

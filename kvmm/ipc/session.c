@@ -58,7 +58,7 @@ int kvmm_session_send(struct kvmm_session *s, const void *rec, size_t len, const
 	} cbuf;
 	ssize_t n;
 
-	if (s->dead)
+	if (kvmm_session_dead(s))
 		return -EPIPE;
 	if (nfds) {
 		struct cmsghdr *c;
@@ -87,7 +87,7 @@ int kvmm_session_send(struct kvmm_session *s, const void *rec, size_t len, const
 		kvmm_warn_ratelimited("ipc: client %u does not read its replies, disconnecting",
 				      s->id);
 	}
-	s->dead = true;
+	kvmm_session_set_dead(s);
 	return n < 0 ? -errno : -EIO;
 }
 
@@ -353,7 +353,7 @@ void kvmm_session_op_hello(struct kvmm_session *s, const struct kvmm_msg_hdr *hd
 			    (int)s->cred.pid, req.abi_min, req.abi_version, KVMM_ABI_MIN_COMPAT,
 			    KVMM_ABI_VERSION);
 		kvmm_session_reply(s, hdr, -EPROTO, &rep, sizeof(rep));
-		s->dead = true;
+		kvmm_session_set_dead(s);
 		return;
 	}
 	if (req.name[0] && kvmm_name_check(req.name)) {
@@ -556,7 +556,7 @@ void kvmm_session_op_bye(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 	kvmm_session_reply(s, hdr, 0, NULL, 0);
 	kvmm_session_detach(s);
 	KVMM_STAT_INC(s->srv, hangups);
-	s->dead = true;
+	kvmm_session_set_dead(s);
 }
 
 /* PING over the socket: its payload comes back. */

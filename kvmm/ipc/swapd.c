@@ -252,7 +252,7 @@ void kvmm_swapd_preempt_session(struct kvmm_session *s)
 {
 	struct kvmm_pool *pool;
 
-	if (s->state != KVMM_SESSION_ATTACHED || s->dead)
+	if (s->state != KVMM_SESSION_ATTACHED || kvmm_session_dead(s))
 		return;
 	pool = s->as->pool;
 	pthread_mutex_lock(&pool->lock);

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -691,6 +692,7 @@ int main(int argc, char **argv)
 	struct kvmm_server_config sc;
 	struct kvmm_server *srv = NULL;
 	struct kvmm_config *cfg;
+	sigset_t stop_sigs, old_sigs;
 	struct args a = {0};
 	int notify_fd = -1;
 	uint64_t assigned = 0;
@@ -744,6 +746,17 @@ int main(int argc, char **argv)
 #endif
 
 	server_config(cfg, ns, &sc);
+	/*
+	 * SIGTERM, SIGINT and SIGHUP wait until their handlers are in (install_signals()): the
+	 * socket listens from kvmm_server_create() on, and a stop sent as soon as it answers
+	 * must stop the daemon cleanly, not kill it.  The threads the server starts (ring
+	 * workers, kvswapd) keep them blocked, so they are handled by this thread only.
+	 */
+	sigemptyset(&stop_sigs);
+	sigaddset(&stop_sigs, SIGTERM);
+	sigaddset(&stop_sigs, SIGINT);
+	sigaddset(&stop_sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &stop_sigs, &old_sigs);
 	ret = kvmm_server_create(&sc, &srv);
 	if (ret) {
 		kvmm_err("cannot start on %s: %s", cfg->socket_path, strerror(-ret));
@@ -757,6 +770,8 @@ int main(int argc, char **argv)
 	the_server = srv;
 	kvmm_server_set_reload(srv, reload, &a);
 	ret = install_signals();
+	/* a signal that came meanwhile is delivered now, to its handler */
+	pthread_sigmask(SIG_SETMASK, &old_sigs, NULL);
 	if (ret) {
 		kvmm_err("signals: %s", strerror(-ret));
 		report_startup(&notify_fd, EXIT_FAILURE);

@@ -760,6 +760,15 @@ static void good_client_works(kvmm_client_t *g, unsigned int round)
 	assert_int_equal(kvmm_seq_free(g, s), 0);
 }
 
+/* A ring call of @g: wakes the thread polling its namespace's rings, which polls them all. */
+static void wake_rings(kvmm_client_t *g)
+{
+	uint64_t s;
+
+	assert_int_equal(kvmm_seq_create(g, 0, &s), 0);
+	assert_int_equal(kvmm_seq_free(g, s), 0);
+}
+
 static void test_hostile(void **state)
 {
 	kvmm_client_t *good, *bad_idx, *garbage, *noreap;
@@ -782,11 +791,13 @@ static void test_hostile(void **state)
 	sq = (struct kvmm_shm_ring *)((char *)bad_idx->shm + h.sq_off);
 	smp_store_release(&sq->tail, READ_ONCE(sq->head) + 100000u);
 	/*
-	 * No doorbell needed: the daemon polls every ring when anything wakes it, here a
-	 * socket-only request (a synchronous ring call would publish our own, sane, tail over
-	 * the bad one before the daemon looks).
+	 * No doorbell of its own (a synchronous ring call would publish our own, sane, tail
+	 * over the bad one before the daemon looks): the good client's ring calls wake the
+	 * thread polling this namespace's rings, which looks at every ring it serves; a
+	 * socket-only request tells when we are cut off.
 	 */
 	for (int i = 0; i < 100; i++) {
+		wake_rings(good);
 		s = 1u << 30; /* no such sequence: -ENOENT until the daemon closes us */
 		err = kvmm_prefetch(bad_idx, &s, 1, NULL);
 		if (err != -ENOENT)
@@ -808,8 +819,9 @@ static void test_hostile(void **state)
 		sqes[i].user_data = i;
 	}
 	smp_store_release(&sq->tail, READ_ONCE(sq->head) + 32);
-	/* woken by the socket, as in 1. (a ring call would write its own SQE over these) */
+	/* woken by the good client's ring, as in 1. (a ring call would write over these) */
 	for (int i = 0; i < 100; i++) {
+		wake_rings(good);
 		s = 1u << 30;
 		err = kvmm_prefetch(garbage, &s, 1, NULL);
 		if (err != -ENOENT)

@@ -149,6 +149,15 @@ static void status_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct 
 	kvmm_out_u64(o, "Clients", st.clients, NULL);
 	/* threads polling the rings (ring_threads); 0: the event loop does */
 	kvmm_out_u64(o, "RingThreads", srv->nr_rw, NULL);
+	for (unsigned int i = 0; i < srv->nr_rw; i++) {
+		char tag[48];
+
+		/* how the namespaces' clients spread over them, and what each ran */
+		snprintf(tag, sizeof(tag), "RingThread%uClients", i);
+		kvmm_out_u64(o, tag, READ_ONCE(srv->rw[i].nr_sessions), NULL);
+		snprintf(tag, sizeof(tag), "RingThread%uRequests", i);
+		kvmm_out_u64(o, tag, __atomic_load_n(&srv->rw[i].requests, __ATOMIC_RELAXED), NULL);
+	}
 	kvmm_out_u64(o, "Accepted", st.accepted, NULL);
 	kvmm_out_u64(o, "Refused", st.refused, NULL);
 	kvmm_out_u64(o, "Hellos", st.hellos, NULL);

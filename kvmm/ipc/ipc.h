@@ -95,6 +95,7 @@ struct kvmm_ring_worker {
 	pthread_mutex_t lock;
 	struct list_head sessions; /* struct kvmm_session.rw_node */
 	uint32_t nr_sessions;
+	uint64_t requests; /* SQEs it ran (atomic: STATUS reads it) */
 	struct kvmm_ring_loop loop;
 };
 

@@ -1016,8 +1016,11 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 		dp->sq_head++;
 	}
 	/* one shared counter update per round, not per entry (workers share the line) */
-	if (i)
+	if (i) {
 		KVMM_STAT_ADD(s->srv, requests, i - (dp->parked ? 1 : 0));
+		if (s->rw)
+			__atomic_fetch_add(&s->rw->requests, i, __ATOMIC_RELAXED);
+	}
 	/* after the step's appends took their frames: top the magazine up in the same pass */
 	if (ret >= 0)
 		moved += mag_topup(s);

@@ -275,6 +275,7 @@ enum kvmm_stat {
 	KVMM_STAT_BUDGET_RECLAIM, /* frames this pool gave up to the budget (any allocator's) */
 	KVMM_STAT_BUDGET_LOW,	  /* budget reclaims that took this pool's namespace below low */
 	KVMM_STAT_BUDGET_DISCARD, /* frames whose memory went back to the system (hole punched) */
+	KVMM_STAT_CACHE_ADOPT, /* restored pages hung under a parent sealed again (warm restart) */
 	KVMM_STAT_COUNT,
 };
 

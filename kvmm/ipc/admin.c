@@ -610,6 +610,7 @@ static void swap_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct kv
 				kvmm_out_u64(o, "index_records", ti.index_records, NULL);
 				kvmm_out_u64(o, "index_restored", ti.index_restored, NULL);
 				kvmm_out_u64(o, "index_rejected", ti.index_rejected, NULL);
+				kvmm_out_u64(o, "index_pending", ti.index_pending, NULL);
 			}
 			kvmm_out_rec_end(o);
 		}

@@ -27,8 +27,9 @@ struct ctl_opts {
 	const char *ns;
 	uint64_t client;
 	uint64_t count;
-	uint32_t events; /* trace: event mask, 0 = all */
-	int timeout_ms;
+	uint32_t events;  /* trace: event mask, 0 = all */
+	int timeout_ms;	  /* --timeout: the daemon deadline; trace: stop when idle that long */
+	bool timeout_set; /* --timeout given (else the deadline is $KVMM_DAEMON_TIMEOUT_MS) */
 	bool json, raw, dump, clear, frames, noswap, force;
 	/* ns create / set: --max V, --min V, --low V, --priority P as "key=V" settings */
 	char ns_kv[8][48];

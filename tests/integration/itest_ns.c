@@ -293,6 +293,96 @@ static void test_sighup_reload(void **state)
 	assert_true(itest_daemon_alive(&itest_d));
 }
 
+/*
+ * pool_size on SIGHUP: a daemon of its own, sized by its file alone (the group's daemon has
+ * --frames, which a file cannot change).  While it runs, itest_d names it (so ns_has,
+ * log_has and reload_until see it); own_teardown stops it and gives the group's back.
+ */
+static struct itest_daemon group_d;
+static pid_t own_pid;
+
+static void own_write(const char *pool_size, const char *ns)
+{
+	char text[256];
+
+	snprintf(text, sizeof(text), "[daemon]\npage_size = 16K\npool_size = %s\n%s", pool_size,
+		 ns);
+	write_config(text);
+}
+
+static int own_teardown(void **state)
+{
+	(void)state;
+	if (own_pid > 0) {
+		kill(own_pid, SIGTERM);
+		waitpid(own_pid, NULL, 0);
+		own_pid = 0;
+		itest_d = group_d;
+		unlink(itest_d.log);
+	}
+	return 0;
+}
+
+/*
+ * A changed pool_size is refused as a whole on SIGHUP (logged: it needs a restart), the
+ * namespaces of that file included; set back, the same file's namespaces are applied.
+ */
+static void test_sighup_pool_size(void **state)
+{
+	char conf[160], log[sizeof(itest_d.log)], sock[sizeof(itest_d.sock)];
+	kvmm_admin_t *a = NULL;
+	pid_t pid;
+	int i;
+
+	(void)state;
+	itest_need_daemon();
+	snprintf(sock, sizeof(sock), "%s/own.sock", itest_d.dir);
+	snprintf(log, sizeof(log), "%s/own.log", itest_d.dir);
+	group_d = itest_d;
+	/* write_config writes the group's kvmmd.conf: the own daemon reads that one */
+	own_write("4M", "[namespace zeta]\nframes = 64\n");
+	snprintf(conf, sizeof(conf), "%s/kvmmd.conf", itest_d.dir);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+		if (fd < 0 || dup2(fd, 2) < 0 || dup2(fd, 1) < 0)
+			_exit(127);
+		execl(itest_d.bin, itest_d.bin, "--foreground", "--config", conf, "--socket", sock,
+		      (char *)NULL);
+		_exit(127);
+	}
+	own_pid = pid;
+	memcpy(itest_d.sock, sock, sizeof(sock));
+	memcpy(itest_d.log, log, sizeof(log));
+	itest_d.pid = pid;
+	for (i = 0; i < 500 && kvmm_admin_open(sock, &a); i++)
+		itest_sleep_ms(10);
+	assert_non_null(a);
+	kvmm_admin_close(a);
+	assert_true(ns_has("zeta", "frames=64"));
+
+	/* 4M -> 8M, and a namespace more: nothing of it applied */
+	own_write("8M", "[namespace zeta]\nframes = 64\n[namespace eta]\nframes = 32\n");
+	assert_int_equal(kill(pid, SIGHUP), 0);
+	for (i = 0; i < 500 && !log_has("pool_size changed"); i++)
+		itest_sleep_ms(10);
+	assert_true(log_has("reload: pool_size changed (256 -> 512 frames, 4 -> 8 MiB): the pool "
+			    "size needs a restart; the configuration is unchanged"));
+	{
+		char *line = ns_record("eta");
+
+		assert_null(line);
+	}
+	/* set back: applied */
+	own_write("4M", "[namespace zeta]\nframes = 64\n[namespace eta]\nframes = 32\n");
+	assert_true(reload_until("eta", "frames=32"));
+	assert_true(itest_daemon_alive(&itest_d));
+	own_teardown(NULL);
+	write_config("");
+}
+
 static int setup(void **state)
 {
 	static const char *const extra[] = {"--frames", STR(POOL_FRAMES), NULL};
@@ -314,6 +404,7 @@ int main(void)
 		cmocka_unit_test(test_ns_verbs),
 		cmocka_unit_test(test_no_limit_shown_as_none),
 		cmocka_unit_test(test_sighup_reload),
+		cmocka_unit_test_teardown(test_sighup_pool_size, own_teardown),
 	};
 	int failed;
 

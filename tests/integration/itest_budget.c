@@ -37,30 +37,10 @@
 #define STR(x) STR_(x)
 #define TPP 16 /* itest_fmt's tokens per page */
 
-static char ctl_bin[4096];
-
-/* Run kvmmctl --socket SOCK args... (NULL-terminated); its output in *out.  Exit status. */
-static int ctl(char **out, ...)
-{
-	const char *argv[32];
-	int argc = 0;
-	va_list ap;
-
-	argv[argc++] = ctl_bin;
-	argv[argc++] = "--socket";
-	argv[argc++] = itest_d.sock;
-	va_start(ap, out);
-	while (argc < 31 && (argv[argc] = va_arg(ap, const char *)))
-		argc++;
-	va_end(ap);
-	argv[argc] = NULL;
-	return itest_run(out, (uid_t)-1, argv);
-}
-
 static void ctl_ok(const char *a, const char *b, const char *c, const char *d)
 {
 	char *out = NULL;
-	int ret = ctl(&out, a, b, c, d, NULL);
+	int ret = itest_ctl(&out, a, b, c, d, NULL);
 
 	if (ret)
 		fail_msg("kvmmctl %s %s %s %s: %d: %s", a, b, c, d ? d : "", ret, out);
@@ -73,7 +53,7 @@ static long long ns_value(const char *ns, const char *key)
 	char *out, needle[64], pat[40], *p, *end;
 	long long v = -1;
 
-	assert_int_equal(ctl(&out, "--raw", "namespaces", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--raw", "namespaces", NULL), 0);
 	snprintf(needle, sizeof(needle), "Namespace: %s ", ns);
 	p = strstr(out, needle);
 	if (p) {
@@ -160,7 +140,7 @@ static void drop_all(void)
 {
 	char *out;
 
-	assert_int_equal(ctl(&out, "drop-caches", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "drop-caches", NULL), 0);
 	free(out);
 }
 
@@ -205,15 +185,16 @@ static void test_low_protects_cache(void **state)
 		assert_int_equal(kvmm_seq_free(a, seq), 0);
 	}
 	/* meminfo and namespaces show it */
-	assert_int_equal(ctl(&out, "meminfo", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "meminfo", NULL), 0);
 	assert_non_null(strstr(out, "(overcommitted)"));
 	assert_non_null(strstr(out, "resident"));
 	free(out);
-	assert_int_equal(ctl(&out, "namespaces", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "namespaces", NULL), 0);
 	assert_non_null(strstr(out, "RESIDENT"));
 	assert_non_null(strstr(out, "LOWEV"));
 	free(out);
-	assert_int_equal(ctl(&out, "--json", "meminfo", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--json", "meminfo", NULL), 0);
+	assert_true(itest_json_ok(out));
 	assert_non_null(strstr(out, "\"budget\":" STR(BUDGET)));
 	assert_non_null(strstr(out, "\"budget_overcommit\":1"));
 	free(out);
@@ -342,7 +323,8 @@ static void test_resize(void **state)
 	assert_true(charged(ITEST_NS_B) >= 1500);
 	/* down: reclaimed down to it at once (the option form of max=500) */
 	assert_int_equal(
-		ctl(&out, "ns", "set", ITEST_NS_B, "--max", "500", "--priority", "-2", NULL), 0);
+		itest_ctl(&out, "ns", "set", ITEST_NS_B, "--max", "500", "--priority", "-2", NULL),
+		0);
 	free(out);
 	assert_int_equal(ns_value(ITEST_NS_B, "priority"), -2);
 	assert_int_equal(ns_value(ITEST_NS_B, "limit"), 500);
@@ -362,7 +344,7 @@ static void test_resize(void **state)
 	assert_int_equal(ns_value(ITEST_NS_B, "limit"), 1800);
 	s = fill(b, 960, 1000, true);
 	/* below what is mapped, and no swap tier to take it: refused, max unchanged */
-	assert_int_equal(ctl(&out, "ns", "set", ITEST_NS_B, "max=100", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "ns", "set", ITEST_NS_B, "max=100", NULL), 1);
 	assert_non_null(strstr(out, "still holds more than that max"));
 	free(out);
 	assert_int_equal(ns_value(ITEST_NS_B, "limit"), 1800);
@@ -378,12 +360,13 @@ static void test_resize(void **state)
 	/* mins past the budget: refused, with a message naming the cause */
 	ctl_ok("ns", "set", "gamma", "max=none");
 	ctl_ok("ns", "set", "gamma", "min=4000");
-	assert_int_equal(ctl(&out, "ns", "set", ITEST_NS_A, "min=200", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "ns", "set", ITEST_NS_A, "min=200", NULL), 1);
 	assert_non_null(strstr(out, "min"));
 	free(out);
 	assert_int_equal(ns_value(ITEST_NS_A, "min"), -1);
 	assert_int_equal(
-		ctl(&out, "ns", "create", "delta", "frames=128", "min=100", "low=100", NULL), 1);
+		itest_ctl(&out, "ns", "create", "delta", "frames=128", "min=100", "low=100", NULL),
+		1);
 	assert_non_null(strstr(out, "no room"));
 	free(out);
 	ctl_ok("ns", "delete", "gamma", NULL);
@@ -399,11 +382,12 @@ static void test_metrics(void **state)
 
 	(void)state;
 	itest_need_daemon();
-	assert_int_equal(ctl(&out, "--json", "namespaces", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--json", "namespaces", NULL), 0);
+	assert_true(itest_json_ok(out));
 	assert_non_null(strstr(out, "\"resident\":"));
 	assert_non_null(strstr(out, "\"low_events\":"));
 	free(out);
-	assert_int_equal(ctl(&out, "vmstat", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "vmstat", NULL), 0);
 	assert_non_null(strstr(out, "budget_reclaim"));
 	free(out);
 }
@@ -411,12 +395,9 @@ static void test_metrics(void **state)
 static int setup(void **state)
 {
 	static const char *const extra[] = {"--frames", STR(BUDGET), NULL};
-	const char *env = getenv("KVMM_KVMMCTL");
 
 	(void)state;
-	snprintf(ctl_bin, sizeof(ctl_bin), "%s", env && env[0] ? env : "./tools/kvmmctl");
-	if (access(ctl_bin, X_OK)) {
-		fprintf(stderr, "itest_budget: %s not built\n", ctl_bin);
+	if (!itest_have_ctl("itest_budget")) {
 		itest_no_daemon = true;
 		return 0;
 	}

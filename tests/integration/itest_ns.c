@@ -32,32 +32,12 @@
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-static char ctl_bin[4096];
-
-/* Run kvmmctl --socket SOCK args... (NULL-terminated); its output in *out.  Exit status. */
-static int ctl(char **out, ...)
-{
-	const char *argv[32];
-	int argc = 0;
-	va_list ap;
-
-	argv[argc++] = ctl_bin;
-	argv[argc++] = "--socket";
-	argv[argc++] = itest_d.sock;
-	va_start(ap, out);
-	while (argc < 31 && (argv[argc] = va_arg(ap, const char *)))
-		argc++;
-	va_end(ap);
-	argv[argc] = NULL;
-	return itest_run(out, (uid_t)-1, argv);
-}
-
 /* The daemon's NAMESPACES record of @ns (malloc'd line), or NULL when it has none. */
 static char *ns_record(const char *ns)
 {
 	char *out, *line = NULL, *p, needle[64];
 
-	assert_int_equal(ctl(&out, "--raw", "namespaces", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--raw", "namespaces", NULL), 0);
 	snprintf(needle, sizeof(needle), "Namespace: %s ", ns);
 	p = strstr(out, needle);
 	if (p)
@@ -137,22 +117,23 @@ static void test_ns_verbs(void **state)
 	(void)state;
 	itest_need_daemon();
 	/* bad arguments: exit 2 before any daemon is asked */
-	assert_int_equal(ctl(&out, "ns", "create", "gamma", NULL), 2);
+	assert_int_equal(itest_ctl(&out, "ns", "create", "gamma", NULL), 2);
 	assert_non_null(strstr(out, "give its size"));
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "make", "gamma", NULL), 2);
+	assert_int_equal(itest_ctl(&out, "ns", "make", "gamma", NULL), 2);
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "create", "gamma", "frames=x", NULL), 2);
+	assert_int_equal(itest_ctl(&out, "ns", "create", "gamma", "frames=x", NULL), 2);
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "set", "alpha", "frames=10", NULL), 2);
+	assert_int_equal(itest_ctl(&out, "ns", "set", "alpha", "frames=10", NULL), 2);
 	assert_non_null(strstr(out, "size is fixed"));
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "create", "gamma", "frames=10", "priority=1001", NULL), 2);
+	assert_int_equal(
+		itest_ctl(&out, "ns", "create", "gamma", "frames=10", "priority=1001", NULL), 2);
 	free(out);
 
 	/* create: 100 frames from what the pool leaves, with its limit and protections */
-	assert_int_equal(ctl(&out, "ns", "create", "gamma", "frames=100", "max=80", "min=10",
-			     "low=20", "priority=-3", NULL),
+	assert_int_equal(itest_ctl(&out, "ns", "create", "gamma", "frames=100", "max=80", "min=10",
+				   "low=20", "priority=-3", NULL),
 			 0);
 	assert_non_null(strstr(out, "gamma: created"));
 	free(out);
@@ -161,45 +142,45 @@ static void test_ns_verbs(void **state)
 	assert_true(ns_has("gamma", "min=10"));
 	assert_true(ns_has("gamma", "low=20"));
 	assert_true(ns_has("gamma", "priority=-3"));
-	assert_int_equal(ctl(&out, "namespaces", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "namespaces", NULL), 0);
 	assert_non_null(strstr(out, "gamma"));
 	assert_non_null(strstr(out, "MIN"));
 	free(out);
 	/* twice, too big, inconsistent */
-	assert_int_equal(ctl(&out, "ns", "create", "gamma", "frames=10", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "ns", "create", "gamma", "frames=10", NULL), 1);
 	assert_non_null(strstr(out, "exists"));
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "create", "delta", "frames=100000", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "ns", "create", "delta", "frames=100000", NULL), 1);
 	assert_non_null(strstr(out, "no room"));
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "create", "delta", "frames=10", "min=20", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "ns", "create", "delta", "frames=10", "min=20", NULL), 1);
 	assert_non_null(strstr(out, "refused"));
 	free(out);
 
 	/* a client in it: delete is refused, the namespace works */
 	assert_int_equal(kvmm_attach(itest_d.sock, "gamma", &itest_fmt, &c), 0);
 	assert_int_equal(kvmm_seq_create(c, 0, &sid), 0);
-	assert_int_equal(ctl(&out, "ns", "delete", "gamma", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "ns", "delete", "gamma", NULL), 1);
 	assert_non_null(strstr(out, "busy"));
 	free(out);
 	assert_true(ns_has("gamma", "clients=1"));
 
 	/* set: no limit is "-", protections off */
-	assert_int_equal(
-		ctl(&out, "ns", "set", "gamma", "max=none", "min=0", "low=0", "priority=5", NULL),
-		0);
+	assert_int_equal(itest_ctl(&out, "ns", "set", "gamma", "max=none", "min=0", "low=0",
+				   "priority=5", NULL),
+			 0);
 	free(out);
 	assert_true(ns_has("gamma", "limit=-"));
 	assert_true(ns_has("gamma", "min=-"));
 	assert_true(ns_has("gamma", "priority=5"));
-	assert_int_equal(ctl(&out, "ns", "set", "gamma", "max=5", "min=10", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "ns", "set", "gamma", "max=5", "min=10", NULL), 1);
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "set", "nosuch", "max=5", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "ns", "set", "nosuch", "max=5", NULL), 1);
 	assert_non_null(strstr(out, "no namespace 'nosuch'"));
 	free(out);
 
 	/* forced: the client is shut out, its namespace and frames go */
-	assert_int_equal(ctl(&out, "ns", "delete", "gamma", "--force", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "ns", "delete", "gamma", "--force", NULL), 0);
 	assert_non_null(strstr(out, "gamma: deleted"));
 	free(out);
 	assert_null(ns_record("gamma"));
@@ -212,21 +193,21 @@ static void test_ns_verbs(void **state)
 		char arg[32];
 
 		snprintf(arg, sizeof(arg), "frames=%d", FREE_FRAMES);
-		assert_int_equal(ctl(&out, "ns", "create", "delta", arg, NULL), 0);
+		assert_int_equal(itest_ctl(&out, "ns", "create", "delta", arg, NULL), 0);
 		free(out);
 		snprintf(arg, sizeof(arg), "frames=%d", POOL_FRAMES);
-		assert_int_equal(ctl(&out, "ns", "create", "zeta", arg, NULL), 0);
+		assert_int_equal(itest_ctl(&out, "ns", "create", "zeta", arg, NULL), 0);
 		free(out);
 		snprintf(arg, sizeof(arg), "frames=%d", POOL_FRAMES + 1);
-		assert_int_equal(ctl(&out, "ns", "create", "eta", arg, NULL), 1);
+		assert_int_equal(itest_ctl(&out, "ns", "create", "eta", arg, NULL), 1);
 		assert_non_null(strstr(out, "no room"));
 	}
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "delete", "delta", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "ns", "delete", "delta", NULL), 0);
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "delete", "zeta", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "ns", "delete", "zeta", NULL), 0);
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "delete", "nosuch", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "ns", "delete", "nosuch", NULL), 1);
 	assert_non_null(strstr(out, "no namespace 'nosuch'"));
 	free(out);
 }
@@ -239,17 +220,18 @@ static void test_no_limit_shown_as_none(void **state)
 	(void)state;
 	itest_need_daemon();
 	assert_true(ns_has(ITEST_NS_A, "limit=-"));
-	assert_int_equal(ctl(&out, "--json", "--ns", ITEST_NS_A, "namespaces", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--json", "--ns", ITEST_NS_A, "namespaces", NULL), 0);
+	assert_true(itest_json_ok(out));
 	assert_non_null(strstr(out, "\"limit\":null"));
 	free(out);
-	assert_int_equal(ctl(&out, "namespaces", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "namespaces", NULL), 0);
 	/* the table: "-" in the LIMIT column, not 256 twice */
 	assert_null(strstr(out, "256       256"));
 	free(out);
-	assert_int_equal(ctl(&out, "limit", ITEST_NS_A, "200", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "limit", ITEST_NS_A, "200", NULL), 0);
 	free(out);
 	assert_true(ns_has(ITEST_NS_A, "limit=200"));
-	assert_int_equal(ctl(&out, "limit", ITEST_NS_A, "none", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "limit", ITEST_NS_A, "none", NULL), 0);
 	free(out);
 	assert_true(ns_has(ITEST_NS_A, "limit=-"));
 }
@@ -386,12 +368,9 @@ static void test_sighup_pool_size(void **state)
 static int setup(void **state)
 {
 	static const char *const extra[] = {"--frames", STR(POOL_FRAMES), NULL};
-	const char *env = getenv("KVMM_KVMMCTL");
 
 	(void)state;
-	snprintf(ctl_bin, sizeof(ctl_bin), "%s", env && env[0] ? env : "./tools/kvmmctl");
-	if (access(ctl_bin, X_OK)) {
-		fprintf(stderr, "itest_ns: %s not built\n", ctl_bin);
+	if (!itest_have_ctl("itest_ns")) {
 		itest_no_daemon = true;
 		return 0;
 	}

@@ -479,18 +479,14 @@ static void test_stopped_no_deadline(void **state)
 	kvmm_detach(c);
 }
 
-/* kvmmctl (KVMM_KVMMCTL, else ./tools/kvmmctl) --socket SOCK @args...; skipped if not built. */
+/* kvmmctl --socket SOCK @args... (itest_ctl); skipped if not built. */
 static int ctl_run(char **out, const char *a, const char *b, const char *c)
 {
-	const char *env = getenv("KVMM_KVMMCTL");
-	const char *bin = env && env[0] ? env : "./tools/kvmmctl";
-	const char *argv[] = {bin, "--socket", itest_d.sock, a, b, c, NULL};
-
-	if (access(bin, X_OK)) {
-		print_message("%s not built: skipped\n", bin);
+	if (access(itest_ctl_bin(), X_OK)) {
+		print_message("%s not built: skipped\n", itest_ctl_bin());
 		skip();
 	}
-	return itest_run(out, (uid_t)-1, argv);
+	return itest_ctl(out, a, b, c, NULL);
 }
 
 /* @why names the stopped daemon by its pid. */

@@ -194,6 +194,9 @@ static void budget_out(struct kvmm_server *srv, struct kvmm_out *o)
 	kvmm_out_u64(o, "BudgetShort", b.nr_short, NULL);
 	kvmm_out_u64(o, "BudgetPreempted", b.nr_oom, NULL);
 	kvmm_out_u64(o, "BudgetLowEvents", b.low_events, NULL);
+	/* kvswapd's background reclaim under the budget's low point */
+	kvmm_out_u64(o, "BudgetBackground", b.bg_runs, NULL);
+	kvmm_out_u64(o, "BudgetBackgroundFreed", b.bg_reclaimed, "frames");
 }
 
 static void meminfo_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct kvmm_out *o)

@@ -620,6 +620,9 @@ static void test_metrics(void **state)
 	assert_non_null(strstr(out, "kvmm_pgscan_total{namespace=\"beta\"}"));
 	/* the daemon-wide frame budget (kvmm/budget.c) */
 	assert_non_null(strstr(out, "\nkvmm_budget_frames 4352\n"));
+	assert_non_null(strstr(out, "# TYPE kvmm_budget_low_events_total counter\n"));
+	assert_non_null(strstr(out, "\nkvmm_budget_background_runs_total "));
+	assert_non_null(strstr(out, "# TYPE kvmm_budget_background_frames_total counter\n"));
 	assert_non_null(strstr(out, "kvmm_namespace_resident_frames{namespace=\"alpha\"}"));
 	assert_non_null(strstr(out, "kvmm_namespace_low_events_total{namespace=\"beta\"} 0"));
 	check_exposition(out);

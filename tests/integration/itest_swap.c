@@ -631,6 +631,28 @@ static void restart_daemon(bool crash)
 }
 
 /*
+ * Push the cache (4 pages at least: @demoted + 4 demotions) out to the swap file: a big
+ * sequence makes the pool demote it to the host tier, then two more fill the host tier so
+ * that its pages move down to the file (400 pages in 256 frames + 64 host slots).  The two
+ * sequences, still allocated, in *a and *b.
+ */
+static void push_to_file(kvmm_client_t *c, unsigned int p, long long demoted, uint64_t *a,
+			 uint64_t *b)
+{
+	uint64_t big = mkseq(c, 0, 250, p + 1);
+	int tries;
+
+	for (tries = 0; tries < 400 &&
+			itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") < demoted + 4;
+	     tries++)
+		usleep(5000);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") >= demoted + 4);
+	assert_int_equal(kvmm_seq_free(c, big), 0);
+	*a = mkseq(c, 0, 200, p + 2);
+	*b = mkseq(c, 0, 200, p + 3);
+}
+
+/*
  * Warm restart: a sealed prompt demoted to the swap file survives kvmmd - killed with -9 in the
  * middle of other work, or stopped cleanly - and a client of the restarted daemon hits the
  * whole prompt with the bytes written before (swap_index.c).
@@ -641,7 +663,6 @@ static void warm_restart(bool crash, unsigned int p)
 	uint64_t s, big, l, hit = 0;
 	long long demoted;
 	kvmm_client_t *c;
-	int tries;
 
 	itest_need_daemon();
 	c = attach();
@@ -655,18 +676,7 @@ static void warm_restart(bool crash, unsigned int p)
 	assert_int_equal(touch(c, s, 9000 + p, true), 0);
 	assert_int_equal(kvmm_seal(c, s, 0, 0), 0);
 	assert_int_equal(kvmm_seq_free(c, s), 0);
-	/* the cache goes to the host tier first, and on to the file when the host tier fills */
-	big = mkseq(c, 0, 250, p + 1);
-	for (tries = 0; tries < 400 &&
-			itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") < demoted + 4;
-	     tries++)
-		usleep(5000);
-	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") >= demoted + 4);
-	/* push the host tier's pages down to the file: fill it with a second big sequence */
-	assert_int_equal(kvmm_seq_free(c, big), 0);
-	big = mkseq(c, 0, 200, p + 2);
-	s = mkseq(c, 0, 200,
-		  p + 3); /* 400 pages in 256 frames + 64 host slots: the rest to the file */
+	push_to_file(c, p, demoted, &big, &s);
 	if (!crash) {
 		assert_int_equal(kvmm_seq_free(c, big), 0);
 		assert_int_equal(kvmm_seq_free(c, s), 0);
@@ -714,7 +724,6 @@ static void test_warm_restart_resident_parent(void **state)
 	uint64_t a, b, big, big2, r, l, hit = 0;
 	long long demoted, adopt0;
 	kvmm_client_t *c;
-	int tries;
 
 	(void)state;
 	itest_need_daemon();
@@ -735,16 +744,7 @@ static void test_warm_restart_resident_parent(void **state)
 	assert_int_equal(kvmm_seq_free(c, a), 0);
 	/* pages 4-7 are cache now: to the host tier, and on to the file as it fills */
 	demoted = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote");
-	big = mkseq(c, 0, 250, p + 1);
-	for (tries = 0; tries < 400 &&
-			itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") < demoted + 4;
-	     tries++)
-		usleep(5000);
-	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") >= demoted + 4);
-	assert_int_equal(kvmm_seq_free(c, big), 0);
-	big = mkseq(c, 0, 200, p + 2);
-	big2 = mkseq(c, 0, 200, p + 3); /* past 252 frames + 64 host slots: to the file */
-	(void)big2;
+	push_to_file(c, p, demoted, &big, &big2);
 	restart_daemon(true);
 	kvmm_detach(c); /* its daemon is gone: only the client side is left to free */
 

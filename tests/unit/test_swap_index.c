@@ -212,11 +212,13 @@ static void test_restart_after_shutdown(void **state)
 	stop(&r);
 }
 
-/* kill -9: the first life ends with the pool still up; the records were already there. */
-static void test_restart_after_crash(void **state)
+/*
+ * The first life in a child killed (it _exits with the pool up: no teardown at all), after
+ * a live sequence looked up the first @keep blocks of the prompt again (back in frames: their
+ * slots and records let go).
+ */
+static void crash_first_life(struct fx *f, uint32_t keep)
 {
-	struct fx *f = *state;
-	struct run r;
 	int status;
 	pid_t pid;
 
@@ -224,15 +226,29 @@ static void test_restart_after_crash(void **state)
 	pid = fork();
 	assert_true(pid >= 0);
 	if (!pid) {
+		struct kvmm_seq *seq;
 		struct run c;
 
 		if (start(f, &c, "t", true))
 			_exit(2);
 		first_life(f, &c);
-		_exit(0); /* no teardown at all */
+		if (keep &&
+		    (kvmm_mm_seq_create(c.as, &seq) ||
+		     kvmm_mm_prefix_lookup(seq, f->tokens, keep * f->tpp) != (int)(keep * f->tpp)))
+			_exit(3);
+		_exit(0);
 	}
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* kill -9: the first life ends with the pool still up; the records were already there. */
+static void test_restart_after_crash(void **state)
+{
+	struct fx *f = *state;
+	struct run r;
+
+	crash_first_life(f, 0);
 	assert_int_equal(start(f, &r, "t", true), 0);
 	assert_int_equal(restored(&r), NB);
 	assert_int_equal(lookup_check(f, &r), NB);
@@ -317,31 +333,15 @@ static void test_changed_page_rejected(void **state)
 
 /*
  * The first life, killed with blocks 0-2 resident (faulted back in and mapped by a live
- * sequence: their slots and records let go) and 3-5 on the file tier.  Returns after the
- * child is gone.
+ * sequence: their slots and records let go) and 3-5 on the file tier; then the second life
+ * in @r, on the same file: 3-5 restored, all pending.
  */
-static void crash_with_resident_parent(struct fx *f)
+static void restart_resident_parent(struct fx *f, struct run *r)
 {
-	int status;
-	pid_t pid;
-
-	fresh(f);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (!pid) {
-		struct kvmm_seq *seq;
-		struct run c;
-
-		if (start(f, &c, "t", true))
-			_exit(2);
-		first_life(f, &c);
-		if (kvmm_mm_seq_create(c.as, &seq) ||
-		    kvmm_mm_prefix_lookup(seq, f->tokens, 3 * f->tpp) != (int)(3 * f->tpp))
-			_exit(3);
-		_exit(0); /* kill -9: no teardown, 0-2 in frames */
-	}
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	crash_first_life(f, 3);
+	assert_int_equal(start(f, r, "t", true), 0);
+	assert_int_equal(restored(r), 3);
+	assert_int_equal(pending(r), 3);
 }
 
 /*
@@ -355,10 +355,7 @@ static void test_resident_parent(void **state)
 	struct kvmm_seq *seq;
 	struct run r;
 
-	crash_with_resident_parent(f);
-	assert_int_equal(start(f, &r, "t", true), 0);
-	assert_int_equal(restored(&r), 3);
-	assert_int_equal(pending(&r), 3);
+	restart_resident_parent(f, &r);
 	assert_int_equal(kvmm_pagecache_count(r.pool), 3);
 	assert_int_equal(kvmm_pagecache_nr_pending(r.pool), 1);
 	check_inv(r.pool);
@@ -389,9 +386,7 @@ static void test_pending_needs_same_prefix(void **state)
 	struct kvmm_seq *seq;
 	struct run r;
 
-	crash_with_resident_parent(f);
-	assert_int_equal(start(f, &r, "t", true), 0);
-	assert_int_equal(pending(&r), 3);
+	restart_resident_parent(f, &r);
 	f->tokens[f->tpp + 1] ^= 1; /* block 1 differs */
 	seq = recompute(f, &r, 0, 3);
 	kvmm_mm_seq_free(seq);
@@ -424,8 +419,7 @@ static void test_pending_dropped(void **state)
 	struct run r;
 	uint64_t s, root = UINT64_MAX;
 
-	crash_with_resident_parent(f);
-	assert_int_equal(start(f, &r, "t", true), 0);
+	restart_resident_parent(f, &r);
 	t = kvmm_swap_tier_get(r.pool, TIER);
 	assert_non_null(t);
 	for_each_set_bit (s, t->map, t->nslots) {
@@ -451,8 +445,7 @@ static void test_pending_dropped(void **state)
 	stop(&r);
 
 	/* all pending pages dropped with the tier's cache: nothing left, nothing adopted */
-	crash_with_resident_parent(f);
-	assert_int_equal(start(f, &r, "t", true), 0);
+	restart_resident_parent(f, &r);
 	assert_int_equal(kvmm_swap_drop_cached(r.pool), 3);
 	assert_int_equal(kvmm_pagecache_nr_pending(r.pool), 0);
 	check_inv(r.pool);

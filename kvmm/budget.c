@@ -252,7 +252,7 @@ static inline uint64_t avail(const struct kvmm_budget *b, const struct kvmm_pool
 	return kvmm_budget_free(b) + self->nr_free_resident;
 }
 
-uint64_t kvmm_budget_balance(struct kvmm_pool *self)
+int kvmm_budget_balance(struct kvmm_pool *self, uint64_t *nr_freed)
 {
 	struct kvmm_pool *pools[KVMM_BUDGET_MAX_POOLS], *p;
 	uint64_t usage[KVMM_BUDGET_MAX_POOLS], floor[KVMM_BUDGET_MAX_POOLS];
@@ -261,12 +261,13 @@ uint64_t kvmm_budget_balance(struct kvmm_pool *self)
 	uint64_t freed = 0;
 	unsigned int nr = 0, i;
 
+	*nr_freed = 0;
 	if (!b || !b->wmark_high || !__atomic_load_n(&b->discard, __ATOMIC_RELAXED) ||
 	    kvmm_budget_free(b) >= b->wmark_high)
 		return 0;
 	/* the same order as an allocation's: own pool lock, budget (trylock), the others */
 	if (pthread_mutex_trylock(&b->lock))
-		return 0;
+		return -EBUSY;
 	list_for_each_entry (p, &b->pools, budget_node) {
 		if (p != self)
 			pthread_mutex_lock(&p->lock);
@@ -314,7 +315,8 @@ uint64_t kvmm_budget_balance(struct kvmm_pool *self)
 	pthread_mutex_unlock(&b->lock);
 	if (freed)
 		kvmm_trace_event(KVMM_TR_RECLAIM, self, 0, 0, 0, KVMM_TRACE_NONE, freed);
-	return freed;
+	*nr_freed = freed;
+	return 0;
 }
 
 uint64_t kvmm_budget_reclaim(struct kvmm_pool *self, struct kvmm_ns *ns, uint64_t want)

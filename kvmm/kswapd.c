@@ -166,13 +166,19 @@ static void *kswapd_main(void *arg)
 		k->woken = false;
 		pool->stat[KVMM_STAT_KSWAPD_WAKE]++;
 		freed = balance(k);
-		if (k->budget) {
-			/* the budget over its high point: reclaim across the pools (budget.c) */
+		short_ = false;
+		if (k->budget && pool->budget) {
+			uint64_t got = 0;
+
+			/* the budget under its low point: reclaim across the pools (budget.c) */
 			k->budget = false;
-			freed += kvmm_budget_balance(pool);
-			short_ = kvmm_budget_below_low(pool->budget);
-		} else {
-			short_ = false;
+			if (kvmm_budget_balance(pool, &got) == -EBUSY) {
+				/* another thread reclaims for the budget: look again after a backoff */
+				k->budget = true;
+				k->woken = true;
+			}
+			freed += got;
+			short_ = k->budget || kvmm_budget_below_low(pool->budget);
 		}
 		if (!freed && (short_ || kvmm_pool_nr_free(pool) < pool->wmark_high))
 			k->backoff_until = mono_ns() + KSWAPD_BACKOFF_MS * 1000000ull;

@@ -944,9 +944,10 @@ uint64_t kvmm_budget_reclaim(struct kvmm_pool *pool, struct kvmm_ns *ns, uint64_
  * namespaces are above their low, in proportion to what they hold above it
  * (kvmm_budget_targets, KVMM_SHRINK_KEEP_LOW | KVMM_SHRINK_NOSWAP: no sequence is swapped
  * out and no protection broken in the background), every frame freed given back to the
- * system.  Returns the frames freed; 0 at once when another thread reclaims for the budget.
+ * system.  The frames freed in *nr_freed; returns 0, or -EBUSY at once when another thread
+ * reclaims for the budget (kvswapd then looks again after its backoff).
  */
-uint64_t kvmm_budget_balance(struct kvmm_pool *pool);
+int kvmm_budget_balance(struct kvmm_pool *pool, uint64_t *nr_freed);
 /* Under the budget's low point: does @pool's charge call for background reclaim? */
 static inline bool kvmm_budget_below_low(const struct kvmm_budget *b)
 {

@@ -9,7 +9,8 @@
  * reclaimed; every namespace under low is reclaimed down to min with a low event shown by
  * kvmmctl; a namespace under its min gets its frames by preempting another's sequence; max is resized live, down (reclaimed down to it) and up, and a max below what is
  * mapped and cannot go is refused; mins past the budget are refused; meminfo, namespaces,
- * their JSON and Prometheus show the budget.
+ * their JSON and Prometheus show the budget; kvswapd brings a budget under its low point back
+ * to its high point (background reclaim).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -376,6 +377,50 @@ static void test_resize(void **state)
 
 /* ---- Prometheus ------------------------------------------------------------------------- */
 
+/*
+ * Background reclaim: cache brings the budget under its low point (2%: 81 frames free) while
+ * each pool has free frames above its own watermarks; kvswapd, woken by that charge, takes
+ * cache across the namespaces until the budget's high point (3%: 122) is free again, with no
+ * allocation waiting for it (kvmm_budget_balance).
+ */
+static void test_background(void **state)
+{
+	long long runs0, freed0, bfree = 0;
+	kvmm_client_t *a, *b;
+	int i;
+
+	(void)state;
+	itest_need_daemon();
+	drop_all();
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &a), 0);
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_B, &itest_fmt, &b), 0);
+	runs0 = itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "BudgetBackground");
+	freed0 = itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "BudgetBackgroundFreed");
+	assert_true(runs0 >= 0 && freed0 >= 0);
+	fill(a, 300, 200, false);
+	/* prompts of 200 pages, cached one after the other: beta's pool keeps 200 free */
+	for (i = 0; i < (BUDGET - 200 - 40) / 200; i++)
+		fill(b, 400 + i, 200, false);
+	fill(b, 500, (BUDGET - 200 - 40) % 200, false);
+	for (i = 0; i < 500; i++) {
+		bfree = itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "BudgetFree");
+		if (bfree >= BUDGET * 3 / 100)
+			break;
+		itest_sleep_ms(10);
+	}
+	print_message(
+		"budget free %lld frames after %d ms; %lld background runs freed %lld\n", bfree,
+		i * 10, itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "BudgetBackground") - runs0,
+		itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "BudgetBackgroundFreed") - freed0);
+	assert_true(bfree >= BUDGET * 3 / 100);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "BudgetBackground") > runs0);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "BudgetBackgroundFreed") > freed0);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "budget_background") >= 0);
+	drop_all();
+	kvmm_detach(a);
+	kvmm_detach(b);
+}
+
 static void test_metrics(void **state)
 {
 	char *out;
@@ -412,6 +457,7 @@ int main(void)
 		cmocka_unit_test(test_min_and_low_events),
 		cmocka_unit_test(test_min_preempts),
 		cmocka_unit_test(test_resize),
+		cmocka_unit_test(test_background),
 		cmocka_unit_test(test_metrics),
 	};
 	int failed;

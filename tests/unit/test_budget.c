@@ -471,7 +471,7 @@ static void test_background_balance(void **state)
 	assert_int_equal(kvmm_budget_free(&f->budget), 4);
 	assert_true(kvmm_budget_below_low(&f->budget));
 	pthread_mutex_lock(&f->a.pool->lock);
-	got = kvmm_budget_balance(f->a.pool);
+	assert_int_equal(kvmm_budget_balance(f->a.pool, &got), 0);
 	pthread_mutex_unlock(&f->a.pool->lock);
 	assert_int_equal(got, 12);
 	assert_true(kvmm_budget_free(&f->budget) >= 16);
@@ -488,7 +488,14 @@ static void test_background_balance(void **state)
 	assert_int_equal(f->budget.bg_reclaimed, 12);
 	/* over the high point: nothing */
 	pthread_mutex_lock(&f->a.pool->lock);
-	assert_int_equal(kvmm_budget_balance(f->a.pool), 0);
+	assert_int_equal(kvmm_budget_balance(f->a.pool, &got), 0);
+	assert_int_equal(got, 0);
+	/* another reclaimer holds the budget: -EBUSY, nothing done */
+	f->budget.wmark_high = 40;
+	pthread_mutex_lock(&f->budget.lock);
+	assert_int_equal(kvmm_budget_balance(f->a.pool, &got), -EBUSY);
+	pthread_mutex_unlock(&f->budget.lock);
+	f->budget.wmark_high = 16;
 	pthread_mutex_unlock(&f->a.pool->lock);
 	assert_int_equal(f->budget.nr_background, 1);
 	kvmm_mm_seq_free(seq);

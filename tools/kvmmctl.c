@@ -114,18 +114,21 @@ const char *ctl_socket_path(void)
 	return "/run/kvmm/kvmmd.sock";
 }
 
+/* --timeout MS: the daemon deadline for kvmm_admin_open_timeout (0 there: wait forever). */
+int ctl_daemon_timeout(void)
+{
+	if (!ctl.timeout_set)
+		return 0; /* libkvmm's default: $KVMM_DAEMON_TIMEOUT_MS, else 30 s */
+	return ctl.timeout_ms ? ctl.timeout_ms : -1;
+}
+
 kvmm_admin_t *ctl_connect(void)
 {
 	const char *path = ctl_socket_path();
 	kvmm_admin_t *h;
 	int ret;
 
-	/* --timeout MS: the daemon deadline (0: wait forever), else libkvmm's default */
-	ret = kvmm_admin_open_timeout(path,
-				      !ctl.timeout_set ? 0
-				      : ctl.timeout_ms ? ctl.timeout_ms
-						       : -1,
-				      &h);
+	ret = kvmm_admin_open_timeout(path, ctl_daemon_timeout(), &h);
 	switch (ret) {
 	case 0:
 		return h;

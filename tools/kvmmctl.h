@@ -40,6 +40,8 @@ extern struct ctl_opts ctl;
 
 void __attribute__((noreturn, format(printf, 2, 3))) ctl_die(int code, const char *fmt, ...);
 void __attribute__((noreturn)) ctl_die_status(const char *verb, int status);
+/* The daemon deadline --timeout asks for, as kvmm_admin_open_timeout() takes it. */
+int ctl_daemon_timeout(void);
 /* Connect and HELLO; exits with the right code when that fails.  The admin handle. */
 kvmm_admin_t *ctl_connect(void);
 /* A read verb's whole answer (malloc'd, NUL-terminated) in *text.  0 or the status. */

@@ -490,13 +490,16 @@ static void test_background_balance(void **state)
 	pthread_mutex_lock(&f->a.pool->lock);
 	assert_int_equal(kvmm_budget_balance(f->a.pool, &got), 0);
 	assert_int_equal(got, 0);
-	/* another reclaimer holds the budget: -EBUSY, nothing done */
+	pthread_mutex_unlock(&f->a.pool->lock);
+	/* another holds the budget (taken first, as join does): -EBUSY, nothing done */
 	f->budget.wmark_high = 40;
 	pthread_mutex_lock(&f->budget.lock);
+	pthread_mutex_lock(&f->a.pool->lock);
 	assert_int_equal(kvmm_budget_balance(f->a.pool, &got), -EBUSY);
+	assert_int_equal(got, 0);
+	pthread_mutex_unlock(&f->a.pool->lock);
 	pthread_mutex_unlock(&f->budget.lock);
 	f->budget.wmark_high = 16;
-	pthread_mutex_unlock(&f->a.pool->lock);
 	assert_int_equal(f->budget.nr_background, 1);
 	kvmm_mm_seq_free(seq);
 	mmf_check(f->a.pool);

@@ -27,6 +27,9 @@
  * (parent, block) at most once.  Hence a live sequence's sealed blocks always form one
  * reachable chain, which is what lets a lookup find the longest cached prefix.
  *
+ * A warm restart may restore entries whose parent is not cached (pending: see "warm restart"
+ * below); they stay orphans until an entry of their parent key becomes reachable again.
+ *
  * The table is a chained hash of hlist buckets (include/hashtable.h), a power of two in
  * size, doubled as entries grow up to one bucket per frame (there is at most one entry per
  * frame), so a lookup walks one short chain; colliding entries coexist on it.  Locking: the

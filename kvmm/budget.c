@@ -57,6 +57,11 @@ int kvmm_budget_init(struct kvmm_budget *b, uint64_t limit)
 	if (ret)
 		return ret;
 	b->limit = limit;
+	/* background reclaim between 2% and 3% of the limit free, like a pool's watermarks */
+	b->wmark_low = max_t(uint64_t, limit / 50, 1);
+	b->wmark_high = max_t(uint64_t, limit * 3 / 100, b->wmark_low + 1);
+	if (b->wmark_high >= limit)
+		b->wmark_low = b->wmark_high = 0; /* too small a budget to keep any free */
 	INIT_LIST_HEAD(&b->pools);
 	return 0;
 }
@@ -246,6 +251,73 @@ static uint64_t shrink_pool(struct kvmm_pool *p, struct kvmm_pool *self, uint64_
 static inline uint64_t avail(const struct kvmm_budget *b, const struct kvmm_pool *self)
 {
 	return kvmm_budget_free(b) + self->nr_free_resident;
+}
+
+int kvmm_budget_balance(struct kvmm_pool *self, uint64_t *nr_freed)
+{
+	struct kvmm_pool *pools[KVMM_BUDGET_MAX_POOLS], *p;
+	uint64_t usage[KVMM_BUDGET_MAX_POOLS], floor[KVMM_BUDGET_MAX_POOLS];
+	uint64_t take[KVMM_BUDGET_MAX_POOLS];
+	struct kvmm_budget *b = self->budget;
+	uint64_t freed = 0;
+	unsigned int nr = 0, i;
+
+	*nr_freed = 0;
+	if (!b || !b->wmark_high || !__atomic_load_n(&b->discard, __ATOMIC_RELAXED) ||
+	    kvmm_budget_free(b) >= b->wmark_high)
+		return 0;
+	/* the same order as an allocation's: own pool lock, budget (trylock), the others */
+	if (pthread_mutex_trylock(&b->lock))
+		return -EBUSY;
+	list_for_each_entry (p, &b->pools, budget_node) {
+		if (p != self)
+			pthread_mutex_lock(&p->lock);
+		pools[nr++] = p;
+	}
+	b->nr_background++;
+	/* free frames still resident first, the kvswapd's own pool's too: nobody uses them */
+	for (i = 0; i < nr && kvmm_budget_free(b) < b->wmark_high; i++)
+		kvmm_budget_trim(
+			pools[i],
+			(uint32_t)min_t(uint64_t, b->wmark_high - kvmm_budget_free(b), UINT32_MAX));
+	if (kvmm_budget_free(b) < b->wmark_high) {
+		for (i = 0; i < nr; i++) {
+			const struct kvmm_ns *n = pools[i]->budget_ns;
+
+			usage[i] = pools[i]->budget_charged;
+			floor[i] = n ? max(n->min, n->low) : 0;
+		}
+		kvmm_budget_targets(usage, floor, nr, b->wmark_high - kvmm_budget_free(b), take);
+		for (i = 0; i < nr; i++) {
+			struct kvmm_pool *q = pools[i];
+			struct kvmm_ns *prev = q->reclaim_for;
+			uint32_t before = q->nr_free, got;
+
+			if (!take[i])
+				continue;
+			q->reclaim_for = NULL;
+			kvmm_shrink(q, (uint32_t)min_t(uint64_t, take[i], UINT32_MAX),
+				    KVMM_SHRINK_KEEP_LOW | KVMM_SHRINK_NOSWAP);
+			q->reclaim_for = prev;
+			got = q->nr_free > before ? q->nr_free - before : 0;
+			/* given back to the system: that is what frees the budget */
+			kvmm_budget_trim(q, got);
+			freed += got;
+			q->stat[KVMM_STAT_BUDGET_RECLAIM] += got;
+			q->stat[KVMM_STAT_BUDGET_BG] += got;
+			if (q->budget_ns)
+				q->budget_ns->budget_reclaimed += got;
+		}
+	}
+	b->bg_reclaimed += freed;
+	while (nr--)
+		if (pools[nr] != self)
+			pthread_mutex_unlock(&pools[nr]->lock);
+	pthread_mutex_unlock(&b->lock);
+	if (freed)
+		kvmm_trace_event(KVMM_TR_RECLAIM, self, 0, 0, 0, KVMM_TRACE_NONE, freed);
+	*nr_freed = freed;
+	return 0;
 }
 
 uint64_t kvmm_budget_reclaim(struct kvmm_pool *self, struct kvmm_ns *ns, uint64_t want)

@@ -22,7 +22,12 @@
  * only drop clean cached pages (kvmm_reclaim_drop_only) is balanced by the allocation that
  * crossed low, in the allocating thread, one batch towards high, and kvswapd is woken only
  * when that batch left free under low.
- * Counters: KVMM_STAT_KSWAPD_WAKE, KVMM_STAT_KSWAPD_STEAL, KVMM_STAT_RECLAIM_INLINE (vmstat).
+ * A pool in an overcommitted daemon-wide budget also wakes it when a charge leaves the budget
+ * under its low point (kvmm_wakeup_kswapd_budget): then it runs kvmm_budget_balance() after
+ * its own balance, reclaiming cache across the pools until the budget's high point is free
+ * (budget.c), so that allocations rarely find the budget spent and reclaim in their path.
+ * Counters: KVMM_STAT_KSWAPD_WAKE, KVMM_STAT_KSWAPD_STEAL, KVMM_STAT_RECLAIM_INLINE,
+ * KVMM_STAT_BUDGET_BG (vmstat).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -43,6 +48,7 @@ struct kvmm_kswapd {
 	pthread_t thread;
 	pthread_cond_t wait; /* with pool->lock */
 	bool woken;	     /* a wake-up not yet acted on */
+	bool budget;	     /* ... and it is (also) for the daemon-wide budget */
 	bool stop;
 	uint64_t backoff_until; /* CLOCK_MONOTONIC ns: wake-ups wait until then */
 };
@@ -85,6 +91,18 @@ void kvmm_wakeup_kswapd(struct kvmm_pool *pool)
 	pthread_cond_signal(&k->wait);
 }
 
+void kvmm_wakeup_kswapd_budget(struct kvmm_pool *pool)
+{
+	struct kvmm_kswapd *k = pool->kswapd;
+
+	if (!k || k->budget)
+		return;
+	/* kept through a backoff, like the pool's own wake-up */
+	k->budget = true;
+	k->woken = true;
+	pthread_cond_signal(&k->wait);
+}
+
 /* One wake-up's work, pool lock held: shrink to the high watermark.  Returns frames freed. */
 static uint64_t balance(struct kvmm_kswapd *k)
 {
@@ -122,6 +140,8 @@ static void *kswapd_main(void *arg)
 {
 	struct kvmm_kswapd *k = arg;
 	struct kvmm_pool *pool = k->pool;
+	uint64_t freed;
+	bool short_;
 
 	pthread_mutex_lock(&pool->lock);
 	while (!k->stop) {
@@ -145,7 +165,22 @@ static void *kswapd_main(void *arg)
 		}
 		k->woken = false;
 		pool->stat[KVMM_STAT_KSWAPD_WAKE]++;
-		if (!balance(k) && kvmm_pool_nr_free(pool) < pool->wmark_high)
+		freed = balance(k);
+		short_ = false;
+		if (k->budget && pool->budget) {
+			uint64_t got = 0;
+
+			/* the budget under its low point: reclaim across the pools (budget.c) */
+			k->budget = false;
+			if (kvmm_budget_balance(pool, &got) == -EBUSY) {
+				/* another thread reclaims for the budget: look again after a backoff */
+				k->budget = true;
+				k->woken = true;
+			}
+			freed += got;
+			short_ = k->budget || kvmm_budget_below_low(pool->budget);
+		}
+		if (!freed && (short_ || kvmm_pool_nr_free(pool) < pool->wmark_high))
 			k->backoff_until = mono_ns() + KSWAPD_BACKOFF_MS * 1000000ull;
 		else
 			k->backoff_until = 0;

@@ -393,12 +393,44 @@ static void load_config(const struct args *a, struct kvmm_config *cfg)
 	}
 }
 
+/* What the running daemon was started with that a reload cannot change. */
+static struct {
+	uint64_t frames, page_size; /* pool_size (or frames) in frames, page_size */
+} running;
+
+/*
+ * A reloaded configuration whose pool size (pool_size or frames) or page size differs from
+ * the running one: the error for the log, else 0.  The daemon-wide budget and every
+ * namespace pool's span are sized from them at start, and the reloaded namespaces' sizes are
+ * worked out from the new total, so nothing of such a file is applied: the operator changes
+ * it back or restarts kvmmd.
+ */
+static int needs_restart(const struct kvmm_config *cfg, char *err, size_t len)
+{
+	if (cfg->page_size != running.page_size) {
+		snprintf(err, len, "page_size changed (%llu -> %llu bytes): that needs a restart",
+			 (unsigned long long)running.page_size, (unsigned long long)cfg->page_size);
+		return -EINVAL;
+	}
+	if (cfg->frames != running.frames) {
+		snprintf(err, len,
+			 "pool_size changed (%llu -> %llu frames, %llu -> %llu MiB): the pool "
+			 "size needs a restart",
+			 (unsigned long long)running.frames, (unsigned long long)cfg->frames,
+			 (unsigned long long)(running.frames * running.page_size >> 20),
+			 (unsigned long long)(cfg->frames * cfg->page_size >> 20));
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /*
  * SIGHUP, on the server's loop: read the configuration again (file and the same flags) and
  * make the namespaces those it names (kvmm_server_ns_apply: new ones created, changed ones
  * updated, those it no longer names deleted unless clients are attached).  A configuration
- * that does not parse changes nothing: the old one stays, and the error is logged.  Only the
- * [namespace] sections take effect; other changes wait for a restart (logged).
+ * that does not parse changes nothing: the old one stays, and the error is logged.  So does
+ * one that changes the pool size or page size (needs_restart: logged).  Only the [namespace]
+ * sections take effect; other settings wait for a restart.
  */
 static void reload(struct kvmm_server *srv, void *arg)
 {
@@ -422,6 +454,12 @@ static void reload(struct kvmm_server *srv, void *arg)
 				 opt_name(f->opt), f->arg, err);
 		else
 			kvmm_err("reload: %s; the configuration is unchanged", err);
+		goto out;
+	}
+	if (needs_restart(cfg, err, sizeof(err))) {
+		kvmm_err("reload: %s; the configuration is unchanged (set it back, or restart "
+			 "kvmmd)",
+			 err);
 		goto out;
 	}
 	ns_configs(cfg, ns);
@@ -746,6 +784,8 @@ int main(int argc, char **argv)
 #endif
 
 	server_config(cfg, ns, &sc);
+	running.frames = cfg->frames;
+	running.page_size = cfg->page_size;
 	/*
 	 * SIGTERM, SIGINT and SIGHUP wait until their handlers are in (install_signals()): the
 	 * socket listens from kvmm_server_create() on, and a stop sent as soon as it answers

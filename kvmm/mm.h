@@ -275,6 +275,8 @@ enum kvmm_stat {
 	KVMM_STAT_BUDGET_RECLAIM, /* frames this pool gave up to the budget (any allocator's) */
 	KVMM_STAT_BUDGET_LOW,	  /* budget reclaims that took this pool's namespace below low */
 	KVMM_STAT_BUDGET_DISCARD, /* frames whose memory went back to the system (hole punched) */
+	KVMM_STAT_CACHE_ADOPT, /* restored pages hung under a parent sealed again (warm restart) */
+	KVMM_STAT_BUDGET_BG,   /* frames this pool gave up to background budget reclaim (kvswapd) */
 	KVMM_STAT_COUNT,
 };
 
@@ -888,8 +890,16 @@ struct kvmm_budget {
 	bool discard;		/* span > limit: frames going back are discarded */
 	struct list_head pools; /* struct kvmm_pool.budget_node */
 	uint32_t nr_pools;
+	/*
+	 * Background reclaim (kvmm_budget_balance, from kvswapd): a charge that leaves fewer
+	 * than wmark_low frames of the budget free wakes the charging pool's kvswapd, which
+	 * reclaims across the pools until wmark_high are free.  Set by kvmm_budget_init (2% and
+	 * 3% of the limit); 0: none.
+	 */
+	uint64_t wmark_low, wmark_high;
 	/* statistics (under lock): reclaims run, frames they freed, ones that fell short */
 	uint64_t nr_reclaim, reclaimed, nr_short, nr_oom, low_events;
+	uint64_t nr_background, bg_reclaimed; /* kvmm_budget_balance runs, frames they freed */
 };
 
 int kvmm_budget_init(struct kvmm_budget *b, uint64_t limit);
@@ -927,6 +937,25 @@ uint64_t kvmm_budget_targets(const uint64_t *usage, const uint64_t *floor, unsig
  * afterwards.  0 at once when another thread reclaims for the budget.
  */
 uint64_t kvmm_budget_reclaim(struct kvmm_pool *pool, struct kvmm_ns *ns, uint64_t want);
+/*
+ * Background reclaim for the budget (kvswapd of @pool, its lock held): while overcommitted
+ * and fewer than wmark_high frames of the budget are free, give back the pools' resident
+ * free frames, then reclaim cached pages (and the owners' shrinkers) from the pools whose
+ * namespaces are above their low, in proportion to what they hold above it
+ * (kvmm_budget_targets, KVMM_SHRINK_KEEP_LOW | KVMM_SHRINK_NOSWAP: no sequence is swapped
+ * out and no protection broken in the background), every frame freed given back to the
+ * system.  The frames freed in *nr_freed; returns 0, or -EBUSY at once when another thread
+ * reclaims for the budget (kvswapd then looks again after its backoff).
+ */
+int kvmm_budget_balance(struct kvmm_pool *pool, uint64_t *nr_freed);
+/* Under the budget's low point: does @pool's charge call for background reclaim? */
+static inline bool kvmm_budget_below_low(const struct kvmm_budget *b)
+{
+	return b->wmark_low && __atomic_load_n(&b->discard, __ATOMIC_RELAXED) &&
+	       kvmm_budget_free(b) < b->wmark_low;
+}
+/* Wake @pool's kvswapd for the budget (pool lock held): it runs kvmm_budget_balance. */
+void kvmm_wakeup_kswapd_budget(struct kvmm_pool *pool);
 /*
  * Give back the memory of up to @want free frames of @pool still charged (KVMM_PG_RESIDENT),
  * the coldest first; returns how many (pool lock held).  kvmm_budget_discard_free() gives

@@ -112,6 +112,8 @@ static const char *const stat_names[KVMM_STAT_COUNT] = {
 	[KVMM_STAT_BUDGET_RECLAIM] = "budget_reclaim",
 	[KVMM_STAT_BUDGET_LOW] = "budget_low",
 	[KVMM_STAT_BUDGET_DISCARD] = "budget_discard",
+	[KVMM_STAT_CACHE_ADOPT] = "cache_adopt",
+	[KVMM_STAT_BUDGET_BG] = "budget_background",
 };
 
 const char *kvmm_stat_name(enum kvmm_stat s)
@@ -168,9 +170,13 @@ static bool budget_charge(struct kvmm_pool *pool, uint32_t n)
 	}
 	if (__atomic_add_fetch(&b->used, n, __ATOMIC_RELAXED) > b->limit) {
 		__atomic_sub_fetch(&b->used, n, __ATOMIC_RELAXED);
+		kvmm_wakeup_kswapd_budget(pool);
 		return false;
 	}
 	pool->budget_charged += n;
+	/* under the budget's low point: kvswapd brings it back over its high (budget.c) */
+	if (unlikely(kvmm_budget_below_low(b)))
+		kvmm_wakeup_kswapd_budget(pool);
 	return true;
 }
 

@@ -27,6 +27,9 @@
  * (parent, block) at most once.  Hence a live sequence's sealed blocks always form one
  * reachable chain, which is what lets a lookup find the longest cached prefix.
  *
+ * A warm restart may restore entries whose parent is not cached (pending: see "warm restart"
+ * below); they stay orphans until an entry of their parent key becomes reachable again.
+ *
  * The table is a chained hash of hlist buckets (include/hashtable.h), a power of two in
  * size, doubled as entries grow up to one bucket per frame (there is at most one entry per
  * frame), so a lookup walks one short chain; colliding entries coexist on it.  Locking: the
@@ -52,6 +55,11 @@
 enum {
 	PC_ORPHAN = 1u << 0, /* unreachable: an ancestor was evicted (set on the whole subtree) */
 	PC_REMOTE = 1u << 1, /* written to (or read from) the remote tier: not stored again */
+	/*
+	 * Restored by a warm restart under a parent that was not (with PC_ORPHAN): waits
+	 * for a reachable entry of its parent key to be sealed (pc_adopt).
+	 */
+	PC_PENDING = 1u << 2,
 };
 
 struct kvmm_cache_ent {
@@ -76,10 +84,18 @@ struct kvmm_cache_ent {
 	uint32_t tokens[]; /* ntokens token ids */
 };
 
+/* A pending root: a restored entry whose parent is not cached, in pending by parent key. */
+struct pc_pending {
+	struct hlist_node hnode;
+	struct kvmm_cache_ent *ent;
+};
+
 struct kvmm_pagecache {
 	struct kvmm_htable ht;
-	uint32_t nr;	       /* entries */
-	unsigned int max_bits; /* no point growing past one bucket per frame */
+	struct kvmm_htable pending; /* struct pc_pending; no buckets until the first one */
+	uint32_t nr_pending;	    /* pending roots */
+	uint32_t nr;		    /* entries */
+	unsigned int max_bits;	    /* no point growing past one bucket per frame */
 	uint64_t next_id;
 	kvmm_cache_hash_fn hash_fn; /* NULL: kvmm_cache_key (test hook) */
 };
@@ -329,6 +345,154 @@ static inline struct kvmm_page *block_page(struct kvmm_pool *pool, const struct 
 	return &pool->pages[frame];
 }
 
+/* The reachable entry of @ns keyed @key at @depth, if exactly one: a restored parent. */
+static struct kvmm_cache_ent *pc_find_key(const struct kvmm_pagecache *pc, uint64_t key,
+					  uint16_t ns_id, uint32_t depth)
+{
+	struct kvmm_cache_ent *ent, *found = NULL;
+
+	kvmm_htable_for_each_possible (&pc->ht, ent, hnode, key) {
+		if (ent->key != key || ent->ns_id != ns_id || ent->depth != depth ||
+		    (ent->flags & PC_ORPHAN) || (depth && !ent->parent))
+			continue;
+		if (found)
+			return NULL; /* two prefixes on one key: which one is meant is unknowable */
+		found = ent;
+	}
+	return found;
+}
+
+/* ---- warm restart: entries restored before their parent (pending) ------------------------ */
+
+/*
+ * A warm restart (swap_index.c) restores the sealed pages a file tier holds, but the parent
+ * of some was resident at the crash and is gone: a pending root.  It is kept, with the
+ * subtree restored under it, as an orphan (no lookup steps into it), in pc->pending under its
+ * parent key, until an entry of that key - the same namespace and format, one block up -
+ * becomes reachable (sealed again by an engine that recomputed the prefix, re-parented, or
+ * restored from another tier): pc_adopt() hangs it there and its subtree is reachable again.
+ * Its key was hashed again at restore from its parent key and tokens under the namespace's
+ * secret, exactly the trust a restored parent gets (kvmm_pagecache_restore), and its bytes
+ * are checked against their checksum when they are read.  Being orphans, pending entries are
+ * the first thing a full tier drops (swapfile.c): they cost slots nobody else wants.
+ */
+
+static struct pc_pending *pc_pending_node(const struct kvmm_pagecache *pc,
+					  const struct kvmm_cache_ent *ent)
+{
+	struct pc_pending *p;
+
+	if (!pc->nr_pending)
+		return NULL;
+	kvmm_htable_for_each_possible (&pc->pending, p, hnode, ent->parent_key) {
+		if (p->ent == ent)
+			return p;
+	}
+	return NULL;
+}
+
+/* Double the pending table's buckets; on -ENOMEM keep the old one (longer chains). */
+static void pc_pending_grow(struct kvmm_pagecache *pc)
+{
+	struct kvmm_htable nt;
+	size_t i, size = kvmm_htable_size(&pc->pending);
+
+	if (kvmm_htable_init(&nt, pc->pending.bits + 1))
+		return;
+	for (i = 0; i < size; i++) {
+		struct hlist_head *head = &pc->pending.buckets[i];
+
+		while (!hlist_empty(head)) {
+			struct pc_pending *p = hlist_entry(head->first, struct pc_pending, hnode);
+
+			hlist_del(&p->hnode);
+			kvmm_htable_add(&nt, &p->hnode, p->ent->parent_key);
+		}
+	}
+	kvmm_htable_destroy(&pc->pending);
+	pc->pending = nt;
+}
+
+/* Make @ent, detached, a pending root waiting for its parent key: 0 or -ENOMEM. */
+static int pc_pending_add(struct kvmm_pagecache *pc, struct kvmm_cache_ent *ent)
+{
+	struct pc_pending *p;
+
+	if (!pc->pending.buckets && kvmm_htable_init(&pc->pending, PC_MIN_BITS))
+		return -ENOMEM;
+	p = malloc(sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->ent = ent;
+	ent->parent = NULL;
+	ent->flags |= PC_ORPHAN | PC_PENDING;
+	kvmm_htable_add(&pc->pending, &p->hnode, ent->parent_key);
+	if (++pc->nr_pending > kvmm_htable_size(&pc->pending) &&
+	    pc->pending.bits < KVMM_HTABLE_MAX_BITS)
+		pc_pending_grow(pc);
+	return 0;
+}
+
+static void pc_pending_del(struct kvmm_pagecache *pc, struct pc_pending *p)
+{
+	hlist_del(&p->hnode);
+	free(p);
+	pc->nr_pending--;
+}
+
+/* Does @parent have a child for the block of (@key, @ns_id, @fmt_id, @tokens)? */
+static bool pc_has_child(const struct kvmm_cache_ent *parent, uint64_t key, uint16_t ns_id,
+			 uint64_t fmt_id, const uint32_t *tokens, uint32_t n)
+{
+	const struct kvmm_cache_ent *c;
+
+	list_for_each_entry (c, &parent->children, sibling) {
+		if (c->key == key && c->ns_id == ns_id && c->fmt_id == fmt_id && c->ntokens == n &&
+		    !memcmp(c->tokens, tokens, (size_t)n * sizeof(*tokens)))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * @parent just became reachable: the pending roots restored under its key, in its namespace
+ * and format one block deeper, become its children.  Only while @parent is the one reachable
+ * entry of its key at its depth (what a restore demands of a parent: with two, which prefix
+ * a record meant is unknowable), and only for blocks it has no child for yet (no duplicate).
+ */
+static void pc_adopt(struct kvmm_pool *pool, struct kvmm_pagecache *pc,
+		     struct kvmm_cache_ent *parent)
+{
+	struct hlist_node *tmp;
+	struct pc_pending *p;
+	bool unique = false;
+
+	if (likely(!pc->nr_pending))
+		return;
+	kvmm_htable_for_each_possible_safe (&pc->pending, p, tmp, hnode, parent->key) {
+		struct kvmm_cache_ent *ent = p->ent, *e;
+
+		if (ent->parent_key != parent->key || ent->depth != parent->depth + 1 ||
+		    ent->ns_id != parent->ns_id || ent->fmt_id != parent->fmt_id)
+			continue;
+		if (!unique) {
+			if (pc_find_key(pc, parent->key, parent->ns_id, parent->depth) != parent)
+				return;
+			unique = true;
+		}
+		if (pc_has_child(parent, ent->key, ent->ns_id, ent->fmt_id, ent->tokens,
+				 ent->ntokens))
+			continue; /* stays pending: a full tier drops it first */
+		pc_pending_del(pc, p);
+		ent->parent = parent;
+		list_add_tail(&ent->sibling, &parent->children);
+		for (e = ent; e; e = pc_subtree_next(ent, e)) {
+			e->flags &= ~(PC_ORPHAN | PC_PENDING);
+			pool->stat[KVMM_STAT_CACHE_ADOPT]++;
+		}
+	}
+}
+
 /*
  * @ent, sealed by a fork sibling, is an orphan that @seq maps as its block after @parent,
  * and @parent has no child with its content: hang it there, keyed @key.  Safe because no
@@ -357,6 +521,7 @@ static void pc_reparent(struct kvmm_pool *pool, struct kvmm_pagecache *pc,
 	for (e = ent; e; e = pc_subtree_next(ent, e))
 		e->flags &= ~PC_ORPHAN;
 	pool->stat[KVMM_STAT_CACHE_REPARENT]++;
+	pc_adopt(pool, pc, ent);
 }
 
 int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
@@ -465,6 +630,7 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 	pool->stat[KVMM_STAT_SEAL]++;
 	kvmm_trace_event(KVMM_TR_SEAL, pool, as->mag ? as->mag->owner : 0, as->ns->id, seq->id,
 			 ent->frame, 1);
+	pc_adopt(pool, pc, ent);
 	return 0;
 }
 
@@ -585,12 +751,24 @@ static void pc_remove(struct kvmm_pool *pool, struct kvmm_cache_ent *ent)
 	KVMM_BUG_ON(!pc || !pc->nr);
 	hlist_del(&ent->hnode);
 	pc->nr--;
+	if ((ent->flags & PC_PENDING) && !ent->parent) {
+		struct pc_pending *p = pc_pending_node(pc, ent);
+
+		KVMM_BUG_ON(!p);
+		pc_pending_del(pc, p);
+	}
 	list_del(&ent->sibling);
 	list_for_each_entry_safe (child, tmp, &ent->children, sibling) {
+		struct kvmm_cache_ent *e;
+
 		list_del_init(&child->sibling);
 		child->parent = NULL;
 		if (!(child->flags & PC_ORPHAN))
 			pc_orphan_subtree(pool, child);
+		/* a pending entry still waits for its own parent key: a root now */
+		if ((child->flags & PC_PENDING) && pc_pending_add(pc, child))
+			for (e = child; e; e = pc_subtree_next(child, e))
+				e->flags &= ~PC_PENDING;
 	}
 	kvmm_free(ent);
 }
@@ -666,21 +844,47 @@ void kvmm_pagecache_ent_desc(const struct kvmm_cache_ent *ent, struct kvmm_cache
 	d->tokens = ent->tokens;
 }
 
-/* The reachable entry of @ns keyed @key at @depth, if exactly one: a restored parent. */
-static struct kvmm_cache_ent *pc_find_key(const struct kvmm_pagecache *pc, uint64_t key,
-					  uint16_t ns_id, uint32_t depth)
+/*
+ * The pending entry of @ns keyed @key at @depth in format @fmt_id: 1 and *found if exactly
+ * one, 0 if none, -1 if more (two prefixes on one key: which one a record meant is unknowable).
+ */
+static int pc_find_pending(const struct kvmm_pagecache *pc, uint64_t key, uint16_t ns_id,
+			   uint32_t depth, uint64_t fmt_id, struct kvmm_cache_ent **found)
 {
-	struct kvmm_cache_ent *ent, *found = NULL;
+	struct kvmm_cache_ent *ent;
+	int n = 0;
 
+	*found = NULL;
+	if (!pc->nr_pending)
+		return 0;
 	kvmm_htable_for_each_possible (&pc->ht, ent, hnode, key) {
 		if (ent->key != key || ent->ns_id != ns_id || ent->depth != depth ||
-		    (ent->flags & PC_ORPHAN) || (depth && !ent->parent))
+		    ent->fmt_id != fmt_id || !(ent->flags & PC_PENDING))
 			continue;
-		if (found)
-			return NULL; /* two prefixes on one key: which one is meant is unknowable */
-		found = ent;
+		if (n++)
+			return -1;
+		*found = ent;
 	}
-	return found;
+	return n;
+}
+
+/* Is the block of @d already a pending root (same parent key, depth, content)? */
+static bool pc_pending_dup(const struct kvmm_pagecache *pc, uint16_t ns_id,
+			   const struct kvmm_cache_desc *d)
+{
+	struct pc_pending *p;
+
+	if (!pc->nr_pending)
+		return false;
+	kvmm_htable_for_each_possible (&pc->pending, p, hnode, d->parent_key) {
+		const struct kvmm_cache_ent *e = p->ent;
+
+		if (e->key == d->key && e->parent_key == d->parent_key && e->depth == d->depth &&
+		    e->ns_id == ns_id && e->fmt_id == d->fmt_id && e->ntokens == d->ntokens &&
+		    !memcmp(e->tokens, d->tokens, (size_t)d->ntokens * sizeof(*d->tokens)))
+			return true;
+	}
+	return false;
 }
 
 struct kvmm_cache_ent *kvmm_pagecache_restore(struct kvmm_pool *pool, struct kvmm_ns *ns,
@@ -688,6 +892,7 @@ struct kvmm_cache_ent *kvmm_pagecache_restore(struct kvmm_pool *pool, struct kvm
 {
 	struct kvmm_cache_ent *parent = NULL, *ent;
 	struct kvmm_pagecache *pc = pc_get(pool);
+	bool pending = false;
 
 	if (!pc) {
 		errno = ENOMEM;
@@ -700,12 +905,21 @@ struct kvmm_cache_ent *kvmm_pagecache_restore(struct kvmm_pool *pool, struct kvm
 	}
 	if (d->depth) {
 		parent = pc_find_key(pc, d->parent_key, ns->id, d->depth - 1);
+		/* no reachable parent: under a pending one, or a pending root of its own */
 		if (!parent) {
-			errno = ENOENT;
-			return NULL;
+			pending = true;
+			if (pc_find_pending(pc, d->parent_key, ns->id, d->depth - 1, d->fmt_id,
+					    &parent) < 0) {
+				errno = ENOENT;
+				return NULL;
+			}
 		}
 	}
-	if (pc_find(pool, pc, d->key, ns->id, d->fmt_id, parent, d->tokens, d->ntokens)) {
+	if (pending ? (parent ? pc_has_child(parent, d->key, ns->id, d->fmt_id, d->tokens,
+					     d->ntokens)
+			      : pc_pending_dup(pc, ns->id, d))
+		    : !!pc_find(pool, pc, d->key, ns->id, d->fmt_id, parent, d->tokens,
+				d->ntokens)) {
 		errno = EEXIST;
 		return NULL;
 	}
@@ -719,22 +933,39 @@ struct kvmm_cache_ent *kvmm_pagecache_restore(struct kvmm_pool *pool, struct kvm
 	ent->parent = parent;
 	ent->parent_key = d->parent_key;
 	INIT_LIST_HEAD(&ent->children);
-	if (parent)
-		list_add_tail(&ent->sibling, &parent->children);
-	else
-		INIT_LIST_HEAD(&ent->sibling);
+	INIT_LIST_HEAD(&ent->sibling);
 	ent->fmt_id = d->fmt_id;
 	ent->depth = d->depth;
 	ent->frame = KVMM_FRAME_NONE;
 	ent->swap = swp;
 	ent->ntokens = d->ntokens;
 	ent->ns_id = ns->id;
-	ent->flags = 0;
+	ent->flags = pending ? PC_ORPHAN | PC_PENDING : 0;
 	memcpy(ent->tokens, d->tokens, (size_t)d->ntokens * sizeof(*d->tokens));
+	if (pending && !parent && pc_pending_add(pc, ent)) {
+		kvmm_free(ent);
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (parent)
+		list_add_tail(&ent->sibling, &parent->children);
 	kvmm_htable_add(&pc->ht, &ent->hnode, ent->key);
 	if (++pc->nr > kvmm_htable_size(&pc->ht) && pc->ht.bits < pc->max_bits)
 		pc_grow(pc);
+	/* reachable: pending pages restored from another tier may hang under it */
+	if (!pending)
+		pc_adopt(pool, pc, ent);
 	return ent;
+}
+
+bool kvmm_pagecache_ent_pending(const struct kvmm_cache_ent *ent)
+{
+	return ent->flags & PC_PENDING;
+}
+
+uint32_t kvmm_pagecache_nr_pending(const struct kvmm_pool *pool)
+{
+	return pool->pagecache ? pool->pagecache->nr_pending : 0;
 }
 
 bool kvmm_pagecache_drop_orphan(struct kvmm_pool *pool, struct kvmm_page *pg)
@@ -884,8 +1115,14 @@ static const char *pc_check_family(const struct kvmm_pool *pool, const struct kv
 			return "a child does not point back";
 		++*nchildren;
 	}
-	if (ent->flags & ~(PC_ORPHAN | PC_REMOTE))
+	if (ent->flags & ~(PC_ORPHAN | PC_REMOTE | PC_PENDING))
 		return "unknown flags";
+	if ((ent->flags & PC_PENDING) && !orphan)
+		return "pending but reachable";
+	if ((ent->flags & PC_PENDING) && p && !(p->flags & PC_PENDING))
+		return "pending under an entry that is not";
+	if ((ent->flags & PC_PENDING) && !p && (!ent->depth || !pc_pending_node(pc, ent)))
+		return "a pending root not in the pending table";
 	if (!ent->depth) {
 		if (p || ent->parent_key || orphan || !list_empty(&ent->sibling))
 			return "first block with a parent or orphaned";
@@ -913,7 +1150,7 @@ static const char *pc_check_family(const struct kvmm_pool *pool, const struct kv
 int kvmm_pagecache_check(struct kvmm_pool *pool, char *why, size_t whylen)
 {
 	struct kvmm_pagecache *pc = pool->pagecache;
-	uint32_t count = 0, attached = 0, nchildren = 0;
+	uint32_t count = 0, attached = 0, nchildren = 0, pending = 0;
 	size_t i;
 
 	if (!pc)
@@ -966,7 +1203,15 @@ int kvmm_pagecache_check(struct kvmm_pool *pool, char *why, size_t whylen)
 				return pc_fail(why, whylen, ent, what);
 			if (ent->parent)
 				attached++;
+			else if (ent->flags & PC_PENDING)
+				pending++;
 		}
+	}
+	if (pending != pc->nr_pending) {
+		if (why && whylen)
+			snprintf(why, whylen, "page cache holds %u pending roots but counts %u",
+				 pending, pc->nr_pending);
+		return -EUCLEAN;
 	}
 	if (count != pc->nr || nchildren != attached) {
 		if (why && whylen)
@@ -1033,6 +1278,17 @@ void kvmm_pagecache_destroy(struct kvmm_pool *pool)
 			kvmm_free(ent);
 		}
 	}
+	for (i = 0; pc->pending.buckets && i < kvmm_htable_size(&pc->pending); i++) {
+		struct hlist_head *head = &pc->pending.buckets[i];
+
+		while (!hlist_empty(head)) {
+			struct pc_pending *p = hlist_entry(head->first, struct pc_pending, hnode);
+
+			hlist_del(&p->hnode);
+			free(p);
+		}
+	}
+	kvmm_htable_destroy(&pc->pending);
 	kvmm_htable_destroy(&pc->ht);
 	free(pc);
 	pool->pagecache = NULL;

@@ -236,7 +236,8 @@ struct kvmm_swap_tier_info {
 	bool direct;
 	bool indexed;		 /* keeps a warm-restart index (swap_index.c) */
 	uint64_t index_restored; /* sealed pages served again after the restart */
-	uint64_t index_rejected; /* records found unusable then (torn, stale, orphaned) */
+	uint64_t index_rejected; /* records found unusable then (torn, stale, duplicate) */
+	uint64_t index_pending;	 /* restored then under a parent not cached: wait for it */
 	uint64_t index_records;	 /* live records now */
 	uint64_t csum_bad;	 /* reads that failed their slot's checksum: pages dropped */
 };
@@ -483,13 +484,19 @@ struct kvmm_cache_desc {
 void kvmm_pagecache_ent_desc(const struct kvmm_cache_ent *ent, struct kvmm_cache_desc *d);
 /*
  * Re-create the entry of a sealed page of @ns that sits in swap entry @swp (a warm restart):
- * reachable under the entry its parent key names at depth - 1 (none at depth 0).  The key is
- * hashed again from what it was made of under @ns's secret and must be @d->key.  Returns the
- * entry, or NULL with errno: EBADMSG (the key does not match: another secret, or a record
- * that lies), ENOENT (no such parent: its prefix was not restored), EEXIST (that block of that
- * prefix is cached already), ENOMEM.
+ * reachable under the entry its parent key names at depth - 1 (none at depth 0).  With no
+ * such entry it is restored pending (pagecache.c): unreachable, under the pending entry of
+ * that key or alone, until an entry of its parent key is sealed again, which adopts it.  The
+ * key is hashed again from what it was made of under @ns's secret and must be @d->key.
+ * Returns the entry, or NULL with errno: EBADMSG (the key does not match: another secret, or
+ * a record that lies), ENOENT (two candidate parents on its parent key), EEXIST (that block
+ * of that prefix is cached already), ENOMEM.
  */
 struct kvmm_cache_ent *kvmm_pagecache_restore(struct kvmm_pool *pool, struct kvmm_ns *ns,
 					      const struct kvmm_cache_desc *d, uint64_t swp);
+/* Was @ent restored under a parent not cached, and is it still waiting for it? */
+bool kvmm_pagecache_ent_pending(const struct kvmm_cache_ent *ent);
+/* Pending roots: restored entries waiting for an entry of their parent key. */
+uint32_t kvmm_pagecache_nr_pending(const struct kvmm_pool *pool);
 
 #endif /* KVMM_SWAP_H */

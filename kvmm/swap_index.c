@@ -25,10 +25,13 @@
  * counts only when its own checksum holds, its key hashes again from its fields under the
  * namespace's secret, its page's bytes in the swap file have the checksum it names (read once
  * at swapon: a slot torn by a crash, or reused after the record was written and before it
- * was cleared, fails here), its parent was restored (a lookup walks from the root), and it
- * is not a duplicate.  Each becomes a swapped page-cache entry (kvmm_pagecache_restore) that
- * holds its slot, exactly as if it had just been demoted; a lookup faults it in.  The rest is
- * counted as rejected and cleared.  So nothing stale or torn is ever served: at worst a
+ * was cleared, fails here), and it is not a duplicate.  Each becomes a swapped page-cache
+ * entry (kvmm_pagecache_restore) that holds its slot, exactly as if it had just been demoted;
+ * a lookup faults it in.  One whose parent was not restored - resident in the pool at the
+ * crash, so never in the file - is restored pending: unreachable, until an engine that
+ * recomputed that prefix seals its last block again; then it (with what was restored under
+ * it) is adopted by that entry and hit like the rest (pagecache.c).  The rest is counted as
+ * rejected and cleared.  So nothing stale or torn is ever served: at worst a
  * prefix is recomputed.  The namespace takes the header's secret when it has nothing yet
  * and was given no secret of its own (kvmm_ns_set_secret: its keys must be the ones the
  * records were made under); if it already has pages, has a provisioned secret that differs
@@ -95,7 +98,7 @@ struct kvmm_swap_index {
 	struct kvmm_ns *ns;
 	unsigned long *map; /* slots with a live record */
 	uint64_t *csum;	    /* per slot: XXH3-64 of the last page written there */
-	uint64_t nr_records, restored, rejected, write_errors;
+	uint64_t nr_records, restored, rejected, pending, write_errors;
 	char path[KVMM_PATH_LEN + 8];
 };
 
@@ -267,6 +270,8 @@ static uint64_t index_restore(struct kvmm_swap_index *x, struct kvmm_swap_tier *
 			rec_clear(x, s);
 			continue;
 		}
+		if (kvmm_pagecache_ent_pending(ent))
+			x->pending++;
 		kvmm_swap_slot_claim(t, s);
 		t->slots[s].ent = ent;
 		t->slots[s].ntokens = r->ntokens;
@@ -328,9 +333,10 @@ int kvmm_swap_index_attach(struct kvmm_swap_tier *t, struct kvmm_ns *ns)
 		t->index = x;
 		x->restored = index_restore(x, t);
 		kvmm_info("swap tier %u: warm restart from %s: %llu sealed pages of namespace %s "
-			  "restored, %llu records rejected",
+			  "restored (%llu waiting for their parent to be sealed again), "
+			  "%llu records rejected",
 			  t->id, x->path, (unsigned long long)x->restored, ns->name,
-			  (unsigned long long)x->rejected);
+			  (unsigned long long)x->pending, (unsigned long long)x->rejected);
 	}
 	t->index = x;
 	return 0;
@@ -427,5 +433,6 @@ void kvmm_swap_index_info(const struct kvmm_swap_tier *t, struct kvmm_swap_tier_
 		return;
 	info->index_restored = x->restored;
 	info->index_rejected = x->rejected;
+	info->index_pending = x->pending;
 	info->index_records = x->nr_records;
 }

@@ -29,6 +29,8 @@
 struct kvmm_admin {
 	pthread_mutex_t lock;
 	int fd;
+	uint32_t wait_ms;   /* the daemon deadline: silence this long gives it up; 0 never */
+	pid_t peer_pid;	    /* the daemon (SO_PEERCRED), 0 unknown */
 	bool following;	    /* a trace subscription owns the connection */
 	uint64_t next_seq;  /* header seq of the next request, never 0 */
 	uint64_t trace_seq; /* the subscription's seq */
@@ -36,7 +38,7 @@ struct kvmm_admin {
 	unsigned char *rx; /* one record, KVMM_MSG_MAX bytes */
 };
 
-static __thread char admin_why[160];
+static __thread char admin_why[320];
 
 static void __attribute__((format(printf, 1, 2))) set_why(const char *fmt, ...)
 {
@@ -58,6 +60,26 @@ static int64_t now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * The daemon said nothing for a->wait_ms: give it up with -ETIMEDOUT, and say why in
+ * kvmm_admin_why() ("kvmmd (pid N) did not answer in N ms: it is stopped ...").
+ */
+static int stalled(const struct kvmm_admin *a)
+{
+	if (a->peer_pid > 0)
+		set_why("kvmmd (pid %d) did not answer in %u ms: %s", (int)a->peer_pid, a->wait_ms,
+			kvmm_peer_state_text(a->peer_pid));
+	else
+		set_why("kvmmd did not answer in %u ms (stopped or hung)", a->wait_ms);
+	return -ETIMEDOUT;
+}
+
+/* The deadline of a wait that starts now: silence for a->wait_ms, -1 none. */
+static int64_t deadline_from_now(const struct kvmm_admin *a)
+{
+	return a->wait_ms ? now_ms() + a->wait_ms : -1;
 }
 
 /*
@@ -116,27 +138,49 @@ static int send_req(struct kvmm_admin *a, unsigned int op, const void *payload, 
 	kvmm_msg_hdr_init(&hdr, op, (uint32_t)(sizeof(hdr) + len), *seq);
 	if (a->hello.abi_agreed)
 		hdr.abi = a->hello.abi_agreed;
-	do {
-		n = sendmsg(a->fd, &mh, MSG_NOSIGNAL);
-	} while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return errno == EPIPE ? -ECONNRESET : -errno;
-	return 0;
+	for (;;) {
+		struct pollfd p = {.fd = a->fd, .events = POLLOUT};
+		int r;
+
+		n = sendmsg(a->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n >= 0)
+			return 0;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return errno == EPIPE ? -ECONNRESET : -errno;
+		/* the socket is full: the daemon reads nothing */
+		r = poll(&p, 1, a->wait_ms ? (int)a->wait_ms : -1);
+		if (r < 0 && errno != EINTR)
+			return -errno;
+		if (!r)
+			return stalled(a);
+	}
 }
 
 /*
- * Wait for the next record of the reply to seq (each within timeout_ms): its payload length
- * (the payload is at a->rx + KVMM_MSG_HDR_SIZE), or the daemon's status, or a transport
- * error. *more: whether more records of the reply follow.
+ * Wait for the next record of the reply to seq: its payload length (the payload is at a->rx +
+ * KVMM_MSG_HDR_SIZE), or the daemon's status, or a transport error. *more: whether more
+ * records of the reply follow.  Silence for the handle's deadline gives the daemon up
+ * (-ETIMEDOUT, kvmm_admin_why() says why) - except, for a @slow verb (a write: reclaim and
+ * swapoff may take a while), while the daemon runs: that waits up to
+ * KVMM_ADMIN_WRITE_TIMEOUT_MS in all, or the deadline if longer.
  */
-static int wait_rec(struct kvmm_admin *a, uint64_t seq, int timeout_ms, bool *more)
+static int wait_rec(struct kvmm_admin *a, uint64_t seq, bool slow, bool *more)
 {
 	const struct kvmm_msg_hdr *h = (const struct kvmm_msg_hdr *)a->rx;
-	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+	int64_t start = now_ms(), deadline = deadline_from_now(a);
 
 	for (;;) {
 		int n = recv_rec(a, deadline, false);
 
+		if (n == -ETIMEDOUT && slow && now_ms() - start < KVMM_ADMIN_WRITE_TIMEOUT_MS &&
+		    kvmm_peer_alive(a->peer_pid)) {
+			deadline = start + KVMM_ADMIN_WRITE_TIMEOUT_MS;
+			continue;
+		}
+		if (n == -ETIMEDOUT)
+			return stalled(a);
 		if (n < 0)
 			return n;
 		if (!kvmm_op_is_reply(h->op) || h->seq != seq)
@@ -152,7 +196,7 @@ static int wait_rec(struct kvmm_admin *a, uint64_t seq, int timeout_ms, bool *mo
 
 /* One round trip of a single-record reply: up to rep_len bytes of payload into rep. */
 static int call(struct kvmm_admin *a, unsigned int op, const void *req, size_t len, void *rep,
-		size_t rep_len, int timeout_ms)
+		size_t rep_len, bool slow)
 {
 	uint64_t seq;
 	bool more;
@@ -161,7 +205,7 @@ static int call(struct kvmm_admin *a, unsigned int op, const void *req, size_t l
 	n = send_req(a, op, req, len, &seq);
 	if (n)
 		return n;
-	n = wait_rec(a, seq, timeout_ms, &more);
+	n = wait_rec(a, seq, slow, &more);
 	if (n < 0)
 		return n;
 	if ((size_t)n < rep_len)
@@ -182,8 +226,7 @@ static int hello(struct kvmm_admin *a)
 	int err;
 
 	kvmm_client_name(req.name);
-	err = call(a, KVMM_OP_HELLO, &req, sizeof(req), &rep, sizeof(rep),
-		   KVMM_ADMIN_READ_TIMEOUT_MS);
+	err = call(a, KVMM_OP_HELLO, &req, sizeof(req), &rep, sizeof(rep), false);
 	if (err)
 		return err;
 	/* trust nothing: the daemon's choice must be one we speak */
@@ -205,9 +248,15 @@ static void admin_free(struct kvmm_admin *a)
 
 int kvmm_admin_open(const char *socket_path, kvmm_admin_t **out)
 {
+	return kvmm_admin_open_timeout(socket_path, 0, out);
+}
+
+int kvmm_admin_open_timeout(const char *socket_path, int timeout_ms, kvmm_admin_t **out)
+{
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	char path[sizeof(sa.sun_path)];
 	struct kvmm_admin *a;
+	int64_t deadline;
 	int err;
 
 	if (!out) {
@@ -232,27 +281,57 @@ int kvmm_admin_open(const char *socket_path, kvmm_admin_t **out)
 	}
 	pthread_mutex_init(&a->lock, NULL);
 	a->next_seq = 1;
+	/* the daemon deadline, as kvmm_attach_opts.daemon_timeout_ms: 0 default, < 0 never */
+	a->wait_ms = timeout_ms > 0   ? (uint32_t)timeout_ms
+		     : timeout_ms < 0 ? 0
+				      : kvmm_daemon_timeout_env();
 	a->rx = malloc(KVMM_MSG_MAX);
-	a->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	/* non-blocking: every wait is a poll with the deadline (recv, send and connect) */
+	a->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (!a->rx || a->fd < 0) {
 		err = a->rx ? -errno : -ENOMEM;
 		set_why("socket: %s", strerror(-err));
 		goto out_free;
 	}
 	strcpy(sa.sun_path, path);
+	deadline = deadline_from_now(a);
 	while (connect(a->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		if (errno == EINTR)
 			continue;
+		/* a full backlog: the daemon accepts nothing (stopped, or swamped) */
+		if (errno == EAGAIN && (deadline < 0 || now_ms() < deadline)) {
+			usleep(10000);
+			continue;
+		}
 		err = -errno;
-		set_why("connect to %s: %s", path, strerror(-err));
+		if (err == -EAGAIN) {
+			err = -ETIMEDOUT;
+			set_why("%s: kvmmd accepts no connection (its backlog stayed full for %u "
+				"ms: stopped or hung?)",
+				path, a->wait_ms);
+		} else {
+			set_why("connect to %s: %s", path, strerror(-err));
+		}
 		goto out_free;
+	}
+	{
+		struct ucred cred;
+		socklen_t len = sizeof(cred);
+
+		if (!getsockopt(a->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len))
+			a->peer_pid = cred.pid;
 	}
 	err = hello(a);
 	if (err) {
-		if (err == -ETIMEDOUT || err == -ECONNRESET)
-			set_why("%s: no answer to HELLO (%s)", path,
-				err == -ECONNRESET ? "connection closed" : strerror(-err));
-		else
+		if (err == -ECONNRESET)
+			set_why("%s: no answer to HELLO (connection closed)", path);
+		else if (err == -ETIMEDOUT) {
+			/* stalled() said who and in what state; name the socket too */
+			char why[sizeof(admin_why)];
+
+			snprintf(why, sizeof(why), "%s", admin_why);
+			set_why("%s: no answer to HELLO: %s", path, why);
+		} else
 			set_why("HELLO: %s", kvmm_strerror(err));
 		goto out_free;
 	}
@@ -307,7 +386,7 @@ int kvmm_admin_read(kvmm_admin_t *a, unsigned int op, const struct kvmm_admin_re
 	if (!err)
 		err = send_req(a, op, &r, sizeof(r), &seq);
 	while (!err && more) {
-		int n = wait_rec(a, seq, KVMM_ADMIN_READ_TIMEOUT_MS, &more);
+		int n = wait_rec(a, seq, false, &more);
 		char *grown;
 
 		if (n < 0) {
@@ -527,7 +606,7 @@ static int write_verb(struct kvmm_admin *a, unsigned int op, const void *req, si
 	pthread_mutex_lock(&a->lock);
 	err = admin_usable(a);
 	if (!err)
-		err = call(a, op, req, len, rep, rep_len, KVMM_ADMIN_WRITE_TIMEOUT_MS);
+		err = call(a, op, req, len, rep, rep_len, true);
 	pthread_mutex_unlock(&a->lock);
 	return err;
 }
@@ -643,7 +722,7 @@ int kvmm_admin_trace_follow(kvmm_admin_t *a, uint32_t flags, uint64_t client, ui
 		err = send_req(a, KVMM_OP_TRACE, &req, sizeof(req), &seq);
 	if (!err) {
 		/* the daemon acknowledges at once: status 0, KVMM_MSG_F_MORE, no payload */
-		err = wait_rec(a, seq, KVMM_ADMIN_READ_TIMEOUT_MS, &more);
+		err = wait_rec(a, seq, false, &more);
 		if (err >= 0) {
 			err = more ? 0 : -EBADMSG;
 			a->following = more;

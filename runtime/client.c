@@ -112,6 +112,18 @@ static const char *state_text(char st)
 	}
 }
 
+const char *kvmm_peer_state_text(pid_t pid)
+{
+	return state_text(peer_state(pid));
+}
+
+bool kvmm_peer_alive(pid_t pid)
+{
+	char st = peer_state(pid);
+
+	return st == 'R' || st == 'S' || st == 'D';
+}
+
 int kvmm_client_stalled(struct kvmm_client *c)
 {
 	char st = peer_state(c->peer_pid);
@@ -1023,7 +1035,7 @@ int kvmm_client_open(struct kvmm_client *c)
 }
 
 /* $KVMM_DAEMON_TIMEOUT_MS: the deadline in ms (0: wait forever), else the default. */
-static uint32_t deadline_env(void)
+uint32_t kvmm_daemon_timeout_env(void)
 {
 	const char *e = getenv("KVMM_DAEMON_TIMEOUT_MS");
 	unsigned long long v;
@@ -1090,7 +1102,7 @@ int kvmm_attach_ex(const char *socket_path, const char *ns, const struct kvmm_fo
 		c->deadline_ms =
 			opts->daemon_timeout_ms < 0 ? 0 : (uint32_t)opts->daemon_timeout_ms;
 	else
-		c->deadline_ms = deadline_env();
+		c->deadline_ms = kvmm_daemon_timeout_env();
 	c->wait_ms = c->deadline_ms;
 	pthread_mutex_init(&c->lock, NULL);
 	/* what a reattach needs to do it again (reattach.c) */

@@ -34,9 +34,18 @@ extern "C" {
 /* A HELLOed connection to kvmmd for admin verbs. Opaque. */
 typedef struct kvmm_admin kvmm_admin_t;
 
-/* How long a call waits for the daemon's next record before it gives up with -ETIMEDOUT. */
-#define KVMM_ADMIN_READ_TIMEOUT_MS 10000  /* HELLO and read verbs */
-#define KVMM_ADMIN_WRITE_TIMEOUT_MS 60000 /* write verbs (reclaim, swapoff may take a while) */
+/*
+ * How long a call waits for the daemon.  Every wait (connect, send, each record of a reply)
+ * gives the daemon up with -ETIMEDOUT after the handle's deadline of silence - the one
+ * libkvmm's clients have: kvmm_admin_open_timeout()'s timeout_ms, else
+ * $KVMM_DAEMON_TIMEOUT_MS, else KVMM_DAEMON_TIMEOUT_DEFAULT_MS (30 s) - and
+ * kvmm_admin_why() then names the daemon and its state ("kvmmd (pid N) did not answer in
+ * 30000 ms: it is stopped (SIGSTOP or a job-control stop): SIGCONT resumes it").  A write verb
+ * (reclaim and swapoff may take a while) keeps waiting past the deadline while the daemon
+ * runs, up to KVMM_ADMIN_WRITE_TIMEOUT_MS in all.
+ */
+#define KVMM_ADMIN_READ_TIMEOUT_MS 30000  /* the default deadline, KVMM_DAEMON_TIMEOUT_DEFAULT_MS */
+#define KVMM_ADMIN_WRITE_TIMEOUT_MS 60000 /* write verbs while the daemon runs */
 
 /*
  * Connect to kvmmd at socket_path (NULL: the default kvmm_attach(3) uses) and say HELLO. On
@@ -47,9 +56,18 @@ typedef struct kvmm_admin kvmm_admin_t;
  * says which step failed, in words.
  */
 int kvmm_admin_open(const char *socket_path, kvmm_admin_t **out);
+/*
+ * The same with the daemon deadline timeout_ms (as kvmm_attach_opts.daemon_timeout_ms): 0 the
+ * default ($KVMM_DAEMON_TIMEOUT_MS, else 30 s), < 0 wait forever.  A daemon that does not
+ * answer within it (stopped, hung) fails the open or the call with -ETIMEDOUT.
+ */
+int kvmm_admin_open_timeout(const char *socket_path, int timeout_ms, kvmm_admin_t **out);
 /* Close the connection and free the handle (a trace subscription ends with it). NULL is ok. */
 void kvmm_admin_close(kvmm_admin_t *admin);
-/* The last failed kvmm_admin_open of the calling thread, in words ("connect ...: ..."). */
+/*
+ * In words, the last failed kvmm_admin_open of the calling thread ("connect ...: ..."), or
+ * its last call that gave a silent daemon up (-ETIMEDOUT: "kvmmd (pid N) did not answer ...").
+ */
 const char *kvmm_admin_why(void);
 /* The daemon's HELLO answer: ABI agreed, features, page size, frames, our client id. */
 const struct kvmm_hello_rep *kvmm_admin_hello(const kvmm_admin_t *admin);

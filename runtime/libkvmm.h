@@ -309,6 +309,15 @@ KVMM_INTERNAL void kvmm_client_gone_err(struct kvmm_client *c, int err);
  * (stopped, running).  Returns -ETIMEDOUT (client.c).
  */
 KVMM_INTERNAL int kvmm_client_stalled(struct kvmm_client *c);
+/*
+ * What process @pid is doing, in words, for a message about a daemon that does not answer:
+ * "it is stopped (SIGSTOP or a job-control stop): SIGCONT resumes it", ... (client.c).
+ */
+KVMM_INTERNAL const char *kvmm_peer_state_text(pid_t pid);
+/* Is process @pid running or sleeping (not stopped, traced, exited or unknown)? */
+KVMM_INTERNAL bool kvmm_peer_alive(pid_t pid);
+/* $KVMM_DAEMON_TIMEOUT_MS in ms (0: wait forever), else KVMM_DAEMON_TIMEOUT_DEFAULT_MS. */
+KVMM_INTERNAL uint32_t kvmm_daemon_timeout_env(void);
 /* Record why the handle cannot talk (kvmm_conn_error): @err and a printf-style message. */
 KVMM_INTERNAL void kvmm_client_cause(struct kvmm_client *c, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

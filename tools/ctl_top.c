@@ -273,7 +273,7 @@ static bool reconnect(kvmm_admin_t **h, struct top_sample *prev, uint64_t *round
 				p.fd = -1;
 			}
 		}
-		if (kvmm_admin_open(path, h))
+		if (kvmm_admin_open_timeout(path, ctl_daemon_timeout(), h))
 			continue;
 		if (!sample(*h, prev, &st, &ns)) {
 			free(st);

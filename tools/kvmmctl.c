@@ -87,6 +87,9 @@ void __attribute__((noreturn)) ctl_die_status(const char *verb, int status)
 		die_if_no_ns(ctl_handle, verb);
 	if (status == -EOPNOTSUPP)
 		ctl_die(CTL_EXIT_DAEMON, "%s: not supported by this daemon", verb);
+	if (status == -ETIMEDOUT)
+		/* the daemon was given up: libkvmm says who and in what state */
+		ctl_die(CTL_EXIT_NODAEMON, "%s: %s", verb, kvmm_admin_why());
 	ctl_die(CTL_EXIT_DAEMON, "%s: %s", verb, strerror(-status));
 }
 
@@ -111,13 +114,21 @@ const char *ctl_socket_path(void)
 	return "/run/kvmm/kvmmd.sock";
 }
 
+/* --timeout MS: the daemon deadline for kvmm_admin_open_timeout (0 there: wait forever). */
+int ctl_daemon_timeout(void)
+{
+	if (!ctl.timeout_set)
+		return 0; /* libkvmm's default: $KVMM_DAEMON_TIMEOUT_MS, else 30 s */
+	return ctl.timeout_ms ? ctl.timeout_ms : -1;
+}
+
 kvmm_admin_t *ctl_connect(void)
 {
 	const char *path = ctl_socket_path();
 	kvmm_admin_t *h;
 	int ret;
 
-	ret = kvmm_admin_open(path, &h);
+	ret = kvmm_admin_open_timeout(path, ctl_daemon_timeout(), &h);
 	switch (ret) {
 	case 0:
 		return h;
@@ -1221,7 +1232,9 @@ static void usage(FILE *f)
 		"  -e, --event LIST    trace: only these events (comma separated)\n"
 		"      --count N       trace: stop after N events; lru: pages shown per list;\n"
 		"                      top: refresh N times\n"
-		"      --timeout MS    trace: stop when no event comes for MS milliseconds\n"
+		"      --timeout MS    give a silent kvmmd up after MS milliseconds (0: wait\n"
+		"                      forever; default $KVMM_DAEMON_TIMEOUT_MS, else 30000);\n"
+		"                      trace: also stop when no event comes for MS ms\n"
 		"      --dump          trace: print what the ring holds and exit\n"
 		"      --clear         trace: like --dump, then forget those events\n"
 		"      --frames        sizes in frames, not bytes\n"
@@ -1301,7 +1314,10 @@ int main(int argc, char **argv)
 			ctl.count = parse_u64("--count", optarg);
 			break;
 		case 2:
+			if (parse_u64("--timeout", optarg) > INT32_MAX)
+				ctl_die(CTL_EXIT_USAGE, "--timeout: at most %d ms", INT32_MAX);
 			ctl.timeout_ms = (int)parse_u64("--timeout", optarg);
+			ctl.timeout_set = true;
 			break;
 		case 3:
 			ctl.dump = true;

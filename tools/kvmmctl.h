@@ -27,8 +27,9 @@ struct ctl_opts {
 	const char *ns;
 	uint64_t client;
 	uint64_t count;
-	uint32_t events; /* trace: event mask, 0 = all */
-	int timeout_ms;
+	uint32_t events;  /* trace: event mask, 0 = all */
+	int timeout_ms;	  /* --timeout: the daemon deadline; trace: stop when idle that long */
+	bool timeout_set; /* --timeout given (else the deadline is $KVMM_DAEMON_TIMEOUT_MS) */
 	bool json, raw, dump, clear, frames, noswap, force;
 	/* ns create / set: --max V, --min V, --low V, --priority P as "key=V" settings */
 	char ns_kv[8][48];
@@ -39,6 +40,8 @@ extern struct ctl_opts ctl;
 
 void __attribute__((noreturn, format(printf, 2, 3))) ctl_die(int code, const char *fmt, ...);
 void __attribute__((noreturn)) ctl_die_status(const char *verb, int status);
+/* The daemon deadline --timeout asks for, as kvmm_admin_open_timeout() takes it. */
+int ctl_daemon_timeout(void);
 /* Connect and HELLO; exits with the right code when that fails.  The admin handle. */
 kvmm_admin_t *ctl_connect(void);
 /* A read verb's whole answer (malloc'd, NUL-terminated) in *text.  0 or the status. */

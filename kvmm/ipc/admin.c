@@ -205,6 +205,9 @@ static void budget_out(struct kvmm_server *srv, struct kvmm_out *o)
 	kvmm_out_u64(o, "BudgetShort", b.nr_short, NULL);
 	kvmm_out_u64(o, "BudgetPreempted", b.nr_oom, NULL);
 	kvmm_out_u64(o, "BudgetLowEvents", b.low_events, NULL);
+	/* kvswapd's background reclaim under the budget's low point */
+	kvmm_out_u64(o, "BudgetBackground", b.bg_runs, NULL);
+	kvmm_out_u64(o, "BudgetBackgroundFreed", b.bg_reclaimed, "frames");
 }
 
 static void meminfo_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct kvmm_out *o)
@@ -621,6 +624,7 @@ static void swap_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct kv
 				kvmm_out_u64(o, "index_records", ti.index_records, NULL);
 				kvmm_out_u64(o, "index_restored", ti.index_restored, NULL);
 				kvmm_out_u64(o, "index_rejected", ti.index_rejected, NULL);
+				kvmm_out_u64(o, "index_pending", ti.index_pending, NULL);
 			}
 			kvmm_out_rec_end(o);
 		}

@@ -20,6 +20,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,6 +283,39 @@ static const char *stat_metric(unsigned int i, char *buf, size_t len)
 	}
 }
 
+/* The daemon-wide budget's numbers (struct kvmm_obs_budget, one sample each). */
+struct budget_metric {
+	const char *name, *help;
+	size_t off; /* of a uint64_t in struct kvmm_obs_budget */
+	bool counter;
+};
+#define BUDGET_METRIC(n, field, c, h)                            \
+	{                                                        \
+		n, h, offsetof(struct kvmm_obs_budget, field), c \
+	}
+static const struct budget_metric budget_metrics[] = {
+	BUDGET_METRIC("kvmm_budget_frames", limit, false,
+		      "The daemon-wide frame budget (pool_size) the namespaces share."),
+	BUDGET_METRIC("kvmm_budget_used_frames", used, false, "Frames charged to the budget."),
+	BUDGET_METRIC("kvmm_budget_span_frames", span, false,
+		      "The namespaces' pool sizes together (above the budget: overcommitted)."),
+	BUDGET_METRIC("kvmm_budget_reclaims_total", reclaims, true,
+		      "Allocations that found the budget spent and reclaimed across namespaces."),
+	BUDGET_METRIC("kvmm_budget_reclaimed_frames_total", reclaimed, true,
+		      "Frames the budget's reclaim freed."),
+	BUDGET_METRIC("kvmm_budget_short_total", nr_short, true,
+		      "Budget reclaims that could not free what was wanted."),
+	BUDGET_METRIC("kvmm_budget_preempted_total", nr_oom, true,
+		      "Sequences preempted for a namespace under its min."),
+	BUDGET_METRIC("kvmm_budget_low_events_total", low_events, true,
+		      "Namespaces taken below their low by the budget's reclaim."),
+	BUDGET_METRIC("kvmm_budget_background_runs_total", bg_runs, true,
+		      "Background reclaims (kvswapd) of the budget under its low point."),
+	BUDGET_METRIC("kvmm_budget_background_frames_total", bg_reclaimed, true,
+		      "Frames background reclaim freed for the budget."),
+};
+#undef BUDGET_METRIC
+
 int kvmm_obs_metrics_text(struct kvmm_server *srv, char **out, size_t *outlen)
 {
 	struct kvmm_obs_ns *snap;
@@ -370,29 +404,14 @@ int kvmm_obs_metrics_text(struct kvmm_server *srv, char **out, size_t *outlen)
 		struct kvmm_obs_budget bs;
 
 		kvmm_obs_budget_snapshot(srv, &bs);
-		family(&b, "kvmm_budget_frames", "gauge",
-		       "The daemon-wide frame budget (pool_size) the namespaces share.");
-		bprintf(&b, "kvmm_budget_frames %" PRIu64 "\n", bs.limit);
-		family(&b, "kvmm_budget_used_frames", "gauge", "Frames charged to the budget.");
-		bprintf(&b, "kvmm_budget_used_frames %" PRIu64 "\n", bs.used);
-		family(&b, "kvmm_budget_span_frames", "gauge",
-		       "The namespaces' pool sizes together (above the budget: overcommitted).");
-		bprintf(&b, "kvmm_budget_span_frames %" PRIu64 "\n", bs.span);
-		family(&b, "kvmm_budget_reclaims_total", "counter",
-		       "Allocations that found the budget spent and reclaimed across namespaces.");
-		bprintf(&b, "kvmm_budget_reclaims_total %" PRIu64 "\n", bs.reclaims);
-		family(&b, "kvmm_budget_reclaimed_frames_total", "counter",
-		       "Frames the budget's reclaim freed.");
-		bprintf(&b, "kvmm_budget_reclaimed_frames_total %" PRIu64 "\n", bs.reclaimed);
-		family(&b, "kvmm_budget_short_total", "counter",
-		       "Budget reclaims that could not free what was wanted.");
-		bprintf(&b, "kvmm_budget_short_total %" PRIu64 "\n", bs.nr_short);
-		family(&b, "kvmm_budget_preempted_total", "counter",
-		       "Sequences preempted for a namespace under its min.");
-		bprintf(&b, "kvmm_budget_preempted_total %" PRIu64 "\n", bs.nr_oom);
-		family(&b, "kvmm_budget_low_events_total", "counter",
-		       "Namespaces taken below their low by the budget's reclaim.");
-		bprintf(&b, "kvmm_budget_low_events_total %" PRIu64 "\n", bs.low_events);
+		for (k = 0; k < ARRAY_SIZE(budget_metrics); k++) {
+			const struct budget_metric *m = &budget_metrics[k];
+			uint64_t v;
+
+			memcpy(&v, (const char *)&bs + m->off, sizeof(v));
+			family(&b, m->name, m->counter ? "counter" : "gauge", m->help);
+			bprintf(&b, "%s %" PRIu64 "\n", m->name, v);
+		}
 	}
 	family(&b, "kvmm_page_size_bytes", "gauge", "Bytes per frame.");
 	bprintf(&b, "kvmm_page_size_bytes %" PRIu64 "\n", srv->cfg.page_size);

@@ -68,6 +68,7 @@ struct kvmm_obs_budget {
 	uint64_t limit, used, span, pools;
 	bool overcommit;
 	uint64_t reclaims, reclaimed, nr_short, nr_oom, low_events;
+	uint64_t bg_runs, bg_reclaimed; /* background reclaim (kvswapd: kvmm_budget_balance) */
 };
 
 void kvmm_obs_budget_snapshot(struct kvmm_server *srv, struct kvmm_obs_budget *out);

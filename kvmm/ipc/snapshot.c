@@ -42,6 +42,8 @@ void kvmm_obs_budget_snapshot(struct kvmm_server *srv, struct kvmm_obs_budget *o
 	out->nr_short = b->nr_short;
 	out->nr_oom = b->nr_oom;
 	out->low_events = b->low_events;
+	out->bg_runs = b->nr_background;
+	out->bg_reclaimed = b->bg_reclaimed;
 	pthread_mutex_unlock(&b->lock);
 }
 

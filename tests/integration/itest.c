@@ -511,3 +511,143 @@ int itest_run(char **out, uid_t uid, const char *const *argv)
 		free(buf);
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
+
+/* ---- kvmmctl ----------------------------------------------------------------------------- */
+
+const char *itest_ctl_bin(void)
+{
+	static char bin[4096];
+	const char *env;
+
+	if (!bin[0]) {
+		env = getenv("KVMM_KVMMCTL");
+		snprintf(bin, sizeof(bin), "%s", env && env[0] ? env : "./tools/kvmmctl");
+	}
+	return bin;
+}
+
+bool itest_have_ctl(const char *who)
+{
+	if (!access(itest_ctl_bin(), X_OK))
+		return true;
+	fprintf(stderr, "%s: %s not built\n", who, itest_ctl_bin());
+	return false;
+}
+
+int itest_ctl(char **out, ...)
+{
+	const char *argv[32];
+	int argc = 0;
+	va_list ap;
+
+	argv[argc++] = itest_ctl_bin();
+	argv[argc++] = "--socket";
+	argv[argc++] = itest_d.sock;
+	va_start(ap, out);
+	while (argc < 31 && (argv[argc] = va_arg(ap, const char *)))
+		argc++;
+	va_end(ap);
+	argv[argc] = NULL;
+	return itest_run(out, (uid_t)-1, argv);
+}
+
+/* ---- a tiny JSON validator: one value, then only white space (or, lines: one per line) --- */
+
+static const char *ws(const char *p)
+{
+	while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
+		p++;
+	return p;
+}
+
+static const char *jvalue(const char *p, int depth);
+
+static const char *jstring(const char *p)
+{
+	if (*p++ != '"')
+		return NULL;
+	while (*p && *p != '"') {
+		if ((unsigned char)*p < 0x20)
+			return NULL;
+		if (*p == '\\') {
+			p++;
+			if (*p == 'u') {
+				for (int i = 1; i <= 4; i++)
+					if (!strchr("0123456789abcdefABCDEF", p[i]) || !p[i])
+						return NULL;
+				p += 4;
+			} else if (!strchr("\"\\/bfnrt", *p) || !*p) {
+				return NULL;
+			}
+		}
+		p++;
+	}
+	return *p == '"' ? p + 1 : NULL;
+}
+
+static const char *jvalue(const char *p, int depth)
+{
+	p = ws(p);
+	if (depth > 32)
+		return NULL;
+	if (*p == '{' || *p == '[') {
+		char close = *p == '{' ? '}' : ']';
+		bool obj = *p == '{';
+
+		p = ws(p + 1);
+		if (*p == close)
+			return p + 1;
+		for (;;) {
+			if (obj) {
+				p = jstring(ws(p));
+				if (!p)
+					return NULL;
+				p = ws(p);
+				if (*p++ != ':')
+					return NULL;
+			}
+			p = jvalue(p, depth + 1);
+			if (!p)
+				return NULL;
+			p = ws(p);
+			if (*p == ',') {
+				p++;
+				continue;
+			}
+			return *p == close ? p + 1 : NULL;
+		}
+	}
+	if (*p == '"')
+		return jstring(p);
+	if (!strncmp(p, "null", 4) || !strncmp(p, "true", 4))
+		return p + 4;
+	if (!strncmp(p, "false", 5))
+		return p + 5;
+	if (*p == '-' || (*p >= '0' && *p <= '9')) {
+		char *end;
+
+		strtod(p, &end);
+		return end == p ? NULL : end;
+	}
+	return NULL;
+}
+
+bool itest_json_ok(const char *text)
+{
+	const char *p = jvalue(text, 0);
+
+	return p && !*ws(p);
+}
+
+/* JSON Lines: every non-empty line one JSON value */
+bool itest_json_lines_ok(const char *text)
+{
+	char *dup = strdup(text), *line, *save = NULL;
+	bool ok = true;
+
+	assert_non_null(dup);
+	for (line = strtok_r(dup, "\n", &save); line && ok; line = strtok_r(NULL, "\n", &save))
+		ok = itest_json_ok(line);
+	free(dup);
+	return ok;
+}

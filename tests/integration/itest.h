@@ -130,4 +130,14 @@ void itest_need_daemon(void);
  */
 int itest_run(char **out, uid_t uid, const char *const *argv);
 
+/* kvmmctl: $KVMM_KVMMCTL, else ./tools/kvmmctl. */
+const char *itest_ctl_bin(void);
+/* Is it built (executable)?  If not, says so on stderr for test program @who. */
+bool itest_have_ctl(const char *who);
+/* Run kvmmctl --socket <itest_d.sock> ARGS... (NULL-terminated): itest_run()'s result. */
+int itest_ctl(char **out, ...);
+/* Is @text one JSON value and nothing else (a syntax check)?  Lines: one value per line. */
+bool itest_json_ok(const char *text);
+bool itest_json_lines_ok(const char *text);
+
 #endif /* KVMM_TESTS_ITEST_H */

@@ -9,7 +9,8 @@
  * reclaimed; every namespace under low is reclaimed down to min with a low event shown by
  * kvmmctl; a namespace under its min gets its frames by preempting another's sequence; max is resized live, down (reclaimed down to it) and up, and a max below what is
  * mapped and cannot go is refused; mins past the budget are refused; meminfo, namespaces,
- * their JSON and Prometheus show the budget.
+ * their JSON and Prometheus show the budget; kvswapd brings a budget under its low point back
+ * to its high point (background reclaim).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -37,30 +38,10 @@
 #define STR(x) STR_(x)
 #define TPP 16 /* itest_fmt's tokens per page */
 
-static char ctl_bin[4096];
-
-/* Run kvmmctl --socket SOCK args... (NULL-terminated); its output in *out.  Exit status. */
-static int ctl(char **out, ...)
-{
-	const char *argv[32];
-	int argc = 0;
-	va_list ap;
-
-	argv[argc++] = ctl_bin;
-	argv[argc++] = "--socket";
-	argv[argc++] = itest_d.sock;
-	va_start(ap, out);
-	while (argc < 31 && (argv[argc] = va_arg(ap, const char *)))
-		argc++;
-	va_end(ap);
-	argv[argc] = NULL;
-	return itest_run(out, (uid_t)-1, argv);
-}
-
 static void ctl_ok(const char *a, const char *b, const char *c, const char *d)
 {
 	char *out = NULL;
-	int ret = ctl(&out, a, b, c, d, NULL);
+	int ret = itest_ctl(&out, a, b, c, d, NULL);
 
 	if (ret)
 		fail_msg("kvmmctl %s %s %s %s: %d: %s", a, b, c, d ? d : "", ret, out);
@@ -73,7 +54,7 @@ static long long ns_value(const char *ns, const char *key)
 	char *out, needle[64], pat[40], *p, *end;
 	long long v = -1;
 
-	assert_int_equal(ctl(&out, "--raw", "namespaces", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--raw", "namespaces", NULL), 0);
 	snprintf(needle, sizeof(needle), "Namespace: %s ", ns);
 	p = strstr(out, needle);
 	if (p) {
@@ -160,7 +141,7 @@ static void drop_all(void)
 {
 	char *out;
 
-	assert_int_equal(ctl(&out, "drop-caches", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "drop-caches", NULL), 0);
 	free(out);
 }
 
@@ -205,15 +186,16 @@ static void test_low_protects_cache(void **state)
 		assert_int_equal(kvmm_seq_free(a, seq), 0);
 	}
 	/* meminfo and namespaces show it */
-	assert_int_equal(ctl(&out, "meminfo", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "meminfo", NULL), 0);
 	assert_non_null(strstr(out, "(overcommitted)"));
 	assert_non_null(strstr(out, "resident"));
 	free(out);
-	assert_int_equal(ctl(&out, "namespaces", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "namespaces", NULL), 0);
 	assert_non_null(strstr(out, "RESIDENT"));
 	assert_non_null(strstr(out, "LOWEV"));
 	free(out);
-	assert_int_equal(ctl(&out, "--json", "meminfo", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--json", "meminfo", NULL), 0);
+	assert_true(itest_json_ok(out));
 	assert_non_null(strstr(out, "\"budget\":" STR(BUDGET)));
 	assert_non_null(strstr(out, "\"budget_overcommit\":1"));
 	free(out);
@@ -342,7 +324,8 @@ static void test_resize(void **state)
 	assert_true(charged(ITEST_NS_B) >= 1500);
 	/* down: reclaimed down to it at once (the option form of max=500) */
 	assert_int_equal(
-		ctl(&out, "ns", "set", ITEST_NS_B, "--max", "500", "--priority", "-2", NULL), 0);
+		itest_ctl(&out, "ns", "set", ITEST_NS_B, "--max", "500", "--priority", "-2", NULL),
+		0);
 	free(out);
 	assert_int_equal(ns_value(ITEST_NS_B, "priority"), -2);
 	assert_int_equal(ns_value(ITEST_NS_B, "limit"), 500);
@@ -362,7 +345,7 @@ static void test_resize(void **state)
 	assert_int_equal(ns_value(ITEST_NS_B, "limit"), 1800);
 	s = fill(b, 960, 1000, true);
 	/* below what is mapped, and no swap tier to take it: refused, max unchanged */
-	assert_int_equal(ctl(&out, "ns", "set", ITEST_NS_B, "max=100", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "ns", "set", ITEST_NS_B, "max=100", NULL), 1);
 	assert_non_null(strstr(out, "still holds more than that max"));
 	free(out);
 	assert_int_equal(ns_value(ITEST_NS_B, "limit"), 1800);
@@ -378,12 +361,13 @@ static void test_resize(void **state)
 	/* mins past the budget: refused, with a message naming the cause */
 	ctl_ok("ns", "set", "gamma", "max=none");
 	ctl_ok("ns", "set", "gamma", "min=4000");
-	assert_int_equal(ctl(&out, "ns", "set", ITEST_NS_A, "min=200", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "ns", "set", ITEST_NS_A, "min=200", NULL), 1);
 	assert_non_null(strstr(out, "min"));
 	free(out);
 	assert_int_equal(ns_value(ITEST_NS_A, "min"), -1);
 	assert_int_equal(
-		ctl(&out, "ns", "create", "delta", "frames=128", "min=100", "low=100", NULL), 1);
+		itest_ctl(&out, "ns", "create", "delta", "frames=128", "min=100", "low=100", NULL),
+		1);
 	assert_non_null(strstr(out, "no room"));
 	free(out);
 	ctl_ok("ns", "delete", "gamma", NULL);
@@ -393,17 +377,62 @@ static void test_resize(void **state)
 
 /* ---- Prometheus ------------------------------------------------------------------------- */
 
+/*
+ * Background reclaim: cache brings the budget under its low point (2%: 81 frames free) while
+ * each pool has free frames above its own watermarks; kvswapd, woken by that charge, takes
+ * cache across the namespaces until the budget's high point (3%: 122) is free again, with no
+ * allocation waiting for it (kvmm_budget_balance).
+ */
+static void test_background(void **state)
+{
+	long long runs0, freed0, bfree = 0;
+	kvmm_client_t *a, *b;
+	int i;
+
+	(void)state;
+	itest_need_daemon();
+	drop_all();
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &a), 0);
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_B, &itest_fmt, &b), 0);
+	runs0 = itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "BudgetBackground");
+	freed0 = itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "BudgetBackgroundFreed");
+	assert_true(runs0 >= 0 && freed0 >= 0);
+	fill(a, 300, 200, false);
+	/* prompts of 200 pages, cached one after the other: beta's pool keeps 200 free */
+	for (i = 0; i < (BUDGET - 200 - 40) / 200; i++)
+		fill(b, 400 + i, 200, false);
+	fill(b, 500, (BUDGET - 200 - 40) % 200, false);
+	for (i = 0; i < 500; i++) {
+		bfree = itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "BudgetFree");
+		if (bfree >= BUDGET * 3 / 100)
+			break;
+		itest_sleep_ms(10);
+	}
+	print_message(
+		"budget free %lld frames after %d ms; %lld background runs freed %lld\n", bfree,
+		i * 10, itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "BudgetBackground") - runs0,
+		itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "BudgetBackgroundFreed") - freed0);
+	assert_true(bfree >= BUDGET * 3 / 100);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "BudgetBackground") > runs0);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "BudgetBackgroundFreed") > freed0);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "budget_background") >= 0);
+	drop_all();
+	kvmm_detach(a);
+	kvmm_detach(b);
+}
+
 static void test_metrics(void **state)
 {
 	char *out;
 
 	(void)state;
 	itest_need_daemon();
-	assert_int_equal(ctl(&out, "--json", "namespaces", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--json", "namespaces", NULL), 0);
+	assert_true(itest_json_ok(out));
 	assert_non_null(strstr(out, "\"resident\":"));
 	assert_non_null(strstr(out, "\"low_events\":"));
 	free(out);
-	assert_int_equal(ctl(&out, "vmstat", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "vmstat", NULL), 0);
 	assert_non_null(strstr(out, "budget_reclaim"));
 	free(out);
 }
@@ -411,12 +440,9 @@ static void test_metrics(void **state)
 static int setup(void **state)
 {
 	static const char *const extra[] = {"--frames", STR(BUDGET), NULL};
-	const char *env = getenv("KVMM_KVMMCTL");
 
 	(void)state;
-	snprintf(ctl_bin, sizeof(ctl_bin), "%s", env && env[0] ? env : "./tools/kvmmctl");
-	if (access(ctl_bin, X_OK)) {
-		fprintf(stderr, "itest_budget: %s not built\n", ctl_bin);
+	if (!itest_have_ctl("itest_budget")) {
 		itest_no_daemon = true;
 		return 0;
 	}
@@ -431,6 +457,7 @@ int main(void)
 		cmocka_unit_test(test_min_and_low_events),
 		cmocka_unit_test(test_min_preempts),
 		cmocka_unit_test(test_resize),
+		cmocka_unit_test(test_background),
 		cmocka_unit_test(test_metrics),
 	};
 	int failed;

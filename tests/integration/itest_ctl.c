@@ -31,138 +31,14 @@
 #include "itest.h"
 #include "runtime/kvmm.h"
 
-static char ctl_bin[4096];
-
-/* kvmmctl --socket SOCK args... (NULL-terminated) */
-static int ctl(char **out, ...)
-{
-	const char *argv[32];
-	va_list ap;
-	int argc = 0;
-
-	argv[argc++] = ctl_bin;
-	argv[argc++] = "--socket";
-	argv[argc++] = itest_d.sock;
-	va_start(ap, out);
-	while (argc < 31 && (argv[argc] = va_arg(ap, const char *)))
-		argc++;
-	va_end(ap);
-	argv[argc] = NULL;
-	return itest_run(out, (uid_t)-1, argv);
-}
-
-/* ---- a tiny JSON validator: one value, then only white space (or, lines: one per line) --- */
-
-static const char *ws(const char *p)
-{
-	while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
-		p++;
-	return p;
-}
-
-static const char *jvalue(const char *p, int depth);
-
-static const char *jstring(const char *p)
-{
-	if (*p++ != '"')
-		return NULL;
-	while (*p && *p != '"') {
-		if ((unsigned char)*p < 0x20)
-			return NULL;
-		if (*p == '\\') {
-			p++;
-			if (*p == 'u') {
-				for (int i = 1; i <= 4; i++)
-					if (!strchr("0123456789abcdefABCDEF", p[i]) || !p[i])
-						return NULL;
-				p += 4;
-			} else if (!strchr("\"\\/bfnrt", *p) || !*p) {
-				return NULL;
-			}
-		}
-		p++;
-	}
-	return *p == '"' ? p + 1 : NULL;
-}
-
-static const char *jvalue(const char *p, int depth)
-{
-	p = ws(p);
-	if (depth > 32)
-		return NULL;
-	if (*p == '{' || *p == '[') {
-		char close = *p == '{' ? '}' : ']';
-		bool obj = *p == '{';
-
-		p = ws(p + 1);
-		if (*p == close)
-			return p + 1;
-		for (;;) {
-			if (obj) {
-				p = jstring(ws(p));
-				if (!p)
-					return NULL;
-				p = ws(p);
-				if (*p++ != ':')
-					return NULL;
-			}
-			p = jvalue(p, depth + 1);
-			if (!p)
-				return NULL;
-			p = ws(p);
-			if (*p == ',') {
-				p++;
-				continue;
-			}
-			return *p == close ? p + 1 : NULL;
-		}
-	}
-	if (*p == '"')
-		return jstring(p);
-	if (!strncmp(p, "null", 4) || !strncmp(p, "true", 4))
-		return p + 4;
-	if (!strncmp(p, "false", 5))
-		return p + 5;
-	if (*p == '-' || (*p >= '0' && *p <= '9')) {
-		char *end;
-
-		strtod(p, &end);
-		return end == p ? NULL : end;
-	}
-	return NULL;
-}
-
-static bool json_ok(const char *text)
-{
-	const char *p = jvalue(text, 0);
-
-	return p && !*ws(p);
-}
-
-/* JSON Lines: every non-empty line one JSON value */
-static bool json_lines_ok(const char *text)
-{
-	char *dup = strdup(text), *line, *save = NULL;
-	bool ok = true;
-
-	assert_non_null(dup);
-	for (line = strtok_r(dup, "\n", &save); line && ok; line = strtok_r(NULL, "\n", &save))
-		ok = json_ok(line);
-	free(dup);
-	return ok;
-}
-
 /* ---- fixtures ------------------------------------------------------------------------ */
 
 static int setup(void **state)
 {
 	static const char *const extra[] = {"--metrics", "127.0.0.1:0", NULL};
-	const char *env = getenv("KVMM_KVMMCTL");
 
 	(void)state;
-	snprintf(ctl_bin, sizeof(ctl_bin), "%s", env && env[0] ? env : "./tools/kvmmctl");
-	if (!itest_daemon_find(&itest_d) || access(ctl_bin, X_OK)) {
-		fprintf(stderr, "itest_ctl: kvmmd or %s not built\n", ctl_bin);
+	if (!itest_have_ctl("itest_ctl") || !itest_daemon_find(&itest_d)) {
 		itest_no_daemon = true;
 		return 0;
 	}
@@ -187,7 +63,7 @@ static kvmm_client_t *client_with_seq(unsigned long long *cid, uint64_t *sid)
 			 0);
 	assert_int_equal(kvmm_seal(c, *sid, 0, 0), 0);
 	/* the client id, from the daemon's own table */
-	assert_int_equal(ctl(&out, "--raw", "seqs", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--raw", "seqs", NULL), 0);
 	l = strstr(out, "Seq: ");
 	assert_non_null(l);
 	l = strstr(l, " client=");
@@ -202,7 +78,8 @@ static kvmm_client_t *client_with_seq(unsigned long long *cid, uint64_t *sid)
 
 static void test_exit_codes(void **state)
 {
-	const char *argv[] = {ctl_bin, "--socket", "/nonexistent/kvmmd.sock", "status", NULL};
+	const char *argv[] = {itest_ctl_bin(), "--socket", "/nonexistent/kvmmd.sock", "status",
+			      NULL};
 	char *out;
 
 	(void)state;
@@ -210,25 +87,25 @@ static void test_exit_codes(void **state)
 	assert_int_equal(itest_run(&out, (uid_t)-1, argv), 3);
 	assert_non_null(strstr(out, "no daemon"));
 	free(out);
-	assert_int_equal(ctl(NULL, "frobnicate", NULL), 2);
-	assert_int_equal(ctl(NULL, "pagetable", NULL), 2);
-	assert_int_equal(ctl(NULL, "pagetable", "7", NULL), 2); /* no client */
-	assert_int_equal(ctl(NULL, "pagetable", "x:1", NULL), 2);
-	assert_int_equal(ctl(NULL, "limit", "alpha", NULL), 2);
-	assert_int_equal(ctl(NULL, "reclaim", "lots", NULL), 2);
-	assert_int_equal(ctl(NULL, "--event", "bogus", "trace", NULL), 2);
-	assert_int_equal(ctl(NULL, "--bogus-option", "status", NULL), 2);
-	assert_int_equal(ctl(NULL, "status", "extra", NULL), 2);
+	assert_int_equal(itest_ctl(NULL, "frobnicate", NULL), 2);
+	assert_int_equal(itest_ctl(NULL, "pagetable", NULL), 2);
+	assert_int_equal(itest_ctl(NULL, "pagetable", "7", NULL), 2); /* no client */
+	assert_int_equal(itest_ctl(NULL, "pagetable", "x:1", NULL), 2);
+	assert_int_equal(itest_ctl(NULL, "limit", "alpha", NULL), 2);
+	assert_int_equal(itest_ctl(NULL, "reclaim", "lots", NULL), 2);
+	assert_int_equal(itest_ctl(NULL, "--event", "bogus", "trace", NULL), 2);
+	assert_int_equal(itest_ctl(NULL, "--bogus-option", "status", NULL), 2);
+	assert_int_equal(itest_ctl(NULL, "status", "extra", NULL), 2);
 	/* a daemon error is 1 */
-	assert_int_equal(ctl(&out, "limit", "nosuch", "10", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "limit", "nosuch", "10", NULL), 1);
 	assert_non_null(strstr(out, "no namespace"));
 	free(out);
-	assert_int_equal(ctl(NULL, "pagetable", "999:1", NULL), 1);
+	assert_int_equal(itest_ctl(NULL, "pagetable", "999:1", NULL), 1);
 }
 
 static void test_permission(void **state)
 {
-	const char *argv[] = {ctl_bin, "--socket", itest_d.sock, "status", NULL};
+	const char *argv[] = {itest_ctl_bin(), "--socket", itest_d.sock, "status", NULL};
 	char *out;
 	int rc;
 
@@ -260,50 +137,50 @@ static void test_read_verbs(void **state)
 	itest_need_daemon();
 	c = client_with_seq(&cid, &sid);
 	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
-		assert_int_equal(ctl(&out, verbs[i], NULL), 0);
+		assert_int_equal(itest_ctl(&out, verbs[i], NULL), 0);
 		assert_true(strlen(out) > 0);
 		free(out);
-		assert_int_equal(ctl(&out, "--json", verbs[i], NULL), 0);
-		if (!json_ok(out))
+		assert_int_equal(itest_ctl(&out, "--json", verbs[i], NULL), 0);
+		if (!itest_json_ok(out))
 			fail_msg("%s --json is not JSON:\n%s", verbs[i], out);
 		free(out);
 	}
 	/* the tables say what is there */
-	assert_int_equal(ctl(&out, "meminfo", "--frames", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "meminfo", "--frames", NULL), 0);
 	assert_non_null(strstr(out, "namespace"));
 	assert_non_null(strstr(out, "alpha"));
 	free(out);
-	assert_int_equal(ctl(&out, "status", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "status", NULL), 0);
 	assert_non_null(strstr(out, "FramesUsed:       4 frames"));
 	free(out);
-	assert_int_equal(ctl(&out, "clients", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "clients", NULL), 0);
 	assert_non_null(strstr(out, "attached"));
 	assert_non_null(strstr(out, "REQUESTS"));
 	free(out);
-	assert_int_equal(ctl(&out, "--ns", "alpha", "seqs", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--ns", "alpha", "seqs", NULL), 0);
 	assert_non_null(strstr(out, "alpha"));
 	free(out);
-	assert_int_equal(ctl(&out, "--ns", "beta", "--raw", "seqs", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--ns", "beta", "--raw", "seqs", NULL), 0);
 	assert_null(strstr(out, "Seq:"));
 	free(out);
-	assert_int_equal(ctl(&out, "--json", "seqs", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--json", "seqs", NULL), 0);
 	assert_non_null(strstr(out, "\"sealed\":3"));
 	free(out);
-	assert_int_equal(ctl(&out, "--json", "vmstat", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--json", "vmstat", NULL), 0);
 	assert_non_null(strstr(out, "\"seal\":"));
 	free(out);
-	assert_int_equal(ctl(&out, "swap", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "swap", NULL), 0);
 	assert_non_null(strstr(out, "no swap tiers"));
 	free(out);
 
 	/* pagetable CLIENT:SEQ and --client ID SEQ */
 	snprintf(arg, sizeof(arg), "%llu:%llu", cid, (unsigned long long)sid);
-	assert_int_equal(ctl(&out, "pagetable", arg, NULL), 0);
+	assert_int_equal(itest_ctl(&out, "pagetable", arg, NULL), 0);
 	assert_non_null(strstr(out, "present"));
 	assert_non_null(strstr(out, "BLOCK"));
 	free(out);
-	assert_int_equal(ctl(&out, "--json", "pagetable", arg, NULL), 0);
-	assert_true(json_ok(out));
+	assert_int_equal(itest_ctl(&out, "--json", "pagetable", arg, NULL), 0);
+	assert_true(itest_json_ok(out));
 	assert_non_null(strstr(out, "\"blocks\":4"));
 	assert_non_null(strstr(out, "\"sealed\":3"));
 	free(out);
@@ -312,17 +189,18 @@ static void test_read_verbs(void **state)
 		char s[32];
 
 		snprintf(s, sizeof(s), "%llu", (unsigned long long)sid);
-		assert_int_equal(ctl(&out, "--client", arg, "--raw", "pagetable", s, NULL), 0);
+		assert_int_equal(itest_ctl(&out, "--client", arg, "--raw", "pagetable", s, NULL),
+				 0);
 		assert_non_null(strstr(out, "Pte: 0 type=present"));
 		free(out);
 	}
 	/* free the sequence: its sealed pages go to the LRU, which lru shows */
 	assert_int_equal(kvmm_seq_free(c, sid), 0);
-	assert_int_equal(ctl(&out, "--raw", "lru", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--raw", "lru", NULL), 0);
 	assert_non_null(strstr(out, "Inactive:         3 pages"));
 	assert_non_null(strstr(out, "list=inactive age=0"));
 	free(out);
-	assert_int_equal(ctl(&out, "namespaces", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "namespaces", NULL), 0);
 	assert_non_null(strstr(out, "HIT%"));
 	free(out);
 	kvmm_detach(c);
@@ -340,27 +218,27 @@ static void test_admin_verbs(void **state)
 	itest_need_daemon();
 	c = client_with_seq(&cid, &sid);
 	assert_int_equal(kvmm_seq_free(c, sid), 0);
-	assert_int_equal(ctl(&out, "limit", "alpha", "200", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "limit", "alpha", "200", NULL), 0);
 	free(out);
-	assert_int_equal(ctl(&out, "--raw", "--ns", "alpha", "meminfo", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--raw", "--ns", "alpha", "meminfo", NULL), 0);
 	assert_non_null(strstr(out, "Limit:            200 frames"));
 	free(out);
-	assert_int_equal(ctl(&out, "limit", "alpha", "none", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "limit", "alpha", "none", NULL), 0);
 	free(out);
-	assert_int_equal(ctl(&out, "reclaim", "1", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "reclaim", "1", NULL), 0);
 	assert_non_null(strstr(out, "reclaimed 1 of 1"));
 	free(out);
-	assert_int_equal(ctl(&out, "drop-caches", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "drop-caches", NULL), 0);
 	assert_non_null(strstr(out, "dropped"));
 	free(out);
-	assert_int_equal(ctl(&out, "--raw", "--ns", "alpha", "meminfo", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--raw", "--ns", "alpha", "meminfo", NULL), 0);
 	assert_non_null(strstr(out, "Cached:           0 frames"));
 	free(out);
 	/* swapon / swapoff: done, or a clear "not supported" from a daemon without it */
-	rc = ctl(&out, "swapon", "1", "1048576", NULL);
+	rc = itest_ctl(&out, "swapon", "1", "1048576", NULL);
 	assert_true(rc == 0 || (rc == 1 && strstr(out, "no swap support")));
 	free(out);
-	rc = ctl(&out, "swapoff", "1", NULL);
+	rc = itest_ctl(&out, "swapoff", "1", NULL);
 	assert_true(rc == 0 ||
 		    (rc == 1 && (strstr(out, "no swap support") || strstr(out, "No such"))));
 	free(out);
@@ -382,7 +260,7 @@ static void test_swap_ns(void **state)
 
 	(void)state;
 	itest_need_daemon();
-	rc = ctl(&out, "swapon", "1", "1048576", "host", "5", "--ns", "alpha", NULL);
+	rc = itest_ctl(&out, "swapon", "1", "1048576", "host", "5", "--ns", "alpha", NULL);
 	if (rc == 1 && strstr(out, "no swap support")) {
 		free(out);
 		skip();
@@ -390,18 +268,18 @@ static void test_swap_ns(void **state)
 	assert_int_equal(rc, 0);
 	assert_non_null(strstr(out, "in alpha"));
 	free(out);
-	assert_int_equal(ctl(&out, "--json", "swap", NULL), 0);
-	assert_true(json_ok(out));
+	assert_int_equal(itest_ctl(&out, "--json", "swap", NULL), 0);
+	assert_true(itest_json_ok(out));
 	assert_non_null(strstr(out, "\"alpha\""));
 	assert_null(strstr(out, "\"beta\""));
 	free(out);
-	assert_int_equal(ctl(&out, "--ns", "beta", "swap", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--ns", "beta", "swap", NULL), 0);
 	assert_non_null(strstr(out, "no swap tiers"));
 	free(out);
 	/* an unknown namespace; a tier beta does not have */
-	assert_int_equal(ctl(&out, "swapon", "2", "1048576", "--ns", "nosuch", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "swapon", "2", "1048576", "--ns", "nosuch", NULL), 1);
 	free(out);
-	assert_int_equal(ctl(&out, "swapoff", "1", "--ns", "beta", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "swapoff", "1", "--ns", "beta", NULL), 1);
 	assert_non_null(strstr(out, "no tier 1 in namespace beta"));
 	free(out);
 
@@ -410,10 +288,10 @@ static void test_swap_ns(void **state)
 	assert_int_equal(kvmm_seq_free(c, sid), 0); /* 3 sealed pages stay cached */
 	demoted = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote");
 	drops = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_drop");
-	assert_int_equal(ctl(&out, "--noswap", "reclaim", "100000", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--noswap", "reclaim", "100000", NULL), 0);
 	free(out);
 	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") >= demoted + 3);
-	assert_int_equal(ctl(&out, "drop-caches", "swap", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "drop-caches", "swap", NULL), 0);
 	p = strstr(out, "dropped ");
 	assert_non_null(p);
 	dropped = strtoull(p + 8, NULL, 10);
@@ -421,19 +299,19 @@ static void test_swap_ns(void **state)
 	assert_true(dropped >= 3);
 	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_drop"),
 			 drops + (long long)dropped);
-	assert_int_equal(ctl(&out, "--raw", "--ns", "alpha", "swap", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--raw", "--ns", "alpha", "swap", NULL), 0);
 	p = strstr(out, " used=");
 	assert_non_null(p);
 	assert_int_equal(strtoull(p + 6, NULL, 10), 0);
 	free(out);
-	assert_int_equal(ctl(&out, "drop-caches", "swap", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "drop-caches", "swap", NULL), 0);
 	assert_non_null(strstr(out, "dropped 0 "));
 	free(out);
 	kvmm_detach(c);
 
-	assert_int_equal(ctl(&out, "swapoff", "1", "--ns", "alpha", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "swapoff", "1", "--ns", "alpha", NULL), 0);
 	free(out);
-	assert_int_equal(ctl(&out, "swap", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "swap", NULL), 0);
 	assert_non_null(strstr(out, "no swap tiers"));
 	free(out);
 }
@@ -457,9 +335,9 @@ static void wait_subscribers(long long n)
 
 static void test_trace(void **state)
 {
-	const char *argv[] = {ctl_bin,	"--socket",  itest_d.sock, "trace",
-			      "--json", "--event",   "alloc,seal", "--count",
-			      "3",	"--timeout", "10000",	   NULL};
+	const char *argv[] = {itest_ctl_bin(), "--socket",   itest_d.sock, "trace", "--json",
+			      "--event",       "alloc,seal", "--count",	   "3",	    "--timeout",
+			      "10000",	       NULL};
 	unsigned long long cid;
 	kvmm_client_t *c;
 	int pfd[2], status;
@@ -495,7 +373,7 @@ static void test_trace(void **state)
 	close(pfd[0]);
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	assert_true(json_lines_ok(buf));
+	assert_true(itest_json_lines_ok(buf));
 	assert_non_null(strstr(buf, "\"type\":\"alloc\""));
 	assert_null(strstr(buf, "\"type\":\"attach\"")); /* filtered out */
 	wait_subscribers(0);
@@ -505,24 +383,24 @@ static void test_trace(void **state)
 		char id[24];
 
 		snprintf(id, sizeof(id), "%llu", cid);
-		assert_int_equal(ctl(&out, "trace", "--dump", "--client", id, NULL), 0);
+		assert_int_equal(itest_ctl(&out, "trace", "--dump", "--client", id, NULL), 0);
 		assert_non_null(strstr(out, "attach"));
 		assert_non_null(strstr(out, "seal"));
 		free(out);
-		assert_int_equal(ctl(&out, "trace", "--dump", "--json", "--event", "seal", NULL),
-				 0);
-		assert_true(json_lines_ok(out));
+		assert_int_equal(
+			itest_ctl(&out, "trace", "--dump", "--json", "--event", "seal", NULL), 0);
+		assert_true(itest_json_lines_ok(out));
 		assert_non_null(strstr(out, "\"type\":\"seal\""));
 		assert_null(strstr(out, "\"type\":\"alloc\""));
 		free(out);
 	}
 	kvmm_detach(c);
-	assert_int_equal(ctl(&out, "trace", "--dump", "--event", "detach", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "trace", "--dump", "--event", "detach", NULL), 0);
 	assert_non_null(strstr(out, "detach"));
 	free(out);
 	/* --clear forgets what it showed */
-	assert_int_equal(ctl(NULL, "trace", "--clear", NULL), 0);
-	assert_int_equal(ctl(&out, "trace", "--dump", "--event", "seal", NULL), 0);
+	assert_int_equal(itest_ctl(NULL, "trace", "--clear", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "trace", "--dump", "--event", "seal", NULL), 0);
 	assert_null(strstr(out, "seal"));
 	free(out);
 }
@@ -560,7 +438,7 @@ static void test_top(void **state)
 	snprintf(tsock, sizeof(tsock), "%s/tmux.sock", itest_d.dir);
 	assert_int_equal(sh(NULL,
 			    "tmux -S %s new-session -d -s top -x 132 -y 40 '%s --socket %s top'",
-			    tsock, ctl_bin, itest_d.sock),
+			    tsock, itest_ctl_bin(), itest_d.sock),
 			 0);
 	for (int i = 0; i < 500 && !seen; i++) {
 		free(out);
@@ -643,7 +521,7 @@ static void test_top_follows_restart(void **state)
 				   "for i in $(seq 500); do [ -S %s ] && break; sleep 0.01; "
 				   "done; tmux -S %s new-session -d -s top -x 132 -y 40 "
 				   "'%s --socket %s top'",
-				   sock, tsock, ctl_bin, sock),
+				   sock, tsock, itest_ctl_bin(), sock),
 				0);
 		assert_true(pane_shows(tsock, &out, "NAMESPACE", round ? "second" : "first", NULL));
 		assert_true(!round || !strstr(out, "first"));
@@ -742,6 +620,9 @@ static void test_metrics(void **state)
 	assert_non_null(strstr(out, "kvmm_pgscan_total{namespace=\"beta\"}"));
 	/* the daemon-wide frame budget (kvmm/budget.c) */
 	assert_non_null(strstr(out, "\nkvmm_budget_frames 4352\n"));
+	assert_non_null(strstr(out, "# TYPE kvmm_budget_low_events_total counter\n"));
+	assert_non_null(strstr(out, "\nkvmm_budget_background_runs_total "));
+	assert_non_null(strstr(out, "# TYPE kvmm_budget_background_frames_total counter\n"));
 	assert_non_null(strstr(out, "kvmm_namespace_resident_frames{namespace=\"alpha\"}"));
 	assert_non_null(strstr(out, "kvmm_namespace_low_events_total{namespace=\"beta\"} 0"));
 	check_exposition(out);
@@ -769,7 +650,7 @@ static void test_metrics(void **state)
 	assert_string_equal(out, "405");
 	free(out);
 	/* the daemon is still fine */
-	assert_int_equal(ctl(NULL, "status", NULL), 0);
+	assert_int_equal(itest_ctl(NULL, "status", NULL), 0);
 }
 
 /* Attach to ns as uid 65534 in a child: the error (negated), or 0. */
@@ -816,48 +697,48 @@ static void test_ctl_fixes(void **state)
 	(void)state;
 	itest_need_daemon();
 	/* limit: the priority range; a negative number is parsed as one, not as an option */
-	assert_int_equal(ctl(&out, "limit", "alpha", "none", "1001", NULL), 2);
+	assert_int_equal(itest_ctl(&out, "limit", "alpha", "none", "1001", NULL), 2);
 	assert_non_null(strstr(out, "not in -1000..1000"));
 	free(out);
-	assert_int_equal(ctl(&out, "limit", "alpha", "none", "-1001", NULL), 2);
+	assert_int_equal(itest_ctl(&out, "limit", "alpha", "none", "-1001", NULL), 2);
 	assert_non_null(strstr(out, "not in -1000..1000"));
 	free(out);
-	assert_int_equal(ctl(&out, "limit", "alpha", "none", "-5", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "limit", "alpha", "none", "-5", NULL), 0);
 	free(out);
-	assert_int_equal(ctl(&out, "limit", "alpha", "-5", NULL), 2);
+	assert_int_equal(itest_ctl(&out, "limit", "alpha", "-5", NULL), 2);
 	assert_non_null(strstr(out, "not a size: '-5'"));
 	assert_null(strstr(out, "invalid option"));
 	free(out);
 
 	/* meminfo without a limit: no Limit line, "none" in the table */
-	assert_int_equal(ctl(&out, "--raw", "--ns", "alpha", "meminfo", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--raw", "--ns", "alpha", "meminfo", NULL), 0);
 	assert_null(strstr(out, "Limit:"));
 	free(out);
-	assert_int_equal(ctl(&out, "--ns", "alpha", "meminfo", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--ns", "alpha", "meminfo", NULL), 0);
 	assert_non_null(strstr(out, " none "));
 	free(out);
 
 	/* unknown names are named */
-	assert_int_equal(ctl(&out, "--ns", "nosuch", "meminfo", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "--ns", "nosuch", "meminfo", NULL), 1);
 	assert_non_null(strstr(out, "no namespace 'nosuch'"));
 	free(out);
-	assert_int_equal(ctl(&out, "fault", "swap.nosuch", "nth=1", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "fault", "swap.nosuch", "nth=1", NULL), 1);
 	assert_non_null(strstr(out, "no fault point 'swap.nosuch'"));
 	free(out);
-	assert_int_equal(ctl(&out, "--ns", "nosuch", "fault", "swap.read", "off", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "--ns", "nosuch", "fault", "swap.read", "off", NULL), 1);
 	assert_non_null(strstr(out, "no namespace 'nosuch'"));
 	free(out);
-	assert_int_equal(ctl(&out, "pagetable", "999:1", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "pagetable", "999:1", NULL), 1);
 	assert_non_null(strstr(out, "no sequence 1 of client 999"));
 	free(out);
-	assert_int_equal(ctl(&out, "swapoff", "9", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "swapoff", "9", NULL), 1);
 	assert_non_null(strstr(out, "no tier 9"));
 	free(out);
 
 	/* the pagetable header names the namespace */
 	c = client_with_seq(&cid, &sid);
 	snprintf(arg, sizeof(arg), "%llu:%llu", cid, (unsigned long long)sid);
-	assert_int_equal(ctl(&out, "pagetable", arg, NULL), 0);
+	assert_int_equal(itest_ctl(&out, "pagetable", arg, NULL), 0);
 	assert_non_null(strstr(out, "(namespace alpha)"));
 	assert_null(strstr(out, "namespace..."));
 	free(out);
@@ -865,19 +746,19 @@ static void test_ctl_fixes(void **state)
 	kvmm_detach(c);
 
 	/* swapon: kvmmd's size suffixes and default priorities (host 10) */
-	rc = ctl(&out, "swapon", "3", "1M", "--ns", "beta", NULL);
+	rc = itest_ctl(&out, "swapon", "3", "1M", "--ns", "beta", NULL);
 	if (rc == 1 && strstr(out, "no swap support")) {
 		free(out);
 		skip();
 	}
 	assert_int_equal(rc, 0);
 	free(out);
-	assert_int_equal(ctl(&out, "--raw", "--ns", "beta", "swap", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--raw", "--ns", "beta", "swap", NULL), 0);
 	assert_non_null(strstr(out, "priority=10"));
 	free(out);
-	assert_int_equal(ctl(&out, "swapoff", "3", "--ns", "beta", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "swapoff", "3", "--ns", "beta", NULL), 0);
 	free(out);
-	assert_int_equal(ctl(&out, "swapon", "3", "1Q", NULL), 2);
+	assert_int_equal(itest_ctl(&out, "swapon", "3", "1Q", NULL), 2);
 	free(out);
 
 	/*
@@ -890,7 +771,8 @@ static void test_ctl_fixes(void **state)
 
 		snprintf(path, sizeof(path), "/dev/shm/kvmm-itest-%d.swap", (int)getpid());
 		snprintf(arg, sizeof(arg), "%llu", too_big);
-		assert_int_equal(ctl(&out, "swapon", "4", arg, path, "--ns", "beta", NULL), 1);
+		assert_int_equal(itest_ctl(&out, "swapon", "4", arg, path, "--ns", "beta", NULL),
+				 1);
 		free(out);
 		assert_int_equal(stat(path, &st), -1);
 		assert_int_equal(errno, ENOENT);
@@ -903,7 +785,8 @@ static void test_ctl_fixes(void **state)
 	/* root: a swapon the daemon cannot do shows the daemon's errno, not "need root" */
 	if (geteuid() == 0) {
 		assert_int_equal(
-			ctl(&out, "swapon", "4", "1M", "/proc/version", "--ns", "beta", NULL), 1);
+			itest_ctl(&out, "swapon", "4", "1M", "/proc/version", "--ns", "beta", NULL),
+			1);
 		assert_null(strstr(out, "admin verbs need root"));
 		free(out);
 

@@ -32,32 +32,12 @@
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-static char ctl_bin[4096];
-
-/* Run kvmmctl --socket SOCK args... (NULL-terminated); its output in *out.  Exit status. */
-static int ctl(char **out, ...)
-{
-	const char *argv[32];
-	int argc = 0;
-	va_list ap;
-
-	argv[argc++] = ctl_bin;
-	argv[argc++] = "--socket";
-	argv[argc++] = itest_d.sock;
-	va_start(ap, out);
-	while (argc < 31 && (argv[argc] = va_arg(ap, const char *)))
-		argc++;
-	va_end(ap);
-	argv[argc] = NULL;
-	return itest_run(out, (uid_t)-1, argv);
-}
-
 /* The daemon's NAMESPACES record of @ns (malloc'd line), or NULL when it has none. */
 static char *ns_record(const char *ns)
 {
 	char *out, *line = NULL, *p, needle[64];
 
-	assert_int_equal(ctl(&out, "--raw", "namespaces", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--raw", "namespaces", NULL), 0);
 	snprintf(needle, sizeof(needle), "Namespace: %s ", ns);
 	p = strstr(out, needle);
 	if (p)
@@ -137,22 +117,23 @@ static void test_ns_verbs(void **state)
 	(void)state;
 	itest_need_daemon();
 	/* bad arguments: exit 2 before any daemon is asked */
-	assert_int_equal(ctl(&out, "ns", "create", "gamma", NULL), 2);
+	assert_int_equal(itest_ctl(&out, "ns", "create", "gamma", NULL), 2);
 	assert_non_null(strstr(out, "give its size"));
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "make", "gamma", NULL), 2);
+	assert_int_equal(itest_ctl(&out, "ns", "make", "gamma", NULL), 2);
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "create", "gamma", "frames=x", NULL), 2);
+	assert_int_equal(itest_ctl(&out, "ns", "create", "gamma", "frames=x", NULL), 2);
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "set", "alpha", "frames=10", NULL), 2);
+	assert_int_equal(itest_ctl(&out, "ns", "set", "alpha", "frames=10", NULL), 2);
 	assert_non_null(strstr(out, "size is fixed"));
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "create", "gamma", "frames=10", "priority=1001", NULL), 2);
+	assert_int_equal(
+		itest_ctl(&out, "ns", "create", "gamma", "frames=10", "priority=1001", NULL), 2);
 	free(out);
 
 	/* create: 100 frames from what the pool leaves, with its limit and protections */
-	assert_int_equal(ctl(&out, "ns", "create", "gamma", "frames=100", "max=80", "min=10",
-			     "low=20", "priority=-3", NULL),
+	assert_int_equal(itest_ctl(&out, "ns", "create", "gamma", "frames=100", "max=80", "min=10",
+				   "low=20", "priority=-3", NULL),
 			 0);
 	assert_non_null(strstr(out, "gamma: created"));
 	free(out);
@@ -161,45 +142,45 @@ static void test_ns_verbs(void **state)
 	assert_true(ns_has("gamma", "min=10"));
 	assert_true(ns_has("gamma", "low=20"));
 	assert_true(ns_has("gamma", "priority=-3"));
-	assert_int_equal(ctl(&out, "namespaces", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "namespaces", NULL), 0);
 	assert_non_null(strstr(out, "gamma"));
 	assert_non_null(strstr(out, "MIN"));
 	free(out);
 	/* twice, too big, inconsistent */
-	assert_int_equal(ctl(&out, "ns", "create", "gamma", "frames=10", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "ns", "create", "gamma", "frames=10", NULL), 1);
 	assert_non_null(strstr(out, "exists"));
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "create", "delta", "frames=100000", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "ns", "create", "delta", "frames=100000", NULL), 1);
 	assert_non_null(strstr(out, "no room"));
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "create", "delta", "frames=10", "min=20", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "ns", "create", "delta", "frames=10", "min=20", NULL), 1);
 	assert_non_null(strstr(out, "refused"));
 	free(out);
 
 	/* a client in it: delete is refused, the namespace works */
 	assert_int_equal(kvmm_attach(itest_d.sock, "gamma", &itest_fmt, &c), 0);
 	assert_int_equal(kvmm_seq_create(c, 0, &sid), 0);
-	assert_int_equal(ctl(&out, "ns", "delete", "gamma", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "ns", "delete", "gamma", NULL), 1);
 	assert_non_null(strstr(out, "busy"));
 	free(out);
 	assert_true(ns_has("gamma", "clients=1"));
 
 	/* set: no limit is "-", protections off */
-	assert_int_equal(
-		ctl(&out, "ns", "set", "gamma", "max=none", "min=0", "low=0", "priority=5", NULL),
-		0);
+	assert_int_equal(itest_ctl(&out, "ns", "set", "gamma", "max=none", "min=0", "low=0",
+				   "priority=5", NULL),
+			 0);
 	free(out);
 	assert_true(ns_has("gamma", "limit=-"));
 	assert_true(ns_has("gamma", "min=-"));
 	assert_true(ns_has("gamma", "priority=5"));
-	assert_int_equal(ctl(&out, "ns", "set", "gamma", "max=5", "min=10", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "ns", "set", "gamma", "max=5", "min=10", NULL), 1);
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "set", "nosuch", "max=5", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "ns", "set", "nosuch", "max=5", NULL), 1);
 	assert_non_null(strstr(out, "no namespace 'nosuch'"));
 	free(out);
 
 	/* forced: the client is shut out, its namespace and frames go */
-	assert_int_equal(ctl(&out, "ns", "delete", "gamma", "--force", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "ns", "delete", "gamma", "--force", NULL), 0);
 	assert_non_null(strstr(out, "gamma: deleted"));
 	free(out);
 	assert_null(ns_record("gamma"));
@@ -212,21 +193,21 @@ static void test_ns_verbs(void **state)
 		char arg[32];
 
 		snprintf(arg, sizeof(arg), "frames=%d", FREE_FRAMES);
-		assert_int_equal(ctl(&out, "ns", "create", "delta", arg, NULL), 0);
+		assert_int_equal(itest_ctl(&out, "ns", "create", "delta", arg, NULL), 0);
 		free(out);
 		snprintf(arg, sizeof(arg), "frames=%d", POOL_FRAMES);
-		assert_int_equal(ctl(&out, "ns", "create", "zeta", arg, NULL), 0);
+		assert_int_equal(itest_ctl(&out, "ns", "create", "zeta", arg, NULL), 0);
 		free(out);
 		snprintf(arg, sizeof(arg), "frames=%d", POOL_FRAMES + 1);
-		assert_int_equal(ctl(&out, "ns", "create", "eta", arg, NULL), 1);
+		assert_int_equal(itest_ctl(&out, "ns", "create", "eta", arg, NULL), 1);
 		assert_non_null(strstr(out, "no room"));
 	}
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "delete", "delta", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "ns", "delete", "delta", NULL), 0);
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "delete", "zeta", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "ns", "delete", "zeta", NULL), 0);
 	free(out);
-	assert_int_equal(ctl(&out, "ns", "delete", "nosuch", NULL), 1);
+	assert_int_equal(itest_ctl(&out, "ns", "delete", "nosuch", NULL), 1);
 	assert_non_null(strstr(out, "no namespace 'nosuch'"));
 	free(out);
 }
@@ -239,17 +220,18 @@ static void test_no_limit_shown_as_none(void **state)
 	(void)state;
 	itest_need_daemon();
 	assert_true(ns_has(ITEST_NS_A, "limit=-"));
-	assert_int_equal(ctl(&out, "--json", "--ns", ITEST_NS_A, "namespaces", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "--json", "--ns", ITEST_NS_A, "namespaces", NULL), 0);
+	assert_true(itest_json_ok(out));
 	assert_non_null(strstr(out, "\"limit\":null"));
 	free(out);
-	assert_int_equal(ctl(&out, "namespaces", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "namespaces", NULL), 0);
 	/* the table: "-" in the LIMIT column, not 256 twice */
 	assert_null(strstr(out, "256       256"));
 	free(out);
-	assert_int_equal(ctl(&out, "limit", ITEST_NS_A, "200", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "limit", ITEST_NS_A, "200", NULL), 0);
 	free(out);
 	assert_true(ns_has(ITEST_NS_A, "limit=200"));
-	assert_int_equal(ctl(&out, "limit", ITEST_NS_A, "none", NULL), 0);
+	assert_int_equal(itest_ctl(&out, "limit", ITEST_NS_A, "none", NULL), 0);
 	free(out);
 	assert_true(ns_has(ITEST_NS_A, "limit=-"));
 }
@@ -293,15 +275,102 @@ static void test_sighup_reload(void **state)
 	assert_true(itest_daemon_alive(&itest_d));
 }
 
+/*
+ * pool_size on SIGHUP: a daemon of its own, sized by its file alone (the group's daemon has
+ * --frames, which a file cannot change).  While it runs, itest_d names it (so ns_has,
+ * log_has and reload_until see it); own_teardown stops it and gives the group's back.
+ */
+static struct itest_daemon group_d;
+static pid_t own_pid;
+
+static void own_write(const char *pool_size, const char *ns)
+{
+	char text[256];
+
+	snprintf(text, sizeof(text), "[daemon]\npage_size = 16K\npool_size = %s\n%s", pool_size,
+		 ns);
+	write_config(text);
+}
+
+static int own_teardown(void **state)
+{
+	(void)state;
+	if (own_pid > 0) {
+		kill(own_pid, SIGTERM);
+		waitpid(own_pid, NULL, 0);
+		own_pid = 0;
+		itest_d = group_d;
+		unlink(itest_d.log);
+	}
+	return 0;
+}
+
+/*
+ * A changed pool_size is refused as a whole on SIGHUP (logged: it needs a restart), the
+ * namespaces of that file included; set back, the same file's namespaces are applied.
+ */
+static void test_sighup_pool_size(void **state)
+{
+	char conf[160], log[sizeof(itest_d.log)], sock[sizeof(itest_d.sock)];
+	kvmm_admin_t *a = NULL;
+	pid_t pid;
+	int i;
+
+	(void)state;
+	itest_need_daemon();
+	snprintf(sock, sizeof(sock), "%s/own.sock", itest_d.dir);
+	snprintf(log, sizeof(log), "%s/own.log", itest_d.dir);
+	group_d = itest_d;
+	/* write_config writes the group's kvmmd.conf: the own daemon reads that one */
+	own_write("4M", "[namespace zeta]\nframes = 64\n");
+	snprintf(conf, sizeof(conf), "%s/kvmmd.conf", itest_d.dir);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+		if (fd < 0 || dup2(fd, 2) < 0 || dup2(fd, 1) < 0)
+			_exit(127);
+		execl(itest_d.bin, itest_d.bin, "--foreground", "--config", conf, "--socket", sock,
+		      (char *)NULL);
+		_exit(127);
+	}
+	own_pid = pid;
+	memcpy(itest_d.sock, sock, sizeof(sock));
+	memcpy(itest_d.log, log, sizeof(log));
+	itest_d.pid = pid;
+	for (i = 0; i < 500 && kvmm_admin_open(sock, &a); i++)
+		itest_sleep_ms(10);
+	assert_non_null(a);
+	kvmm_admin_close(a);
+	assert_true(ns_has("zeta", "frames=64"));
+
+	/* 4M -> 8M, and a namespace more: nothing of it applied */
+	own_write("8M", "[namespace zeta]\nframes = 64\n[namespace eta]\nframes = 32\n");
+	assert_int_equal(kill(pid, SIGHUP), 0);
+	for (i = 0; i < 500 && !log_has("pool_size changed"); i++)
+		itest_sleep_ms(10);
+	assert_true(log_has("reload: pool_size changed (256 -> 512 frames, 4 -> 8 MiB): the pool "
+			    "size needs a restart; the configuration is unchanged"));
+	{
+		char *line = ns_record("eta");
+
+		assert_null(line);
+	}
+	/* set back: applied */
+	own_write("4M", "[namespace zeta]\nframes = 64\n[namespace eta]\nframes = 32\n");
+	assert_true(reload_until("eta", "frames=32"));
+	assert_true(itest_daemon_alive(&itest_d));
+	own_teardown(NULL);
+	write_config("");
+}
+
 static int setup(void **state)
 {
 	static const char *const extra[] = {"--frames", STR(POOL_FRAMES), NULL};
-	const char *env = getenv("KVMM_KVMMCTL");
 
 	(void)state;
-	snprintf(ctl_bin, sizeof(ctl_bin), "%s", env && env[0] ? env : "./tools/kvmmctl");
-	if (access(ctl_bin, X_OK)) {
-		fprintf(stderr, "itest_ns: %s not built\n", ctl_bin);
+	if (!itest_have_ctl("itest_ns")) {
 		itest_no_daemon = true;
 		return 0;
 	}
@@ -314,6 +383,7 @@ int main(void)
 		cmocka_unit_test(test_ns_verbs),
 		cmocka_unit_test(test_no_limit_shown_as_none),
 		cmocka_unit_test(test_sighup_reload),
+		cmocka_unit_test_teardown(test_sighup_pool_size, own_teardown),
 	};
 	int failed;
 

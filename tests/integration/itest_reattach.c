@@ -479,6 +479,102 @@ static void test_stopped_no_deadline(void **state)
 	kvmm_detach(c);
 }
 
+/* kvmmctl --socket SOCK @args... (itest_ctl); skipped if not built. */
+static int ctl_run(char **out, const char *a, const char *b, const char *c)
+{
+	if (access(itest_ctl_bin(), X_OK)) {
+		print_message("%s not built: skipped\n", itest_ctl_bin());
+		skip();
+	}
+	return itest_ctl(out, a, b, c, NULL);
+}
+
+/* @why names the stopped daemon by its pid. */
+static void assert_why_stopped(const char *why)
+{
+	char pid[32];
+
+	snprintf(pid, sizeof(pid), "kvmmd (pid %d)", (int)itest_d.pid);
+	print_message("why: %s\n", why);
+	assert_non_null(strstr(why, pid));
+	assert_non_null(strstr(why, "stopped"));
+}
+
+/*
+ * Admin handles have the clients' deadline: with kvmmd stopped, a read verb, a write verb and
+ * an open each fail with -ETIMEDOUT about the deadline later, kvmm_admin_why() naming the
+ * stopped daemon; kvmmctl --timeout (and $KVMM_DAEMON_TIMEOUT_MS) exits 3 with one line saying
+ * so, instead of hanging; after SIGCONT the same handle works again.
+ */
+static void test_stopped_admin(void **state)
+{
+	kvmm_admin_t *a, *b = NULL;
+	char *text = NULL, *out = NULL;
+	uint64_t t0, dt, n;
+	int rc, i;
+
+	(void)state;
+	itest_need_daemon();
+	assert_int_equal(kvmm_admin_open_timeout(itest_d.sock, STALL_MS, &a), 0);
+	assert_int_equal(kvmm_admin_read(a, KVMM_OP_STATUS, NULL, &text), 0);
+	free(text);
+	text = NULL;
+	assert_int_equal(kill(itest_d.pid, SIGSTOP), 0);
+
+	t0 = now_ms();
+	assert_int_equal(kvmm_admin_read(a, KVMM_OP_STATUS, NULL, &text), -ETIMEDOUT);
+	dt = now_ms() - t0;
+	print_message("read verb: -ETIMEDOUT after %llu ms (deadline %d)\n", (unsigned long long)dt,
+		      STALL_MS);
+	assert_true(dt >= STALL_MS - 20 && dt < STALL_MS + 3000);
+	assert_null(text);
+	assert_why_stopped(kvmm_admin_why());
+	/* a write verb waits past the deadline only for a daemon that runs */
+	t0 = now_ms();
+	assert_int_equal(kvmm_admin_reclaim(a, 1, 0, &n), -ETIMEDOUT);
+	assert_true(now_ms() - t0 < STALL_MS + 3000);
+	assert_why_stopped(kvmm_admin_why());
+	/* a new handle: HELLO unanswered */
+	t0 = now_ms();
+	assert_int_equal(kvmm_admin_open_timeout(itest_d.sock, STALL_MS, &b), -ETIMEDOUT);
+	assert_true(now_ms() - t0 < STALL_MS + 3000);
+	assert_null(b);
+	assert_non_null(strstr(kvmm_admin_why(), "no answer to HELLO"));
+	assert_why_stopped(kvmm_admin_why());
+
+	/* kvmmctl: --timeout, then $KVMM_DAEMON_TIMEOUT_MS */
+	t0 = now_ms();
+	rc = ctl_run(&out, "--timeout", "400", "status");
+	dt = now_ms() - t0;
+	print_message("kvmmctl --timeout 400 status: %d after %llu ms: %s", rc,
+		      (unsigned long long)dt, out);
+	assert_int_equal(rc, 3);
+	assert_true(dt < 400 + 3000);
+	assert_why_stopped(out);
+	assert_non_null(strchr(out, '\n'));
+	assert_null(strchr(strchr(out, '\n') + 1, '\n')); /* one line */
+	free(out);
+	setenv("KVMM_DAEMON_TIMEOUT_MS", "400", 1);
+	t0 = now_ms();
+	rc = ctl_run(&out, "vmstat", NULL, NULL);
+	unsetenv("KVMM_DAEMON_TIMEOUT_MS");
+	assert_int_equal(rc, 3);
+	assert_true(now_ms() - t0 < 400 + 3000);
+	assert_why_stopped(out);
+	free(out);
+
+	assert_int_equal(kill(itest_d.pid, SIGCONT), 0);
+	/* the same handle works again (a loaded machine may take a deadline to resume it) */
+	for (rc = -ETIMEDOUT, i = 0; rc == -ETIMEDOUT && i < 20; i++)
+		rc = kvmm_admin_read(a, KVMM_OP_STATUS, NULL, &text);
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(text, "Uptime"));
+	free(text);
+	kvmm_admin_close(a);
+	assert_int_equal(ctl_run(&out, "--timeout", "5000", "status"), 0);
+	free(out);
+}
+
 /*
  * An engine on the asynchronous rings alone (kvmm_submit + kvmm_complete, no synchronous
  * call) with KVMM_ATTACH_REATTACH: kvmm_complete delivers the GONE event, then fails with
@@ -1095,6 +1191,7 @@ int main(void)
 		cmocka_unit_test(test_stopped_daemon),
 		cmocka_unit_test(test_stopped_auto),
 		cmocka_unit_test(test_stopped_no_deadline),
+		cmocka_unit_test(test_stopped_admin),
 		cmocka_unit_test(test_complete_only_auto),
 		cmocka_unit_test(test_reattach_cause),
 		cmocka_unit_test(test_pool_resized),

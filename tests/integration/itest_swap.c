@@ -596,18 +596,23 @@ static void test_swap_not_dropped(void **state)
 	kvmm_detach(c);
 }
 
-/* index_restored of namespace alpha's file tier (SWAP's record "Tier: 2 ns=alpha ..."). */
-static long long index_restored(void)
+/* A field (index_restored, ...) of namespace alpha's file tier ("Tier: 2 ns=alpha ..."). */
+static long long index_field(const char *name)
 {
 	char *text = NULL, *line, buf[32];
 	long long v = -1;
 
 	assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_SWAP, &text), 0);
 	line = strstr(text, "Tier: 2 ns=" ITEST_NS_A " ");
-	if (line && kvmm_admin_field(line, "index_restored", buf, sizeof(buf)) > 0)
+	if (line && kvmm_admin_field(line, name, buf, sizeof(buf)) > 0)
 		v = strtoll(buf, NULL, 10);
 	free(text);
 	return v;
+}
+
+static long long index_restored(void)
+{
+	return index_field("index_restored");
 }
 
 /* The test daemon goes away: killed (kill -9) or stopped cleanly; the same one starts again. */
@@ -626,6 +631,28 @@ static void restart_daemon(bool crash)
 }
 
 /*
+ * Push the cache (4 pages at least: @demoted + 4 demotions) out to the swap file: a big
+ * sequence makes the pool demote it to the host tier, then two more fill the host tier so
+ * that its pages move down to the file (400 pages in 256 frames + 64 host slots).  The two
+ * sequences, still allocated, in *a and *b.
+ */
+static void push_to_file(kvmm_client_t *c, unsigned int p, long long demoted, uint64_t *a,
+			 uint64_t *b)
+{
+	uint64_t big = mkseq(c, 0, 250, p + 1);
+	int tries;
+
+	for (tries = 0; tries < 400 &&
+			itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") < demoted + 4;
+	     tries++)
+		usleep(5000);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") >= demoted + 4);
+	assert_int_equal(kvmm_seq_free(c, big), 0);
+	*a = mkseq(c, 0, 200, p + 2);
+	*b = mkseq(c, 0, 200, p + 3);
+}
+
+/*
  * Warm restart: a sealed prompt demoted to the swap file survives kvmmd - killed with -9 in the
  * middle of other work, or stopped cleanly - and a client of the restarted daemon hits the
  * whole prompt with the bytes written before (swap_index.c).
@@ -636,7 +663,6 @@ static void warm_restart(bool crash, unsigned int p)
 	uint64_t s, big, l, hit = 0;
 	long long demoted;
 	kvmm_client_t *c;
-	int tries;
 
 	itest_need_daemon();
 	c = attach();
@@ -650,18 +676,7 @@ static void warm_restart(bool crash, unsigned int p)
 	assert_int_equal(touch(c, s, 9000 + p, true), 0);
 	assert_int_equal(kvmm_seal(c, s, 0, 0), 0);
 	assert_int_equal(kvmm_seq_free(c, s), 0);
-	/* the cache goes to the host tier first, and on to the file when the host tier fills */
-	big = mkseq(c, 0, 250, p + 1);
-	for (tries = 0; tries < 400 &&
-			itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") < demoted + 4;
-	     tries++)
-		usleep(5000);
-	assert_true(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") >= demoted + 4);
-	/* push the host tier's pages down to the file: fill it with a second big sequence */
-	assert_int_equal(kvmm_seq_free(c, big), 0);
-	big = mkseq(c, 0, 200, p + 2);
-	s = mkseq(c, 0, 200,
-		  p + 3); /* 400 pages in 256 frames + 64 host slots: the rest to the file */
+	push_to_file(c, p, demoted, &big, &s);
 	if (!crash) {
 		assert_int_equal(kvmm_seq_free(c, big), 0);
 		assert_int_equal(kvmm_seq_free(c, s), 0);
@@ -693,6 +708,70 @@ static void test_warm_restart_clean(void **state)
 {
 	(void)state;
 	warm_restart(false, 70);
+}
+
+/*
+ * Warm restart of the children of a resident parent: an 8-page prompt whose first 4 pages a
+ * pinned sequence keeps resident while the other 4 go to the swap file; kvmmd is killed
+ * with -9.  The restarted daemon restores pages 4-7 pending (their parent was never on the
+ * file): the prompt misses.  An engine recomputes pages 0-3 and seals them, which adopts
+ * 4-7 (cache_adopt); the whole prompt then hits, with the bytes written before the crash.
+ */
+static void test_warm_restart_resident_parent(void **state)
+{
+	const unsigned int p = 80;
+	uint32_t tpp, n, *t, frames;
+	uint64_t a, b, big, big2, r, l, hit = 0;
+	long long demoted, adopt0;
+	kvmm_client_t *c;
+
+	(void)state;
+	itest_need_daemon();
+	c = attach();
+	tpp = kvmm_tokens_per_page(c);
+	n = 8 * tpp;
+	t = malloc(n * sizeof(*t));
+	assert_non_null(t);
+	itest_tokens(t, n, p);
+	a = mkseq(c, 0, 8, p);
+	assert_int_equal(touch(c, a, 9000 + p, true), 0);
+	assert_int_equal(kvmm_seal(c, a, 0, 0), 0);
+	/* b maps pages 0-3 and stays pinned: they are resident, never written to a tier */
+	assert_int_equal(kvmm_seq_create(c, 0, &b), 0);
+	assert_int_equal(kvmm_prefix_lookup(c, b, t, 4 * tpp, &hit), 0);
+	assert_int_equal(hit, 4 * tpp);
+	assert_int_equal(kvmm_pin(c, &b, 1, &frames), 0);
+	assert_int_equal(kvmm_seq_free(c, a), 0);
+	/* pages 4-7 are cache now: to the host tier, and on to the file as it fills */
+	demoted = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote");
+	push_to_file(c, p, demoted, &big, &big2);
+	restart_daemon(true);
+	kvmm_detach(c); /* its daemon is gone: only the client side is left to free */
+
+	/* 4-7 came back, waiting for page 3's key; nothing hits yet */
+	print_message("restored %lld, pending %lld\n", index_restored(),
+		      index_field("index_pending"));
+	assert_int_equal(index_field("index_pending"), 4);
+	adopt0 = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "cache_adopt");
+	c = attach();
+	assert_int_equal(kvmm_seq_create(c, 0, &l), 0);
+	assert_int_equal(kvmm_prefix_lookup(c, l, t, n, &hit), 0);
+	assert_int_equal(hit, 0);
+	assert_int_equal(kvmm_seq_free(c, l), 0);
+	/* the engine recomputes the parent prefix (same bytes) and seals it */
+	r = mkseq(c, 0, 4, p);
+	assert_int_equal(touch(c, r, 9000 + p, true), 0);
+	assert_int_equal(kvmm_seal(c, r, 0, 0), 0);
+	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "cache_adopt") - adopt0, 4);
+	/* the full prompt hits all 8 pages: 4-7 read from the file, checked, identical */
+	assert_int_equal(kvmm_seq_create(c, 0, &l), 0);
+	assert_int_equal(kvmm_prefix_lookup(c, l, t, n, &hit), 0);
+	assert_int_equal(hit, n);
+	assert_int_equal(touch(c, l, 9000 + p, false), 0);
+	assert_int_equal(kvmm_seq_free(c, l), 0);
+	assert_int_equal(kvmm_seq_free(c, r), 0);
+	free(t);
+	kvmm_detach(c);
 }
 
 /*
@@ -804,6 +883,7 @@ int main(void)
 		cmocka_unit_test(test_swap_not_dropped),
 		cmocka_unit_test(test_warm_restart_kill9),
 		cmocka_unit_test(test_warm_restart_clean),
+		cmocka_unit_test(test_warm_restart_resident_parent),
 		cmocka_unit_test(test_swap_write_fail_logged),
 		cmocka_unit_test(test_host_corrupt),
 	};

@@ -12,6 +12,7 @@
  * they span twice what they may hold.  Every test ends with kvmm_check_invariants().
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -436,6 +437,112 @@ static void test_min_guaranteed(void **state)
 	kvmm_mm_seq_free(seq);
 }
 
+/* ---- background reclaim (kvswapd) --------------------------------------------------------- */
+
+/* The budget's free frames, read under @s's lock (kvswapd may be running). */
+static uint64_t budget_free_locked(struct bfix *f, struct side *s)
+{
+	uint64_t v;
+
+	pthread_mutex_lock(&s->pool->lock);
+	v = kvmm_budget_free(&f->budget);
+	pthread_mutex_unlock(&s->pool->lock);
+	return v;
+}
+
+/*
+ * kvmm_budget_balance brings the budget back to its high point: cached pages from the pools
+ * above their low, in proportion to what they hold above it, given back to the system;
+ * nothing below a low, no mapped sequence touched (no swap in the background).  Over its
+ * high point it does nothing.
+ */
+static void test_background_balance(void **state)
+{
+	struct bfix *f = *state;
+	struct kvmm_seq *seq;
+	uint64_t got, bg;
+
+	f->budget.wmark_low = 8;
+	f->budget.wmark_high = 16;
+	assert_int_equal(kvmm_ns_set_protection(f->a.ns, 0, 20), 0);
+	cache_pages(&f->a, 30, 1);
+	cache_pages(&f->b, 20, 100);
+	seq = mapped_seq(&f->b, 10);
+	assert_int_equal(kvmm_budget_free(&f->budget), 4);
+	assert_true(kvmm_budget_below_low(&f->budget));
+	pthread_mutex_lock(&f->a.pool->lock);
+	assert_int_equal(kvmm_budget_balance(f->a.pool, &got), 0);
+	pthread_mutex_unlock(&f->a.pool->lock);
+	assert_int_equal(got, 12);
+	assert_true(kvmm_budget_free(&f->budget) >= 16);
+	assert_false(kvmm_budget_below_low(&f->budget));
+	/* a keeps its low; b's sequence is untouched; both paid in proportion (10 : 30) */
+	assert_true(charged(&f->a) >= 20);
+	assert_int_equal(f->a.ns->cached, 27);
+	assert_int_equal(f->b.ns->cached, 11);
+	assert_int_equal(f->b.ns->used, 10);
+	assert_int_equal(f->a.ns->low_events + f->b.ns->low_events, 0);
+	bg = f->a.pool->stat[KVMM_STAT_BUDGET_BG] + f->b.pool->stat[KVMM_STAT_BUDGET_BG];
+	assert_int_equal(bg, 12);
+	assert_int_equal(f->budget.nr_background, 1);
+	assert_int_equal(f->budget.bg_reclaimed, 12);
+	/* over the high point: nothing */
+	pthread_mutex_lock(&f->a.pool->lock);
+	assert_int_equal(kvmm_budget_balance(f->a.pool, &got), 0);
+	assert_int_equal(got, 0);
+	pthread_mutex_unlock(&f->a.pool->lock);
+	/* another holds the budget (taken first, as join does): -EBUSY, nothing done */
+	f->budget.wmark_high = 40;
+	pthread_mutex_lock(&f->budget.lock);
+	pthread_mutex_lock(&f->a.pool->lock);
+	assert_int_equal(kvmm_budget_balance(f->a.pool, &got), -EBUSY);
+	assert_int_equal(got, 0);
+	pthread_mutex_unlock(&f->a.pool->lock);
+	pthread_mutex_unlock(&f->budget.lock);
+	f->budget.wmark_high = 16;
+	assert_int_equal(f->budget.nr_background, 1);
+	kvmm_mm_seq_free(seq);
+	mmf_check(f->a.pool);
+	mmf_check(f->b.pool);
+}
+
+/*
+ * With kvswapd running, the charge that takes the budget under its low point wakes it, and it
+ * brings the budget back over its high point without any allocation failing first.
+ */
+static void test_background_kswapd(void **state)
+{
+	struct bfix *f = *state;
+	int i;
+
+	f->budget.wmark_low = 8;
+	f->budget.wmark_high = 16;
+	assert_int_equal(kvmm_kswapd_start(f->a.pool), 0);
+	assert_int_equal(kvmm_kswapd_start(f->b.pool), 0);
+	pthread_mutex_lock(&f->a.pool->lock);
+	cache_pages(&f->a, 30, 1);
+	pthread_mutex_unlock(&f->a.pool->lock);
+	pthread_mutex_lock(&f->b.pool->lock);
+	cache_pages(&f->b, 30, 100); /* 60 of 64: under the low point */
+	pthread_mutex_unlock(&f->b.pool->lock);
+	for (i = 0; i < 500 && budget_free_locked(f, &f->b) < 16; i++)
+		usleep(10000);
+	kvmm_kswapd_stop(f->a.pool);
+	kvmm_kswapd_stop(f->b.pool);
+	print_message("budget free %llu after %d ms; %llu background runs freed %llu\n",
+		      (unsigned long long)kvmm_budget_free(&f->budget), i * 10,
+		      (unsigned long long)f->budget.nr_background,
+		      (unsigned long long)f->budget.bg_reclaimed);
+	assert_true(kvmm_budget_free(&f->budget) >= 16);
+	assert_true(f->budget.nr_background >= 1);
+	assert_true(f->budget.bg_reclaimed >= 12);
+	assert_true(f->a.pool->stat[KVMM_STAT_BUDGET_BG] + f->b.pool->stat[KVMM_STAT_BUDGET_BG] >=
+		    12);
+	assert_int_equal(f->budget.nr_reclaim, 0); /* no allocation had to reclaim */
+	mmf_check(f->a.pool);
+	mmf_check(f->b.pool);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -448,6 +555,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_all_below_low, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_min_never_reclaimed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_min_guaranteed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_background_balance, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_background_kswapd, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("budget", tests, NULL, NULL);

@@ -25,6 +25,7 @@
 #include "compiler.h"
 #include "kvmm/mm.h"
 #include "kvmm/swap.h"
+#include "kvmm/swap_internal.h"
 #include "check_inv.h"
 #include "swap_tier.h"
 
@@ -211,11 +212,13 @@ static void test_restart_after_shutdown(void **state)
 	stop(&r);
 }
 
-/* kill -9: the first life ends with the pool still up; the records were already there. */
-static void test_restart_after_crash(void **state)
+/*
+ * The first life in a child killed (it _exits with the pool up: no teardown at all), after
+ * a live sequence looked up the first @keep blocks of the prompt again (back in frames: their
+ * slots and records let go).
+ */
+static void crash_first_life(struct fx *f, uint32_t keep)
 {
-	struct fx *f = *state;
-	struct run r;
 	int status;
 	pid_t pid;
 
@@ -223,15 +226,29 @@ static void test_restart_after_crash(void **state)
 	pid = fork();
 	assert_true(pid >= 0);
 	if (!pid) {
+		struct kvmm_seq *seq;
 		struct run c;
 
 		if (start(f, &c, "t", true))
 			_exit(2);
 		first_life(f, &c);
-		_exit(0); /* no teardown at all */
+		if (keep &&
+		    (kvmm_mm_seq_create(c.as, &seq) ||
+		     kvmm_mm_prefix_lookup(seq, f->tokens, keep * f->tpp) != (int)(keep * f->tpp)))
+			_exit(3);
+		_exit(0);
 	}
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* kill -9: the first life ends with the pool still up; the records were already there. */
+static void test_restart_after_crash(void **state)
+{
+	struct fx *f = *state;
+	struct run r;
+
+	crash_first_life(f, 0);
 	assert_int_equal(start(f, &r, "t", true), 0);
 	assert_int_equal(restored(&r), NB);
 	assert_int_equal(lookup_check(f, &r), NB);
@@ -251,13 +268,46 @@ static void poke(const char *path, off_t off)
 }
 
 /*
+ * An engine that recomputed blocks [@from, @to) of the prompt over the first @from blocks,
+ * which it looked up: it writes their bytes and seals them.  Returns the sequence.
+ */
+static struct kvmm_seq *recompute(struct fx *f, struct run *r, uint32_t from, uint32_t to)
+{
+	struct kvmm_seq *seq;
+	uint32_t b;
+
+	assert_int_equal(kvmm_mm_seq_create(r->as, &seq), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(seq, f->tokens, (uint64_t)from * f->tpp),
+			 (int)(from * f->tpp));
+	assert_int_equal(kvmm_mm_seq_append(seq, (to - from) * f->tpp, f->tokens + from * f->tpp),
+			 0);
+	for (b = from; b < to; b++)
+		memcpy(kvmm_pool_frame_addr(r->pool, kvmm_mm_seq_frame(seq, b)), f->want[b],
+		       PAGE_SZ);
+	assert_int_equal(kvmm_mm_seq_seal(seq), (int)(to - from));
+	check_inv(r->pool);
+	return seq;
+}
+
+static uint64_t pending(struct run *r)
+{
+	struct kvmm_swap_tier_info ti;
+
+	assert_int_equal(kvmm_swap_tier_info(r->pool, TIER, &ti), 0);
+	return ti.index_pending;
+}
+
+/*
  * The page of block 3 changed in the file (a torn write, a slot reused before its record was
- * cleared): block 3 is rejected, and 4 and 5 with it (their prefix is gone); 0-2 still hit.
+ * cleared): block 3 is rejected; 4 and 5 are restored pending (their parent is gone) and 0-2
+ * hit.  Once an engine computes block 3 again and seals it, 4 and 5 hang under it and the
+ * whole prompt hits with its bytes.
  */
 static void test_changed_page_rejected(void **state)
 {
 	struct fx *f = *state;
 	struct kvmm_swap_tier_info ti;
+	struct kvmm_seq *seq;
 	struct run r;
 
 	fresh(f);
@@ -266,9 +316,142 @@ static void test_changed_page_rejected(void **state)
 	stop(&r);
 	poke(f->path, (off_t)(f->slot_of[3] * PAGE_SZ + 100));
 	assert_int_equal(start(f, &r, "t", true), 0);
-	assert_int_equal(restored(&r), 3);
+	assert_int_equal(restored(&r), NB - 1);
 	assert_int_equal(kvmm_swap_tier_info(r.pool, TIER, &ti), 0);
-	assert_int_equal(ti.index_rejected, 3);
+	assert_int_equal(ti.index_rejected, 1);
+	assert_int_equal(ti.index_pending, 2);
+	assert_int_equal(kvmm_pagecache_nr_pending(r.pool), 1);
+	check_inv(r.pool);
+	assert_int_equal(lookup_check(f, &r), 3);
+	seq = recompute(f, &r, 3, 4);
+	assert_int_equal(r.pool->stat[KVMM_STAT_CACHE_ADOPT], 2);
+	assert_int_equal(kvmm_pagecache_nr_pending(r.pool), 0);
+	kvmm_mm_seq_free(seq);
+	assert_int_equal(lookup_check(f, &r), NB);
+	stop(&r);
+}
+
+/*
+ * The first life, killed with blocks 0-2 resident (faulted back in and mapped by a live
+ * sequence: their slots and records let go) and 3-5 on the file tier; then the second life
+ * in @r, on the same file: 3-5 restored, all pending.
+ */
+static void restart_resident_parent(struct fx *f, struct run *r)
+{
+	crash_first_life(f, 3);
+	assert_int_equal(start(f, r, "t", true), 0);
+	assert_int_equal(restored(r), 3);
+	assert_int_equal(pending(r), 3);
+}
+
+/*
+ * Warm restart of the children of a resident parent: blocks 3-5 come back pending and miss;
+ * the engine recomputes 0-2 and seals them, which adopts 3-5: the whole prompt hits, with
+ * the bytes of the first life (3-5 read from the file and checked against their checksums).
+ */
+static void test_resident_parent(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *seq;
+	struct run r;
+
+	restart_resident_parent(f, &r);
+	assert_int_equal(kvmm_pagecache_count(r.pool), 3);
+	assert_int_equal(kvmm_pagecache_nr_pending(r.pool), 1);
+	check_inv(r.pool);
+	/* unreachable until their parent is sealed again */
+	assert_int_equal(lookup_check(f, &r), 0);
+	/* an engine computes blocks 0-1 only: nothing to adopt yet */
+	seq = recompute(f, &r, 0, 2);
+	assert_int_equal(r.pool->stat[KVMM_STAT_CACHE_ADOPT], 0);
+	assert_int_equal(lookup_check(f, &r), 2);
+	kvmm_mm_seq_free(seq);
+	/* ... and block 2 over them: 3-5 hang under it */
+	seq = recompute(f, &r, 2, 3);
+	assert_int_equal(r.pool->stat[KVMM_STAT_CACHE_ADOPT], 3);
+	assert_int_equal(kvmm_pagecache_nr_pending(r.pool), 0);
+	assert_int_equal(lookup_check(f, &r), NB);
+	kvmm_mm_seq_free(seq);
+	check_inv(r.pool);
+	stop(&r);
+}
+
+/*
+ * Only the very prefix adopts them: the same tokens for block 2 over another block 1 (its key
+ * differs), or the right prefix under another salt (another key id), leave 3-5 pending.
+ */
+static void test_pending_needs_same_prefix(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *seq;
+	struct run r;
+
+	restart_resident_parent(f, &r);
+	f->tokens[f->tpp + 1] ^= 1; /* block 1 differs */
+	seq = recompute(f, &r, 0, 3);
+	kvmm_mm_seq_free(seq);
+	f->tokens[f->tpp + 1] ^= 1;
+	assert_int_equal(r.pool->stat[KVMM_STAT_CACHE_ADOPT], 0);
+	/* the right tokens, salted */
+	assert_int_equal(kvmm_mm_seq_create(r.as, &seq), 0);
+	assert_int_equal(kvmm_mm_seq_set_salt(seq, "tenant", 6), 0);
+	assert_int_equal(kvmm_mm_seq_append(seq, 3 * f->tpp, f->tokens), 0);
+	assert_int_equal(kvmm_mm_seq_seal(seq), 3);
+	kvmm_mm_seq_free(seq);
+	assert_int_equal(r.pool->stat[KVMM_STAT_CACHE_ADOPT], 0);
+	assert_int_equal(kvmm_pagecache_nr_pending(r.pool), 1);
+	/* block 0 (sealed with the wrong block 1) hits, nothing past it */
+	assert_int_equal(lookup_check(f, &r), 1);
+	check_inv(r.pool);
+	stop(&r);
+}
+
+/*
+ * Bounded: pending pages are cache nobody can reach, the first a tier lets go.  Dropping the
+ * pending root (here: the tier's cached pages dropped) leaves nothing behind; dropping only
+ * the root makes its child a pending root of its own, still adopted later.
+ */
+static void test_pending_dropped(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_swap_tier *t;
+	struct kvmm_seq *seq;
+	struct run r;
+	uint64_t s, root = UINT64_MAX;
+
+	restart_resident_parent(f, &r);
+	t = kvmm_swap_tier_get(r.pool, TIER);
+	assert_non_null(t);
+	for_each_set_bit (s, t->map, t->nslots) {
+		struct kvmm_cache_desc d;
+
+		assert_true(kvmm_pagecache_ent_pending(t->slots[s].ent));
+		kvmm_pagecache_ent_desc(t->slots[s].ent, &d);
+		if (d.depth == 3)
+			root = s;
+	}
+	assert_true(root != UINT64_MAX);
+	/* the root (block 3) goes: block 4 waits for block 3's key now */
+	kvmm_pagecache_remove_ent(r.pool, t->slots[root].ent);
+	t->slots[root].ent = NULL;
+	kvmm_swap_slot_release(t, root);
+	check_inv(r.pool);
+	assert_int_equal(kvmm_pagecache_nr_pending(r.pool), 1);
+	assert_int_equal(kvmm_pagecache_count(r.pool), 2);
+	seq = recompute(f, &r, 0, 4);
+	assert_int_equal(r.pool->stat[KVMM_STAT_CACHE_ADOPT], 2);
+	kvmm_mm_seq_free(seq);
+	assert_int_equal(lookup_check(f, &r), NB);
+	stop(&r);
+
+	/* all pending pages dropped with the tier's cache: nothing left, nothing adopted */
+	restart_resident_parent(f, &r);
+	assert_int_equal(kvmm_swap_drop_cached(r.pool), 3);
+	assert_int_equal(kvmm_pagecache_nr_pending(r.pool), 0);
+	check_inv(r.pool);
+	seq = recompute(f, &r, 0, 3);
+	assert_int_equal(r.pool->stat[KVMM_STAT_CACHE_ADOPT], 0);
+	kvmm_mm_seq_free(seq);
 	assert_int_equal(lookup_check(f, &r), 3);
 	stop(&r);
 }
@@ -464,6 +647,9 @@ int main(void)
 		cmocka_unit_test(test_restart_after_shutdown),
 		cmocka_unit_test(test_restart_after_crash),
 		cmocka_unit_test(test_changed_page_rejected),
+		cmocka_unit_test(test_resident_parent),
+		cmocka_unit_test(test_pending_needs_same_prefix),
+		cmocka_unit_test(test_pending_dropped),
 		cmocka_unit_test(test_corrupt_record_rejected),
 		cmocka_unit_test(test_foreign_starts_over),
 		cmocka_unit_test(test_set_secret),

@@ -111,6 +111,7 @@ def _bind() -> None:
     P = c_void_p
     protos = {
         "kvmm_admin_open": (c_int, c_char_p, POINTER(c_void_p)),
+        "kvmm_admin_open_timeout": (c_int, c_char_p, c_int, POINTER(c_void_p)),
         "kvmm_admin_close": (None, P),
         "kvmm_admin_why": (c_char_p,),
         "kvmm_admin_hello": (POINTER(_HelloRep), P),
@@ -161,6 +162,18 @@ def _name(what: str, s: Optional[str], size: int) -> bytes:
     return b
 
 
+def _acheck(status: int, call: str) -> int:
+    """check(), and a daemon given up after the handle's deadline (ETIMEDOUT) is named as
+    kvmm_admin_why() says: "kvmmd (pid N) did not answer in 30000 ms: it is stopped ..."."""
+    if status == -_errno.ETIMEDOUT:
+        e = make_error(status, call)
+        why = lib.kvmm_admin_why()
+        if why:
+            e.strerror = f"{e.strerror}: {why.decode('utf-8', 'replace')}"
+        raise e
+    return check(status, call)
+
+
 def _take_text(p: c_void_p) -> str:
     try:
         return ctypes.string_at(p.value).decode("utf-8", "replace")
@@ -180,15 +193,26 @@ class _AdminSession(c_void_p):
 class Admin:
     """An admin connection to kvmmd (kvmm_admin_open); a context manager.
 
+    ``timeout_ms``: the daemon deadline (kvmm_admin_open_timeout): a daemon silent that long
+    (stopped, hung) fails the call with ETIMEDOUT naming it; 0 the default
+    ($KVMM_DAEMON_TIMEOUT_MS, else 30 s), negative never.
+
     ``hello`` is the daemon's HELLO answer as a dict (abi_agreed, backend, features,
     page_size, nr_frames, client_id, nr_devices, ...).
     """
 
-    def __init__(self, socket_path: Optional[str] = None) -> None:
+    def __init__(self, socket_path: Optional[str] = None, timeout_ms: int = 0) -> None:
         _need()
         sock = None if socket_path is None else _name("socket_path", socket_path, 4096)
+        timeout_ms = _args.integer("timeout_ms", timeout_ms, -(1 << 31), (1 << 31) - 1)
         h = c_void_p()
-        err = lib.kvmm_admin_open(sock, byref(h))
+        if timeout_ms and not hasattr(lib, "kvmm_admin_open_timeout"):
+            raise KvmmError(_errno.ENOSYS, f"{_lib.path} has no kvmm_admin_open_timeout",
+                            "kvmm.admin")
+        if timeout_ms:
+            err = lib.kvmm_admin_open_timeout(sock, timeout_ms, byref(h))
+        else:
+            err = lib.kvmm_admin_open(sock, byref(h))
         if err < 0:
             e = make_error(err, "kvmm_admin_open")
             why = lib.kvmm_admin_why()
@@ -245,7 +269,7 @@ class Admin:
                         _args.u32("reserved", reserved), _args.u64("id", id),
                         _name("ns", ns, NAME_LEN))
         text = c_void_p()
-        check(lib.kvmm_admin_read(h, op, byref(req), byref(text)), "kvmm_admin_read")
+        _acheck(lib.kvmm_admin_read(h, op, byref(req), byref(text)), "kvmm_admin_read")
         return _take_text(text)
 
     def status(self, **kw: Any) -> str:
@@ -278,7 +302,7 @@ class Admin:
         if not _lib.has(call):
             raise KvmmError(_errno.ENOSYS, f"{_lib.path} has no {call}", "kvmm.admin")
         lst, nr = c_void_p(), c_uint()
-        check(getattr(lib, call)(h, _name("ns", ns, NAME_LEN) or None, byref(lst), byref(nr)),
+        _acheck(getattr(lib, call)(h, _name("ns", ns, NAME_LEN) or None, byref(lst), byref(nr)),
               call)
         try:
             arr = ctypes.cast(lst, POINTER(st * nr.value)).contents if nr.value else []
@@ -319,7 +343,7 @@ class Admin:
             req.valid |= LIMIT_SET_PRIORITY
         if not req.valid:
             raise ValueError("limit needs max_frames, low_frames or priority")
-        check(lib.kvmm_admin_limit(h, byref(req)), "kvmm_admin_limit")
+        _acheck(lib.kvmm_admin_limit(h, byref(req)), "kvmm_admin_limit")
 
     def _ns(self, op: int, ns: str, *, frames: Optional[int] = None,
             max_frames: Optional[int] = None, min_frames: Optional[int] = None,
@@ -341,7 +365,7 @@ class Admin:
             req.valid |= NS_SET_PRIORITY
         if force:
             req.flags = NS_F_FORCE
-        check(lib.kvmm_admin_ns(h, op, byref(req)), "kvmm_admin_ns")
+        _acheck(lib.kvmm_admin_ns(h, op, byref(req)), "kvmm_admin_ns")
 
     def ns_create(self, ns: str, *, frames: Optional[int] = None,
                   max_frames: Optional[int] = None, min_frames: Optional[int] = None,
@@ -377,14 +401,14 @@ class Admin:
         if not flags:
             raise ValueError("drop_caches needs device or swap")
         n = c_uint64()
-        check(lib.kvmm_admin_drop_caches(h, flags, byref(n)), "kvmm_admin_drop_caches")
+        _acheck(lib.kvmm_admin_drop_caches(h, flags, byref(n)), "kvmm_admin_drop_caches")
         return n.value
 
     def reclaim(self, nr_frames: int, *, noswap: bool = False) -> int:
         """Reclaim up to ``nr_frames`` frames (kvmm_admin_reclaim); returns how many."""
         h = self._handle()
         n = c_uint64()
-        check(lib.kvmm_admin_reclaim(h, _args.u64("nr_frames", nr_frames),
+        _acheck(lib.kvmm_admin_reclaim(h, _args.u64("nr_frames", nr_frames),
                                      RECLAIM_F_NOSWAP if noswap else 0, byref(n)),
               "kvmm_admin_reclaim")
         return n.value
@@ -398,20 +422,20 @@ class Admin:
                          _args.integer("priority", priority, -(1 << 31), (1 << 31) - 1),
                          _args.u64("size", size), _name("path", path, PATH_LEN),
                          _name("ns", ns, NAME_LEN))
-        check(lib.kvmm_admin_swapon(h, byref(req)), "kvmm_admin_swapon")
+        _acheck(lib.kvmm_admin_swapon(h, byref(req)), "kvmm_admin_swapon")
 
     def swapoff(self, tier: int, path: str = "", *, ns: str = "") -> None:
         """Bring tier ``tier``'s pages back and remove it (kvmm_admin_swapoff)."""
         h = self._handle()
         req = _SwapoffReq(_args.u32("tier", tier), 0, _name("path", path, PATH_LEN),
                           _name("ns", ns, NAME_LEN))
-        check(lib.kvmm_admin_swapoff(h, byref(req)), "kvmm_admin_swapoff")
+        _acheck(lib.kvmm_admin_swapoff(h, byref(req)), "kvmm_admin_swapoff")
 
     def fault_inject(self, spec: str, ns: Optional[str] = None) -> None:
         """Arm (or "POINT off": disarm) a swap fault point (kvmm_admin_fault_inject), e.g.
         ``"swap.write nth=3 mode=short times=1"``."""
         h = self._handle()
-        check(lib.kvmm_admin_fault_inject(h, _name("ns", ns, NAME_LEN) or None,
+        _acheck(lib.kvmm_admin_fault_inject(h, _name("ns", ns, NAME_LEN) or None,
                                           _name("spec", spec, FAULT_SPEC_LEN)),
               "kvmm_admin_fault_inject")
 
@@ -429,7 +453,7 @@ class Admin:
             mask = 0
             for name in events:
                 mask |= 1 << trace_event(name)
-        check(lib.kvmm_admin_trace_follow(h, ADMIN_F_JSON if json else 0,
+        _acheck(lib.kvmm_admin_trace_follow(h, ADMIN_F_JSON if json else 0,
                                           _args.u64("client", client), mask),
               "kvmm_admin_trace_follow")
 
@@ -446,9 +470,11 @@ class Admin:
         return _take_text(text)
 
 
-def open(socket_path: Optional[str] = None) -> Admin:  # noqa: A001 - mirrors kvmm_admin_open
-    """An :class:`Admin` handle on the daemon at ``socket_path`` (None: the default socket)."""
-    return Admin(socket_path)
+def open(socket_path: Optional[str] = None,  # noqa: A001 - mirrors kvmm_admin_open
+         timeout_ms: int = 0) -> Admin:
+    """An :class:`Admin` handle on the daemon at ``socket_path`` (None: the default socket),
+    with the daemon deadline ``timeout_ms`` (see :class:`Admin`)."""
+    return Admin(socket_path, timeout_ms)
 
 
 def trace_event(name: str) -> int:

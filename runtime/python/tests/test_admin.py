@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import signal
+import time
 
 import pytest
 
@@ -154,3 +157,40 @@ def test_admin_errors(adm, tmp_path):
     adm.close()
     with pytest.raises(ValueError, match="closed"):
         adm.status()
+
+
+def test_stopped_daemon_deadline(daemon):
+    """A stopped kvmmd: an admin call gives it up after the handle's deadline with ETIMEDOUT
+    naming it, an open too (kvmm_admin_open_timeout); after SIGCONT the handle works."""
+    a = admin.open(daemon.sock, timeout_ms=300)
+    pid = daemon.proc.pid
+    try:
+        a.read("status")
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(kvmm.KvmmError) as ei:
+                a.read("status")
+            assert time.monotonic() - t0 < 3.3
+            assert ei.value.errno == errno.ETIMEDOUT
+            assert f"kvmmd (pid {pid})" in ei.value.strerror
+            assert "stopped" in ei.value.strerror
+            with pytest.raises(kvmm.KvmmError) as ei:
+                admin.open(daemon.sock, timeout_ms=300)
+            assert ei.value.errno == errno.ETIMEDOUT
+            assert "stopped" in ei.value.strerror
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        text = ""
+        for _ in range(20):  # a loaded machine may take a deadline to resume it
+            try:
+                text = a.read("status")
+                break
+            except kvmm.KvmmError as e:
+                if e.errno != errno.ETIMEDOUT:
+                    raise
+        assert "Uptime" in text
+    finally:
+        a.close()
+    with pytest.raises(ValueError):
+        admin.open(daemon.sock, timeout_ms=1 << 40)

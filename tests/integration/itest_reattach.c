@@ -18,6 +18,7 @@
  *     recomputes exactly what was lost, hits the prefixes that survived on the swap file and
  *     produces the same bytes as before the crash; a client killed afterwards leaks no page.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -38,6 +39,8 @@
 
 #include "itest.h"
 #include "runtime/kvmm.h"
+
+static void stop_daemon(void);
 
 static struct itest_swapdir sd;
 static const char *extra[] = {"--swap", sd.filearg, "--swap", "warm_restart=yes", NULL};
@@ -274,7 +277,7 @@ static void test_blocked_call(void **state)
 	itest_need_daemon();
 	c = attach_flags(0);
 	b.c = c;
-	assert_int_equal(kill(itest_d.pid, SIGSTOP), 0);
+	stop_daemon();
 	assert_int_equal(pthread_create(&th, NULL, blocked_create, &b), 0);
 	itest_sleep_ms(100);
 	t0 = now_ms();
@@ -318,6 +321,55 @@ static void test_auto(void **state)
 }
 
 /* ---- a stopped daemon (SIGSTOP) ------------------------------------------------------------ */
+
+/*
+ * SIGSTOP kvmmd and wait until every one of its threads is stopped: kill() returns before a
+ * thread spinning on another CPU (a ring worker) has stopped, and it may answer one more call.
+ */
+/* A test that failed between SIGSTOP and SIGCONT must not leave the next one hanging. */
+static int resume_daemon(void **state)
+{
+	(void)state;
+	if (itest_have_daemon && itest_d.pid > 0)
+		kill(itest_d.pid, SIGCONT);
+	return 0;
+}
+
+static void stop_daemon(void)
+{
+	char path[32], buf[512];
+
+	assert_int_equal(kill(itest_d.pid, SIGSTOP), 0);
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)itest_d.pid);
+	for (int tries = 0; tries < 500; tries++) {
+		struct dirent *de;
+		bool all = true;
+		DIR *dir = opendir(path);
+
+		assert_non_null(dir);
+		while (all && (de = readdir(dir))) {
+			char stat[320]; /* path, a tid, "/stat" */
+			FILE *f;
+			char *p;
+
+			if (de->d_name[0] == '.')
+				continue;
+			snprintf(stat, sizeof(stat), "%s/%s/stat", path, de->d_name);
+			f = fopen(stat, "r");
+			if (!f)
+				continue;
+			p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+			fclose(f);
+			if (p && p[1] == ' ' && p[2] != 'T' && p[2] != 't')
+				all = false;
+		}
+		closedir(dir);
+		if (all)
+			return;
+		itest_sleep_ms(2);
+	}
+	fail_msg("kvmmd did not stop");
+}
 
 #define STALL_MS 400
 
@@ -396,7 +448,7 @@ static void test_stopped_daemon(void **state)
 		assert_int_equal(kvmm_seq_create(c[i], 0, &s[i]), 0);
 		b[i].c = c[i];
 	}
-	assert_int_equal(kill(itest_d.pid, SIGSTOP), 0);
+	stop_daemon();
 	for (int i = 0; i < 2; i++)
 		assert_int_equal(pthread_create(&th[i], NULL, timed_create, &b[i]), 0);
 	for (int i = 0; i < 2; i++) {
@@ -437,7 +489,7 @@ static void test_stopped_auto(void **state)
 	itest_need_daemon();
 	c = attach_deadline(KVMM_ATTACH_REATTACH, STALL_MS, false);
 	assert_int_equal(kvmm_seq_create(c, 0, &s), 0);
-	assert_int_equal(kill(itest_d.pid, SIGSTOP), 0);
+	stop_daemon();
 	t0 = now_ms();
 	assert_int_equal(kvmm_seq_create(c, 0, &x), -ETIMEDOUT);
 	assert_true(now_ms() - t0 < STALL_MS + 3000);
@@ -468,7 +520,7 @@ static void test_stopped_no_deadline(void **state)
 	itest_need_daemon();
 	c = attach_deadline(0, -1, false);
 	b.c = c;
-	assert_int_equal(kill(itest_d.pid, SIGSTOP), 0);
+	stop_daemon();
 	assert_int_equal(pthread_create(&th, NULL, timed_create, &b), 0);
 	itest_sleep_ms(STALL_MS + 200);
 	assert_int_equal(kill(itest_d.pid, SIGCONT), 0);
@@ -519,7 +571,7 @@ static void test_stopped_admin(void **state)
 	assert_int_equal(kvmm_admin_read(a, KVMM_OP_STATUS, NULL, &text), 0);
 	free(text);
 	text = NULL;
-	assert_int_equal(kill(itest_d.pid, SIGSTOP), 0);
+	stop_daemon();
 
 	t0 = now_ms();
 	assert_int_equal(kvmm_admin_read(a, KVMM_OP_STATUS, NULL, &text), -ETIMEDOUT);
@@ -1183,19 +1235,20 @@ static void test_kill9_under_load(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_gone_kill9),
-		cmocka_unit_test(test_gone_clean_stop),
-		cmocka_unit_test(test_never_back),
-		cmocka_unit_test(test_blocked_call),
-		cmocka_unit_test(test_auto),
-		cmocka_unit_test(test_stopped_daemon),
-		cmocka_unit_test(test_stopped_auto),
-		cmocka_unit_test(test_stopped_no_deadline),
-		cmocka_unit_test(test_stopped_admin),
-		cmocka_unit_test(test_complete_only_auto),
-		cmocka_unit_test(test_reattach_cause),
-		cmocka_unit_test(test_pool_resized),
-		cmocka_unit_test(test_kill9_under_load),
+		/* each after a test that may have failed with kvmmd stopped: SIGCONT first */
+		cmocka_unit_test_setup(test_gone_kill9, resume_daemon),
+		cmocka_unit_test_setup(test_gone_clean_stop, resume_daemon),
+		cmocka_unit_test_setup(test_never_back, resume_daemon),
+		cmocka_unit_test_setup(test_blocked_call, resume_daemon),
+		cmocka_unit_test_setup(test_auto, resume_daemon),
+		cmocka_unit_test_setup(test_stopped_daemon, resume_daemon),
+		cmocka_unit_test_setup(test_stopped_auto, resume_daemon),
+		cmocka_unit_test_setup(test_stopped_no_deadline, resume_daemon),
+		cmocka_unit_test_setup(test_stopped_admin, resume_daemon),
+		cmocka_unit_test_setup(test_complete_only_auto, resume_daemon),
+		cmocka_unit_test_setup(test_reattach_cause, resume_daemon),
+		cmocka_unit_test_setup(test_pool_resized, resume_daemon),
+		cmocka_unit_test_setup(test_kill9_under_load, resume_daemon),
 	};
 	int ret;
 

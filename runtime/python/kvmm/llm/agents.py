@@ -151,6 +151,8 @@ class ModeResult:
     note: str = ""
     suspended: int = 0  # tasks paused by admission (their sequences left to kvmm's swap)
     queued: float = 0.0  # seconds tasks waited for admission, summed
+    prefill_s: float = 0.0  # seconds the agents spent in steps before their first token
+    decode_s: float = 0.0  # and after it, summed over tasks
 
     @property
     def tokens_per_s(self) -> float:
@@ -591,7 +593,9 @@ class Orchestrator:
             ttft={i: [done[(r, i)]["ttft"] + queued[(r, i)] for r in range(w.rounds)]
                   for i in range(w.agents)},
             outputs={k: list(v["tokens"]) for k, v in done.items()}, note=note,
-            suspended=suspended, queued=sum(queued.values()))
+            suspended=suspended, queued=sum(queued.values()),
+            prefill_s=sum(e.get("prefill_s", 0.0) for e in ev),
+            decode_s=sum(e.get("decode_s", 0.0) for e in ev))
 
     def close(self) -> None:
         for a in self.agents:

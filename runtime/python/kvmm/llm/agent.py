@@ -18,7 +18,11 @@ event per line on stdout (nothing else is written there).
         -> {"ev": "first", "id": I, "ttft": s}    the first token is sampled (the prompt's
                                                    full pages are sealed by then)
         -> {"ev": "done", "id": I, "tokens": [...], "ttft": s, "seconds": s,
-            "computed": n, "skipped": n, "preempted": n, "waits": n}
+            "computed": n, "skipped": n, "preempted": n, "waits": n,
+            "prefill_s": s, "decode_s": s}     seconds in engine steps before the first
+                                                   token and after it
+        With $KVMM_AGENT_PROFILE=DIR each task runs under cProfile, its profile written to
+        DIR/NAME-task-I.prof (python3 -m pstats).
     {"op": "pause"}   while a task runs: stop between two steps (nothing of this agent is
                       pinned then, so kvmmd may swap its sequence out to make room for
                       another agent's) -> {"ev": "paused", "id": I}; the task waits for

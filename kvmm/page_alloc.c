@@ -112,6 +112,7 @@ static const char *const stat_names[KVMM_STAT_COUNT] = {
 	[KVMM_STAT_BUDGET_RECLAIM] = "budget_reclaim",
 	[KVMM_STAT_BUDGET_LOW] = "budget_low",
 	[KVMM_STAT_BUDGET_DISCARD] = "budget_discard",
+	[KVMM_STAT_LOOKUP_RECLAIM] = "lookup_reclaim",
 };
 
 const char *kvmm_stat_name(enum kvmm_stat s)

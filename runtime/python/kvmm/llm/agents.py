@@ -376,11 +376,19 @@ class Orchestrator:
     def chunk_for(self, capacity: int) -> int:
         """The chunk (pages) of the pressure mode's attention in a pool whose admission may
         fill capacity frames: every agent's working set (the chunk read, at most chunk + 1
-        pages written) fits at once, up to CHUNK_MAX and no longer than the longest
-        sequence; 0 when not even one chunk of one page fits."""
+        pages written) fits at once - or two agents' where the shared preamble lets only one
+        task run at a time - up to CHUNK_MAX and no longer than the longest sequence; 0 when
+        not even one chunk of one page fits."""
         if capacity < 3:
             return 0
-        c = (capacity // self.w.agents - 1) // 2
+        together = self.w.agents
+        # kvmm never swaps a page two running sequences map: where the preamble every task
+        # maps leaves no room beside it for two tasks' pins, admission runs the tasks one at
+        # a time whatever the chunk, so size it for two (half the frames left to the faults
+        # and the agents' magazines): fewer, larger chunks a step
+        if len(self.w.preamble) // self.tpp + 2 * 3 > capacity:
+            together = min(together, 2)
+        c = (capacity // together - 1) // 2
         return max(1, min(CHUNK_MAX, c, self.least_pool()))
 
     def _priority(self, agent: int) -> int:

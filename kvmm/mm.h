@@ -277,6 +277,7 @@ enum kvmm_stat {
 	KVMM_STAT_BUDGET_DISCARD, /* frames whose memory went back to the system (hole punched) */
 	KVMM_STAT_CACHE_ADOPT, /* restored pages hung under a parent sealed again (warm restart) */
 	KVMM_STAT_BUDGET_BG,   /* frames this pool gave up to background budget reclaim (kvswapd) */
+	KVMM_STAT_LOOKUP_RECLAIM, /* lookups that made room to map more of a swapped prefix */
 	KVMM_STAT_COUNT,
 };
 
@@ -673,6 +674,19 @@ void kvmm_mm_release(struct kvmm_pool *pool);
  * INT_MAX tokens in all are mapped, so the length always fits.
  */
 int kvmm_mm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t n);
+
+/*
+ * kvmm_mm_prefix_lookup() for a pool under pressure: the walk stops before a swapped hit whose
+ * fault-in would need reclaim (inside a fault it may only drop cache, which would drop cached
+ * pages of the prefix being walked), room is made in reclaim order (kvmm_shrink(): cached
+ * pages demoted, then sequences swapped out, the pages just mapped included: they are the
+ * sequence's alone and unpinned) and the walk continues from there while that maps more
+ * (lookup_reclaim in vmstat counts the rounds): a prefix longer than the pool is mapped
+ * whole, partly swapped.  Returns as
+ * kvmm_mm_prefix_lookup(); -errno only when nothing was mapped.  Never inside reclaim or
+ * swap I/O (the caller is at the top, as the IPC ops are).
+ */
+int kvmm_mm_prefix_lookup_reclaim(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t n);
 
 /*
  * A key domain: XXH3-64 seeded with ns->hash_seed over (tag, base, len, bytes). The model

@@ -642,7 +642,8 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
  * pc_find() still demands the exact parent entry at every step, so a collision cannot slip
  * in at the seam either.
  */
-int kvmm_mm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t n)
+static int prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t n,
+			 bool *short_of_room)
 {
 	const struct kvmm_cache_ent *parent = NULL;
 	struct kvmm_pagecache *pc;
@@ -713,10 +714,21 @@ int kvmm_mm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t
 			break;
 		}
 		if (unlikely(ent->frame == KVMM_FRAME_NONE)) {
+			if (short_of_room && kvmm_pool_nr_free(pool) <= pool->wmark_min) {
+				/*
+				 * The fault's reclaim could only drop cache (no swap I/O inside
+				 * swap I/O), maybe the rest of this very prefix: stop, the caller
+				 * makes room at the top, where cached pages are demoted.
+				 */
+				*short_of_room = true;
+				break;
+			}
 			/* demoted or swapped: fault it back in (swap_state.c) */
 			pg = kvmm_swap_fault_ent(pool, ent, as->mag);
 			if (!pg) {
 				/* ENODATA: its bytes failed their checksum and it is gone: a miss */
+				if (short_of_room && errno == ENOMEM)
+					*short_of_room = true;
 				if (!hits && errno != ENODATA)
 					ret = -errno;
 				if (errno == ENODATA)
@@ -741,6 +753,64 @@ int kvmm_mm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t
 	seq->nsealed = first + hits;
 	seq->ntokens = (uint64_t)seq->nblocks * tpp;
 	return ret ? ret : (int)seq->ntokens;
+}
+
+int kvmm_mm_prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t n)
+{
+	return prefix_lookup(seq, tokens, n, NULL);
+}
+
+/*
+ * A fault-in inside a lookup may only drop cache to make room (swap I/O never nests): in a
+ * full pool it would drop cached pages - often the rest of the prefix being walked, a miss a
+ * few blocks later - and where nothing is left to drop the walk stops at the first swapped
+ * hit, although the pages it mapped so far (this sequence's alone, unpinned) could go out.
+ * So this walk stops before a fault that would need reclaim, room is made here, at the top,
+ * in reclaim order (cached pages demoted to swap, then sequences swapped out, these very
+ * pages included), and the walk continues from where it stopped while that maps more.
+ */
+int kvmm_mm_prefix_lookup_reclaim(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t n)
+{
+	struct kvmm_pool *pool;
+	bool shrunk = false, marked = false;
+	uint64_t done = 0;
+	uint32_t tpp;
+	int ret;
+
+	if (!seq || (n && !tokens))
+		return -EINVAL;
+	pool = seq->as->pool;
+	tpp = seq->as->fmt.tokens_per_page;
+	/* its fault-ins are a step's: the sequence is no OOM victim for them */
+	if (pool->swap && !(seq->flags & KVMM_SEQ_F_FAULTING)) {
+		seq->flags |= KVMM_SEQ_F_FAULTING;
+		pool->nr_faulting++;
+		marked = true;
+	}
+	for (;;) {
+		uint32_t before = seq->nblocks, want;
+		bool room = false;
+
+		ret = prefix_lookup(seq, tokens + done, n - done, &room);
+		if (ret < 0 && done)
+			ret = (int)seq->ntokens; /* keep what the earlier walks mapped */
+		/* a miss, the end, or room made for nothing: done */
+		if (!room || !pool->swap || (shrunk && seq->nblocks == before))
+			break;
+		done += (uint64_t)(seq->nblocks - before) * tpp;
+		if (done + tpp > n)
+			break;
+		want = (uint32_t)min_t(uint64_t, (n - done) / tpp, pool->nframes / 4 + 1);
+		if (!kvmm_shrink(pool, want + pool->wmark_min, 0))
+			break;
+		shrunk = true;
+		pool->stat[KVMM_STAT_LOOKUP_RECLAIM]++;
+	}
+	if (marked) {
+		seq->flags &= ~KVMM_SEQ_F_FAULTING;
+		pool->nr_faulting--;
+	}
+	return ret;
 }
 
 static void pc_remove(struct kvmm_pool *pool, struct kvmm_cache_ent *ent)

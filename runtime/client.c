@@ -342,7 +342,9 @@ static void complete_async(struct kvmm_client *c, struct kvmm_inflight *in)
 			break;
 		}
 		case KVMM_SQE_PIN:
-		case KVMM_SQE_UNPIN: {
+		case KVMM_SQE_UNPIN:
+		case KVMM_SQE_PIN_RANGE:
+		case KVMM_SQE_UNPIN_RANGE: {
 			struct kvmm_pin_rep rep;
 
 			if (take_rep(&rep, sizeof(rep), p, plen, &cqe))

@@ -369,6 +369,8 @@ enum kvmm_sqe_op {
 	KVMM_SQE_UNPIN,		/* seqs, nr                            -> cqe.nr_frames */
 	KVMM_SQE_SEQ_PROMPT, /* tokens, nr, arg: priority -> cqe.seq, .nr_blocks, .nr_tokens hit */
 	KVMM_SQE_SEQ_SEAL_FREE, /* seq, arg: first block, nr: blocks */
+	KVMM_SQE_PIN_RANGE,	/* seq, arg: first block, nr: blocks   -> cqe.nr_frames */
+	KVMM_SQE_UNPIN_RANGE,	/* seq, arg: first block, nr: blocks   -> cqe.nr_frames */
 	KVMM_SQE_OP_COUNT
 };
 

@@ -121,6 +121,21 @@ static int sqe_encode(const struct kvmm_sqe *sqe, unsigned int *op, struct kvmm_
 		*nr_parts = 2;
 		break;
 	}
+	case KVMM_SQE_PIN_RANGE:
+	case KVMM_SQE_UNPIN_RANGE: {
+		/* kvmm_pin_range(3) without flags, kvmm_unpin_range(3) */
+		struct kvmm_pin_range_req r = {
+			.seq = sqe->seq, .block = (uint32_t)sqe->arg, .nr_blocks = sqe->nr};
+
+		_Static_assert(sizeof(r) <= 3 * sizeof(uint64_t),
+			       "submit_locked's fixed[] holds it");
+		if (!sqe->nr || sqe->arg > UINT32_MAX)
+			return -EINVAL;
+		*op = sqe->op == KVMM_SQE_PIN_RANGE ? KVMM_OP_SEQ_PIN_RANGE
+						    : KVMM_OP_SEQ_UNPIN_RANGE;
+		memcpy(fixed, &r, sizeof(r));
+		break;
+	}
 	default:
 		return -EINVAL;
 	}
@@ -152,12 +167,15 @@ static int submit_locked(struct kvmm_client *c, const struct kvmm_sqe *sqes, uns
 	for (i = 0; i < n; i++) {
 		const struct kvmm_sqe *sqe = &sqes[i];
 		struct kvmm_iov parts[KVMM_IOV_MAX];
-		uint64_t fixed[2] = {0, 0};
+		uint64_t fixed[3] = {0, 0, 0}; /* the largest head: kvmm_pin_range_req */
 		unsigned int op, nr_parts;
 
 		if (c->nr_async + kvmm_ring_inflight(c) >= KVMM_MAX_INFLIGHT)
 			break;
 		err = sqe_encode(sqe, &op, parts, &nr_parts, fixed);
+		if (!err && (sqe->op == KVMM_SQE_PIN_RANGE || sqe->op == KVMM_SQE_UNPIN_RANGE) &&
+		    !(c->features & KVMM_FEAT_PIN_RANGE))
+			err = -EOPNOTSUPP; /* an older daemon: the batch stops here */
 		/* every entry kind is a ring op today; one that is not would take the socket */
 		if (!err && c->dp && kvmm_op_ring_ok(op)) {
 			err = kvmm_ring_queue(c, op, parts, nr_parts, sqe->user_data);

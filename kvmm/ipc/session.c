@@ -950,7 +950,7 @@ int kvmm_session_op_prefix_lookup(struct kvmm_session *s, unsigned int op __mayb
 	 * lookups of a prompt too long for one record left) continues it with the ids that
 	 * follow; anything else is -EINVAL.
 	 */
-	ret = kvmm_mm_prefix_lookup(is->seq, tokens, req.nr_tokens);
+	ret = kvmm_mm_prefix_lookup_reclaim(is->seq, tokens, req.nr_tokens);
 	if (ret < 0)
 		return ret;
 	memset(rep, 0, sizeof(*rep));

@@ -5,7 +5,7 @@
  * tables, then free) submitted as bursts and reaped with kvmm_complete; completions matched
  * to their entries by user_data whatever order they come in; synchronous calls made while a
  * burst is in flight (their replies and the burst's must not be mixed up); entries that
- * cannot be sent completing at once with their error.
+ * cannot be sent completing at once with their error; range pins in a batch.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -131,6 +131,68 @@ static void test_step(void **state)
 	kvmm_detach(c);
 }
 
+/*
+ * Range pins in a batch (KVMM_SQE_PIN_RANGE, KVMM_SQE_UNPIN_RANGE): a chunked attention step
+ * ends one chunk's pin and starts the next one's in one submission; entries run in order.
+ */
+static void test_range(void **state)
+{
+	struct kvmm_sqe sqes[5];
+	struct kvmm_cqe cqes[5];
+	uint32_t tokens[STEP * 4], tpp, nr = 0;
+	uint64_t seq, len = 0;
+	kvmm_client_t *c;
+
+	(void)state;
+	itest_need_daemon();
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &c), 0);
+	tpp = kvmm_tokens_per_page(c);
+	assert_true(tpp >= 1 && 4 * tpp <= STEP * 4);
+	itest_tokens(tokens, 4 * tpp, 9);
+	assert_int_equal(kvmm_seq_create(c, 0, &seq), 0);
+	assert_int_equal(kvmm_seq_append(c, seq, tokens, 4 * tpp, &len), 0);
+	assert_int_equal(len, 4 * tpp);
+
+	/* an unpin of a range never pinned, a pin, a range past the end, an empty range */
+	sqes[0] = (struct kvmm_sqe){
+		.op = KVMM_SQE_UNPIN_RANGE, .seq = seq, .arg = 0, .nr = 2, .user_data = 1};
+	sqes[1] = (struct kvmm_sqe){
+		.op = KVMM_SQE_PIN_RANGE, .seq = seq, .arg = 0, .nr = 2, .user_data = 2};
+	sqes[2] = (struct kvmm_sqe){
+		.op = KVMM_SQE_PIN_RANGE, .seq = seq, .arg = 3, .nr = 2, .user_data = 3};
+	sqes[3] = (struct kvmm_sqe){
+		.op = KVMM_SQE_PIN_RANGE, .seq = seq, .arg = 0, .nr = 0, .user_data = 4};
+	sqes[4] = (struct kvmm_sqe){
+		.op = KVMM_SQE_PIN_RANGE, .seq = seq, .arg = 1ULL << 40, .nr = 1, .user_data = 5};
+	assert_int_equal(kvmm_submit(c, sqes, 5), 5);
+	reap(c, cqes, 5, 1);
+	assert_int_equal(cqes[0].res, -EINVAL);
+	assert_int_equal(cqes[1].res, 0);
+	assert_int_equal(cqes[1].nr_frames, 2);
+	assert_int_equal(cqes[2].res, -EINVAL);
+	assert_int_equal(cqes[3].res, -EINVAL);
+	assert_int_equal(cqes[4].res, -EINVAL);
+
+	/* the next chunk: end the first pin and take the second in one batch */
+	sqes[0] = (struct kvmm_sqe){
+		.op = KVMM_SQE_UNPIN_RANGE, .seq = seq, .arg = 0, .nr = 2, .user_data = 1};
+	sqes[1] = (struct kvmm_sqe){
+		.op = KVMM_SQE_PIN_RANGE, .seq = seq, .arg = 2, .nr = 2, .user_data = 2};
+	assert_int_equal(kvmm_submit(c, sqes, 2), 2);
+	reap(c, cqes, 2, 1);
+	assert_int_equal(cqes[0].res, 0);
+	assert_int_equal(cqes[0].nr_frames, 2);
+	assert_int_equal(cqes[1].res, 0);
+	assert_int_equal(cqes[1].nr_frames, 2);
+	/* the batch's unpin ended the first pin, its pin holds the second */
+	assert_int_equal(kvmm_unpin_range(c, seq, 0, 2, &nr), -EINVAL);
+	assert_int_equal(kvmm_unpin_range(c, seq, 2, 2, &nr), 0);
+	assert_int_equal(nr, 2);
+	assert_int_equal(kvmm_unpin_range(c, seq, 2, 2, &nr), -EINVAL);
+	assert_int_equal(kvmm_seq_free(c, seq), 0);
+	kvmm_detach(c);
+}
+
 /* Submitted work left unreaped at detach is not a leak (the daemon frees the sequences). */
 static void test_detach_inflight(void **state)
 {
@@ -150,6 +212,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_step),
+		cmocka_unit_test(test_range),
 		cmocka_unit_test(test_detach_inflight),
 	};
 	int ret = cmocka_run_group_tests_name("itest_async", tests, itest_group_setup,

@@ -1868,6 +1868,62 @@ static void test_stat_names(void **state)
 	assert_string_equal(kvmm_stat_name(KVMM_STAT_SWAP_CACHE_HIT), "swap_cache_hit");
 }
 
+/*
+ * A swapped prefix longer than the free frames: a plain lookup stops at the first swapped hit
+ * it has no frame for (its fault-in may only drop cache); kvmm_mm_prefix_lookup_reclaim()
+ * makes room by swapping out what it mapped so far (the sequence's alone, unpinned) and maps
+ * the whole prefix, with the right bytes behind every page.  A miss stays a miss.
+ */
+static void test_lookup_reclaim_maps_past_the_pool(void **state)
+{
+	struct fx *f = *state;
+	uint32_t tpp = f->fmt.tokens_per_page, i, n = 0;
+	uint32_t tok[16 * 64];
+	struct kvmm_seq *a = mkseq(f, 0, 16, 100), *b, *c;
+	struct kvmm_page *hog[NFRAMES];
+
+	assert_true(16 * tpp <= 16 * 64);
+	for (i = 0; i < 16 * tpp; i++)
+		tok[i] = 100 + i;
+	assert_int_equal(add_host(f, 1, 0, 64), 0);
+	assert_int_equal(kvmm_mm_seq_seal(a), 16);
+	kvmm_mm_seq_free(a);
+	assert_int_equal(kvmm_swap_demote(f->pool, NULL, 16), 16);
+	/* leave 6 frames above the min watermark */
+	while (kvmm_pool_nr_free(f->pool) > f->pool->wmark_min + 6 &&
+	       (hog[n] = kvmm_alloc_page(f->pool, NULL, NULL)))
+		n++;
+	/* (no invariant check while the hog's frames, mapped by no one, are out) */
+	assert_int_equal(kvmm_mm_seq_create(f->as, &b), 0);
+	i = (uint32_t)kvmm_mm_prefix_lookup(b, tok, 16 * tpp) / tpp;
+	assert_true(i > 0 && i < 16);
+	kvmm_mm_seq_free(b);
+
+	assert_int_equal(kvmm_mm_seq_create(f->as, &c), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup_reclaim(c, tok, 16 * tpp), (int)(16 * tpp));
+	assert_int_equal(c->nsealed, 16);
+	assert_true(vmstat(f, KVMM_STAT_LOOKUP_RECLAIM) >= 1);
+	assert_true(kvmm_mm_seq_nr_swapped(c) > 0); /* it did not fit: part went out again */
+	while (n)
+		kvmm_free_page(f->pool, hog[--n], NULL);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_fault(c, 0, 16) >= 0, true);
+	check_bytes(f, 0, c, 0, 16);
+	kvmm_mm_seq_free(c);
+	check_inv(f->pool);
+
+	/* a miss at block 3 (no room needed): three pages, nothing swapped out for it */
+	tok[3 * tpp] = 7;
+	n = (uint32_t)vmstat(f, KVMM_STAT_LOOKUP_RECLAIM);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &c), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup_reclaim(c, tok, 16 * tpp), (int)(3 * tpp));
+	assert_int_equal(vmstat(f, KVMM_STAT_LOOKUP_RECLAIM), n);
+	check_bytes(f, 0, c, 0, 3);
+	kvmm_mm_seq_free(c);
+	assert_int_equal(kvmm_mm_prefix_lookup_reclaim(NULL, tok, 1), -EINVAL);
+	check_inv(f->pool);
+}
+
 /* ---- a small randomized model: swap ops against the expected bytes --------------------------- */
 
 /*
@@ -2013,6 +2069,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_swapoff_no_frames, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shared_not_swapped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_demote_and_lookup, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lookup_reclaim_maps_past_the_pool, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_ns_destroy_drops_demoted, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sealed_swapout_shared_by_lookup, setup,
 						teardown),

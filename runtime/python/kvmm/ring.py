@@ -32,6 +32,8 @@ class Op(enum.IntEnum):
     UNPIN = 9          #: data: sequence ids            -> Cqe.nr_frames
     SEQ_PROMPT = 10    #: data: tokens, arg: priority   -> Cqe.seq, .nr_blocks, .nr_tokens hit
     SEQ_SEAL_FREE = 11  #: seq, arg: first block, nr: blocks
+    PIN_RANGE = 12     #: seq, arg: first block, nr: blocks -> Cqe.nr_frames (kvmm_pin_range)
+    UNPIN_RANGE = 13   #: seq, arg: first block, nr: blocks -> Cqe.nr_frames
 
 
 _TOKEN_OPS = (Op.SEQ_APPEND, Op.PREFIX_LOOKUP, Op.SEQ_PROMPT)
@@ -42,7 +44,7 @@ _SEQ_OPS = (Op.PIN, Op.UNPIN)
 class Sqe:
     """One operation to submit (struct kvmm_sqe).  ``data`` is the token ids (SEQ_APPEND,
     PREFIX_LOOKUP, SEQ_PROMPT) or sequence ids (PIN, UNPIN); ``nr`` defaults to its length
-    (SEAL, SEQ_SEAL_FREE: the number of blocks).  ``frames``: SEQ_APPEND's magazine frames for its new blocks.
+    (SEAL, SEQ_SEAL_FREE, PIN_RANGE, UNPIN_RANGE: the number of blocks).  ``frames``: SEQ_APPEND's magazine frames for its new blocks.
     Everything is copied at submit."""
 
     op: Op

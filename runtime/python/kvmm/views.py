@@ -107,6 +107,40 @@ class PoolViews:
                 self.base = torch.from_numpy(numpy.asarray(buf))
             else:
                 self.base = torch.as_tensor(buf, device=self.device)
+        else:
+            import numpy
+            self.base = numpy.asarray(buf)
+        self._make_views()
+
+    @classmethod
+    def scratch(cls, fmt: Any, page_size: int, nr_frames: int) -> "PoolViews":
+        """Torch views of the same shape over a host buffer of ``nr_frames`` pages of this
+        process (not kvmm's pool), laid out as kvmm lays out pages of ``fmt`` and
+        ``page_size``: a place to gather pages into for kvmm.kernels, which take PoolViews
+        (kvmm.llm's chunked attention copies a sequence's pinned chunks into one)."""
+        import torch
+
+        from .format import PageLayout
+
+        if nr_frames < 1:
+            raise ValueError(f"nr_frames {nr_frames}: at least 1")
+        self = cls.__new__(cls)
+        self.kind = "torch"
+        self.layout = PageLayout.of(fmt, page_size)
+        self.fmt = fmt
+        self.nr_frames = nr_frames
+        self.page_size = page_size
+        self.tokens_per_page = self.layout.tokens_per_page
+        self.device = "cpu"
+        self.base = torch.zeros(nr_frames * page_size, dtype=torch.uint8)
+        self.base_ptr = self.base.data_ptr()
+        self._make_views()
+        return self
+
+    def _make_views(self) -> None:
+        fmt, L = self.fmt, self.layout
+        if self.kind == "torch":
+            import torch
             make = self._torch_view
             dt = getattr(torch, _TORCH_DTYPE[fmt.dtype])
             self._typed = self.base.view(dt)
@@ -115,7 +149,6 @@ class PoolViews:
             import numpy
             if fmt.dtype not in _NUMPY_DTYPE:
                 raise TypeError("numpy has no bfloat16: use kind='torch' for a bf16 pool")
-            self.base = numpy.asarray(buf)
             make = self._numpy_view
             self._typed = numpy.dtype(_NUMPY_DTYPE[fmt.dtype])
             self._scales = numpy.dtype("float32") if fmt.dtype == DTYPE_INT8 else None

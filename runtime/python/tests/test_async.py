@@ -31,6 +31,29 @@ def test_step_as_one_batch(client):
     assert client.inflight == 0
 
 
+def test_range_pins_in_a_batch(client):
+    """PIN_RANGE and UNPIN_RANGE entries (kvmm_pin_range, kvmm_unpin_range): a chunked step
+    ends one chunk's pin and takes the next one's in one submission; entries run in order."""
+    tpp = client.tokens_per_page
+    s = client.seq_create()
+    client.seq_append(s, list(range(3, 3 + 4 * tpp)))
+    client.submit([Sqe(Op.PIN_RANGE, seq=s, arg=0, nr=2, user_data=1),
+                   Sqe(Op.PIN_RANGE, seq=s, arg=3, nr=2, user_data=2),  # past the end
+                   Sqe(Op.UNPIN_RANGE, seq=s, arg=2, nr=2, user_data=3)])  # never pinned
+    got = {c.user_data: c for c in client.complete(max=8, min=3)}
+    assert got[1].check().nr_frames == 2
+    assert got[2].res == -errno.EINVAL and got[3].res == -errno.EINVAL
+    client.submit([Sqe(Op.UNPIN_RANGE, seq=s, arg=0, nr=2, user_data=4),
+                   Sqe(Op.PIN_RANGE, seq=s, arg=2, nr=2, user_data=5)])
+    got = {c.user_data: c for c in client.complete(max=8, min=2)}
+    assert got[4].check().nr_frames == 2 and got[5].check().nr_frames == 2
+    with pytest.raises(kvmm.KvmmError) as ei:
+        client.unpin_range(s, 0, 2)  # the batch ended that pin
+    assert ei.value.errno == errno.EINVAL
+    assert client.unpin_range(s, 2, 2) == 2
+    client.seq_free(s)
+
+
 def test_failed_operation_completes_with_errno(client):
     client.submit(Sqe(Op.SEQ_FREE, seq=123456789, user_data=9))
     (c,) = client.complete(max=1, min=1)

@@ -93,17 +93,25 @@ def test_merge_fully_masked():
     assert torch.equal(o, a[0]) and torch.equal(lse, a[1])
 
 
-def test_chunked_engine_matches(daemon, model):
+def _kernel_modes():
+    """Chunked attention with libkvmm's kernels over scratch pages, and in torch."""
+    return [True, False] if kvmm.kernels.available("cpu") else [False]
+
+
+@pytest.mark.parametrize("kernels", _kernel_modes())
+def test_chunked_engine_matches(daemon, model, kernels):
     """Two prompts of 5 pages, 64 tokens each, chunks of 2 pages: the reference's greedy
     tokens (fp32 KV), and logits within 1e-4 of the unchunked store's."""
     prompts = [LONG, LONG[::-1][:120]]
     params = SamplingParams(max_tokens=64, ignore_eos=True)
-    kv = paged(model, daemon, "chunk1", chunk_pages=2)
+    kv = paged(model, daemon, "chunk1", chunk_pages=2, kernels=kernels)
     tpp = kv.tokens_per_page
     assert len(LONG) > 4 * tpp  # several chunks
     e = Engine(model, kv, record_logits=True)
     got = e.generate(prompts, params)
     assert kv.stats["chunked_steps"] > 0 and kv.stats["chunks"] > kv.stats["chunked_steps"]
+    # kernels: the chunks were gathered into scratch pages (PoolViews.scratch); else torch
+    assert (kv._stage not in (None, False)) == kernels
     whole = Engine(model, paged(model, daemon, "chunk2"), record_logits=True)
     want = whole.generate(prompts, params)
     for p, a, b in zip(prompts, got, want):
@@ -116,7 +124,8 @@ def test_chunked_engine_matches(daemon, model):
     whole.close()
 
 
-def test_bigger_than_the_pool(daemon, model):
+@pytest.mark.parametrize("kernels", _kernel_modes())
+def test_bigger_than_the_pool(daemon, model, kernels):
     """Namespace "tiny" holds 8 pages; one sequence of 12 runs chunked (1 or 2 pages a
     chunk), with its other pages swapped out and in, and gives the reference's tokens.
     Without chunking the same request cannot run."""
@@ -124,13 +133,14 @@ def test_bigger_than_the_pool(daemon, model):
     n = 150  # 380 tokens: 12 pages of 32
     toks = reference(model, prompt, n)[0]
     for chunk in (2, None):  # None: PagedKV chunks on its own when the pin finds no room
-        kv = paged(model, daemon, TINY, chunk_pages=chunk)
+        kv = paged(model, daemon, TINY, chunk_pages=chunk, kernels=kernels)
         assert -(-(len(prompt) + n) // kv.tokens_per_page) > TINY_FRAMES
         e = Engine(model, kv, max_batch_tokens=kv.tokens_per_page)
         got = e.generate([prompt], SamplingParams(max_tokens=n, ignore_eos=True))[0]
         assert got.completions[0].token_ids == toks
         assert kv.stats["chunked_steps"] > 0
         assert got.recomputes == 0
+        assert kv._held is None and kv._tails == []  # nothing pinned between steps
         e.close()
     from kvmm import admin
 

@@ -255,3 +255,22 @@ def test_write_into_a_sealed_page_faults(daemon, fmt, client, wprotect):
         assert p.returncode == 0 and lines[1] == "written"
         assert bool((v.k[0][f] == -1.0).all())
     client.seq_free(s)
+
+
+def test_scratch_views(fmt):
+    """PoolViews.scratch: pages of this process laid out as kvmm's, for kvmm.kernels."""
+    from kvmm import PageLayout, PoolViews
+
+    layout = PageLayout.of(fmt, 16384)
+    st = PoolViews.scratch(fmt, 16384, 3)
+    assert st.nr_frames == 3 and st.device == "cpu" and st.kind == "torch"
+    assert st.tokens_per_page == layout.tokens_per_page
+    assert st.base.numel() == 3 * 16384 and st.base_ptr == st.base.data_ptr()
+    st.k[fmt.layers - 1][2, 1] = 1
+    off = 2 * 16384 + layout.offset(fmt.layers - 1, 0) + layout.row_bytes
+    assert int(st.base[off:off + layout.row_bytes].count_nonzero()) > 0
+    assert float(st.v[0].abs().sum()) == 0.0
+    with pytest.raises(ValueError):
+        PoolViews.scratch(fmt, 16384, 0)
+    with pytest.raises(ValueError):
+        PoolViews.scratch(fmt, 4, 1)  # not one token a page

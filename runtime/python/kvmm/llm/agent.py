@@ -18,7 +18,11 @@ event per line on stdout (nothing else is written there).
         -> {"ev": "first", "id": I, "ttft": s}    the first token is sampled (the prompt's
                                                    full pages are sealed by then)
         -> {"ev": "done", "id": I, "tokens": [...], "ttft": s, "seconds": s,
-            "computed": n, "skipped": n, "preempted": n, "waits": n}
+            "computed": n, "skipped": n, "preempted": n, "waits": n,
+            "prefill_s": s, "decode_s": s}     seconds in engine steps before the first
+                                                   token and after it
+        With $KVMM_AGENT_PROFILE=DIR each task runs under cProfile, its profile written to
+        DIR/NAME-task-I.prof (python3 -m pstats).
     {"op": "pause"}   while a task runs: stop between two steps (nothing of this agent is
                       pinned then, so kvmmd may swap its sequence out to make room for
                       another agent's) -> {"ev": "paused", "id": I}; the task waits for
@@ -144,9 +148,12 @@ class _Agent:
         self.released = 0
         stalled_since: Optional[float] = None
         told = False
+        step_s = [0.0, 0.0]  # seconds in steps before / after the first token
         while e.has_work():
             try:
+                t = time.perf_counter()
                 e.step()
+                step_s[1 if told else 0] += time.perf_counter() - t
                 stalled_since = None
             except KVOutOfMemory as err:
                 # the other agents' pinned steps hold the rest of the pool: theirs end soon
@@ -170,7 +177,7 @@ class _Agent:
                 "computed": st["prefill_tokens"] - before["prefill_tokens"],
                 "skipped": st["cached_tokens"] - before["cached_tokens"],
                 "preempted": req.recomputes - self.released, "released": self.released,
-                "waits": waits}
+                "waits": waits, "prefill_s": step_s[0], "decode_s": step_s[1]}
 
     def _between_steps(self, tid: int) -> None:
         """A pause from the orchestrator (its admission control: another agent's task needs
@@ -195,6 +202,21 @@ class _Agent:
         if cmd.get("op") != "resume":
             raise RuntimeError(f"op {cmd.get('op')!r} while paused (only resume or quit)")
         _emit({"ev": "resumed", "id": tid})
+
+
+def _profiled(fn, cmd: Dict[str, Any], name: str) -> Dict[str, Any]:
+    """fn(cmd), under cProfile when $KVMM_AGENT_PROFILE names a directory: the profile of
+    each task goes to DIR/NAME-task-ID.prof (pstats), for finding where a step's time goes."""
+    out = os.environ.get("KVMM_AGENT_PROFILE")
+    if not out:
+        return fn(cmd)
+    import cProfile
+
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(fn, cmd)
+    finally:
+        prof.dump_stats(os.path.join(out, f"{name}-task-{cmd.get('id')}.prof"))
 
 
 def _warm_up(model) -> None:
@@ -254,7 +276,7 @@ def main(argv: Optional[list] = None) -> int:
                 agent.detach()
                 _emit({"ev": "detached"})
             elif op == "task":
-                _emit(agent.task(cmd))
+                _emit(_profiled(agent.task, cmd, args.name))
             elif op == "pause":
                 _emit({"ev": "idle"})  # the task it was for ended first: nothing to pause
             elif op == "resume":

@@ -151,6 +151,8 @@ class ModeResult:
     note: str = ""
     suspended: int = 0  # tasks paused by admission (their sequences left to kvmm's swap)
     queued: float = 0.0  # seconds tasks waited for admission, summed
+    prefill_s: float = 0.0  # seconds the agents spent in steps before their first token
+    decode_s: float = 0.0  # and after it, summed over tasks
 
     @property
     def tokens_per_s(self) -> float:
@@ -374,11 +376,19 @@ class Orchestrator:
     def chunk_for(self, capacity: int) -> int:
         """The chunk (pages) of the pressure mode's attention in a pool whose admission may
         fill capacity frames: every agent's working set (the chunk read, at most chunk + 1
-        pages written) fits at once, up to CHUNK_MAX and no longer than the longest
-        sequence; 0 when not even one chunk of one page fits."""
+        pages written) fits at once - or two agents' where the shared preamble lets only one
+        task run at a time - up to CHUNK_MAX and no longer than the longest sequence; 0 when
+        not even one chunk of one page fits."""
         if capacity < 3:
             return 0
-        c = (capacity // self.w.agents - 1) // 2
+        together = self.w.agents
+        # kvmm never swaps a page two running sequences map: where the preamble every task
+        # maps leaves no room beside it for two tasks' pins, admission runs the tasks one at
+        # a time whatever the chunk, so size it for two (half the frames left to the faults
+        # and the agents' magazines): fewer, larger chunks a step
+        if len(self.w.preamble) // self.tpp + 2 * 3 > capacity:
+            together = min(together, 2)
+        c = (capacity // together - 1) // 2
         return max(1, min(CHUNK_MAX, c, self.least_pool()))
 
     def _priority(self, agent: int) -> int:
@@ -591,7 +601,9 @@ class Orchestrator:
             ttft={i: [done[(r, i)]["ttft"] + queued[(r, i)] for r in range(w.rounds)]
                   for i in range(w.agents)},
             outputs={k: list(v["tokens"]) for k, v in done.items()}, note=note,
-            suspended=suspended, queued=sum(queued.values()))
+            suspended=suspended, queued=sum(queued.values()),
+            prefill_s=sum(e.get("prefill_s", 0.0) for e in ev),
+            decode_s=sum(e.get("decode_s", 0.0) for e in ev))
 
     def close(self) -> None:
         for a in self.agents:

@@ -118,6 +118,8 @@ def _report(res, w, out) -> None:
     p(f"  TTFT all agents    median {_ms(statistics.median(allt))}, "
       f"p95 {_ms(percentile(allt, 95))}")
     p(f"  preemptions        {r.preempted} (waits for room: {r.waits})")
+    p(f"  step time          {r.prefill_s:.2f} s prefill (to the first token), "
+      f"{r.decode_s:.2f} s decode, summed over the agents' tasks")
     if r.mode == "pressure":
         p(f"  admission          {r.suspended} tasks paused for the critical agent, "
           f"{r.queued:.2f} s waited for room in all")

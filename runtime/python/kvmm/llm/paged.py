@@ -53,6 +53,8 @@ the block table, then attention), so the engine runs on any libkvmm. .kernel say
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import hashlib
 import importlib
 import math
@@ -67,6 +69,7 @@ from .model import causal_attention
 __all__ = ["PagedKV", "model_identity", "namespace_of", "AUTO_CHUNK_PAGES"]
 
 AUTO_CHUNK_PAGES = 32  # chunk of a step that does not fit, without chunk_pages
+_RANGE_TAG = 1 << 40  # user_data of the range pins attention() submits
 
 _KV_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
               "int8": torch.int8}
@@ -132,6 +135,12 @@ class PagedKV(KVStore):
         self.lookup_pages = lookup_pages
         self._chunk: Optional[int] = None  # this step's chunk (None: not chunked)
         self._tails: List[tuple] = []  # this step's range pins (seq id, block, blocks)
+        # the chunk attention() holds pinned (seq id, block, blocks): kept from one layer to
+        # the next (odd layers start where even ones end), ended with the next chunk's pin
+        # in one submission, or at end_step
+        self._held: Optional[tuple] = None
+        self._batched_pins = True  # range pins through kvmm_submit (False: an old libkvmm)
+        self._stage = None  # scratch pages of the chunked attention (False: none usable)
         self._lost_in_step: List[_PSeq] = []  # preempted while a chunked step ran
         if kv_dtype not in _KV_DTYPES:
             raise ValueError(f"kv dtype {kv_dtype!r}: one of {', '.join(_KV_DTYPES)}")
@@ -185,6 +194,7 @@ class PagedKV(KVStore):
             s.lost = s.gone = True
         self._pinned = []
         self._tails = []
+        self._held = None
         self._chunk = None
         self._batch = []
         self.views = self.c.views("torch")  # the views of the old pool are void
@@ -493,7 +503,18 @@ class PagedKV(KVStore):
         return out
 
     def end_step(self):
-        for t in self._tails:
+        ranges = self._tails + ([self._held] if self._held is not None else [])
+        self._held = None
+        if len(ranges) > 1 and self._batched_pins:
+            # every range pin of the step ends in one submission
+            try:
+                self._range_ops([(False, t) for t in ranges])
+                ranges = []
+            except self._kvmm.KvmmDaemonGone:
+                if self.reattach_timeout is None:
+                    raise
+                ranges = []
+        for t in ranges:
             try:
                 self.c.unpin_range(*t)
             except self._kvmm.PreemptedError:
@@ -612,8 +633,13 @@ class PagedKV(KVStore):
 
     # ---- chunked: a part of each sequence pinned at a time ---------------------------------
     def _attention_chunked(self, layer, q, k, v):
-        """Store the new K, V (their pages are pinned for the step), then each sequence's
-        attention over its pages, self._chunk at a time, merged exactly."""
+        """Store the new K, V (their pages are pinned for the step), then for each sequence
+        copy the layer's keys and values out of the pool self._chunk pages at a time (each
+        chunk pinned only while it is copied) and attend over the copy once: with libkvmm's
+        kernels, into scratch pages of the same layout (one layer's worth: PoolViews.scratch)
+        that the paged kernels read; else into one tensor for the torch attention.  The same
+        transient gather of one layer the whole-sequence torch path makes (_load): a chunk
+        costs a pin and a copy, not a partial attention and a merge."""
         V = self.views
         ks = V.k_scales[layer] if V.k_scales is not None else None
         vs = V.v_scales[layer] if V.v_scales is not None else None
@@ -628,53 +654,150 @@ class PagedKV(KVStore):
             end = e.start + n
             nb = -(-end // tpp)
             chunks = [(b, min(size, nb - b)) for b in range(0, nb, size)]
-            forward = layer % 2 == 0
-            if not forward:
-                chunks.reverse()  # start where the last layer ended: those pages are in
-            acc_o = acc_lse = None
+            if layer % 2:
+                chunks.reverse()  # start where the last layer ended: it is still pinned
+            st = self._scratch(nb)
+            kk = vv = None
+            ok = True
             for b0, cn in chunks:
-                o, lse = self._chunk_attention(layer, e.seq.id, b0, cn, nb, end, q[row:row + n],
-                                               e.start, ks, vs)
-                if acc_o is None:
-                    acc_o, acc_lse = o, lse
+                frames = self._chunk_frames(e.seq.id, b0, cn, nb)
+                if frames is None:  # preempted meanwhile: its output is void (step_lost)
+                    ok = False
+                    break
+                if st is not None:
+                    st.k[0][b0:b0 + cn] = V.k[layer][frames]
+                    st.v[0][b0:b0 + cn] = V.v[layer][frames]
+                    if ks is not None:
+                        st.k_scales[0][b0:b0 + cn] = ks[frames]
+                        st.v_scales[0][b0:b0 + cn] = vs[frames]
+                    continue
+                ck = self._load(V.k[layer], ks, frames, None)
+                cv = self._load(V.v[layer], vs, frames, None)
+                if kk is None:
+                    kk = torch.empty((nb * tpp,) + ck.shape[1:], dtype=ck.dtype,
+                                     device=self.device)
+                    vv = torch.empty_like(kk)
+                kk[b0 * tpp:(b0 + cn) * tpp] = ck
+                vv[b0 * tpp:(b0 + cn) * tpp] = cv
+            if not ok:
+                out[row:row + n] = 0
+            elif st is not None:
+                table = torch.arange(nb, dtype=torch.int32)[None]
+                ctx = torch.tensor([end], dtype=torch.int32)
+                qf = q[row:row + n].float().contiguous()
+                if n == 1:
+                    out[row:row + n] = self._k.paged_decode(st, 0, qf, table, ctx)
                 else:
-                    acc_o, acc_lse = merge_partials(acc_o, acc_lse, o, lse)
-            heads, d = q.shape[1], q.shape[2]
-            out[row:row + n] = acc_o.permute(2, 0, 1, 3).reshape(n, heads, d)
+                    out[row:row + n] = self._k.paged_prefill(
+                        st, 0, qf, table, ctx, torch.tensor([n], dtype=torch.int32))
+            else:
+                out[row:row + n] = causal_attention(q[row:row + n], kk[:end], vv[:end],
+                                                    e.start)
             row += n
         return out
 
-    def _chunk_attention(self, layer, sid, b0, cn, nb, end, q, start, ks, vs):
-        """Pin blocks [b0, b0 + cn) of sequence sid, attend q (positions start..) over their
-        tokens, unpin; returns the partial output and log-sum-exp (partial_attention)."""
+    def _scratch(self, nb: int):
+        """Scratch pages for one layer of an nb-block sequence (kvmm.PoolViews.scratch, kept
+        and grown), or None where the torch attention is used instead: no libkvmm kernels,
+        not on the CPU, or no one-layer page layout with this pool's tokens a page."""
+        if self._k is None or self.device.type != "cpu" or self._stage is False:
+            return None
+        if self._stage is None or self._stage.nr_frames < nb:
+            size = max(nb, 2 * self._stage.nr_frames if self._stage is not None else 0)
+            fmt1 = dataclasses.replace(self.fmt, layers=1)
+            try:
+                st = self._kvmm.PoolViews.scratch(fmt1, self.views.page_size // self.layers,
+                                                  size)
+            except ValueError:
+                st = None
+            if st is None or st.tokens_per_page != self.tokens_per_page:
+                self._stage = False
+                return None
+            self._stage = st
+        return self._stage
+
+    def _chunk_frames(self, sid, b0, cn, nb):
+        """Pin blocks [b0, b0 + cn) of sequence sid (_pin_chunk: held until the next chunk
+        or end_step) and return their frames (a LongTensor on the device); None if kvmmd
+        preempted the sequence (it is then in step_lost())."""
         kvmm = self._kvmm
-        V = self.views
-        tpp = self.tokens_per_page
         try:
-            self.c.pin_range(sid, b0, cn)
+            self._pin_chunk(sid, b0, cn)
         except kvmm.PreemptedError:
             # kvmmd took it while the step ran: no output for it (the engine drops the
             # sequence after the step, step_lost()), nothing pinned
-            self._seqs[sid].lost = True
-            self._lost_in_step.append(self._seqs[sid])
-            m = q.shape[1] // self.kv_heads
-            return (torch.zeros(self.kv_heads, m, q.shape[0], q.shape[2], device=q.device),
-                    torch.full((self.kv_heads, m, q.shape[0]), float("-inf"), device=q.device))
+            s = self._seqs[sid]
+            if not s.lost:
+                s.lost = True
+                self._lost_in_step.append(s)
+            return None
         except kvmm.OutOfMemoryError:
             raise KVOutOfMemory(f"kvmm namespace {self.c.ns}: no room for a chunk of {cn} "
                                 f"pages") from None
-        try:
-            self.stats["chunks"] += 1
-            row = self.c.block_table([sid], nb)[0, b0:b0 + cn].long()
-            if bool((row < 0).any()):
-                raise RuntimeError(f"kvmm: sequence {sid}: a pinned block has no frame")
-            frames = row.to(self.device)
-            t0, t1 = b0 * tpp, min(end, (b0 + cn) * tpp)
-            kk = self._load(V.k[layer], ks, frames, t1 - t0)
-            vv = self._load(V.v[layer], vs, frames, t1 - t0)
-            return partial_attention(q, kk, vv, start, t0)
-        finally:
-            self.c.unpin_range(sid, b0, cn)
+        self.stats["chunks"] += 1
+        row = self.c.block_table([sid], nb)[0, b0:b0 + cn].long()
+        if bool((row < 0).any()):
+            raise RuntimeError(f"kvmm: sequence {sid}: a pinned block has no frame")
+        return row.to(self.device)
+
+    def _pin_chunk(self, sid: int, b0: int, cn: int) -> None:
+        """Make blocks [b0, b0 + cn) of sid the chunk held pinned: nothing to do when it is
+        already (the layer before ended on it); else end the held chunk's pin and take this
+        one in one submission (kvmm_submit of SEQ_UNPIN_RANGE and SEQ_PIN_RANGE: one wake-up
+        of kvmmd, not two round trips). Raises the pin's KvmmError (PreemptedError,
+        OutOfMemoryError); nothing is held then."""
+        want = (sid, b0, cn)
+        if self._held == want:
+            return
+        held, self._held = self._held, None
+        if not self._batched_pins:
+            if held is not None:
+                try:
+                    self.c.unpin_range(*held)
+                except self._kvmm.PreemptedError:
+                    pass
+            self.c.pin_range(sid, b0, cn)
+            self._held = want
+            return
+        ops = ([(False, held)] if held is not None else []) + [(True, want)]
+        err = self._range_ops(ops)[-1]
+        if err is not None and err.errno == errno.EINVAL:
+            # a libkvmm without range pins in kvmm_submit completes them with EINVAL (a
+            # wrong range too): from now on one call each (which says which it was)
+            self._batched_pins = False
+            self.c.pin_range(sid, b0, cn)
+        elif err is not None:
+            raise err
+        self._held = want
+
+    def _range_ops(self, ops: List[tuple]) -> List[Optional[Exception]]:
+        """Submit range pins and unpins ((pin?, (seq id, block, blocks)) each) as one batch
+        and reap them: their errors (None for success; an unpin whose sequence was
+        preempted counts as done). Preemption events met on the way mark sequences lost."""
+        kvmm = self._kvmm
+        sqes = [kvmm.Sqe(kvmm.Op.PIN_RANGE if pin else kvmm.Op.UNPIN_RANGE, seq=r[0], arg=r[1],
+                         nr=r[2], user_data=_RANGE_TAG + i)
+                for i, (pin, r) in enumerate(ops)]
+        n = self.c.submit(sqes)
+        errs: List[Optional[Exception]] = [None] * len(ops)
+        for i in range(n, len(ops)):
+            errs[i] = kvmm.errors.make_error(-errno.EAGAIN, "kvmm_submit")  # not taken
+        done = 0
+        while done < n:
+            for cqe in self.c.complete(max(64, n), 1):
+                if cqe.is_event:
+                    s = self._seqs.get(cqe.seq)
+                    if s is not None and not s.lost:
+                        s.lost = True
+                        self.stats["preempt_events"] += 1
+                    continue
+                i = cqe.user_data - _RANGE_TAG
+                if not 0 <= i < len(ops):
+                    continue  # not ours (nothing else is in flight between two steps)
+                done += 1
+                if cqe.res < 0 and not (cqe.preempted and not ops[i][0]):
+                    errs[i] = cqe.error()
+        return errs
 
 
 def partial_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qpos: int, kpos: int):

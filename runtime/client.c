@@ -841,7 +841,7 @@ out_sizes:
 	c->chunk_size = rep->chunk_size;
 	c->nr_chunks = rep->nr_chunks;
 	c->nr_frames = rep->nr_frames ? rep->nr_frames : (uint32_t)(total / c->page_size);
-	if (!err && c->base && c->wp_want)
+	if (!err && c->wp_want && (c->base || c->backend == KVMM_BACKEND_CUDA))
 		err = kvmm_wp_setup(c);
 	return err;
 }

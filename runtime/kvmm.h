@@ -104,9 +104,12 @@ int kvmm_attach_ex(const char *socket_path, const char *ns, const struct kvmm_fo
  * first kvmm_block_table that shows it until it is sealed, shared by kvmm_seq_fork, truncated
  * away or freed, or a frame taken with kvmm_mag_alloc until kvmm_mag_free. Writing any other
  * frame (a sealed or shared prefix page, another client's page) raises SIGSEGV in the writer.
- * 0: KVMM_ATTACH_NO_WPROTECT or $KVMM_WPROTECT=0, a pool in GPU memory, a page size that is
- * not a multiple of the system's page, or the kernel refused an mprotect (vm.max_map_count)
- * and the handle fell back to a writable pool.
+ * 0: KVMM_ATTACH_NO_WPROTECT or $KVMM_WPROTECT=0, a page size that is not a multiple of the
+ * system's page, or the kernel refused an mprotect (vm.max_map_count) and the handle fell back
+ * to a writable pool. A pool in GPU memory is protected the same way (cuMemSetAccess, each
+ * frame its own mapping; a GPU write into a read-only frame faults the writer's context) when
+ * its page size is a whole number of the GPU's mapping granules (2 MiB), else 0; also 0 when
+ * the driver cannot map part of an allocation or refuses read-only access.
  */
 int kvmm_write_protected(const kvmm_client_t *client);
 

@@ -69,6 +69,7 @@ struct kvmm_client {
 	struct kvmm_cuda_map *cuda;
 	uint64_t devbase; /* CUdeviceptr of frame 0 */
 	int cuda_device;  /* the ordinal in this process ($KVMM_CUDA_DEVICE, default 0; -1 none) */
+	bool cuda_ro;	  /* mapped a frame a mapping, read-only: wprotect.c grants frames */
 	void *shm;	  /* the data-plane region, when the daemon sends one */
 	size_t shm_len;
 	struct kvmm_dp_client *dp; /* its rings, mirror and magazine (ring.c); NULL: socket only */
@@ -237,6 +238,12 @@ KVMM_INTERNAL int kvmm_client_cuda_map(struct kvmm_client *c, const int *fds, ui
 KVMM_INTERNAL int kvmm_client_cuda_uuid(struct kvmm_client *c, uint8_t uuid[16]);
 /* The daemon refused the GPU kvmm_client_cuda_uuid named (-ENODEV): say why, for the user. */
 KVMM_INTERNAL void kvmm_client_cuda_refused(struct kvmm_client *c);
+/*
+ * Make [off, off + len) of the handle's device mapping read-write (@rw) or read-only, with one
+ * cuMemSetAccess: only for a mapping made a frame a mapping (c->cuda_ro). 0 or -errno.
+ */
+KVMM_INTERNAL int kvmm_client_cuda_protect(struct kvmm_client *c, uint64_t off, uint64_t len,
+					   bool rw);
 /* Undo kvmm_client_cuda_map (nothing when there is no device mapping). */
 KVMM_INTERNAL void kvmm_client_cuda_unmap(struct kvmm_client *c);
 

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/wprotect.c - read-only pool pages in the client (host backend). The pool is mapped
- * PROT_READ; a frame's range is made writable (mprotect) only while this handle holds it as
+ * runtime/wprotect.c - read-only pool pages in the client. The pool is mapped read-only (host
+ * memory: PROT_READ; GPU memory: cuMemSetAccess read-only, each frame its own mapping, see
+ * cuda_map.c); a frame's range is made writable (mprotect, or cuMemSetAccess read-write) only
+ * while this handle holds it as
  * its own page that nobody else can see: a page of one of its sequences that is neither
  * sealed nor shared, or a frame taken from its magazine. Sealing, forking (which shares the
  * parent's pages with the child), truncating, freeing, a preemption and giving a magazine
@@ -78,13 +80,32 @@ static uint32_t div_up(uint64_t a, uint32_t b)
 	return (uint32_t)((a + b - 1) / b);
 }
 
+/* Frames [first, first + n) read-write (@rw) or read-only: 0 or -errno. */
+static int wp_prot(struct kvmm_client *c, uint32_t first, uint32_t n, bool rw)
+{
+	uint64_t off = (uint64_t)first * c->page_size, len = (uint64_t)n * c->page_size;
+
+	if (!c->base) /* GPU memory, mapped a frame a mapping */
+		return kvmm_client_cuda_protect(c, off, len, rw);
+	return mprotect((char *)c->base + off, len, rw ? PROT_READ | PROT_WRITE : PROT_READ)
+		       ? -errno
+		       : 0;
+}
+
+/* The whole pool writable: 0 or -errno. */
+static int wp_all_rw(struct kvmm_client *c)
+{
+	if (!c->base)
+		return c->cuda_ro ? wp_prot(c, 0, c->nr_frames, true) : 0;
+	return mprotect(c->base, c->map_len, PROT_READ | PROT_WRITE) ? -errno : 0;
+}
+
 /* Fall back to a writable pool: protection is best effort, a correct engine never faults. */
 static void wp_off(struct kvmm_client *c, int why)
 {
 	if (!c->wp)
 		return;
-	if (c->base)
-		mprotect(c->base, c->map_len, PROT_READ | PROT_WRITE);
+	wp_all_rw(c);
 	kvmm_wp_free(c);
 	c->wp_off_reason = why;
 }
@@ -107,6 +128,7 @@ int kvmm_wp_flush(struct kvmm_client *c)
 {
 	struct kvmm_wp *wp = c->wp;
 	uint32_t i = 0;
+	int ret;
 
 	if (!wp || !wp->nr_dirty)
 		return 0;
@@ -127,9 +149,9 @@ int kvmm_wp_flush(struct kvmm_client *c)
 			wp->state[first + n] &= ~WP_ST_DIRTY;
 			n++;
 		}
-		if (mprotect((char *)c->base + (size_t)first * c->page_size,
-			     (size_t)n * c->page_size, rw ? PROT_READ | PROT_WRITE : PROT_READ)) {
-			wp_off(c, -errno);
+		ret = wp_prot(c, first, n, rw);
+		if (ret) {
+			wp_off(c, ret);
 			return -1;
 		}
 		for (uint32_t k = 0; k < n; k++)
@@ -195,14 +217,19 @@ int kvmm_wp_setup(struct kvmm_client *c)
 	struct kvmm_wp *wp;
 
 	c->wp = NULL;
-	if (!c->base) {
-		c->wp_off_reason = -EOPNOTSUPP; /* a pool in GPU memory */
+	if (!c->base && !c->cuda_ro) {
+		/*
+		 * A pool in GPU memory mapped read-write (cuda_map.c said why, or no device is
+		 * mapped: $KVMM_CUDA_DEVICE=none)
+		 */
+		if (!c->wp_off_reason)
+			c->wp_off_reason = -EOPNOTSUPP;
 		return 0;
 	}
-	if (sys_page <= 0 || c->page_size % (uint64_t)sys_page) {
+	if (c->base && (sys_page <= 0 || c->page_size % (uint64_t)sys_page)) {
 		/* a frame smaller than (or not made of) whole pages cannot be protected alone */
 		c->wp_off_reason = -EOPNOTSUPP;
-		return mprotect(c->base, c->map_len, PROT_READ | PROT_WRITE) ? -errno : 0;
+		return wp_all_rw(c);
 	}
 	wp = calloc(1, sizeof(*wp));
 	if (wp) {
@@ -216,7 +243,7 @@ int kvmm_wp_setup(struct kvmm_client *c)
 		}
 		free(wp);
 		c->wp_off_reason = -ENOMEM;
-		return mprotect(c->base, c->map_len, PROT_READ | PROT_WRITE) ? -errno : 0;
+		return wp_all_rw(c);
 	}
 	hash_init(wp->seqs);
 	c->wp = wp;

@@ -104,6 +104,7 @@ struct fk_range {
 	size_t size;
 	struct fk_alloc *alloc; /* FK_MAP */
 	bool access;		/* FK_MAP: after cuMemSetAccess; FK_DEVALLOC: always */
+	bool ro;		/* FK_MAP: cuMemSetAccess PROT_READ: the device may not write */
 	void *mem;		/* FK_DEVALLOC */
 	int phys;		/* FK_DEVALLOC: the physical device */
 };
@@ -380,10 +381,11 @@ static void del_range(struct fk_range *r)
 }
 
 /*
- * [p, p + n) is device memory this process may touch (accessible mappings or cuMemAlloc): 0,
- * else 1 (a byte at *bad is not mapped), 2 (*bad is mapped without access) or 3 (a bad range)
+ * [p, p + n) is device memory this process may touch (accessible mappings or cuMemAlloc), and
+ * write with @write: 0, else 1 (a byte at *bad is not mapped), 2 (*bad is mapped without
+ * access), 3 (a bad range) or 4 (a write and *bad is mapped read-only)
  */
-static int dev_check(uintptr_t p, size_t n, uintptr_t *bad)
+static int dev_check(uintptr_t p, size_t n, bool write, uintptr_t *bad)
 {
 	uintptr_t cur = p, end;
 
@@ -399,16 +401,18 @@ static int dev_check(uintptr_t p, size_t n, uintptr_t *bad)
 			return 1;
 		if (!r->access)
 			return 2;
+		if (write && r->ro)
+			return 4;
 		cur = r->va + r->size < end ? r->va + r->size : end;
 	}
 	return 0;
 }
 
-static kvmm_cu_result dev_ok(kvmm_cu_ptr p, size_t n, const char *what)
+static kvmm_cu_result dev_ok(kvmm_cu_ptr p, size_t n, bool write, const char *what)
 {
 	uintptr_t bad = 0;
 
-	switch (dev_check((uintptr_t)p, n, &bad)) {
+	switch (dev_check((uintptr_t)p, n, write, &bad)) {
 	case 0:
 		return KVMM_CUDA_SUCCESS;
 	case 1:
@@ -420,6 +424,17 @@ static kvmm_cu_result dev_ok(kvmm_cu_ptr p, size_t n, const char *what)
 			      "%s: device address 0x%llx is mapped but cuMemSetAccess was not "
 			      "called for it",
 			      what, (unsigned long long)bad);
+	case 4:
+		/*
+		 * The GPU's MMU faults on a write into a read-only mapping: the context is lost
+		 * (sticky), as after a kernel's illegal address; the bytes stay as they were.
+		 */
+		fk.sticky = KVMM_CUDA_ERROR_ILLEGAL_ADDRESS;
+		snprintf(fk.sticky_why, sizeof(fk.sticky_why),
+			 "%s wrote device address 0x%llx, mapped read-only", what,
+			 (unsigned long long)bad);
+		fprintf(stderr, "fakecuda[%d]: %s\n", (int)getpid(), fk.sticky_why);
+		return refuse(KVMM_CUDA_ERROR_ILLEGAL_ADDRESS, "%s", fk.sticky_why);
 	default:
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE, "%s: bad device range 0x%llx + %zu",
 			      what, (unsigned long long)p, n);
@@ -431,7 +446,7 @@ static int kernel_readable(const void *p, size_t n)
 {
 	uintptr_t bad;
 
-	return dev_check((uintptr_t)p, n, &bad) ? -1 : 0;
+	return dev_check((uintptr_t)p, n, false, &bad) ? -1 : 0;
 }
 
 static bool is_pinned(const void *p, size_t n)
@@ -1263,7 +1278,8 @@ static kvmm_cu_result copy_now(char *dst, const char *src, size_t n, kvmm_cu_ptr
 		return KVMM_CUDA_SUCCESS;
 	if (!dst || !src)
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE, "%s: NULL host pointer", what);
-	r = dev_ok(dev, n, what);
+	/* HtoD writes the device side, DtoH reads it */
+	r = dev_ok(dev, n, (uintptr_t)dev == (uintptr_t)dst, what);
 	if (r)
 		return r;
 	flush(legacy_queue(), false);
@@ -1302,9 +1318,9 @@ static kvmm_cu_result copy_async(char *dst, const char *src, size_t n, kvmm_cu_p
 		return KVMM_CUDA_SUCCESS;
 	if (!dst || !src)
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE, "%s: NULL pointer", what);
-	r = ddst ? dev_ok(ddst, n, what) : KVMM_CUDA_SUCCESS;
+	r = ddst ? dev_ok(ddst, n, true, what) : KVMM_CUDA_SUCCESS;
 	if (!r && dsrc)
-		r = dev_ok(dsrc, n, what);
+		r = dev_ok(dsrc, n, false, what);
 	if (!r)
 		r = stream_for_work(s, &queue, what);
 	if (r)
@@ -1351,7 +1367,7 @@ static kvmm_cu_result do_memset(kvmm_cu_ptr dst, unsigned char v, size_t n)
 
 	if (!n)
 		return KVMM_CUDA_SUCCESS;
-	r = dev_ok(dst, n, "cuMemsetD8");
+	r = dev_ok(dst, n, true, "cuMemsetD8");
 	if (r)
 		return r;
 	/* a memset of device memory does not wait either: queued on the legacy stream */
@@ -1857,18 +1873,25 @@ static kvmm_cu_result do_map(kvmm_cu_ptr p, size_t bytes, size_t offset, kvmm_cu
 	if (!a)
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE, "cuMemMap: handle 0x%llx is not alive",
 			      (unsigned long long)h);
-	if (flags || offset)
-		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE,
-			      "cuMemMap: offset and flags must be 0");
+	if (flags)
+		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE, "cuMemMap: flags must be 0");
 	if (va % GRAN || !res || bytes > res->size - (va - res->va))
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE,
 			      "cuMemMap: 0x%llx + %zu is not inside one reservation",
 			      (unsigned long long)p, bytes);
-	/* current drivers map an allocation whole (offset 0, its size) */
-	if (bytes != a->size)
+	/*
+	 * Current drivers map part of an allocation (offset and size multiples of the
+	 * granularity); older ones only whole allocations, offset 0: $KVMM_FAKECUDA_MAP_WHOLE=1.
+	 */
+	if (getenv("KVMM_FAKECUDA_MAP_WHOLE") && (offset || bytes != a->size))
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE,
-			      "cuMemMap: %zu bytes of a %zu-byte allocation (it maps whole)", bytes,
-			      a->size);
+			      "cuMemMap: %zu bytes at offset %zu of a %zu-byte allocation (this "
+			      "driver maps allocations whole)",
+			      bytes, offset, a->size);
+	if (offset % GRAN || offset > a->size || bytes > a->size - offset)
+		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE,
+			      "cuMemMap: %zu bytes at offset %zu of a %zu-byte allocation", bytes,
+			      offset, a->size);
 	if (any_map_in(va, bytes))
 		return refuse(KVMM_CUDA_ERROR_INVALID_VALUE,
 			      "cuMemMap: 0x%llx + %zu is already mapped", (unsigned long long)p,
@@ -1877,7 +1900,8 @@ static kvmm_cu_result do_map(kvmm_cu_ptr p, size_t bytes, size_t offset, kvmm_cu
 	if (!m)
 		return refuse(KVMM_CUDA_ERROR_OUT_OF_MEMORY, "cuMemMap: bookkeeping");
 	/* mapped but not accessible until cuMemSetAccess */
-	if (mmap((void *)va, bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd, 0) == MAP_FAILED) {
+	if (mmap((void *)va, bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd, (off_t)offset) ==
+	    MAP_FAILED) {
 		del_range(m);
 		return refuse(KVMM_CUDA_ERROR_OUT_OF_MEMORY, "cuMemMap: mmap: %s", strerror(errno));
 	}
@@ -1957,6 +1981,13 @@ static kvmm_cu_result do_set_access(kvmm_cu_ptr p, size_t bytes,
 			      desc->location.type, dev, fk.ndev);
 	if (desc->flags == KVMM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
 		prot = PROT_READ | PROT_WRITE;
+	else if (desc->flags == KVMM_CU_MEM_ACCESS_FLAGS_PROT_READ &&
+		 getenv("KVMM_FAKECUDA_NO_READONLY"))
+		return refuse(KVMM_CUDA_ERROR_NOT_SUPPORTED,
+			      "cuMemSetAccess: read-only access is not supported "
+			      "($KVMM_FAKECUDA_NO_READONLY)");
+	else if (desc->flags == KVMM_CU_MEM_ACCESS_FLAGS_PROT_READ)
+		prot = PROT_READ;
 	else if (desc->flags == 0)
 		prot = PROT_NONE;
 	else
@@ -1989,6 +2020,7 @@ static kvmm_cu_result do_set_access(kvmm_cu_ptr p, size_t bytes,
 
 		mprotect((void *)m->va, m->size, prot);
 		m->access = prot != PROT_NONE;
+		m->ro = prot == PROT_READ;
 		cur += m->size;
 	}
 	return KVMM_CUDA_SUCCESS;

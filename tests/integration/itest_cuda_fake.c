@@ -25,10 +25,19 @@
  * also from a process that sees the GPUs under other ordinals, KVMM_FAKECUDA_VISIBLE), a
  * client on the third GPU is refused, and copy-on-write and swap keep each device's own bytes.
  *
+ * A third daemon has 2 MiB frames, a whole mapping granule each: a client maps every frame as
+ * its own mapping, read-only, and its own unsealed pages read-write (runtime/wprotect.c with
+ * cuMemSetAccess).  A copy into a sealed page, by the client that sealed it or by another,
+ * fails in the writer (the fake's GPU faults: CUDA_ERROR_ILLEGAL_ADDRESS) and the page keeps
+ * its bytes for every reader; a driver that maps allocations only whole or refuses read-only
+ * access gets a writable pool (kvmm_write_protected() 0), as does KVMM_WPROTECT=0.
+ *
  *   itest_cuda_fake                              the test
  *   itest_cuda_fake --reader SOCK N F0 F1 ...    the second client (internal)
  *   itest_cuda_fake --decoder SOCK N F0 F1 ...   the attention test's second client (internal)
  *   itest_cuda_fake --holder SOCK                a client that waits to be killed (internal)
+ *   itest_cuda_fake --writer SOCK FRAME          copies into FRAME, must be refused (internal)
+ *   itest_cuda_fake --sealer SOCK                writes, seals, writes again (internal)
  */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -445,6 +454,70 @@ static int holder(const char *sock)
 		pause();
 }
 
+#define RO_TAG 55 /* the bytes and tokens of the --sealer's page */
+
+/*
+ * Copy one page into @frame, a page of another client this process was never given: 0 when
+ * the copy failed in this process as a GPU write into read-only memory does.
+ */
+static int writer(const char *sock, uint32_t frame)
+{
+	const struct kvmm_cuda_drv *drv;
+	kvmm_client_t *c;
+	kvmm_cu_result r;
+	uint8_t *buf;
+
+	if (kvmm_attach(sock, ITEST_NS_A, &itest_fmt, &c))
+		return 30;
+	if (kvmm_write_protected(c) != 1)
+		return 31;
+	drv = kvmm_cuda_drv_load();
+	buf = malloc(kvmm_page_size(c));
+	if (!drv || !buf)
+		return 32;
+	memset(buf, 0x11, kvmm_page_size(c));
+	r = drv->cuMemcpyHtoD(kvmm_frame_devptr(c, frame), buf, kvmm_page_size(c));
+	free(buf);
+	/* the context is lost after the fault: leave without detaching (the daemon cleans up) */
+	return r == KVMM_CUDA_ERROR_ILLEGAL_ADDRESS ? 0 : r ? 33 : 34;
+}
+
+/*
+ * A page of its own: written (allowed), sealed, written again (refused in this process); the
+ * page is left in the prefix cache with its first bytes (RO_TAG) for the test to read.
+ */
+static int sealer(const char *sock)
+{
+	const struct kvmm_cuda_drv *drv;
+	uint32_t tpp, *tokens;
+	kvmm_client_t *c;
+	int32_t table[2];
+	uint64_t seq;
+	uint8_t *buf;
+	kvmm_cu_result r;
+
+	if (kvmm_attach(sock, ITEST_NS_A, &itest_fmt, &c))
+		return 40;
+	drv = kvmm_cuda_drv_load();
+	tpp = kvmm_tokens_per_page(c);
+	tokens = malloc(sizeof(*tokens) * tpp);
+	buf = malloc(kvmm_page_size(c));
+	if (!drv || !tokens || !buf || kvmm_write_protected(c) != 1)
+		return 41;
+	itest_tokens(tokens, tpp, RO_TAG);
+	if (kvmm_seq_create(c, 0, &seq) || kvmm_seq_append(c, seq, tokens, tpp, NULL) ||
+	    kvmm_block_table(c, &seq, 1, table, 2) || table[0] < 0)
+		return 42;
+	if (page_io(drv, kvmm_frame_devptr(c, (uint32_t)table[0]), kvmm_page_size(c), RO_TAG, 0,
+		    true))
+		return 43; /* its own unsealed page: writable */
+	if (kvmm_seal(c, seq, 0, 0))
+		return 44;
+	memset(buf, 0x22, kvmm_page_size(c));
+	r = drv->cuMemcpyHtoD(kvmm_frame_devptr(c, (uint32_t)table[0]), buf, kvmm_page_size(c));
+	return r == KVMM_CUDA_ERROR_ILLEGAL_ADDRESS ? 0 : r ? 45 : 46;
+}
+
 /* ---- the test's daemon ------------------------------------------------------------------------ */
 
 static int setup(void **state)
@@ -606,6 +679,8 @@ static void test_attach_devptr(void **state)
 	assert_int_equal(kvmm_frame_devptr(c, 37), kvmm_frame_devptr(c, 0) + 37 * ps);
 	assert_int_equal(kvmm_frame_devptr(c, kvmm_nr_frames(c)), 0);
 	assert_true(fake_stats().mappings >= 1);
+	/* 16 KiB frames are smaller than a 2 MiB mapping granule: no read-only frames */
+	assert_int_equal(kvmm_write_protected(c), 0);
 	kvmm_detach(c);
 	/* detach unmapped everything this process had of the pool */
 	assert_int_equal(fake_stats().mappings, 0);
@@ -1133,6 +1208,159 @@ static void test_group_visible(void **state)
 	kvmm_detach(m0);
 }
 
+/* ---- read-only pages in GPU memory (a daemon with 2 MiB frames) -------------------------------- */
+
+#define RO_FRAMES 16 /* namespace alpha's */
+
+static int setup_ro(void **state)
+{
+	static char frames[16], ns_a[32];
+	const char *extra[] = {"--backend", "cuda",	 "--page-size", "2M",	      "--frames",
+			       frames,	    "--namespace", ns_a,	  "--namespace", ITEST_NS_B ":8",
+			       NULL};
+
+	(void)state;
+	if (!itest_daemon_find(&itest_d))
+		return 0;
+	snprintf(frames, sizeof(frames), "%u", RO_FRAMES + 8);
+	snprintf(ns_a, sizeof(ns_a), "%s:%u", ITEST_NS_A, RO_FRAMES);
+	if (itest_swapdir_make(&sd, "itcudaro", 1, 1))
+		return -1;
+	snprintf(report, sizeof(report), "%s/fakecuda.report", sd.dir);
+	setenv("KVMM_FAKECUDA_REPORT", report, 1);
+	unsetenv("KVMM_FAKECUDA_SIMT");
+	if (itest_daemon_start(&itest_d, extra))
+		return -1;
+	daemon_pid = itest_d.pid;
+	itest_have_daemon = true;
+	return 0;
+}
+
+/* run this program again as @role (with one more argument, @arg, unless NULL): its status */
+static int exec_role(const char *role, const char *arg)
+{
+	char *argv[] = {self, (char *)role, itest_d.sock, (char *)arg, NULL};
+	int status;
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execv(self, argv);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	return WEXITSTATUS(status);
+}
+
+/*
+ * Each frame its own mapping, read-only but for the handle's own unsealed pages: a sealed
+ * page refuses a copy from the client that sealed it and from another, and keeps its bytes.
+ */
+static void test_ro_sealed_pages(void **state)
+{
+	const struct kvmm_cuda_drv *drv = kvmm_cuda_drv_load();
+	uint32_t tpp, *tokens;
+	uint64_t seq, seq2, hit = 0;
+	int32_t table[4], t2[4];
+	kvmm_client_t *c;
+	char frame[16];
+
+	(void)state;
+	itest_need_daemon();
+	c = attach();
+	assert_non_null(drv);
+	assert_int_equal(kvmm_write_protected(c), 1);
+	assert_int_equal(kvmm_page_size(c), 2u << 20);
+	assert_int_equal(fake_stats().mappings, kvmm_nr_frames(c)); /* a frame a mapping */
+	tpp = kvmm_tokens_per_page(c);
+	tokens = malloc(sizeof(*tokens) * (3 * tpp));
+	assert_non_null(tokens);
+	itest_tokens(tokens, 3 * tpp, 3);
+	/* two full pages and a partial one, all this handle's own: writable */
+	assert_int_equal(kvmm_seq_create(c, 0, &seq), 0);
+	assert_int_equal(kvmm_seq_append(c, seq, tokens, 2 * tpp + 5, NULL), 0);
+	assert_int_equal(kvmm_block_table(c, &seq, 1, table, 4), 0);
+	for (uint32_t b = 0; b < 3; b++)
+		assert_int_equal(page_io(drv, kvmm_frame_devptr(c, (uint32_t)table[b]),
+					 kvmm_page_size(c), PROMPT_TAG, b, true),
+				 0);
+	/* sealed: pages 0 and 1 read-only, another process cannot write them either */
+	assert_int_equal(kvmm_seal(c, seq, 0, 0), 0);
+	snprintf(frame, sizeof(frame), "%d", table[1]);
+	assert_int_equal(exec_role("--writer", frame), 0);
+	/* a page of another handle this process never saw: also refused */
+	snprintf(frame, sizeof(frame), "%d", table[2]);
+	assert_int_equal(exec_role("--writer", frame), 0);
+	for (uint32_t b = 0; b < 3; b++)
+		assert_int_equal(page_io(drv, kvmm_frame_devptr(c, (uint32_t)table[b]),
+					 kvmm_page_size(c), PROMPT_TAG, b, false),
+				 0);
+	/* the partial page is still ours: written again */
+	assert_int_equal(page_io(drv, kvmm_frame_devptr(c, (uint32_t)table[2]), kvmm_page_size(c),
+				 PROMPT_TAG + 1, 2, true),
+			 0);
+	/* a client that writes its own page after sealing it faults; the cache keeps the bytes */
+	assert_int_equal(exec_role("--sealer", NULL), 0);
+	itest_tokens(tokens, tpp, RO_TAG);
+	assert_int_equal(kvmm_seq_create(c, 0, &seq2), 0);
+	assert_int_equal(kvmm_prefix_lookup(c, seq2, tokens, tpp, &hit), 0);
+	assert_int_equal(hit, tpp);
+	assert_int_equal(kvmm_block_table(c, &seq2, 1, t2, 4), 0);
+	assert_int_equal(page_io(drv, kvmm_frame_devptr(c, (uint32_t)t2[0]), kvmm_page_size(c),
+				 RO_TAG, 0, false),
+			 0);
+	assert_int_equal(kvmm_seq_free(c, seq2), 0);
+	assert_int_equal(kvmm_seq_free(c, seq), 0);
+	/* this process's context never faulted: its own copies went through */
+	assert_int_equal(drv->cuCtxSynchronize(), 0);
+	free(tokens);
+	kvmm_detach(c);
+	assert_int_equal(fake_stats().mappings, 0);
+}
+
+/* a client that attaches with @env set gets a writable pool of whole-chunk mappings */
+static void ro_off_with(const char *env, const char *value)
+{
+	const struct kvmm_cuda_drv *drv = kvmm_cuda_drv_load();
+	uint32_t tpp, *tokens;
+	int32_t table[2];
+	kvmm_client_t *c;
+	uint64_t seq;
+
+	setenv(env, value, 1);
+	c = attach();
+	unsetenv(env);
+	assert_int_equal(kvmm_write_protected(c), 0);
+	assert_true(fake_stats().mappings < kvmm_nr_frames(c)); /* whole chunks */
+	tpp = kvmm_tokens_per_page(c);
+	tokens = malloc(sizeof(*tokens) * tpp);
+	assert_non_null(tokens);
+	itest_tokens(tokens, tpp, 9);
+	assert_int_equal(kvmm_seq_create(c, 0, &seq), 0);
+	assert_int_equal(kvmm_seq_append(c, seq, tokens, tpp, NULL), 0);
+	assert_int_equal(kvmm_block_table(c, &seq, 1, table, 2), 0);
+	assert_int_equal(kvmm_seal(c, seq, 0, 0), 0);
+	/* unprotected: even the sealed page takes the copy (the opt-out's price) */
+	assert_int_equal(page_io(drv, kvmm_frame_devptr(c, (uint32_t)table[0]), kvmm_page_size(c),
+				 9, 0, true),
+			 0);
+	assert_int_equal(kvmm_seq_free(c, seq), 0);
+	free(tokens);
+	kvmm_detach(c);
+	assert_int_equal(fake_stats().mappings, 0);
+}
+
+/* drivers without partial mappings or read-only access, and the opt-out: a writable pool */
+static void test_ro_fallback(void **state)
+{
+	(void)state;
+	itest_need_daemon();
+	ro_off_with("KVMM_FAKECUDA_MAP_WHOLE", "1");
+	ro_off_with("KVMM_FAKECUDA_NO_READONLY", "1");
+	ro_off_with("KVMM_WPROTECT", "0");
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -1148,6 +1376,10 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_group_visible),
 		cmocka_unit_test(test_kill9_leaks_nothing),
 	};
+	const struct CMUnitTest ro[] = {
+		cmocka_unit_test(test_ro_sealed_pages),
+		cmocka_unit_test(test_ro_fallback),
+	};
 
 	int ret;
 
@@ -1157,11 +1389,18 @@ int main(int argc, char **argv)
 		return decoder(argv[2], atoi(argv[3]), argv + 4);
 	if (argc == 3 && !strcmp(argv[1], "--holder"))
 		return holder(argv[2]);
+	if (argc == 4 && !strcmp(argv[1], "--writer"))
+		return writer(argv[2], (uint32_t)atoi(argv[3]));
+	if (argc == 3 && !strcmp(argv[1], "--sealer"))
+		return sealer(argv[2]);
 	/* three fake GPUs for every process here: the first daemon uses device 0 alone */
 	setenv("KVMM_FAKECUDA_DEVICES", "3", 1);
 	unsetenv("KVMM_FAKECUDA_VISIBLE");
 	ret = cmocka_run_group_tests_name("itest_cuda_fake", tests, setup, teardown);
 	if (ret || !daemon_pid)
 		return ret == 0 && !daemon_pid ? 77 : ret;
-	return cmocka_run_group_tests_name("itest_cuda_fake_group", group, setup_group, teardown);
+	ret = cmocka_run_group_tests_name("itest_cuda_fake_group", group, setup_group, teardown);
+	if (ret)
+		return ret;
+	return cmocka_run_group_tests_name("itest_cuda_fake_ro", ro, setup_ro, teardown);
 }

@@ -146,8 +146,10 @@ class Client:
         then only this handle's own unsealed pages (those :meth:`block_table` showed it after
         an append, magazine frames it took) are writable, and a write through a view into any
         other frame (a sealed or shared prefix page, another client's page) is a SIGSEGV that
-        ends the process.  False with ``attach(..., wprotect=False)``, $KVMM_WPROTECT=0, or a
-        pool in GPU memory."""
+        ends the process (in GPU memory: the write faults this process's CUDA context,
+        ``CUDA_ERROR_ILLEGAL_ADDRESS``, and the context is unusable).  False with
+        ``attach(..., wprotect=False)``, $KVMM_WPROTECT=0, or a pool in GPU memory whose page
+        size is not a whole number of 2 MiB mapping granules."""
         h = self._handle()
         return bool(_lib.has("kvmm_write_protected") and lib.kvmm_write_protected(h))
 

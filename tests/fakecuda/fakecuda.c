@@ -740,6 +740,8 @@ static const char *result_text(kvmm_cu_result r)
 		       "stderr says why)";
 	case KVMM_CUDA_ERROR_NOT_SUPPORTED:
 		return "operation not supported";
+	case KVMM_CUDA_ERROR_ILLEGAL_ADDRESS:
+		return "an illegal memory access was encountered";
 	default:
 		return NULL;
 	}

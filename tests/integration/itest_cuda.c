@@ -12,8 +12,15 @@
  * each GPU's client maps its own copy of the pool and writes its own bytes into the frame, and
  * a reader on each GPU finds that GPU's bytes (skipped, saying so, with one GPU).
  *
+ * Then read-only pages on the GPU: a daemon with 2 MiB frames (a mapping granule each), a
+ * client that writes its own page and seals it, and a second process whose copy into that
+ * sealed frame must fail (the GPU faults its context) while the frame keeps its bytes; a
+ * driver that cannot map part of an allocation or refuses read-only access leaves the pool
+ * writable (kvmm_write_protected() 0): reported as "not verified", not failed.
+ *
  *   itest_cuda                      the test (KVMM_CUDA_DEVICE picks the GPU, default 0)
  *   itest_cuda --read SOCK FRAME    the reader (internal)
+ *   itest_cuda --rowrite SOCK FRAME a copy into a sealed frame, which must fail (internal)
  */
 #include <errno.h>
 #include <stdint.h>
@@ -194,6 +201,128 @@ out:
 	return ret;
 }
 
+/* The second process of ro_test: 0 when its copy into @frame (read-only here) failed. */
+static int ro_writer(const char *sock, uint32_t frame)
+{
+	const struct kvmm_cuda_drv *d = kvmm_cuda_drv_load();
+	kvmm_client_t *c;
+	unsigned char *buf;
+	kvmm_cu_result r;
+
+	if (!d || kvmm_attach(sock, ITEST_NS_A, &itest_fmt, &c))
+		return 2;
+	if (kvmm_write_protected(c) != 1)
+		return 3;
+	buf = malloc(kvmm_page_size(c));
+	if (!buf)
+		return 2;
+	memset(buf, 0x5a, kvmm_page_size(c));
+	r = d->cuMemcpyHtoD(kvmm_frame_devptr(c, frame), buf, kvmm_page_size(c));
+	if (!r)
+		r = d->cuCtxSynchronize();
+	printf("itest_cuda: a copy into a sealed frame of another process: %s (CUDA error %d)\n",
+	       r ? kvmm_cuda_result_str(r) : "went through", r);
+	fflush(stdout);
+	return r ? 0 : 1;
+}
+
+/* Sealed pages read-only on the GPU (libkvmm.md, "Read-only pages"). */
+static int ro_test(const char *argv0)
+{
+	const struct kvmm_cuda_drv *drv = kvmm_cuda_drv_load();
+	char dev_s[16], frame_s[16];
+	const char *const args[] = {"--backend", "cuda", "--device", dev_s, "--page-size", "2M",
+				    "--frames", "24", "--namespace", ITEST_NS_A ":16",
+				    "--namespace", ITEST_NS_B ":8", NULL};
+	struct itest_daemon d = {0};
+	kvmm_client_t *c = NULL;
+	unsigned char *buf = NULL, *back = NULL;
+	uint32_t tpp, *tokens = NULL;
+	int32_t table[2];
+	uint64_t seq, ps;
+	int err, status, ret = 1;
+	pid_t pid;
+
+	snprintf(dev_s, sizeof(dev_s), "%d", device_env());
+	if (!drv || !itest_daemon_find(&d))
+		return 1;
+	err = itest_daemon_start(&d, args);
+	if (err) {
+		fprintf(stderr, "itest_cuda: kvmmd --page-size 2M did not start: %s\n",
+			strerror(-err));
+		return 1;
+	}
+	err = kvmm_attach(d.sock, ITEST_NS_A, &itest_fmt, &c);
+	if (err) {
+		fprintf(stderr, "itest_cuda: attach (2 MiB frames): %s (%s)\n", kvmm_strerror(err),
+			kvmm_cuda_map_why());
+		goto out;
+	}
+	if (kvmm_write_protected(c) != 1) {
+		printf("itest_cuda: read-only pages: NOT VERIFIED: this driver left the pool "
+		       "writable (%s)\n",
+		       kvmm_cuda_map_why());
+		ret = 0;
+		goto out;
+	}
+	ps = kvmm_page_size(c);
+	tpp = kvmm_tokens_per_page(c);
+	tokens = malloc(sizeof(*tokens) * tpp);
+	buf = malloc(ps);
+	back = malloc(ps);
+	if (!tokens || !buf || !back)
+		goto out;
+	itest_tokens(tokens, tpp, 5);
+	for (uint64_t i = 0; i < ps; i++)
+		buf[i] = pattern_byte(i);
+	if (kvmm_seq_create(c, 0, &seq) || kvmm_seq_append(c, seq, tokens, tpp, NULL) ||
+	    kvmm_block_table(c, &seq, 1, table, 2) || table[0] < 0)
+		goto out;
+	/* its own page: writable */
+	if (drv->cuMemcpyHtoD(kvmm_frame_devptr(c, (uint32_t)table[0]), buf, ps) ||
+	    drv->cuCtxSynchronize()) {
+		fprintf(stderr, "itest_cuda: a copy into the client's own page failed\n");
+		goto out;
+	}
+	if (kvmm_seal(c, seq, 0, 0))
+		goto out;
+	snprintf(frame_s, sizeof(frame_s), "%d", table[0]);
+	pid = fork();
+	if (pid < 0)
+		goto out;
+	if (pid == 0) {
+		execl("/proc/self/exe", argv0, "--rowrite", d.sock, frame_s, (char *)NULL);
+		_exit(127);
+	}
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status)) {
+		fprintf(stderr, "itest_cuda: a copy into a sealed frame was not refused (status "
+				"%d)\n",
+			status);
+		goto out;
+	}
+	if (drv->cuMemcpyDtoH(back, kvmm_frame_devptr(c, (uint32_t)table[0]), ps) ||
+	    memcmp(back, buf, ps)) {
+		fprintf(stderr, "itest_cuda: the sealed frame lost its bytes\n");
+		goto out;
+	}
+	kvmm_seq_free(c, seq);
+	printf("itest_cuda: read-only pages: a sealed 2 MiB frame refused another process's copy "
+	       "and kept its bytes\n");
+	ret = 0;
+out:
+	free(tokens);
+	free(buf);
+	free(back);
+	kvmm_detach(c);
+	if (itest_daemon_stop(&d) != 0) {
+		fprintf(stderr, "itest_cuda: kvmmd (2 MiB frames) did not exit cleanly\n");
+		ret = 1;
+	}
+	if (ret)
+		itest_daemon_dump_log(&d);
+	return ret;
+}
+
 int main(int argc, char **argv)
 {
 	struct itest_daemon d = {0};
@@ -210,6 +339,9 @@ int main(int argc, char **argv)
 
 	if (argc == 4 && !strcmp(argv[1], "--read"))
 		return reader(argv[2], (uint32_t)strtoul(argv[3], NULL, 10));
+	/* a lost context and the handle attached: leave without exit handlers (LSan) */
+	if (argc == 4 && !strcmp(argv[1], "--rowrite"))
+		_exit(ro_writer(argv[2], (uint32_t)strtoul(argv[3], NULL, 10)));
 	if (!itest_daemon_find(&d))
 		return 77;
 	if (kvmm_cuda_drv_get_device(device_env(), &dev, &ctx)) {
@@ -276,6 +408,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	free(buf);
+	if (ro_test(argv[0]))
+		return 1;
 	return group_test(argv[0]);
 out:
 	free(buf);

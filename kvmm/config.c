@@ -264,6 +264,13 @@ static const struct {
 	{"max_clients_per_uid", KVMM_CFG_MAX_CLIENTS_PER_UID},
 	{"hello_timeout", KVMM_CFG_HELLO_TIMEOUT},
 	{"ring_threads", KVMM_CFG_RING_THREADS},
+	{"trace", KVMM_CFG_TRACE},
+};
+
+static const char *const trace_modes[] = {
+	[KVMM_CONFIG_TRACE_FOLLOW] = "follow",
+	[KVMM_CONFIG_TRACE_ALWAYS] = "always",
+	[KVMM_CONFIG_TRACE_OFF] = "off",
 };
 
 /* the keys of [namespace]: two units of one setting share a slot (duplicate detection) */
@@ -438,6 +445,14 @@ static int set_daemon(struct kvmm_config *cfg, size_t idx, const char *val, char
 			return msg(err, len, "hello_timeout must be 1 ms to 1 hour");
 		cfg->hello_timeout_ms = (uint32_t)v;
 		return 0;
+	case KVMM_CFG_TRACE:
+		for (unsigned int i = 0; i < sizeof(trace_modes) / sizeof(trace_modes[0]); i++) {
+			if (!strcmp(val, trace_modes[i])) {
+				cfg->trace = i;
+				return 0;
+			}
+		}
+		return msg(err, len, "trace must be follow, always or off, not '%s'", val);
 	case KVMM_CFG_RING_THREADS:
 		/* "auto" (one per two CPUs, at most 8), or 0 (the event loop polls every ring) to 64 */
 		if (!strcmp(val, "auto")) {
@@ -1398,6 +1413,7 @@ void kvmm_config_init(struct kvmm_config *cfg)
 	cfg->socket_mode = KVMM_CONFIG_DEFAULT_SOCKET_MODE;
 	cfg->hello_timeout_ms = KVMM_CONFIG_DEFAULT_HELLO_TIMEOUT_MS;
 	cfg->ring_threads = KVMM_CONFIG_RING_THREADS_AUTO;
+	cfg->trace = KVMM_CONFIG_TRACE_FOLLOW;
 }
 
 int kvmm_config_default_socket(char *buf, size_t len)
@@ -1669,6 +1685,7 @@ void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
 		fprintf(f, "ring_threads = auto\n");
 	else
 		fprintf(f, "ring_threads = %u\n", cfg->ring_threads);
+	fprintf(f, "trace = %s\n", trace_modes[cfg->trace]);
 	if (cfg->metrics[0])
 		fprintf(f, "metrics = %s\n", cfg->metrics);
 	for (i = 0; i < cfg->nr_ns; i++) {

@@ -42,6 +42,13 @@
 #define KVMM_CONFIG_MAX_RING_THREADS 64
 #define KVMM_CONFIG_DEFAULT_NS "default"
 
+/* trace = ...: when the trace ring records (Documentation/admin-guide/kvmmctl.md, "trace") */
+enum kvmm_config_trace {
+	KVMM_CONFIG_TRACE_FOLLOW, /* while a follower (kvmmctl trace) is subscribed: the default */
+	KVMM_CONFIG_TRACE_ALWAYS, /* always: a flight recorder for --dump */
+	KVMM_CONFIG_TRACE_OFF,	  /* never */
+};
+
 /* keys of [daemon]; indexes into struct kvmm_config.line */
 enum kvmm_config_key {
 	KVMM_CFG_SOCKET,
@@ -64,6 +71,7 @@ enum kvmm_config_key {
 	KVMM_CFG_MAX_CLIENTS_PER_UID,
 	KVMM_CFG_HELLO_TIMEOUT,
 	KVMM_CFG_RING_THREADS,
+	KVMM_CFG_TRACE,
 	KVMM_CFG_KEY_COUNT,
 };
 
@@ -178,6 +186,7 @@ struct kvmm_config {
 	uint32_t hello_timeout_ms;
 	/* ring worker threads (kvmm/ipc/ring_worker.c); KVMM_CONFIG_RING_THREADS_AUTO: by CPUs */
 	uint32_t ring_threads;
+	unsigned int trace; /* enum kvmm_config_trace */
 	char metrics[64]; /* "IPV4:PORT" of the Prometheus /metrics listener, "" = off */
 	struct kvmm_config_ns ns[KVMM_CONFIG_MAX_NS];
 	unsigned int nr_ns;

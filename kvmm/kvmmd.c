@@ -76,6 +76,7 @@ enum {
 	OPT_HELLO_TIMEOUT,
 	OPT_REMOTE,
 	OPT_RING_THREADS,
+	OPT_TRACE,
 };
 
 static const struct option long_opts[] = {
@@ -104,6 +105,7 @@ static const struct option long_opts[] = {
 	{"max-clients-per-uid", required_argument, NULL, OPT_MAX_CLIENTS_PER_UID},
 	{"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
 	{"ring-threads", required_argument, NULL, OPT_RING_THREADS},
+	{"trace", required_argument, NULL, OPT_TRACE},
 	{"remote", required_argument, NULL, OPT_REMOTE},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
@@ -143,6 +145,8 @@ static void usage(FILE *f)
 		"      --ring-threads N     threads polling the clients' rings, each serving\n"
 		"                           whole namespaces (default auto: one per two CPUs,\n"
 		"                           at most 8; 0 = the event loop polls them)\n"
+		"      --trace MODE         when the trace ring records: follow (while a\n"
+		"                           kvmmctl trace follows; default), always, off\n"
 		"      --socket-mode MODE   the socket's permissions (default 0660)\n"
 		"      --socket-group GROUP the socket's group (default the daemon's)\n"
 		"      --metrics ADDR:PORT  serve Prometheus /metrics (loopback; default off)\n"
@@ -225,6 +229,8 @@ static const char *opt_key(int opt)
 		return "hello_timeout";
 	case OPT_RING_THREADS:
 		return "ring_threads";
+	case OPT_TRACE:
+		return "trace";
 	default:
 		return NULL;
 	}
@@ -646,6 +652,9 @@ static void server_config(const struct kvmm_config *cfg, struct kvmm_ns_config *
 	sc->max_clients_per_uid = cfg->max_clients_per_uid;
 	sc->hello_timeout_ms = cfg->hello_timeout_ms;
 	sc->ring_threads = cfg->ring_threads;
+	sc->trace_mode = cfg->trace == KVMM_CONFIG_TRACE_ALWAYS ? KVMM_SERVER_TRACE_ALWAYS
+			 : cfg->trace == KVMM_CONFIG_TRACE_OFF	? KVMM_SERVER_TRACE_OFF
+								: KVMM_SERVER_TRACE_FOLLOW;
 	if (sc->ring_threads == KVMM_CONFIG_RING_THREADS_AUTO) {
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 

@@ -85,6 +85,9 @@ void __attribute__((noreturn)) ctl_die_status(const char *verb, int status)
 		ctl_die(CTL_EXIT_DAEMON, "%s: the daemon says: %s", verb, strerror(-status));
 	if (status == -ENOENT)
 		die_if_no_ns(ctl_handle, verb);
+	if (status == -EOPNOTSUPP && !strcmp(verb, "trace"))
+		ctl_die(CTL_EXIT_DAEMON,
+			"trace: kvmmd keeps no trace ring (trace = off in its configuration)");
 	if (status == -EOPNOTSUPP)
 		ctl_die(CTL_EXIT_DAEMON, "%s: not supported by this daemon", verb);
 	if (status == -ETIMEDOUT)

@@ -179,6 +179,10 @@ static void status_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct 
 	if (srv->obs) {
 		kvmm_out_u64(o, "TraceRecords",
 			     srv->obs->trace ? kvmm_trace_head(srv->obs->trace) : 0, NULL);
+		kvmm_out_str(o, "TraceMode",
+			     srv->cfg.trace_mode == KVMM_SERVER_TRACE_ALWAYS ? "always"
+			     : srv->cfg.trace_mode == KVMM_SERVER_TRACE_OFF  ? "off"
+									     : "follow");
 		kvmm_out_u64(o, "TraceSubscribers", srv->obs->trace_subscribers, NULL);
 		kvmm_out_u64(o, "TraceLost", srv->obs->trace_lost, NULL);
 		kvmm_out_u64(o, "TraceDropped", srv->obs->trace_dropped, NULL);

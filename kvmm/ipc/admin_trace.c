@@ -121,6 +121,9 @@ int kvmm_admin_trace_follow(struct kvmm_session *s, const struct kvmm_admin_req 
 		return -EINVAL; /* subscriptions filter by event and client only */
 	if (!s->trace_follow)
 		srv->obs->trace_subscribers++;
+	/* trace = follow: the ring records from the first follower on */
+	if (srv->cfg.trace_mode == KVMM_SERVER_TRACE_FOLLOW)
+		kvmm_obs_trace_arm(srv, true);
 	s->trace_follow = true;
 	s->trace_json = req->flags & KVMM_ADMIN_F_JSON;
 	s->trace_mask = req->reserved;
@@ -235,6 +238,9 @@ bool kvmm_admin_trace_pump(struct kvmm_server *srv)
 	}
 	/* sessions that closed took their subscription with them */
 	srv->obs->trace_subscribers = subs;
+	/* trace = follow: the last follower gone, tracepoints stop writing */
+	if (!subs && srv->cfg.trace_mode == KVMM_SERVER_TRACE_FOLLOW)
+		kvmm_obs_trace_arm(srv, false);
 	return subs != 0;
 }
 

@@ -57,6 +57,22 @@ struct kvmm_trace *kvmm_obs_trace(const struct kvmm_server *srv)
 	return srv->obs ? srv->obs->trace : NULL;
 }
 
+void kvmm_obs_trace_arm(struct kvmm_server *srv, bool on)
+{
+	struct kvmm_trace *mine = srv->obs ? srv->obs->trace : NULL, *expect;
+
+	if (!mine)
+		return;
+	/*
+	 * The first server of the process owns the global ring (kvmmd has one).  A writer that
+	 * read the pointer just before it is taken away finishes its record in the ring, which
+	 * stays until the server goes: harmless.
+	 */
+	expect = on ? NULL : mine;
+	__atomic_compare_exchange_n(&kvmm_trace_ring, &expect, on ? mine : NULL, false,
+				    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
 int kvmm_obs_fd(const struct kvmm_obs *obs)
 {
 	return obs->epfd;
@@ -147,13 +163,15 @@ int kvmm_obs_create(struct kvmm_server *srv, bool (*trace_pump)(struct kvmm_serv
 	ret = obs_add(obs, obs->timerfd, EPOLLIN, &tag_timer);
 	if (ret)
 		return ret;
-	obs->trace = kvmm_trace_create(srv->cfg.trace_entries ? srv->cfg.trace_entries
-							      : KVMM_SERVER_DEFAULT_TRACE);
-	if (!obs->trace)
-		return -errno;
-	/* the first server of the process owns the global ring (kvmmd has one) */
-	if (!__atomic_load_n(&kvmm_trace_ring, __ATOMIC_ACQUIRE))
-		__atomic_store_n(&kvmm_trace_ring, obs->trace, __ATOMIC_RELEASE);
+	if (srv->cfg.trace_mode != KVMM_SERVER_TRACE_OFF) {
+		obs->trace = kvmm_trace_create(srv->cfg.trace_entries ? srv->cfg.trace_entries
+								      : KVMM_SERVER_DEFAULT_TRACE);
+		if (!obs->trace)
+			return -errno;
+	}
+	/* a flight recorder records from the start; follow mode from the first follower on */
+	if (srv->cfg.trace_mode == KVMM_SERVER_TRACE_ALWAYS)
+		kvmm_obs_trace_arm(srv, true);
 	if (srv->cfg.metrics_addr && srv->cfg.metrics_addr[0])
 		return open_listener(obs, srv->cfg.metrics_addr);
 	return 0;

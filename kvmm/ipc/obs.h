@@ -92,6 +92,11 @@ void kvmm_obs_destroy(struct kvmm_server *srv);
 void kvmm_obs_trace_wake(struct kvmm_server *srv);
 /* The trace ring of this server (NULL when off). */
 struct kvmm_trace *kvmm_obs_trace(const struct kvmm_server *srv);
+/*
+ * Tracepoints write into this server's ring (@on) or nowhere: always on with trace_mode
+ * ALWAYS, while a follower is subscribed with FOLLOW (admin_trace.c).
+ */
+void kvmm_obs_trace_arm(struct kvmm_server *srv, bool on);
 /* The bound metrics port (0 when off), for tests and the log. */
 unsigned int kvmm_obs_metrics_port(const struct kvmm_server *srv);
 /* Render the Prometheus text exposition into a malloc'd buffer; 0 or -ENOMEM. */

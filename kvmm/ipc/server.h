@@ -143,6 +143,11 @@ struct kvmm_server_config {
 	 */
 	const char *metrics_addr;
 	uint32_t trace_entries; /* trace ring records, 0 = KVMM_SERVER_DEFAULT_TRACE */
+	/*
+	 * When the ring records (kvmm_trace_ring installed): KVMM_SERVER_TRACE_ALWAYS (0, a
+	 * flight recorder), _FOLLOW (while a TRACE follower is subscribed), _OFF (no ring).
+	 */
+	unsigned int trace_mode;
 	struct kvmm_server_swap swap;
 	/* [remote]: the remote tier, for the namespaces with a secret (kvmm/ipc/remote.c) */
 	struct {
@@ -152,6 +157,9 @@ struct kvmm_server_config {
 };
 
 #define KVMM_SERVER_DEFAULT_TRACE 16384
+#define KVMM_SERVER_TRACE_ALWAYS 0
+#define KVMM_SERVER_TRACE_FOLLOW 1
+#define KVMM_SERVER_TRACE_OFF 2
 #define KVMM_SERVER_MAX_NS 32 /* namespaces at once (= KVMM_CONFIG_MAX_NS) */
 
 #define KVMM_SERVER_DEFAULT_MAX_CLIENTS 1024

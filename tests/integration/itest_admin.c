@@ -229,12 +229,70 @@ static void test_trace_follow(void **state)
 	kvmm_admin_close(a);
 }
 
+/* STATUS's TraceRecords */
+static long long trace_records(void)
+{
+	return itest_admin_value(&itest_d, KVMM_OP_STATUS, "TraceRecords");
+}
+
+/* a client that takes a page and gives it back: alloc, free, attach, detach events */
+static void some_work(void)
+{
+	uint32_t tokens[64];
+	kvmm_client_t *c;
+	uint64_t seq;
+
+	itest_tokens(tokens, 64, 3);
+	assert_int_equal(kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &c), 0);
+	assert_int_equal(kvmm_seq_create(c, 0, &seq), 0);
+	assert_int_equal(kvmm_seq_append(c, seq, tokens, 64, NULL), 0);
+	assert_int_equal(kvmm_seq_free(c, seq), 0);
+	kvmm_detach(c);
+}
+
+/* until no follower is left (the pump notices one gone at its next tick) */
+static void no_followers(void)
+{
+	for (int i = 0; i < 100 && itest_admin_value(&itest_d, KVMM_OP_STATUS, "TraceSubscribers");
+	     i++)
+		itest_sleep_ms(20);
+	assert_int_equal(itest_admin_value(&itest_d, KVMM_OP_STATUS, "TraceSubscribers"), 0);
+}
+
+/* trace = follow (kvmmd's default): the ring records only while someone follows */
+static void test_trace_follow_mode(void **state)
+{
+	long long before;
+	kvmm_admin_t *a;
+	char *text = NULL;
+
+	(void)state;
+	itest_need_daemon();
+	assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_STATUS, &text), 0);
+	assert_non_null(strstr(text, "follow"));
+	free(text);
+	no_followers(); /* test_trace_follow's */
+	before = trace_records();
+	some_work();
+	assert_int_equal(trace_records(), before); /* nobody follows: nothing recorded */
+	a = open_admin();
+	assert_int_equal(kvmm_admin_trace_follow(a, 0, 0, 0), 0);
+	some_work();
+	assert_true(trace_records() > before);
+	kvmm_admin_close(a);
+	/* the follower gone, recording stops */
+	no_followers();
+	before = trace_records();
+	some_work();
+	assert_int_equal(trace_records(), before);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hello),	     cmocka_unit_test(test_read_verbs),
 		cmocka_unit_test(test_write_verbs),  cmocka_unit_test(test_pagetable),
-		cmocka_unit_test(test_trace_follow),
+		cmocka_unit_test(test_trace_follow), cmocka_unit_test(test_trace_follow_mode),
 	};
 	int ret = cmocka_run_group_tests_name("itest_admin", tests, itest_group_setup,
 					      itest_group_teardown);

@@ -35,7 +35,8 @@
 
 static int setup(void **state)
 {
-	static const char *const extra[] = {"--metrics", "127.0.0.1:0", NULL};
+	/* trace --dump reads what was recorded before anyone followed: a flight recorder */
+	static const char *const extra[] = {"--metrics", "127.0.0.1:0", "--trace", "always", NULL};
 
 	(void)state;
 	if (!itest_have_ctl("itest_ctl") || !itest_daemon_find(&itest_d)) {
@@ -403,6 +404,30 @@ static void test_trace(void **state)
 	assert_int_equal(itest_ctl(&out, "trace", "--dump", "--event", "seal", NULL), 0);
 	assert_null(strstr(out, "seal"));
 	free(out);
+}
+
+/* trace = off: no ring; kvmmctl trace says so in one line */
+static void test_trace_off(void **state)
+{
+	static const char *const extra[] = {"--trace", "off", NULL};
+	struct itest_daemon d = {0};
+	const char *argv[] = {itest_ctl_bin(), "--socket", NULL, "trace", "--dump", NULL};
+	char *out = NULL;
+
+	(void)state;
+	itest_need_daemon();
+	assert_true(itest_daemon_find(&d));
+	assert_int_equal(itest_daemon_start(&d, extra), 0);
+	argv[2] = d.sock;
+	assert_int_equal(itest_run(&out, (uid_t)-1, argv), 1);
+	assert_non_null(strstr(out, "trace = off"));
+	free(out);
+	argv[4] = NULL; /* following: the same */
+	assert_int_equal(itest_run(&out, (uid_t)-1, argv), 1);
+	assert_non_null(strstr(out, "trace = off"));
+	free(out);
+	assert_int_equal(itest_admin_value(&d, KVMM_OP_STATUS, "TraceRecords"), 0);
+	assert_int_equal(itest_daemon_stop(&d), 0);
 }
 
 static bool have_prog(const char *name)
@@ -805,6 +830,7 @@ int main(void)
 		cmocka_unit_test(test_admin_verbs),
 		cmocka_unit_test(test_swap_ns),
 		cmocka_unit_test(test_trace),
+		cmocka_unit_test(test_trace_off),
 		cmocka_unit_test(test_top),
 		cmocka_unit_test(test_top_follows_restart),
 		cmocka_unit_test(test_metrics),

@@ -416,6 +416,8 @@ static void test_bad_lines(void **state)
 		 NAME ":2: ring_threads: 65 is too large (at most 64)"},
 		{"[daemon]\nring_threads = many\n",
 		 NAME ":2: ring_threads: 'many' is not a number"},
+		{"[daemon]\ntrace = sometimes\n",
+		 NAME ":2: trace: trace must be follow, always or off, not 'sometimes'"},
 		{"[daemon]\nframes = 99999999999\n",
 		 NAME ":2: frames: 99999999999 is too large (at most 4294967295)"},
 		{"[daemon]\nframes = 1\n[daemon]\n",
@@ -842,6 +844,22 @@ static void test_ring_threads(void **state)
 	assert_int_equal(cfg->ring_threads, 64);
 }
 
+/* trace: follow (the default), always, off */
+static void test_trace_mode(void **state)
+{
+	(void)state;
+	assert_int_equal(cfg->trace, KVMM_CONFIG_TRACE_FOLLOW);
+	parse_ok("[daemon]\ntrace = always\n");
+	assert_int_equal(cfg->trace, KVMM_CONFIG_TRACE_ALWAYS);
+	assert_int_equal(cfg->line[KVMM_CFG_TRACE], 2);
+	kvmm_config_init(cfg);
+	parse_ok("[daemon]\ntrace = off\n");
+	assert_int_equal(cfg->trace, KVMM_CONFIG_TRACE_OFF);
+	kvmm_config_init(cfg);
+	parse_ok("[daemon]\ntrace = follow\n");
+	assert_int_equal(cfg->trace, KVMM_CONFIG_TRACE_FOLLOW);
+}
+
 static void test_remote(void **state)
 {
 	char dir[] = "/tmp/kvmm-cfg-remote.XXXXXX", good[64], bad[64], pw[64], text[1024];
@@ -1025,6 +1043,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_print_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_remote, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ring_threads, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_trace_mode, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("config", tests, NULL, NULL);

@@ -627,6 +627,22 @@ static struct kvmm_fakecuda_stats fake_stats(void)
 	return s;
 }
 
+/* Run this program again with @argv (argv[0]: self); its exit status. */
+static int run_self(char *const *argv)
+{
+	int status;
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execv(self, argv);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	return WEXITSTATUS(status);
+}
+
 /*
  * Run this program again as a second client (role "--reader" or "--decoder") that must find
  * the prompt in frames[0..n); its exit status (0: all it checked was right).
@@ -635,8 +651,6 @@ static int exec_client(const char *role, const int32_t *frames, int n)
 {
 	char num[MAXB][16], nstr[16];
 	char *argv[5 + MAXB];
-	int status;
-	pid_t pid;
 
 	assert_true(n <= MAXB);
 	argv[0] = self;
@@ -649,15 +663,7 @@ static int exec_client(const char *role, const int32_t *frames, int n)
 		argv[4 + b] = num[b];
 	}
 	argv[4 + n] = NULL;
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		execv(self, argv);
-		_exit(127);
-	}
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(WIFEXITED(status));
-	return WEXITSTATUS(status);
+	return run_self(argv);
 }
 
 /* ---- tests ------------------------------------------------------------------------------------ */
@@ -1240,17 +1246,8 @@ static int setup_ro(void **state)
 static int exec_role(const char *role, const char *arg)
 {
 	char *argv[] = {self, (char *)role, itest_d.sock, (char *)arg, NULL};
-	int status;
-	pid_t pid = fork();
 
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		execv(self, argv);
-		_exit(127);
-	}
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(WIFEXITED(status));
-	return WEXITSTATUS(status);
+	return run_self(argv);
 }
 
 /*

@@ -1337,7 +1337,8 @@ int kvmm_session_op_seq_prompt(struct kvmm_session *s, unsigned int op __maybe_u
 	if (ret)
 		return ret;
 	seq->priority = req.priority;
-	hit = kvmm_mm_prefix_lookup(seq, tokens, req.nr_tokens);
+	/* as PREFIX_LOOKUP: a prefix longer than the free frames is mapped whole, room made */
+	hit = kvmm_mm_prefix_lookup_reclaim(seq, tokens, req.nr_tokens);
 	if (hit < 0) {
 		ret = hit;
 	} else {

@@ -870,6 +870,55 @@ static void test_host_corrupt(void **state)
 	kvmm_detach(c);
 }
 
+/*
+ * SEQ_PROMPT over a swapped prefix longer than the free frames maps all of it, as
+ * PREFIX_LOOKUP does (kvmm_mm_prefix_lookup_reclaim: room made by swapping out what can go,
+ * the prompt's own first pages and an idle sequence), not only what fit: the rest would be
+ * recomputed by the engine although it was in swap.
+ */
+static void test_prompt_past_free_frames(void **state)
+{
+	const uint32_t pages = 160, hold = 140;
+	uint32_t tpp, n, *t;
+	uint64_t p, big, hog, seq, hit = 0;
+	kvmm_client_t *c;
+	int tries;
+	long long demoted;
+
+	(void)state;
+	itest_need_daemon();
+	c = attach();
+	tpp = kvmm_tokens_per_page(c);
+	n = pages * tpp;
+	assert_true(n <= KVMM_SEQ_PROMPT_MAX);
+	t = malloc(n * sizeof(*t));
+	assert_non_null(t);
+	itest_tokens(t, n, 31);
+	/* the prefix, sealed and freed, then pushed to swap by a sequence that fills the pool */
+	p = mkseq(c, 0, pages, 31);
+	assert_int_equal(touch(c, p, 31, true), 0);
+	assert_int_equal(kvmm_seal(c, p, 0, 0), 0);
+	assert_int_equal(kvmm_seq_free(c, p), 0);
+	demoted = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote");
+	big = mkseq(c, 0, 250, 32);
+	for (tries = 0;
+	     tries < 400 && itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") <
+				    demoted + pages / 2;
+	     tries++)
+		usleep(5000);
+	assert_int_equal(kvmm_seq_free(c, big), 0);
+	/* an idle sequence holds most of the pool: fewer free frames than the prefix has pages */
+	hog = mkseq(c, 0, hold, 33);
+	assert_true(itest_admin_value(&itest_d, KVMM_OP_MEMINFO, "Free") < pages);
+	assert_int_equal(kvmm_seq_prompt(c, t, n, 0, &seq, &hit, NULL, 0), 0);
+	assert_int_equal(hit, n);
+	assert_int_equal(touch(c, seq, 31, false), 0);
+	assert_int_equal(kvmm_seq_free(c, seq), 0);
+	assert_int_equal(kvmm_seq_free(c, hog), 0);
+	free(t);
+	kvmm_detach(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -886,6 +935,7 @@ int main(void)
 		cmocka_unit_test(test_warm_restart_resident_parent),
 		cmocka_unit_test(test_swap_write_fail_logged),
 		cmocka_unit_test(test_host_corrupt),
+		cmocka_unit_test(test_prompt_past_free_frames),
 	};
 	int ret = cmocka_run_group_tests_name("itest_swap", tests, setup, teardown);
 

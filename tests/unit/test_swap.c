@@ -401,6 +401,228 @@ static void test_sealed_swapout_shared_by_lookup(void **state)
 	assert_int_equal(kvmm_pagecache_count(f->pool), 4);
 }
 
+/* ---- pages several sequences map (a shared sealed prefix) ------------------------------- */
+
+/* byte pattern of block @b of a page tagged @tag (prefix 1, own pages 2 and 3) */
+static uint8_t sh_byte(uint32_t tag, uint32_t b, uint32_t i)
+{
+	return (uint8_t)(tag * 131u + b * 7u + i * 13u + (i >> 8));
+}
+
+static void sh_fill(struct fx *f, struct kvmm_seq *seq, uint32_t from, uint32_t to, uint32_t tag)
+{
+	uint32_t b, i;
+
+	for (b = from; b < to; b++) {
+		uint8_t *p = kvmm_pool_frame_addr(f->pool, kvmm_mm_seq_frame(seq, b));
+
+		for (i = 0; i < PAGE_SZ; i++)
+			p[i] = sh_byte(tag, b, i);
+	}
+}
+
+/* blocks [from, to) of @seq are resident and hold the pattern of @tag */
+static void sh_check(struct fx *f, struct kvmm_seq *seq, uint32_t from, uint32_t to,
+		     uint32_t tag)
+{
+	uint32_t b, i;
+
+	for (b = from; b < to; b++) {
+		uint32_t fr = kvmm_mm_seq_frame(seq, b);
+		const uint8_t *p;
+
+		assert_int_not_equal(fr, KVMM_FRAME_NONE);
+		p = kvmm_pool_frame_addr(f->pool, fr);
+		for (i = 0; i < PAGE_SZ; i++)
+			if (p[i] != sh_byte(tag, b, i))
+				fail_msg("block %u byte %u: %u, want %u", b, i, p[i],
+					 sh_byte(tag, b, i));
+	}
+}
+
+/* @a holds @np sealed blocks of tokens 5000.. (pattern 1); @b maps them by a prefix lookup */
+static void sh_prefix(struct fx *f, uint32_t np, struct kvmm_seq **a, struct kvmm_seq **b)
+{
+	uint32_t tpp = f->fmt.tokens_per_page, i;
+	uint32_t *tok = calloc((size_t)np * tpp, sizeof(*tok));
+
+	assert_non_null(tok);
+	for (i = 0; i < np * tpp; i++)
+		tok[i] = 5000 + i;
+	assert_int_equal(kvmm_mm_seq_create(f->as, a), 0);
+	assert_int_equal(kvmm_mm_seq_append(*a, np * tpp, tok), 0);
+	sh_fill(f, *a, 0, np, 1);
+	/* the engine wrote their KV (what an UNPIN says) */
+	for (i = 0; i < np; i++)
+		kvmm_page_unpin(kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(*a, i)), 0);
+	assert_int_equal(kvmm_mm_seq_seal(*a), (int)np);
+	assert_int_equal(kvmm_mm_seq_create(f->as, b), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(*b, tok, np * tpp), (int)(np * tpp));
+	for (i = 0; i < np; i++)
+		assert_int_equal(kvmm_mm_seq_frame(*a, i), kvmm_mm_seq_frame(*b, i));
+	free(tok);
+}
+
+/* append @nb blocks of own tokens (base) to @seq, pattern @tag; 0 or the append's error */
+static int sh_append(struct fx *f, struct kvmm_seq *seq, uint32_t nb, uint32_t base, uint32_t tag)
+{
+	uint32_t tpp = f->fmt.tokens_per_page, i, from = seq->nblocks;
+	uint32_t tok[8 * 64];
+	int ret;
+
+	assert_true(nb * tpp <= ARRAY_SIZE(tok));
+	for (i = 0; i < nb * tpp; i++)
+		tok[i] = base + i;
+	ret = kvmm_mm_seq_append(seq, nb * tpp, tok);
+	if (!ret)
+		sh_fill(f, seq, from, from + nb, tag);
+	return ret;
+}
+
+/*
+ * A sealed prefix that two sequences map is reclaimed: kvmm_shrink() swaps the shared pages
+ * out of both (each PTE names the one slot), a fault by either brings each page back once and
+ * maps it into both, with its bytes.  (Before: nothing was reclaimable at all, every page had
+ * two mappers.)
+ */
+static void test_shared_prefix_reclaimed(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *a, *b;
+	uint32_t nfree, i;
+	uint64_t in0, out0, clean0;
+
+	assert_int_equal(add_host(f, 1, 0, 64), 0);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	sh_prefix(f, 24, &a, &b);
+	check_inv(f->pool);
+	/* a sequence's own swap-out never takes a page another maps */
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 24), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(b, 0, 24), 0);
+	nfree = kvmm_pool_nr_free(f->pool);
+	assert_int_equal(kvmm_shrink(f->pool, 24, 0), 24);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), nfree + 24);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 24);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 24);
+	for (i = 0; i < 24; i++)
+		assert_int_equal(a->pte[i] & ~KVMM_PTE_FLAGS_MASK,
+				 b->pte[i] & ~KVMM_PTE_FLAGS_MASK);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWAP_SHARED), 24);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 24); /* the entries name the slots */
+
+	/* b faults block 5: one read, and a maps the page again too */
+	in0 = vmstat(f, KVMM_STAT_SWPIN);
+	assert_int_equal(kvmm_mm_seq_fault(b, 5, 1), 1);
+	check_inv(f->pool);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWPIN) - in0, 1);
+	assert_int_equal(kvmm_mm_seq_frame(a, 5), kvmm_mm_seq_frame(b, 5));
+	sh_check(f, a, 5, 6, 1);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 23);
+
+	/* swapped out again (its slot is kept: no second write), then a faults everything */
+	out0 = vmstat(f, KVMM_STAT_SWPOUT);
+	clean0 = vmstat(f, KVMM_STAT_SWAP_CLEAN);
+	assert_int_equal(kvmm_shrink(f->pool, 1, 0), 1);
+	check_inv(f->pool);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWPOUT), out0);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWAP_CLEAN) - clean0, 1);
+	assert_int_equal(kvmm_mm_seq_fault(a, 0, 24), 24);
+	check_inv(f->pool);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWPIN) - in0, 25);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 0);
+	sh_check(f, a, 0, 24, 1);
+	sh_check(f, b, 0, 24, 1);
+
+	/* out once more; freeing one mapper leaves the other's PTEs naming the slots */
+	assert_int_equal(kvmm_shrink(f->pool, 24, 0), 24);
+	kvmm_mm_seq_free(a);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 24);
+	assert_int_equal(kvmm_mm_seq_fault(b, 0, 24), 24);
+	sh_check(f, b, 0, 24, 1);
+	kvmm_mm_seq_free(b);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 24);
+}
+
+/* A pinned shared page is never taken, nor is one of a NORECLAIM sequence. */
+static void test_shared_pinned_kept(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *a, *b;
+	uint32_t i;
+
+	assert_int_equal(add_host(f, 1, 0, 64), 0);
+	sh_prefix(f, 8, &a, &b);
+	for (i = 2; i < 5; i++)
+		kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(a, i))->pincount++;
+	assert_int_equal(kvmm_shrink(f->pool, 8, 0), 5);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 5);
+	assert_int_equal(kvmm_seq_nr_resident(b), 3);
+	sh_check(f, b, 2, 5, 1);
+	for (i = 2; i < 5; i++)
+		kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(a, i))->pincount--;
+	b->flags |= KVMM_SEQ_F_NORECLAIM;
+	assert_int_equal(kvmm_shrink(f->pool, 8, 0), 0);
+	b->flags &= ~KVMM_SEQ_F_NORECLAIM;
+	assert_int_equal(kvmm_shrink(f->pool, 8, 0), 3);
+	check_inv(f->pool);
+	kvmm_mm_seq_free(b);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_fault(a, 0, 8), 8);
+	sh_check(f, a, 0, 8, 1);
+	kvmm_mm_seq_free(a);
+	check_inv(f->pool);
+}
+
+/*
+ * Two sequences share a sealed prefix of 56 pages in a 64-frame pool and each adds pages of
+ * its own: the second's prefix and own pages alone (56 + 10) do not fit.  Before, its pages
+ * could not be allocated (only the first's own 4 pages were reclaimable); now the shared
+ * prefix is reclaimed too, and both can have their last pages resident at once, each with
+ * its bytes, and every page of both comes back right.
+ */
+static void test_shared_prefix_bigger_than_pool(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *a, *b;
+
+	assert_int_equal(add_host(f, 1, 0, 128), 0);
+	sh_prefix(f, 56, &a, &b);
+	assert_int_equal(sh_append(f, a, 4, 90000, 2), 0);
+	check_inv(f->pool);
+	assert_int_equal(sh_append(f, b, 10, 70000, 3), 0);
+	check_inv(f->pool);
+	assert_true(vmstat(f, KVMM_STAT_SWAP_SHARED) > 0);
+	/* both sequences' last blocks resident together: 8 shared + 4 + 10 */
+	kvmm_shrink(f->pool, 24, 0);
+	assert_true(kvmm_mm_seq_fault(a, 48, 12) >= 0);
+	assert_true(kvmm_mm_seq_fault(b, 48, 18) >= 0);
+	check_inv(f->pool);
+	sh_check(f, a, 48, 56, 1);
+	sh_check(f, a, 56, 60, 2);
+	sh_check(f, b, 48, 56, 1);
+	sh_check(f, b, 56, 66, 3);
+	/* and all of a, then b in two halves */
+	kvmm_shrink(f->pool, 60, 0);
+	assert_true(kvmm_mm_seq_fault(a, 0, 60) >= 0);
+	sh_check(f, a, 0, 56, 1);
+	sh_check(f, a, 56, 60, 2);
+	kvmm_shrink(f->pool, 40, 0);
+	assert_true(kvmm_mm_seq_fault(b, 0, 33) >= 0);
+	sh_check(f, b, 0, 33, 1);
+	kvmm_shrink(f->pool, 40, 0);
+	assert_true(kvmm_mm_seq_fault(b, 33, 33) >= 0);
+	sh_check(f, b, 33, 56, 1);
+	sh_check(f, b, 56, 66, 3);
+	check_inv(f->pool);
+	kvmm_mm_seq_free(a);
+	kvmm_mm_seq_free(b);
+	check_inv(f->pool);
+}
+
 static void test_append_truncate_seal_swapped(void **state)
 {
 	struct fx *f = *state;
@@ -2073,6 +2295,10 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_ns_destroy_drops_demoted, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sealed_swapout_shared_by_lookup, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_shared_prefix_reclaimed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_shared_pinned_kept, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_shared_prefix_bigger_than_pool, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_append_truncate_seal_swapped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_seal_parent_swapped, setup, teardown),

@@ -17,9 +17,12 @@
  *     and the sequence's ops answer -KVMM_EPREEMPTED until it is freed;
  *   - a PIN that cannot find room for a swapped sequence fails with -ENOMEM and keeps its KV;
  *   - kvmm_pin_range: a sequence longer than the pool, written and read back one range at a
- *     time (the rest swapped out meanwhile), every byte identical.
+ *     time (the rest swapped out meanwhile), every byte identical;
+ *   - two clients whose sequences share a sealed prefix, more than the pool together: the
+ *     prefix is swapped out of both, and both read everything back, also at the same time.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -456,6 +459,148 @@ static void test_pin_range(void **state)
 	kvmm_admin_close(admin);
 }
 
+/* ---- a sealed prefix two clients map, in a pool smaller than their union ------------------ */
+
+#define SH_PREFIX 240u /* sealed pages both sequences map: nearly the whole pool */
+#define SH_OWN 40u     /* pages each adds after them: 320 pages in all, the pool has 256 */
+#define SH_STEP 20u
+
+struct sh_agent {
+	kvmm_client_t *c;
+	uint64_t seq;
+	uint64_t own_tag;
+	int rounds, err;
+	uint32_t bad_block;
+};
+
+/* touch_range's check, for any thread: -EILSEQ (and the block in bad_block) on a wrong byte */
+static int sh_check_range(struct sh_agent *a, uint32_t b0, uint64_t tag)
+{
+	int32_t table[SH_PREFIX + SH_OWN];
+	uint64_t ps = kvmm_page_size(a->c);
+	uint32_t b, i, frames = 0;
+	int ret = kvmm_pin_range(a->c, a->seq, b0, SH_STEP, 0, &frames);
+
+	if (ret)
+		return ret;
+	ret = kvmm_block_table(a->c, &a->seq, 1, table, SH_PREFIX + SH_OWN);
+	for (b = b0; !ret && b < b0 + SH_STEP; b++) {
+		const uint8_t *p = table[b] >= 0 ? kvmm_frame_addr(a->c, (uint32_t)table[b]) : NULL;
+
+		for (i = 0; i < ps && !ret; i += 61)
+			if (!p || p[i] != byte_at(tag, b, i)) {
+				a->bad_block = b;
+				ret = -EILSEQ;
+			}
+	}
+	if (kvmm_unpin_range(a->c, a->seq, b0, SH_STEP, NULL) && !ret)
+		ret = -EIO;
+	return ret;
+}
+
+/* read [0, SH_PREFIX + SH_OWN) range by range (forwards, then backwards), checking the bytes */
+static int sh_read_all(struct sh_agent *a)
+{
+	uint32_t b;
+	int ret;
+
+	for (b = 0; b < SH_PREFIX + SH_OWN; b += SH_STEP) {
+		ret = sh_check_range(a, b, b < SH_PREFIX ? 9100 : a->own_tag);
+		if (ret)
+			return ret;
+	}
+	for (b = SH_PREFIX + SH_OWN; b > 0; b -= SH_STEP) {
+		ret = sh_check_range(a, b - SH_STEP, b - SH_STEP < SH_PREFIX ? 9100 : a->own_tag);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static void *sh_thread(void *arg)
+{
+	struct sh_agent *a = arg;
+	int r;
+
+	for (r = 0; r < a->rounds && !a->err; r++)
+		a->err = sh_read_all(a);
+	return NULL;
+}
+
+/* append SH_OWN pages of its own to @a's sequence and write them, a range at a time */
+static void sh_own(struct sh_agent *a, unsigned int p)
+{
+	uint32_t tpp = kvmm_tokens_per_page(a->c), b, *t = malloc((size_t)SH_STEP * tpp * 4);
+
+	assert_non_null(t);
+	for (b = SH_PREFIX; b < SH_PREFIX + SH_OWN; b += SH_STEP) {
+		itest_tokens(t, SH_STEP * tpp, p + b);
+		assert_int_equal(kvmm_seq_append(a->c, a->seq, t, SH_STEP * tpp, NULL), 0);
+		assert_int_equal(touch_range(a->c, a->seq, b, SH_STEP, a->own_tag, true, 0), 0);
+	}
+	free(t);
+}
+
+/*
+ * Two clients' sequences share a sealed 240-page prefix and add 40 pages each: 320 pages in a
+ * 256-frame pool, and the prefix and one range of 20 more pages do not fit.  The second one's
+ * pages can only be written because kvmmd swaps the shared prefix out of both sequences
+ * (swap_shared); then both read everything back range by range, first one after the other,
+ * then at the same time from two threads, every byte identical.  (Before, no page two
+ * sequences mapped was ever swapped: the second client's PIN failed with -ENOMEM.)
+ */
+static void test_shared_prefix_swapped(void **state)
+{
+	struct sh_agent a = {.own_tag = 9200, .rounds = 3}, b = {.own_tag = 9300, .rounds = 3};
+	uint32_t tpp, n, blk, *t;
+	uint64_t hit = 0;
+	kvmm_admin_t *admin;
+	pthread_t th;
+
+	(void)state;
+	itest_need_daemon();
+	assert_int_equal(itest_admin_open(&itest_d, &admin), 0);
+	a.c = attach();
+	b.c = attach();
+	tpp = kvmm_tokens_per_page(a.c);
+	n = SH_PREFIX * tpp;
+	t = malloc((size_t)n * sizeof(*t));
+	assert_non_null(t);
+	itest_tokens(t, n, 4242);
+	assert_int_equal(kvmm_seq_create(a.c, 0, &a.seq), 0);
+	for (blk = 0; blk < SH_PREFIX; blk += SH_STEP) {
+		assert_int_equal(kvmm_seq_append(a.c, a.seq, t + (size_t)blk * tpp, SH_STEP * tpp,
+						 NULL),
+				 0);
+		assert_int_equal(touch_range(a.c, a.seq, blk, SH_STEP, 9100, true, 0), 0);
+	}
+	assert_int_equal(kvmm_seal(a.c, a.seq, 0, 0), 0);
+	assert_int_equal(kvmm_seq_create(b.c, 0, &b.seq), 0);
+	assert_int_equal(kvmm_prefix_lookup(b.c, b.seq, t, n, &hit), 0);
+	assert_int_equal(hit, n);
+	free(t);
+	sh_own(&a, 100000);
+	sh_own(&b, 200000);
+	assert_true(vmstat(admin, "swap_shared") > 0);
+
+	assert_int_equal(sh_read_all(&a), 0);
+	assert_int_equal(sh_read_all(&b), 0);
+	/* both at once: each one's faults and reclaim under the other's pins */
+	assert_int_equal(pthread_create(&th, NULL, sh_thread, &b), 0);
+	sh_thread(&a);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	if (a.err || b.err)
+		fail_msg("concurrent reads: %d (block %u), %d (block %u)", a.err, a.bad_block,
+			 b.err, b.bad_block);
+
+	assert_int_equal(kvmm_seq_free(a.c, a.seq), 0);
+	assert_int_equal(sh_read_all(&b), 0);
+	assert_int_equal(kvmm_seq_free(b.c, b.seq), 0);
+	kvmm_detach(a.c);
+	kvmm_detach(b.c);
+	kvmm_admin_close(admin);
+}
+
 /* Every tier full: the lowest-priority sequence's client is told to preempt it. */
 static void test_oom_preempt(void **state)
 {
@@ -886,6 +1031,7 @@ int main(void)
 		cmocka_unit_test(test_warm_restart_resident_parent),
 		cmocka_unit_test(test_swap_write_fail_logged),
 		cmocka_unit_test(test_host_corrupt),
+		cmocka_unit_test(test_shared_prefix_swapped),
 	};
 	int ret = cmocka_run_group_tests_name("itest_swap", tests, setup, teardown);
 

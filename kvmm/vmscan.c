@@ -34,7 +34,9 @@
  *   2. sequences: unpinned pages that only one sequence maps, whole sequences at a time (a
  *      step needs all of a sequence, so half of one is worth nothing), lowest namespace
  *      priority, then lowest sequence priority, then youngest (highest id) first, the way a
- *      scheduler preempts the request that arrived last;
+ *      scheduler preempts the request that arrived last; when the victim's own pages are not
+ *      enough, the sealed pages it shares with other sequences go out of all of them
+ *      (kvmm_mm_seq_swap_out_shared: a shared prefix);
  *   3. nothing left: kvmm_out_of_memory() picks a victim the same way (preferring one that
  *      is not pinned for the running step, and only one whose end gives something back: a
  *      resident page it alone maps, or a swap slot) and reports it to the pool owner's oom hook; the

@@ -623,6 +623,76 @@ static void test_shared_prefix_bigger_than_pool(void **state)
 	check_inv(f->pool);
 }
 
+/*
+ * A shared page's slot through the other swap paths: a lookup hitting its entry brings it back
+ * for the lookup and every mapper; move-down rewrites every mapper's PTE; DROP_CACHES leaves
+ * it (it is the sequences' data); swapoff of the last tier brings it back for all; and once
+ * both mappers are gone, only demoted cache is left, which drops to nothing.
+ */
+static void test_shared_swap_paths(void **state)
+{
+	struct fx *f = *state;
+	uint32_t tpp = f->fmt.tokens_per_page, i;
+	uint32_t tok[8 * 64];
+	struct kvmm_swap_tier_info hi, lo;
+	struct kvmm_seq *a, *b, *c;
+
+	for (i = 0; i < 8 * tpp; i++)
+		tok[i] = 5000 + i;
+	assert_int_equal(add_host(f, 1, 10, 16), 0);
+	assert_int_equal(add_host(f, 2, 0, 32), 0);
+	sh_prefix(f, 8, &a, &b);
+	assert_int_equal(kvmm_mm_seq_swap_out_shared(b, 0, 8), 8);
+	check_inv(f->pool);
+	/* a lookup of the prefix: one read a page, and a and b map the pages again too */
+	assert_int_equal(kvmm_mm_seq_create(f->as, &c), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(c, tok, 8 * tpp), (int)(8 * tpp));
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 0);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 0);
+	for (i = 0; i < 8; i++)
+		assert_int_equal(kvmm_mm_seq_frame(a, i), kvmm_mm_seq_frame(c, i));
+	sh_check(f, b, 0, 8, 1);
+	kvmm_mm_seq_free(c);
+
+	/* out again (clean: their kept slots), then moved down: every PTE follows */
+	assert_int_equal(kvmm_mm_seq_swap_out_shared(a, 0, 8), 8);
+	kvmm_swap_tier_info(f->pool, 1, &hi);
+	assert_int_equal(hi.used, 8);
+	assert_int_equal(kvmm_swap_move_down(f->pool, 1, 100), 8);
+	check_inv(f->pool);
+	kvmm_swap_tier_info(f->pool, 2, &lo);
+	assert_int_equal(lo.used, 8);
+	for (i = 0; i < 8; i++)
+		assert_int_equal(kvmm_pte_swap_tier(a->pte[i]), 2);
+	/* DROP_CACHES with swap: the sequences' pages stay */
+	assert_int_equal(kvmm_swap_drop_cached(f->pool), 0);
+	check_inv(f->pool);
+	/* swapoff of tier 2 moves them up to tier 1, of tier 1 brings them back for both */
+	assert_int_equal(kvmm_swapoff(f->pool, 2), 0);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 8);
+	assert_int_equal(kvmm_swapoff(f->pool, 1), 0);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 0);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 0);
+	sh_check(f, a, 0, 8, 1);
+	sh_check(f, b, 0, 8, 1);
+
+	/* out of both, both freed: demoted cache is all that is left, and it drops */
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out_shared(a, 0, 8), 8);
+	kvmm_mm_seq_free(b);
+	check_inv(f->pool);
+	kvmm_mm_seq_free(a);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_swap_drop_cached(f->pool), 8);
+	kvmm_swap_tier_info(f->pool, 1, &hi);
+	assert_int_equal(hi.used, 0);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 0);
+	check_inv(f->pool);
+}
+
 static void test_append_truncate_seal_swapped(void **state)
 {
 	struct fx *f = *state;
@@ -2187,10 +2257,37 @@ static struct kvmm_seq *model_create(struct fx *f, int i, uint32_t nb)
 	return seq;
 }
 
+/*
+ * A twin of model sequence @i: a new sequence that maps @i's sealed blocks by a prefix lookup
+ * (so they are pages two sequences map); NULL when nothing could be mapped.
+ */
+static struct kvmm_seq *model_twin(struct fx *f, int i, struct kvmm_seq *seq)
+{
+	uint32_t tpp = f->fmt.tokens_per_page, t, h;
+	uint32_t tok[8 * 64];
+	struct kvmm_seq *tw;
+	int ret;
+
+	if (!seq->nsealed)
+		return NULL;
+	for (t = 0; t < seq->nsealed * tpp; t++)
+		tok[t] = 1000u * (uint32_t)i + 1 + t;
+	assert_int_equal(kvmm_mm_seq_create(f->as, &tw), 0);
+	ret = kvmm_mm_prefix_lookup(tw, tok, seq->nsealed * tpp);
+	assert_true(ret >= 0 || ret == -ENOMEM || ret == -EIO);
+	h = ret > 0 ? (uint32_t)ret / tpp : 0;
+	if (!h) {
+		kvmm_mm_seq_free(tw);
+		return NULL;
+	}
+	check_bytes(f, i, tw, 0, h);
+	return tw;
+}
+
 static void test_model(void **state)
 {
 	struct fx *f = *state;
-	struct kvmm_seq *s[4] = {0};
+	struct kvmm_seq *s[4] = {0}, *tw[4] = {0};
 	uint32_t op;
 	int ret;
 
@@ -2211,7 +2308,11 @@ static void test_model(void **state)
 		first = (uint32_t)(rnd(f) % nb);
 		n = 1 + (uint32_t)(rnd(f) % nb);
 		if (r < 18) {
-			ret = kvmm_mm_seq_swap_out(s[i], first, n);
+			/* odd: the pages it shares with its twin, out of both */
+			if (r & 1)
+				ret = kvmm_mm_seq_swap_out_shared(s[i], first, n);
+			else
+				ret = kvmm_mm_seq_swap_out(s[i], first, n);
 			assert_true(ret >= 0 || ret == -ENOSPC);
 		} else if (r < 30) {
 			/* asynchronous write-back, finished later by writeback/poll (or not yet) */
@@ -2232,8 +2333,15 @@ static void test_model(void **state)
 			ret = kvmm_mm_seq_seal(s[i]);
 			assert_true(ret >= 0 || ret == -ENOMEM);
 		} else if (r < 84) {
-			kvmm_mm_seq_free(s[i]);
-			s[i] = NULL;
+			/* its twin alone, or both (the twin maps pages of this incarnation) */
+			if (tw[i]) {
+				kvmm_mm_seq_free(tw[i]);
+				tw[i] = NULL;
+			}
+			if (!(r & 1) || r < 80) {
+				kvmm_mm_seq_free(s[i]);
+				s[i] = NULL;
+			}
 		} else if (r < 86) {
 			kvmm_reclaim(f->pool, NULL, n);
 		} else if (r < 88) {
@@ -2241,12 +2349,20 @@ static void test_model(void **state)
 			kvmm_shrink(f->pool, n, (r & 1) ? KVMM_SHRINK_ASYNC : 0);
 		} else if (r < 92) {
 			assert_true(kvmm_swap_demote(f->pool, NULL, n) >= -ENOSPC);
+		} else if (r < 95 && !tw[i]) {
+			tw[i] = model_twin(f, i, s[i]);
 		} else {
 			/* everything resident must hold exactly what was written */
 			ret = kvmm_mm_seq_fault(s[i], 0, nb);
 			assert_true(ret >= 0 || ret == -ENOMEM);
 			if (!kvmm_mm_seq_nr_swapped(s[i]))
 				check_bytes(f, i, s[i], 0, nb);
+			if (tw[i]) {
+				ret = kvmm_mm_seq_fault(tw[i], 0, tw[i]->nblocks);
+				assert_true(ret >= 0 || ret == -ENOMEM);
+				if (!kvmm_mm_seq_nr_swapped(tw[i]))
+					check_bytes(f, i, tw[i], 0, tw[i]->nblocks);
+			}
 		}
 		if (op % 16 == 0)
 			check_inv(f->pool);
@@ -2271,9 +2387,11 @@ static void test_model(void **state)
 		      (unsigned long long)vmstat(f, KVMM_STAT_SWAP_CACHE_HIT),
 		      (unsigned long long)vmstat(f, KVMM_STAT_REFAULT),
 		      (unsigned long long)vmstat(f, KVMM_STAT_CACHE_HIT));
-	print_message("model: clean swap-outs (kept slots) host %llu nvme %llu\n",
+	print_message("model: clean swap-outs (kept slots) host %llu nvme %llu; shared pages "
+		      "swapped out %llu\n",
 		      (unsigned long long)tinfo(f, 1).clean_out,
-		      (unsigned long long)tinfo(f, 2).clean_out);
+		      (unsigned long long)tinfo(f, 2).clean_out,
+		      (unsigned long long)vmstat(f, KVMM_STAT_SWAP_SHARED));
 	assert_int_equal(kvmm_swapoff(f->pool, 2), 0);
 	assert_int_equal(kvmm_swapoff(f->pool, 1), 0);
 	assert_int_equal(kvmm_swapoff(f->pool, 5), 0);
@@ -2300,6 +2418,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_shared_pinned_kept, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shared_prefix_bigger_than_pool, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_shared_swap_paths, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_append_truncate_seal_swapped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_seal_parent_swapped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_append_reclaim_keeps_tail, setup, teardown),

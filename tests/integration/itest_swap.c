@@ -19,7 +19,9 @@
  *   - kvmm_pin_range: a sequence longer than the pool, written and read back one range at a
  *     time (the rest swapped out meanwhile), every byte identical;
  *   - two clients whose sequences share a sealed prefix, more than the pool together: the
- *     prefix is swapped out of both, and both read everything back, also at the same time.
+ *     prefix is swapped out of both, and both read everything back, also at the same time;
+ *     one of them killed with SIGKILL meanwhile leaves the other's bytes and the daemon's
+ *     checks intact.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -601,6 +603,105 @@ static void test_shared_prefix_swapped(void **state)
 	kvmm_admin_close(admin);
 }
 
+/* The child of test_shared_prefix_kill9: maps the prefix, then reads it range by range. */
+static void __attribute__((noreturn)) sh_child(int fd, const uint32_t *t, uint32_t n)
+{
+	struct sh_agent a = {0};
+	uint64_t hit = 0;
+	uint32_t r = 0;
+
+	if (kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &a.c) ||
+	    kvmm_seq_create(a.c, 0, &a.seq) ||
+	    kvmm_prefix_lookup(a.c, a.seq, t, n, &hit) || hit != n)
+		_exit(1);
+	if (write(fd, "a", 1) != 1)
+		_exit(1);
+	for (;;) {
+		if (sh_check_range(&a, (r % (SH_PREFIX / SH_STEP)) * SH_STEP, 9100) == -EILSEQ)
+			_exit(2);
+		r += 7;
+	}
+}
+
+/*
+ * A client that maps the shared prefix is killed (SIGKILL) while it and another read it in
+ * turns, pages swapped out of both: the survivor still reads every byte, the daemon's checks
+ * after the teardown (kvmm_check_invariants) found nothing, and freeing the survivor's
+ * sequence leaves nothing of theirs on the tiers but demoted cache.
+ */
+static void test_shared_prefix_kill9(void **state)
+{
+	struct sh_agent a = {.own_tag = 9200};
+	uint32_t tpp, n, blk, *t;
+	int64_t shared0;
+	long long clients0;
+	kvmm_admin_t *admin;
+	char *text = NULL, c;
+	int pfd[2], st = 0;
+	pid_t pid;
+
+	(void)state;
+	itest_need_daemon();
+	assert_int_equal(itest_admin_open(&itest_d, &admin), 0);
+	a.c = attach();
+	tpp = kvmm_tokens_per_page(a.c);
+	n = SH_PREFIX * tpp;
+	t = malloc((size_t)n * sizeof(*t));
+	assert_non_null(t);
+	itest_tokens(t, n, 4343);
+	assert_int_equal(kvmm_seq_create(a.c, 0, &a.seq), 0);
+	for (blk = 0; blk < SH_PREFIX; blk += SH_STEP) {
+		assert_int_equal(kvmm_seq_append(a.c, a.seq, t + (size_t)blk * tpp, SH_STEP * tpp,
+						 NULL),
+				 0);
+		assert_int_equal(touch_range(a.c, a.seq, blk, SH_STEP, 9100, true, 0), 0);
+	}
+	assert_int_equal(kvmm_seal(a.c, a.seq, 0, 0), 0);
+	shared0 = vmstat(admin, "swap_shared");
+	assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_STATUS, &text), 0);
+	clients0 = itest_text_value(text, "Clients");
+	free(text);
+	text = NULL;
+
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		close(pfd[0]);
+		sh_child(pfd[1], t, n);
+	}
+	close(pfd[1]);
+	assert_int_equal(read(pfd[0], &c, 1), 1);
+	close(pfd[0]);
+	/* pages of its own beside the prefix the child maps too: the prefix goes out of both */
+	sh_own(&a, 300000);
+	assert_int_equal(sh_read_all(&a), 0);
+	assert_int_equal(sh_read_all(&a), 0);
+	assert_int_equal(kill(pid, SIGKILL), 0);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFSIGNALED(st)); /* not exited: no wrong byte (2), no failed setup (1) */
+	assert_true(vmstat(admin, "swap_shared") > shared0);
+
+	assert_int_equal(sh_read_all(&a), 0);
+	/* the dead client's session is torn down (and checked) within a second */
+	for (unsigned int tries = 0; tries < 40; tries++) {
+		assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_STATUS, &text), 0);
+		if (itest_text_value(text, "Clients") == clients0)
+			break;
+		free(text);
+		text = NULL;
+		itest_sleep_ms(50);
+	}
+	assert_non_null(text);
+	assert_int_equal(itest_text_value(text, "Clients"), clients0);
+	assert_int_equal(itest_text_value(text, "InvariantFailures"), 0);
+	free(text);
+	assert_int_equal(kvmm_seq_free(a.c, a.seq), 0);
+	free(t);
+	kvmm_detach(a.c);
+	kvmm_admin_close(admin);
+}
+
 /* Every tier full: the lowest-priority sequence's client is told to preempt it. */
 static void test_oom_preempt(void **state)
 {
@@ -1032,6 +1133,7 @@ int main(void)
 		cmocka_unit_test(test_swap_write_fail_logged),
 		cmocka_unit_test(test_host_corrupt),
 		cmocka_unit_test(test_shared_prefix_swapped),
+		cmocka_unit_test(test_shared_prefix_kill9),
 	};
 	int ret = cmocka_run_group_tests_name("itest_swap", tests, setup, teardown);
 

@@ -278,6 +278,7 @@ enum kvmm_stat {
 	KVMM_STAT_CACHE_ADOPT, /* restored pages hung under a parent sealed again (warm restart) */
 	KVMM_STAT_BUDGET_BG,   /* frames this pool gave up to background budget reclaim (kvswapd) */
 	KVMM_STAT_LOOKUP_RECLAIM, /* lookups that made room to map more of a swapped prefix */
+	KVMM_STAT_SWAP_SHARED, /* sealed pages several sequences map, swapped out of all of them */
 	KVMM_STAT_COUNT,
 };
 

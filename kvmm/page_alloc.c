@@ -115,6 +115,7 @@ static const char *const stat_names[KVMM_STAT_COUNT] = {
 	[KVMM_STAT_CACHE_ADOPT] = "cache_adopt",
 	[KVMM_STAT_BUDGET_BG] = "budget_background",
 	[KVMM_STAT_LOOKUP_RECLAIM] = "lookup_reclaim",
+	[KVMM_STAT_SWAP_SHARED] = "swap_shared",
 };
 
 const char *kvmm_stat_name(enum kvmm_stat s)

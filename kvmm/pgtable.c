@@ -53,8 +53,12 @@ void kvmm_page_get(struct kvmm_pool *pool, struct kvmm_page *pg)
 	}
 	KVMM_BUG_ON(pg->state != KVMM_PAGE_MAPPED);
 	kvmm_page_wb_touch(pg);
-	/* a second mapper: a shared page is never swapped, it keeps no swap slot */
-	if (pg->refcount)
+	/*
+	 * A second mapper: an unsealed shared page is never swapped, it keeps no swap slot; a
+	 * sealed one never changes, and goes out of all its mappers into the slot it kept
+	 * (kvmm_mm_seq_swap_out_shared).
+	 */
+	if (pg->refcount && !(pg->flags & KVMM_PG_SEALED))
 		kvmm_swap_page_dirty(pool, pg);
 	pg->refcount++;
 }

@@ -159,6 +159,11 @@ extern const struct kvmm_swap_ops kvmm_swap_nvme_ops; /* swap_nvme.c: O_DIRECT +
  */
 struct kvmm_swap_slot {
 	struct kvmm_seq *seq;	    /* the sequence whose PTE names this slot, or NULL */
+	/*
+	 * A sealed page that several sequences mapped, swapped out of all of them (seq NULL,
+	 * ent set): how many sequences' PTEs at @block name this slot (0: none, or @seq's).
+	 */
+	uint32_t nr_map;
 	struct kvmm_cache_ent *ent; /* the page-cache entry naming it (sealed page), or NULL */
 	uint64_t swapped_at;	    /* pool swap-out clock at write (refault distance) */
 	uint32_t block;		    /* seq's block; kept: the frame */
@@ -262,6 +267,18 @@ int kvmm_swap_set_readahead(struct kvmm_pool *pool, uint32_t depth);
  * (-ENOSPC: no tier has room, -EIO: the write failed; the pages stay resident).
  */
 int kvmm_mm_seq_swap_out(struct kvmm_seq *seq, uint32_t first, uint32_t n);
+/*
+ * Swap out the pages of blocks [first, first + n) of @seq that several sequences map: sealed,
+ * in the page cache (not orphans), unpinned, not locked, no mapper KVMM_SEQ_F_NORECLAIM.  Each
+ * is written once (or goes into the slot it kept, clean) and unmapped from every sequence that
+ * maps it: their PTEs all name the one slot (slot->nr_map counts them), the page-cache entry
+ * names it too, and the frame is freed.  A fault by any mapper (or a lookup hitting the entry)
+ * reads it back once and maps it into all of them again.  The owner's seq_changed hook runs
+ * for every mapper.  Returns the number swapped out, or -errno when none was and one failed.
+ */
+int kvmm_mm_seq_swap_out_shared(struct kvmm_seq *seq, uint32_t first, uint32_t n);
+/* Whether @pg is a page kvmm_mm_seq_swap_out_shared() may take (its mappers aside). */
+bool kvmm_swap_shared_candidate(const struct kvmm_page *pg);
 /*
  * Asynchronous write-back: start swapping out blocks [first, first + n) of @seq (the same
  * pages as kvmm_mm_seq_swap_out).  Slots are taken and the writes started; each page stays

@@ -59,7 +59,7 @@ static int check_tier(struct kvmm_pool *pool, struct kvmm_swap_tier *t, uint32_t
 		uint64_t swp = swp_entry(t->id, s);
 
 		if (!bitmap_test_bit(t->map, s)) {
-			if (sl->seq || sl->ent || sl->flags)
+			if (sl->seq || sl->ent || sl->flags || sl->nr_map)
 				return swap_fail(why, len, "swap tier %u slot %llu: free but named",
 						 t->id, (unsigned long long)s);
 			continue;
@@ -70,7 +70,8 @@ static int check_tier(struct kvmm_pool *pool, struct kvmm_swap_tier *t, uint32_t
 				sl->block < pool->nframes ? &pool->pages[sl->block] : NULL;
 
 			++*kept;
-			if (sl->seq || sl->ent || sl->flags != SLOT_KEPT || !pg || pg->swap != swp)
+			if (sl->seq || sl->ent || sl->nr_map || sl->flags != SLOT_KEPT || !pg ||
+			    pg->swap != swp)
 				return swap_fail(why, len,
 						 "swap tier %u slot %llu: kept, but frame %u does "
 						 "not name it",
@@ -81,15 +82,33 @@ static int check_tier(struct kvmm_pool *pool, struct kvmm_swap_tier *t, uint32_t
 			++*reading;
 		if (sl->flags & SLOT_WRITING) {
 			++*writing;
-			if (sl->seq || sl->ent || (sl->flags & SLOT_READING))
+			if (sl->seq || sl->ent || sl->nr_map || (sl->flags & SLOT_READING))
 				return swap_fail(why, len,
 						 "swap tier %u slot %llu: being written but named",
 						 t->id, (unsigned long long)s);
 			continue;
 		}
-		if (!sl->seq && !sl->ent && !(sl->flags & SLOT_READING))
+		if (!sl->seq && !sl->ent && !sl->nr_map && !(sl->flags & SLOT_READING))
 			return swap_fail(why, len, "swap tier %u slot %llu: used by no one", t->id,
 					 (unsigned long long)s);
+		if (sl->nr_map) {
+			/* a shared page's slot: exactly nr_map PTEs at its block name it */
+			const struct kvmm_aspace *as;
+			const struct kvmm_seq *seq;
+			uint32_t n = 0;
+
+			list_for_each_entry (as, &pool->aspaces, node)
+				list_for_each_entry (seq, &as->seqs, node)
+					n += sl->block < seq->nblocks &&
+					     kvmm_pte_is_swap(seq->pte[sl->block]) &&
+					     (seq->pte[sl->block] & ~KVMM_PTE_FLAGS_MASK) == swp;
+			if (sl->seq || n != sl->nr_map || (!sl->ent && !(sl->flags & SLOT_BAD)))
+				return swap_fail(why, len,
+						 "swap tier %u slot %llu: shared by %u PTEs, %u "
+						 "counted%s",
+						 t->id, (unsigned long long)s, n, sl->nr_map,
+						 sl->ent || sl->seq ? "" : ", no entry");
+		}
 		if (sl->seq) {
 			uint64_t pte = sl->block < sl->seq->nblocks ? sl->seq->pte[sl->block] : 0;
 
@@ -154,7 +173,8 @@ int kvmm_swap_check(struct kvmm_pool *pool, char *why, size_t len)
 				if (!kvmm_pte_is_swap(seq->pte[b]))
 					continue;
 				t = kvmm_swap_decode(pool, seq->pte[b], &s);
-				if (!t || !bitmap_test_bit(t->map, s) || t->slots[s].seq != seq ||
+				if (!t || !bitmap_test_bit(t->map, s) ||
+				    (t->slots[s].seq != seq && !t->slots[s].nr_map) ||
 				    t->slots[s].block != b)
 					return swap_fail(why, len,
 							 "seq %llu block %u: swap pte %#llx names "
@@ -213,7 +233,10 @@ int kvmm_swap_check(struct kvmm_pool *pool, char *why, size_t len)
 	for (f = 0; f < pool->nframes; f++) {
 		const struct kvmm_page *pg = &pool->pages[f];
 
-		/* a clean swap-cached page: mapped by its one sequence, unchanged since fault-in */
+		/*
+		 * a clean swap-cached page: mapped by its one sequence (or, sealed, by several),
+		 * unchanged since fault-in
+		 */
 		if (pg->swap) {
 			uint64_t s;
 
@@ -223,7 +246,8 @@ int kvmm_swap_check(struct kvmm_pool *pool, char *why, size_t len)
 				return swap_fail(why, len,
 						 "frame %u: kept slot %#llx not kept for it", f,
 						 (unsigned long long)pg->swap);
-			if (pg->state != KVMM_PAGE_MAPPED || pg->refcount != 1 ||
+			if (pg->state != KVMM_PAGE_MAPPED || !pg->refcount ||
+			    (pg->refcount > 1 && !(pg->flags & KVMM_PG_SEALED)) ||
 			    (pg->flags & (KVMM_PG_LOCKED | KVMM_PG_KV_PENDING)))
 				return swap_fail(why, len,
 						 "frame %u: keeps slot %#llx but is %s, refcount "

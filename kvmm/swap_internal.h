@@ -230,6 +230,15 @@ void kvmm_swap_slot_install(struct kvmm_pool *pool, struct kvmm_swap_tier *t, ui
 			    struct kvmm_page *pg);
 /* Install every completed read (the done list); returns how many were processed. */
 int kvmm_swap_reap(struct kvmm_pool *pool);
+/*
+ * The sequences whose PTE at @block names swap entry @swp (a shared page's slot, swapfile.c):
+ * with @pg, map it into each; with @to, make each name swap entry @to instead (the owner's
+ * seq_changed hook runs for each either way); with @first, only count them and return the
+ * first in *first; with none of these, report each as having lost its KV (a spoilt slot).
+ * Returns how many there are.
+ */
+uint32_t kvmm_swap_shared_remap(struct kvmm_pool *pool, uint64_t swp, uint32_t block,
+				struct kvmm_page *pg, uint64_t to, struct kvmm_seq **first);
 struct swap_rd *kvmm_swap_cache_find(struct kvmm_swap *sw, uint64_t swp);
 /* Wait for @rd to complete and install it (and whatever else completed). */
 void kvmm_swap_cache_wait(struct kvmm_pool *pool, struct swap_rd *rd);

@@ -63,7 +63,7 @@ void kvmm_swap_slot_install(struct kvmm_pool *pool, struct kvmm_swap_tier *t, ui
 	struct kvmm_swap *sw = pool->swap;
 	struct kvmm_swap_slot *sl = &t->slots[slot];
 	struct kvmm_seq *seq = sl->seq;
-	uint32_t block = sl->block;
+	uint32_t block = sl->block, nr_map = sl->nr_map;
 
 	if (sw->clock - sl->swapped_at <= pool->nframes)
 		pool->stat[KVMM_STAT_REFAULT]++;
@@ -71,7 +71,7 @@ void kvmm_swap_slot_install(struct kvmm_pool *pool, struct kvmm_swap_tier *t, ui
 	pg->flags |= sl->pgflags;
 	if (sl->ent)
 		kvmm_pagecache_ent_swapin(pool, sl->ent, pg, 0);
-	if (seq && !(pg->flags & KVMM_PG_KV_PENDING)) {
+	if ((seq || nr_map) && !(pg->flags & KVMM_PG_KV_PENDING)) {
 		/* clean: the slot still holds these bytes, the next swap-out reuses it */
 		memset(sl, 0, sizeof(*sl));
 		sl->flags = SLOT_KEPT;
@@ -85,6 +85,10 @@ void kvmm_swap_slot_install(struct kvmm_pool *pool, struct kvmm_swap_tier *t, ui
 		kvmm_page_get(pool, pg);
 		seq->pte[block] = kvmm_mm_seq_mk_pte(pool, pg, block < seq->nsealed);
 	}
+	/* a page several sequences mapped comes back for all of them: one read, one frame */
+	if (nr_map)
+		KVMM_BUG_ON(kvmm_swap_shared_remap(pool, swp_entry(t->id, slot), block, pg, 0,
+						   NULL) != nr_map);
 }
 
 void kvmm_swap_page_uncache(struct kvmm_pool *pool, struct kvmm_page *pg)
@@ -127,14 +131,14 @@ static void rd_finish(struct kvmm_pool *pool, struct swap_rd *rd)
 		kvmm_free_page(pool, pg, NULL);
 		if (rd->io.res == -EBADMSG)
 			kvmm_swap_slot_corrupt(pool, t, s); /* its bytes are not its page's */
-		else if (!sl->seq && !sl->ent)
+		else if (!sl->seq && !sl->nr_map && !sl->ent)
 			kvmm_swap_slot_release(t, s);
-	} else if (!sl->seq && !sl->ent) {
+	} else if (!sl->seq && !sl->nr_map && !sl->ent) {
 		/* its owner went away while the read was in flight */
 		kvmm_free_page(pool, pg, NULL);
 		kvmm_swap_slot_release(t, s);
 	} else {
-		bool cached_only = !sl->seq;
+		bool cached_only = !sl->seq && !sl->nr_map;
 
 		t->nr_in++;
 		t->bytes_in += t->page_size;
@@ -546,7 +550,8 @@ static int fault_range(struct kvmm_seq *seq, uint32_t first, uint32_t n, struct 
 					kvmm_swap_slot_corrupt(pool, t, ios[k].slot);
 				continue;
 			}
-			KVMM_BUG_ON(t->slots[ios[k].slot].seq != seq ||
+			KVMM_BUG_ON((t->slots[ios[k].slot].seq != seq &&
+				     !t->slots[ios[k].slot].nr_map) ||
 				    t->slots[ios[k].slot].block != blocks[k]);
 			kvmm_swap_slot_install(pool, t, ios[k].slot, pgs[k]);
 			got++;

@@ -284,6 +284,7 @@ void kvmm_swap_slot_fill(struct kvmm_swap *sw, struct kvmm_swap_tier *t, uint64_
 	struct kvmm_swap_slot *sl = &t->slots[s];
 
 	sl->seq = seq;
+	sl->nr_map = 0;
 	sl->block = block;
 	sl->ntokens = pg->ntokens;
 	sl->pgflags = pg->flags & (KVMM_PG_ACTIVE | KVMM_PG_REFERENCED | KVMM_PG_KV_PENDING);
@@ -417,6 +418,174 @@ out:
 	return done ? (int)done : err;
 }
 
+/* ---- pages several sequences map ------------------------------------------------------------ */
+
+bool kvmm_swap_shared_candidate(const struct kvmm_page *pg)
+{
+	return pg->state == KVMM_PAGE_MAPPED && pg->refcount >= 2 && !pg->pincount &&
+	       (pg->flags & KVMM_PG_SEALED) && pg->cache &&
+	       !kvmm_pagecache_ent_orphan(pg->cache) &&
+	       !(pg->flags & (KVMM_PG_LOCKED | KVMM_PG_POISONED | KVMM_PG_WRITEBACK));
+}
+
+/* Does @seq's PTE at @block name frame @frame (swp 0) or swap entry @swp? */
+static inline bool maps_at(const struct kvmm_seq *seq, uint32_t block, uint32_t frame,
+			   uint64_t swp)
+{
+	uint64_t pte;
+
+	if (block >= seq->nblocks)
+		return false;
+	pte = seq->pte[block];
+	if (swp)
+		return kvmm_pte_is_swap(pte) && (pte & ~KVMM_PTE_FLAGS_MASK) == swp;
+	return kvmm_pte_is_present(pte) && kvmm_pte_frame(pte) == frame;
+}
+
+uint32_t kvmm_swap_shared_remap(struct kvmm_pool *pool, uint64_t swp, uint32_t block,
+				struct kvmm_page *pg, uint64_t to, struct kvmm_seq **first)
+{
+	struct kvmm_aspace *as;
+	struct kvmm_seq *seq;
+	uint32_t n = 0;
+
+	/* a shared page sits at its entry's depth in every sequence that maps it */
+	list_for_each_entry (as, &pool->aspaces, node) {
+		list_for_each_entry (seq, &as->seqs, node) {
+			if (!maps_at(seq, block, 0, swp))
+				continue;
+			if (first && !n)
+				*first = seq;
+			n++;
+			if (pg) {
+				kvmm_page_get(pool, pg);
+				seq->pte[block] =
+					kvmm_mm_seq_mk_pte(pool, pg, block < seq->nsealed);
+			} else if (to) {
+				seq->pte[block] = to | kvmm_pte_flags(seq->pte[block]);
+			} else if (first) {
+				continue; /* only looking */
+			} else if (!(seq->flags & KVMM_SEQ_F_PREEMPTED)) {
+				/* its bytes are gone (a spoilt slot): report it like swap.h says */
+				seq->flags |= KVMM_SEQ_F_PREEMPTED;
+				if (pool->hooks && pool->hooks->lost)
+					pool->hooks->lost(pool, seq, kvmm_seq_nr_resident(seq));
+				else if (pool->hooks && pool->hooks->oom)
+					pool->hooks->oom(pool, seq, kvmm_seq_nr_resident(seq));
+				continue;
+			}
+			if ((pg || to) && pool->hooks && pool->hooks->seq_changed)
+				pool->hooks->seq_changed(pool, seq, block);
+		}
+	}
+	return n;
+}
+
+/*
+ * Swap out @pg, which several sequences map at @block: -EBUSY when it may not go (a mapper
+ * forbids reclaim, or they do not add up to its refcount), else 0 or the I/O's error.
+ */
+static int shared_out(struct kvmm_swap *sw, struct kvmm_page *pg, uint32_t block)
+{
+	struct kvmm_pool *pool = sw->pool;
+	uint32_t f = kvmm_page_to_frame(pool, pg), n = 0;
+	struct kvmm_swap_tier *t;
+	struct kvmm_aspace *as;
+	struct kvmm_seq *seq;
+	uint64_t s, swp;
+	int err = 0;
+
+	list_for_each_entry (as, &pool->aspaces, node) {
+		list_for_each_entry (seq, &as->seqs, node) {
+			if (!maps_at(seq, block, f, 0))
+				continue;
+			if (seq->flags & KVMM_SEQ_F_NORECLAIM)
+				return -EBUSY;
+			n++;
+		}
+	}
+	if (n != pg->refcount)
+		return -EBUSY;
+	if (pg->swap) {
+		/* clean and swap-cached: its kept slot still holds these bytes */
+		t = kvmm_swap_decode(pool, pg->swap, &s);
+		KVMM_BUG_ON(!t || !(t->slots[s].flags & SLOT_KEPT) || t->slots[s].block != f);
+		t->nr_kept--;
+		pg->swap = 0;
+		t->nr_clean_out++;
+		pool->stat[KVMM_STAT_SWAP_CLEAN]++;
+	} else {
+		struct kvmm_swap_io io;
+
+		if (!kvmm_swap_alloc_run(sw, NULL, false, 1, &t, &s, &err))
+			return err;
+		io.slot = s;
+		io.write = true;
+		swap_io_frame(pool, &io, f);
+		kvmm_swap_io_run(sw, t, &io, 1);
+		if (io.res) {
+			/* nothing lost: the page stays mapped, its slot goes */
+			kvmm_swap_slot_release(t, s);
+			return io.res;
+		}
+	}
+	swp = swp_entry(t->id, s);
+	/* every mapper's PTE names the slot: rewritten while they still map the frame */
+	list_for_each_entry (as, &pool->aspaces, node) {
+		list_for_each_entry (seq, &as->seqs, node) {
+			if (!maps_at(seq, block, f, 0))
+				continue;
+			seq->pte[block] = swp | kvmm_pte_flags(seq->pte[block]);
+			if (pool->hooks && pool->hooks->seq_changed)
+				pool->hooks->seq_changed(pool, seq, block);
+		}
+	}
+	kvmm_swap_slot_fill(sw, t, s, pg, NULL, block);
+	t->slots[s].nr_map = n;
+	pg->refcount = 0;
+	pg->flags &= ~(KVMM_PG_ACTIVE | KVMM_PG_REFERENCED);
+	kvmm_free_page(pool, pg, NULL);
+	pool->stat[KVMM_STAT_SWAP_SHARED]++;
+	return 0;
+}
+
+int kvmm_mm_seq_swap_out_shared(struct kvmm_seq *seq, uint32_t first, uint32_t n)
+{
+	struct kvmm_pool *pool;
+	struct kvmm_swap *sw;
+	uint32_t b, end, done = 0;
+	int err = 0;
+
+	if (!seq)
+		return -EINVAL;
+	pool = seq->as->pool;
+	sw = pool->swap;
+	if (!sw || !sw->nr_tiers)
+		return -ENOSPC;
+	if (first >= seq->nblocks || !n)
+		return 0;
+	end = (uint32_t)min_t(uint64_t, (uint64_t)first + n, seq->nblocks);
+	kvmm_swap_reap(pool);
+	sw->busy++;
+	for (b = first; b < end; b++) {
+		uint64_t pte = seq->pte[b];
+		int ret;
+
+		if (!kvmm_pte_is_present(pte) ||
+		    !kvmm_swap_shared_candidate(kvmm_frame_to_page(pool, kvmm_pte_frame(pte))))
+			continue;
+		ret = shared_out(sw, kvmm_frame_to_page(pool, kvmm_pte_frame(pte)), b);
+		if (!ret) {
+			done++;
+		} else if (ret != -EBUSY) {
+			err = ret; /* no room on any tier, or the write failed: stop */
+			break;
+		}
+	}
+	sw->busy--;
+	return done ? (int)done : err;
+}
+
 bool kvmm_swap_busy(const struct kvmm_pool *pool)
 {
 	return pool->swap && pool->swap->busy;
@@ -509,6 +678,9 @@ static void slot_moved(struct kvmm_swap_tier *from, uint64_t s, struct kvmm_swap
 	to->slots[ns] = *sl;
 	if (sl->seq)
 		sl->seq->pte[sl->block] = swp | kvmm_pte_flags(sl->seq->pte[sl->block]);
+	if (sl->nr_map)
+		KVMM_BUG_ON(kvmm_swap_shared_remap(from->pool, swp_entry(from->id, s), sl->block,
+						   NULL, swp, NULL) != sl->nr_map);
 	if (sl->ent)
 		kvmm_pagecache_ent_swapin(from->pool, sl->ent, NULL, swp);
 	kvmm_swap_slot_release(from, s);
@@ -546,7 +718,8 @@ static int move_slots(struct kvmm_swap *sw, struct kvmm_swap_tier *t, uint32_t n
 			} else if (t->slots[s].flags & SLOT_KEPT) {
 				/* its page is resident: the slot is just freed, that is room too */
 				kvmm_swap_kept_release(t, s);
-			} else if (!t->slots[s].seq && kvmm_pagecache_ent_orphan(t->slots[s].ent)) {
+			} else if (!t->slots[s].seq && !t->slots[s].nr_map &&
+				   kvmm_pagecache_ent_orphan(t->slots[s].ent)) {
 				/* a demoted page no lookup can reach any more: drop, don't move */
 				kvmm_pagecache_remove_ent(t->pool, t->slots[s].ent);
 				kvmm_swap_slot_release(t, s);
@@ -647,7 +820,7 @@ int kvmm_swap_push_out(struct kvmm_pool *pool, uint32_t n)
 			s = 0;
 		sl = &t->slots[s];
 		/* a cached page alone in its slot: no sequence's PTE, no I/O, not resident */
-		if (!bitmap_test_bit(t->map, s) || sl->seq || !sl->ent ||
+		if (!bitmap_test_bit(t->map, s) || sl->seq || sl->nr_map || !sl->ent ||
 		    (sl->flags & (SLOT_READING | SLOT_WRITING | SLOT_KEPT | SLOT_BAD)))
 			continue;
 		if (kvmm_pagecache_ent_orphan(sl->ent)) {
@@ -733,8 +906,14 @@ int kvmm_swapoff(struct kvmm_pool *pool, unsigned int tier)
 
 		if (!bitmap_test_bit(t->map, s))
 			continue;
-		if (sl->seq) {
-			ret = kvmm_mm_seq_fault(sl->seq, sl->block, 1);
+		if (sl->seq || sl->nr_map) {
+			struct kvmm_seq *seq = sl->seq;
+
+			/* a shared page comes back for every mapper with the first one's fault */
+			if (!seq)
+				kvmm_swap_shared_remap(pool, swp_entry(t->id, s), sl->block, NULL, 0,
+						       &seq);
+			ret = kvmm_mm_seq_fault(seq, sl->block, 1);
 			if (ret < 0)
 				return ret;
 			/* readahead may have claimed more slots: wait for them too */
@@ -767,7 +946,9 @@ void kvmm_swap_pte_drop(struct kvmm_pool *pool, struct kvmm_seq *seq, uint32_t b
 
 	KVMM_BUG_ON(!t || !bitmap_test_bit(t->map, s));
 	sl = &t->slots[s];
-	KVMM_BUG_ON(sl->seq != seq || sl->block != block);
+	KVMM_BUG_ON(sl->block != block || (sl->seq != seq && (sl->seq || !sl->nr_map)));
+	if (sl->nr_map && --sl->nr_map)
+		return; /* other sequences' PTEs still name it */
 	sl->seq = NULL;
 	/* an orphaned entry can never be hit again: the slot goes with it */
 	if (sl->ent && kvmm_pagecache_ent_orphan(sl->ent)) {
@@ -797,7 +978,10 @@ void kvmm_swap_slot_corrupt(struct kvmm_pool *pool, struct kvmm_swap_tier *t, ui
 		else if (pool->hooks && pool->hooks->oom)
 			pool->hooks->oom(pool, seq, kvmm_seq_nr_resident(seq));
 	}
-	if (!seq && !(sl->flags & SLOT_READING))
+	/* a shared page's mappers all lost it; they keep the slot the same way */
+	if (sl->nr_map)
+		kvmm_swap_shared_remap(pool, swp_entry(t->id, s), sl->block, NULL, 0, NULL);
+	if (!seq && !sl->nr_map && !(sl->flags & SLOT_READING))
 		kvmm_swap_slot_release(t, s);
 }
 
@@ -816,7 +1000,8 @@ void kvmm_swap_drop_ns(struct kvmm_pool *pool, struct kvmm_ns *ns)
 
 			if (sl->ns_id != ns->id || (sl->flags & SLOT_WRITING))
 				continue;
-			KVMM_BUG_ON(sl->seq); /* no address space of the namespace is left */
+			/* no address space of the namespace is left */
+			KVMM_BUG_ON(sl->seq || sl->nr_map);
 			if (sl->ent)
 				kvmm_pagecache_remove_ent(pool, sl->ent);
 			kvmm_swap_slot_release(t, s);
@@ -840,7 +1025,7 @@ uint32_t kvmm_swap_drop_cached(struct kvmm_pool *pool)
 			 * a sequence's swapped page is its data, not cache: it stays; a slot
 			 * being read is left to the read (it installs or frees it)
 			 */
-			if (sl->seq || !sl->ent || (sl->flags & SLOT_READING))
+			if (sl->seq || sl->nr_map || !sl->ent || (sl->flags & SLOT_READING))
 				continue;
 			kvmm_pagecache_remove_ent(pool, sl->ent);
 			kvmm_swap_slot_release(t, s);

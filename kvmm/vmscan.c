@@ -34,7 +34,9 @@
  *   2. sequences: unpinned pages that only one sequence maps, whole sequences at a time (a
  *      step needs all of a sequence, so half of one is worth nothing), lowest namespace
  *      priority, then lowest sequence priority, then youngest (highest id) first, the way a
- *      scheduler preempts the request that arrived last;
+ *      scheduler preempts the request that arrived last; when the victim's own pages are not
+ *      enough, the sealed pages it shares with other sequences go out of all of them
+ *      (kvmm_mm_seq_swap_out_shared: a shared prefix);
  *   3. nothing left: kvmm_out_of_memory() picks a victim the same way (preferring one that
  *      is not pinned for the running step, and only one whose end gives something back: a
  *      resident page it alone maps, or a swap slot) and reports it to the pool owner's oom hook; the
@@ -287,7 +289,10 @@ uint32_t kvmm_seq_nr_resident(const struct kvmm_seq *seq)
 	return n;
 }
 
-/* A page swap-out would take: mapped by this sequence alone, unpinned, not in I/O. */
+/*
+ * A page swap-out would take: unpinned, not in I/O, mapped by this sequence alone or (with a
+ * swap tier) sealed and cached while other sequences map it too.
+ */
 static bool seq_swappable(struct kvmm_pool *pool, const struct kvmm_seq *seq)
 {
 	uint32_t b;
@@ -299,6 +304,8 @@ static bool seq_swappable(struct kvmm_pool *pool, const struct kvmm_seq *seq)
 
 		if (pg && pg->refcount == 1 && !pg->pincount &&
 		    !(pg->flags & (KVMM_PG_LOCKED | KVMM_PG_POISONED)))
+			return true;
+		if (pg && pg->refcount > 1 && kvmm_swap_shared_candidate(pg))
 			return true;
 	}
 	return false;
@@ -360,6 +367,20 @@ static uint32_t shrink_seqs(struct kvmm_pool *pool, uint32_t want, bool async, b
 			ret = kvmm_mm_seq_swap_out_async(victim, 0, victim->nblocks);
 		else
 			ret = kvmm_mm_seq_swap_out(victim, 0, victim->nblocks);
+		/*
+		 * Still short: the pages it shares with other sequences (a sealed prefix) go out
+		 * of all of them, synchronously (Documentation/mm/reclaim.md, shared pages).
+		 */
+		if (freed + (ret > 0 ? (uint32_t)ret : 0) < want) {
+			int sh = kvmm_mm_seq_swap_out_shared(victim, 0, victim->nblocks);
+
+			if (sh > 0) {
+				freed += (uint32_t)sh;
+				ret = ret > 0 ? ret : 0;
+				if (!ret)
+					continue;
+			}
+		}
 		if (ret <= 0)
 			break; /* no room on any tier, or the write failed: nothing lost, stop */
 		kvmm_trace_event(KVMM_TR_SWAPOUT, pool, 0, victim->as->ns ? victim->as->ns->id : 0,

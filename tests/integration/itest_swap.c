@@ -17,9 +17,14 @@
  *     and the sequence's ops answer -KVMM_EPREEMPTED until it is freed;
  *   - a PIN that cannot find room for a swapped sequence fails with -ENOMEM and keeps its KV;
  *   - kvmm_pin_range: a sequence longer than the pool, written and read back one range at a
- *     time (the rest swapped out meanwhile), every byte identical.
+ *     time (the rest swapped out meanwhile), every byte identical;
+ *   - two clients whose sequences share a sealed prefix, more than the pool together: the
+ *     prefix is swapped out of both, and both read everything back, also at the same time;
+ *     one of them killed with SIGKILL meanwhile leaves the other's bytes and the daemon's
+ *     checks intact.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -453,6 +458,247 @@ static void test_pin_range(void **state)
 	assert_int_equal(kvmm_unpin_range(c, s, 10, 4, NULL), 0);
 	assert_int_equal(kvmm_seq_free(c, s), 0);
 	kvmm_detach(c);
+	kvmm_admin_close(admin);
+}
+
+/* ---- a sealed prefix two clients map, in a pool smaller than their union ------------------ */
+
+#define SH_PREFIX 240u /* sealed pages both sequences map: nearly the whole pool */
+#define SH_OWN 40u     /* pages each adds after them: 320 pages in all, the pool has 256 */
+#define SH_STEP 20u
+
+struct sh_agent {
+	kvmm_client_t *c;
+	uint64_t seq;
+	uint64_t own_tag;
+	int rounds, err;
+	uint32_t bad_block;
+};
+
+/* touch_range's check, for any thread: -EILSEQ (and the block in bad_block) on a wrong byte */
+static int sh_check_range(struct sh_agent *a, uint32_t b0, uint64_t tag)
+{
+	int32_t table[SH_PREFIX + SH_OWN];
+	uint64_t ps = kvmm_page_size(a->c);
+	uint32_t b, i, frames = 0;
+	int ret = kvmm_pin_range(a->c, a->seq, b0, SH_STEP, 0, &frames);
+
+	if (ret)
+		return ret;
+	ret = kvmm_block_table(a->c, &a->seq, 1, table, SH_PREFIX + SH_OWN);
+	for (b = b0; !ret && b < b0 + SH_STEP; b++) {
+		const uint8_t *p = table[b] >= 0 ? kvmm_frame_addr(a->c, (uint32_t)table[b]) : NULL;
+
+		for (i = 0; i < ps && !ret; i += 61)
+			if (!p || p[i] != byte_at(tag, b, i)) {
+				a->bad_block = b;
+				ret = -EILSEQ;
+			}
+	}
+	if (kvmm_unpin_range(a->c, a->seq, b0, SH_STEP, NULL) && !ret)
+		ret = -EIO;
+	return ret;
+}
+
+/* read [0, SH_PREFIX + SH_OWN) range by range (forwards, then backwards), checking the bytes */
+static int sh_read_all(struct sh_agent *a)
+{
+	uint32_t b;
+	int ret;
+
+	for (b = 0; b < SH_PREFIX + SH_OWN; b += SH_STEP) {
+		ret = sh_check_range(a, b, b < SH_PREFIX ? 9100 : a->own_tag);
+		if (ret)
+			return ret;
+	}
+	for (b = SH_PREFIX + SH_OWN; b > 0; b -= SH_STEP) {
+		ret = sh_check_range(a, b - SH_STEP, b - SH_STEP < SH_PREFIX ? 9100 : a->own_tag);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static void *sh_thread(void *arg)
+{
+	struct sh_agent *a = arg;
+	int r;
+
+	for (r = 0; r < a->rounds && !a->err; r++)
+		a->err = sh_read_all(a);
+	return NULL;
+}
+
+/* append SH_OWN pages of its own to @a's sequence and write them, a range at a time */
+static void sh_own(struct sh_agent *a, unsigned int p)
+{
+	uint32_t tpp = kvmm_tokens_per_page(a->c), b, *t = malloc((size_t)SH_STEP * tpp * 4);
+
+	assert_non_null(t);
+	for (b = SH_PREFIX; b < SH_PREFIX + SH_OWN; b += SH_STEP) {
+		itest_tokens(t, SH_STEP * tpp, p + b);
+		assert_int_equal(kvmm_seq_append(a->c, a->seq, t, SH_STEP * tpp, NULL), 0);
+		assert_int_equal(touch_range(a->c, a->seq, b, SH_STEP, a->own_tag, true, 0), 0);
+	}
+	free(t);
+}
+
+/*
+ * Two clients' sequences share a sealed 240-page prefix and add 40 pages each: 320 pages in a
+ * 256-frame pool, and the prefix and one range of 20 more pages do not fit.  The second one's
+ * pages can only be written because kvmmd swaps the shared prefix out of both sequences
+ * (swap_shared); then both read everything back range by range, first one after the other,
+ * then at the same time from two threads, every byte identical.  (Before, no page two
+ * sequences mapped was ever swapped: the second client's PIN failed with -ENOMEM.)
+ */
+static void test_shared_prefix_swapped(void **state)
+{
+	struct sh_agent a = {.own_tag = 9200, .rounds = 3}, b = {.own_tag = 9300, .rounds = 3};
+	uint32_t tpp, n, blk, *t;
+	uint64_t hit = 0;
+	kvmm_admin_t *admin;
+	pthread_t th;
+
+	(void)state;
+	itest_need_daemon();
+	assert_int_equal(itest_admin_open(&itest_d, &admin), 0);
+	a.c = attach();
+	b.c = attach();
+	tpp = kvmm_tokens_per_page(a.c);
+	n = SH_PREFIX * tpp;
+	t = malloc((size_t)n * sizeof(*t));
+	assert_non_null(t);
+	itest_tokens(t, n, 4242);
+	assert_int_equal(kvmm_seq_create(a.c, 0, &a.seq), 0);
+	for (blk = 0; blk < SH_PREFIX; blk += SH_STEP) {
+		assert_int_equal(kvmm_seq_append(a.c, a.seq, t + (size_t)blk * tpp, SH_STEP * tpp,
+						 NULL),
+				 0);
+		assert_int_equal(touch_range(a.c, a.seq, blk, SH_STEP, 9100, true, 0), 0);
+	}
+	assert_int_equal(kvmm_seal(a.c, a.seq, 0, 0), 0);
+	assert_int_equal(kvmm_seq_create(b.c, 0, &b.seq), 0);
+	assert_int_equal(kvmm_prefix_lookup(b.c, b.seq, t, n, &hit), 0);
+	assert_int_equal(hit, n);
+	free(t);
+	sh_own(&a, 100000);
+	sh_own(&b, 200000);
+	assert_true(vmstat(admin, "swap_shared") > 0);
+
+	assert_int_equal(sh_read_all(&a), 0);
+	assert_int_equal(sh_read_all(&b), 0);
+	/* both at once: each one's faults and reclaim under the other's pins */
+	assert_int_equal(pthread_create(&th, NULL, sh_thread, &b), 0);
+	sh_thread(&a);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	if (a.err || b.err)
+		fail_msg("concurrent reads: %d (block %u), %d (block %u)", a.err, a.bad_block,
+			 b.err, b.bad_block);
+
+	assert_int_equal(kvmm_seq_free(a.c, a.seq), 0);
+	assert_int_equal(sh_read_all(&b), 0);
+	assert_int_equal(kvmm_seq_free(b.c, b.seq), 0);
+	kvmm_detach(a.c);
+	kvmm_detach(b.c);
+	kvmm_admin_close(admin);
+}
+
+/* The child of test_shared_prefix_kill9: maps the prefix, then reads it range by range. */
+static void __attribute__((noreturn)) sh_child(int fd, const uint32_t *t, uint32_t n)
+{
+	struct sh_agent a = {0};
+	uint64_t hit = 0;
+	uint32_t r = 0;
+
+	if (kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &a.c) ||
+	    kvmm_seq_create(a.c, 0, &a.seq) ||
+	    kvmm_prefix_lookup(a.c, a.seq, t, n, &hit) || hit != n)
+		_exit(1);
+	if (write(fd, "a", 1) != 1)
+		_exit(1);
+	for (;;) {
+		if (sh_check_range(&a, (r % (SH_PREFIX / SH_STEP)) * SH_STEP, 9100) == -EILSEQ)
+			_exit(2);
+		r += 7;
+	}
+}
+
+/*
+ * A client that maps the shared prefix is killed (SIGKILL) while it and another read it in
+ * turns, pages swapped out of both: the survivor still reads every byte, the daemon's checks
+ * after the teardown (kvmm_check_invariants) found nothing, and freeing the survivor's
+ * sequence leaves nothing of theirs on the tiers but demoted cache.
+ */
+static void test_shared_prefix_kill9(void **state)
+{
+	struct sh_agent a = {.own_tag = 9200};
+	uint32_t tpp, n, blk, *t;
+	int64_t shared0;
+	long long clients0;
+	kvmm_admin_t *admin;
+	char *text = NULL, c;
+	int pfd[2], st = 0;
+	pid_t pid;
+
+	(void)state;
+	itest_need_daemon();
+	assert_int_equal(itest_admin_open(&itest_d, &admin), 0);
+	a.c = attach();
+	tpp = kvmm_tokens_per_page(a.c);
+	n = SH_PREFIX * tpp;
+	t = malloc((size_t)n * sizeof(*t));
+	assert_non_null(t);
+	itest_tokens(t, n, 4343);
+	assert_int_equal(kvmm_seq_create(a.c, 0, &a.seq), 0);
+	for (blk = 0; blk < SH_PREFIX; blk += SH_STEP) {
+		assert_int_equal(kvmm_seq_append(a.c, a.seq, t + (size_t)blk * tpp, SH_STEP * tpp,
+						 NULL),
+				 0);
+		assert_int_equal(touch_range(a.c, a.seq, blk, SH_STEP, 9100, true, 0), 0);
+	}
+	assert_int_equal(kvmm_seal(a.c, a.seq, 0, 0), 0);
+	shared0 = vmstat(admin, "swap_shared");
+	assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_STATUS, &text), 0);
+	clients0 = itest_text_value(text, "Clients");
+	free(text);
+	text = NULL;
+
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		close(pfd[0]);
+		sh_child(pfd[1], t, n);
+	}
+	close(pfd[1]);
+	assert_int_equal(read(pfd[0], &c, 1), 1);
+	close(pfd[0]);
+	/* pages of its own beside the prefix the child maps too: the prefix goes out of both */
+	sh_own(&a, 300000);
+	assert_int_equal(sh_read_all(&a), 0);
+	assert_int_equal(sh_read_all(&a), 0);
+	assert_int_equal(kill(pid, SIGKILL), 0);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFSIGNALED(st)); /* not exited: no wrong byte (2), no failed setup (1) */
+	assert_true(vmstat(admin, "swap_shared") > shared0);
+
+	assert_int_equal(sh_read_all(&a), 0);
+	/* the dead client's session is torn down (and checked) within a second */
+	for (unsigned int tries = 0; tries < 40; tries++) {
+		assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_STATUS, &text), 0);
+		if (itest_text_value(text, "Clients") == clients0)
+			break;
+		free(text);
+		text = NULL;
+		itest_sleep_ms(50);
+	}
+	assert_non_null(text);
+	assert_int_equal(itest_text_value(text, "Clients"), clients0);
+	assert_int_equal(itest_text_value(text, "InvariantFailures"), 0);
+	free(text);
+	assert_int_equal(kvmm_seq_free(a.c, a.seq), 0);
+	free(t);
+	kvmm_detach(a.c);
 	kvmm_admin_close(admin);
 }
 
@@ -936,6 +1182,8 @@ int main(void)
 		cmocka_unit_test(test_swap_write_fail_logged),
 		cmocka_unit_test(test_host_corrupt),
 		cmocka_unit_test(test_prompt_past_free_frames),
+		cmocka_unit_test(test_shared_prefix_swapped),
+		cmocka_unit_test(test_shared_prefix_kill9),
 	};
 	int ret = cmocka_run_group_tests_name("itest_swap", tests, setup, teardown);
 

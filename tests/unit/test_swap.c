@@ -401,6 +401,298 @@ static void test_sealed_swapout_shared_by_lookup(void **state)
 	assert_int_equal(kvmm_pagecache_count(f->pool), 4);
 }
 
+/* ---- pages several sequences map (a shared sealed prefix) ------------------------------- */
+
+/* byte pattern of block @b of a page tagged @tag (prefix 1, own pages 2 and 3) */
+static uint8_t sh_byte(uint32_t tag, uint32_t b, uint32_t i)
+{
+	return (uint8_t)(tag * 131u + b * 7u + i * 13u + (i >> 8));
+}
+
+static void sh_fill(struct fx *f, struct kvmm_seq *seq, uint32_t from, uint32_t to, uint32_t tag)
+{
+	uint32_t b, i;
+
+	for (b = from; b < to; b++) {
+		uint8_t *p = kvmm_pool_frame_addr(f->pool, kvmm_mm_seq_frame(seq, b));
+
+		for (i = 0; i < PAGE_SZ; i++)
+			p[i] = sh_byte(tag, b, i);
+	}
+}
+
+/* blocks [from, to) of @seq are resident and hold the pattern of @tag */
+static void sh_check(struct fx *f, struct kvmm_seq *seq, uint32_t from, uint32_t to,
+		     uint32_t tag)
+{
+	uint32_t b, i;
+
+	for (b = from; b < to; b++) {
+		uint32_t fr = kvmm_mm_seq_frame(seq, b);
+		const uint8_t *p;
+
+		assert_int_not_equal(fr, KVMM_FRAME_NONE);
+		p = kvmm_pool_frame_addr(f->pool, fr);
+		for (i = 0; i < PAGE_SZ; i++)
+			if (p[i] != sh_byte(tag, b, i))
+				fail_msg("block %u byte %u: %u, want %u", b, i, p[i],
+					 sh_byte(tag, b, i));
+	}
+}
+
+/* @a holds @np sealed blocks of tokens 5000.. (pattern 1); @b maps them by a prefix lookup */
+static void sh_prefix(struct fx *f, uint32_t np, struct kvmm_seq **a, struct kvmm_seq **b)
+{
+	uint32_t tpp = f->fmt.tokens_per_page, i;
+	uint32_t *tok = calloc((size_t)np * tpp, sizeof(*tok));
+
+	assert_non_null(tok);
+	for (i = 0; i < np * tpp; i++)
+		tok[i] = 5000 + i;
+	assert_int_equal(kvmm_mm_seq_create(f->as, a), 0);
+	assert_int_equal(kvmm_mm_seq_append(*a, np * tpp, tok), 0);
+	sh_fill(f, *a, 0, np, 1);
+	/* the engine wrote their KV (what an UNPIN says) */
+	for (i = 0; i < np; i++)
+		kvmm_page_unpin(kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(*a, i)), 0);
+	assert_int_equal(kvmm_mm_seq_seal(*a), (int)np);
+	assert_int_equal(kvmm_mm_seq_create(f->as, b), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(*b, tok, np * tpp), (int)(np * tpp));
+	for (i = 0; i < np; i++)
+		assert_int_equal(kvmm_mm_seq_frame(*a, i), kvmm_mm_seq_frame(*b, i));
+	free(tok);
+}
+
+/* append @nb blocks of own tokens (base) to @seq, pattern @tag; 0 or the append's error */
+static int sh_append(struct fx *f, struct kvmm_seq *seq, uint32_t nb, uint32_t base, uint32_t tag)
+{
+	uint32_t tpp = f->fmt.tokens_per_page, i, from = seq->nblocks;
+	uint32_t tok[8 * 64];
+	int ret;
+
+	assert_true(nb * tpp <= ARRAY_SIZE(tok));
+	for (i = 0; i < nb * tpp; i++)
+		tok[i] = base + i;
+	ret = kvmm_mm_seq_append(seq, nb * tpp, tok);
+	if (!ret)
+		sh_fill(f, seq, from, from + nb, tag);
+	return ret;
+}
+
+/*
+ * A sealed prefix that two sequences map is reclaimed: kvmm_shrink() swaps the shared pages
+ * out of both (each PTE names the one slot), a fault by either brings each page back once and
+ * maps it into both, with its bytes.  (Before: nothing was reclaimable at all, every page had
+ * two mappers.)
+ */
+static void test_shared_prefix_reclaimed(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *a, *b;
+	uint32_t nfree, i;
+	uint64_t in0, out0, clean0;
+
+	assert_int_equal(add_host(f, 1, 0, 64), 0);
+	assert_int_equal(kvmm_swap_set_readahead(f->pool, 0), 0);
+	sh_prefix(f, 24, &a, &b);
+	check_inv(f->pool);
+	/* a sequence's own swap-out never takes a page another maps */
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 24), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out(b, 0, 24), 0);
+	nfree = kvmm_pool_nr_free(f->pool);
+	assert_int_equal(kvmm_shrink(f->pool, 24, 0), 24);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), nfree + 24);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 24);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 24);
+	for (i = 0; i < 24; i++)
+		assert_int_equal(a->pte[i] & ~KVMM_PTE_FLAGS_MASK,
+				 b->pte[i] & ~KVMM_PTE_FLAGS_MASK);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWAP_SHARED), 24);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 24); /* the entries name the slots */
+
+	/* b faults block 5: one read, and a maps the page again too */
+	in0 = vmstat(f, KVMM_STAT_SWPIN);
+	assert_int_equal(kvmm_mm_seq_fault(b, 5, 1), 1);
+	check_inv(f->pool);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWPIN) - in0, 1);
+	assert_int_equal(kvmm_mm_seq_frame(a, 5), kvmm_mm_seq_frame(b, 5));
+	sh_check(f, a, 5, 6, 1);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 23);
+
+	/* swapped out again (its slot is kept: no second write), then a faults everything */
+	out0 = vmstat(f, KVMM_STAT_SWPOUT);
+	clean0 = vmstat(f, KVMM_STAT_SWAP_CLEAN);
+	assert_int_equal(kvmm_shrink(f->pool, 1, 0), 1);
+	check_inv(f->pool);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWPOUT), out0);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWAP_CLEAN) - clean0, 1);
+	assert_int_equal(kvmm_mm_seq_fault(a, 0, 24), 24);
+	check_inv(f->pool);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWPIN) - in0, 25);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 0);
+	sh_check(f, a, 0, 24, 1);
+	sh_check(f, b, 0, 24, 1);
+
+	/* out once more; freeing one mapper leaves the other's PTEs naming the slots */
+	assert_int_equal(kvmm_shrink(f->pool, 24, 0), 24);
+	kvmm_mm_seq_free(a);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 24);
+	assert_int_equal(kvmm_mm_seq_fault(b, 0, 24), 24);
+	sh_check(f, b, 0, 24, 1);
+	kvmm_mm_seq_free(b);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 24);
+}
+
+/* A pinned shared page is never taken, nor is one of a NORECLAIM sequence. */
+static void test_shared_pinned_kept(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *a, *b;
+	uint32_t i;
+
+	assert_int_equal(add_host(f, 1, 0, 64), 0);
+	sh_prefix(f, 8, &a, &b);
+	for (i = 2; i < 5; i++)
+		kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(a, i))->pincount++;
+	assert_int_equal(kvmm_shrink(f->pool, 8, 0), 5);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 5);
+	assert_int_equal(kvmm_seq_nr_resident(b), 3);
+	sh_check(f, b, 2, 5, 1);
+	for (i = 2; i < 5; i++)
+		kvmm_frame_to_page(f->pool, kvmm_mm_seq_frame(a, i))->pincount--;
+	b->flags |= KVMM_SEQ_F_NORECLAIM;
+	assert_int_equal(kvmm_shrink(f->pool, 8, 0), 0);
+	b->flags &= ~KVMM_SEQ_F_NORECLAIM;
+	assert_int_equal(kvmm_shrink(f->pool, 8, 0), 3);
+	check_inv(f->pool);
+	kvmm_mm_seq_free(b);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_fault(a, 0, 8), 8);
+	sh_check(f, a, 0, 8, 1);
+	kvmm_mm_seq_free(a);
+	check_inv(f->pool);
+}
+
+/*
+ * Two sequences share a sealed prefix of 56 pages in a 64-frame pool and each adds pages of
+ * its own: the second's prefix and own pages alone (56 + 10) do not fit.  Before, its pages
+ * could not be allocated (only the first's own 4 pages were reclaimable); now the shared
+ * prefix is reclaimed too, and both can have their last pages resident at once, each with
+ * its bytes, and every page of both comes back right.
+ */
+static void test_shared_prefix_bigger_than_pool(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *a, *b;
+
+	assert_int_equal(add_host(f, 1, 0, 128), 0);
+	sh_prefix(f, 56, &a, &b);
+	assert_int_equal(sh_append(f, a, 4, 90000, 2), 0);
+	check_inv(f->pool);
+	assert_int_equal(sh_append(f, b, 10, 70000, 3), 0);
+	check_inv(f->pool);
+	assert_true(vmstat(f, KVMM_STAT_SWAP_SHARED) > 0);
+	/* both sequences' last blocks resident together: 8 shared + 4 + 10 */
+	kvmm_shrink(f->pool, 24, 0);
+	assert_true(kvmm_mm_seq_fault(a, 48, 12) >= 0);
+	assert_true(kvmm_mm_seq_fault(b, 48, 18) >= 0);
+	check_inv(f->pool);
+	sh_check(f, a, 48, 56, 1);
+	sh_check(f, a, 56, 60, 2);
+	sh_check(f, b, 48, 56, 1);
+	sh_check(f, b, 56, 66, 3);
+	/* and all of a, then b in two halves */
+	kvmm_shrink(f->pool, 60, 0);
+	assert_true(kvmm_mm_seq_fault(a, 0, 60) >= 0);
+	sh_check(f, a, 0, 56, 1);
+	sh_check(f, a, 56, 60, 2);
+	kvmm_shrink(f->pool, 40, 0);
+	assert_true(kvmm_mm_seq_fault(b, 0, 33) >= 0);
+	sh_check(f, b, 0, 33, 1);
+	kvmm_shrink(f->pool, 40, 0);
+	assert_true(kvmm_mm_seq_fault(b, 33, 33) >= 0);
+	sh_check(f, b, 33, 56, 1);
+	sh_check(f, b, 56, 66, 3);
+	check_inv(f->pool);
+	kvmm_mm_seq_free(a);
+	kvmm_mm_seq_free(b);
+	check_inv(f->pool);
+}
+
+/*
+ * A shared page's slot through the other swap paths: a lookup hitting its entry brings it back
+ * for the lookup and every mapper; move-down rewrites every mapper's PTE; DROP_CACHES leaves
+ * it (it is the sequences' data); swapoff of the last tier brings it back for all; and once
+ * both mappers are gone, only demoted cache is left, which drops to nothing.
+ */
+static void test_shared_swap_paths(void **state)
+{
+	struct fx *f = *state;
+	uint32_t tpp = f->fmt.tokens_per_page, i;
+	uint32_t tok[8 * 64];
+	struct kvmm_swap_tier_info hi, lo;
+	struct kvmm_seq *a, *b, *c;
+
+	for (i = 0; i < 8 * tpp; i++)
+		tok[i] = 5000 + i;
+	assert_int_equal(add_host(f, 1, 10, 16), 0);
+	assert_int_equal(add_host(f, 2, 0, 32), 0);
+	sh_prefix(f, 8, &a, &b);
+	assert_int_equal(kvmm_mm_seq_swap_out_shared(b, 0, 8), 8);
+	check_inv(f->pool);
+	/* a lookup of the prefix: one read a page, and a and b map the pages again too */
+	assert_int_equal(kvmm_mm_seq_create(f->as, &c), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(c, tok, 8 * tpp), (int)(8 * tpp));
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 0);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 0);
+	for (i = 0; i < 8; i++)
+		assert_int_equal(kvmm_mm_seq_frame(a, i), kvmm_mm_seq_frame(c, i));
+	sh_check(f, b, 0, 8, 1);
+	kvmm_mm_seq_free(c);
+
+	/* out again (clean: their kept slots), then moved down: every PTE follows */
+	assert_int_equal(kvmm_mm_seq_swap_out_shared(a, 0, 8), 8);
+	kvmm_swap_tier_info(f->pool, 1, &hi);
+	assert_int_equal(hi.used, 8);
+	assert_int_equal(kvmm_swap_move_down(f->pool, 1, 100), 8);
+	check_inv(f->pool);
+	kvmm_swap_tier_info(f->pool, 2, &lo);
+	assert_int_equal(lo.used, 8);
+	for (i = 0; i < 8; i++)
+		assert_int_equal(kvmm_pte_swap_tier(a->pte[i]), 2);
+	/* DROP_CACHES with swap: the sequences' pages stay */
+	assert_int_equal(kvmm_swap_drop_cached(f->pool), 0);
+	check_inv(f->pool);
+	/* swapoff of tier 2 moves them up to tier 1, of tier 1 brings them back for both */
+	assert_int_equal(kvmm_swapoff(f->pool, 2), 0);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 8);
+	assert_int_equal(kvmm_swapoff(f->pool, 1), 0);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(a), 0);
+	assert_int_equal(kvmm_mm_seq_nr_swapped(b), 0);
+	sh_check(f, a, 0, 8, 1);
+	sh_check(f, b, 0, 8, 1);
+
+	/* out of both, both freed: demoted cache is all that is left, and it drops */
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	assert_int_equal(kvmm_mm_seq_swap_out_shared(a, 0, 8), 8);
+	kvmm_mm_seq_free(b);
+	check_inv(f->pool);
+	kvmm_mm_seq_free(a);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_swap_drop_cached(f->pool), 8);
+	kvmm_swap_tier_info(f->pool, 1, &hi);
+	assert_int_equal(hi.used, 0);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 0);
+	check_inv(f->pool);
+}
+
 static void test_append_truncate_seal_swapped(void **state)
 {
 	struct fx *f = *state;
@@ -1965,10 +2257,37 @@ static struct kvmm_seq *model_create(struct fx *f, int i, uint32_t nb)
 	return seq;
 }
 
+/*
+ * A twin of model sequence @i: a new sequence that maps @i's sealed blocks by a prefix lookup
+ * (so they are pages two sequences map); NULL when nothing could be mapped.
+ */
+static struct kvmm_seq *model_twin(struct fx *f, int i, struct kvmm_seq *seq)
+{
+	uint32_t tpp = f->fmt.tokens_per_page, t, h;
+	uint32_t tok[8 * 64];
+	struct kvmm_seq *tw;
+	int ret;
+
+	if (!seq->nsealed)
+		return NULL;
+	for (t = 0; t < seq->nsealed * tpp; t++)
+		tok[t] = 1000u * (uint32_t)i + 1 + t;
+	assert_int_equal(kvmm_mm_seq_create(f->as, &tw), 0);
+	ret = kvmm_mm_prefix_lookup(tw, tok, seq->nsealed * tpp);
+	assert_true(ret >= 0 || ret == -ENOMEM || ret == -EIO);
+	h = ret > 0 ? (uint32_t)ret / tpp : 0;
+	if (!h) {
+		kvmm_mm_seq_free(tw);
+		return NULL;
+	}
+	check_bytes(f, i, tw, 0, h);
+	return tw;
+}
+
 static void test_model(void **state)
 {
 	struct fx *f = *state;
-	struct kvmm_seq *s[4] = {0};
+	struct kvmm_seq *s[4] = {0}, *tw[4] = {0};
 	uint32_t op;
 	int ret;
 
@@ -1989,7 +2308,11 @@ static void test_model(void **state)
 		first = (uint32_t)(rnd(f) % nb);
 		n = 1 + (uint32_t)(rnd(f) % nb);
 		if (r < 18) {
-			ret = kvmm_mm_seq_swap_out(s[i], first, n);
+			/* odd: the pages it shares with its twin, out of both */
+			if (r & 1)
+				ret = kvmm_mm_seq_swap_out_shared(s[i], first, n);
+			else
+				ret = kvmm_mm_seq_swap_out(s[i], first, n);
 			assert_true(ret >= 0 || ret == -ENOSPC);
 		} else if (r < 30) {
 			/* asynchronous write-back, finished later by writeback/poll (or not yet) */
@@ -2010,8 +2333,15 @@ static void test_model(void **state)
 			ret = kvmm_mm_seq_seal(s[i]);
 			assert_true(ret >= 0 || ret == -ENOMEM);
 		} else if (r < 84) {
-			kvmm_mm_seq_free(s[i]);
-			s[i] = NULL;
+			/* its twin alone, or both (the twin maps pages of this incarnation) */
+			if (tw[i]) {
+				kvmm_mm_seq_free(tw[i]);
+				tw[i] = NULL;
+			}
+			if (!(r & 1) || r < 80) {
+				kvmm_mm_seq_free(s[i]);
+				s[i] = NULL;
+			}
 		} else if (r < 86) {
 			kvmm_reclaim(f->pool, NULL, n);
 		} else if (r < 88) {
@@ -2019,12 +2349,20 @@ static void test_model(void **state)
 			kvmm_shrink(f->pool, n, (r & 1) ? KVMM_SHRINK_ASYNC : 0);
 		} else if (r < 92) {
 			assert_true(kvmm_swap_demote(f->pool, NULL, n) >= -ENOSPC);
+		} else if (r < 95 && !tw[i]) {
+			tw[i] = model_twin(f, i, s[i]);
 		} else {
 			/* everything resident must hold exactly what was written */
 			ret = kvmm_mm_seq_fault(s[i], 0, nb);
 			assert_true(ret >= 0 || ret == -ENOMEM);
 			if (!kvmm_mm_seq_nr_swapped(s[i]))
 				check_bytes(f, i, s[i], 0, nb);
+			if (tw[i]) {
+				ret = kvmm_mm_seq_fault(tw[i], 0, tw[i]->nblocks);
+				assert_true(ret >= 0 || ret == -ENOMEM);
+				if (!kvmm_mm_seq_nr_swapped(tw[i]))
+					check_bytes(f, i, tw[i], 0, tw[i]->nblocks);
+			}
 		}
 		if (op % 16 == 0)
 			check_inv(f->pool);
@@ -2049,9 +2387,11 @@ static void test_model(void **state)
 		      (unsigned long long)vmstat(f, KVMM_STAT_SWAP_CACHE_HIT),
 		      (unsigned long long)vmstat(f, KVMM_STAT_REFAULT),
 		      (unsigned long long)vmstat(f, KVMM_STAT_CACHE_HIT));
-	print_message("model: clean swap-outs (kept slots) host %llu nvme %llu\n",
+	print_message("model: clean swap-outs (kept slots) host %llu nvme %llu; shared pages "
+		      "swapped out %llu\n",
 		      (unsigned long long)tinfo(f, 1).clean_out,
-		      (unsigned long long)tinfo(f, 2).clean_out);
+		      (unsigned long long)tinfo(f, 2).clean_out,
+		      (unsigned long long)vmstat(f, KVMM_STAT_SWAP_SHARED));
 	assert_int_equal(kvmm_swapoff(f->pool, 2), 0);
 	assert_int_equal(kvmm_swapoff(f->pool, 1), 0);
 	assert_int_equal(kvmm_swapoff(f->pool, 5), 0);
@@ -2074,6 +2414,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_ns_destroy_drops_demoted, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sealed_swapout_shared_by_lookup, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_shared_prefix_reclaimed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_shared_pinned_kept, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_shared_prefix_bigger_than_pool, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_shared_swap_paths, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_append_truncate_seal_swapped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_seal_parent_swapped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_append_reclaim_keeps_tail, setup, teardown),

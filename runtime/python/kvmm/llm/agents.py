@@ -376,16 +376,16 @@ class Orchestrator:
     def chunk_for(self, capacity: int) -> int:
         """The chunk (pages) of the pressure mode's attention in a pool whose admission may
         fill capacity frames: every agent's working set (the chunk read, at most chunk + 1
-        pages written) fits at once - or two agents' where the shared preamble lets only one
-        task run at a time - up to CHUNK_MAX and no longer than the longest sequence; 0 when
+        pages written) fits at once - or two agents' where the shared preamble alone nearly
+        fills the pool - up to CHUNK_MAX and no longer than the longest sequence; 0 when
         not even one chunk of one page fits."""
         if capacity < 3:
             return 0
         together = self.w.agents
-        # kvmm never swaps a page two running sequences map: where the preamble every task
-        # maps leaves no room beside it for two tasks' pins, admission runs the tasks one at
-        # a time whatever the chunk, so size it for two (half the frames left to the faults
-        # and the agents' magazines): fewer, larger chunks a step
+        # where the preamble every task maps leaves no room beside it for two tasks' pins,
+        # size the chunk for two tasks at once (kvmm swaps the preamble's pages out of all
+        # the sequences that map them, so only the pins must fit): fewer, larger chunks a
+        # step than four tasks' chunks would be
         if len(self.w.preamble) // self.tpp + 2 * 3 > capacity:
             together = min(together, 2)
         c = (capacity // together - 1) // 2
@@ -637,7 +637,8 @@ class _Admission:
 
     A task is admitted when its working set (Orchestrator._working_set: the prompt's pages by
     content, which agents of one namespace share, and its own answer pages) fits in the pool
-    beside those of the running tasks; the candidates go in priority order (the critical
+    beside those of the running tasks (chunked: its pinned pages, and a task of higher
+    priority runs alone); the candidates go in priority order (the critical
     agent first, then paused tasks, then in the order they became ready; no task overtakes a
     higher one that waits, so none starves). When the critical agent's task does not fit,
     running tasks of lower priority are paused (youngest first) until it does, as the
@@ -645,9 +646,9 @@ class _Admission:
     so its sequence is unpinned and kvmmd swaps it out (to the swap tier, not dropped) when
     the critical agent's pages need the frames; resumed, its next step's PIN faults it back.
     Chunked (the pressure mode's pool is smaller than one sequence): a task's working set is
-    its pinned pages (chunk read, pages written) plus the prompt pages it maps that another
-    running task maps too (kvmm swaps no page two sequences map); a paused task gives its
-    sequence up (release: its prompt stays in kvmm's prefix cache, it is computed again on
+    its pinned pages (chunk read, pages written); the rest of its sequence is kvmm's to swap,
+    the prompt pages other running tasks map too included (kvmm swaps a sealed page out of
+    all its mappers); a paused task gives its sequence up (release: its prompt stays in kvmm's prefix cache, it is computed again on
     resume), so it holds nothing.
     Pages nobody runs on (finished tasks, cached) are kvmmd's to reclaim or demote.
     capacity None: no limit (every task starts when it is ready)."""
@@ -666,16 +667,12 @@ class _Admission:
         self.suspended: List[int] = []  # paused, waiting to resume
 
     def resident(self, agents) -> int:
-        """Frames the tasks hold at once. Chunked: the prompt pages two of them map (kvmm
-        never swaps a page two sequences map) and each one's pinned pages; the rest of
-        each sequence is kvmm's to swap. Else: their pages, shared ones once."""
+        """Frames the tasks hold at once. Chunked: each one's pinned pages; the rest of
+        each sequence is kvmm's to swap, the prompt pages several of them map included
+        (kvmm swaps a sealed page out of all its mappers, Documentation/mm/reclaim.md).
+        Else: their pages, shared ones once."""
         if self.chunked:
-            seen: set = set()
-            twice: set = set()
-            for i in agents:
-                twice |= seen & self.sets[i][0]
-                seen |= self.sets[i][0]
-            return len(twice) + sum(self.sets[i][1] for i in agents)
+            return sum(self.sets[i][1] for i in agents)
         keys = set()
         own = 0
         for i in agents:
@@ -685,6 +682,11 @@ class _Admission:
 
     def _fits(self, agents) -> bool:
         # chunked: a task alone always runs (the pool was checked to hold its chunk)
+        # chunked: a task of a higher priority than another runs alone, so that the critical
+        # agent has the cores to itself (the others are paused for it); tasks of one
+        # priority share the pool, two at a time here (measured: kvmm-bench.md, agents)
+        if self.chunked and len(agents) > 1 and len({self.prio(i) for i in agents}) > 1:
+            return False
         return (self.capacity is None or (self.chunked and len(agents) == 1)
                 or self.resident(agents) <= self.capacity)
 

@@ -811,6 +811,7 @@ int kvmm_server_run(struct kvmm_server *srv)
 		return -EINVAL;
 	for (;;) {
 		int i, n, timeout, hello, cpu = sched_getcpu();
+		bool kick = false;
 
 		/* the clients' waits yield only to a loop on their CPU: say where it runs */
 		if (cpu >= 0 && (uint32_t)cpu + 1 != srv->loop.cpu) {
@@ -877,8 +878,13 @@ int kvmm_server_run(struct kvmm_server *srv)
 				kvmm_ipc_remote_event(srv);
 				continue;
 			}
+			/*
+			 * After the round's other events: it closes sessions (bad rings) whose
+			 * socket events may come later in evs[], which would then point at freed
+			 * sessions (itest_ring test_hostile crashed kvmmd 1 run in 3 so).
+			 */
 			if (ptr == &tag_kick) {
-				kick_event(srv);
+				kick = true;
 				continue;
 			}
 			/* a doorbell (session | 1): every ring is polled below anyway */
@@ -886,6 +892,8 @@ int kvmm_server_run(struct kvmm_server *srv)
 				continue;
 			session_event(ptr, evs[i].events);
 		}
+		if (kick)
+			kick_event(srv);
 		busy = poll_rings(srv, &blocked);
 		/* OOM victims chosen during this round: free them, tell their clients */
 		kvmm_swapd_preempt_run(srv);

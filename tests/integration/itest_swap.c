@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -610,6 +611,12 @@ static void __attribute__((noreturn)) sh_child(int fd, const uint32_t *t, uint32
 	uint64_t hit = 0;
 	uint32_t r = 0;
 
+	/*
+	 * It reads until killed: if the test fails before it kills it, it must not outlive the
+	 * test (holding the test's output open, the run would hang)
+	 */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() == 1)
+		_exit(1);
 	if (kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &a.c) ||
 	    kvmm_seq_create(a.c, 0, &a.seq) ||
 	    kvmm_prefix_lookup(a.c, a.seq, t, n, &hit) || hit != n)
@@ -1126,7 +1133,8 @@ static void test_prompt_past_free_frames(void **state)
 {
 	const uint32_t pages = 160, hold = 140;
 	uint32_t tpp, n, *t;
-	uint64_t p, big, hog, seq, hit = 0;
+	uint64_t p, big, hog, seq, hit = 0, dropped = 0;
+	kvmm_admin_t *admin;
 	kvmm_client_t *c;
 	int tries;
 	long long demoted;
@@ -1163,6 +1171,12 @@ static void test_prompt_past_free_frames(void **state)
 	assert_int_equal(kvmm_seq_free(c, hog), 0);
 	free(t);
 	kvmm_detach(c);
+	/* the 160 cached pages would fill the tiers the next tests swap into */
+	assert_int_equal(itest_admin_open(&itest_d, &admin), 0);
+	assert_int_equal(kvmm_admin_drop_caches(admin, KVMM_DROP_F_DEVICE | KVMM_DROP_F_SWAP,
+						&dropped),
+			 0);
+	kvmm_admin_close(admin);
 }
 
 int main(void)

@@ -187,7 +187,7 @@ struct kvmm_config {
 	/* ring worker threads (kvmm/ipc/ring_worker.c); KVMM_CONFIG_RING_THREADS_AUTO: by CPUs */
 	uint32_t ring_threads;
 	unsigned int trace; /* enum kvmm_config_trace */
-	char metrics[64]; /* "IPV4:PORT" of the Prometheus /metrics listener, "" = off */
+	char metrics[64];   /* "IPV4:PORT" of the Prometheus /metrics listener, "" = off */
 	struct kvmm_config_ns ns[KVMM_CONFIG_MAX_NS];
 	unsigned int nr_ns;
 	struct kvmm_config_swap swap;

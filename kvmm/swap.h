@@ -158,7 +158,7 @@ extern const struct kvmm_swap_ops kvmm_swap_nvme_ops; /* swap_nvme.c: O_DIRECT +
  * holds: then neither @seq nor @ent, and @block is that frame (whose page->swap names it).
  */
 struct kvmm_swap_slot {
-	struct kvmm_seq *seq;	    /* the sequence whose PTE names this slot, or NULL */
+	struct kvmm_seq *seq; /* the sequence whose PTE names this slot, or NULL */
 	/*
 	 * A sealed page that several sequences mapped, swapped out of all of them (seq NULL,
 	 * ent set): how many sequences' PTEs at @block name this slot (0: none, or @seq's).

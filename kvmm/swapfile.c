@@ -423,14 +423,12 @@ out:
 bool kvmm_swap_shared_candidate(const struct kvmm_page *pg)
 {
 	return pg->state == KVMM_PAGE_MAPPED && pg->refcount >= 2 && !pg->pincount &&
-	       (pg->flags & KVMM_PG_SEALED) && pg->cache &&
-	       !kvmm_pagecache_ent_orphan(pg->cache) &&
+	       (pg->flags & KVMM_PG_SEALED) && pg->cache && !kvmm_pagecache_ent_orphan(pg->cache) &&
 	       !(pg->flags & (KVMM_PG_LOCKED | KVMM_PG_POISONED | KVMM_PG_WRITEBACK));
 }
 
 /* Does @seq's PTE at @block name frame @frame (swp 0) or swap entry @swp? */
-static inline bool maps_at(const struct kvmm_seq *seq, uint32_t block, uint32_t frame,
-			   uint64_t swp)
+static inline bool maps_at(const struct kvmm_seq *seq, uint32_t block, uint32_t frame, uint64_t swp)
 {
 	uint64_t pte;
 
@@ -911,8 +909,8 @@ int kvmm_swapoff(struct kvmm_pool *pool, unsigned int tier)
 
 			/* a shared page comes back for every mapper with the first one's fault */
 			if (!seq)
-				kvmm_swap_shared_remap(pool, swp_entry(t->id, s), sl->block, NULL, 0,
-						       &seq);
+				kvmm_swap_shared_remap(pool, swp_entry(t->id, s), sl->block, NULL,
+						       0, &seq);
 			ret = kvmm_mm_seq_fault(seq, sl->block, 1);
 			if (ret < 0)
 				return ret;

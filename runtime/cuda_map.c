@@ -73,7 +73,8 @@ static int set_access(struct kvmm_cuda_map *m, uint64_t off, uint64_t len, bool 
 
 	acc.location.type = KVMM_CU_MEM_LOCATION_TYPE_DEVICE;
 	acc.location.id = m->device;
-	acc.flags = rw ? KVMM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE : KVMM_CU_MEM_ACCESS_FLAGS_PROT_READ;
+	acc.flags =
+		rw ? KVMM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE : KVMM_CU_MEM_ACCESS_FLAGS_PROT_READ;
 	r = m->d->cuMemSetAccess(m->base + off, len, &acc, 1);
 	return r ? map_fail(r, rw ? "cuMemSetAccess (read-write)" : "cuMemSetAccess (read-only)")
 		 : 0;
@@ -136,9 +137,10 @@ static int map_fds(int device, const int *fds, uint32_t nr_chunks, uint64_t chun
 		/* mapped or not, the handle is not needed any more: the mappings hold the memory */
 		m->d->cuMemRelease(h);
 		if (r) {
-			ret = map_fail(r, piece == chunk_size
-						  ? "cuMemMap (chunk size differs from the daemon's?)"
-						  : "cuMemMap of one frame of a chunk");
+			ret = map_fail(r,
+				       piece == chunk_size
+					       ? "cuMemMap (chunk size differs from the daemon's?)"
+					       : "cuMemMap of one frame of a chunk");
 			goto out_unmap;
 		}
 	}
@@ -181,9 +183,10 @@ static int frames_protectable(int device, uint64_t page_size, uint64_t chunk_siz
 	if (r)
 		return map_fail(r, "cuMemGetAllocationGranularity");
 	if (!gran || !page_size || page_size % gran || chunk_size % page_size) {
-		kvmm_cuda_drv_set_why("a %llu-byte frame is not a whole number of the GPU's %zu-byte "
-				      "mapping granules: it cannot be made read-only alone",
-				      (unsigned long long)page_size, gran);
+		kvmm_cuda_drv_set_why(
+			"a %llu-byte frame is not a whole number of the GPU's %zu-byte "
+			"mapping granules: it cannot be made read-only alone",
+			(unsigned long long)page_size, gran);
 		return -EOPNOTSUPP;
 	}
 	return 0;
@@ -336,8 +339,8 @@ int kvmm_client_cuda_map(struct kvmm_client *c, const int *fds, uint32_t nr_chun
 		 */
 		err = frames_protectable(device, c->page_size, chunk_size);
 		if (!err)
-			err = map_fds(device, fds, nr_chunks, chunk_size, c->page_size, true, &c->cuda,
-				      &devptr);
+			err = map_fds(device, fds, nr_chunks, chunk_size, c->page_size, true,
+				      &c->cuda, &devptr);
 		if (!err) {
 			c->cuda_ro = true;
 			goto mapped;

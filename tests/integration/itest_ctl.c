@@ -825,16 +825,11 @@ static void test_ctl_fixes(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_exit_codes),
-		cmocka_unit_test(test_read_verbs),
-		cmocka_unit_test(test_admin_verbs),
-		cmocka_unit_test(test_swap_ns),
-		cmocka_unit_test(test_trace),
-		cmocka_unit_test(test_trace_off),
-		cmocka_unit_test(test_top),
-		cmocka_unit_test(test_top_follows_restart),
-		cmocka_unit_test(test_metrics),
-		cmocka_unit_test(test_permission),
+		cmocka_unit_test(test_exit_codes),  cmocka_unit_test(test_read_verbs),
+		cmocka_unit_test(test_admin_verbs), cmocka_unit_test(test_swap_ns),
+		cmocka_unit_test(test_trace),	    cmocka_unit_test(test_trace_off),
+		cmocka_unit_test(test_top),	    cmocka_unit_test(test_top_follows_restart),
+		cmocka_unit_test(test_metrics),	    cmocka_unit_test(test_permission),
 		cmocka_unit_test(test_ctl_fixes),
 	};
 	int failed;

@@ -231,9 +231,10 @@ static int ro_test(const char *argv0)
 {
 	const struct kvmm_cuda_drv *drv = kvmm_cuda_drv_load();
 	char dev_s[16], frame_s[16];
-	const char *const args[] = {"--backend", "cuda", "--device", dev_s, "--page-size", "2M",
-				    "--frames", "24", "--namespace", ITEST_NS_A ":16",
-				    "--namespace", ITEST_NS_B ":8", NULL};
+	const char *const args[] = {
+		"--backend",   "cuda",		"--device", dev_s,	   "--page-size",
+		"2M",	       "--frames",	"24",	    "--namespace", ITEST_NS_A ":16",
+		"--namespace", ITEST_NS_B ":8", NULL};
 	struct itest_daemon d = {0};
 	kvmm_client_t *c = NULL;
 	unsigned char *buf = NULL, *back = NULL;
@@ -295,8 +296,9 @@ static int ro_test(const char *argv0)
 		_exit(127);
 	}
 	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status)) {
-		fprintf(stderr, "itest_cuda: a copy into a sealed frame was not refused (status "
-				"%d)\n",
+		fprintf(stderr,
+			"itest_cuda: a copy into a sealed frame was not refused (status "
+			"%d)\n",
 			status);
 		goto out;
 	}

@@ -1221,9 +1221,9 @@ static void test_group_visible(void **state)
 static int setup_ro(void **state)
 {
 	static char frames[16], ns_a[32];
-	const char *extra[] = {"--backend", "cuda",	 "--page-size", "2M",	      "--frames",
-			       frames,	    "--namespace", ns_a,	  "--namespace", ITEST_NS_B ":8",
-			       NULL};
+	const char *extra[] = {"--backend",   "cuda",	       "--page-size", "2M",
+			       "--frames",    frames,	       "--namespace", ns_a,
+			       "--namespace", ITEST_NS_B ":8", NULL};
 
 	(void)state;
 	if (!itest_daemon_find(&itest_d))

@@ -572,9 +572,8 @@ static void test_shared_prefix_swapped(void **state)
 	itest_tokens(t, n, 4242);
 	assert_int_equal(kvmm_seq_create(a.c, 0, &a.seq), 0);
 	for (blk = 0; blk < SH_PREFIX; blk += SH_STEP) {
-		assert_int_equal(kvmm_seq_append(a.c, a.seq, t + (size_t)blk * tpp, SH_STEP * tpp,
-						 NULL),
-				 0);
+		assert_int_equal(
+			kvmm_seq_append(a.c, a.seq, t + (size_t)blk * tpp, SH_STEP * tpp, NULL), 0);
 		assert_int_equal(touch_range(a.c, a.seq, blk, SH_STEP, 9100, true, 0), 0);
 	}
 	assert_int_equal(kvmm_seal(a.c, a.seq, 0, 0), 0);
@@ -618,8 +617,8 @@ static void __attribute__((noreturn)) sh_child(int fd, const uint32_t *t, uint32
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() == 1)
 		_exit(1);
 	if (kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &a.c) ||
-	    kvmm_seq_create(a.c, 0, &a.seq) ||
-	    kvmm_prefix_lookup(a.c, a.seq, t, n, &hit) || hit != n)
+	    kvmm_seq_create(a.c, 0, &a.seq) || kvmm_prefix_lookup(a.c, a.seq, t, n, &hit) ||
+	    hit != n)
 		_exit(1);
 	if (write(fd, "a", 1) != 1)
 		_exit(1);
@@ -658,9 +657,8 @@ static void test_shared_prefix_kill9(void **state)
 	itest_tokens(t, n, 4343);
 	assert_int_equal(kvmm_seq_create(a.c, 0, &a.seq), 0);
 	for (blk = 0; blk < SH_PREFIX; blk += SH_STEP) {
-		assert_int_equal(kvmm_seq_append(a.c, a.seq, t + (size_t)blk * tpp, SH_STEP * tpp,
-						 NULL),
-				 0);
+		assert_int_equal(
+			kvmm_seq_append(a.c, a.seq, t + (size_t)blk * tpp, SH_STEP * tpp, NULL), 0);
 		assert_int_equal(touch_range(a.c, a.seq, blk, SH_STEP, 9100, true, 0), 0);
 	}
 	assert_int_equal(kvmm_seal(a.c, a.seq, 0, 0), 0);
@@ -1155,9 +1153,8 @@ static void test_prompt_past_free_frames(void **state)
 	assert_int_equal(kvmm_seq_free(c, p), 0);
 	demoted = itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote");
 	big = mkseq(c, 0, 250, 32);
-	for (tries = 0;
-	     tries < 400 && itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") <
-				    demoted + pages / 2;
+	for (tries = 0; tries < 400 && itest_admin_value(&itest_d, KVMM_OP_VMSTAT, "swap_demote") <
+					       demoted + pages / 2;
 	     tries++)
 		usleep(5000);
 	assert_int_equal(kvmm_seq_free(c, big), 0);
@@ -1173,9 +1170,8 @@ static void test_prompt_past_free_frames(void **state)
 	kvmm_detach(c);
 	/* the 160 cached pages would fill the tiers the next tests swap into */
 	assert_int_equal(itest_admin_open(&itest_d, &admin), 0);
-	assert_int_equal(kvmm_admin_drop_caches(admin, KVMM_DROP_F_DEVICE | KVMM_DROP_F_SWAP,
-						&dropped),
-			 0);
+	assert_int_equal(
+		kvmm_admin_drop_caches(admin, KVMM_DROP_F_DEVICE | KVMM_DROP_F_SWAP, &dropped), 0);
 	kvmm_admin_close(admin);
 }
 

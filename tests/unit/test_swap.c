@@ -422,8 +422,7 @@ static void sh_fill(struct fx *f, struct kvmm_seq *seq, uint32_t from, uint32_t 
 }
 
 /* blocks [from, to) of @seq are resident and hold the pattern of @tag */
-static void sh_check(struct fx *f, struct kvmm_seq *seq, uint32_t from, uint32_t to,
-		     uint32_t tag)
+static void sh_check(struct fx *f, struct kvmm_seq *seq, uint32_t from, uint32_t to, uint32_t tag)
 {
 	uint32_t b, i;
 

@@ -231,6 +231,12 @@ void kvmm_swap_slot_install(struct kvmm_pool *pool, struct kvmm_swap_tier *t, ui
 /* Install every completed read (the done list); returns how many were processed. */
 int kvmm_swap_reap(struct kvmm_pool *pool);
 /*
+ * The arguments of a swap-out of @seq's blocks [first, first + n): 1 with the end of the range
+ * (clamped to the sequence) in *end, 0 when there is nothing to do, -EINVAL (no sequence) or
+ * -ENOSPC (no swap tier).
+ */
+int kvmm_swap_out_range(struct kvmm_seq *seq, uint32_t first, uint32_t n, uint32_t *end);
+/*
  * The sequences whose PTE at @block names swap entry @swp (a shared page's slot, swapfile.c):
  * with @pg, map it into each; with @to, make each name swap entry @to instead (the owner's
  * seq_changed hook runs for each either way); with @first, only count them and return the

@@ -174,15 +174,12 @@ int kvmm_mm_seq_swap_out_async(struct kvmm_seq *seq, uint32_t first, uint32_t n)
 	uint32_t b, end, started = 0, clean = 0;
 	int err = 0;
 
-	if (!seq)
-		return -EINVAL;
+	err = kvmm_swap_out_range(seq, first, n, &end);
+	if (err <= 0)
+		return err;
+	err = 0;
 	pool = seq->as->pool;
 	sw = pool->swap;
-	if (!sw || !sw->nr_tiers)
-		return -ENOSPC;
-	if (first >= seq->nblocks || !n)
-		return 0;
-	end = (uint32_t)min_t(uint64_t, (uint64_t)first + n, seq->nblocks);
 	b = first;
 	while (b < end && !err) {
 		uint32_t blocks[KVMM_SWAP_BATCH], got, k;

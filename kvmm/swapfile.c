@@ -352,6 +352,21 @@ uint32_t kvmm_swap_out_candidates(struct kvmm_swap *sw, struct kvmm_seq *seq, ui
 	return want;
 }
 
+int kvmm_swap_out_range(struct kvmm_seq *seq, uint32_t first, uint32_t n, uint32_t *end)
+{
+	struct kvmm_swap *sw;
+
+	if (!seq)
+		return -EINVAL;
+	sw = seq->as->pool->swap;
+	if (!sw || !sw->nr_tiers)
+		return -ENOSPC;
+	if (first >= seq->nblocks || !n)
+		return 0;
+	*end = (uint32_t)min_t(uint64_t, (uint64_t)first + n, seq->nblocks);
+	return 1;
+}
+
 int kvmm_mm_seq_swap_out(struct kvmm_seq *seq, uint32_t first, uint32_t n)
 {
 	struct kvmm_swap_io ios[KVMM_SWAP_BATCH];
@@ -361,15 +376,12 @@ int kvmm_mm_seq_swap_out(struct kvmm_seq *seq, uint32_t first, uint32_t n)
 	uint32_t b, end, done = 0;
 	int err = 0;
 
-	if (!seq)
-		return -EINVAL;
+	err = kvmm_swap_out_range(seq, first, n, &end);
+	if (err <= 0)
+		return err;
+	err = 0;
 	pool = seq->as->pool;
 	sw = pool->swap;
-	if (!sw || !sw->nr_tiers)
-		return -ENOSPC;
-	if (first >= seq->nblocks || !n)
-		return 0;
-	end = (uint32_t)min_t(uint64_t, (uint64_t)first + n, seq->nblocks);
 	kvmm_swap_reap(pool);
 	sw->busy++;
 	b = first;
@@ -554,15 +566,12 @@ int kvmm_mm_seq_swap_out_shared(struct kvmm_seq *seq, uint32_t first, uint32_t n
 	uint32_t b, end, done = 0;
 	int err = 0;
 
-	if (!seq)
-		return -EINVAL;
+	err = kvmm_swap_out_range(seq, first, n, &end);
+	if (err <= 0)
+		return err;
+	err = 0;
 	pool = seq->as->pool;
 	sw = pool->swap;
-	if (!sw || !sw->nr_tiers)
-		return -ENOSPC;
-	if (first >= seq->nblocks || !n)
-		return 0;
-	end = (uint32_t)min_t(uint64_t, (uint64_t)first + n, seq->nblocks);
 	kvmm_swap_reap(pool);
 	sw->busy++;
 	for (b = first; b < end; b++) {

@@ -530,6 +530,21 @@ static void *sh_thread(void *arg)
 	return NULL;
 }
 
+/* @a's new sequence: the SH_PREFIX pages of tokens @t, written (tag 9100) a range at a time, sealed */
+static void sh_prefix(struct sh_agent *a, const uint32_t *t)
+{
+	uint32_t tpp = kvmm_tokens_per_page(a->c), blk;
+
+	assert_int_equal(kvmm_seq_create(a->c, 0, &a->seq), 0);
+	for (blk = 0; blk < SH_PREFIX; blk += SH_STEP) {
+		assert_int_equal(
+			kvmm_seq_append(a->c, a->seq, t + (size_t)blk * tpp, SH_STEP * tpp, NULL),
+			0);
+		assert_int_equal(touch_range(a->c, a->seq, blk, SH_STEP, 9100, true, 0), 0);
+	}
+	assert_int_equal(kvmm_seal(a->c, a->seq, 0, 0), 0);
+}
+
 /* append SH_OWN pages of its own to @a's sequence and write them, a range at a time */
 static void sh_own(struct sh_agent *a, unsigned int p)
 {
@@ -555,7 +570,7 @@ static void sh_own(struct sh_agent *a, unsigned int p)
 static void test_shared_prefix_swapped(void **state)
 {
 	struct sh_agent a = {.own_tag = 9200, .rounds = 3}, b = {.own_tag = 9300, .rounds = 3};
-	uint32_t tpp, n, blk, *t;
+	uint32_t tpp, n, *t;
 	uint64_t hit = 0;
 	kvmm_admin_t *admin;
 	pthread_t th;
@@ -570,13 +585,7 @@ static void test_shared_prefix_swapped(void **state)
 	t = malloc((size_t)n * sizeof(*t));
 	assert_non_null(t);
 	itest_tokens(t, n, 4242);
-	assert_int_equal(kvmm_seq_create(a.c, 0, &a.seq), 0);
-	for (blk = 0; blk < SH_PREFIX; blk += SH_STEP) {
-		assert_int_equal(
-			kvmm_seq_append(a.c, a.seq, t + (size_t)blk * tpp, SH_STEP * tpp, NULL), 0);
-		assert_int_equal(touch_range(a.c, a.seq, blk, SH_STEP, 9100, true, 0), 0);
-	}
-	assert_int_equal(kvmm_seal(a.c, a.seq, 0, 0), 0);
+	sh_prefix(&a, t);
 	assert_int_equal(kvmm_seq_create(b.c, 0, &b.seq), 0);
 	assert_int_equal(kvmm_prefix_lookup(b.c, b.seq, t, n, &hit), 0);
 	assert_int_equal(hit, n);
@@ -638,7 +647,7 @@ static void __attribute__((noreturn)) sh_child(int fd, const uint32_t *t, uint32
 static void test_shared_prefix_kill9(void **state)
 {
 	struct sh_agent a = {.own_tag = 9200};
-	uint32_t tpp, n, blk, *t;
+	uint32_t tpp, n, *t;
 	int64_t shared0;
 	long long clients0;
 	kvmm_admin_t *admin;
@@ -655,13 +664,7 @@ static void test_shared_prefix_kill9(void **state)
 	t = malloc((size_t)n * sizeof(*t));
 	assert_non_null(t);
 	itest_tokens(t, n, 4343);
-	assert_int_equal(kvmm_seq_create(a.c, 0, &a.seq), 0);
-	for (blk = 0; blk < SH_PREFIX; blk += SH_STEP) {
-		assert_int_equal(
-			kvmm_seq_append(a.c, a.seq, t + (size_t)blk * tpp, SH_STEP * tpp, NULL), 0);
-		assert_int_equal(touch_range(a.c, a.seq, blk, SH_STEP, 9100, true, 0), 0);
-	}
-	assert_int_equal(kvmm_seal(a.c, a.seq, 0, 0), 0);
+	sh_prefix(&a, t);
 	shared0 = vmstat(admin, "swap_shared");
 	assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_STATUS, &text), 0);
 	clients0 = itest_text_value(text, "Clients");

@@ -110,6 +110,11 @@ struct kvmm_swap_ops {
 	 * writes itself, without the pool lock (kvmm_swap_writeback), instead of submit().
 	 */
 	void *(*slot_addr)(struct kvmm_swap_tier *t, uint64_t slot);
+	/*
+	 * Optional, memory tiers whose arena clients may map (far reads): the arena's
+	 * descriptor (a memfd of size bytes, slot s at s * page_size), or -1 when it has none.
+	 */
+	int (*arena_fd)(struct kvmm_swap_tier *t);
 };
 
 /*
@@ -206,6 +211,13 @@ struct kvmm_swap_tier {
 	uint64_t kept_cursor;  /* where a full tier looks for kept slots to release next */
 	uint64_t nr_clean_out; /* swap-outs of clean pages into their kept slot: no write */
 	struct kvmm_swap_index *index; /* file tiers: the warm-restart index, or NULL */
+	/*
+	 * Far reads (kvmm_swap_far_pin): pins per slot (allocated on the first far pin), the
+	 * slots pinned (a slot once per pin), and the arena's generation (never 0, unique).
+	 */
+	uint32_t *far_pins;
+	uint64_t nr_far_pins;
+	uint64_t gen;
 };
 
 /* Tokens a warm-restart index record holds: longer blocks are not indexed (swap_index.c). */
@@ -228,6 +240,25 @@ int kvmm_swapon(struct kvmm_pool *pool, const struct kvmm_swap_ops *ops,
 int kvmm_swapoff(struct kvmm_pool *pool, unsigned int tier);
 /* The tier, or NULL. */
 struct kvmm_swap_tier *kvmm_swap_tier_get(struct kvmm_pool *pool, unsigned int tier);
+
+/*
+ * Far reads (swap_tier.c): a client reads a sealed page in a memory tier's arena where it
+ * lies, through a read-only mapping of the arena (ops->arena_fd), instead of faulting it
+ * back.  kvmm_swap_far_tier(): the pool's tier whose arena clients may map (the
+ * highest-priority one with an arena_fd), or NULL.  kvmm_swap_far_pin(): if @pte is a swap
+ * entry on @t naming a slot whose bytes are a sealed page's (not a corrupt slot), pin that
+ * slot and store it in *slot: true.  A pinned slot is never reused, moved or dropped: a slot
+ * released while pinned (its page faulted back, moved down, freed) keeps its bytes, owned
+ * by nobody, until kvmm_swap_far_unpin() drops the last pin; swapoff of @t is -EBUSY
+ * meanwhile.  Pool lock held.
+ */
+struct kvmm_swap_tier *kvmm_swap_far_tier(struct kvmm_pool *pool);
+/* Would kvmm_swap_far_pin() pin @pte's slot? (Pins nothing.) */
+bool kvmm_swap_far_usable(const struct kvmm_swap_tier *t, uint64_t pte, bool sealed);
+bool kvmm_swap_far_pin(struct kvmm_swap_tier *t, uint64_t pte, bool sealed, uint64_t *slot);
+void kvmm_swap_far_unpin(struct kvmm_swap_tier *t, uint64_t slot);
+/* The tier of generation @gen, or NULL (swapped off since). */
+struct kvmm_swap_tier *kvmm_swap_tier_of_gen(struct kvmm_pool *pool, uint64_t gen);
 
 struct kvmm_swap_tier_info {
 	unsigned int tier;

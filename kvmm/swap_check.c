@@ -38,7 +38,7 @@ static int check_tier(struct kvmm_pool *pool, struct kvmm_swap_tier *t, uint32_t
 {
 	uint64_t kept_n = 0, *kept = &kept_n;
 	uint32_t c, free_clusters = 0;
-	uint64_t s, used = 0;
+	uint64_t s, used = 0, far_pins = 0;
 
 	for (c = 0; c < t->nclusters; c++) {
 		uint64_t base = (uint64_t)c * KVMM_SWAP_CLUSTER, i;
@@ -58,13 +58,26 @@ static int check_tier(struct kvmm_pool *pool, struct kvmm_swap_tier *t, uint32_t
 		const struct kvmm_swap_slot *sl = &t->slots[s];
 		uint64_t swp = swp_entry(t->id, s);
 
+		if (t->far_pins)
+			far_pins += t->far_pins[s];
 		if (!bitmap_test_bit(t->map, s)) {
-			if (sl->seq || sl->ent || sl->flags || sl->nr_map)
+			if (sl->seq || sl->ent || sl->flags || sl->nr_map ||
+			    (t->far_pins && t->far_pins[s]))
 				return swap_fail(why, len, "swap tier %u slot %llu: free but named",
 						 t->id, (unsigned long long)s);
 			continue;
 		}
 		used++;
+		if (sl->flags & SLOT_FAR_HELD) {
+			/* released while far-pinned: nobody's, freed at the last far unpin */
+			if (sl->seq || sl->ent || sl->nr_map || sl->flags != SLOT_FAR_HELD ||
+			    !t->far_pins || !t->far_pins[s])
+				return swap_fail(why, len,
+						 "swap tier %u slot %llu: held for far reads, but "
+						 "named or not pinned",
+						 t->id, (unsigned long long)s);
+			continue;
+		}
 		if (sl->flags & SLOT_KEPT) {
 			const struct kvmm_page *pg =
 				sl->block < pool->nframes ? &pool->pages[sl->block] : NULL;
@@ -134,6 +147,9 @@ static int check_tier(struct kvmm_pool *pool, struct kvmm_swap_tier *t, uint32_t
 	if (kept_n != t->nr_kept)
 		return swap_fail(why, len, "swap tier %u: %llu slots kept, counted %llu", t->id,
 				 (unsigned long long)kept_n, (unsigned long long)t->nr_kept);
+	if (far_pins != t->nr_far_pins)
+		return swap_fail(why, len, "swap tier %u: %llu far pins, counted %llu", t->id,
+				 (unsigned long long)far_pins, (unsigned long long)t->nr_far_pins);
 	return 0;
 }
 

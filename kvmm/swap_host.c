@@ -16,22 +16,26 @@
  * (t->csum, XXH3, in this process's memory beside the arena) and every read is verified
  * against it (kvmm_swap_mem_read, also on the core's unlocked copies): a slot whose bytes
  * changed - a stray write into the arena, bit rot - fails the read with -EBADMSG and is
- * dropped like a corrupt file slot (kvmm_swap_slot_corrupt), never installed.  Locking: the
- * pool lock.
+ * dropped like a corrupt file slot (kvmm_swap_slot_corrupt), never installed.  On a pool in
+ * host memory the arena is a memfd, which clients map read-only to read sealed pages where
+ * they lie (far reads: ops->arena_fd, kvmm_swap_far_pin).  Locking: the pool lock.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "compiler.h"
 #include "list.h"
 #include "kvmm/swap.h"
+#include "kvmm/swap_internal.h"
 
 struct host_tier {
 	uint8_t *arena;
 	size_t size;
 	bool pinned;	       /* from kvmm_swap_host_alloc(), not mmap */
+	int fd;		       /* the arena's memfd (clients map it for far reads), or -1 */
 	struct list_head done; /* struct kvmm_swap_io.node: copied, not yet reported */
 };
 
@@ -44,10 +48,26 @@ static int host_init(struct kvmm_swap_tier *t, const struct kvmm_swap_tier_param
 	h = calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
+	h->fd = -1;
 	h->arena = kvmm_swap_host_alloc(t, p->size);
 	h->pinned = h->arena != NULL;
-	/* reserved lazily: a large, mostly empty tier costs nothing until it is used */
-	if (!h->pinned)
+	/*
+	 * Reserved lazily: a large, mostly empty tier costs nothing until it is used.  A pool
+	 * whose frames the host addresses gets a memfd, so that clients can map it (far reads);
+	 * without one (no memfd here) the tier works the same, without far reads.
+	 */
+	if (!h->pinned && !swap_staged(t->pool)) {
+		h->fd = memfd_create("kvmm-swap-host", MFD_CLOEXEC);
+		if (h->fd >= 0 && ftruncate(h->fd, (off_t)p->size) == 0)
+			h->arena = mmap(NULL, (size_t)p->size, PROT_READ | PROT_WRITE,
+					MAP_SHARED | MAP_NORESERVE, h->fd, 0);
+		if (h->fd >= 0 && (!h->arena || h->arena == MAP_FAILED)) {
+			close(h->fd);
+			h->fd = -1;
+			h->arena = NULL;
+		}
+	}
+	if (!h->pinned && !h->arena)
 		h->arena = mmap(NULL, (size_t)p->size, PROT_READ | PROT_WRITE,
 				MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (h->arena == MAP_FAILED) {
@@ -62,6 +82,8 @@ static int host_init(struct kvmm_swap_tier *t, const struct kvmm_swap_tier_param
 			kvmm_swap_host_free(t, h->arena, h->size);
 		else
 			munmap(h->arena, h->size);
+		if (h->fd >= 0)
+			close(h->fd);
 		free(h);
 		return -ENOMEM;
 	}
@@ -80,6 +102,8 @@ static void host_fini(struct kvmm_swap_tier *t)
 		kvmm_swap_host_free(t, h->arena, h->size);
 	else
 		munmap(h->arena, h->size);
+	if (h->fd >= 0)
+		close(h->fd); /* clients' mappings keep the memory until they unmap it */
 	free(h);
 	free(t->csum);
 	t->csum = NULL;
@@ -120,6 +144,13 @@ static void *host_slot_addr(struct kvmm_swap_tier *t, uint64_t slot)
 	return h->arena + slot * t->page_size;
 }
 
+static int host_arena_fd(struct kvmm_swap_tier *t)
+{
+	const struct host_tier *h = t->priv;
+
+	return h->fd;
+}
+
 static int host_flush(struct kvmm_swap_tier *t)
 {
 	(void)t;
@@ -150,4 +181,5 @@ const struct kvmm_swap_ops kvmm_swap_host_ops = {
 	.flush = host_flush,
 	.poll = host_poll,
 	.slot_addr = host_slot_addr,
+	.arena_fd = host_arena_fd,
 };

@@ -27,6 +27,11 @@ enum {
 	SLOT_KEPT = 1u << 2,
 	/* failed its checksum (kvmm_swap_slot_corrupt): never read or moved again */
 	SLOT_BAD = 1u << 3,
+	/*
+	 * released while far-pinned (kvmm_swap_far_pin): named by nobody, its bytes kept for
+	 * the clients reading them in place until the last kvmm_swap_far_unpin() frees it
+	 */
+	SLOT_FAR_HELD = 1u << 4,
 };
 
 /* fault point indices */

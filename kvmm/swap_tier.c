@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bitmap.h"
 #include "compiler.h"
@@ -78,7 +79,24 @@ void kvmm_swap_tier_free(struct kvmm_swap_tier *t)
 	kvmm_free(t->map);
 	kvmm_free(t->cluster_free);
 	kvmm_free(t->slots);
+	kvmm_free(t->far_pins);
 	kvmm_free(t);
+}
+
+/*
+ * Far arenas' generations (kvmm_swap_far_tier): never 0, unique in the daemon's life and
+ * unlikely to repeat across restarts (seeded from the clock), so that a client's window of
+ * an earlier daemon never passes for the current arena.
+ */
+static uint64_t swap_gen;
+
+static uint64_t swap_gen_next(void)
+{
+	uint64_t zero = 0, seed = ((uint64_t)time(NULL) << 20) | 1;
+
+	__atomic_compare_exchange_n(&swap_gen, &zero, seed, false, __ATOMIC_RELAXED,
+				    __ATOMIC_RELAXED);
+	return __atomic_add_fetch(&swap_gen, 1, __ATOMIC_RELAXED);
 }
 
 int kvmm_swapon(struct kvmm_pool *pool, const struct kvmm_swap_ops *ops,
@@ -118,6 +136,7 @@ int kvmm_swapon(struct kvmm_pool *pool, const struct kvmm_swap_ops *ops,
 	t->page_size = kvmm_frame_bytes(pool); /* a slot: the frame on every device */
 	t->size = p->size;
 	t->nslots = p->size / t->page_size;
+	t->gen = swap_gen_next();
 	t->nclusters = (uint32_t)DIV_ROUND_UP(t->nslots, (uint64_t)KVMM_SWAP_CLUSTER);
 	t->map = kvmm_calloc(1, bitmap_size(t->nslots));
 	t->cluster_free = kvmm_calloc(t->nclusters, sizeof(*t->cluster_free));
@@ -237,11 +256,83 @@ void kvmm_swap_slot_release(struct kvmm_swap_tier *t, uint64_t slot)
 
 	kvmm_swap_index_forget(t, slot);
 	KVMM_BUG_ON(!bitmap_test_bit(t->map, slot));
+	if (t->far_pins && t->far_pins[slot]) {
+		/* clients read it in place: free it at the last far unpin */
+		memset(&t->slots[slot], 0, sizeof(t->slots[slot]));
+		t->slots[slot].flags = SLOT_FAR_HELD;
+		return;
+	}
 	bitmap_clear_bit(t->map, slot);
 	memset(&t->slots[slot], 0, sizeof(t->slots[slot]));
 	if (++t->cluster_free[c] == kvmm_swap_cluster_size(t, c))
 		t->nr_free_clusters++;
 	t->nr_used--;
+}
+
+/* ---- far reads -------------------------------------------------------------------------- */
+
+struct kvmm_swap_tier *kvmm_swap_far_tier(struct kvmm_pool *pool)
+{
+	struct kvmm_swap_tier *t;
+
+	if (!pool || !pool->swap)
+		return NULL;
+	list_for_each_entry (t, &pool->swap->tiers, node)
+		if (t->ops->arena_fd && t->ops->arena_fd(t) >= 0)
+			return t;
+	return NULL;
+}
+
+struct kvmm_swap_tier *kvmm_swap_tier_of_gen(struct kvmm_pool *pool, uint64_t gen)
+{
+	struct kvmm_swap_tier *t;
+
+	if (!pool || !pool->swap || !gen)
+		return NULL;
+	list_for_each_entry (t, &pool->swap->tiers, node)
+		if (t->gen == gen)
+			return t;
+	return NULL;
+}
+
+bool kvmm_swap_far_usable(const struct kvmm_swap_tier *t, uint64_t pte, bool sealed)
+{
+	uint64_t s;
+
+	if (!sealed || !kvmm_pte_is_swap(pte) || kvmm_pte_swap_tier(pte) != t->id)
+		return false;
+	s = kvmm_pte_swap_slot(pte);
+	return s < t->nslots && bitmap_test_bit(t->map, s) &&
+	       !(t->slots[s].flags & (SLOT_BAD | SLOT_WRITING | SLOT_FAR_HELD)) &&
+	       (!t->far_pins || t->far_pins[s] < UINT32_MAX);
+}
+
+bool kvmm_swap_far_pin(struct kvmm_swap_tier *t, uint64_t pte, bool sealed, uint64_t *slot)
+{
+	uint64_t s;
+
+	if (!kvmm_swap_far_usable(t, pte, sealed))
+		return false;
+	s = kvmm_pte_swap_slot(pte);
+	if (!t->far_pins) {
+		t->far_pins = kvmm_calloc(t->nslots, sizeof(*t->far_pins));
+		if (!t->far_pins)
+			return false; /* the caller faults it in instead */
+	}
+	t->far_pins[s]++;
+	t->nr_far_pins++;
+	*slot = s;
+	return true;
+}
+
+void kvmm_swap_far_unpin(struct kvmm_swap_tier *t, uint64_t slot)
+{
+	KVMM_BUG_ON(!t->far_pins || slot >= t->nslots || !t->far_pins[slot] || !t->nr_far_pins);
+	t->nr_far_pins--;
+	if (--t->far_pins[slot] || !(t->slots[slot].flags & SLOT_FAR_HELD))
+		return;
+	t->slots[slot].flags = 0;
+	kvmm_swap_slot_release(t, slot);
 }
 
 void kvmm_swap_kept_release(struct kvmm_swap_tier *t, uint64_t slot)

@@ -720,8 +720,9 @@ static int move_slots(struct kvmm_swap *sw, struct kvmm_swap_tier *t, uint32_t n
 			if (s >= t->nslots)
 				s = 0;
 			if (!bitmap_test_bit(t->map, s) ||
-			    (t->slots[s].flags & (SLOT_READING | SLOT_WRITING | SLOT_BAD))) {
-				/* free, in use by a read or a write-back, or spoilt */
+			    (t->slots[s].flags &
+			     (SLOT_READING | SLOT_WRITING | SLOT_BAD | SLOT_FAR_HELD))) {
+				/* free, in use by a read or a write-back, spoilt, or kept for readers */
 			} else if (t->slots[s].flags & SLOT_KEPT) {
 				/* its page is resident: the slot is just freed, that is room too */
 				kvmm_swap_kept_release(t, s);
@@ -899,6 +900,8 @@ int kvmm_swapoff(struct kvmm_pool *pool, unsigned int tier)
 	kvmm_swap_poll(pool, true);
 	if (t->nr_wb)
 		return -EBUSY; /* another thread is copying into it without the lock: retry */
+	if (t->nr_far_pins)
+		return -EBUSY; /* clients are reading its slots in place (far pins): retry */
 	/* kept slots are not swapped pages: their resident pages simply lose them */
 	kvmm_swap_release_kept(t, UINT32_MAX);
 	/* first choice: keep the pages swapped, on the other tiers */
@@ -1005,7 +1008,7 @@ void kvmm_swap_drop_ns(struct kvmm_pool *pool, struct kvmm_ns *ns)
 		for_each_set_bit (s, t->map, t->nslots) {
 			struct kvmm_swap_slot *sl = &t->slots[s];
 
-			if (sl->ns_id != ns->id || (sl->flags & SLOT_WRITING))
+			if (sl->ns_id != ns->id || (sl->flags & (SLOT_WRITING | SLOT_FAR_HELD)))
 				continue;
 			/* no address space of the namespace is left */
 			KVMM_BUG_ON(sl->seq || sl->nr_map);

@@ -28,9 +28,6 @@
 
 #include "runtime/libkvmm.h"
 
-/* Most descriptors one record can carry (the kernel's SCM_MAX_FD). */
-#define KVMM_RX_FDS_MAX 253
-
 /* Descriptors received with the last record, owned by the receiver until taken or closed. */
 struct kvmm_rx {
 	size_t len;
@@ -604,6 +601,32 @@ int kvmm_msg_wait(struct kvmm_client *c, uint64_t seq, void *rep, size_t rep_len
 	return reply_parse(c, rx.len, rep, rep_len);
 }
 
+int kvmm_msg_call_fds(struct kvmm_client *c, unsigned int op, void *rep, size_t rep_len, int *fds,
+		      unsigned int max_fds, unsigned int *nr_fds)
+{
+	struct kvmm_rx rx;
+	uint64_t seq;
+	int err;
+
+	*nr_fds = 0;
+	err = kvmm_msg_send(c, op, NULL, 0, &seq);
+	if (err)
+		return err;
+	err = msg_wait_raw(c, seq, &rx);
+	if (err)
+		return err;
+	err = reply_parse(c, rx.len, rep, rep_len);
+	if (!err && rx.nr_fds > max_fds)
+		err = -EBADMSG;
+	if (err) {
+		rx_close_fds(&rx);
+		return err;
+	}
+	memcpy(fds, rx.fds, sizeof(int) * rx.nr_fds);
+	*nr_fds = rx.nr_fds;
+	return 0;
+}
+
 int kvmm_msg_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *parts,
 		  unsigned int nr_parts, void *rep, size_t rep_len)
 {
@@ -713,7 +736,7 @@ static int client_hello(struct kvmm_client *c)
 		.pid = (uint32_t)getpid(),
 		.features = KVMM_FEAT_HOST_BACKEND | KVMM_FEAT_CUDA_BACKEND |
 			    KVMM_FEAT_PREFIX_CACHE | KVMM_FEAT_FD_PASSING | KVMM_FEAT_REMOTE |
-			    KVMM_FEAT_KEY_DOMAIN | KVMM_FEAT_PIN_RANGE,
+			    KVMM_FEAT_KEY_DOMAIN | KVMM_FEAT_PIN_RANGE | KVMM_FEAT_FAR,
 	};
 	const char *no_rings = getenv("KVMM_NO_RINGS");
 
@@ -976,6 +999,8 @@ out_fds:
 
 void kvmm_client_close_session(struct kvmm_client *c)
 {
+	/* the window stays mapped (views may point into it) but names nothing any more */
+	c->far_gen = 0;
 	kvmm_inflight_fail(c, -ENOTCONN);
 	kvmm_wp_free(c);
 	c->wp_off_reason = 0;
@@ -997,6 +1022,8 @@ static void client_free(struct kvmm_client *c)
 	kvmm_client_close_session(c);
 	if (c->base)
 		munmap(c->base, c->map_len);
+	if (c->far)
+		munmap(c->far, c->far_len);
 	kvmm_reattach_free(c);
 	pthread_mutex_destroy(&c->lock);
 	free(c->inflight);

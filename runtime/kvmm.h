@@ -339,6 +339,31 @@ int kvmm_unpin_range(kvmm_client_t *client, uint64_t seq, uint32_t block, uint32
 		     uint32_t *nr_frames);
 
 /*
+ * Far reads (KVMM_FEAT_FAR, a pool in host memory): attention reads the pages kvmmd swapped
+ * to its host-memory tier where they lie, instead of faulting them back into the pool.
+ *
+ * kvmm_far_map() maps (or maps again) the far window, read-only: the pool's frames
+ * [0, far_base) then the host tier's slots, page after page, laid out like the pool, so the
+ * kernels index it with the entries kvmm_pin_far() returns.  *base (the window's address),
+ * *nr_pages (far_base + the tier's slots) and *far_base may each be NULL.  The window stays
+ * until the next kvmm_far_map(), kvmm_detach() or kvmm_close().  -EOPNOTSUPP: the daemon has
+ * no far reads, or the pool is in GPU memory; -ENODEV: the namespace has no host swap tier.
+ *
+ * kvmm_pin_far() pins blocks [block, block + nr_blocks) of seq as kvmm_pin_range() does,
+ * except that a sealed page swapped to the host tier stays there, its slot pinned instead
+ * (kvmmd neither reuses nor moves it while pinned): entries[i] (nr_blocks of them) is block
+ * block + i's index in the window, a frame below far_base, far_base + slot at or above it.
+ * Other swapped pages (unsealed, on NVMe) are faulted in as by kvmm_pin_range().  Without a
+ * window every entry is a frame.  *nr_far (may be NULL): the entries left in the host tier.
+ * End it with kvmm_unpin_range() of the same range.  -ESTALE: the host tier changed since
+ * the window was mapped (swapoff, swapon): kvmm_far_map() again.  -E2BIG: nr_blocks is over
+ * KVMM_PIN_FAR_MAX (pin the range in parts).  Other errors as kvmm_pin_range().
+ */
+int kvmm_far_map(kvmm_client_t *client, const void **base, uint64_t *nr_pages, uint32_t *far_base);
+int kvmm_pin_far(kvmm_client_t *client, uint64_t seq, uint32_t block, uint32_t nr_blocks,
+		 int32_t *entries, uint32_t *nr_far);
+
+/*
  * Start bringing back, asynchronously, the swapped pages of the nr_seqs sequences the next
  * step will run (kvmmd reads them while this step computes); returns once the reads are
  * started.  *nr_started (may be NULL) receives the pages whose reads began.  The PIN of the

@@ -76,6 +76,15 @@ struct kvmm_client {
 	struct kvmm_wp *wp;	   /* read-only pages (wprotect.c); NULL: the pool is writable */
 	int wp_off_reason;	   /* why wp is NULL: 0 (not asked for) or -errno */
 	bool wp_want; /* protect at attach (no KVMM_ATTACH_NO_WPROTECT, $KVMM_WPROTECT) */
+	/*
+	 * The far window (far.c, kvmm_far_map): the pool's chunks then the host tier's arena,
+	 * read-only; far_gen 0 when there is none (or the session it came from is gone).
+	 */
+	void *far;
+	size_t far_len;
+	uint64_t far_gen;
+	uint32_t far_base;
+	uint64_t far_pages;
 
 	uint64_t next_seq; /* header seq of the next request, never 0 */
 
@@ -156,6 +165,15 @@ KVMM_INTERNAL int kvmm_msg_wait(struct kvmm_client *c, uint64_t seq, void *rep, 
 /* Send and wait: one synchronous round trip. */
 KVMM_INTERNAL int kvmm_msg_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *iov,
 				unsigned int nr_iov, void *rep, size_t rep_len);
+/* Most descriptors one record can carry (the kernel's SCM_MAX_FD). */
+#define KVMM_RX_FDS_MAX 253
+/*
+ * A payload-less request whose reply carries descriptors (FAR_MAP): rep as kvmm_msg_call's;
+ * on success the caller owns the *nr_fds (at most max_fds, else -EBADMSG) in fds.
+ */
+KVMM_INTERNAL int kvmm_msg_call_fds(struct kvmm_client *c, unsigned int op, void *rep,
+				    size_t rep_len, int *fds, unsigned int max_fds,
+				    unsigned int *nr_fds);
 /* Receive one record and dispatch it (async completion or event); blocks if block. */
 KVMM_INTERNAL int kvmm_msg_pump(struct kvmm_client *c, bool block);
 /* Payload bytes one request may carry with this daemon. */

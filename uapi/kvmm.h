@@ -94,10 +94,12 @@ extern "C" {
 #define KVMM_FEAT_KEY_DOMAIN (UINT64_C(1) << 7)
 /* SEQ_PIN_RANGE and SEQ_UNPIN_RANGE: pin part of a sequence (chunked attention) */
 #define KVMM_FEAT_PIN_RANGE (UINT64_C(1) << 8)
+/* FAR_MAP and SEQ_PIN_FAR: host-tier pages read where they lie (a pool in host memory) */
+#define KVMM_FEAT_FAR (UINT64_C(1) << 9)
 #define KVMM_FEAT_ALL_V0                                                              \
 	(KVMM_FEAT_HOST_BACKEND | KVMM_FEAT_CUDA_BACKEND | KVMM_FEAT_PREFIX_CACHE |   \
 	 KVMM_FEAT_SWAP | KVMM_FEAT_RINGS | KVMM_FEAT_FD_PASSING | KVMM_FEAT_REMOTE | \
-	 KVMM_FEAT_KEY_DOMAIN | KVMM_FEAT_PIN_RANGE)
+	 KVMM_FEAT_KEY_DOMAIN | KVMM_FEAT_PIN_RANGE | KVMM_FEAT_FAR)
 
 /*
  * Version negotiation, the one rule both sides of HELLO apply: speak the newer of the two
@@ -283,6 +285,8 @@ enum kvmm_op {
 	KVMM_OP_SEQ_SALT = 0x0110,	    /* struct kvmm_seq_salt_req + salt bytes -> none */
 	KVMM_OP_SEQ_PIN_RANGE = 0x0111,	    /* struct kvmm_pin_range_req -> kvmm_pin_rep */
 	KVMM_OP_SEQ_UNPIN_RANGE = 0x0112,   /* struct kvmm_pin_range_req -> kvmm_pin_rep */
+	KVMM_OP_FAR_MAP = 0x0113,	    /* no payload -> struct kvmm_far_map_rep + fds */
+	KVMM_OP_SEQ_PIN_FAR = 0x0114,	    /* kvmm_pin_far_req -> _rep + int32_t entries */
 
 	/* admin: read verbs take struct kvmm_admin_req and answer text or JSON */
 	KVMM_OP_STATUS = 0x0200,
@@ -1145,6 +1149,71 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_range_req, reserved, 20);
 #define KVMM_PIN_RANGE_F_ALL KVMM_PIN_RANGE_F_PREFETCH
 
 /*
+ * Far reads (KVMM_FEAT_FAR; a pool in host memory with a host-memory swap tier).  FAR_MAP
+ * answers struct kvmm_far_map_rep with nr_fds descriptors: the namespace's pool chunks, then
+ * the host tier's arena (a memfd).  Mapped read-only one after the other (chunks at
+ * i * chunk_size, the arena at nr_chunks * chunk_size) they make the far window, where
+ * frame f is page f and the tier's slot s page far_base + s.  -ENODEV: no host-memory tier
+ * now; -EOPNOTSUPP: the pool is not in host memory.  gen names this arena: a swapoff or
+ * swapon gives the next one another.
+ *
+ * SEQ_PIN_FAR pins blocks [block, block + nr_blocks) of one sequence like SEQ_PIN_RANGE
+ * (no flags), except that a sealed page swapped to that arena is not brought back: its
+ * slot is pinned where it is (neither reused, moved nor dropped until unpinned; a slot
+ * freed meanwhile is released at the unpin).  The reply gives each block's page in the
+ * window: a frame (< far_base) or far_base + slot.  gen 0 asks for frames only (every
+ * swapped page faulted in); another gen than the arena's is -ESTALE (map again).  The pin is
+ * a range pin: SEQ_UNPIN_RANGE of the same range ends it, a client that goes away drops it.
+ * nr_blocks at most KVMM_PIN_FAR_MAX (-E2BIG).  Reply: struct kvmm_pin_far_rep, then count
+ * int32_t entries.  Far reads skip the arena's checksums (the window is read-only to
+ * clients; kvmmd verifies a slot's checksum when it reads the page back).
+ */
+struct kvmm_far_map_rep {
+	uint64_t gen;	     /* the arena's generation (never 0) */
+	uint64_t nr_slots;   /* pages in the arena */
+	uint64_t chunk_size; /* bytes per pool chunk, as attach_rep */
+	uint32_t nr_chunks;  /* pool chunks (the first nr_chunks descriptors) */
+	uint32_t far_base;   /* window page of slot 0: nr_chunks * chunk_size / page size */
+	uint32_t nr_fds;     /* nr_chunks + 1 */
+	uint32_t reserved;
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_far_map_rep, 40);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_far_map_rep, gen, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_far_map_rep, nr_slots, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_far_map_rep, chunk_size, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_far_map_rep, nr_chunks, 24);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_far_map_rep, far_base, 28);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_far_map_rep, nr_fds, 32);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_far_map_rep, reserved, 36);
+
+struct kvmm_pin_far_req {
+	uint64_t seq;
+	uint32_t block;
+	uint32_t nr_blocks;
+	uint64_t gen; /* far_map_rep.gen, or 0: frames only */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_pin_far_req, 24);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_far_req, seq, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_far_req, block, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_far_req, nr_blocks, 12);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_far_req, gen, 16);
+
+struct kvmm_pin_far_rep {
+	uint32_t nr_frames; /* entries pinned in the pool */
+	uint32_t nr_far;    /* entries pinned in the arena */
+	uint32_t nr_swapin; /* pages brought back from swap for it */
+	uint32_t count;	    /* int32_t entries that follow (nr_blocks) */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_pin_far_rep, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_far_rep, nr_frames, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_far_rep, nr_far, 4);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_far_rep, nr_swapin, 8);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_pin_far_rep, count, 12);
+/* Blocks one SEQ_PIN_FAR may pin (its reply carries an entry each). */
+#define KVMM_PIN_FAR_MAX \
+	((KVMM_MSG_PAYLOAD_MAX - sizeof(struct kvmm_pin_far_rep)) / sizeof(int32_t))
+
+/*
  * PREFETCH takes a PIN batch (struct kvmm_pin_req + nr_seqs uint64_t ids): start reading
  * back, asynchronously, the swapped pages of the sequences the next step will run, and answer
  * at once with struct kvmm_pin_rep (nr_frames 0, nr_swapin = reads started).  Nothing is
@@ -1790,6 +1859,9 @@ enum kvmm_reply_head {
 	  KVMM_PL_FIXED(struct kvmm_pin_range_req), KVMM_RH_FRAMES)                               \
 	X(SEQ_UNPIN_RANGE, "seq_unpin_range", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                  \
 	  KVMM_PL_FIXED(struct kvmm_pin_range_req), KVMM_RH_FRAMES)                               \
+	X(FAR_MAP, "far_map", KVMM_OPF_ATTACHED, KVMM_PL_NONE(), KVMM_RH_NONE)                    \
+	X(SEQ_PIN_FAR, "seq_pin_far", KVMM_OPF_ATTACHED, KVMM_PL_FIXED(struct kvmm_pin_far_req),  \
+	  KVMM_RH_FRAMES)                                                                         \
 	/* admin: read verbs */                                                                   \
 	X(STATUS, "status", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)   \
 	X(MEMINFO, "meminfo", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE) \

@@ -99,13 +99,19 @@ struct kvmm_ring_worker {
 	struct kvmm_ring_loop loop;
 };
 
-/* One SEQ_PIN_RANGE pin: blocks [block, block + nr_blocks) and the frames it pinned. */
+/*
+ * One SEQ_PIN_RANGE (or SEQ_PIN_FAR) pin: blocks [block, block + nr_blocks), the frames it
+ * pinned and, a far pin, the slots of tier @far it pinned in place.
+ */
 struct kvmm_range_pin {
 	struct kvmm_range_pin *next;
 	uint32_t block;
 	uint32_t nr_blocks;
 	uint32_t nr_frames;
-	uint32_t frames[]; /* nr_frames */
+	uint32_t nr_far;
+	struct kvmm_swap_tier *far; /* a far pin's tier (swapoff waits for its pins), or NULL */
+	uint64_t *slots;	    /* nr_far slots of @far */
+	uint32_t frames[];	    /* nr_frames */
 };
 
 /* A client's sequence: the core sequence plus its pin state. */
@@ -322,7 +328,7 @@ struct kvmm_ipc_seq *kvmm_session_seq_find(struct kvmm_session *s, uint64_t id);
 
 /* The session ops' handlers (opdef.c's rows): each answers the request itself. */
 kvmm_ipc_handle_fn kvmm_session_op_hello, kvmm_session_op_bye, kvmm_session_op_attach,
-	kvmm_session_op_detach, kvmm_session_op_ping;
+	kvmm_session_op_far_map, kvmm_session_op_detach, kvmm_session_op_ping;
 /*
  * The memory ops' handlers (opdef.c's rows), run by dispatch.c with the pool lock held:
  * checked payload in, reply payload built in @rp, its length in *rlen.  0 or -errno.
@@ -331,7 +337,8 @@ kvmm_ipc_mem_fn kvmm_session_op_nop, kvmm_session_op_seq_create, kvmm_session_op
 	kvmm_session_op_seq_fork, kvmm_session_op_seq_truncate, kvmm_session_op_seq_free,
 	kvmm_session_op_prefix_lookup, kvmm_session_op_seal, kvmm_session_op_pin,
 	kvmm_session_op_seq_blocks, kvmm_session_op_prefetch, kvmm_session_op_seq_prompt,
-	kvmm_session_op_seq_seal_free, kvmm_session_op_seq_salt, kvmm_session_op_pin_range;
+	kvmm_session_op_seq_seal_free, kvmm_session_op_seq_salt, kvmm_session_op_pin_range,
+	kvmm_session_op_pin_far;
 
 /* ---- ring.c: the data plane (uapi/kvmm.h "Data plane") ------------------------------- */
 

@@ -90,6 +90,8 @@ static const struct kvmm_ipc_opdef opdefs[KVMM_OP_COUNT] = {
 	OP(SEQ_SALT) = {.mem = kvmm_session_op_seq_salt, .check = check_seq_salt},
 	OP(SEQ_PIN_RANGE) = {.mem = kvmm_session_op_pin_range},
 	OP(SEQ_UNPIN_RANGE) = {.mem = kvmm_session_op_pin_range},
+	OP(FAR_MAP) = {.handle = kvmm_session_op_far_map},
+	OP(SEQ_PIN_FAR) = {.mem = kvmm_session_op_pin_far},
 	/* admin: read verbs */
 	OP(STATUS) = {.report = kvmm_admin_status},
 	OP(MEMINFO) = {.report = kvmm_admin_meminfo},

@@ -204,6 +204,9 @@ static uint32_t range_pin_drop(struct kvmm_pool *pool, struct kvmm_range_pin *rp
 		KVMM_BUG_ON(!pg->pincount);
 		kvmm_page_unpin(pg, 1);
 	}
+	for (i = 0; i < rp->nr_far; i++)
+		kvmm_swap_far_unpin(rp->far, rp->slots[i]);
+	kvmm_free(rp->slots);
 	kvmm_free(rp);
 	return n;
 }
@@ -312,6 +315,9 @@ static uint64_t supported_features(const struct kvmm_server *srv)
 
 	if (srv->ns[0]->nr_chunks)
 		f |= KVMM_FEAT_FD_PASSING | KVMM_FEAT_RINGS;
+	/* far reads map the pool's chunks and the host tier's arena: host memory only */
+	if (srv->ns[0]->nr_chunks && pools_backend(srv) == KVMM_BACKEND_HOST)
+		f |= KVMM_FEAT_FAR;
 	if (srv->remote)
 		f |= KVMM_FEAT_REMOTE;
 	return f;
@@ -1276,6 +1282,206 @@ int kvmm_session_op_pin_range(struct kvmm_session *s, unsigned int op, const voi
 	rep->nr_frames = r->nr_frames;
 	rep->nr_swapin = swapin;
 	*rlen = sizeof(*rep);
+	return 0;
+}
+
+/* ---- far reads ------------------------------------------------------------------------- */
+
+/* Window page of the far tier's slot 0: the pool's chunks come first. */
+static uint32_t far_base(const struct kvmm_session *s, const struct kvmm_swap_tier *t)
+{
+	return (uint32_t)(s->ns->chunk_size / t->page_size * s->ns->nr_chunks);
+}
+
+/* The session's namespace may be read far: a host pool whose chunks clients map. */
+static int far_capable(const struct kvmm_session *s)
+{
+	if (!(s->features & KVMM_FEAT_FAR))
+		return -EOPNOTSUPP;
+	if (!s->ns->nr_chunks || !s->ns->fds || s->ns->nr_devices != 1 ||
+	    !s->as->pool->be.ops->frame_addr)
+		return -EOPNOTSUPP;
+	return 0;
+}
+
+/*
+ * FAR_MAP: the far window's parts, the pool's chunks and the host tier's arena, as
+ * descriptors (uapi/kvmm.h).
+ */
+static int do_far_map(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
+{
+	struct kvmm_ipc_ns *n = s->ns;
+	struct kvmm_pool *pool = s->as->pool;
+	struct kvmm_far_map_rep rep;
+	struct kvmm_swap_tier *t;
+	struct kvmm_msg_hdr *out;
+	int fds[KVMM_SERVER_MAX_CHUNKS];
+	int ret = far_capable(s);
+
+	if (ret)
+		return ret;
+	if (n->nr_chunks + 1 > KVMM_SERVER_MAX_CHUNKS)
+		return -E2BIG;
+	pthread_mutex_lock(&pool->lock);
+	t = kvmm_swap_far_tier(pool);
+	if (t && n->chunk_size % t->page_size)
+		t = NULL;
+	memset(&rep, 0, sizeof(rep));
+	if (t) {
+		rep.gen = t->gen;
+		rep.nr_slots = t->nslots;
+		rep.far_base = far_base(s, t);
+		fds[n->nr_chunks] = t->ops->arena_fd(t);
+	}
+	pthread_mutex_unlock(&pool->lock);
+	if (!t)
+		return -ENODEV;
+	if ((uint64_t)rep.far_base + rep.nr_slots > INT32_MAX)
+		return -E2BIG; /* entries are int32_t */
+	rep.chunk_size = n->chunk_size;
+	rep.nr_chunks = n->nr_chunks;
+	rep.nr_fds = n->nr_chunks + 1;
+	memcpy(fds, n->fds, sizeof(int) * n->nr_chunks);
+	out = (struct kvmm_msg_hdr *)s->srv->tx;
+	kvmm_msg_hdr_init_reply(out, hdr, sizeof(*out) + sizeof(rep), 0);
+	out->flags |= KVMM_MSG_F_FDS;
+	memcpy(out + 1, &rep, sizeof(rep));
+	kvmm_session_send(s, out, sizeof(*out) + sizeof(rep), fds, rep.nr_fds);
+	return 0;
+}
+
+void kvmm_session_op_far_map(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
+{
+	int ret = do_far_map(s, hdr);
+
+	/* on success do_far_map() answered with the descriptors itself */
+	if (ret)
+		kvmm_session_reply(s, hdr, ret, NULL, 0);
+}
+
+/* May block @b of @seq be read in place on @t (sealed, swapped there, a sound slot)? */
+static bool far_ok(struct kvmm_swap_tier *t, const struct kvmm_seq *seq, uint32_t b)
+{
+	return t && kvmm_swap_far_usable(t, seq->pte[b], b < seq->nsealed);
+}
+
+/*
+ * SEQ_PIN_FAR: a range pin whose sealed pages on the far tier stay there, their slots pinned
+ * in place; the reply names each block's page in the far window.
+ */
+int kvmm_session_op_pin_far(struct kvmm_session *s, unsigned int op __maybe_unused, const void *p,
+			    void *rp, size_t *rlen)
+{
+	struct kvmm_pin_far_req req;
+	struct kvmm_pin_far_rep *rep = rp;
+	int32_t *out = (int32_t *)(rep + 1);
+	struct kvmm_pool *pool = s->as->pool;
+	struct kvmm_swap_tier *t = NULL;
+	struct kvmm_range_pin *r;
+	struct kvmm_ipc_seq *is;
+	struct kvmm_seq *seq;
+	uint32_t b, end, base = 0, swapin = 0, tries;
+	int ret = far_capable(s);
+
+	if (ret)
+		return ret;
+	memcpy(&req, p, sizeof(req));
+	is = kvmm_session_seq_find(s, req.seq);
+	if (!is)
+		return -ENOENT;
+	seq = is->seq;
+	if (is->preempted)
+		return -KVMM_EPREEMPTED;
+	if (!req.nr_blocks || req.block > seq->nblocks || req.nr_blocks > seq->nblocks - req.block)
+		return -EINVAL;
+	if (req.nr_blocks > KVMM_PIN_FAR_MAX)
+		return -E2BIG;
+	if (req.gen) {
+		t = kvmm_swap_tier_of_gen(pool, req.gen);
+		if (!t || t != kvmm_swap_far_tier(pool))
+			return -ESTALE; /* swapped off, or another tier reads far now: map again */
+		base = far_base(s, t);
+	}
+	end = req.block + req.nr_blocks;
+	/*
+	 * Bring back what cannot be read in place (unsealed pages, other tiers), a run of such
+	 * blocks at a time.  Making room may swap out blocks of the range already looked at:
+	 * look again until none is left, a bounded number of times.
+	 */
+	for (tries = 0;; tries++) {
+		uint32_t first = end, n = 0;
+
+		for (b = req.block; b < end; b++) {
+			if (!kvmm_pte_is_swap(seq->pte[b]) || far_ok(t, seq, b)) {
+				if (first != end)
+					break;
+				continue;
+			}
+			if (first == end)
+				first = b;
+			n++;
+		}
+		if (first == end)
+			break;
+		if (tries > 2 * req.nr_blocks + 4)
+			return -ENOMEM; /* the range keeps being swapped out as it comes back */
+		ret = range_fault_in(s, is, first, n);
+		if (ret < 0)
+			return ret;
+		swapin += (uint32_t)ret;
+		if (is->preempted) /* chosen while the fault made room */
+			return -KVMM_EPREEMPTED;
+		/* a read that failed leaves its PTE a swap entry: that fails the pin */
+		for (b = first; b < first + n; b++)
+			if (kvmm_pte_is_swap(seq->pte[b]) && !far_ok(t, seq, b))
+				return -EIO;
+	}
+	r = kvmm_malloc(sizeof(*r) + (size_t)req.nr_blocks * sizeof(uint32_t));
+	if (!r)
+		return -ENOMEM;
+	memset(r, 0, sizeof(*r));
+	r->block = req.block;
+	r->nr_blocks = req.nr_blocks;
+	r->far = t;
+	if (t) {
+		r->slots = kvmm_malloc((size_t)req.nr_blocks * sizeof(*r->slots));
+		if (!r->slots) {
+			kvmm_free(r);
+			return -ENOMEM;
+		}
+	}
+	/* nothing below lets the lock go: every block is resident or far now */
+	for (b = req.block; b < end; b++) {
+		uint64_t pte = seq->pte[b], slot;
+
+		if (kvmm_pte_is_present(pte)) {
+			struct kvmm_page *pg = kvmm_frame_to_page(pool, kvmm_pte_frame(pte));
+
+			kvmm_page_wb_touch(
+				pg); /* wanted by the step: a swap-out in flight keeps it */
+			pg->pincount++;
+			r->frames[r->nr_frames++] = kvmm_pte_frame(pte);
+			out[b - req.block] = (int32_t)kvmm_pte_frame(pte);
+		} else if (t && kvmm_swap_far_pin(t, pte, b < seq->nsealed, &slot)) {
+			r->slots[r->nr_far++] = slot;
+			out[b - req.block] = (int32_t)(base + slot);
+		} else if (!kvmm_pte_is_swap(pte)) {
+			out[b - req.block] = KVMM_BLOCK_NONE; /* no page yet (as SEQ_BLOCKS says) */
+		} else {
+			range_pin_drop(pool, r); /* cannot happen: the loop above left none */
+			return -EIO;
+		}
+	}
+	r->next = is->ranges;
+	is->ranges = r;
+	is->nr_ranges++;
+	if (swapin)
+		kvmm_dp_seq_update(s, is, req.block);
+	rep->nr_frames = r->nr_frames;
+	rep->nr_far = r->nr_far;
+	rep->nr_swapin = swapin;
+	rep->count = req.nr_blocks;
+	*rlen = sizeof(*rep) + (size_t)req.nr_blocks * sizeof(int32_t);
 	return 0;
 }
 

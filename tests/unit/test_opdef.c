@@ -54,6 +54,8 @@ static bool enumerated(unsigned int op)
 	case KVMM_OP_SEQ_SALT:
 	case KVMM_OP_SEQ_PIN_RANGE:
 	case KVMM_OP_SEQ_UNPIN_RANGE:
+	case KVMM_OP_FAR_MAP:
+	case KVMM_OP_SEQ_PIN_FAR:
 	case KVMM_OP_STATUS:
 	case KVMM_OP_MEMINFO:
 	case KVMM_OP_VMSTAT:

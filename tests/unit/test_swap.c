@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -293,6 +294,80 @@ static void test_swapoff_no_frames(void **state)
 	assert_int_equal(kvmm_swapoff(f->pool, 1), 0);
 	check_bytes(f, 0, a, 0, 16);
 	check_inv(f->pool);
+}
+
+/* ---- far reads: slots pinned in place ------------------------------------------------------ */
+
+/*
+ * kvmm_swap_far_pin: a swapped page's slot pinned where it lies.  The arena is a memfd whose
+ * mapping shows the page's bytes; a pinned slot outlives its page (truncated: the slot is
+ * held, named by nobody, never reused) until the last unpin frees it; swapoff waits.
+ */
+static void test_far_pin_slot(void **state)
+{
+	struct fx *f = *state;
+	struct kvmm_seq *seq = mkseq(f, 0, 6, 1), *other;
+	struct kvmm_swap_tier *t;
+	uint64_t s0, s1, s, used;
+	const uint8_t *view;
+	uint32_t b;
+	int fd;
+
+	assert_null(kvmm_swap_far_tier(f->pool)); /* no tier yet */
+	assert_int_equal(add_host(f, 1, 10, 16), 0);
+	t = kvmm_swap_far_tier(f->pool);
+	assert_non_null(t);
+	assert_true(t->gen != 0);
+	assert_ptr_equal(kvmm_swap_tier_of_gen(f->pool, t->gen), t);
+	assert_null(kvmm_swap_tier_of_gen(f->pool, t->gen + 1));
+	assert_null(kvmm_swap_tier_of_gen(f->pool, 0));
+	fd = t->ops->arena_fd(t);
+	assert_true(fd >= 0);
+	view = mmap(NULL, 16 * PAGE_SZ, PROT_READ, MAP_SHARED, fd, 0);
+	assert_true(view != MAP_FAILED);
+	/* resident, or unsealed: nothing to pin in place */
+	assert_false(kvmm_swap_far_usable(t, seq->pte[0], true));
+	assert_int_equal(kvmm_mm_seq_swap_out(seq, 0, 6), 6);
+	assert_false(kvmm_swap_far_usable(t, seq->pte[0], false));
+	assert_false(kvmm_swap_far_pin(t, seq->pte[0], false, &s));
+	assert_true(kvmm_swap_far_pin(t, seq->pte[0], true, &s0));
+	assert_true(kvmm_swap_far_pin(t, seq->pte[0], true, &s)); /* pins nest */
+	assert_true(s == s0);
+	assert_true(kvmm_swap_far_pin(t, seq->pte[1], true, &s1));
+	assert_int_equal(t->nr_far_pins, 3);
+	check_inv(f->pool);
+	/* the client's view of the arena holds the pages' bytes */
+	assert_memory_equal(view + s0 * PAGE_SZ, f->want[0][0], PAGE_SZ);
+	assert_memory_equal(view + s1 * PAGE_SZ, f->want[0][1], PAGE_SZ);
+	assert_int_equal(kvmm_swapoff(f->pool, 1), -EBUSY);
+	/* the sequence goes: its slots are released, the pinned ones held with their bytes */
+	used = t->nr_used;
+	assert_int_equal(kvmm_mm_seq_truncate(seq, 0), 0);
+	assert_int_equal(t->nr_used, used - 4);
+	check_inv(f->pool);
+	/* new swap-outs take other slots; the held ones keep their bytes */
+	other = mkseq(f, 1, 12, 100);
+	assert_int_equal(kvmm_mm_seq_swap_out(other, 0, 12), 12);
+	for (b = 0; b < 12; b++) {
+		s = kvmm_pte_swap_slot(other->pte[b]);
+		assert_true(s != s0 && s != s1);
+	}
+	check_inv(f->pool);
+	assert_memory_equal(view + s0 * PAGE_SZ, f->want[0][0], PAGE_SZ);
+	assert_memory_equal(view + s1 * PAGE_SZ, f->want[0][1], PAGE_SZ);
+	/* the last unpin frees a held slot */
+	kvmm_swap_far_unpin(t, s0);
+	assert_int_equal(t->nr_used, 14);
+	kvmm_swap_far_unpin(t, s1);
+	assert_int_equal(t->nr_used, 13);
+	kvmm_swap_far_unpin(t, s0);
+	assert_int_equal(t->nr_used, 12);
+	assert_int_equal(t->nr_far_pins, 0);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_swapoff(f->pool, 1), 0);
+	check_inv(f->pool);
+	check_bytes(f, 1, other, 0, 12);
+	munmap((void *)view, 16 * PAGE_SZ);
 }
 
 /* ---- shared pages, sealed pages, demotion -------------------------------------------------- */
@@ -2405,6 +2480,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_swapon_args, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_priority_and_move_down, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_swapoff_moves_down, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_far_pin_slot, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_swapoff_no_frames, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shared_not_swapped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_demote_and_lookup, setup, teardown),

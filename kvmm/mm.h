@@ -279,6 +279,8 @@ enum kvmm_stat {
 	KVMM_STAT_BUDGET_BG,   /* frames this pool gave up to background budget reclaim (kvswapd) */
 	KVMM_STAT_LOOKUP_RECLAIM, /* lookups that made room to map more of a swapped prefix */
 	KVMM_STAT_SWAP_SHARED, /* sealed pages several sequences map, swapped out of all of them */
+	KVMM_STAT_FAR_PIN,     /* swapped pages pinned where they lie for far reads (SEQ_PIN_FAR) */
+	KVMM_STAT_FAR_HELD,    /* slots released while far-pinned, freed at their last unpin */
 	KVMM_STAT_COUNT,
 };
 

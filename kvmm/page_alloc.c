@@ -116,6 +116,8 @@ static const char *const stat_names[KVMM_STAT_COUNT] = {
 	[KVMM_STAT_BUDGET_BG] = "budget_background",
 	[KVMM_STAT_LOOKUP_RECLAIM] = "lookup_reclaim",
 	[KVMM_STAT_SWAP_SHARED] = "swap_shared",
+	[KVMM_STAT_FAR_PIN] = "far_pin",
+	[KVMM_STAT_FAR_HELD] = "far_held",
 };
 
 const char *kvmm_stat_name(enum kvmm_stat s)

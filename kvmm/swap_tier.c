@@ -260,6 +260,7 @@ void kvmm_swap_slot_release(struct kvmm_swap_tier *t, uint64_t slot)
 		/* clients read it in place: free it at the last far unpin */
 		memset(&t->slots[slot], 0, sizeof(t->slots[slot]));
 		t->slots[slot].flags = SLOT_FAR_HELD;
+		t->pool->stat[KVMM_STAT_FAR_HELD]++;
 		return;
 	}
 	bitmap_clear_bit(t->map, slot);
@@ -321,6 +322,7 @@ bool kvmm_swap_far_pin(struct kvmm_swap_tier *t, uint64_t pte, bool sealed, uint
 	}
 	t->far_pins[s]++;
 	t->nr_far_pins++;
+	t->pool->stat[KVMM_STAT_FAR_PIN]++;
 	*slot = s;
 	return true;
 }

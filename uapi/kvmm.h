@@ -326,7 +326,7 @@ enum kvmm_op {
 #define KVMM_OP_EVENT_BASE 0x0300U
 /* The last opcode of each range in this version (they move when a version appends ops). */
 #define KVMM_OP_SESSION_LAST KVMM_OP_PING
-#define KVMM_OP_MEM_LAST KVMM_OP_SEQ_UNPIN_RANGE
+#define KVMM_OP_MEM_LAST KVMM_OP_SEQ_PIN_FAR
 #define KVMM_OP_ADMIN_LAST KVMM_OP_NS_DELETE
 #define KVMM_OP_EVENT_LAST KVMM_OP_SHUTDOWN
 

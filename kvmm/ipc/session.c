@@ -1242,9 +1242,9 @@ int kvmm_session_op_pin_range(struct kvmm_session *s, unsigned int op, const voi
 	r = kvmm_malloc(sizeof(*r) + (size_t)req.nr_blocks * sizeof(uint32_t));
 	if (!r)
 		return -ENOMEM;
+	memset(r, 0, sizeof(*r));
 	r->block = req.block;
 	r->nr_blocks = req.nr_blocks;
-	r->nr_frames = 0;
 	for (b = req.block; b < req.block + req.nr_blocks; b++) {
 		uint32_t f = kvmm_mm_seq_frame(seq, b);
 

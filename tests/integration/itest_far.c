@@ -156,7 +156,7 @@ static void test_far_read(void **state)
 	const void *win = NULL;
 	kvmm_admin_t *admin;
 	kvmm_client_t *c;
-	int64_t in0;
+	int64_t in0, pin0;
 
 	(void)state;
 	itest_need_daemon();
@@ -175,9 +175,11 @@ static void test_far_read(void **state)
 	assert_true(far_base >= kvmm_nr_frames(c));
 	assert_int_equal(pages, far_base + HOST_SLOTS);
 	in0 = vmstat(admin, "pswpin");
+	pin0 = vmstat(admin, "far_pin");
 	assert_int_equal(kvmm_pin_far(c, s, 0, TOTAL, e, &nr_far), 0);
 	/* nothing was read back: what is not resident is read where it lies */
 	assert_int_equal(vmstat(admin, "pswpin"), in0);
+	assert_int_equal(vmstat(admin, "far_pin"), pin0 + nr_far);
 	assert_true(nr_far >= TOTAL - kvmm_nr_frames(c));
 	for (k = 0; k < TOTAL; k++)
 		nfar += e[k] >= (int32_t)far_base;

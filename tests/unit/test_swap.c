@@ -342,8 +342,10 @@ static void test_far_pin_slot(void **state)
 	assert_int_equal(kvmm_swapoff(f->pool, 1), -EBUSY);
 	/* the sequence goes: its slots are released, the pinned ones held with their bytes */
 	used = t->nr_used;
+	assert_int_equal(vmstat(f, KVMM_STAT_FAR_PIN), 3);
 	assert_int_equal(kvmm_mm_seq_truncate(seq, 0), 0);
 	assert_int_equal(t->nr_used, used - 4);
+	assert_int_equal(vmstat(f, KVMM_STAT_FAR_HELD), 2);
 	check_inv(f->pool);
 	/* new swap-outs take other slots; the held ones keep their bytes */
 	other = mkseq(f, 1, 12, 100);

@@ -88,6 +88,9 @@ static const struct size_case size_cases[] = {
 	SIZE_CASE(struct kvmm_attach_model, 8),
 	SIZE_CASE(struct kvmm_seq_salt_req, 16),
 	SIZE_CASE(struct kvmm_pin_range_req, 24),
+	SIZE_CASE(struct kvmm_far_map_rep, 40),
+	SIZE_CASE(struct kvmm_pin_far_req, 24),
+	SIZE_CASE(struct kvmm_pin_far_rep, 16),
 };
 
 static void test_struct_sizes(void **state)
@@ -331,6 +334,7 @@ static void test_feature_bits(void **state)
 		KVMM_FEAT_HOST_BACKEND, KVMM_FEAT_CUDA_BACKEND, KVMM_FEAT_PREFIX_CACHE,
 		KVMM_FEAT_SWAP,		KVMM_FEAT_RINGS,	KVMM_FEAT_FD_PASSING,
 		KVMM_FEAT_REMOTE,	KVMM_FEAT_KEY_DOMAIN,	KVMM_FEAT_PIN_RANGE,
+		KVMM_FEAT_FAR,
 	};
 	uint64_t seen = 0;
 	size_t i;
@@ -343,7 +347,7 @@ static void test_feature_bits(void **state)
 		seen |= feats[i];
 	}
 	assert_true(seen == KVMM_FEAT_ALL_V0);
-	assert_true(KVMM_FEAT_ALL_V0 == UINT64_C(0x1ff));
+	assert_true(KVMM_FEAT_ALL_V0 == UINT64_C(0x3ff));
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -379,6 +383,8 @@ static const struct op_case op_cases[] = {
 	{KVMM_OP_SEQ_SALT, 0x0110, "seq_salt"},
 	{KVMM_OP_SEQ_PIN_RANGE, 0x0111, "seq_pin_range"},
 	{KVMM_OP_SEQ_UNPIN_RANGE, 0x0112, "seq_unpin_range"},
+	{KVMM_OP_FAR_MAP, 0x0113, "far_map"},
+	{KVMM_OP_SEQ_PIN_FAR, 0x0114, "seq_pin_far"},
 	{KVMM_OP_STATUS, 0x0200, "status"},
 	{KVMM_OP_MEMINFO, 0x0201, "meminfo"},
 	{KVMM_OP_VMSTAT, 0x0202, "vmstat"},
@@ -433,7 +439,7 @@ static void test_op_values_and_names(void **state)
 	}
 	assert_int_equal(KVMM_OP_REPLY, 0x8000);
 	assert_int_equal(KVMM_OP_SESSION_LAST, KVMM_OP_PING);
-	assert_int_equal(KVMM_OP_MEM_LAST, KVMM_OP_SEQ_UNPIN_RANGE);
+	assert_int_equal(KVMM_OP_MEM_LAST, KVMM_OP_SEQ_PIN_FAR);
 	assert_int_equal(KVMM_OP_ADMIN_LAST, KVMM_OP_NS_DELETE);
 	assert_int_equal(KVMM_OP_EVENT_LAST, KVMM_OP_SHUTDOWN);
 }
@@ -471,7 +477,7 @@ static void test_op_name_exhaustive(void **state)
 
 	assert_string_equal(kvmm_op_name(KVMM_OP_NONE), "?");
 	assert_string_equal(kvmm_op_name(0x0006), "?");
-	assert_string_equal(kvmm_op_name(0x0113), "?");
+	assert_string_equal(kvmm_op_name(0x0115), "?");
 	assert_string_equal(kvmm_op_name(0x0215), "?");
 	assert_string_equal(kvmm_op_name(0x0302), "?");
 	assert_string_equal(kvmm_op_name(0x0400), "?");

@@ -35,6 +35,8 @@ size_t test_uapi_tu2_sizes(size_t *out, size_t n)
 		sizeof(struct kvmm_swapoff_req),       sizeof(struct kvmm_seq_blocks_req),
 		sizeof(struct kvmm_seq_blocks_rep),    sizeof(struct kvmm_attach_model),
 		sizeof(struct kvmm_seq_salt_req),      sizeof(struct kvmm_pin_range_req),
+		sizeof(struct kvmm_far_map_rep),       sizeof(struct kvmm_pin_far_req),
+		sizeof(struct kvmm_pin_far_rep),
 	};
 	size_t i, nr = sizeof(sizes) / sizeof(sizes[0]);
 

@@ -15,7 +15,7 @@ A thin layer over the C library (runtime/kvmm.h), one method per C call::
 Documentation/userspace-api/python.md has the whole story.
 """
 from ._lib import path as library_path
-from .client import BLOCK_NONE, DEVICE_NONE, SEQ_ALL_TOKENS, Client, attach
+from .client import BLOCK_NONE, DEVICE_NONE, PIN_FAR_MAX, SEQ_ALL_TOKENS, Client, attach
 from .errors import (KVMM_ELOST, KVMM_EPREEMPTED, KvmmDaemonGone, KvmmDaemonStalled, KvmmError,
                      KvmmReattached, NoDaemonError, OutOfMemoryError, PageLostError,
                      PreemptedError)
@@ -29,6 +29,7 @@ __all__ = [
     "KvmmError", "PreemptedError", "OutOfMemoryError", "NoDaemonError", "PageLostError",
     "KvmmDaemonGone", "KvmmDaemonStalled", "KvmmReattached", "CQE_F_GONE",
     "KVMM_EPREEMPTED", "KVMM_ELOST", "BLOCK_NONE", "SEQ_ALL_TOKENS", "DEVICE_NONE",
+    "PIN_FAR_MAX",
     "DTYPE_FP32", "DTYPE_FP16", "DTYPE_BF16", "DTYPE_INT8",
     "Op", "Sqe", "Cqe", "CQE_F_EVENT", "MAX_INFLIGHT", "library_path",
 ]

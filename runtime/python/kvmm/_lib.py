@@ -48,6 +48,9 @@ ATTACH_REATTACH = 2  # KVMM_ATTACH_REATTACH
 MODEL_ID_MAX = 256  # KVMM_MODEL_ID_MAX
 SALT_MAX = 256  # KVMM_SALT_MAX
 PIN_RANGE_F_PREFETCH = 1  # KVMM_PIN_RANGE_F_PREFETCH
+# KVMM_PIN_FAR_MAX: (KVMM_MSG_PAYLOAD_MAX - sizeof(struct kvmm_pin_far_rep)) / 4, with
+# KVMM_MSG_PAYLOAD_MAX = 65536 - KVMM_MSG_HDR_SIZE (uapi/kvmm.h): blocks one pin_far may pin
+PIN_FAR_MAX = (65536 - 32 - 16) // 4
 
 
 class Sqe(Structure):
@@ -165,6 +168,9 @@ _proto("kvmm_unpin", c_int, P, c_void_p, c_uint32, u32p)
 _proto("kvmm_prefetch", c_int, P, c_void_p, c_uint32, u32p)
 _proto("kvmm_pin_range", c_int, P, c_uint64, c_uint32, c_uint32, c_uint, u32p)
 _proto("kvmm_unpin_range", c_int, P, c_uint64, c_uint32, c_uint32, u32p)
+# far reads (KVMM_FEAT_FAR): a libkvmm older than them lacks both (Client raises EOPNOTSUPP)
+_proto("kvmm_far_map", c_int, P, POINTER(c_void_p), u64p, u32p, optional=True)
+_proto("kvmm_pin_far", c_int, P, c_uint64, c_uint32, c_uint32, i32p, u32p, optional=True)
 _proto("kvmm_block_table", c_int, P, c_void_p, c_uint32, c_void_p, c_uint32)
 _proto("kvmm_submit", c_int, P, POINTER(Sqe), c_uint)
 _proto("kvmm_complete", c_int, P, POINTER(Cqe), c_uint, c_uint)

@@ -23,6 +23,7 @@ from .errors import KvmmError, check, make_error
 from .format import Format, PageLayout
 
 SEQ_ALL_TOKENS = _args.U64_MAX
+PIN_FAR_MAX = _lib.PIN_FAR_MAX  # KVMM_PIN_FAR_MAX: the most blocks one pin_far pins
 BLOCK_NONE = -1
 DEVICE_NONE = _args.U32_MAX
 
@@ -105,6 +106,7 @@ class Client:
             raise e
         self._session: Optional[_Session] = _Session(h.value)
         self._pid = os.getpid()
+        self._reattach = reattach
         self.fmt = fmt
         self.ns = ns
         self._init_props()
@@ -127,6 +129,10 @@ class Client:
                                f"({self.layout.tokens_per_page} vs {self.tokens_per_page} "
                                "tokens per page): package and library do not match")
         self._views: dict = {}
+        for v in getattr(self, "_far_views", {}).values():
+            v._void()  # a reattach (or close) unmapped the window
+        self._far_views: dict = {}
+        self._far: Optional[tuple] = None  # the window kvmm_far_map mapped last
 
     # ---- the handle -------------------------------------------------------------------
 
@@ -162,6 +168,7 @@ class Client:
         stays mapped, and the session open, until the last view of it (:meth:`views`) is
         gone too.  Closing twice is fine."""
         self._views = {}
+        self._far_views, self._far = {}, None  # the window stays until the detach, as views
         self._session = None
 
     def __enter__(self) -> "Client":
@@ -447,6 +454,94 @@ class Client:
             raise make_error(err, "kvmm_unpin_range")
         return nr.value
 
+    # ---- far reads: host-tier pages read where they lie ---------------------------------
+
+    def far_map(self) -> tuple[int, int, int]:
+        """Map (or map again) the far window, read-only (kvmm_far_map): the pool's frames
+        [0, far_base), then the pages of kvmmd's host-memory swap tier, one after the other,
+        laid out like the pool.  Returns ``(address, nr_pages, far_base)``.  The window made
+        by the previous call is unmapped: the views :meth:`far_views` made over it are
+        emptied.  KvmmError EOPNOTSUPP: a daemon (or this libkvmm) without far reads, or a
+        pool in GPU memory; ENODEV: the namespace has no host swap tier."""
+        h = self._handle()
+        if not _lib.has("kvmm_far_map"):
+            raise KvmmError(_errno.EOPNOTSUPP, "this libkvmm has no far reads (kvmm_far_map)",
+                            "kvmm_far_map")
+        if self.backend != "host":
+            raise KvmmError(_errno.EOPNOTSUPP, "far reads need a pool in host memory (this "
+                            f"handle's is {self.backend!r})", "kvmm_far_map")
+        base, nr_pages, far_base = c_void_p(), c_uint64(), c_uint32()
+        err = lib.kvmm_far_map(h, byref(base), byref(nr_pages), byref(far_base))
+        old, self._far_views, self._far = self._far_views, {}, None
+        for v in old.values():
+            v._void()  # the old window is gone (or may be: a failed map)
+        if err < 0:
+            raise self._far_error(err, "kvmm_far_map", h)
+        self._far = (base.value or 0, nr_pages.value, far_base.value)
+        return self._far
+
+    def far_views(self, kind: str = "torch", *, remap: bool = False) -> Any:
+        """Zero-copy views of the far window (:class:`kvmm.PoolViews` with ``nr_frames`` the
+        window's pages and a ``far_base`` attribute), mapping it first (:meth:`far_map`)
+        when it is not mapped yet, or again with ``remap`` (after a :meth:`pin_far` that
+        raised ESTALE: the host tier changed).  Cached per kind until the next map.  The
+        paged kernels read a sequence pinned with :meth:`pin_far` through them, its entries
+        as block table, exactly as they read the pool through :meth:`views`; write through
+        :meth:`views` (the window is read-only: a write through it is a SIGSEGV).  Errors:
+        as :meth:`far_map`."""
+        self._handle()
+        if kind not in ("torch", "numpy"):
+            raise ValueError(f"kind must be 'torch' or 'numpy', not {kind!r}")
+        if remap or self._far is None:
+            self.far_map()
+        v = self._far_views.get(kind)
+        if v is None:
+            from .views import PoolViews
+            addr, nr_pages, far_base = self._far
+            v = PoolViews.far(self, addr, nr_pages, far_base, kind)
+            self._far_views[kind] = v
+        return v
+
+    def pin_far(self, seq: int, block: int, nr_blocks: int, out: Any = None, *,
+                like: str = "torch") -> tuple[Any, int]:
+        """Pin blocks [block, block + nr_blocks) of ``seq`` as :meth:`pin_range` does,
+        except that a sealed page swapped to the host tier stays there, its slot pinned
+        instead (kvmm_pin_far).  Returns ``(entries, nr_far)``: ``entries[i]`` is block
+        ``block + i``'s page in the far window (:meth:`far_views`), a frame below
+        ``far_base`` or ``far_base + slot``; ``nr_far`` how many lie in the host tier.
+        ``entries``: ``out`` filled in place (a contiguous CPU int32 array of ``nr_blocks``
+        entries, torch or numpy: a block-table row's slice will do), else a new
+        ``torch.int32`` tensor (``like="numpy"``: a numpy int32 array).  Without a mapped
+        window every entry is a frame.  End it with :meth:`unpin_range` of the same range.
+        KvmmError ESTALE: the host tier changed since the window was mapped (call
+        ``far_views(remap=True)``; a client attached with ``reattach=True`` gets
+        :class:`kvmm.KvmmReattached` instead, as from any call: either may be meant);
+        E2BIG: more than ``kvmm.PIN_FAR_MAX`` blocks (pin in parts); EOPNOTSUPP: no far
+        reads here; else as :meth:`pin_range` (PreemptedError, OutOfMemoryError, ...)."""
+        h = self._handle()
+        if not _lib.has("kvmm_pin_far"):
+            raise KvmmError(_errno.EOPNOTSUPP, "this libkvmm has no far reads (kvmm_pin_far)",
+                            "kvmm_pin_far")
+        seq = _args.u64("seq", seq)
+        block, nr_blocks = _args.u32("block", block), _args.u32("nr_blocks", nr_blocks)
+        if out is None:
+            out = _new_int32((nr_blocks,), like)
+        ptr = _vec_ptr(out, nr_blocks)
+        nr_far = c_uint32()
+        err = lib.kvmm_pin_far(h, seq, block, nr_blocks, ctypes.cast(ptr, _lib.i32p),
+                               byref(nr_far))
+        if err < 0:
+            raise self._far_error(err, "kvmm_pin_far", h)
+        return out, nr_far.value
+
+    def _far_error(self, err: int, call: str, h: Any) -> KvmmError:
+        """The far calls' error: their ESTALE (the host tier changed: map again) is no
+        reattach unless this handle reattaches on its own."""
+        if err == -_errno.ESTALE and not self._reattach:
+            return KvmmError(_errno.ESTALE, "the host swap tier changed since the far window "
+                             "was mapped (far_views(remap=True))", call)
+        return make_error(err, call, h)
+
     def prefetch(self, seqs: IntSeq) -> int:
         """Start reading back the swapped pages of ``seqs`` (kvmm_prefetch).  Returns the
         pages whose reads began."""
@@ -579,6 +674,30 @@ def _table_ptr(out: Any, n: int, max_blocks: Optional[int]) -> tuple[int, int]:
     if cols == 0 or cols > _args.U32_MAX:
         raise ValueError("max_blocks must be in [1, 2**32)")
     return ptr, cols
+
+
+def _vec_ptr(out: Any, n: int) -> int:
+    """Address of a 1-D int32 array of n entries (pin_far's entries), after checking it."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(out, torch.Tensor):
+        if out.dtype is not torch.int32:
+            raise TypeError(f"out must be torch.int32, not {out.dtype}")
+        if not out.is_cpu or out.layout is not torch.strided:
+            raise ValueError(f"out must be on the CPU, not {out.device} (copy it after)")
+        if not out.is_contiguous():
+            raise ValueError("out must be contiguous")
+        shape, ptr = tuple(out.shape), out.data_ptr()
+    elif type(out).__module__ == "numpy":
+        if out.dtype.str != "<i4":
+            raise TypeError(f"out must be numpy.int32, not {out.dtype}")
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("out must be C-contiguous and writeable")
+        shape, ptr = out.shape, out.ctypes.data
+    else:
+        raise TypeError(f"out must be a torch.Tensor or a numpy array, not {type(out).__name__}")
+    if shape != (n,):
+        raise ValueError(f"out must have shape [{n}] (nr_blocks), not {list(shape)}")
+    return ptr
 
 
 def _socket_path(socket_path: Optional[str]) -> str:

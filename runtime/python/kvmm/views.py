@@ -36,12 +36,14 @@ _NUMPY_DTYPE = {DTYPE_FP32: "float32", DTYPE_FP16: "float16", DTYPE_INT8: "int8"
 
 
 class _HostBuffer:
-    """The pool's bytes for numpy (``__array_interface__``); keeps the session alive."""
+    """The pool's bytes for numpy (``__array_interface__``); keeps the session alive.
+    ``readonly``: numpy refuses writes (torch ignores the flag, and warns about it: torch
+    views are made over a writable buffer)."""
 
-    def __init__(self, session: Any, addr: int, nbytes: int) -> None:
+    def __init__(self, session: Any, addr: int, nbytes: int, readonly: bool = False) -> None:
         self._session = session
         self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
-                                    "data": (addr, False), "version": 3}
+                                    "data": (addr, readonly), "version": 3}
 
 
 class _CudaBuffer:
@@ -136,6 +138,46 @@ class PoolViews:
         self.base_ptr = self.base.data_ptr()
         self._make_views()
         return self
+
+    @classmethod
+    def far(cls, client: Any, addr: int, nr_pages: int, far_base: int,
+            kind: str = "torch") -> "PoolViews":
+        """Views of the far window ``kvmm_far_map`` mapped at ``addr``: ``nr_pages`` pages
+        laid out like the pool (frames [0, far_base), then the host swap tier's slots), so
+        ``k[l][entry]`` is the page ``kvmm_pin_far`` returned ``entry`` for.  Get them with
+        :meth:`kvmm.Client.far_views`.  Read-only memory: a write through them is a SIGSEGV
+        (numpy views refuse it); they are void after the next far_map of the client (its
+        views are then emptied: ``nr_frames`` 0, no ``k``/``v``).  ``far_base`` is kept as
+        an attribute."""
+        if kind not in ("torch", "numpy"):
+            raise ValueError(f"kind must be 'torch' or 'numpy', not {kind!r}")
+        self = cls.__new__(cls)
+        self.kind = kind
+        self.layout = client.layout
+        self.fmt = client.fmt
+        self.nr_frames = nr_pages
+        self.page_size = client.page_size
+        self.tokens_per_page = client.tokens_per_page
+        self.far_base = far_base
+        self.device = "cpu"
+        self.base_ptr = addr
+        buf = _HostBuffer(client._session, addr, nr_pages * self.page_size,
+                          readonly=kind == "numpy")
+        import numpy
+        if kind == "torch":
+            import torch
+            self.base = torch.from_numpy(numpy.asarray(buf))
+        else:
+            self.base = numpy.asarray(buf)
+        self._make_views()
+        return self
+
+    def _void(self) -> None:
+        """Forget the memory (a far window unmapped): no views, no frames, so the kernels
+        refuse every block-table entry instead of reading unmapped memory."""
+        self.k, self.v, self.k_scales, self.v_scales = [], [], None, None
+        self.nr_frames = 0
+        self.base = self._typed = self._scales = None
 
     def _make_views(self) -> None:
         fmt, L = self.fmt, self.layout

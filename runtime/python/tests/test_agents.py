@@ -5,7 +5,8 @@ One small run (2 agents, 2 rounds, a tiny model, a few tokens) checks what the d
 benchmark rest on: every agent's output tokens are identical in the three modes, the shared
 mode really skipped prefill (the other agent's and the previous round's pages were mapped),
 the private mode held more frames at its peak, and in a pressure pool of half the shared
-peak, smaller than one sequence, the agents' chunked attention ran (a page a chunk, the
+peak, smaller than one sequence, the agents read the pages kvmm swapped to its host tier in
+place (far reads), and with far=False their chunked attention ran (a page a chunk, the
 admission control letting the tasks take turns) while kvmm swapped, nothing was preempted
 and the outputs stayed the same; then an agent
 killed between two runs is named by the next one, which does not hang. The admission's order
@@ -24,6 +25,7 @@ from conftest import kvmmd_path
 
 try:
     import kvmm  # noqa: F401
+    from kvmm import _lib
     from kvmm.llm.agents import (AgentError, Orchestrator, Workload, _Admission, _Daemon,
                                  mismatches, run_modes)
     from kvmm.llm.agents_cli import main as cli_main
@@ -62,9 +64,16 @@ def test_three_modes(ckpt, tmp_path):
             o.run("pressure", 2, force=True)
         sh = o.run("shared")
         res = {"shared": sh, "private": o.run("private"),
-               "pressure": o.run("pressure", sh.peak_frames // 2)}
+               "pressure": o.run("pressure", sh.peak_frames // 2),
+               "chunked": o.run("pressure", sh.peak_frames // 2, far=False)}
         assert mismatches(res) == []
-        sh, pr, pz = res["shared"], res["private"], res["pressure"]
+        sh, pr, pf, pz = res["shared"], res["private"], res["pressure"], res["chunked"]
+        # far reads (the default): the agents read the host tier in place
+        if _lib.has("kvmm_pin_far"):
+            assert pf.far and "far reads of the host tier" in pf.note, pf.note
+            assert pf.far_pages > 0
+        assert pf.pool_frames == sh.peak_frames // 2 and pf.peak_frames <= pf.pool_frames
+        assert not pz.far and pz.far_pages == 0 and pz.chunked_steps > 0
         for r in res.values():
             assert r.generated == w.agents * w.rounds * w.answer_tokens
             assert all(len(t) == w.answer_tokens for t in r.outputs.values())
@@ -153,6 +162,21 @@ def test_admission_order():
     adm.schedule(act)
     assert log[2:] == [("task", 2)]
     assert adm.queued(2) == pytest.approx(adm.started[2] - 1.0)
+
+    # far reads: own pages only, the critical agent beside the others, one alone always runs
+    own = {0: (frozenset(), 5), 1: (frozenset(), 5), 2: (frozenset(), 5), 3: (frozenset(), 30)}
+    log.clear()
+    adm = _Admission(12, own, prio, far=True)
+    adm.eligible([1, 0, 2], 0.0)
+    adm.schedule(act)
+    assert log == [("task", 0), ("task", 1)]  # 10 frames; a third does not fit
+    adm.finished(0)
+    adm.finished(1)
+    adm.schedule(act)
+    adm.finished(2)
+    adm.eligible([3], 1.0)
+    adm.schedule(act)
+    assert log[2:] == [("task", 2), ("task", 3)]  # 30 frames: alone it runs
 
     # the critical agent does not fit beside 1 and 3: the youngest lower one (3) pauses
     log.clear()

@@ -11,16 +11,21 @@ event per line on stdout (nothing else is written there).
         P (under memory pressure kvmmd swaps out or preempts lower priorities first);
         optional "chunk_pages": C: attention C pages at a time (PagedKV(chunk_pages=C)), a
         step writing at most C pages' worth of tokens; "lookup_pages": L: a prefix lookup
-        maps at most L pages
-        -> {"ev": "attached", "tokens_per_page": T, "kernel": K}
+        maps at most L pages; "far": true: far reads (PagedKV(far=True): the pages kvmmd
+        swapped to its host tier are read where they lie, not faulted in); "step_pages":
+        S: a step writes at most S pages' worth of tokens
+        -> {"ev": "attached", "tokens_per_page": T, "kernel": K, "far": F}
+           (F: whether far reads are in use; "far_why" says why not when they were asked for)
     {"op": "task", "id": I, "prompt": [ids...], "max_tokens": N}
         generate N greedy tokens (end-of-sequence ignored, so every answer has N tokens)
         -> {"ev": "first", "id": I, "ttft": s}    the first token is sampled (the prompt's
                                                    full pages are sealed by then)
         -> {"ev": "done", "id": I, "tokens": [...], "ttft": s, "seconds": s,
             "computed": n, "skipped": n, "preempted": n, "waits": n,
-            "prefill_s": s, "decode_s": s}     seconds in engine steps before the first
+            "prefill_s": s, "decode_s": s,     seconds in engine steps before the first
                                                    token and after it
+            "far_pages": n, "chunked_steps": n}    pages read in the host tier, steps run
+                                                   chunked (the store's stats, this task's)
         With $KVMM_AGENT_PROFILE=DIR each task runs under cProfile, its profile written to
         DIR/NAME-task-I.prof (python3 -m pstats).
     {"op": "pause"}   while a task runs: stop between two steps (nothing of this agent is
@@ -118,15 +123,20 @@ class _Agent:
                           kv_dtype=cmd.get("kv_dtype", "fp16"), ns=cmd["ns"],
                           socket_path=cmd["socket"], priority=int(cmd.get("priority", 0)),
                           chunk_pages=int(chunk) if chunk else None,
-                          lookup_pages=cmd.get("lookup_pages"))
+                          lookup_pages=cmd.get("lookup_pages"), far=bool(cmd.get("far")))
         batch = int(cmd.get("batch", 4096))
         if chunk:
             # a step writes at most a chunk's worth of pages (plus a partial one): what
             # the orchestrator's admission counts beside the chunk being read
             batch = min(batch, int(chunk) * self.kv.tokens_per_page)
+        if cmd.get("step_pages"):
+            batch = min(batch, int(cmd["step_pages"]) * self.kv.tokens_per_page)
         self.engine = Engine(self.model, self.kv, max_batch_tokens=batch, seal_prompts=True)
-        return {"ev": "attached", "tokens_per_page": self.kv.tokens_per_page,
-                "kernel": self.kv.kernel}
+        ev = {"ev": "attached", "tokens_per_page": self.kv.tokens_per_page,
+              "kernel": self.kv.kernel, "far": self.kv._far is not None}
+        if cmd.get("far") and self.kv._far is None:
+            ev["far_why"] = self.kv.far_why
+        return ev
 
     def detach(self) -> None:
         if self.engine is not None:
@@ -142,6 +152,7 @@ class _Agent:
             raise RuntimeError("task before attach")
         tid = cmd["id"]
         before = dict(e.stats)
+        kv_before = dict(self.kv.stats)
         req = e.add_request(cmd["prompt"], SamplingParams(max_tokens=int(cmd["max_tokens"]),
                                                           ignore_eos=True))
         waits = 0
@@ -177,7 +188,9 @@ class _Agent:
                 "computed": st["prefill_tokens"] - before["prefill_tokens"],
                 "skipped": st["cached_tokens"] - before["cached_tokens"],
                 "preempted": req.recomputes - self.released, "released": self.released,
-                "waits": waits, "prefill_s": step_s[0], "decode_s": step_s[1]}
+                "waits": waits, "prefill_s": step_s[0], "decode_s": step_s[1],
+                "far_pages": self.kv.stats["far_pages"] - kv_before["far_pages"],
+                "chunked_steps": self.kv.stats["chunked_steps"] - kv_before["chunked_steps"]}
 
     def _between_steps(self, tid: int) -> None:
         """A pause from the orchestrator (its admission control: another agent's task needs

@@ -24,14 +24,19 @@ Modes, on identical inputs:
   private   a namespace (its own pool) per agent: no sharing, the baseline
   pressure  shared, in a pool of half the frames the shared mode's namespace held at its peak
             (kvmmd's meminfo Peak: used + cached), with a host-memory swap tier. That pool
-            is smaller than one round-2 sequence, so the agents' attention is chunked
-            (PagedKV(chunk_pages=C)): a step pins only the pages it writes and the chunk it
-            reads, C pages at a time, and kvmmd swaps the rest of the sequence out and back
-            in between chunks. C is chosen so that every agent's working set (the chunk read
-            and the at most C + 1 pages written) fits at once beside the frames kvswapd
-            keeps free; admission (_Admission: working-set load control) still orders the
-            tasks, the critical one first, pausing lower ones when it does not fit. A pool
-            below one chunk's needs (3 pages and the kvswapd reserve) is refused
+            is smaller than one round-2 sequence. With far reads (far=True, the default):
+            the agents' stores read the sealed pages kvmmd swapped to the host tier where
+            they lie (PagedKV(far=True): kvmm_pin_far, the tier mapped read-only after the
+            pool), so a step faults nothing in; a step writes at most C pages
+            (step_pages), and a task's working set is its own pages (its instruction and
+            answer: the shared prefix is read in place). far=False: the agents' attention is
+            chunked (PagedKV(chunk_pages=C)): a step pins only the pages it writes and the
+            chunk it reads, C pages at a time, and kvmmd swaps the rest of the sequence out
+            and back in between chunks. C is chosen so that every agent's working set (the
+            chunk read and the at most C + 1 pages written) fits at once beside the frames
+            kvswapd keeps free; admission (_Admission: working-set load control) still
+            orders the tasks, the critical one first, pausing lower ones when it does not
+            fit. A pool below one chunk's needs (3 pages and the kvswapd reserve) is refused
             (pressure_pool= forces a size)
 Every agent's output tokens are compared across the modes.
 """
@@ -153,6 +158,9 @@ class ModeResult:
     queued: float = 0.0  # seconds tasks waited for admission, summed
     prefill_s: float = 0.0  # seconds the agents spent in steps before their first token
     decode_s: float = 0.0  # and after it, summed over tasks
+    far: bool = False  # the agents read the host tier in place (far reads)
+    far_pages: int = 0  # pages they read there, summed over steps and tasks
+    chunked_steps: int = 0  # steps run chunked (far=False; with far reads: fallbacks)
 
     @property
     def tokens_per_s(self) -> float:
@@ -299,7 +307,7 @@ class Orchestrator:
     """N agent processes on one checkpoint; run(mode) runs the workload in one mode."""
 
     def __init__(self, model: str, workload: Workload, workdir: str, kv_dtype: str = "fp16",
-                 timeout: float = 120.0, log=None):
+                 timeout: float = 120.0, log=None, far: bool = True):
         workload.check()
         if kv_dtype not in ("fp32", "fp16", "bf16"):
             raise AgentError(f"kv dtype {kv_dtype!r}: one of fp32, fp16, bf16")
@@ -314,6 +322,7 @@ class Orchestrator:
         workload.vocab = cfg.vocab_size  # the ids are drawn from the model's vocabulary
         self.model, self.w, self.dir, self.kv_dtype = model, workload, workdir, kv_dtype
         self.timeout = timeout
+        self.far = far  # the pressure mode reads the host tier in place (else: chunked)
         self.log = log or (lambda s: None)
         self.sock = os.path.join(workdir, "kvmmd.sock")
         elem = 4 if kv_dtype == "fp32" else 2
@@ -394,13 +403,20 @@ class Orchestrator:
     def _priority(self, agent: int) -> int:
         return CRITICAL_PRIORITY if agent == self.w.critical else 0
 
-    def _working_set(self, prompt: List[int], chunk: int = 0) -> Tuple[frozenset, int]:
+    def _working_set(self, prompt: List[int], chunk: int = 0, far: bool = False
+                     ) -> Tuple[frozenset, int]:
         """A task's pages: the prompt's full pages by content (the same prefix is the same
         page in the shared namespace, whoever computed it: a chained hash of the blocks, the
         way kvmm keys them) and the count of its own pages after them (a partial prompt
         page, the answer). Chunked attention (chunk pages): its own pages are what a step
-        pins, the chunk it reads and the at most chunk + 1 pages it writes."""
+        pins, the chunk it reads and the at most chunk + 1 pages it writes. Far reads: no
+        shared pages (the round's common prefix, preamble and transcript, is sealed and
+        read where it lies, in the pool or the host tier), its own pages those after that
+        prefix: its instruction and answer."""
         tpp = self.tpp
+        if far:
+            common = max(0, len(prompt) - self.w.instruction_tokens) // tpp
+            return frozenset(), -(-(len(prompt) + self.w.answer_tokens) // tpp) - common
         full = len(prompt) // tpp
         keys, h = [], 0
         for j in range(full):
@@ -411,12 +427,14 @@ class Orchestrator:
         total = -(-(len(prompt) + self.w.answer_tokens) // tpp)
         return frozenset(keys), total - full
 
-    def run(self, mode: str, pool_frames: Optional[int] = None, force: bool = False
-            ) -> ModeResult:
+    def run(self, mode: str, pool_frames: Optional[int] = None, force: bool = False,
+            far: Optional[bool] = None) -> ModeResult:
         """Run the workload in mode; pressure needs pool_frames (half the shared peak), and
-        runs with chunked attention sized to it (chunk_for); a pool that cannot hold one
-        chunk beside the frames kvswapd keeps free (wmark_high) is refused. force: the size
-        was given (--pressure-pool), not derived."""
+        runs with far reads (far, None: the orchestrator's), steps writing at most C pages,
+        or else with chunked attention of C pages, C sized to it (chunk_for); a pool that
+        cannot hold one chunk beside the frames kvswapd keeps free (wmark_high) is refused.
+        force: the size was given (--pressure-pool), not derived."""
+        far = self.far if far is None else far
         if mode not in MODES:
             raise AgentError(f"mode {mode!r}: one of {', '.join(MODES)}")
         w = self.w
@@ -448,13 +466,19 @@ class Orchestrator:
                     f"and 2 written) beside the {reserve} frames kvswapd keeps free: at least "
                     f"{3 + reserve}")
             least = self.least_pool()
-            note = (f"{'forced' if force else 'half the shared peak'}: {pool_frames} frames "
-                    f"for sequences of up to {least} pages: attention {chunk} pages at a "
-                    f"time (each agent pins at most {2 * chunk + 1}; kvswapd keeps "
-                    f"{reserve} free)")
+            if far:
+                note = (f"{'forced' if force else 'half the shared peak'}: {pool_frames} "
+                        f"frames for sequences of up to {least} pages: far reads of the "
+                        f"host tier, steps of at most {chunk} pages written (kvswapd keeps "
+                        f"{reserve} free)")
+            else:
+                note = (f"{'forced' if force else 'half the shared peak'}: {pool_frames} "
+                        f"frames for sequences of up to {least} pages: attention {chunk} "
+                        f"pages at a time (each agent pins at most {2 * chunk + 1}; kvswapd "
+                        f"keeps {reserve} free)")
             try:
                 return self._run(mode, d, [SHARED_NS], [(SHARED_NS, pool_frames)], note,
-                                 pool_frames - reserve, chunk)
+                                 pool_frames - reserve, chunk, far)
             finally:
                 self._detach_all(d)
         names = [p[0] for p in pools]
@@ -506,28 +530,41 @@ class Orchestrator:
         finally:
             d.stop()
 
-    def _run(self, mode, d, names, pools, note, capacity: Optional[int], chunk: int = 0
-             ) -> ModeResult:
+    def _run(self, mode, d, names, pools, note, capacity: Optional[int], chunk: int = 0,
+             far: bool = False) -> ModeResult:
         """capacity: the frames admission may fill (None: every task starts when ready);
-        chunk: the agents' attention chunk in pages (0: whole sequences)."""
+        chunk: the agents' attention chunk in pages (0: whole sequences); far: far reads
+        instead, chunk then the most pages a step writes."""
         w = self.w
         for a in self.agents:
             ns = names[a.idx] if mode == "private" else SHARED_NS
             cmd = {"op": "attach", "socket": d.sock, "ns": ns, "kv_dtype": self.kv_dtype,
                    "priority": self._priority(a.idx)}
             if chunk:
-                cmd["chunk_pages"] = chunk
+                if far:
+                    cmd["far"] = True
+                    cmd["step_pages"] = chunk
+                else:
+                    cmd["chunk_pages"] = chunk
                 # a preamble well past the pool (over 4/3 of it) cannot even be mapped for
                 # a moment: lookups take at most half the pool (the rest is computed)
                 pool = pools[0][1]
                 if 3 * (len(w.preamble) // self.tpp) > 4 * pool:
                     cmd["lookup_pages"] = pool // 2
             a.send(cmd)
+        far_off = ""
         for _ in self.agents:
             a, ev = self._next(want="attached")
             if ev["tokens_per_page"] != self.tpp:
                 raise AgentError(f"agent{a.idx}: {ev['tokens_per_page']} tokens a page, "
                                  f"expected {self.tpp}")
+            if far and not ev.get("far"):
+                far_off = ev.get("far_why", "")
+        if far and far_off:
+            # the stores go on without (whole pins, chunked when a pin finds no room)
+            self.log(f"[{mode}] far reads unavailable: {far_off}")
+            note += f"; far reads unavailable ({far_off})"
+            far = False
         self.log(f"[{mode}] kvmmd {d.sock}: {', '.join(f'{n} {f} frames' for n, f in pools)}"
                  f" of {self.page_size // 1024} KiB ({self.tpp} tokens a page); "
                  f"watch: kvmmctl --socket {d.sock} top")
@@ -539,8 +576,9 @@ class Orchestrator:
         for rnd in range(w.rounds):
             prompts = {i: w.prompt(rnd, i, answers) for i in range(w.agents)}
             adm = _Admission(capacity,
-                             {i: self._working_set(prompts[i], chunk) for i in prompts},
-                             self._priority, chunked=bool(chunk))
+                             {i: self._working_set(prompts[i], 0 if far else chunk, far)
+                              for i in prompts},
+                             self._priority, chunked=bool(chunk) and not far, far=far)
             tid = {i: rnd * w.agents + i for i in prompts}
             started = False
             left = set(prompts)
@@ -603,7 +641,9 @@ class Orchestrator:
             outputs={k: list(v["tokens"]) for k, v in done.items()}, note=note,
             suspended=suspended, queued=sum(queued.values()),
             prefill_s=sum(e.get("prefill_s", 0.0) for e in ev),
-            decode_s=sum(e.get("decode_s", 0.0) for e in ev))
+            decode_s=sum(e.get("decode_s", 0.0) for e in ev), far=far,
+            far_pages=sum(e.get("far_pages", 0) for e in ev),
+            chunked_steps=sum(e.get("chunked_steps", 0) for e in ev))
 
     def close(self) -> None:
         for a in self.agents:
@@ -650,15 +690,20 @@ class _Admission:
     the prompt pages other running tasks map too included (kvmm swaps a sealed page out of
     all its mappers); a paused task gives its sequence up (release: its prompt stays in kvmm's prefix cache, it is computed again on
     resume), so it holds nothing.
+    Far reads (far: the pressure mode's default): a task's working set is its own pages only
+    (Orchestrator._working_set gives no shared keys: the common prefix is read where it
+    lies, in the pool or kvmm's host tier, never faulted in), tasks of any priority share
+    the pool (the critical one does not run alone), and a task alone always runs.
     Pages nobody runs on (finished tasks, cached) are kvmmd's to reclaim or demote.
     capacity None: no limit (every task starts when it is ready)."""
 
     def __init__(self, capacity: Optional[int], sets: Dict[int, Tuple[frozenset, int]],
-                 priority, chunked: bool = False):
+                 priority, chunked: bool = False, far: bool = False):
         self.capacity = capacity
         self.sets = sets
         self.prio = priority
         self.chunked = chunked
+        self.far = far
         self.ready: Dict[int, float] = {}  # agent -> when its task could start
         self.started: Dict[int, float] = {}  # agent -> when its task was sent
         self.waiting: List[int] = []  # ready, not sent
@@ -687,7 +732,7 @@ class _Admission:
         # priority share the pool, two at a time here (measured: kvmm-bench.md, agents)
         if self.chunked and len(agents) > 1 and len({self.prio(i) for i in agents}) > 1:
             return False
-        return (self.capacity is None or (self.chunked and len(agents) == 1)
+        return (self.capacity is None or ((self.chunked or self.far) and len(agents) == 1)
                 or self.resident(agents) <= self.capacity)
 
     def eligible(self, agents, now: float) -> None:
@@ -743,10 +788,10 @@ class _Admission:
 
 def run_modes(model: str, workload: Workload, modes: Sequence[str] = MODES,
               kv_dtype: str = "fp16", workdir: Optional[str] = None, log=None,
-              timeout: float = 120.0, pressure_pool: Optional[int] = None
+              timeout: float = 120.0, pressure_pool: Optional[int] = None, far: bool = True
               ) -> Dict[str, ModeResult]:
     """Run the modes in order (pressure after shared: its pool is half the shared peak, or
-    pressure_pool frames when given)."""
+    pressure_pool frames when given; with far reads, else chunked attention)."""
     for m in modes:
         if m not in MODES:
             raise AgentError(f"mode {m!r}: one of {', '.join(MODES)}")
@@ -758,7 +803,7 @@ def run_modes(model: str, workload: Workload, modes: Sequence[str] = MODES,
     workdir = workdir or tempfile.mkdtemp(prefix="kvmm-agents.")
     out: Dict[str, ModeResult] = {}
     try:
-        with Orchestrator(model, workload, workdir, kv_dtype, timeout, log) as o:
+        with Orchestrator(model, workload, workdir, kv_dtype, timeout, log, far=far) as o:
             o.warm_up()
             for m in sorted(modes, key=MODES.index):
                 pool = None

@@ -21,8 +21,9 @@ context + the agent's instruction; round 2's shared context carries round 1's in
 and answers, so agents map each other's KV. One agent is critical (a higher kvmm priority).
 The workload runs in three modes on identical inputs: shared (one namespace, prefix cache),
 private (a namespace each: the baseline) and pressure (shared, in a pool of half the shared
-mode's peak frames, smaller than one sequence; swap tier on; the agents' attention chunked to
-fit; admission runs the tasks that fit, the critical agent first, pausing others). It prints, per mode, prefill
+mode's peak frames, smaller than one sequence; a host swap tier whose pages the agents read
+where they lie - far reads - or, with --no-far, attention chunked to fit; admission runs the
+tasks that fit, the critical agent first, pausing others). It prints, per mode, prefill
 tokens computed and skipped, frames at peak, wall time, tokens/s, time to first token per
 agent, preemptions and swap-ins, checks that every agent's output tokens are the same in
 every mode, and ends with a table.
@@ -37,6 +38,7 @@ examples:
   KVMM_MODEL=~/models/TinyLlama kvmm-agents --answer-tokens 16
   kvmm-agents --agents 8 --rounds 3 --modes shared,private
   kvmm-agents --pressure-pool 200               force the pressure pool's size (frames)
+  kvmm-agents --no-far                          pressure with chunked attention instead
 
 While it runs, `kvmmctl --socket DIR/kvmmd.sock top` in a second terminal shows the agents
 (each mode starts its own kvmmd on that socket; top follows it from one to the next).
@@ -70,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pressure-pool", type=_positive, default=None, metavar="FRAMES",
                    help="the pressure pool (default: half the shared peak; the agents' "
                    "attention is chunked to fit it; refused below one chunk's pages)")
+    p.add_argument("--no-far", action="store_true",
+                   help="pressure mode without far reads: chunked attention, each chunk's "
+                   "swapped pages faulted in")
     p.add_argument("--reps", type=_positive, default=1,
                    help="run the modes this many times; each figure is the median")
     p.add_argument("--timeout", type=float, default=300.0,
@@ -123,6 +128,9 @@ def _report(res, w, out) -> None:
     if r.mode == "pressure":
         p(f"  admission          {r.suspended} tasks paused for the critical agent, "
           f"{r.queued:.2f} s waited for room in all")
+        p("  attention          " + (f"far reads: {r.far_pages} pages read in the host "
+                                      f"tier, {r.chunked_steps} steps chunked"
+                                      if r.far else f"chunked: {r.chunked_steps} steps"))
     p(f"  swap-ins           {r.swap_in} pages (swap-outs {r.swap_out})")
     p()
 
@@ -199,6 +207,10 @@ def _bench_rows(res, w, same: bool, out) -> None:
         note(f"agents pressure: {pz.preempted} preemptions, {pz.swap_in} pages swapped in, "
              f"{pz.swap_out} out; admission paused {pz.suspended} tasks, "
              f"{pz.queued:.2f} s waited for room")
+        note("agents pressure: " + (f"far reads, {pz.far_pages} pages read in the host "
+                                     f"tier in place, {pz.chunked_steps} steps chunked"
+                                     if pz.far else f"chunked attention ({pz.chunked_steps} "
+                                     "steps), no far reads"))
     for m, r in res.items():
         note(f"agents {m}: prefill {r.computed} computed, {r.skipped} skipped; "
              f"{r.generated} tokens in {r.wall:.2f} s")
@@ -251,7 +263,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         for _ in range(args.reps):
             runs.append(run_modes(model, w, modes, kv_dtype=args.kv_dtype, workdir=tmp,
                                   log=log, timeout=args.timeout,
-                                  pressure_pool=args.pressure_pool))
+                                  pressure_pool=args.pressure_pool, far=not args.no_far))
         bad = [b for r in runs for b in mismatches(r)]
         res = _median_result(runs)
         if args.bench_rows:

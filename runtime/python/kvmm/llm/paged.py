@@ -46,6 +46,23 @@ AUTO_CHUNK_PAGES pages a chunk (a quarter of the pool, if less).  A chunk that f
 raises KVOutOfMemory from attention(); a sequence preempted meanwhile is reported by
 step_lost() and its output of the step is void.
 
+Far reads (far=True; a pool in host memory and a host-memory swap tier, KVMM_FEAT_FAR): the
+host tier is mapped read-only right after the pool (the far window, Client.far_views) and
+begin_step pins each sequence's blocks [0, end) with kvmm_pin_far: a sealed page kvmmd swapped
+to the host tier stays there, its slot pinned, and its entry in the step's block table is
+far_base + slot instead of a frame; the other pages (the ones the step writes among them,
+never sealed) are pinned in the pool like kvmm_pin_range does.  Attention then runs
+unchunked, the kernels (or the torch path) reading through the far window with that table
+and writing the new K, V through the pool's views; end_step ends the pins with
+kvmm_unpin_range, and seals the full pages the step completed (their KV is written), so the
+next step may read them far instead of faulting them in.  A sequence bigger than the pool
+runs so without a page faulted in.  Where far reads are unavailable (an old daemon or
+libkvmm: EOPNOTSUPP, no host tier: ENODEV) the store says so once (far_why) and goes on
+without; a pin that finds the tier changed (ESTALE) maps the window again and is retried
+once; one that finds no room for the pages it must fault in (unsealed ones on the tier)
+runs the step chunked instead (chunk_pages, else auto_chunk_pages()).  stats: far_steps,
+far_pages (entries read in place), far_fallback_steps.
+
 Kernels: kvmm.kernels (libkvmm's CPU or CUDA kernels on tensors) when the loaded libkvmm
 has them; otherwise the same computation in torch over the zero-copy views (a gather through
 the block table, then attention), so the engine runs on any libkvmm. .kernel says which.
@@ -100,12 +117,18 @@ def model_identity(directory: str) -> bytes:
     return b"kvmm.llm/" + _checkpoint_digest(directory).encode()
 
 
+class _FarFallback(Exception):
+    """A far step cannot be pinned (no room for the pages pin_far must fault in, or the far
+    window gone): its pins are undone, the step runs another way."""
+
+
 class _PSeq:
-    __slots__ = ("id", "appended", "lost", "gone")
+    __slots__ = ("id", "appended", "lost", "gone", "sealed")
 
     def __init__(self, sid: int):
         self.id = sid
         self.appended = 0  # tokens given to kvmm_seq_append (or mapped by lookup)
+        self.sealed = 0  # blocks [0, sealed) are sealed (far reads: seal as written)
         self.lost = False
         self.gone = False  # lost with a kvmmd that went away: its id means nothing now
 
@@ -120,7 +143,8 @@ class PagedKV(KVStore):
                  quant_group: int = 0, kernels: Optional[bool] = None, client=None,
                  priority: int = 0, model: Optional[bytes] = None,
                  reattach_timeout: Optional[float] = None, chunk_pages: Optional[int] = None,
-                 auto_chunk: bool = True, lookup_pages: Optional[int] = None):
+                 auto_chunk: bool = True, lookup_pages: Optional[int] = None,
+                 far: bool = False):
         import kvmm  # the libkvmm bindings: only this store needs them
 
         self._kvmm = kvmm
@@ -165,7 +189,7 @@ class PagedKV(KVStore):
         self._batch: List[StepEntry] = []
         self._pinned: List[int] = []
         self.stats = {"preempt_events": 0, "sealed": 0, "reattached": 0, "chunked_steps": 0,
-                      "chunks": 0}
+                      "chunks": 0, "far_steps": 0, "far_pages": 0, "far_fallback_steps": 0}
         # kvmmd went away: wait this long for it to come back (Client.reattach), then
         # recompute every sequence; None: KvmmDaemonGone reaches the caller
         self.reattach_timeout = reattach_timeout
@@ -180,6 +204,26 @@ class PagedKV(KVStore):
             raise RuntimeError("kvmm: this libkvmm has no paged kernels (kvmm.kernels)")
         self._k = kmod if kernels else None
         self.kernel = "libkvmm" if kernels else "torch"
+        # far reads: the far window's views while they are in use (None: not asked for, or
+        # unavailable, far_why then says why); _read: the views this step's attention reads
+        self.far = far
+        self.far_why = ""
+        self._far = self._far_window() if far else None
+        self._read = self.views
+
+    def _far_window(self, remap: bool = False):
+        """The far window's torch views (Client.far_views), or None where far reads cannot
+        be had: a daemon or libkvmm without them, a pool in GPU memory (EOPNOTSUPP), no host
+        swap tier (ENODEV); far_why keeps the reason (the store goes on without)."""
+        kvmm = self._kvmm
+        try:
+            return self.c.far_views("torch", remap=remap)
+        except kvmm.KvmmError as err:
+            if err.errno not in (errno.EOPNOTSUPP, errno.ENODEV) or isinstance(
+                    err, kvmm.KvmmDaemonGone):
+                raise
+            self.far_why = str(err)
+            return None
 
     # ---- kvmmd going away -----------------------------------------------------------------
     def _reattach(self) -> None:
@@ -198,6 +242,9 @@ class PagedKV(KVStore):
         self._chunk = None
         self._batch = []
         self.views = self.c.views("torch")  # the views of the old pool are void
+        self._read = self.views
+        if self.far:  # so is the far window
+            self._far = self._far_window()
         self.tokens_per_page = self.c.tokens_per_page
         self.stats["reattached"] += 1
 
@@ -230,6 +277,7 @@ class PagedKV(KVStore):
             self._reattach()
             return 0  # seq is lost: the next begin_step says so
         seq.appended = hit
+        seq.sealed = hit // self.tokens_per_page  # the pages a lookup maps are sealed ones
         return hit
 
     def fork(self, seq, ntokens):
@@ -340,6 +388,18 @@ class PagedKV(KVStore):
                         raise KVOutOfMemory(f"kvmm namespace {self.c.ns}: out of pages") from None
         live = [e for e in batch if not e.seq.lost]
         self._chunk = None
+        self._read = self.views
+        if self._far is not None:
+            try:
+                return self._begin_far(live)
+            except _FarFallback:
+                pass  # nothing of it is pinned
+            live = [e for e in batch if not e.seq.lost]
+            if self._far is not None:  # no room for what pin_far faults in: chunked
+                self.stats["far_fallback_steps"] += 1
+                return self._begin_chunked(batch, live,
+                                           self.chunk_pages or self.auto_chunk_pages())
+            # the window is gone (the host tier was removed): on as without far reads
         if self.chunk_pages is not None:
             return self._begin_chunked(batch, live, self.chunk_pages)
         try:
@@ -358,6 +418,81 @@ class PagedKV(KVStore):
         # every lost sequence still ours, including those learnt of in a step that raised:
         # the engine frees each, so none is reported twice
         return [s for s in self._seqs.values() if s.lost]
+
+    def _begin_far(self, live: List[StepEntry]) -> List[object]:
+        """Pin each sequence's blocks [0, end) with kvmm_pin_far (its pages in the host tier
+        where they lie, the rest in the pool, the pages the step writes included) into the
+        rows of the step's block table, which the attention reads through the far window.
+        Raises _FarFallback, its pins undone, when a pin finds no room (OutOfMemoryError:
+        pages that must be faulted in) or the window is gone; a changed host tier (ESTALE)
+        maps the window again and pins the step again, once."""
+        kvmm = self._kvmm
+        tpp = self.tokens_per_page
+        most = kvmm.PIN_FAR_MAX
+        for attempt in (0, 1):
+            nbs = [-(-(e.start + len(e.new)) // tpp) for e in live]
+            table = torch.full((len(live), max([1] + nbs)), -1, dtype=torch.int32)
+            pins: List[tuple] = []
+            far_pages = 0
+            try:
+                for i, e in enumerate(live):
+                    for b in range(0, nbs[i], most):  # pin_far takes at most `most` blocks
+                        n = min(most, nbs[i] - b)
+                        try:
+                            _, nf = self.c.pin_far(e.seq.id, b, n, out=table[i, b:b + n])
+                        except kvmm.PreemptedError:
+                            e.seq.lost = True
+                            break
+                        except kvmm.OutOfMemoryError:
+                            if self.poll_preempted() and e.seq.lost:
+                                break
+                            raise _FarFallback() from None
+                        pins.append((e.seq.id, b, n))
+                        far_pages += nf
+            except BaseException as err:
+                self._unpin_ranges(pins)
+                if not (isinstance(err, kvmm.KvmmError) and err.errno == errno.ESTALE
+                        and not isinstance(err, kvmm.KvmmReattached)):
+                    raise
+                if attempt:
+                    raise _FarFallback() from None  # changed again: this step chunked
+                # the host tier changed (swapoff, swapon): map the window again
+                self._far = self._far_window(remap=True)
+                if self._far is None:
+                    raise _FarFallback() from None
+                continue
+            break
+        keep = [i for i, e in enumerate(live) if not e.seq.lost]
+        live = [live[i] for i in keep]
+        table = table[keep]
+        if live:
+            # the columns of the pages the step writes from kvmm_block_table (the same
+            # frames), which also makes them writable in this process (write protection)
+            try:
+                bt = self.c.block_table([e.seq.id for e in live], table.shape[1])
+            except BaseException:
+                self._unpin_ranges(pins)
+                raise
+            for i, e in enumerate(live):
+                b0 = e.start // tpp
+                table[i, b0:] = bt[i, b0:]
+        self._tails = pins
+        self._read = self._far
+        self.stats["far_steps"] += 1
+        self.stats["far_pages"] += far_pages
+        self._batch = live
+        if live:
+            self._prepare(live, table=table)
+        return [s for s in self._seqs.values() if s.lost]
+
+    def _unpin_ranges(self, pins: List[tuple]) -> None:
+        """Undo range pins (a step that will not run); errors ignored (a preempted
+        sequence's pins went with it)."""
+        for t in pins:
+            try:
+                self.c.unpin_range(*t)
+            except self._kvmm.KvmmError:
+                pass
 
     def auto_chunk_pages(self) -> int:
         """The chunk of a step that does not fit (no chunk_pages): AUTO_CHUNK_PAGES, or a
@@ -463,15 +598,21 @@ class PagedKV(KVStore):
                 elif cqe.preempted:
                     s.lost = True
 
-    def _prepare(self, batch: List[StepEntry], ids: Optional[List[int]] = None) -> None:
-        """Block table, context and query lengths, and the new tokens' slots of the step."""
+    def _prepare(self, batch: List[StepEntry], ids: Optional[List[int]] = None,
+                 table: Optional[torch.Tensor] = None) -> None:
+        """Block table, context and query lengths, and the new tokens' slots of the step.
+        table: the step's block table already made (far reads: pin_far's entries, pages
+        in the far window); else kvmm_block_table of the batch."""
         tpp = self.tokens_per_page
         ctx = [e.start + len(e.new) for e in batch]
         max_blocks = max(1, max(-(-n // tpp) for n in ctx))
         self.max_blocks = max_blocks
         # int32 [seqs, max_blocks]; chunked: the new tokens' pages are right, the others are
         # read again when their chunk is pinned
-        self.table = self.c.block_table(self._pinned if ids is None else ids, max_blocks)
+        if table is not None:
+            self.table = table[:, :max_blocks].contiguous()
+        else:
+            self.table = self.c.block_table(self._pinned if ids is None else ids, max_blocks)
         self.ctx_lens = torch.tensor(ctx, dtype=torch.int32)
         self.q_lens = torch.tensor([len(e.new) for e in batch], dtype=torch.int32)
         pos = torch.cat([torch.arange(e.start, e.start + len(e.new)) for e in batch])
@@ -479,6 +620,9 @@ class PagedKV(KVStore):
         frames = self.table.long()[row, pos // tpp]
         if bool((frames < 0).any()):
             raise RuntimeError("kvmm: a new token has no page in the block table")
+        if table is not None and bool((frames >= self._far.far_base).any()):
+            # the pages a step writes are never sealed, so never left in the host tier
+            raise RuntimeError("kvmm: pin_far left a page the step writes in the host tier")
         self.slots = frames * tpp + pos % tpp
         dev = self.device
         self._frames, self._rows = frames.to(dev), (pos % tpp).to(dev)
@@ -525,6 +669,9 @@ class PagedKV(KVStore):
                 break
         self._tails = []
         self._chunk = None
+        self._read = self.views
+        if self._far is not None:
+            self._seal_written()
         if self._pinned:
             try:
                 self.c.unpin(self._pinned)
@@ -535,6 +682,30 @@ class PagedKV(KVStore):
                     raise  # else the next begin_step reattaches
         self._pinned = []
         self._batch = []
+
+    def _seal_written(self) -> None:
+        """Far reads: seal the full pages the step completed (their KV is written, the
+        pins are ended), which finish() or seal_computed() would seal later anyway: a sealed
+        page kvmmd swaps to the host tier is read there by the next steps, where an unsealed
+        one would be faulted back in.  One that finds no room is left unsealed."""
+        kvmm = self._kvmm
+        tpp = self.tokens_per_page
+        for e in self._batch:
+            s = e.seq
+            full = (e.start + len(e.new)) // tpp
+            if s.lost or full <= s.sealed:
+                continue
+            try:
+                self.c.seal(s.id, s.sealed, full - s.sealed)
+                s.sealed = full
+            except kvmm.OutOfMemoryError:
+                pass
+            except kvmm.PreemptedError:
+                s.lost = True  # the next begin_step reports it
+            except kvmm.KvmmDaemonGone:
+                if self.reattach_timeout is None:
+                    raise
+                return  # the next begin_step reattaches
 
     def close(self):
         for s in list(self._seqs.values()):
@@ -555,11 +726,12 @@ class PagedKV(KVStore):
         K.reshape_and_cache(self.views, layer, k.float().contiguous().to(dev),
                             v.float().contiguous().to(dev), slots)
         qf = q.float().contiguous().to(dev)
+        R = self._read  # the pool, or the far window (its frames are the pool's pages)
         if self.decode_only:
-            out = K.paged_decode(self.views, layer, qf, table,
+            out = K.paged_decode(R, layer, qf, table,
                                  self.ctx_lens if cpu else self.ctx_dev)
         else:
-            out = K.paged_prefill(self.views, layer, qf, table,
+            out = K.paged_prefill(R, layer, qf, table,
                                   self.ctx_lens if cpu else self.ctx_dev,
                                   self.q_lens if cpu else self.qlen_dev)
         return out.to(q.device)
@@ -594,6 +766,10 @@ class PagedKV(KVStore):
         k, v, q = k.to(self.device), v.to(self.device), q.to(self.device)
         self._store(V.k[layer], ks, k)
         self._store(V.v[layer], vs, v)
+        R = self._read  # reads through the pool's views, or the far window's
+        if R is not V:
+            ks = R.k_scales[layer] if R.k_scales is not None else None
+            vs = R.v_scales[layer] if R.v_scales is not None else None
         if self.decode_only:
             return self._decode_torch(layer, q, ks, vs)
         out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
@@ -603,16 +779,17 @@ class PagedKV(KVStore):
             n = len(e.new)
             end = e.start + n
             frames = self.table[i, : -(-end // tpp)].long().to(self.device)
-            kk = self._load(V.k[layer], ks, frames, end)
-            vv = self._load(V.v[layer], vs, frames, end)
+            kk = self._load(R.k[layer], ks, frames, end)
+            vv = self._load(R.v[layer], vs, frames, end)
             out[row:row + n] = causal_attention(q[row:row + n], kk, vv, e.start)
             row += n
         return out
 
     def _decode_torch(self, layer, q, ks, vs):
         """One query per sequence: the whole batch's pages in one gather through the block
-        table, attention masked past each context length."""
-        V = self.views
+        table, attention masked past each context length (ks, vs: the scales of the views
+        read, self._read)."""
+        V = self._read
         tpp = self.tokens_per_page
         b, heads, d = q.shape
         kvh = self.kv_heads

@@ -281,6 +281,7 @@ enum kvmm_stat {
 	KVMM_STAT_SWAP_SHARED, /* sealed pages several sequences map, swapped out of all of them */
 	KVMM_STAT_FAR_PIN,     /* swapped pages pinned where they lie for far reads (SEQ_PIN_FAR) */
 	KVMM_STAT_FAR_HELD,    /* slots released while far-pinned, freed at their last unpin */
+	KVMM_STAT_FAR_MAP,     /* prefix-lookup hits mapped on the far tier, not faulted in */
 	KVMM_STAT_COUNT,
 };
 
@@ -572,6 +573,11 @@ struct kvmm_aspace {
 	 * (kvmm_key_domain): mixed into every cache key of its sequences
 	 */
 	uint64_t fmt_id;
+	/*
+	 * Its client reads the far tier in place (kvmm_swap_far_tier, FAR_MAP): prefix lookups
+	 * map a sealed page found there without bringing it back (kvmm_swap_map_far).
+	 */
+	bool far_lookup;
 };
 
 struct kvmm_seq {

@@ -118,6 +118,7 @@ static const char *const stat_names[KVMM_STAT_COUNT] = {
 	[KVMM_STAT_SWAP_SHARED] = "swap_shared",
 	[KVMM_STAT_FAR_PIN] = "far_pin",
 	[KVMM_STAT_FAR_HELD] = "far_held",
+	[KVMM_STAT_FAR_MAP] = "far_map",
 };
 
 const char *kvmm_stat_name(enum kvmm_stat s)

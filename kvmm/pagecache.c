@@ -713,6 +713,15 @@ static int prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t 
 				ret = -ENOMEM;
 			break;
 		}
+		if (unlikely(ent->frame == KVMM_FRAME_NONE) && as->far_lookup &&
+		    kvmm_swap_map_far(pool, kvmm_swap_far_tier(pool), ent, seq, blk)) {
+			/* on the far tier: mapped where it lies (read in place, or faulted later) */
+			memcpy(seq->tokens + (size_t)blk * tpp, t, (size_t)tpp * sizeof(*t));
+			parent = ent;
+			hits++;
+			pool->stat[KVMM_STAT_FAR_MAP]++;
+			continue;
+		}
 		if (unlikely(ent->frame == KVMM_FRAME_NONE)) {
 			if (short_of_room && kvmm_pool_nr_free(pool) <= pool->wmark_min) {
 				/*

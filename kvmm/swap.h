@@ -257,6 +257,15 @@ struct kvmm_swap_tier *kvmm_swap_far_tier(struct kvmm_pool *pool);
 bool kvmm_swap_far_usable(const struct kvmm_swap_tier *t, uint64_t pte, bool sealed);
 bool kvmm_swap_far_pin(struct kvmm_swap_tier *t, uint64_t pte, bool sealed, uint64_t *slot);
 void kvmm_swap_far_unpin(struct kvmm_swap_tier *t, uint64_t slot);
+/*
+ * A prefix lookup's hit on the cached page of @ent, swapped to far tier @t: map it into @seq
+ * at @block (the entry's depth) as it lies, a swap PTE naming its slot, the slot counting
+ * one more mapper (slot->nr_map), instead of faulting it in.  The page comes back when a pin
+ * needs it (for every mapper at once), or is read in place (kvmm_swap_far_pin).  false
+ * (nothing done: fault it in) unless the slot is @t's, sound, and not being read or written.
+ */
+bool kvmm_swap_map_far(struct kvmm_pool *pool, struct kvmm_swap_tier *t, struct kvmm_cache_ent *ent,
+		       struct kvmm_seq *seq, uint32_t block);
 /* The tier of generation @gen, or NULL (swapped off since). */
 struct kvmm_swap_tier *kvmm_swap_tier_of_gen(struct kvmm_pool *pool, uint64_t gen);
 

@@ -491,6 +491,33 @@ uint32_t kvmm_swap_shared_remap(struct kvmm_pool *pool, uint64_t swp, uint32_t b
 	return n;
 }
 
+bool kvmm_swap_map_far(struct kvmm_pool *pool, struct kvmm_swap_tier *t, struct kvmm_cache_ent *ent,
+		       struct kvmm_seq *seq, uint32_t block)
+{
+	uint64_t swp = kvmm_pagecache_ent_swap(ent), s;
+	struct kvmm_swap_slot *sl;
+
+	if (!t || kvmm_swap_decode(pool, swp, &s) != t || !bitmap_test_bit(t->map, s))
+		return false;
+	sl = &t->slots[s];
+	if (sl->ent != ent || sl->nr_map == UINT32_MAX ||
+	    (sl->flags & (SLOT_READING | SLOT_WRITING | SLOT_KEPT | SLOT_BAD | SLOT_FAR_HELD)))
+		return false;
+	if (sl->seq) {
+		/* its one mapper's PTE names it at the same depth: now one of several */
+		KVMM_BUG_ON(sl->block != block || !maps_at(sl->seq, block, 0, swp));
+		sl->seq->pte[block] |= KVMM_PTE_SHARED;
+		sl->seq = NULL;
+		sl->nr_map = 1;
+	} else if (!sl->nr_map) {
+		sl->block = block; /* demoted cache until now: nobody mapped it */
+	}
+	KVMM_BUG_ON(sl->block != block);
+	sl->nr_map++;
+	seq->pte[block] = swp | KVMM_PTE_SEALED | KVMM_PTE_SHARED;
+	return true;
+}
+
 /*
  * Swap out @pg, which several sequences map at @block: -EBUSY when it may not go (a mapper
  * forbids reclaim, or they do not add up to its refcount), else 0 or the I/O's error.

@@ -1332,6 +1332,8 @@ static int do_far_map(struct kvmm_session *s, const struct kvmm_msg_hdr *hdr)
 		rep.nr_slots = t->nslots;
 		rep.far_base = far_base(s, t);
 		fds[n->nr_chunks] = t->ops->arena_fd(t);
+		/* it reads the tier in place: its lookups leave the pages they find there */
+		s->as->far_lookup = true;
 	}
 	pthread_mutex_unlock(&pool->lock);
 	if (!t)

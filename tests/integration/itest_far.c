@@ -7,6 +7,8 @@
  *   - a sealed sequence of 320 pages in the 256-frame pool: one kvmm_pin_far of all of it
  *     pins the resident pages and leaves the others on the tier (no page read back), and the
  *     window shows every byte; the same pin twice nests, kvmm_unpin_range ends each;
+ *   - after kvmm_far_map, the client's prefix lookups map the cached pages on the tier where
+ *     they lie (vmstat far_map), nothing read back, and its far pin reads them there;
  *   - the window is read-only: a write into it is a SIGSEGV of the writer;
  *   - bad input: unknown sequence, empty or out-of-range blocks, over KVMM_PIN_FAR_MAX, an
  *     unpin of no pin; a namespace without a host tier (beta's swapped off: -ENODEV);
@@ -203,6 +205,55 @@ static void test_far_read(void **state)
 	drop_caches();
 }
 
+/*
+ * After kvmm_far_map, a client's prefix lookups map the cached pages they find on the host
+ * tier where they lie (vmstat far_map), none read back; its far pin then reads them there.
+ */
+static void test_far_lookup(void **state)
+{
+	static int32_t e[TOTAL];
+	uint32_t tpp, b, *t, nr_far = 0;
+	uint64_t s, x, hit = 0;
+	const void *win = NULL;
+	kvmm_admin_t *admin;
+	kvmm_client_t *c;
+	int64_t in0, map0;
+
+	(void)state;
+	itest_need_daemon();
+	assert_int_equal(itest_admin_open(&itest_d, &admin), 0);
+	c = attach(ITEST_NS_A);
+	tpp = kvmm_tokens_per_page(c);
+	s = mkseq(c, 9000);
+	assert_int_equal(kvmm_seq_free(c, s), 0); /* cached: most of it on the host tier */
+	t = malloc((size_t)TOTAL * tpp * sizeof(*t));
+	assert_non_null(t);
+	for (b = 0; b < TOTAL; b += STEP)
+		itest_tokens(t + (size_t)b * tpp, STEP * tpp, 9000 + b);
+	assert_int_equal(kvmm_far_map(c, &win, NULL, NULL), 0);
+	in0 = vmstat(admin, "pswpin");
+	map0 = vmstat(admin, "far_map");
+	assert_int_equal(kvmm_seq_create(c, 0, &x), 0);
+	assert_int_equal(kvmm_prefix_lookup(c, x, t, TOTAL * tpp, &hit), 0);
+	assert_int_equal(hit, (uint64_t)TOTAL * tpp);
+	assert_int_equal(vmstat(admin, "pswpin"), in0);
+	assert_true(vmstat(admin, "far_map") >= map0 + TOTAL - kvmm_nr_frames(c));
+	assert_int_equal(kvmm_pin_far(c, x, 0, TOTAL, e, &nr_far), 0);
+	assert_true(nr_far >= TOTAL - kvmm_nr_frames(c));
+	check_far(c, win, e, 0, TOTAL, 9000);
+	assert_int_equal(kvmm_unpin_range(c, x, 0, TOTAL, NULL), 0);
+	/* a plain pin brings everything back, the same bytes */
+	assert_int_equal(kvmm_pin_range(c, x, 0, 100, 0, NULL), 0);
+	assert_int_equal(kvmm_block_table(c, &x, 1, e, TOTAL), 0);
+	check_far(c, kvmm_frame_addr(c, 0), e, 0, 100, 9000);
+	assert_int_equal(kvmm_unpin_range(c, x, 0, 100, NULL), 0);
+	assert_int_equal(kvmm_seq_free(c, x), 0);
+	free(t);
+	kvmm_detach(c);
+	kvmm_admin_close(admin);
+	drop_caches();
+}
+
 /* The window is read-only: a process writing into it dies of SIGSEGV, the page unharmed. */
 static void test_far_readonly(void **state)
 {
@@ -373,9 +424,8 @@ static void test_far_swapoff_kill9(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_far_read),
-		cmocka_unit_test(test_far_readonly),
-		cmocka_unit_test(test_far_errors),
+		cmocka_unit_test(test_far_read),	  cmocka_unit_test(test_far_lookup),
+		cmocka_unit_test(test_far_readonly),	  cmocka_unit_test(test_far_errors),
 		cmocka_unit_test(test_far_swapoff_kill9),
 	};
 	int ret = cmocka_run_group_tests_name("itest_far", tests, setup, teardown);

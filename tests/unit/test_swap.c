@@ -422,6 +422,125 @@ static void test_demote_and_lookup(void **state)
 	assert_true(vmstat(f, KVMM_STAT_REFAULT) >= 6);
 }
 
+/* The tier and slot a swap PTE names. */
+static struct kvmm_swap_tier *slot_of(struct fx *f, uint64_t pte, uint64_t *slot)
+{
+	*slot = kvmm_pte_swap_slot(pte);
+	return kvmm_pte_is_swap(pte) ? kvmm_swap_tier_get(f->pool, kvmm_pte_swap_tier(pte)) : NULL;
+}
+
+/*
+ * A client that reads the far tier in place (as->far_lookup, set by FAR_MAP): its lookups
+ * map demoted pages where they lie, swap PTEs counted in the slot's nr_map (a slot one
+ * sequence owned becomes a shared one), nothing faulted in; a fault brings a page back for
+ * every mapper at once; a mapper going away leaves the demoted page cached.
+ */
+static void test_far_lookup_maps_in_place(void **state)
+{
+	struct fx *f = *state;
+	uint32_t tpp = f->fmt.tokens_per_page, i, b;
+	uint32_t tok[6 * 64];
+	struct kvmm_seq *a = mkseq(f, 0, 6, 100), *x, *y, *z;
+	struct kvmm_swap_tier *t;
+	uint64_t in0, s;
+
+	for (i = 0; i < 6 * tpp; i++)
+		tok[i] = 100 + i;
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	t = kvmm_swap_far_tier(f->pool);
+	assert_non_null(t);
+	assert_int_equal(kvmm_mm_seq_seal(a), 6);
+	kvmm_mm_seq_free(a); /* six CACHED pages, demoted to the tier */
+	assert_int_equal(kvmm_swap_demote(f->pool, NULL, 6), 6);
+	check_inv(f->pool);
+	f->as->far_lookup = true;
+	in0 = vmstat(f, KVMM_STAT_SWPIN);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &x), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(x, tok, 6 * tpp), (int)(6 * tpp));
+	check_inv(f->pool);
+	assert_int_equal(vmstat(f, KVMM_STAT_SWPIN), in0); /* nothing read back */
+	assert_int_equal(vmstat(f, KVMM_STAT_FAR_MAP), 6);
+	for (b = 0; b < 6; b++) {
+		assert_true(kvmm_pte_is_swap(x->pte[b]));
+		assert_true(slot_of(f, x->pte[b], &s) == t);
+		assert_int_equal(t->slots[s].nr_map, 1);
+	}
+	/* a second mapper */
+	assert_int_equal(kvmm_mm_seq_create(f->as, &y), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(y, tok, 6 * tpp), (int)(6 * tpp));
+	check_inv(f->pool);
+	assert_true(slot_of(f, y->pte[0], &s) == t);
+	assert_int_equal(t->slots[s].nr_map, 2);
+	/* far pins read the slots as mapped */
+	assert_true(kvmm_swap_far_usable(t, y->pte[2], true));
+	/* y goes: x still maps them */
+	kvmm_mm_seq_free(y);
+	check_inv(f->pool);
+	assert_int_equal(t->slots[s].nr_map, 1);
+	/* x faults two in: back for every mapper, the bytes the first sequence wrote */
+	assert_int_equal(kvmm_mm_seq_create(f->as, &z), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(z, tok, 6 * tpp), (int)(6 * tpp));
+	assert_true(kvmm_mm_seq_fault(x, 0, 2) >= 2);
+	check_inv(f->pool);
+	assert_true(kvmm_pte_is_present(z->pte[0]) && kvmm_pte_is_present(z->pte[1]));
+	check_bytes(f, 0, x, 0, 2);
+	assert_true(kvmm_mm_seq_fault(z, 0, 6) >= 0); /* readahead may have brought some */
+	for (b = 0; b < 6; b++)
+		assert_true(kvmm_pte_is_present(x->pte[b]) && kvmm_pte_is_present(z->pte[b]));
+	check_bytes(f, 0, x, 0, 6);
+	check_inv(f->pool);
+	kvmm_mm_seq_free(x);
+	kvmm_mm_seq_free(z);
+	check_inv(f->pool);
+	assert_int_equal(kvmm_pagecache_count(f->pool), 6); /* still cached */
+	/* without far_lookup a lookup faults them in as before */
+	f->as->far_lookup = false;
+	assert_true(kvmm_swap_demote(f->pool, NULL, 6) >= 5);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &x), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(x, tok, 5 * tpp), (int)(5 * tpp));
+	for (b = 0; b < 5; b++)
+		assert_true(kvmm_pte_is_present(x->pte[b]));
+	check_bytes(f, 0, x, 0, 5);
+	kvmm_mm_seq_free(x);
+	check_inv(f->pool);
+}
+
+/* A sequence's own swapped sealed page becomes one of several mappers' at a far lookup. */
+static void test_far_lookup_owned_slot(void **state)
+{
+	struct fx *f = *state;
+	uint32_t tpp = f->fmt.tokens_per_page, i;
+	uint32_t tok[4 * 64];
+	struct kvmm_seq *a = mkseq(f, 0, 4, 100), *x;
+	struct kvmm_swap_tier *t;
+	uint64_t s;
+
+	for (i = 0; i < 4 * tpp; i++)
+		tok[i] = 100 + i;
+	assert_int_equal(add_host(f, 1, 0, 16), 0);
+	t = kvmm_swap_far_tier(f->pool);
+	assert_int_equal(kvmm_mm_seq_seal(a), 4);
+	assert_int_equal(kvmm_mm_seq_swap_out(a, 0, 4), 4);
+	assert_true(slot_of(f, a->pte[0], &s) == t);
+	assert_ptr_equal(t->slots[s].seq, a);
+	check_inv(f->pool);
+	f->as->far_lookup = true;
+	assert_int_equal(kvmm_mm_seq_create(f->as, &x), 0);
+	assert_int_equal(kvmm_mm_prefix_lookup(x, tok, 4 * tpp), (int)(4 * tpp));
+	check_inv(f->pool);
+	assert_null(t->slots[s].seq);
+	assert_int_equal(t->slots[s].nr_map, 2);
+	assert_true((x->pte[0] & ~KVMM_PTE_FLAGS_MASK) == (a->pte[0] & ~KVMM_PTE_FLAGS_MASK));
+	assert_true(a->pte[0] & KVMM_PTE_SHARED);
+	kvmm_mm_seq_free(a);
+	check_inv(f->pool);
+	assert_int_equal(t->slots[s].nr_map, 1);
+	assert_true(kvmm_mm_seq_fault(x, 0, 4) >= 4);
+	check_bytes(f, 0, x, 0, 4);
+	kvmm_mm_seq_free(x);
+	check_inv(f->pool);
+}
+
 static void test_ns_destroy_drops_demoted(void **state)
 {
 	struct fx *f = *state;
@@ -2483,6 +2602,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_priority_and_move_down, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_swapoff_moves_down, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_far_pin_slot, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_far_lookup_maps_in_place, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_far_lookup_owned_slot, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_swapoff_no_frames, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shared_not_swapped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_demote_and_lookup, setup, teardown),

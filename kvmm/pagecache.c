@@ -877,6 +877,11 @@ bool kvmm_pagecache_ent_orphan(const struct kvmm_cache_ent *ent)
 	return ent->flags & PC_ORPHAN;
 }
 
+struct kvmm_cache_ent *kvmm_pagecache_ent_parent(const struct kvmm_cache_ent *ent)
+{
+	return ent->parent;
+}
+
 void kvmm_pagecache_ent_swapout(struct kvmm_pool *pool, struct kvmm_page *pg, uint64_t swp)
 {
 	struct kvmm_cache_ent *ent = pg->cache;

@@ -505,6 +505,15 @@ int kvmm_swap_demote_page(struct kvmm_pool *pool, struct kvmm_page *pg);
  * are data and stay.  Returns the number dropped (counted in swap_drop).
  */
 uint32_t kvmm_swap_drop_cached(struct kvmm_pool *pool);
+/*
+ * Reclaim's last resort before a sequence is lost (kvmm_shrink): every tier is full and
+ * sequences cannot go out.  Drop up to @want demoted cached pages (a page-cache entry in a
+ * slot, no sequence's PTE, no I/O) - leaves of the cache tree only, each followed by its
+ * parent when that became a demoted leaf in turn (a prefix goes from its end), so that no
+ * subtree is orphaned under a caller in the middle of reclaim.  Counted in swap_drop.
+ * Returns how many slots it freed.
+ */
+uint32_t kvmm_swap_make_room(struct kvmm_pool *pool, uint32_t want);
 /* Namespace teardown (no address space left): drop its demoted pages and their slots. */
 void kvmm_swap_drop_ns(struct kvmm_pool *pool, struct kvmm_ns *ns);
 /* Page-cache entries whose page is swapped (slots naming an entry). */
@@ -523,6 +532,8 @@ void kvmm_swap_index_detach_all(struct kvmm_pool *pool);
 uint64_t kvmm_pagecache_ent_swap(const struct kvmm_cache_ent *ent);
 uint16_t kvmm_pagecache_ent_ns(const struct kvmm_cache_ent *ent);
 bool kvmm_pagecache_ent_orphan(const struct kvmm_cache_ent *ent);
+/* The parent block's entry (NULL for a first block and for a detached orphan). */
+struct kvmm_cache_ent *kvmm_pagecache_ent_parent(const struct kvmm_cache_ent *ent);
 /* @pg's page goes to swap entry @swp: its entry now names the slot, pg is no longer SEALED. */
 void kvmm_pagecache_ent_swapout(struct kvmm_pool *pool, struct kvmm_page *pg, uint64_t swp);
 /* A swapped entry's page is back in @pg (SEALED again), or moved to slot @swp (pg NULL). */

@@ -1046,6 +1046,52 @@ void kvmm_swap_drop_ns(struct kvmm_pool *pool, struct kvmm_ns *ns)
 	}
 }
 
+/* May the demoted cached page in slot @s of @t go, to make room for a sequence's page? */
+static bool room_droppable(const struct kvmm_swap_tier *t, uint64_t s)
+{
+	const struct kvmm_swap_slot *sl = &t->slots[s];
+
+	return bitmap_test_bit(t->map, s) && !sl->seq && !sl->nr_map && sl->ent &&
+	       !(sl->flags & (SLOT_READING | SLOT_WRITING | SLOT_KEPT | SLOT_BAD)) &&
+	       kvmm_pagecache_ent_leaf(sl->ent) && !kvmm_pagecache_ent_pending(sl->ent);
+}
+
+uint32_t kvmm_swap_make_room(struct kvmm_pool *pool, uint32_t want)
+{
+	struct kvmm_swap_tier *t;
+	uint32_t n = 0;
+	uint64_t s;
+
+	if (!pool->swap)
+		return 0;
+	list_for_each_entry (t, &pool->swap->tiers, node) {
+		for_each_set_bit (s, t->map, t->nslots) {
+			struct kvmm_swap_tier *pt = t;
+			uint64_t ps = s;
+
+			/* a leaf, then its parent while that is a demoted leaf in turn */
+			while (n < want && room_droppable(pt, ps)) {
+				struct kvmm_cache_ent *parent =
+					kvmm_pagecache_ent_parent(pt->slots[ps].ent);
+
+				kvmm_pagecache_remove_ent(pool, pt->slots[ps].ent);
+				kvmm_swap_slot_release(pt, ps);
+				n++;
+				if (!parent || !kvmm_pagecache_ent_swap(parent))
+					break;
+				pt = kvmm_swap_decode(pool, kvmm_pagecache_ent_swap(parent), &ps);
+				if (!pt)
+					break;
+			}
+			if (n >= want)
+				goto out;
+		}
+	}
+out:
+	pool->stat[KVMM_STAT_SWAP_DROP] += n;
+	return n;
+}
+
 uint32_t kvmm_swap_drop_cached(struct kvmm_pool *pool)
 {
 	struct kvmm_swap_tier *t;

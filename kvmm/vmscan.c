@@ -425,6 +425,16 @@ uint32_t kvmm_shrink(struct kvmm_pool *pool, uint32_t n, unsigned int flags)
 	if (freed < n && swap_ok && !(flags & KVMM_SHRINK_NOSWAP))
 		freed += shrink_seqs(pool, n - freed, flags & KVMM_SHRINK_ASYNC,
 				     flags & KVMM_SHRINK_KEEP_LOW);
+	/*
+	 * Still short, and the tiers full of demoted cache: a sequence's pages are data and go
+	 * before cache, so dropped cached pages make room for them rather than a preemption
+	 * (kvmm_out_of_memory) throwing a sequence's work away.  Not while a step faults pages
+	 * in: the cache is what it is reading (a lookup that makes room, swap-ins).
+	 */
+	if (freed < n && swap_ok && !(flags & KVMM_SHRINK_NOSWAP) && !pool->nr_faulting &&
+	    kvmm_swap_make_room(pool, n - freed))
+		freed += shrink_seqs(pool, n - freed, flags & KVMM_SHRINK_ASYNC,
+				     flags & KVMM_SHRINK_KEEP_LOW);
 	pool->reclaim_nest--;
 	return freed;
 }

@@ -9,6 +9,7 @@
  *     window shows every byte; the same pin twice nests, kvmm_unpin_range ends each;
  *   - after kvmm_far_map, the client's prefix lookups map the cached pages on the tier where
  *     they lie (vmstat far_map), nothing read back, and its far pin reads them there;
+ *   - the tier full of demoted cache gives way to a sequence's pages (swap_drop, no oom);
  *   - the window is read-only: a write into it is a SIGSEGV of the writer;
  *   - bad input: unknown sequence, empty or out-of-range blocks, over KVMM_PIN_FAR_MAX, an
  *     unpin of no pin; a namespace without a host tier (beta's swapped off: -ENODEV);
@@ -254,6 +255,39 @@ static void test_far_lookup(void **state)
 	drop_caches();
 }
 
+/*
+ * The host tier full of demoted cache and the pool of one sequence's pages: the sequence's
+ * next pages need its own pages swapped out, so the demoted cache gives way (swap_drop)
+ * rather than the sequence being preempted (oom).  (It was preempted before.)
+ */
+static void test_cache_gives_way(void **state)
+{
+	kvmm_admin_t *admin;
+	kvmm_client_t *c;
+	int64_t oom0, drop0;
+	uint64_t s[3];
+	int i;
+
+	(void)state;
+	itest_need_daemon();
+	assert_int_equal(itest_admin_open(&itest_d, &admin), 0);
+	c = attach(ITEST_NS_A);
+	oom0 = vmstat(admin, "oom");
+	drop0 = vmstat(admin, "swap_drop");
+	/* 960 sealed pages written, more than pool and tier hold together (768) */
+	for (i = 0; i < 3; i++) {
+		s[i] = mkseq(c, 10000 + 1000 * (unsigned int)i);
+		if (i < 2)
+			assert_int_equal(kvmm_seq_free(c, s[i]), 0);
+	}
+	assert_int_equal(vmstat(admin, "oom"), oom0);
+	assert_true(vmstat(admin, "swap_drop") > drop0);
+	assert_int_equal(kvmm_seq_free(c, s[2]), 0);
+	kvmm_detach(c);
+	kvmm_admin_close(admin);
+	drop_caches();
+}
+
 /* The window is read-only: a process writing into it dies of SIGSEGV, the page unharmed. */
 static void test_far_readonly(void **state)
 {
@@ -424,9 +458,9 @@ static void test_far_swapoff_kill9(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_far_read),	  cmocka_unit_test(test_far_lookup),
-		cmocka_unit_test(test_far_readonly),	  cmocka_unit_test(test_far_errors),
-		cmocka_unit_test(test_far_swapoff_kill9),
+		cmocka_unit_test(test_far_read),	cmocka_unit_test(test_far_lookup),
+		cmocka_unit_test(test_cache_gives_way), cmocka_unit_test(test_far_readonly),
+		cmocka_unit_test(test_far_errors),	cmocka_unit_test(test_far_swapoff_kill9),
 	};
 	int ret = cmocka_run_group_tests_name("itest_far", tests, setup, teardown);
 

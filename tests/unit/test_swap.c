@@ -2414,6 +2414,28 @@ static void test_lookup_reclaim_maps_past_the_pool(void **state)
 /* ---- a small randomized model: swap ops against the expected bytes --------------------------- */
 
 /*
+ * check_bytes() for a far lookup's result: a block mapped where it lies on the host tier
+ * (tier 1) is compared in its slot; one on another tier is not looked at.
+ */
+static void check_any(struct fx *f, int idx, struct kvmm_seq *seq, uint32_t from, uint32_t to)
+{
+	for (uint32_t b = from; b < to; b++) {
+		uint64_t pte = seq->pte[b];
+
+		if (kvmm_pte_is_swap(pte)) {
+			struct kvmm_swap_tier *t =
+				kvmm_swap_tier_get(f->pool, kvmm_pte_swap_tier(pte));
+
+			if (t && t->id == 1)
+				assert_memory_equal(t->ops->slot_addr(t, kvmm_pte_swap_slot(pte)),
+						    f->want[idx][b], PAGE_SZ);
+			continue;
+		}
+		check_bytes(f, idx, seq, b, b + 1);
+	}
+}
+
+/*
  * Sequence i always holds the same tokens (1000 * i + 1 ...), nb = 2 + 2i blocks, so a new
  * incarnation first looks its prefix up: the blocks it hits (resident, demoted or swapped
  * pages of an earlier incarnation) must hold the bytes written then; the rest are appended and
@@ -2433,7 +2455,7 @@ static struct kvmm_seq *model_create(struct fx *f, int i, uint32_t nb)
 	assert_true(ret >= 0 || ret == -ENOMEM || ret == -EIO);
 	if (ret > 0)
 		h = (uint32_t)ret / tpp;
-	check_bytes(f, i, seq, 0, h);
+	check_any(f, i, seq, 0, h);
 	if (h == nb)
 		return seq;
 	if (kvmm_mm_seq_append(seq, (nb - h) * tpp, tok + h * tpp)) {
@@ -2475,25 +2497,60 @@ static struct kvmm_seq *model_twin(struct fx *f, int i, struct kvmm_seq *seq)
 		kvmm_mm_seq_free(tw);
 		return NULL;
 	}
-	check_bytes(f, i, tw, 0, h);
+	check_any(f, i, tw, 0, h);
 	return tw;
 }
 
-static void test_model(void **state)
+/* A far pin of the model: the slot and the bytes it held when pinned. */
+struct model_pin {
+	uint64_t slot;
+	uint8_t bytes[PAGE_SZ];
+};
+
+/*
+ * @far: lookups map host-tier pages where they lie (as->far_lookup), and slots are pinned
+ * in place at random (kvmm_swap_far_pin) and unpinned later: a pinned slot must keep the
+ * bytes it had when pinned whatever happens to its page meanwhile (faulted back, moved
+ * down, its sequences freed), and nothing may reuse it.
+ */
+static void model_run(struct fx *f, bool far)
 {
-	struct fx *f = *state;
 	struct kvmm_seq *s[4] = {0}, *tw[4] = {0};
-	uint32_t op;
+	static struct model_pin pins[8];
+	struct kvmm_swap_tier *host;
+	uint32_t op, npins = 0;
 	int ret;
 
 	assert_int_equal(add_host(f, 1, 10, 12), 0);
 	assert_int_equal(add_manual(f), 0);
 	assert_int_equal(add_nvme(f, 2, 0, 24), 0);
+	host = kvmm_swap_tier_get(f->pool, 1);
+	f->as->far_lookup = far;
 	for (op = 0; op < 4000; op++) {
 		int i = (int)(rnd(f) % 4);
 		uint32_t nb = 2 + 2 * (uint32_t)i;
 		uint32_t r = (uint32_t)(rnd(f) % 100), first, n;
 
+		if (far && s[i] && rnd(f) % 8 == 0) {
+			uint32_t b = (uint32_t)(rnd(f) % s[i]->nblocks);
+
+			if (npins && (npins == 8 || rnd(f) % 2)) {
+				struct model_pin *p = &pins[rnd(f) % npins];
+
+				assert_memory_equal(host->ops->slot_addr(host, p->slot), p->bytes,
+						    PAGE_SZ);
+				kvmm_swap_far_unpin(host, p->slot);
+				*p = pins[--npins];
+			} else if (kvmm_swap_far_pin(host, s[i]->pte[b], b < s[i]->nsealed,
+						     &pins[npins].slot)) {
+				void *at = host->ops->slot_addr(host, pins[npins].slot);
+
+				assert_memory_equal(at, f->want[i][b], PAGE_SZ);
+				memcpy(pins[npins].bytes, at, PAGE_SZ);
+				npins++;
+			}
+			continue;
+		}
 		if (!s[i]) {
 			s[i] = model_create(f, i, nb);
 			/* KV written: its pages keep their slots after a fault-in (clean) */
@@ -2563,6 +2620,13 @@ static void test_model(void **state)
 			check_inv(f->pool);
 	}
 	check_inv(f->pool);
+	while (npins) {
+		struct model_pin *p = &pins[--npins];
+
+		assert_memory_equal(host->ops->slot_addr(host, p->slot), p->bytes, PAGE_SZ);
+		kvmm_swap_far_unpin(host, p->slot);
+	}
+	check_inv(f->pool);
 	kvmm_swap_poll(f->pool, true);
 	for (op = 0; op < 4; op++) {
 		if (!s[op])
@@ -2587,10 +2651,26 @@ static void test_model(void **state)
 		      (unsigned long long)tinfo(f, 1).clean_out,
 		      (unsigned long long)tinfo(f, 2).clean_out,
 		      (unsigned long long)vmstat(f, KVMM_STAT_SWAP_SHARED));
+	if (far)
+		print_message("model: far pins %llu, slots held past their release %llu, lookup "
+			      "hits mapped in place %llu\n",
+			      (unsigned long long)vmstat(f, KVMM_STAT_FAR_PIN),
+			      (unsigned long long)vmstat(f, KVMM_STAT_FAR_HELD),
+			      (unsigned long long)vmstat(f, KVMM_STAT_FAR_MAP));
 	assert_int_equal(kvmm_swapoff(f->pool, 2), 0);
 	assert_int_equal(kvmm_swapoff(f->pool, 1), 0);
 	assert_int_equal(kvmm_swapoff(f->pool, 5), 0);
 	check_inv(f->pool);
+}
+
+static void test_model(void **state)
+{
+	model_run(*state, false);
+}
+
+static void test_model_far(void **state)
+{
+	model_run(*state, true);
 }
 
 int main(void)
@@ -2660,6 +2740,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fault_corrupt_args, setup, teardown),
 		cmocka_unit_test(test_stat_names),
 		cmocka_unit_test_setup_teardown(test_model, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_model_far, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("swap", tests, NULL, NULL);

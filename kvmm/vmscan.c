@@ -426,12 +426,15 @@ uint32_t kvmm_shrink(struct kvmm_pool *pool, uint32_t n, unsigned int flags)
 		freed += shrink_seqs(pool, n - freed, flags & KVMM_SHRINK_ASYNC,
 				     flags & KVMM_SHRINK_KEEP_LOW);
 	/*
-	 * Still short, and the tiers full of demoted cache: a sequence's pages are data and go
-	 * before cache, so dropped cached pages make room for them rather than a preemption
-	 * (kvmm_out_of_memory) throwing a sequence's work away.  Not while a step faults pages
-	 * in: the cache is what it is reading (a lookup that makes room, swap-ins).
+	 * Still short, the tiers full of demoted cache, and an allocation about to fail: a
+	 * sequence's pages are data and go before cache, so dropped cached pages make room for
+	 * them rather than a preemption (kvmm_out_of_memory) throwing a sequence's work away.
+	 * Only then: not for kvswapd's watermarks (ASYNC), which would wear the tiers' cache
+	 * (the warm-restart file's prefixes among it) down to keep frames free that nobody
+	 * asked for; and not while a step faults pages in, the cache being what it reads.
 	 */
-	if (freed < n && swap_ok && !(flags & KVMM_SHRINK_NOSWAP) && !pool->nr_faulting &&
+	if (freed < n && swap_ok && !(flags & (KVMM_SHRINK_NOSWAP | KVMM_SHRINK_ASYNC)) &&
+	    !pool->nr_faulting && kvmm_pool_nr_free(pool) <= pool->wmark_min &&
 	    kvmm_swap_make_room(pool, n - freed))
 		freed += shrink_seqs(pool, n - freed, flags & KVMM_SHRINK_ASYNC,
 				     flags & KVMM_SHRINK_KEEP_LOW);

@@ -12,7 +12,7 @@ full causal attention over the whole sequence, recomputed at every step.
 from __future__ import annotations
 
 import math
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import torch
 
@@ -49,7 +49,7 @@ def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
 
 
 class _Layer:
-    __slots__ = ("ln1", "q", "k", "v", "o", "qb", "kb", "vb", "ob", "ln2", "gate_up", "down")
+    __slots__ = ("ln1", "qkv", "qkvb", "o", "ob", "ln2", "gate_up", "down")
 
 
 class Model:
@@ -115,13 +115,11 @@ class Model:
             L = _Layer()
             L.ln1 = get(p + "input_layernorm.weight")
             L.ln2 = get(p + "post_attention_layernorm.weight")
-            L.q = get(p + "self_attn.q_proj.weight")
-            L.k = get(p + "self_attn.k_proj.weight")
-            L.v = get(p + "self_attn.v_proj.weight")
+            # q, k and v in one matmul: [(heads + 2 * kv_heads) * head_dim, hidden]
+            L.qkv = torch.cat([get(p + f"self_attn.{w}_proj.weight") for w in "qkv"], 0)
+            L.qkvb = (torch.cat([get(p + f"self_attn.{w}_proj.bias") for w in "qkv"], 0)
+                      if c.qkv_bias else None)
             L.o = get(p + "self_attn.o_proj.weight")
-            L.qb = get(p + "self_attn.q_proj.bias") if c.qkv_bias else None
-            L.kb = get(p + "self_attn.k_proj.bias") if c.qkv_bias else None
-            L.vb = get(p + "self_attn.v_proj.bias") if c.qkv_bias else None
             L.ob = get(p + "self_attn.o_proj.bias") if c.o_bias else None
             # gate and up in one matmul: [2 * intermediate, hidden]
             L.gate_up = torch.cat(
@@ -136,11 +134,18 @@ class Model:
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.cfg.rms_norm_eps)
         return w * xf.to(x.dtype)
 
-    def rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Rotate x [N, heads, head_dim] by its token's position (the halves convention)."""
+    def rope_angles(self, positions: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [N, 1, head_dim / 2] of the tokens' positions, in the model's dtype:
+        computed once a forward pass, shared by every layer's q and k."""
         f = positions.to(torch.float32)[:, None] * self.inv_freq[None, :]
-        cos = f.cos().to(x.dtype)[:, None, :]
-        sin = f.sin().to(x.dtype)[:, None, :]
+        return f.cos().to(self.dtype)[:, None, :], f.sin().to(self.dtype)[:, None, :]
+
+    def rope(self, x: torch.Tensor, positions: torch.Tensor,
+             angles: Optional[Tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
+        """Rotate x [N, heads, head_dim] by its token's position (the halves convention);
+        angles: rope_angles(positions), when already computed."""
+        cos, sin = angles if angles is not None else self.rope_angles(positions)
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         h = x.shape[-1] // 2
         x1, x2 = x[..., :h], x[..., h:]
         return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
@@ -158,13 +163,14 @@ class Model:
         n = tokens.shape[0]
         x = self.embed[tokens.to(self.device)]
         positions = positions.to(self.device)
+        angles = self.rope_angles(positions)
+        qd, kvd = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
         for i, L in enumerate(self.layers):
             h = self._rmsnorm(x, L.ln1)
-            q = self._linear(h, L.q, L.qb).view(n, c.num_heads, c.head_dim)
-            k = self._linear(h, L.k, L.kb).view(n, c.num_kv_heads, c.head_dim)
-            v = self._linear(h, L.v, L.vb).view(n, c.num_kv_heads, c.head_dim)
-            q = self.rope(q, positions)
-            k = self.rope(k, positions)
+            q, k, v = self._linear(h, L.qkv, L.qkvb).split([qd, kvd, kvd], -1)
+            q = self.rope(q.reshape(n, c.num_heads, c.head_dim), positions, angles)
+            k = self.rope(k.reshape(n, c.num_kv_heads, c.head_dim), positions, angles)
+            v = v.reshape(n, c.num_kv_heads, c.head_dim)
             a = attn(i, q, k, v).reshape(n, c.num_heads * c.head_dim).to(x.dtype)
             x = x + self._linear(a, L.o, L.ob)
             h = self._rmsnorm(x, L.ln2)

@@ -614,10 +614,17 @@ class PagedKV(KVStore):
         else:
             self.table = self.c.block_table(self._pinned if ids is None else ids, max_blocks)
         self.ctx_lens = torch.tensor(ctx, dtype=torch.int32)
-        self.q_lens = torch.tensor([len(e.new) for e in batch], dtype=torch.int32)
-        pos = torch.cat([torch.arange(e.start, e.start + len(e.new)) for e in batch])
-        row = torch.repeat_interleave(torch.arange(len(batch)), self.q_lens.long())
-        frames = self.table.long()[row, pos // tpp]
+        qlens = [len(e.new) for e in batch]
+        self.q_lens = torch.tensor(qlens, dtype=torch.int32)
+        self.decode_only = all(n == 1 for n in qlens)
+        if self.decode_only:
+            # a decode step (one token a sequence): the same, in fewer tensor operations
+            pos = torch.tensor([e.start for e in batch], dtype=torch.long)
+            row = torch.arange(len(batch))
+        else:
+            pos = torch.cat([torch.arange(e.start, e.start + len(e.new)) for e in batch])
+            row = torch.repeat_interleave(torch.arange(len(batch)), self.q_lens.long())
+        frames = self.table[row, pos // tpp].long()
         if bool((frames < 0).any()):
             raise RuntimeError("kvmm: a new token has no page in the block table")
         if table is not None and bool((frames >= self._far.far_base).any()):
@@ -626,7 +633,6 @@ class PagedKV(KVStore):
         self.slots = frames * tpp + pos % tpp
         dev = self.device
         self._frames, self._rows = frames.to(dev), (pos % tpp).to(dev)
-        self.decode_only = bool((self.q_lens == 1).all())
         if self.device.type != "cpu":
             self.table_dev = self.table.to(self.device)
             self.slots_dev = self.slots.to(self.device)

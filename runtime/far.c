@@ -19,15 +19,6 @@
 
 #include "runtime/libkvmm.h"
 
-#define LOCKED(c, expr)                           \
-	({                                        \
-		int __ret;                        \
-		pthread_mutex_lock(&(c)->lock);   \
-		__ret = (expr);                   \
-		pthread_mutex_unlock(&(c)->lock); \
-		__ret;                            \
-	})
-
 /* The reply's sizes, checked against the pool this handle mapped at attach. */
 static int far_rep_check(const struct kvmm_client *c, const struct kvmm_far_map_rep *rep,
 			 unsigned int nr_fds)

@@ -165,6 +165,16 @@ KVMM_INTERNAL int kvmm_msg_wait(struct kvmm_client *c, uint64_t seq, void *rep, 
 /* Send and wait: one synchronous round trip. */
 KVMM_INTERNAL int kvmm_msg_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *iov,
 				unsigned int nr_iov, void *rep, size_t rep_len);
+/* @expr (an int) with the handle's lock held: the public calls' wrapper (seq.c, far.c). */
+#define LOCKED(c, expr)                           \
+	({                                        \
+		int __ret;                        \
+		pthread_mutex_lock(&(c)->lock);   \
+		__ret = (expr);                   \
+		pthread_mutex_unlock(&(c)->lock); \
+		__ret;                            \
+	})
+
 /* Most descriptors one record can carry (the kernel's SCM_MAX_FD). */
 #define KVMM_RX_FDS_MAX 253
 /*

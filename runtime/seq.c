@@ -15,15 +15,6 @@
 
 #include "runtime/libkvmm.h"
 
-#define LOCKED(c, expr)                           \
-	({                                        \
-		int __ret;                        \
-		pthread_mutex_lock(&(c)->lock);   \
-		__ret = (expr);                   \
-		pthread_mutex_unlock(&(c)->lock); \
-		__ret;                            \
-	})
-
 /* Tell the page protection (wprotect.c) what a successful operation did. */
 static void wp_done(struct kvmm_client *c, uint32_t op, uint64_t seq, uint32_t nr, uint64_t arg,
 		    const struct kvmm_cqe *res)

@@ -378,6 +378,16 @@ long long itest_text_value(const char *text, const char *name)
 	return kvmm_admin_value(text, name, &v) ? -1 : v;
 }
 
+uint8_t itest_byte_at(uint64_t tag, uint32_t block, uint32_t i)
+{
+	uint64_t z = tag * 0x9e3779b97f4a7c15ull ^ ((uint64_t)block << 32 | i);
+
+	z ^= z >> 31;
+	z *= 0xbf58476d1ce4e5b9ull;
+	z ^= z >> 29;
+	return (uint8_t)z;
+}
+
 void itest_tokens(uint32_t *tokens, size_t n, unsigned int p)
 {
 	for (size_t i = 0; i < n; i++)

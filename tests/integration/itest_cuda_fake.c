@@ -79,16 +79,6 @@ static struct itest_swapdir sd;
 static char fake[PATH_MAX], report[128];
 static char self[PATH_MAX];
 
-static uint8_t byte_at(uint64_t tag, uint32_t block, uint32_t i)
-{
-	uint64_t z = tag * 0x9e3779b97f4a7c15ull ^ ((uint64_t)block << 32 | i);
-
-	z ^= z >> 31;
-	z *= 0xbf58476d1ce4e5b9ull;
-	z ^= z >> 29;
-	return (uint8_t)z;
-}
-
 /* write (@write) or compare page @b of @tag at device address @dp; 0 or -1 */
 static int page_io(const struct kvmm_cuda_drv *drv, uint64_t dp, uint64_t ps, uint64_t tag,
 		   uint32_t b, bool write)
@@ -100,15 +90,15 @@ static int page_io(const struct kvmm_cuda_drv *drv, uint64_t dp, uint64_t ps, ui
 		return -1;
 	if (write) {
 		for (uint32_t i = 0; i < ps; i++)
-			buf[i] = byte_at(tag, b, i);
+			buf[i] = itest_byte_at(tag, b, i);
 		ret = drv->cuMemcpyHtoD(dp, buf, ps) ? -1 : 0;
 	} else if (drv->cuMemcpyDtoH(buf, dp, ps)) {
 		ret = -1;
 	} else {
 		for (uint32_t i = 0; i < ps && !ret; i++)
-			if (buf[i] != byte_at(tag, b, i)) {
+			if (buf[i] != itest_byte_at(tag, b, i)) {
 				fprintf(stderr, "block %u byte %u is %u, want %u\n", b, i, buf[i],
-					byte_at(tag, b, i));
+					itest_byte_at(tag, b, i));
 				ret = -1;
 			}
 	}

@@ -68,16 +68,6 @@ static kvmm_client_t *attach(const char *ns)
 	return c;
 }
 
-static uint8_t byte_at(uint64_t tag, uint32_t block, uint32_t i)
-{
-	uint64_t z = tag * 0x9e3779b97f4a7c15ull ^ ((uint64_t)block << 32 | i);
-
-	z ^= z >> 31;
-	z *= 0xbf58476d1ce4e5b9ull;
-	z ^= z >> 29;
-	return (uint8_t)z;
-}
-
 static int64_t vmstat(kvmm_admin_t *admin, const char *name)
 {
 	int64_t v = -1;
@@ -125,7 +115,7 @@ static uint64_t mkseq(kvmm_client_t *c, uint64_t tag)
 			uint8_t *p = kvmm_frame_addr(c, (uint32_t)table[k]);
 
 			for (i = 0; i < ps; i += 61)
-				p[i] = byte_at(tag, k, i);
+				p[i] = itest_byte_at(tag, k, i);
 		}
 		assert_int_equal(kvmm_unpin_range(c, s, b, STEP, NULL), 0);
 		assert_int_equal(kvmm_seal(c, s, b, STEP), 0);
@@ -146,7 +136,7 @@ static void check_far(kvmm_client_t *c, const uint8_t *win, const int32_t *e, ui
 		assert_true(e[k] >= 0);
 		p = win + (uint64_t)e[k] * ps;
 		for (uint32_t i = 0; i < ps; i += 61)
-			if (p[i] != byte_at(tag, b0 + k, i))
+			if (p[i] != itest_byte_at(tag, b0 + k, i))
 				fail_msg("block %u (entry %d) byte %u differs", b0 + k, e[k], i);
 	}
 }

@@ -73,16 +73,6 @@ static kvmm_client_t *attach(void)
 	return c;
 }
 
-static uint8_t byte_at(uint64_t tag, uint32_t block, uint32_t i)
-{
-	uint64_t z = tag * 0x9e3779b97f4a7c15ull ^ ((uint64_t)block << 32 | i);
-
-	z ^= z >> 31;
-	z *= 0xbf58476d1ce4e5b9ull;
-	z ^= z >> 29;
-	return (uint8_t)z;
-}
-
 /* PIN seq, then write (@write) or compare its pages with @tag's bytes, then UNPIN. */
 static int touch(kvmm_client_t *c, uint64_t seq, uint64_t tag, bool write)
 {
@@ -99,8 +89,8 @@ static int touch(kvmm_client_t *c, uint64_t seq, uint64_t tag, bool write)
 
 		for (i = 0; i < ps; i += 61) {
 			if (write)
-				p[i] = byte_at(tag, b, i);
-			else if (p[i] != byte_at(tag, b, i))
+				p[i] = itest_byte_at(tag, b, i);
+			else if (p[i] != itest_byte_at(tag, b, i))
 				fail_msg("seq %llu block %u byte %u differs",
 					 (unsigned long long)seq, b, i);
 		}
@@ -394,8 +384,8 @@ static int touch_range(kvmm_client_t *c, uint64_t seq, uint32_t b0, uint32_t n, 
 		p = kvmm_frame_addr(c, (uint32_t)table[b]);
 		for (i = 0; i < ps; i += 61) {
 			if (write)
-				p[i] = byte_at(tag, b, i);
-			else if (p[i] != byte_at(tag, b, i))
+				p[i] = itest_byte_at(tag, b, i);
+			else if (p[i] != itest_byte_at(tag, b, i))
 				fail_msg("seq %llu block %u byte %u differs",
 					 (unsigned long long)seq, b, i);
 		}
@@ -491,7 +481,7 @@ static int sh_check_range(struct sh_agent *a, uint32_t b0, uint64_t tag)
 		const uint8_t *p = table[b] >= 0 ? kvmm_frame_addr(a->c, (uint32_t)table[b]) : NULL;
 
 		for (i = 0; i < ps && !ret; i += 61)
-			if (!p || p[i] != byte_at(tag, b, i)) {
+			if (!p || p[i] != itest_byte_at(tag, b, i)) {
 				a->bad_block = b;
 				ret = -EILSEQ;
 			}

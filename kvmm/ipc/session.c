@@ -194,6 +194,20 @@ static void pins_drop(struct kvmm_pool *pool, struct kvmm_ipc_seq *is, uint32_t 
 }
 
 /* Drop one range pin (unlinked by the caller): its frames' pins, then the record. */
+/* A range pin's record, empty, with room for a frame per block of [block, block + nr). */
+static struct kvmm_range_pin *range_pin_alloc(uint32_t block, uint32_t nr_blocks)
+{
+	struct kvmm_range_pin *r =
+		kvmm_malloc(sizeof(*r) + (size_t)nr_blocks * sizeof(r->frames[0]));
+
+	if (r) {
+		memset(r, 0, sizeof(*r));
+		r->block = block;
+		r->nr_blocks = nr_blocks;
+	}
+	return r;
+}
+
 static uint32_t range_pin_drop(struct kvmm_pool *pool, struct kvmm_range_pin *rp)
 {
 	uint32_t i, n = rp->nr_frames;
@@ -1239,12 +1253,9 @@ int kvmm_session_op_pin_range(struct kvmm_session *s, unsigned int op, const voi
 	swapin = (uint32_t)ret;
 	if (is->preempted) /* chosen while the fault made room */
 		return -KVMM_EPREEMPTED;
-	r = kvmm_malloc(sizeof(*r) + (size_t)req.nr_blocks * sizeof(uint32_t));
+	r = range_pin_alloc(req.block, req.nr_blocks);
 	if (!r)
 		return -ENOMEM;
-	memset(r, 0, sizeof(*r));
-	r->block = req.block;
-	r->nr_blocks = req.nr_blocks;
 	for (b = req.block; b < req.block + req.nr_blocks; b++) {
 		uint32_t f = kvmm_mm_seq_frame(seq, b);
 
@@ -1438,12 +1449,9 @@ int kvmm_session_op_pin_far(struct kvmm_session *s, unsigned int op __maybe_unus
 			if (kvmm_pte_is_swap(seq->pte[b]) && !far_ok(t, seq, b))
 				return -EIO;
 	}
-	r = kvmm_malloc(sizeof(*r) + (size_t)req.nr_blocks * sizeof(uint32_t));
+	r = range_pin_alloc(req.block, req.nr_blocks);
 	if (!r)
 		return -ENOMEM;
-	memset(r, 0, sizeof(*r));
-	r->block = req.block;
-	r->nr_blocks = req.nr_blocks;
 	r->far = t;
 	if (t) {
 		r->slots = kvmm_malloc((size_t)req.nr_blocks * sizeof(*r->slots));

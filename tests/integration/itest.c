@@ -378,6 +378,17 @@ long long itest_text_value(const char *text, const char *name)
 	return kvmm_admin_value(text, name, &v) ? -1 : v;
 }
 
+int64_t itest_vmstat(kvmm_admin_t *admin, const char *name)
+{
+	int64_t v = -1;
+	char *text;
+
+	assert_int_equal(kvmm_admin_read(admin, KVMM_OP_VMSTAT, NULL, &text), 0);
+	assert_int_equal(kvmm_admin_value(text, name, &v), 0);
+	free(text);
+	return v;
+}
+
 uint8_t itest_byte_at(uint64_t tag, uint32_t block, uint32_t i)
 {
 	uint64_t z = tag * 0x9e3779b97f4a7c15ull ^ ((uint64_t)block << 32 | i);

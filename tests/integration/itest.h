@@ -107,6 +107,9 @@ int itest_swapdir_make(struct itest_swapdir *s, const char *name, unsigned int h
 		       unsigned int file_slots);
 void itest_swapdir_remove(struct itest_swapdir *s);
 
+/* The value of vmstat counter @name (the first namespace's), read through @admin. */
+int64_t itest_vmstat(kvmm_admin_t *admin, const char *name);
+
 /* A deterministic byte of a test page: byte i of block @block of the pages tagged @tag. */
 uint8_t itest_byte_at(uint64_t tag, uint32_t block, uint32_t i);
 

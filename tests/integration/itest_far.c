@@ -68,17 +68,6 @@ static kvmm_client_t *attach(const char *ns)
 	return c;
 }
 
-static int64_t vmstat(kvmm_admin_t *admin, const char *name)
-{
-	int64_t v = -1;
-	char *text;
-
-	assert_int_equal(kvmm_admin_read(admin, KVMM_OP_VMSTAT, NULL, &text), 0);
-	assert_int_equal(kvmm_admin_value(text, name, &v), 0);
-	free(text);
-	return v;
-}
-
 /*
  * The test's sealed pages stay cached on the host tier and in the pool: dropped at its end,
  * so that the next test's sequence finds the room it needs.
@@ -167,12 +156,12 @@ static void test_far_read(void **state)
 	assert_non_null(win);
 	assert_true(far_base >= kvmm_nr_frames(c));
 	assert_int_equal(pages, far_base + HOST_SLOTS);
-	in0 = vmstat(admin, "pswpin");
-	pin0 = vmstat(admin, "far_pin");
+	in0 = itest_vmstat(admin, "pswpin");
+	pin0 = itest_vmstat(admin, "far_pin");
 	assert_int_equal(kvmm_pin_far(c, s, 0, TOTAL, e, &nr_far), 0);
 	/* nothing was read back: what is not resident is read where it lies */
-	assert_int_equal(vmstat(admin, "pswpin"), in0);
-	assert_int_equal(vmstat(admin, "far_pin"), pin0 + nr_far);
+	assert_int_equal(itest_vmstat(admin, "pswpin"), in0);
+	assert_int_equal(itest_vmstat(admin, "far_pin"), pin0 + nr_far);
 	assert_true(nr_far >= TOTAL - kvmm_nr_frames(c));
 	for (k = 0; k < TOTAL; k++)
 		nfar += e[k] >= (int32_t)far_base;
@@ -222,13 +211,13 @@ static void test_far_lookup(void **state)
 	for (b = 0; b < TOTAL; b += STEP)
 		itest_tokens(t + (size_t)b * tpp, STEP * tpp, 9000 + b);
 	assert_int_equal(kvmm_far_map(c, &win, NULL, NULL), 0);
-	in0 = vmstat(admin, "pswpin");
-	map0 = vmstat(admin, "far_map");
+	in0 = itest_vmstat(admin, "pswpin");
+	map0 = itest_vmstat(admin, "far_map");
 	assert_int_equal(kvmm_seq_create(c, 0, &x), 0);
 	assert_int_equal(kvmm_prefix_lookup(c, x, t, TOTAL * tpp, &hit), 0);
 	assert_int_equal(hit, (uint64_t)TOTAL * tpp);
-	assert_int_equal(vmstat(admin, "pswpin"), in0);
-	assert_true(vmstat(admin, "far_map") >= map0 + TOTAL - kvmm_nr_frames(c));
+	assert_int_equal(itest_vmstat(admin, "pswpin"), in0);
+	assert_true(itest_vmstat(admin, "far_map") >= map0 + TOTAL - kvmm_nr_frames(c));
 	assert_int_equal(kvmm_pin_far(c, x, 0, TOTAL, e, &nr_far), 0);
 	assert_true(nr_far >= TOTAL - kvmm_nr_frames(c));
 	check_far(c, win, e, 0, TOTAL, 9000);
@@ -262,16 +251,16 @@ static void test_cache_gives_way(void **state)
 	itest_need_daemon();
 	assert_int_equal(itest_admin_open(&itest_d, &admin), 0);
 	c = attach(ITEST_NS_A);
-	oom0 = vmstat(admin, "oom");
-	drop0 = vmstat(admin, "swap_drop");
+	oom0 = itest_vmstat(admin, "oom");
+	drop0 = itest_vmstat(admin, "swap_drop");
 	/* 960 sealed pages written, more than pool and tier hold together (768) */
 	for (i = 0; i < 3; i++) {
 		s[i] = mkseq(c, 10000 + 1000 * (unsigned int)i);
 		if (i < 2)
 			assert_int_equal(kvmm_seq_free(c, s[i]), 0);
 	}
-	assert_int_equal(vmstat(admin, "oom"), oom0);
-	assert_true(vmstat(admin, "swap_drop") > drop0);
+	assert_int_equal(itest_vmstat(admin, "oom"), oom0);
+	assert_true(itest_vmstat(admin, "swap_drop") > drop0);
 	assert_int_equal(kvmm_seq_free(c, s[2]), 0);
 	kvmm_detach(c);
 	kvmm_admin_close(admin);

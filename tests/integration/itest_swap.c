@@ -280,17 +280,6 @@ static unsigned int ptes_of_type(kvmm_admin_t *admin, uint32_t client, uint64_t 
 	return n;
 }
 
-static int64_t vmstat(kvmm_admin_t *admin, const char *name)
-{
-	int64_t v = -1;
-	char *text;
-
-	assert_int_equal(kvmm_admin_read(admin, KVMM_OP_VMSTAT, NULL, &text), 0);
-	assert_int_equal(kvmm_admin_value(text, name, &v), 0);
-	free(text);
-	return v;
-}
-
 /*
  * kvmm_prefetch: a sequence swapped out under pressure is read back ahead of its PIN. The call
  * starts one read per swapped page (swap_ra) and returns without waiting for them; the PIN
@@ -335,17 +324,17 @@ static void test_prefetch(void **state)
 		if (ptes_of_type(admin, client, x, "swap") == swapped)
 			break;
 	}
-	ra0 = vmstat(admin, "swap_ra");
-	in0 = vmstat(admin, "pswpin");
+	ra0 = itest_vmstat(admin, "swap_ra");
+	in0 = itest_vmstat(admin, "pswpin");
 
 	assert_int_equal(kvmm_prefetch(c, &x, 1, &started), 0);
 	assert_int_equal(started, swapped);
-	assert_int_equal(vmstat(admin, "swap_ra"), ra0 + (int64_t)swapped);
+	assert_int_equal(itest_vmstat(admin, "swap_ra"), ra0 + (int64_t)swapped);
 	usleep(20000); /* the reads go on while "this step computes" */
-	ra0 = vmstat(admin, "swap_ra");
+	ra0 = itest_vmstat(admin, "swap_ra");
 	assert_int_equal(touch(c, x, 4000, false), 0);
-	assert_int_equal(vmstat(admin, "swap_ra"), ra0); /* the PIN started no read */
-	assert_true(vmstat(admin, "pswpin") >= in0 + (int64_t)swapped);
+	assert_int_equal(itest_vmstat(admin, "swap_ra"), ra0); /* the PIN started no read */
+	assert_true(itest_vmstat(admin, "pswpin") >= in0 + (int64_t)swapped);
 	assert_int_equal(ptes_of_type(admin, client, x, "swap"), 0);
 	assert_int_equal(ptes_of_type(admin, client, x, "present"), 60);
 
@@ -423,13 +412,13 @@ static void test_pin_range(void **state)
 		assert_int_equal(touch_range(c, s, b, step, 7000, true, 0), 0);
 	}
 	free(t);
-	in0 = vmstat(admin, "pswpin");
+	in0 = itest_vmstat(admin, "pswpin");
 	for (b = 0; b < total; b += step)
 		assert_int_equal(touch_range(c, s, b, step, 7000, false, KVMM_PIN_RANGE_F_PREFETCH),
 				 0);
 	for (b = total; b > 0; b -= step)
 		assert_int_equal(touch_range(c, s, b - step, step, 7000, false, 0), 0);
-	assert_true(vmstat(admin, "pswpin") > in0);
+	assert_true(itest_vmstat(admin, "pswpin") > in0);
 	/* the whole sequence does not fit: PIN cannot succeed, and changes nothing */
 	assert_int_equal(kvmm_pin(c, &s, 1, NULL), -ENOMEM);
 	assert_int_equal(touch_range(c, s, 100, 8, 7000, false, 0), 0);
@@ -582,7 +571,7 @@ static void test_shared_prefix_swapped(void **state)
 	free(t);
 	sh_own(&a, 100000);
 	sh_own(&b, 200000);
-	assert_true(vmstat(admin, "swap_shared") > 0);
+	assert_true(itest_vmstat(admin, "swap_shared") > 0);
 
 	assert_int_equal(sh_read_all(&a), 0);
 	assert_int_equal(sh_read_all(&b), 0);
@@ -655,7 +644,7 @@ static void test_shared_prefix_kill9(void **state)
 	assert_non_null(t);
 	itest_tokens(t, n, 4343);
 	sh_prefix(&a, t);
-	shared0 = vmstat(admin, "swap_shared");
+	shared0 = itest_vmstat(admin, "swap_shared");
 	assert_int_equal(itest_admin_text(&itest_d, KVMM_OP_STATUS, &text), 0);
 	clients0 = itest_text_value(text, "Clients");
 	free(text);
@@ -678,7 +667,7 @@ static void test_shared_prefix_kill9(void **state)
 	assert_int_equal(kill(pid, SIGKILL), 0);
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	assert_true(WIFSIGNALED(st)); /* not exited: no wrong byte (2), no failed setup (1) */
-	assert_true(vmstat(admin, "swap_shared") > shared0);
+	assert_true(itest_vmstat(admin, "swap_shared") > shared0);
 
 	assert_int_equal(sh_read_all(&a), 0);
 	/* the dead client's session is torn down (and checked) within a second */

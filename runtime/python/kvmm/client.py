@@ -646,9 +646,9 @@ def _new_int32(shape: tuple, like: str) -> Any:
     raise ValueError(f"like must be 'torch' or 'numpy', not {like!r}")
 
 
-def _table_ptr(out: Any, n: int, max_blocks: Optional[int]) -> tuple[int, int]:
-    """Address and row length of a block-table array, after checking it (cheap checks: this
-    runs every step)."""
+def _int32_out(out: Any) -> tuple[tuple, int]:
+    """Shape and address of a caller's int32 output array (a CPU torch tensor or a numpy
+    array, contiguous, writeable), after checking it (cheap checks: this runs every step)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(out, torch.Tensor):
         if out.dtype is not torch.int32:
@@ -666,6 +666,13 @@ def _table_ptr(out: Any, n: int, max_blocks: Optional[int]) -> tuple[int, int]:
         shape, ptr = out.shape, out.ctypes.data
     else:
         raise TypeError(f"out must be a torch.Tensor or a numpy array, not {type(out).__name__}")
+    return tuple(shape), ptr
+
+
+def _table_ptr(out: Any, n: int, max_blocks: Optional[int]) -> tuple[int, int]:
+    """Address and row length of a block-table array, after checking it (cheap checks: this
+    runs every step)."""
+    shape, ptr = _int32_out(out)
     if len(shape) != 2 or shape[0] != n:
         raise ValueError(f"out must have shape [{n}, max_blocks], not {list(shape)}")
     cols = shape[1]
@@ -678,23 +685,7 @@ def _table_ptr(out: Any, n: int, max_blocks: Optional[int]) -> tuple[int, int]:
 
 def _vec_ptr(out: Any, n: int) -> int:
     """Address of a 1-D int32 array of n entries (pin_far's entries), after checking it."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(out, torch.Tensor):
-        if out.dtype is not torch.int32:
-            raise TypeError(f"out must be torch.int32, not {out.dtype}")
-        if not out.is_cpu or out.layout is not torch.strided:
-            raise ValueError(f"out must be on the CPU, not {out.device} (copy it after)")
-        if not out.is_contiguous():
-            raise ValueError("out must be contiguous")
-        shape, ptr = tuple(out.shape), out.data_ptr()
-    elif type(out).__module__ == "numpy":
-        if out.dtype.str != "<i4":
-            raise TypeError(f"out must be numpy.int32, not {out.dtype}")
-        if not out.flags.c_contiguous or not out.flags.writeable:
-            raise ValueError("out must be C-contiguous and writeable")
-        shape, ptr = out.shape, out.ctypes.data
-    else:
-        raise TypeError(f"out must be a torch.Tensor or a numpy array, not {type(out).__name__}")
+    shape, ptr = _int32_out(out)
     if shape != (n,):
         raise ValueError(f"out must have shape [{n}] (nr_blocks), not {list(shape)}")
     return ptr

@@ -650,6 +650,7 @@ static int prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t 
 	struct kvmm_aspace *as;
 	struct kvmm_pool *pool;
 	uint64_t nfull, have;
+	struct kvmm_swap_tier *far;
 	uint32_t tpp, first, b, hits = 0;
 	int ret = 0;
 
@@ -692,6 +693,8 @@ static int prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t 
 	 */
 	if (first + nfull > seq->cap)
 		kvmm_mm_seq_reserve(seq, first + (uint32_t)nfull + (n % tpp ? 1 : 0));
+	/* a client that reads the far tier in place: its hits there are mapped as they lie */
+	far = as->far_lookup ? kvmm_swap_far_tier(pool) : NULL;
 	for (b = 0; b < nfull; b++) {
 		const uint32_t *t = tokens + (size_t)b * tpp;
 		uint32_t blk = first + b;
@@ -713,8 +716,8 @@ static int prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t 
 				ret = -ENOMEM;
 			break;
 		}
-		if (unlikely(ent->frame == KVMM_FRAME_NONE) && as->far_lookup &&
-		    kvmm_swap_map_far(pool, kvmm_swap_far_tier(pool), ent, seq, blk)) {
+		if (unlikely(ent->frame == KVMM_FRAME_NONE) && far &&
+		    kvmm_swap_map_far(pool, far, ent, seq, blk)) {
 			/* on the far tier: mapped where it lies (read in place, or faulted later) */
 			memcpy(seq->tokens + (size_t)blk * tpp, t, (size_t)tpp * sizeof(*t));
 			parent = ent;

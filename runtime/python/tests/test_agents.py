@@ -139,6 +139,42 @@ def test_pause_resume(ckpt, tmp_path):
             d.stop()
 
 
+def test_leader_threads(ckpt, tmp_path):
+    """A round's leader lent threads while it prefills alone (its linears split by rows, the
+    attention kernels on more threads): every agent's tokens are what they are unlent; a task
+    asking for a thread count out of range is an error event, and runs nothing."""
+    w = Workload(agents=2, rounds=2, system_tokens=256, tool_tokens=128, instruction_tokens=16,
+                 answer_tokens=8)
+    with pytest.raises(AgentError, match="leader threads: 0 is not between 1 and 64"):
+        Orchestrator(ckpt, w, str(tmp_path), leader_threads=0)
+    with Orchestrator(ckpt, w, str(tmp_path), timeout=60, leader_threads=1) as o:
+        plain = o.run("shared")
+        o.leader_threads = 3
+        lent = o.run("shared")
+        assert mismatches({"plain": plain, "lent": lent}) == []
+        assert lent.computed == plain.computed and lent.skipped == plain.skipped
+        a = o.agents[0]
+        d = _Daemon(str(tmp_path), o.sock, o.page_size, [("agents", 64)])
+        try:
+            a.send({"op": "attach", "socket": d.sock, "ns": "agents", "kv_dtype": "fp16"})
+            o._next(want="attached")
+            a.send({"op": "task", "id": 1, "prompt": [5] * 40, "max_tokens": 2, "threads": 0})
+            with pytest.raises(AgentError, match="threads: 0 is not between 1 and 64"):
+                o._next(want="done")
+            # refused before the task started (an error detaches the agent): attached
+            # again, the next task is the only one to run
+            a.send({"op": "attach", "socket": d.sock, "ns": "agents", "kv_dtype": "fp16"})
+            o._next(want="attached")
+            a.send({"op": "task", "id": 2, "prompt": [5] * 40, "max_tokens": 2})
+            assert o._next(want="first")[1]["id"] == 2
+            done = o._next(want="done")[1]
+            assert done["id"] == 2 and len(done["tokens"]) == 2 and done["computed"] == 40
+            a.send({"op": "detach"})
+            o._next(want="detached")
+        finally:
+            d.stop()
+
+
 def test_admission_order():
     """Load control on its own: what fits starts; the critical agent (priority 10) goes first
     and pauses the youngest lower task when it does not fit; a paused task resumes before a

@@ -182,6 +182,49 @@ def test_greedy_matches_reference(ckpts, arch):
     assert e.kv.live == 0
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_threads_split_rows(ckpts, threads):
+    """Model.set_threads(n): a prefill's linears split by rows over n threads give the very
+    same hidden states as one thread (each row is the same dot products), odd row counts
+    included; decode-sized batches (below SPLIT_ROWS) are not split; bad counts refused."""
+    from kvmm.llm import model as model_mod
+
+    m = load_model(ckpts["qwen2"])  # qwen2: the qkv linear has a bias
+    n = model_mod.SPLIT_ROWS * 2 + 5
+    g = torch.Generator().manual_seed(5)
+    toks = torch.randint(3, m.cfg.vocab_size, (n,), generator=g)
+    pos = torch.arange(n)
+
+    def attn(layer, q, k, v):
+        return model_mod.causal_attention(q, k, v, 0)
+
+    one = m.forward(toks, pos, attn)
+    calls = []
+    real = torch.matmul
+
+    def counting(*a, **kw):
+        calls.append(a[0].shape[0])
+        return real(*a, **kw)
+
+    m.set_threads(threads)
+    try:
+        torch.matmul = counting
+        split = m.forward(toks, pos, attn)
+        small = m.forward(toks[:8], pos[:8], attn)
+    finally:
+        torch.matmul = real
+        m.set_threads(1)
+    assert torch.equal(one, split)
+    step = -(-n // threads)
+    assert calls.count(step) >= 4 * m.cfg.num_layers  # every linear of the prefill split
+    assert n not in calls
+    assert torch.equal(small, m.forward(toks[:8], pos[:8], attn))
+    for bad in (0, 65, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="threads"):
+            m.set_threads(bad)
+    assert m.threads == 1
+
+
 def test_continuous_batching_arrivals(ckpts):
     """A request added while another decodes gets the same tokens as alone."""
     m = load_model(ckpts["llama"])

@@ -17,7 +17,11 @@ event per line on stdout (nothing else is written there).
         -> {"ev": "attached", "tokens_per_page": T, "kernel": K, "far": F}
            (F: whether far reads are in use; "far_why" says why not when they were asked for)
     {"op": "task", "id": I, "prompt": [ids...], "max_tokens": N}
-        generate N greedy tokens (end-of-sequence ignored, so every answer has N tokens)
+        generate N greedy tokens (end-of-sequence ignored, so every answer has N tokens);
+        optional "threads": T: until its first token the task runs on T threads (the
+        model's linears split by rows, Model.set_threads, and libkvmm's CPU attention
+        kernels on T threads), then on one again: the orchestrator lends a round's leader,
+        which prefills alone, the CPUs the others are not using yet
         -> {"ev": "first", "id": I, "ttft": s}    the first token is sampled (the prompt's
                                                    full pages are sealed by then)
         -> {"ev": "done", "id": I, "tokens": [...], "ttft": s, "seconds": s,
@@ -153,6 +157,7 @@ class _Agent:
         tid = cmd["id"]
         before = dict(e.stats)
         kv_before = dict(self.kv.stats)
+        lent = self._lend(int(cmd.get("threads", 1)))  # refused before the task starts
         req = e.add_request(cmd["prompt"], SamplingParams(max_tokens=int(cmd["max_tokens"]),
                                                           ignore_eos=True))
         waits = 0
@@ -177,9 +182,13 @@ class _Agent:
                 time.sleep(0.002)
             if not told and req.first_token_time is not None:
                 told = True
+                if lent:
+                    lent = self._lend(1)
                 _emit({"ev": "first", "id": tid, "ttft": req.first_token_time - req.arrival})
             if self.commands is not None and e.has_work():
                 self._between_steps(tid)
+        if lent:
+            self._lend(1)
         comp = req.completions[0]
         st = e.stats
         return {"ev": "done", "id": tid, "tokens": comp.token_ids,
@@ -191,6 +200,18 @@ class _Agent:
                 "waits": waits, "prefill_s": step_s[0], "decode_s": step_s[1],
                 "far_pages": self.kv.stats["far_pages"] - kv_before["far_pages"],
                 "chunked_steps": self.kv.stats["chunked_steps"] - kv_before["chunked_steps"]}
+
+    def _lend(self, n: int) -> bool:
+        """Run the model's linears and the CPU attention kernels on n threads (1: back to
+        one); True when n > 1."""
+        if n < 1 or n > 64:
+            raise ValueError(f"threads: {n} is not between 1 and 64")
+        self.model.set_threads(n)
+        if self.kv is not None and self.kv.kernel == "libkvmm" and self.kv.device.type == "cpu":
+            from kvmm import kernels
+
+            kernels.set_threads(n)
+        return n > 1
 
     def _between_steps(self, tid: int) -> None:
         """A pause from the orchestrator (its admission control: another agent's task needs

@@ -16,8 +16,11 @@ the round's leader, and mapped by the others.
 
 Schedule (the same in every mode): each round the leader (the first agent that is not the
 critical one) starts alone; once its first token is out (its prompt's full pages are sealed,
-Engine(seal_prompts=True)) the others start together. One agent is critical: its sequences
-carry a higher kvmm priority, so under memory pressure kvmmd takes the others' pages first.
+Engine(seal_prompts=True)) the others start together. While it prefills alone the leader is
+lent the CPUs (leader_threads, default: the CPUs this process may use, at most 8): its
+linears split by rows and its attention kernels on that many threads, one again after its
+first token. One agent is critical: its sequences carry a higher kvmm priority, so under
+memory pressure kvmmd takes the others' pages first.
 
 Modes, on identical inputs:
   shared    one namespace: the agents share the prefix cache
@@ -58,7 +61,8 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["Workload", "AgentError", "ModeResult", "Orchestrator", "MODES", "percentile"]
+__all__ = ["Workload", "AgentError", "ModeResult", "Orchestrator", "MODES", "percentile",
+           "default_leader_threads"]
 
 MODES = ("shared", "private", "pressure")
 PKG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -130,6 +134,15 @@ class Workload:
         per = self.instruction_tokens + self.answer_tokens
         return (self.system_tokens + self.tool_tokens + (self.rounds - 1) * self.agents * per
                 + per)
+
+
+def default_leader_threads() -> int:
+    """The CPUs this process may run on (at most 8): what a round's leader is lent."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, min(8, n))
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -307,8 +320,14 @@ class Orchestrator:
     """N agent processes on one checkpoint; run(mode) runs the workload in one mode."""
 
     def __init__(self, model: str, workload: Workload, workdir: str, kv_dtype: str = "fp16",
-                 timeout: float = 120.0, log=None, far: bool = True):
+                 timeout: float = 120.0, log=None, far: bool = True,
+                 leader_threads: Optional[int] = None):
         workload.check()
+        if leader_threads is None:
+            leader_threads = default_leader_threads()
+        if isinstance(leader_threads, bool) or not isinstance(leader_threads, int) or \
+                not 1 <= leader_threads <= 64:
+            raise AgentError(f"leader threads: {leader_threads!r} is not between 1 and 64")
         if kv_dtype not in ("fp32", "fp16", "bf16"):
             raise AgentError(f"kv dtype {kv_dtype!r}: one of fp32, fp16, bf16")
         from .config import ConfigError, load_config
@@ -323,6 +342,7 @@ class Orchestrator:
         self.model, self.w, self.dir, self.kv_dtype = model, workload, workdir, kv_dtype
         self.timeout = timeout
         self.far = far  # the pressure mode reads the host tier in place (else: chunked)
+        self.leader_threads = leader_threads  # lent to a round's leader until its first token
         self.log = log or (lambda s: None)
         self.sock = os.path.join(workdir, "kvmmd.sock")
         elem = 4 if kv_dtype == "fp32" else 2
@@ -585,8 +605,11 @@ class Orchestrator:
 
             def act(what: str, i: int) -> None:
                 if what == "task":
-                    self.agents[i].send({"op": "task", "id": tid[i], "prompt": prompts[i],
-                                         "max_tokens": w.answer_tokens})
+                    cmd = {"op": "task", "id": tid[i], "prompt": prompts[i],
+                           "max_tokens": w.answer_tokens}
+                    if i == w.leader and self.leader_threads > 1:
+                        cmd["threads"] = self.leader_threads  # it prefills alone
+                    self.agents[i].send(cmd)
                 elif what == "pause" and chunk:
                     self.agents[i].send({"op": what, "release": True})
                 else:
@@ -788,8 +811,8 @@ class _Admission:
 
 def run_modes(model: str, workload: Workload, modes: Sequence[str] = MODES,
               kv_dtype: str = "fp16", workdir: Optional[str] = None, log=None,
-              timeout: float = 120.0, pressure_pool: Optional[int] = None, far: bool = True
-              ) -> Dict[str, ModeResult]:
+              timeout: float = 120.0, pressure_pool: Optional[int] = None, far: bool = True,
+              leader_threads: Optional[int] = None) -> Dict[str, ModeResult]:
     """Run the modes in order (pressure after shared: its pool is half the shared peak, or
     pressure_pool frames when given; with far reads, else chunked attention)."""
     for m in modes:
@@ -803,7 +826,8 @@ def run_modes(model: str, workload: Workload, modes: Sequence[str] = MODES,
     workdir = workdir or tempfile.mkdtemp(prefix="kvmm-agents.")
     out: Dict[str, ModeResult] = {}
     try:
-        with Orchestrator(model, workload, workdir, kv_dtype, timeout, log, far=far) as o:
+        with Orchestrator(model, workload, workdir, kv_dtype, timeout, log, far=far,
+                          leader_threads=leader_threads) as o:
             o.warm_up()
             for m in sorted(modes, key=MODES.index):
                 pool = None

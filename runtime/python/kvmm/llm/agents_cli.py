@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-far", action="store_true",
                    help="pressure mode without far reads: chunked attention, each chunk's "
                    "swapped pages faulted in")
+    p.add_argument("--leader-threads", type=_positive, default=None, metavar="N",
+                   help="threads lent to a round's leader while it prefills alone (default: "
+                   "the CPUs, at most 8; 1 lends none)")
     p.add_argument("--reps", type=_positive, default=1,
                    help="run the modes this many times; each figure is the median")
     p.add_argument("--timeout", type=float, default=300.0,
@@ -263,7 +266,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         for _ in range(args.reps):
             runs.append(run_modes(model, w, modes, kv_dtype=args.kv_dtype, workdir=tmp,
                                   log=log, timeout=args.timeout,
-                                  pressure_pool=args.pressure_pool, far=not args.no_far))
+                                  pressure_pool=args.pressure_pool, far=not args.no_far,
+                                  leader_threads=args.leader_threads))
         bad = [b for r in runs for b in mismatches(r)]
         res = _median_result(runs)
         if args.bench_rows:

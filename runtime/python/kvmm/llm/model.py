@@ -52,11 +52,18 @@ class _Layer:
     __slots__ = ("ln1", "qkv", "qkvb", "o", "ob", "ln2", "gate_up", "down")
 
 
+# A linear over at least this many rows is split by rows over Model.threads threads: below
+# it, handing the halves to a worker costs more than the matmul (about 50 us on the 2-CPU VM).
+SPLIT_ROWS = 128
+
+
 class Model:
     """Weights of one checkpoint and the forward pass over them (no autograd)."""
 
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype = torch.float32, device="cpu"):
         self.cfg = cfg
+        self.threads = 1
+        self._pool = None  # the workers of set_threads(), made at the first split
         self.dtype = dtype
         self.device = torch.device(device)
         self.inv_freq = rope_inv_freq(cfg).to(self.device)
@@ -150,9 +157,37 @@ class Model:
         x1, x2 = x[..., :h], x[..., h:]
         return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
 
-    @staticmethod
-    def _linear(x, w, b=None):
-        y = torch.matmul(x, w.t())
+    def set_threads(self, n: int) -> None:
+        """Split every linear of at least SPLIT_ROWS rows (a prefill's) over n threads, each
+        multiplying a block of rows (torch releases the GIL inside the matmul); 1: no split.
+
+        For a torch whose BLAS runs one thread whatever torch.set_num_threads says: Debian's
+        python3-torch on the reference BLAS computes a prefill's linears on one CPU otherwise.
+        Each output row is the same dot products whichever block it falls in, so the result
+        does not depend on n.  With a threaded BLAS (MKL, OpenBLAS) use
+        torch.set_num_threads instead; on a GPU this changes nothing."""
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 64:
+            raise ValueError(f"threads: {n!r} is not an integer between 1 and 64")
+        if n > 1 and (self._pool is None or self._pool._max_workers < n - 1):
+            from concurrent.futures import ThreadPoolExecutor
+
+            if self._pool is not None:
+                self._pool.shutdown()
+            self._pool = ThreadPoolExecutor(n - 1, thread_name_prefix="kvmm-linear")
+        self.threads = n
+
+    def _linear(self, x, w, b=None):
+        n = x.shape[0]
+        if self.threads > 1 and n >= SPLIT_ROWS and x.dim() == 2 and x.device.type == "cpu":
+            y = torch.empty(n, w.shape[0], dtype=torch.result_type(x, w))
+            step = -(-n // self.threads)
+            jobs = [self._pool.submit(torch.matmul, x[r:r + step], w.t(), out=y[r:r + step])
+                    for r in range(step, n, step)]
+            torch.matmul(x[:step], w.t(), out=y[:step])
+            for j in jobs:
+                j.result()
+        else:
+            y = torch.matmul(x, w.t())
         return y + b if b is not None else y
 
     # ---- forward ------------------------------------------------------------------------

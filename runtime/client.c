@@ -652,6 +652,31 @@ int kvmm_msg_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov 
 	return kvmm_msg_wait(c, seq, rep, rep_len);
 }
 
+int kvmm_msg_call_var(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *parts,
+		      unsigned int nr_parts, size_t *plen)
+{
+	const struct kvmm_msg_hdr *hdr = (const struct kvmm_msg_hdr *)c->rx;
+	uint64_t seq;
+	int err;
+
+	/* the rings, when the region has an out area: the reply lands where the socket's would */
+	if (c->dp) {
+		err = kvmm_client_usable(c);
+		if (err)
+			return err;
+		err = kvmm_ring_call_out(c, op, parts, nr_parts, c->rx + KVMM_MSG_HDR_SIZE,
+					 KVMM_MSG_PAYLOAD_MAX, plen);
+		if (err <= 0)
+			return err;
+	}
+	err = kvmm_msg_send(c, op, parts, nr_parts, &seq);
+	if (!err)
+		err = kvmm_msg_wait(c, seq, NULL, 0);
+	if (!err)
+		*plen = hdr->len - KVMM_MSG_HDR_SIZE; /* checked against the buffer on receipt */
+	return err;
+}
+
 /* ---- attach -------------------------------------------------------------------------- */
 
 int kvmm_socket_path_default(char *buf, size_t len)
@@ -742,7 +767,7 @@ static int client_hello(struct kvmm_client *c)
 
 	/* the data plane unless the user asked for the socket only ($KVMM_NO_RINGS=1) */
 	if (!no_rings || !no_rings[0] || !strcmp(no_rings, "0"))
-		req.features |= KVMM_FEAT_RINGS;
+		req.features |= KVMM_FEAT_RINGS | KVMM_FEAT_RING_OUT;
 	struct kvmm_iov part = {&req, sizeof(req)};
 	struct kvmm_hello_rep rep;
 	const struct kvmm_msg_hdr *hdr = (const struct kvmm_msg_hdr *)c->rx;

@@ -121,22 +121,26 @@ static int pin_far_locked(struct kvmm_client *c, uint64_t seq, uint32_t block, u
 	struct kvmm_pin_far_req req = {
 		.seq = seq, .block = block, .nr_blocks = nr_blocks, .gen = c->far_gen};
 	struct kvmm_iov part = {&req, sizeof(req)};
-	const struct kvmm_msg_hdr *hdr = (const struct kvmm_msg_hdr *)c->rx;
+	const uint8_t *payload = c->rx + KVMM_MSG_HDR_SIZE;
 	struct kvmm_pin_far_rep rep;
+	size_t plen = 0;
 	int err;
 
 	if (!(c->features & KVMM_FEAT_FAR))
 		return -EOPNOTSUPP;
 	if (nr_blocks > KVMM_PIN_FAR_MAX)
 		return -E2BIG;
-	err = kvmm_msg_call(c, KVMM_OP_SEQ_PIN_FAR, &part, 1, &rep, sizeof(rep));
+	/* on the rings with their out area (KVMM_FEAT_RING_OUT), else the socket */
+	err = kvmm_msg_call_var(c, KVMM_OP_SEQ_PIN_FAR, &part, 1, &plen);
 	if (err)
 		return err;
-	/* the entries follow the struct in the reply still in c->rx */
-	if (rep.count != nr_blocks ||
-	    hdr->len - KVMM_MSG_HDR_SIZE < sizeof(rep) + (size_t)nr_blocks * sizeof(int32_t))
+	/* the struct, then the entries, in c->rx */
+	if (plen < sizeof(rep))
+		return -EBADMSG;
+	memcpy(&rep, payload, sizeof(rep));
+	if (rep.count != nr_blocks || plen < sizeof(rep) + (size_t)nr_blocks * sizeof(int32_t))
 		return -EBADMSG; /* pinned, and we cannot say where: the unpin still ends it */
-	memcpy(entries, c->rx + KVMM_MSG_HDR_SIZE + sizeof(rep), nr_blocks * sizeof(int32_t));
+	memcpy(entries, payload + sizeof(rep), nr_blocks * sizeof(int32_t));
 	for (uint32_t i = 0; i < nr_blocks; i++)
 		if (entries[i] != KVMM_BLOCK_NONE &&
 		    (entries[i] < 0 ||

@@ -165,6 +165,13 @@ KVMM_INTERNAL int kvmm_msg_wait(struct kvmm_client *c, uint64_t seq, void *rep, 
 /* Send and wait: one synchronous round trip. */
 KVMM_INTERNAL int kvmm_msg_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *iov,
 				unsigned int nr_iov, void *rep, size_t rep_len);
+/*
+ * Send and wait for a reply of any length (SEQ_PIN_FAR): its payload is left at c->rx +
+ * KVMM_MSG_HDR_SIZE, *plen bytes, whether the rings' out area (KVMM_FEAT_RING_OUT) or the
+ * socket carried it.  0 or -errno.
+ */
+KVMM_INTERNAL int kvmm_msg_call_var(struct kvmm_client *c, unsigned int op,
+				    const struct kvmm_iov *iov, unsigned int nr_iov, size_t *plen);
 /* @expr (an int) with the handle's lock held: the public calls' wrapper (seq.c, far.c). */
 #define LOCKED(c, expr)                           \
 	({                                        \
@@ -240,6 +247,15 @@ KVMM_INTERNAL int kvmm_ring_wait(struct kvmm_client *c);
 KVMM_INTERNAL int kvmm_ring_call(struct kvmm_client *c, unsigned int op,
 				 const struct kvmm_iov *parts, unsigned int nr_parts, void *rep,
 				 size_t rep_len);
+/*
+ * The same with KVMM_SQE_F_OUT: the whole reply payload comes back through the region's out
+ * area, copied into out (out_max bytes), *out_len its length.  0, the op's -errno, -EBADMSG
+ * (an out area that does not answer this call), or 1: no out area (an older daemon), or the
+ * rings cannot carry it: the caller uses the socket.
+ */
+KVMM_INTERNAL int kvmm_ring_call_out(struct kvmm_client *c, unsigned int op,
+				     const struct kvmm_iov *parts, unsigned int nr_parts, void *out,
+				     size_t out_max, size_t *out_len);
 /* SQEs submitted whose CQEs are not reaped yet. */
 KVMM_INTERNAL unsigned int kvmm_ring_inflight(const struct kvmm_client *c);
 /*

@@ -41,6 +41,7 @@ struct kvmm_dp_client {
 	struct kvmm_shm_ring *sq, *cq, *mag, *ret;
 	struct kvmm_ring_sqe *sqes;
 	uint8_t *data;
+	uint8_t *out; /* the out area (KVMM_FEAT_RING_OUT), NULL without one */
 	struct kvmm_ring_cqe *cqes;
 	struct kvmm_pt_slot *pt;
 	int32_t *pt_frames;
@@ -118,6 +119,8 @@ int kvmm_dp_client_setup(struct kvmm_client *c, int efd, uint32_t ring_entries, 
 	d->mag_frames = at(c, h.mag_frames_off);
 	d->ret = at(c, h.ret_off);
 	d->ret_frames = at(c, h.ret_frames_off);
+	/* checked above: an out area only when asked for (the header check placed it) */
+	d->out = h.out_size && (c->features & KVMM_FEAT_RING_OUT) ? at(c, h.out_off) : NULL;
 	/* a fresh region: every index starts at 0 (a daemon that says otherwise is not trusted) */
 	d->sq_tail = d->sq_published = READ_ONCE(d->sq->tail);
 	d->cq_head = READ_ONCE(d->cq->head);
@@ -141,8 +144,8 @@ void kvmm_dp_client_free(struct kvmm_client *c)
 
 /* ---- submission ---------------------------------------------------------------------------- */
 
-int kvmm_ring_queue(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *parts,
-		    unsigned int nr_parts, uint64_t user_data)
+static int ring_queue(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *parts,
+		      unsigned int nr_parts, uint64_t user_data, uint16_t flags)
 {
 	struct kvmm_dp_client *d = c->dp;
 	uint64_t size = d->hdr.data_size, len = 0, off, freed, head_pos;
@@ -178,7 +181,7 @@ int kvmm_ring_queue(struct kvmm_client *c, unsigned int op, const struct kvmm_io
 	}
 	e = &d->sqes[idx];
 	e->op = (uint16_t)op;
-	e->flags = 0;
+	e->flags = flags;
 	e->len = 0;
 	for (unsigned int i = 0; i < nr_parts; i++)
 		e->len += (uint32_t)parts[i].len;
@@ -191,6 +194,12 @@ int kvmm_ring_queue(struct kvmm_client *c, unsigned int op, const struct kvmm_io
 	d->user_data[idx] = user_data;
 	d->sq_tail++;
 	return 0;
+}
+
+int kvmm_ring_queue(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *parts,
+		    unsigned int nr_parts, uint64_t user_data)
+{
+	return ring_queue(c, op, parts, nr_parts, user_data, 0);
 }
 
 static void doorbell(struct kvmm_dp_client *d)
@@ -537,8 +546,8 @@ int kvmm_ring_wait(struct kvmm_client *c)
 	return ring_wait(c, true);
 }
 
-int kvmm_ring_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *parts,
-		   unsigned int nr_parts, void *rep, size_t rep_len)
+static int ring_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *parts,
+		     unsigned int nr_parts, void *rep, size_t rep_len, uint16_t flags)
 {
 	struct kvmm_dp_client *d = c->dp;
 	int err;
@@ -546,7 +555,7 @@ int kvmm_ring_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov
 	if (rep_len > sizeof(d->call_cqe.rep) || d->call_pending)
 		return 1; /* the socket carries it */
 	for (;;) {
-		err = kvmm_ring_queue(c, op, parts, nr_parts, 0);
+		err = ring_queue(c, op, parts, nr_parts, 0, flags);
 		if (err != -EAGAIN)
 			break;
 		/* full: wait for the daemon to take some (what it answers goes to the queue) */
@@ -579,6 +588,38 @@ int kvmm_ring_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov
 		return d->call_cqe.res;
 	if (rep && rep_len)
 		memcpy(rep, d->call_cqe.rep, rep_len);
+	return 0;
+}
+
+int kvmm_ring_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *parts,
+		   unsigned int nr_parts, void *rep, size_t rep_len)
+{
+	return ring_call(c, op, parts, nr_parts, rep, rep_len, 0);
+}
+
+int kvmm_ring_call_out(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *parts,
+		       unsigned int nr_parts, void *out, size_t out_max, size_t *out_len)
+{
+	struct kvmm_dp_client *d = c->dp;
+	struct kvmm_ring_out o;
+	int err;
+
+	if (!d || !d->out)
+		return 1; /* an older daemon: the socket */
+	err = ring_call(c, op, parts, nr_parts, NULL, 0, KVMM_SQE_F_OUT);
+	if (err)
+		return err;
+	/*
+	 * Ours: the only out SQE in flight is this call (call_pending), whose CQE we have.  Copy
+	 * the header first, then at most what it says fits.
+	 */
+	memcpy(&o, d->out, sizeof(o));
+	if (o.op != op || o.user_data || o.len > d->hdr.out_size - sizeof(o) || o.len > out_max) {
+		ring_fail(c, -EBADMSG);
+		return -EBADMSG;
+	}
+	memcpy(out, d->out + sizeof(o), o.len);
+	*out_len = o.len;
 	return 0;
 }
 

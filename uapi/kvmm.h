@@ -96,10 +96,16 @@ extern "C" {
 #define KVMM_FEAT_PIN_RANGE (UINT64_C(1) << 8)
 /* FAR_MAP and SEQ_PIN_FAR: host-tier pages read where they lie (a pool in host memory) */
 #define KVMM_FEAT_FAR (UINT64_C(1) << 9)
+/*
+ * The data plane's region has an out area (struct kvmm_shm_hdr out_off, out_size): an SQE
+ * with KVMM_SQE_F_OUT has its whole reply written there, so ops whose reply does not fit a
+ * CQE (KVMM_OPF_RING_OUT: SEQ_PIN_FAR) ride the rings too.  Only with KVMM_FEAT_RINGS.
+ */
+#define KVMM_FEAT_RING_OUT (UINT64_C(1) << 10)
 #define KVMM_FEAT_ALL_V0                                                              \
 	(KVMM_FEAT_HOST_BACKEND | KVMM_FEAT_CUDA_BACKEND | KVMM_FEAT_PREFIX_CACHE |   \
 	 KVMM_FEAT_SWAP | KVMM_FEAT_RINGS | KVMM_FEAT_FD_PASSING | KVMM_FEAT_REMOTE | \
-	 KVMM_FEAT_KEY_DOMAIN | KVMM_FEAT_PIN_RANGE | KVMM_FEAT_FAR)
+	 KVMM_FEAT_KEY_DOMAIN | KVMM_FEAT_PIN_RANGE | KVMM_FEAT_FAR | KVMM_FEAT_RING_OUT)
 
 /*
  * Version negotiation, the one rule both sides of HELLO apply: speak the newer of the two
@@ -1365,10 +1371,34 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_ring, load, 136);
  * One submitted operation: op is a memory opcode (PING, SEQ_CREATE .. UNPIN, MAG_REFILL,
  * MAG_DRAIN; not SEQ_BLOCKS: block tables are in the mirror) and its request payload, exactly
  * as on the socket (struct + trailing ids), is len bytes at data_off of the data area.
+ *
+ * KVMM_SQE_F_OUT (KVMM_FEAT_RING_OUT granted, the region has an out area): the reply goes
+ * whole to the out area as well, struct kvmm_ring_out then the reply payload the socket would
+ * carry, written before the CQE is published; the CQE's rep still carries its first 16 bytes.
+ * The only way to submit a KVMM_OPF_RING_OUT op (SEQ_PIN_FAR), allowed on every ring op.  The
+ * area is one: the client has at most one such SQE in flight (libkvmm: a synchronous call) and
+ * reads the area before it submits the next.
  */
+#define KVMM_SQE_F_OUT (1U << 0)
+#define KVMM_SQE_F_ALL KVMM_SQE_F_OUT
+
+/* At the start of the out area: the reply of the last KVMM_SQE_F_OUT SQE. */
+struct kvmm_ring_out {
+	uint32_t len;	    /* reply payload bytes that follow (<= KVMM_MSG_PAYLOAD_MAX) */
+	uint16_t op;	    /* the SQE's op */
+	uint16_t reserved;  /* zero */
+	uint64_t user_data; /* the SQE's */
+};
+KVMM_ABI_ASSERT_SIZE(struct kvmm_ring_out, 16);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ring_out, len, 0);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ring_out, op, 4);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_ring_out, user_data, 8);
+/* Bytes of the out area: room for the largest reply. */
+#define KVMM_RING_OUT_SIZE (sizeof(struct kvmm_ring_out) + KVMM_MSG_PAYLOAD_MAX)
+
 struct kvmm_ring_sqe {
 	uint16_t op;	    /* enum kvmm_op */
-	uint16_t flags;	    /* none in v0: must be zero */
+	uint16_t flags;	    /* KVMM_SQE_F_*; zero without KVMM_FEAT_RING_OUT */
 	uint32_t len;	    /* payload bytes, <= KVMM_MSG_PAYLOAD_MAX */
 	uint32_t data_off;  /* offset in the data area; data_off + len <= data_size */
 	uint32_t reserved;  /* must be zero */
@@ -1442,8 +1472,9 @@ struct kvmm_shm_hdr {
 	uint64_t ret_off;
 	uint64_t ret_frames_off;
 	uint32_t mag_size; /* entries of the magazine and return rings; frames parked at most */
-	uint32_t reserved;
-	uint64_t reserved2[7];
+	uint32_t out_size; /* bytes of the out area (KVMM_RING_OUT_SIZE), 0: none */
+	uint64_t out_off;  /* the out area (KVMM_FEAT_RING_OUT, KVMM_SQE_F_OUT), 0: none */
+	uint64_t reserved2[6];
 };
 KVMM_ABI_ASSERT_SIZE(struct kvmm_shm_hdr, 192);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, magic, 0);
@@ -1468,8 +1499,9 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, mag_frames_off, 104);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, ret_off, 112);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, ret_frames_off, 120);
 KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, mag_size, 128);
-KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, reserved, 132);
-KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, reserved2, 136);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, out_size, 132);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, out_off, 136);
+KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_hdr, reserved2, 144);
 
 static inline uint64_t kvmm_shm_align(uint64_t x)
 {
@@ -1479,10 +1511,12 @@ static inline uint64_t kvmm_shm_align(uint64_t x)
 /*
  * Fill hdr (all of it) for a region of these sizes; returns its size in bytes, or 0 when a
  * size is out of range (ring_entries not a power of two in [MIN, MAX] entries, pt_slots,
- * pt_max_blocks or mag_size 0 or above 65536). The daemon and the checks below share it.
+ * pt_max_blocks or mag_size 0 or above 65536, out_size neither 0 nor KVMM_RING_OUT_SIZE).
+ * The daemon and the checks below share it.  The out area, when there is one, comes last.
  */
-static inline uint64_t kvmm_shm_layout(struct kvmm_shm_hdr *h, uint32_t ring_entries,
-				       uint32_t pt_slots, uint32_t pt_max_blocks, uint32_t mag_size)
+static inline uint64_t kvmm_shm_layout_out(struct kvmm_shm_hdr *h, uint32_t ring_entries,
+					   uint32_t pt_slots, uint32_t pt_max_blocks,
+					   uint32_t mag_size, uint32_t out_size)
 {
 	uint64_t off, data;
 
@@ -1490,7 +1524,7 @@ static inline uint64_t kvmm_shm_layout(struct kvmm_shm_hdr *h, uint32_t ring_ent
 	    (ring_entries & (ring_entries - 1)) != 0)
 		return 0;
 	if (!pt_slots || pt_slots > 65536 || !pt_max_blocks || pt_max_blocks > 65536 || !mag_size ||
-	    mag_size > 65536)
+	    mag_size > 65536 || (out_size && out_size != KVMM_RING_OUT_SIZE))
 		return 0;
 	data = (uint64_t)ring_entries * KVMM_RING_DATA_PER_ENTRY;
 	if (data < KVMM_RING_DATA_MIN)
@@ -1529,9 +1563,21 @@ static inline uint64_t kvmm_shm_layout(struct kvmm_shm_hdr *h, uint32_t ring_ent
 	off = kvmm_shm_align(off + sizeof(struct kvmm_shm_ring));
 	h->ret_frames_off = off;
 	off = kvmm_shm_align(off + (uint64_t)mag_size * sizeof(uint32_t));
+	if (out_size) {
+		h->out_size = out_size;
+		h->out_off = off;
+		off = kvmm_shm_align(off + out_size);
+	}
 	off = (off + 4095) & ~(uint64_t)4095; /* whole pages: it is mmap'ed */
 	h->size = off;
 	return off;
+}
+
+/* The region without an out area (a client that did not ask for KVMM_FEAT_RING_OUT). */
+static inline uint64_t kvmm_shm_layout(struct kvmm_shm_hdr *h, uint32_t ring_entries,
+				       uint32_t pt_slots, uint32_t pt_max_blocks, uint32_t mag_size)
+{
+	return kvmm_shm_layout_out(h, ring_entries, pt_slots, pt_max_blocks, mag_size, 0);
 }
 
 /*
@@ -1547,7 +1593,8 @@ static inline int kvmm_shm_hdr_check(const struct kvmm_shm_hdr *h, uint64_t size
 	if (size < sizeof(*h) || h->magic != KVMM_SHM_MAGIC || h->version != KVMM_SHM_VERSION ||
 	    h->hdr_size != sizeof(*h))
 		return -EBADMSG;
-	n = kvmm_shm_layout(&want, h->ring_entries, h->pt_slots, h->pt_max_blocks, h->mag_size);
+	n = kvmm_shm_layout_out(&want, h->ring_entries, h->pt_slots, h->pt_max_blocks, h->mag_size,
+				h->out_size);
 	if (!n || n != size || h->size != size)
 		return -EBADMSG;
 	/* the layout is a pure function of the sizes: any other offset is a corrupt header */
@@ -1783,6 +1830,8 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_fault_inject_req, spec, 32);
 #define KVMM_OPF_RING (1U << 1)	    /* may be submitted on the rings as well as the socket */
 #define KVMM_OPF_ATTACHED (1U << 2) /* needs an attached session (-ENOTCONN otherwise) */
 #define KVMM_OPF_EVENT (1U << 3)    /* daemon to client only: never a request */
+/* rides the rings only with KVMM_SQE_F_OUT: its reply is longer than a CQE's rep */
+#define KVMM_OPF_RING_OUT (1U << 4)
 
 enum kvmm_payload_rule {
 	KVMM_PAYLOAD_NONE,  /* empty */
@@ -1860,8 +1909,8 @@ enum kvmm_reply_head {
 	X(SEQ_UNPIN_RANGE, "seq_unpin_range", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                  \
 	  KVMM_PL_FIXED(struct kvmm_pin_range_req), KVMM_RH_FRAMES)                               \
 	X(FAR_MAP, "far_map", KVMM_OPF_ATTACHED, KVMM_PL_NONE(), KVMM_RH_NONE)                    \
-	X(SEQ_PIN_FAR, "seq_pin_far", KVMM_OPF_ATTACHED, KVMM_PL_FIXED(struct kvmm_pin_far_req),  \
-	  KVMM_RH_FRAMES)                                                                         \
+	X(SEQ_PIN_FAR, "seq_pin_far", KVMM_OPF_ATTACHED | KVMM_OPF_RING_OUT,                      \
+	  KVMM_PL_FIXED(struct kvmm_pin_far_req), KVMM_RH_FRAMES)                                 \
 	/* admin: read verbs */                                                                   \
 	X(STATUS, "status", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE)   \
 	X(MEMINFO, "meminfo", KVMM_OPF_ADMIN, KVMM_PL_FIXED(struct kvmm_admin_req), KVMM_RH_NONE) \
@@ -1973,6 +2022,15 @@ static inline int kvmm_op_ring_ok(unsigned int op)
 	const struct kvmm_op_info *d = kvmm_op_info(op);
 
 	return d && (d->flags & KVMM_OPF_RING);
+}
+
+/* Whether op may be submitted on the rings with KVMM_SQE_F_OUT (every ring op, and the
+ * KVMM_OPF_RING_OUT ones). */
+static inline int kvmm_op_ring_out_ok(unsigned int op)
+{
+	const struct kvmm_op_info *d = kvmm_op_info(op);
+
+	return d && (d->flags & (KVMM_OPF_RING | KVMM_OPF_RING_OUT));
 }
 
 #ifdef __cplusplus

@@ -55,6 +55,7 @@ struct kvmm_dp {
 	struct kvmm_shm_ring *sq, *cq, *mag, *ret;
 	struct kvmm_ring_sqe *sqes;
 	uint8_t *data;
+	uint8_t *out; /* the out area (KVMM_FEAT_RING_OUT), NULL without one */
 	struct kvmm_ring_cqe *cqes;
 	struct kvmm_pt_slot *pt;
 	int32_t *pt_frames;
@@ -72,6 +73,7 @@ struct kvmm_dp {
 	 * kvmm_dp_park_done() posts it - as a parked socket request holds the socket.
 	 */
 	bool parked;
+	bool park_out; /* the parked SQE has KVMM_SQE_F_OUT: its reply goes to the out area too */
 
 	/*
 	 * magazine: held[i] is the frame of block i of mag_seq, state[i] its MAG_* state.  The
@@ -123,8 +125,10 @@ int kvmm_dp_create(struct kvmm_session *s, uint32_t ring_entries, int fds[2],
 		return -ENOMEM;
 	dp->memfd = dp->efd = -1;
 	dp->map = MAP_FAILED;
-	size = kvmm_shm_layout(&dp->hdr, ring_entries, KVMM_PT_DEFAULT_SLOTS,
-			       KVMM_PT_DEFAULT_MAX_BLOCKS, KVMM_MAG_DEFAULT_SIZE);
+	/* an out area for a client that asked for it (a region an older client could not check) */
+	size = kvmm_shm_layout_out(&dp->hdr, ring_entries, KVMM_PT_DEFAULT_SLOTS,
+				   KVMM_PT_DEFAULT_MAX_BLOCKS, KVMM_MAG_DEFAULT_SIZE,
+				   s->features & KVMM_FEAT_RING_OUT ? KVMM_RING_OUT_SIZE : 0);
 	if (!size) {
 		ret = -EINVAL;
 		goto out_free;
@@ -175,6 +179,7 @@ int kvmm_dp_create(struct kvmm_session *s, uint32_t ring_entries, int fds[2],
 	dp->mag_frames = area(dp, dp->hdr.mag_frames_off);
 	dp->ret = area(dp, dp->hdr.ret_off);
 	dp->ret_frames = area(dp, dp->hdr.ret_frames_off);
+	dp->out = dp->hdr.out_size ? area(dp, dp->hdr.out_off) : NULL;
 
 	dp->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (dp->efd < 0) {
@@ -847,6 +852,24 @@ void kvmm_dp_set_load(struct kvmm_session *s, uint32_t load)
 }
 
 /* Run one SQE (already copied out of the region) into @cqe. Pool lock held. */
+/*
+ * The reply of a KVMM_SQE_F_OUT SQE into the out area, before its CQE: the CQ tail's release
+ * store (cq_store) publishes both.
+ */
+static void out_write(struct kvmm_dp *dp, unsigned int op, uint64_t user_data, int res,
+		      const void *rep, size_t rlen)
+{
+	/* no reply is longer than a message's payload: KVMM_RING_OUT_SIZE holds it */
+	struct kvmm_ring_out o = {
+		.len = res ? 0 : (uint32_t)min_t(size_t, rlen, KVMM_MSG_PAYLOAD_MAX),
+		.op = (uint16_t)op,
+		.user_data = user_data,
+	};
+
+	memcpy(dp->out + sizeof(o), rep, o.len);
+	memcpy(dp->out, &o, sizeof(o));
+}
+
 static int run_sqe(struct kvmm_session *s, struct kvmm_ring_loop *l, const struct kvmm_ring_sqe *e,
 		   struct kvmm_ring_cqe *cqe)
 {
@@ -854,11 +877,17 @@ static int run_sqe(struct kvmm_session *s, struct kvmm_ring_loop *l, const struc
 	uint8_t *buf = l->rx;
 	void *rp = (struct kvmm_msg_hdr *)l->tx + 1;
 	size_t rlen = 0;
+	bool out = e->flags & KVMM_SQE_F_OUT;
 	int ret;
 
-	/* the operation table says which ops the rings carry (uapi/kvmm.h KVMM_OPF_RING) */
-	if (e->flags || e->reserved || e->reserved2 || !kvmm_op_ring_ok(e->op))
-		return kvmm_op_known(e->op) && !e->flags ? -EOPNOTSUPP : -EBADMSG;
+	/*
+	 * The operation table says which ops the rings carry (uapi/kvmm.h KVMM_OPF_RING, and
+	 * KVMM_OPF_RING_OUT with the out area).
+	 */
+	if ((e->flags & ~KVMM_SQE_F_ALL) || (out && !dp->out) || e->reserved || e->reserved2)
+		return -EBADMSG;
+	if (out ? !kvmm_op_ring_out_ok(e->op) : !kvmm_op_ring_ok(e->op))
+		return kvmm_op_known(e->op) ? -EOPNOTSUPP : -EBADMSG;
 	if (e->len > KVMM_MSG_PAYLOAD_MAX || e->data_off > dp->hdr.data_size ||
 	    e->len > dp->hdr.data_size - e->data_off)
 		return -EBADMSG;
@@ -868,6 +897,8 @@ static int run_sqe(struct kvmm_session *s, struct kvmm_ring_loop *l, const struc
 	ret = s->srv->ring_exec(s, e->op, buf, e->len, rp, &rlen);
 	if (!ret)
 		memcpy(cqe->rep, rp, min_t(size_t, rlen, sizeof(cqe->rep)));
+	if (out)
+		out_write(dp, e->op, e->user_data, ret, rp, rlen);
 	return ret;
 }
 
@@ -919,6 +950,8 @@ void kvmm_dp_park_done(struct kvmm_session *s, uint64_t user_data, unsigned int 
 		memcpy(cqe.rep, rep, min_t(size_t, rlen, sizeof(cqe.rep)));
 	if (res < 0)
 		KVMM_STAT_INC(s->srv, errors);
+	if (dp->park_out)
+		out_write(dp, op, user_data, res, rep, rlen);
 	/* its slot is free: the poll that parked it counted it in the CQ's room */
 	memcpy(&dp->cqes[dp->cq_tail & dp->mask], &cqe, sizeof(cqe));
 	__atomic_store_n(&dp->cq_tail, dp->cq_tail + 1, __ATOMIC_RELAXED);
@@ -998,6 +1031,7 @@ int kvmm_dp_poll(struct kvmm_session *s, unsigned int budget)
 		    kvmm_ipc_remote_park(s, e.op, l->rx, (struct kvmm_msg_hdr *)l->tx + 1, NULL,
 					 e.user_data)) {
 			KVMM_STAT_INC(s->srv, requests);
+			dp->park_out = e.flags & KVMM_SQE_F_OUT;
 			__atomic_store_n(&dp->parked, true, __ATOMIC_RELAXED);
 			dp->sq_head++;
 			i++;

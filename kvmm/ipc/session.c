@@ -328,7 +328,7 @@ static uint64_t supported_features(const struct kvmm_server *srv)
 						     : KVMM_FEAT_HOST_BACKEND;
 
 	if (srv->ns[0]->nr_chunks)
-		f |= KVMM_FEAT_FD_PASSING | KVMM_FEAT_RINGS;
+		f |= KVMM_FEAT_FD_PASSING | KVMM_FEAT_RINGS | KVMM_FEAT_RING_OUT;
 	/* far reads map the pool's chunks and the host tier's arena: host memory only */
 	if (srv->ns[0]->nr_chunks && pools_backend(srv) == KVMM_BACKEND_HOST)
 		f |= KVMM_FEAT_FAR;

@@ -21,6 +21,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,6 +35,7 @@
 
 #include "runtime/kvmm.h"
 #include "runtime/kvmm_admin.h"
+#include "runtime/libkvmm.h" /* the handle's data plane and socket counters */
 #include "tests/integration/itest.h"
 
 #define TOTAL 320u /* pages of the test sequence: the pool has 256 frames */
@@ -130,20 +132,36 @@ static void check_far(kvmm_client_t *c, const uint8_t *win, const int32_t *e, ui
 	}
 }
 
-static void test_far_read(void **state)
+/*
+ * Far reads, with the pins on the rings (their replies through the region's out area,
+ * KVMM_FEAT_RING_OUT: no socket message) or, @socket, a client without rings.
+ */
+static void far_read(bool socket)
 {
 	static int32_t e[TOTAL], e2[TOTAL];
 	uint32_t far_base = 0, nr_far = 0, nr_far2 = 0, k, nfar = 0;
-	uint64_t pages = 0, s;
+	uint64_t pages = 0, s, msgs;
 	const void *win = NULL;
 	kvmm_admin_t *admin;
 	kvmm_client_t *c;
 	int64_t in0, pin0;
 
-	(void)state;
 	itest_need_daemon();
 	assert_int_equal(itest_admin_open(&itest_d, &admin), 0);
+	if (socket)
+		setenv("KVMM_NO_RINGS", "1", 1);
 	c = attach(ITEST_NS_A);
+	unsetenv("KVMM_NO_RINGS");
+	if (socket) {
+		assert_null(c->dp);
+	} else {
+		struct kvmm_shm_hdr h;
+
+		assert_true(c->features & KVMM_FEAT_RING_OUT);
+		memcpy(&h, c->shm, sizeof(h));
+		assert_int_equal(h.out_size, KVMM_RING_OUT_SIZE);
+		assert_true(h.out_off + h.out_size <= c->shm_len);
+	}
 	s = mkseq(c, 5000);
 	/* without a window every entry is a frame: the swapped pages are read back */
 	assert_int_equal(kvmm_pin_far(c, s, 0, 8, e, &nr_far), 0);
@@ -158,7 +176,10 @@ static void test_far_read(void **state)
 	assert_int_equal(pages, far_base + HOST_SLOTS);
 	in0 = itest_vmstat(admin, "pswpin");
 	pin0 = itest_vmstat(admin, "far_pin");
+	msgs = c->next_seq;
 	assert_int_equal(kvmm_pin_far(c, s, 0, TOTAL, e, &nr_far), 0);
+	/* the rings carried it (no socket message), or the socket did */
+	assert_true(socket ? c->next_seq != msgs : c->next_seq == msgs);
 	/* nothing was read back: what is not resident is read where it lies */
 	assert_int_equal(itest_vmstat(admin, "pswpin"), in0);
 	assert_int_equal(itest_vmstat(admin, "far_pin"), pin0 + nr_far);
@@ -183,6 +204,18 @@ static void test_far_read(void **state)
 	kvmm_detach(c);
 	kvmm_admin_close(admin);
 	drop_caches();
+}
+
+static void test_far_read(void **state)
+{
+	(void)state;
+	far_read(false);
+}
+
+static void test_far_read_socket(void **state)
+{
+	(void)state;
+	far_read(true);
 }
 
 /*
@@ -437,9 +470,10 @@ static void test_far_swapoff_kill9(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_far_read),	cmocka_unit_test(test_far_lookup),
-		cmocka_unit_test(test_cache_gives_way), cmocka_unit_test(test_far_readonly),
-		cmocka_unit_test(test_far_errors),	cmocka_unit_test(test_far_swapoff_kill9),
+		cmocka_unit_test(test_far_read),	  cmocka_unit_test(test_far_read_socket),
+		cmocka_unit_test(test_far_lookup),	  cmocka_unit_test(test_cache_gives_way),
+		cmocka_unit_test(test_far_readonly),	  cmocka_unit_test(test_far_errors),
+		cmocka_unit_test(test_far_swapoff_kill9),
 	};
 	int ret = cmocka_run_group_tests_name("itest_far", tests, setup, teardown);
 

@@ -856,6 +856,92 @@ static void test_hostile(void **state)
 	kvmm_detach(good);
 }
 
+/*
+ * The out area (KVMM_FEAT_RING_OUT): an SQE with KVMM_SQE_F_OUT has its whole reply written
+ * there as well as into its CQE; SEQ_PIN_FAR, whose reply is longer than a CQE, rides the
+ * rings only that way; an SQE flag this version does not know is refused.
+ */
+static void test_out_area(void **state)
+{
+	kvmm_client_t *c, *raw, *good;
+	struct kvmm_seq_create_req cr = {0};
+	struct kvmm_seq_create_rep crep;
+	struct kvmm_pin_far_req pr = {0};
+	struct kvmm_pin_far_rep prep;
+	struct kvmm_iov part;
+	struct kvmm_shm_hdr h;
+	struct kvmm_shm_ring *sq, *cq;
+	struct kvmm_ring_sqe *sqes;
+	struct kvmm_ring_cqe *cqes, cqe;
+	uint8_t out[KVMM_MSG_PAYLOAD_MAX];
+	uint32_t t[64], tail;
+	int32_t e[2];
+	size_t len = 0;
+	uint64_t s;
+	int i;
+
+	(void)state;
+	itest_need_daemon();
+	c = attach_ns(ITEST_NS_A);
+	assert_true(c->features & KVMM_FEAT_RING_OUT);
+	memcpy(&h, c->shm, sizeof(h));
+	assert_int_equal(h.out_size, KVMM_RING_OUT_SIZE);
+	assert_true(h.out_off >= h.ret_frames_off && h.out_off + h.out_size <= c->shm_len);
+
+	/* an ordinary ring op with its reply in the out area: the same bytes as its CQE's */
+	part = (struct kvmm_iov){&cr, sizeof(cr)};
+	assert_int_equal(
+		kvmm_ring_call_out(c, KVMM_OP_SEQ_CREATE, &part, 1, out, sizeof(out), &len), 0);
+	assert_int_equal(len, sizeof(crep));
+	memcpy(&crep, out, sizeof(crep));
+	s = crep.seq;
+	assert_true(s != 0);
+	itest_tokens(t, 2 * kvmm_tokens_per_page(c), 3);
+	assert_int_equal(kvmm_seq_append(c, s, t, 2 * kvmm_tokens_per_page(c), NULL), 0);
+
+	/* SEQ_PIN_FAR: not on the rings without the out area, with it the whole reply */
+	pr.seq = s;
+	pr.nr_blocks = 2;
+	part = (struct kvmm_iov){&pr, sizeof(pr)};
+	assert_int_equal(kvmm_ring_call(c, KVMM_OP_SEQ_PIN_FAR, &part, 1, NULL, 0), -EOPNOTSUPP);
+	assert_int_equal(
+		kvmm_ring_call_out(c, KVMM_OP_SEQ_PIN_FAR, &part, 1, out, sizeof(out), &len), 0);
+	assert_int_equal(len, sizeof(prep) + sizeof(e));
+	memcpy(&prep, out, sizeof(prep));
+	memcpy(e, out + sizeof(prep), sizeof(e));
+	assert_int_equal(prep.count, 2);
+	assert_int_equal(prep.nr_far, 0); /* no window mapped: every entry is a frame */
+	for (i = 0; i < 2; i++)
+		assert_true(e[i] >= 0 && (uint32_t)e[i] < kvmm_nr_frames(c));
+	assert_int_equal(kvmm_unpin_range(c, s, 0, 2, NULL), 0);
+	assert_int_equal(kvmm_seq_free(c, s), 0);
+
+	/* an SQE flag we do not know: -EBADMSG in its CQE, the daemon goes on */
+	good = attach_ns(ITEST_NS_A);
+	raw = attach_ns(ITEST_NS_A);
+	memcpy(&h, raw->shm, sizeof(h));
+	sq = (struct kvmm_shm_ring *)((char *)raw->shm + h.sq_off);
+	cq = (struct kvmm_shm_ring *)((char *)raw->shm + h.cq_off);
+	sqes = (struct kvmm_ring_sqe *)((char *)raw->shm + h.sqes_off);
+	cqes = (struct kvmm_ring_cqe *)((char *)raw->shm + h.cqes_off);
+	tail = READ_ONCE(sq->tail);
+	sqes[tail & (h.ring_entries - 1)] =
+		(struct kvmm_ring_sqe){.op = KVMM_OP_PING, .flags = 1u << 1, .user_data = 77};
+	smp_store_release(&sq->tail, tail + 1);
+	for (i = 0; i < 200 && smp_load_acquire(&cq->tail) == READ_ONCE(cq->head); i++) {
+		wake_rings(good); /* the worker polls every ring of the namespace */
+		itest_sleep_ms(5);
+	}
+	assert_int_not_equal(smp_load_acquire(&cq->tail), READ_ONCE(cq->head));
+	cqe = cqes[READ_ONCE(cq->head) & (h.ring_entries - 1)];
+	assert_int_equal(cqe.user_data, 77);
+	assert_int_equal(cqe.res, -EBADMSG);
+	good_client_works(good, 30);
+	kvmm_detach(raw);
+	kvmm_detach(good);
+	kvmm_detach(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -869,6 +955,7 @@ int main(void)
 		cmocka_unit_test(test_magazine_step_beyond_size),
 		cmocka_unit_test(test_compound),
 		cmocka_unit_test(test_hostile),
+		cmocka_unit_test(test_out_area),
 	};
 	int ret;
 

@@ -56,11 +56,13 @@ struct span {
 static void test_layout(void **state)
 {
 	static const uint32_t entries[] = {8, 16, 256, 4096};
-	struct kvmm_shm_hdr h;
+	struct kvmm_shm_hdr h, plain;
 
 	(void)state;
-	for (unsigned int i = 0; i < sizeof(entries) / sizeof(entries[0]); i++) {
-		uint64_t size = kvmm_shm_layout(&h, entries[i], 7, 33, 5);
+	/* each size without an out area, then with one (KVMM_FEAT_RING_OUT) */
+	for (unsigned int i = 0; i < 2 * sizeof(entries) / sizeof(entries[0]); i++) {
+		uint32_t out = i % 2 ? (uint32_t)KVMM_RING_OUT_SIZE : 0;
+		uint64_t size = kvmm_shm_layout_out(&h, entries[i / 2], 7, 33, 5, out);
 		struct span a[] = {
 			{0, sizeof(h)},
 			{h.sq_off, sizeof(struct kvmm_shm_ring)},
@@ -74,13 +76,26 @@ static void test_layout(void **state)
 			{h.mag_frames_off, (uint64_t)h.mag_size * 4},
 			{h.ret_off, sizeof(struct kvmm_shm_ring)},
 			{h.ret_frames_off, (uint64_t)h.mag_size * 4},
+			{h.out_off,
+			 h.out_size}, /* last: the areas an older client knows stay put */
 		};
-		unsigned int n = sizeof(a) / sizeof(a[0]);
+		unsigned int n = sizeof(a) / sizeof(a[0]) - (out ? 0 : 1);
 
 		assert_true(size > 0);
+		assert_int_equal(h.out_size, out);
+		if (!out) {
+			/* the layout an older client computes: no out area at all */
+			assert_int_equal(kvmm_shm_layout(&plain, entries[i / 2], 7, 33, 5), size);
+			assert_memory_equal(&plain, &h, sizeof(h));
+			assert_int_equal(h.out_off, 0);
+		} else {
+			assert_true(size >= plain.size + KVMM_RING_OUT_SIZE);
+			assert_true(h.out_size >=
+				    sizeof(struct kvmm_ring_out) + KVMM_MSG_PAYLOAD_MAX);
+		}
 		assert_int_equal(size % 4096, 0);
 		assert_int_equal(h.size, size);
-		assert_int_equal(h.ring_entries, entries[i]);
+		assert_int_equal(h.ring_entries, entries[i / 2]);
 		assert_true(h.data_size >= KVMM_RING_DATA_MIN);
 		assert_true(h.data_size >= 2 * (uint64_t)KVMM_MSG_PAYLOAD_MAX);
 		for (unsigned int j = 0; j < n; j++) {
@@ -101,6 +116,9 @@ static void test_layout(void **state)
 	assert_int_equal(kvmm_shm_layout(&h, 8, 1, 0, 1), 0);
 	assert_int_equal(kvmm_shm_layout(&h, 8, 1, 1, 0), 0);
 	assert_int_equal(kvmm_shm_layout(&h, 8, 65537, 1, 1), 0);
+	/* an out area is KVMM_RING_OUT_SIZE bytes or none */
+	assert_int_equal(kvmm_shm_layout_out(&h, 8, 1, 1, 1, 4096), 0);
+	assert_int_equal(kvmm_shm_layout_out(&h, 8, 1, 1, 1, KVMM_RING_OUT_SIZE + 1), 0);
 }
 
 static void test_hdr_check(void **state)
@@ -109,18 +127,22 @@ static void test_hdr_check(void **state)
 	uint64_t size;
 
 	(void)state;
-	size = kvmm_shm_layout(&good, KVMM_RING_DEFAULT_ENTRIES, KVMM_PT_DEFAULT_SLOTS,
-			       KVMM_PT_DEFAULT_MAX_BLOCKS, KVMM_MAG_DEFAULT_SIZE);
-	assert_true(size > 0);
-	assert_int_equal(kvmm_shm_hdr_check(&good, size), 0);
-	assert_int_equal(kvmm_shm_hdr_check(&good, size - 4096), -EBADMSG);
-	assert_int_equal(kvmm_shm_hdr_check(&good, size + 4096), -EBADMSG);
-	assert_int_equal(kvmm_shm_hdr_check(&good, 16), -EBADMSG);
-	/* any single corrupted byte of the header is refused */
-	for (size_t i = 0; i < sizeof(h); i++) {
-		h = good;
-		((uint8_t *)&h)[i] ^= 0x40;
-		assert_int_equal(kvmm_shm_hdr_check(&h, size), -EBADMSG);
+	/* without an out area and with one */
+	for (int out = 0; out < 2; out++) {
+		size = kvmm_shm_layout_out(&good, KVMM_RING_DEFAULT_ENTRIES, KVMM_PT_DEFAULT_SLOTS,
+					   KVMM_PT_DEFAULT_MAX_BLOCKS, KVMM_MAG_DEFAULT_SIZE,
+					   out ? (uint32_t)KVMM_RING_OUT_SIZE : 0);
+		assert_true(size > 0);
+		assert_int_equal(kvmm_shm_hdr_check(&good, size), 0);
+		assert_int_equal(kvmm_shm_hdr_check(&good, size - 4096), -EBADMSG);
+		assert_int_equal(kvmm_shm_hdr_check(&good, size + 4096), -EBADMSG);
+		assert_int_equal(kvmm_shm_hdr_check(&good, 16), -EBADMSG);
+		/* any single corrupted byte of the header is refused */
+		for (size_t i = 0; i < sizeof(h); i++) {
+			h = good;
+			((uint8_t *)&h)[i] ^= 0x40;
+			assert_int_equal(kvmm_shm_hdr_check(&h, size), -EBADMSG);
+		}
 	}
 }
 

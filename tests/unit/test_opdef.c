@@ -146,7 +146,8 @@ static void test_names(void **state)
 /* The flags agree with the opcode ranges; the rings carry only an attached client's ops. */
 static void test_flags(void **state)
 {
-	const uint32_t known = KVMM_OPF_ADMIN | KVMM_OPF_RING | KVMM_OPF_ATTACHED | KVMM_OPF_EVENT;
+	const uint32_t known = KVMM_OPF_ADMIN | KVMM_OPF_RING | KVMM_OPF_ATTACHED | KVMM_OPF_EVENT |
+			       KVMM_OPF_RING_OUT;
 	unsigned int op;
 
 	(void)state;
@@ -159,9 +160,17 @@ static void test_flags(void **state)
 		assert_int_equal(!!(info->flags & KVMM_OPF_ADMIN), !!kvmm_op_is_admin(op));
 		assert_int_equal(!!(info->flags & KVMM_OPF_EVENT), !!kvmm_op_is_event(op));
 		assert_int_equal(!!(info->flags & KVMM_OPF_RING), !!kvmm_op_ring_ok(op));
+		/* with the out area: every ring op, and those whose reply needs it */
+		assert_int_equal(!!(info->flags & (KVMM_OPF_RING | KVMM_OPF_RING_OUT)),
+				 !!kvmm_op_ring_out_ok(op));
+		/* an op needs the out area or not: never both flags */
+		assert_false((info->flags & KVMM_OPF_RING) && (info->flags & KVMM_OPF_RING_OUT));
+		if (info->flags & KVMM_OPF_RING_OUT)
+			assert_true(info->flags & KVMM_OPF_ATTACHED);
 		if (info->flags & (KVMM_OPF_ADMIN | KVMM_OPF_EVENT)) {
 			/* admin verbs and events are never accepted on the rings */
 			assert_false(kvmm_op_ring_ok(op));
+			assert_false(kvmm_op_ring_out_ok(op));
 			assert_false(info->flags & KVMM_OPF_ATTACHED &&
 				     info->flags & KVMM_OPF_EVENT);
 		}

@@ -26,8 +26,8 @@ from conftest import kvmmd_path
 try:
     import kvmm  # noqa: F401
     from kvmm import _lib
-    from kvmm.llm.agents import (AgentError, Orchestrator, Workload, _Admission, _Daemon,
-                                 mismatches, run_modes)
+    from kvmm.llm.agents import (AGENT_NICE, AgentError, Orchestrator, Workload, _Admission,
+                                 _Daemon, mismatches, run_modes)
     from kvmm.llm.agents_cli import main as cli_main
     from kvmm.llm.testing import write_checkpoint
 except ImportError as e:  # the bindings, libkvmm or torch are missing
@@ -140,7 +140,8 @@ def test_pause_resume(ckpt, tmp_path):
 
 
 def test_leader_threads(ckpt, tmp_path):
-    """A round's leader lent threads while it prefills alone (its linears split by rows, the
+    """The agents other than the critical one run at a lower CPU priority (nice). A round's
+    leader lent threads while it prefills alone (its linears split by rows, the
     attention kernels on more threads): every agent's tokens are what they are unlent; a task
     asking for a thread count out of range is an error event, and runs nothing."""
     w = Workload(agents=2, rounds=2, system_tokens=256, tool_tokens=128, instruction_tokens=16,
@@ -148,6 +149,10 @@ def test_leader_threads(ckpt, tmp_path):
     with pytest.raises(AgentError, match="leader threads: 0 is not between 1 and 64"):
         Orchestrator(ckpt, w, str(tmp_path), leader_threads=0)
     with Orchestrator(ckpt, w, str(tmp_path), timeout=60, leader_threads=1) as o:
+        # the critical agent (0) keeps our CPU niceness, the other runs AGENT_NICE lower
+        base = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, o.agents[0].pid) == base
+        assert os.getpriority(os.PRIO_PROCESS, o.agents[1].pid) == min(19, base + AGENT_NICE)
         plain = o.run("shared")
         o.leader_threads = 3
         lent = o.run("shared")

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """One agent process of kvmm.llm.agents: a kvmm.llm engine that answers the orchestrator's tasks.
 
-    /usr/bin/python3 -m kvmm.llm.agent MODEL_DIR [--name NAME] [--threads N]
+    /usr/bin/python3 -m kvmm.llm.agent MODEL_DIR [--name NAME] [--threads N] [--nice N]
 
 It loads the checkpoint once, then speaks JSON lines: one command per line on stdin, one
 event per line on stdout (nothing else is written there).
@@ -273,9 +273,18 @@ def main(argv: Optional[list] = None) -> int:
     ap.add_argument("model", help="checkpoint directory (config.json, *.safetensors)")
     ap.add_argument("--name", default=f"agent-{os.getpid()}")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1)")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="add this to the process's CPU niceness before anything starts a "
+                    "thread (0; the orchestrator gives its non-critical agents 5)")
     ap.add_argument("--stall", type=float, default=60.0,
                     help="seconds without room before a task fails (60)")
     args = ap.parse_args(argv)
+    if args.nice:
+        try:
+            os.nice(args.nice)  # threads made later inherit it
+        except OSError as err:
+            _emit({"ev": "error", "msg": f"{args.name}: nice {args.nice}: {err}"})
+            return 1
     try:
         import torch
 

@@ -69,6 +69,7 @@ PKG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 TREE = os.path.normpath(os.path.join(PKG_ROOT, "..", ".."))
 SHARED_NS = "agents"
 CRITICAL_PRIORITY = 10  # kvmm sequence priority of the critical agent (the others: 0)
+AGENT_NICE = 5  # the other agents' CPU niceness: the scheduler runs the critical one first
 CHUNK_MAX = 64  # pages: the largest attention chunk of the pressure mode
 
 
@@ -289,7 +290,7 @@ def _tail(path: str, n: int = 20) -> str:
 
 
 class _AgentProc:
-    def __init__(self, idx: int, model: str, workdir: str, timeout: float):
+    def __init__(self, idx: int, model: str, workdir: str, timeout: float, nice: int = 0):
         self.idx = idx
         self.errlog = os.path.join(workdir, f"agent{idx}.log")
         env = dict(os.environ)
@@ -301,7 +302,7 @@ class _AgentProc:
         with open(self.errlog, "wb") as err:
             self.proc = subprocess.Popen(
                 [argv0, "-m", "kvmm.llm.agent", model, "--name", f"agent{idx}",
-                 "--stall", str(timeout)], executable=sys.executable,
+                 "--stall", str(timeout), "--nice", str(nice)], executable=sys.executable,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env,
                 preexec_fn=_die_with_parent)
         self.buf = b""
@@ -354,7 +355,9 @@ class Orchestrator:
         self._queue: List[Tuple[_AgentProc, Dict]] = []
         try:
             for i in range(workload.agents):
-                a = _AgentProc(i, model, workdir, timeout)
+                # the critical agent first on the CPUs too, as in kvmm's reclaim order
+                a = _AgentProc(i, model, workdir, timeout,
+                               0 if self._priority(i) >= CRITICAL_PRIORITY else AGENT_NICE)
                 self.agents.append(a)
                 self.sel.register(a.proc.stdout, selectors.EVENT_READ, a)
             for _ in self.agents:

@@ -627,6 +627,18 @@ int kvmm_msg_call_fds(struct kvmm_client *c, unsigned int op, void *rep, size_t 
 	return 0;
 }
 
+/*
+ * Whether this daemon takes op on the rings: the operation table says which ops the rings
+ * carry, and PREFETCH went there with the out area (KVMM_FEAT_RING_OUT): an older daemon
+ * refuses it on the rings.
+ */
+static bool ring_takes(const struct kvmm_client *c, unsigned int op)
+{
+	if (op == KVMM_OP_PREFETCH && !(c->features & KVMM_FEAT_RING_OUT))
+		return false;
+	return kvmm_op_ring_ok(op);
+}
+
 int kvmm_msg_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov *parts,
 		  unsigned int nr_parts, void *rep, size_t rep_len)
 {
@@ -638,7 +650,7 @@ int kvmm_msg_call(struct kvmm_client *c, unsigned int op, const struct kvmm_iov 
 	 * wait otherwise; a lookup waiting for a remote tier parks the ring, not the daemon);
 	 * the socket keeps attach, fds, admin and the socket-only ops.
 	 */
-	if (c->dp && kvmm_op_ring_ok(op)) {
+	if (c->dp && ring_takes(c, op)) {
 		err = kvmm_client_usable(c);
 		if (err)
 			return err;

@@ -1894,7 +1894,7 @@ enum kvmm_reply_head {
 	  KVMM_PL_FIXED(struct kvmm_mag_req), KVMM_RH_NONE)                                       \
 	X(SEQ_BLOCKS, "seq_blocks", KVMM_OPF_ATTACHED, KVMM_PL_FIXED(struct kvmm_seq_blocks_req), \
 	  KVMM_RH_NONE)                                                                           \
-	X(PREFETCH, "prefetch", KVMM_OPF_ATTACHED,                                                \
+	X(PREFETCH, "prefetch", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                \
 	  KVMM_PL_ARRAY(struct kvmm_pin_req, nr_seqs, uint64_t), KVMM_RH_FRAMES)                  \
 	X(SEQ_APPEND_FRAMES, "seq_append_frames", KVMM_OPF_ATTACHED | KVMM_OPF_RING,              \
 	  KVMM_PL_VAR(struct kvmm_seq_append_frames_req), KVMM_RH_TOKENS)                         \

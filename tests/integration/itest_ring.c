@@ -794,12 +794,14 @@ static void test_hostile(void **state)
 	 * No doorbell of its own (a synchronous ring call would publish our own, sane, tail
 	 * over the bad one before the daemon looks): the good client's ring calls wake the
 	 * thread polling this namespace's rings, which looks at every ring it serves; a
-	 * socket-only request tells when we are cut off.
+	 * request on the socket (SEQ_BLOCKS, the mirror's fallback) tells when we are cut off.
 	 */
 	for (int i = 0; i < 100; i++) {
+		int32_t row;
+
 		wake_rings(good);
 		s = 1u << 30; /* no such sequence: -ENOENT until the daemon closes us */
-		err = kvmm_prefetch(bad_idx, &s, 1, NULL);
+		err = kvmm_block_table_socket(bad_idx, &s, 1, &row, 1);
 		if (err != -ENOENT)
 			break;
 		itest_sleep_ms(10);
@@ -821,9 +823,11 @@ static void test_hostile(void **state)
 	smp_store_release(&sq->tail, READ_ONCE(sq->head) + 32);
 	/* woken by the good client's ring, as in 1. (a ring call would write over these) */
 	for (int i = 0; i < 100; i++) {
+		int32_t row;
+
 		wake_rings(good);
 		s = 1u << 30;
-		err = kvmm_prefetch(garbage, &s, 1, NULL);
+		err = kvmm_block_table_socket(garbage, &s, 1, &row, 1);
 		if (err != -ENOENT)
 			break;
 		itest_sleep_ms(10);

@@ -40,6 +40,7 @@
 #include <cmocka.h>
 
 #include "runtime/kvmm.h"
+#include "runtime/libkvmm.h" /* the handle's data plane and socket counters */
 #include "tests/integration/itest.h"
 
 #define MAXB 256 /* block-table row */
@@ -293,7 +294,7 @@ static void test_prefetch(void **state)
 	kvmm_client_t *c;
 	uint32_t client, started = 0, none = 7;
 	unsigned int swapped = 0, tries;
-	uint64_t x, y, z, bogus = 999999;
+	uint64_t x, y, z, bogus = 999999, msgs;
 	int64_t in0, ra0;
 
 	(void)state;
@@ -327,7 +328,11 @@ static void test_prefetch(void **state)
 	ra0 = itest_vmstat(admin, "swap_ra");
 	in0 = itest_vmstat(admin, "pswpin");
 
+	msgs = c->next_seq;
 	assert_int_equal(kvmm_prefetch(c, &x, 1, &started), 0);
+	/* on the rings (no socket message) when the client has them */
+	if (c->dp)
+		assert_true(c->next_seq == msgs);
 	assert_int_equal(started, swapped);
 	assert_int_equal(itest_vmstat(admin, "swap_ra"), ra0 + (int64_t)swapped);
 	usleep(20000); /* the reads go on while "this step computes" */

@@ -29,6 +29,7 @@
 #define KVMM_RING_SPIN_NS 20000	      /* poll the CQ at least this long before sleeping */
 #define KVMM_RING_SPIN_MAX_NS 1000000 /* and at most this long (the learnt budget's cap) */
 #define KVMM_RING_PURE_NS 20000	      /* of which this long without a yield (kvmm_ring_wait) */
+#define KVMM_RING_CROWD_NS 50000      /* crowded (the load hint): yield this long, then sleep */
 #define KVMM_RING_SLEEP_NS 10000000L  /* futex timeout: look at the socket this often */
 #define KVMM_MIRROR_TRIES 64	      /* seqcount retries before asking the socket */
 #define KVMM_MAG_REFILL_MIN 64	      /* frames an empty magazine asks for at least */
@@ -421,6 +422,19 @@ static uint64_t pure_budget(void)
 	return budget;
 }
 
+/*
+ * How long a wait among more clients than CPUs yields before it sleeps ($KVMM_RING_CROWD_NS;
+ * 0: sleep at once, as before, for measuring).
+ */
+static uint64_t crowd_budget(void)
+{
+	static uint64_t budget = UINT64_MAX;
+
+	if (budget == UINT64_MAX)
+		budget = env_ns("KVMM_RING_CROWD_NS", KVMM_RING_CROWD_NS);
+	return budget;
+}
+
 /* The CPUs this process may run on (the load hint's yardstick), at least 1. */
 static uint32_t nr_cpus(void)
 {
@@ -464,7 +478,7 @@ static unsigned int this_cpu(void)
 static int ring_wait(struct kvmm_client *c, bool any)
 {
 	struct kvmm_dp_client *d = c->dp;
-	uint64_t start = now_ns(), budget, pure = pure_budget(), heard = start;
+	uint64_t start = now_ns(), budget, pure = pure_budget(), heard = start, crowd = 0;
 	unsigned int spins = 0, cpu = this_cpu();
 	uint32_t inflight;
 
@@ -474,16 +488,28 @@ static int ring_wait(struct kvmm_client *c, bool any)
 	budget = spin_budget(d, inflight);
 	/*
 	 * More clients than CPUs want the daemon (its load hint): a spin here takes a CPU from
-	 * it or from a client it has answered, so sleep at once.
+	 * it or from a client it has answered.  Yield instead, at every poll, for the crowd
+	 * budget, then sleep: the CPU goes to whichever of them is runnable (the daemon, or a
+	 * client whose completion is in), and this one still sees its own completion without a
+	 * futex wake-up.  Sleeping at once cost every request a FUTEX_WAIT, a FUTEX_WAKE and
+	 * the scheduler's wake-up latency: eight synchronous clients on two CPUs did less than
+	 * half what two did (Documentation/benchmarks/kvmm-bench.md, session 20).
 	 */
-	if (READ_ONCE(d->sq->load) > nr_cpus() + 1 && load_hint())
+	if (READ_ONCE(d->sq->load) > nr_cpus() + 1 && load_hint()) {
 		budget = 0;
+		crowd = crowd_budget();
+	}
 	if (cq_has(d))
 		return 0;
 	while (!cq_has(d)) {
 		struct timespec ts = {0, KVMM_RING_SLEEP_NS};
 		uint32_t seen;
 		int err;
+
+		if (crowd && now_ns() - start < crowd) {
+			sched_yield();
+			continue;
+		}
 
 		if ((budget && ++spins < 64) || now_ns() - start < budget) {
 			/*

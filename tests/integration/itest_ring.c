@@ -4,17 +4,22 @@
  * through the shared rings complete with the right results in order; block tables read from
  * the page-table mirror equal the daemon's SEQ_BLOCKS answers through appends, forks with
  * copy-on-write, truncates and frees; the magazine hands out distinct, writable frames and
- * takes them back, and gives its idle frames up to reclaim; and hostile clients - one that corrupts its ring indexes, one that fills
+ * takes them back, and gives its idle frames up to reclaim; replies longer than a CQE come
+ * through the out area; more synchronous clients than CPUs (the crowded waits) all get their
+ * answers; and hostile clients - one that corrupts its ring indexes, one that fills
  * its SQ with garbage, one that never reaps its CQ - are disconnected or held back while
  * another client keeps being served and the daemon lives on.
  */
 #include <errno.h>
+#include <sched.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -946,6 +951,68 @@ static void test_out_area(void **state)
 	kvmm_detach(c);
 }
 
+#define CROWD_CLIENTS 6
+#define CROWD_CALLS 3000
+
+/*
+ * More synchronous clients than CPUs: the daemon's load hint says crowded, their waits yield
+ * instead of spinning and then sleep (runtime/ring.c, KVMM_RING_CROWD_NS).  Every call of every
+ * client completes with its own answer; the exit status says what went wrong, and whether the
+ * client saw the hint (bit 7).
+ */
+static int crowd_child(void)
+{
+	kvmm_client_t *c = NULL;
+	struct kvmm_shm_hdr h;
+	struct kvmm_shm_ring *sq;
+	bool crowded = false;
+	cpu_set_t set;
+	uint32_t cpus;
+
+	if (kvmm_attach(itest_d.sock, ITEST_NS_A, &itest_fmt, &c) || !kvmm_has_rings(c))
+		return 1;
+	cpus = sched_getaffinity(0, sizeof(set), &set) ? 1 : (uint32_t)CPU_COUNT(&set);
+	memcpy(&h, c->shm, sizeof(h));
+	sq = (struct kvmm_shm_ring *)((char *)c->shm + h.sq_off);
+	for (int i = 0; i < CROWD_CALLS; i++) {
+		uint64_t s = 0, t = 0;
+
+		if (kvmm_seq_create(c, 0, &s) || !s || kvmm_seq_create(c, 0, &t) || t == s)
+			return 2;
+		if (kvmm_seq_free(c, s) || kvmm_seq_free(c, t) || kvmm_seq_free(c, s) != -ENOENT)
+			return 3;
+		crowded |= READ_ONCE(sq->load) > cpus + 1;
+	}
+	kvmm_detach(c);
+	return crowded ? 0x80 : 0;
+}
+
+static void test_crowd(void **state)
+{
+	pid_t pid[CROWD_CLIENTS];
+	int seen = 0;
+
+	(void)state;
+	itest_need_daemon();
+	for (int i = 0; i < CROWD_CLIENTS; i++) {
+		pid[i] = fork();
+		assert_true(pid[i] >= 0);
+		if (pid[i] == 0)
+			_exit(crowd_child());
+	}
+	for (int i = 0; i < CROWD_CLIENTS; i++) {
+		int st = 0;
+
+		assert_int_equal(waitpid(pid[i], &st, 0), pid[i]);
+		assert_true(WIFEXITED(st));
+		assert_int_equal(WEXITSTATUS(st) & 0x7f, 0);
+		seen += !!(WEXITSTATUS(st) & 0x80);
+	}
+	print_message("crowd: %d of %d clients saw the load hint above their CPUs + 1\n", seen,
+		      CROWD_CLIENTS);
+	assert_true(itest_daemon_alive(&itest_d));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -960,6 +1027,7 @@ int main(void)
 		cmocka_unit_test(test_compound),
 		cmocka_unit_test(test_hostile),
 		cmocka_unit_test(test_out_area),
+		cmocka_unit_test(test_crowd),
 	};
 	int ret;
 

@@ -424,14 +424,17 @@ int kvmm_unpin_range(kvmm_client_t *c, uint64_t seq, uint32_t block, uint32_t nr
 					  nr_frames));
 }
 
-/* Copy the entries of the SEQ_BLOCKS reply now in c->rx into row[block..]; next block. */
-static int blocks_take(struct kvmm_client *c, int32_t *row, uint32_t block, uint32_t max,
-		       uint32_t *next, uint32_t *total)
+/*
+ * Copy the entries of the SEQ_BLOCKS reply now in c->rx (plen payload bytes) into
+ * row[block..]; next block.
+ */
+static int blocks_take(struct kvmm_client *c, size_t plen, int32_t *row, uint32_t block,
+		       uint32_t max, uint32_t *next, uint32_t *total)
 {
-	const struct kvmm_msg_hdr *hdr = (const struct kvmm_msg_hdr *)c->rx;
 	struct kvmm_seq_blocks_rep rep;
-	size_t plen = hdr->len - KVMM_MSG_HDR_SIZE;
 
+	if (plen < sizeof(rep))
+		return -EBADMSG;
 	memcpy(&rep, c->rx + KVMM_MSG_HDR_SIZE, sizeof(rep));
 	if (rep.count > (plen - sizeof(rep)) / sizeof(int32_t) || rep.count > max - block)
 		return -EBADMSG;
@@ -439,6 +442,59 @@ static int blocks_take(struct kvmm_client *c, int32_t *row, uint32_t block, uint
 	*next = block + rep.count;
 	*total = rep.nr_blocks;
 	return 0;
+}
+
+/* Payload bytes of the reply now in c->rx. */
+static size_t msg_plen(const struct kvmm_client *c)
+{
+	return ((const struct kvmm_msg_hdr *)c->rx)->len - KVMM_MSG_HDR_SIZE;
+}
+
+/*
+ * Row of seq from block @next on, one SEQ_BLOCKS at a time (@socket: on the socket; else on
+ * the rings through their out area when the daemon has one), until @max entries, the
+ * sequence's @total blocks, or an empty reply; -E2BIG when the row holds only the first max.
+ */
+static int blocks_rest(struct kvmm_client *c, bool socket, uint64_t seq, int32_t *row,
+		       uint32_t next, uint32_t max, uint32_t total)
+{
+	int e = 0;
+
+	while (next < max && next < total) {
+		struct kvmm_seq_blocks_req req = {
+			.seq = seq, .block = next, .nr_blocks = max - next};
+		struct kvmm_iov part = {&req, sizeof(req)};
+		uint32_t before = next;
+		size_t plen = 0;
+
+		if (socket) {
+			struct kvmm_seq_blocks_rep rep;
+			uint64_t tag;
+
+			e = kvmm_msg_send(c, KVMM_OP_SEQ_BLOCKS, &part, 1, &tag);
+			if (!e)
+				e = kvmm_msg_wait(c, tag, &rep, sizeof(rep));
+			plen = e ? 0 : msg_plen(c);
+		} else {
+			e = kvmm_msg_call_var(c, KVMM_OP_SEQ_BLOCKS, &part, 1, &plen);
+		}
+		if (!e)
+			e = blocks_take(c, plen, row, next, max, &next, &total);
+		if (e || next == before)
+			break;
+	}
+	return !e && total > max ? -E2BIG : e;
+}
+
+/*
+ * One sequence's row without the mirror (a sequence it does not hold, or one longer than a
+ * slot): SEQ_BLOCKS on the rings when they have the out area, else kvmm_block_table_socket.
+ */
+static int block_row_var(struct kvmm_client *c, uint64_t seq, int32_t *row, uint32_t max)
+{
+	for (uint32_t i = 0; i < max; i++)
+		row[i] = KVMM_BLOCK_NONE;
+	return blocks_rest(c, false, seq, row, 0, max, UINT32_MAX);
 }
 
 int kvmm_block_table_socket(struct kvmm_client *c, const uint64_t *seqs, uint32_t nr_seqs,
@@ -473,21 +529,10 @@ int kvmm_block_table_socket(struct kvmm_client *c, const uint64_t *seqs, uint32_
 
 		e = kvmm_msg_wait(c, tags[i], &rep, sizeof(rep));
 		if (!e)
-			e = blocks_take(c, row, 0, max, &next, &total);
-		/* a row longer than one reply: fetch the rest one request at a time */
-		while (!e && next < max && next < total) {
-			struct kvmm_seq_blocks_req req = {
-				.seq = seqs[i], .block = next, .nr_blocks = max - next};
-			struct kvmm_iov part = {&req, sizeof(req)};
-
-			e = kvmm_msg_call(c, KVMM_OP_SEQ_BLOCKS, &part, 1, &rep, sizeof(rep));
-			if (!e)
-				e = blocks_take(c, row, next, max, &next, &total);
-			if (!e && rep.count == 0)
-				break;
-		}
-		if (!e && total > max)
-			e = -E2BIG;
+			e = blocks_take(c, msg_plen(c), row, 0, max, &next, &total);
+		/* a row longer than one reply: the rest one request at a time */
+		if (!e)
+			e = blocks_rest(c, true, seqs[i], row, next, max, total);
 		/* report the first hard failure; -E2BIG only if nothing worse happened */
 		if (e && (!ret || ret == -E2BIG))
 			ret = e;
@@ -540,7 +585,7 @@ static int block_table_locked(struct kvmm_client *c, const uint64_t *seqs, uint3
 		int e = kvmm_mirror_row(c, seqs[i], row, max);
 
 		if (e == -ENOENT)
-			e = kvmm_block_table_socket(c, &seqs[i], 1, row, max);
+			e = block_row_var(c, seqs[i], row, max);
 		if (e && (!ret || ret == -E2BIG))
 			ret = e;
 	}

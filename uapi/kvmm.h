@@ -1369,7 +1369,7 @@ KVMM_ABI_ASSERT_OFFSET(struct kvmm_shm_ring, load, 136);
 
 /*
  * One submitted operation: op is a memory opcode (PING, SEQ_CREATE .. UNPIN, MAG_REFILL,
- * MAG_DRAIN; not SEQ_BLOCKS: block tables are in the mirror) and its request payload, exactly
+ * MAG_DRAIN, ...; SEQ_BLOCKS and SEQ_PIN_FAR only with KVMM_SQE_F_OUT) and its request payload, exactly
  * as on the socket (struct + trailing ids), is len bytes at data_off of the data area.
  *
  * KVMM_SQE_F_OUT (KVMM_FEAT_RING_OUT granted, the region has an out area): the reply goes
@@ -1892,8 +1892,8 @@ enum kvmm_reply_head {
 	  KVMM_PL_FIXED(struct kvmm_mag_req), KVMM_RH_NONE)                                       \
 	X(MAG_DRAIN, "mag_drain", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                              \
 	  KVMM_PL_FIXED(struct kvmm_mag_req), KVMM_RH_NONE)                                       \
-	X(SEQ_BLOCKS, "seq_blocks", KVMM_OPF_ATTACHED, KVMM_PL_FIXED(struct kvmm_seq_blocks_req), \
-	  KVMM_RH_NONE)                                                                           \
+	X(SEQ_BLOCKS, "seq_blocks", KVMM_OPF_ATTACHED | KVMM_OPF_RING_OUT,                        \
+	  KVMM_PL_FIXED(struct kvmm_seq_blocks_req), KVMM_RH_NONE)                                \
 	X(PREFETCH, "prefetch", KVMM_OPF_ATTACHED | KVMM_OPF_RING,                                \
 	  KVMM_PL_ARRAY(struct kvmm_pin_req, nr_seqs, uint64_t), KVMM_RH_FRAMES)                  \
 	X(SEQ_APPEND_FRAMES, "seq_append_frames", KVMM_OPF_ATTACHED | KVMM_OPF_RING,              \

@@ -189,16 +189,26 @@ static void test_mirror(void **state)
 	check_tables(c, seqs, 8, 64);
 	assert_int_equal(kvmm_seq_truncate(c, seqs[4], 17), 0);
 	check_tables(c, seqs, 8, 64);
-	/* a sequence longer than a mirror slot: the rest of its row comes from the socket */
+	/*
+	 * a sequence longer than a mirror slot: its row is SEQ_BLOCKS's, on the rings through
+	 * their out area (no socket message)
+	 */
 	{
 		static uint32_t big[16 * (KVMM_PT_DEFAULT_MAX_BLOCKS + 8)];
-		uint64_t s;
+		static int32_t bigrow[KVMM_PT_DEFAULT_MAX_BLOCKS + 16];
+		uint64_t s, msgs;
 
 		itest_tokens(big, sizeof(big) / sizeof(big[0]), 8);
 		assert_int_equal(kvmm_seq_create(c, 0, &s), 0);
 		assert_int_equal(kvmm_seq_append(c, s, big, sizeof(big) / sizeof(big[0]), NULL), 0);
 		check_tables(c, &s, 1, KVMM_PT_DEFAULT_MAX_BLOCKS + 16);
 		check_tables(c, &s, 1, 100);
+		msgs = c->next_seq;
+		assert_int_equal(
+			kvmm_block_table(c, &s, 1, bigrow, KVMM_PT_DEFAULT_MAX_BLOCKS + 16), 0);
+		assert_true(c->next_seq == msgs);
+		assert_true(bigrow[KVMM_PT_DEFAULT_MAX_BLOCKS + 7] >= 0);
+		assert_int_equal(bigrow[KVMM_PT_DEFAULT_MAX_BLOCKS + 8], KVMM_BLOCK_NONE);
 		assert_int_equal(kvmm_seq_free(c, s), 0);
 	}
 	/* a freed sequence is gone from the mirror too */

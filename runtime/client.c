@@ -668,7 +668,6 @@ int kvmm_msg_call_var(struct kvmm_client *c, unsigned int op, const struct kvmm_
 		      unsigned int nr_parts, size_t *plen)
 {
 	const struct kvmm_msg_hdr *hdr = (const struct kvmm_msg_hdr *)c->rx;
-	uint64_t seq;
 	int err;
 
 	/* the rings, when the region has an out area: the reply lands where the socket's would */
@@ -681,9 +680,8 @@ int kvmm_msg_call_var(struct kvmm_client *c, unsigned int op, const struct kvmm_
 		if (err <= 0)
 			return err;
 	}
-	err = kvmm_msg_send(c, op, parts, nr_parts, &seq);
-	if (!err)
-		err = kvmm_msg_wait(c, seq, NULL, 0);
+	/* a KVMM_OPF_RING_OUT op is not a KVMM_OPF_RING one: kvmm_msg_call takes the socket */
+	err = kvmm_msg_call(c, op, parts, nr_parts, NULL, 0);
 	if (!err)
 		*plen = hdr->len - KVMM_MSG_HDR_SIZE; /* checked against the buffer on receipt */
 	return err;

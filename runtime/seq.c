@@ -468,12 +468,8 @@ static int blocks_rest(struct kvmm_client *c, bool socket, uint64_t seq, int32_t
 		size_t plen = 0;
 
 		if (socket) {
-			struct kvmm_seq_blocks_rep rep;
-			uint64_t tag;
-
-			e = kvmm_msg_send(c, KVMM_OP_SEQ_BLOCKS, &part, 1, &tag);
-			if (!e)
-				e = kvmm_msg_wait(c, tag, &rep, sizeof(rep));
+			/* not a KVMM_OPF_RING op: kvmm_msg_call sends it on the socket */
+			e = kvmm_msg_call(c, KVMM_OP_SEQ_BLOCKS, &part, 1, NULL, 0);
 			plen = e ? 0 : msg_plen(c);
 		} else {
 			e = kvmm_msg_call_var(c, KVMM_OP_SEQ_BLOCKS, &part, 1, &plen);

@@ -851,7 +851,6 @@ void kvmm_dp_set_load(struct kvmm_session *s, uint32_t load)
 		WRITE_ONCE(s->dp->sq->load, load);
 }
 
-/* Run one SQE (already copied out of the region) into @cqe. Pool lock held. */
 /*
  * The reply of a KVMM_SQE_F_OUT SQE into the out area, before its CQE: the CQ tail's release
  * store (cq_store) publishes both.
@@ -870,6 +869,7 @@ static void out_write(struct kvmm_dp *dp, unsigned int op, uint64_t user_data, i
 	memcpy(dp->out, &o, sizeof(o));
 }
 
+/* Run one SQE (already copied out of the region) into @cqe. Pool lock held. */
 static int run_sqe(struct kvmm_session *s, struct kvmm_ring_loop *l, const struct kvmm_ring_sqe *e,
 		   struct kvmm_ring_cqe *cqe)
 {

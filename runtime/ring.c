@@ -423,8 +423,8 @@ static uint64_t pure_budget(void)
 }
 
 /*
- * How long a wait among more clients than CPUs yields before it sleeps ($KVMM_RING_CROWD_NS;
- * 0: sleep at once, as before, for measuring).
+ * How long at least a wait among more clients than CPUs yields before it sleeps (the spin
+ * budget when that is longer; $KVMM_RING_CROWD_NS, 0: sleep at once, for measuring).
  */
 static uint64_t crowd_budget(void)
 {
@@ -487,17 +487,21 @@ static int ring_wait(struct kvmm_client *c, bool any)
 	inflight = d->sq_published - READ_ONCE(d->cq->tail);
 	budget = spin_budget(d, inflight);
 	/*
-	 * More clients than CPUs want the daemon (its load hint): a spin here takes a CPU from
-	 * it or from a client it has answered.  Yield instead, at every poll, for the crowd
-	 * budget, then sleep: the CPU goes to whichever of them is runnable (the daemon, or a
-	 * client whose completion is in), and this one still sees its own completion without a
-	 * futex wake-up.  Sleeping at once cost every request a FUTEX_WAIT, a FUTEX_WAKE and
-	 * the scheduler's wake-up latency: eight synchronous clients on two CPUs did less than
-	 * half what two did (Documentation/benchmarks/kvmm-bench.md, session 20).
+	 * The clients the daemon served in its last millisecond, plus its polling thread (its
+	 * load hint), are more than our CPUs: a spin here takes a CPU from the daemon or from a
+	 * client it has answered.  Yield instead, at every poll, for the crowd budget, then
+	 * sleep: the CPU goes to whichever of them is runnable (the daemon, or a client whose
+	 * completion is in), and this one still sees its own completion without a futex
+	 * wake-up.  Sleeping at once cost every request a FUTEX_WAIT, a FUTEX_WAKE and the
+	 * scheduler's wake-up latency: eight synchronous clients on two CPUs did less than half
+	 * what two did (Documentation/benchmarks/kvmm-bench.md, session 20).  Two synchronous
+	 * clients and the daemon on two CPUs are crowded too (session 21).  The yields last as
+	 * long as the spin would have (at least the crowd budget): a step of compound entries
+	 * takes the daemon longer than 50 us, and a sleep then costs it a futex wake-up.
 	 */
-	if (READ_ONCE(d->sq->load) > nr_cpus() + 1 && load_hint()) {
+	if (READ_ONCE(d->sq->load) > nr_cpus() && load_hint()) {
+		crowd = crowd_budget() ? max_t(uint64_t, crowd_budget(), budget) : 0;
 		budget = 0;
-		crowd = crowd_budget();
 	}
 	if (cq_has(d))
 		return 0;

@@ -67,10 +67,18 @@ struct kvmm_ring_loop {
 	uint64_t last_work;	/* CLOCK_MONOTONIC of the last ring work (spin window) */
 	uint64_t last_yield_ns; /* and of the spin's last sched_yield */
 	uint32_t cpu;		/* the loop's CPU plus one, as the SQs' cpu hints say */
-	uint32_t load;		/* clients served by the last busy round plus one (load hints) */
-	bool yield_soon;	/* a completed client waits on the loop's CPU: let it run */
-	uint8_t *rx;		/* KVMM_MSG_MAX bytes of scratch for an SQE's payload */
-	uint8_t *tx;		/* and for its reply */
+	/*
+	 * The load hint (every SQ's load word): the clients served in the last load window
+	 * (KVMM_LOAD_WINDOW_NS) plus one for this loop's thread.  win_count counts them as the
+	 * window goes, a session once (struct kvmm_session.load_win); win_id numbers windows.
+	 */
+	uint32_t load;
+	uint32_t win_id;
+	uint32_t win_count;
+	uint64_t win_start; /* last_work when the window opened */
+	bool yield_soon;    /* a completed client waits on the loop's CPU: let it run */
+	uint8_t *rx;	    /* KVMM_MSG_MAX bytes of scratch for an SQE's payload */
+	uint8_t *tx;	    /* and for its reply */
 };
 
 /*
@@ -169,6 +177,7 @@ struct kvmm_session {
 	struct kvmm_ring_worker *rw;
 	struct list_head rw_node;
 	bool rw_linked;
+	uint32_t load_win; /* its loop's win_id + 1 when last counted for the load hint */
 	int ring_bad;
 
 	uint32_t nr_bad;
@@ -391,8 +400,9 @@ int kvmm_dp_mag_op(struct kvmm_session *s, unsigned int op, const void *p, void 
 int kvmm_dp_append_frames(struct kvmm_session *s, struct kvmm_seq *seq, uint32_t n,
 			  const uint32_t *ids, const uint32_t *frames, uint32_t nr_frames);
 
-#define KVMM_RING_BURST 256    /* SQEs of one client consumed per loop round */
-#define KVMM_RING_BLOCKED_MS 5 /* re-poll a CQ-full client at least this often */
+#define KVMM_RING_BURST 256	    /* SQEs of one client consumed per loop round */
+#define KVMM_RING_BLOCKED_MS 5	    /* re-poll a CQ-full client at least this often */
+#define KVMM_LOAD_WINDOW_NS 1000000 /* the load hint counts the clients served this long */
 
 /* ---- ring_worker.c: ring workers (kvmmd.conf ring_threads) --------------------------------- */
 
@@ -420,6 +430,13 @@ void kvmm_ipc_kick(struct kvmm_server *srv);
  * while it should poll again without sleeping (it yields the CPU now and then itself).
  */
 bool kvmm_ring_loop_spin(struct kvmm_server *srv, struct kvmm_ring_loop *l, bool busy);
+/* A poll round of @l served @s: count it for the load hint (once per window). */
+void kvmm_ring_loop_served(struct kvmm_ring_loop *l, struct kvmm_session *s);
+/*
+ * After a busy poll round: the new load hint when a load window closed and the hint changed
+ * (the caller writes it into its sessions' SQs), else 0.
+ */
+uint32_t kvmm_ring_loop_load(struct kvmm_ring_loop *l);
 
 /* ---- swapd.c: swap tiers, kvswapd, OOM preemption ---------------------------------------- */
 

@@ -166,7 +166,7 @@ int kvmm_dp_create(struct kvmm_session *s, uint32_t ring_entries, int fds[2],
 	}
 	memcpy(dp->map, &dp->hdr, sizeof(dp->hdr));
 	dp->sq = area(dp, dp->hdr.sq_off);
-	/* the hints start as the main loop's; a worker publishes its own on its next round */
+	/* the hints start as the main loop's; a worker's are written at kvmm_ring_worker_add */
 	dp->sq->cpu = s->srv->loop.cpu;
 	dp->sq->load = s->srv->loop.load;
 	dp->sqes = area(dp, dp->hdr.sqes_off);

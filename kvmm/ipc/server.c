@@ -719,7 +719,7 @@ static void stop_all(struct kvmm_server *srv)
 static bool poll_rings(struct kvmm_server *srv, bool *blocked)
 {
 	struct kvmm_session *s, *tmp;
-	uint32_t served = 0;
+	uint32_t load;
 	bool busy = false;
 
 	*blocked = false;
@@ -738,18 +738,17 @@ static bool poll_rings(struct kvmm_server *srv, bool *blocked)
 		}
 		if (n > 0) {
 			busy = true;
-			served++;
+			kvmm_ring_loop_served(&srv->loop, s);
 		} else if (kvmm_dp_pending(s)) {
 			*blocked = true;
 		}
 	}
 	/* how crowded the daemon is, for the clients' waits: only when it changes */
-	if (served && served + 1 != srv->loop.load) {
-		srv->loop.load = served + 1;
+	load = busy ? kvmm_ring_loop_load(&srv->loop) : 0;
+	if (load)
 		list_for_each_entry (s, &srv->sessions, node)
 			if (!s->rw)
-				kvmm_dp_set_load(s, srv->loop.load);
-	}
+				kvmm_dp_set_load(s, load);
 	return busy;
 }
 

@@ -33,6 +33,28 @@ def kvmmd_path() -> str:
     return os.environ.get("KVMM_KVMMD") or os.path.join(TREE, "kvmm", "kvmmd")
 
 
+def stop_process(pid: int, timeout: float = 5.0) -> None:
+    """SIGSTOP @pid and wait until every one of its threads is stopped: kill() returns before
+    a thread running on another CPU (a ring worker spinning for work) has stopped, and such a
+    thread may still answer a call made meanwhile (itest_reattach.c's stop_daemon does the
+    same)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while True:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except (FileNotFoundError, IndexError):
+                continue
+        if states and all(s in ("T", "t") for s in states):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"pid {pid}: threads not stopped after {timeout} s: {states}")
+        time.sleep(0.001)
+
+
 class Daemon:
     """A kvmmd in a temporary directory; ``sock`` is its socket."""
 

@@ -12,7 +12,7 @@ import pytest
 
 import kvmm
 from kvmm import admin
-from conftest import NS_A, NS_A_FRAMES, PAGE_SIZE
+from conftest import NS_A, NS_A_FRAMES, PAGE_SIZE, stop_process
 
 pytestmark = pytest.mark.skipif(not admin.HAVE_ADMIN, reason="this libkvmm has no admin calls")
 
@@ -166,7 +166,7 @@ def test_stopped_daemon_deadline(daemon):
     pid = daemon.proc.pid
     try:
         a.read("status")
-        os.kill(pid, signal.SIGSTOP)
+        stop_process(pid)
         try:
             t0 = time.monotonic()
             with pytest.raises(kvmm.KvmmError) as ei:

@@ -15,7 +15,7 @@ import pytest
 
 import kvmm
 from kvmm import admin
-from conftest import NS_A, PAGE_SIZE, Daemon, kvmmd_path
+from conftest import NS_A, PAGE_SIZE, Daemon, kvmmd_path, stop_process
 from test_reattach import RestartableDaemon
 
 
@@ -117,7 +117,7 @@ def test_stopped_daemon(rdaemon, fmt):
     s = c.seq_create()
     assert c.conn_error() == (0, "")
     pid = rdaemon.proc.pid
-    os.kill(pid, signal.SIGSTOP)
+    stop_process(pid)
     try:
         t0 = time.monotonic()
         with pytest.raises(kvmm.KvmmDaemonStalled) as e:

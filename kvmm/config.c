@@ -265,6 +265,7 @@ static const struct {
 	{"hello_timeout", KVMM_CFG_HELLO_TIMEOUT},
 	{"ring_threads", KVMM_CFG_RING_THREADS},
 	{"trace", KVMM_CFG_TRACE},
+	{"ring_nice", KVMM_CFG_RING_NICE},
 };
 
 static const char *const trace_modes[] = {
@@ -464,6 +465,21 @@ static int set_daemon(struct kvmm_config *cfg, size_t idx, const char *val, char
 			return ret;
 		cfg->ring_threads = (uint32_t)v;
 		return 0;
+	case KVMM_CFG_RING_NICE: {
+		/* a nice value, -20 (first) to 19 (last), as nice(1) takes it */
+		char *end;
+		long n;
+
+		errno = 0;
+		n = strtol(val, &end, 10);
+		if (errno || end == val || *end)
+			return msg(err, len, "'%s' is not a nice value", val);
+		if (n < -20 || n > 19)
+			return msg(err, len, "%s is out of range (-20 to 19)", val);
+		cfg->ring_nice = (int)n;
+		cfg->ring_nice_set = true;
+		return 0;
+	}
 	case KVMM_CFG_MAX_CLIENTS:
 		ret = parse_count(val, 65536, &v, err, len);
 		if (ret)
@@ -1413,6 +1429,7 @@ void kvmm_config_init(struct kvmm_config *cfg)
 	cfg->socket_mode = KVMM_CONFIG_DEFAULT_SOCKET_MODE;
 	cfg->hello_timeout_ms = KVMM_CONFIG_DEFAULT_HELLO_TIMEOUT_MS;
 	cfg->ring_threads = KVMM_CONFIG_RING_THREADS_AUTO;
+	cfg->ring_nice = KVMM_CONFIG_DEFAULT_RING_NICE;
 	cfg->trace = KVMM_CONFIG_TRACE_FOLLOW;
 }
 
@@ -1685,6 +1702,7 @@ void kvmm_config_print(const struct kvmm_config *cfg, FILE *f)
 		fprintf(f, "ring_threads = auto\n");
 	else
 		fprintf(f, "ring_threads = %u\n", cfg->ring_threads);
+	fprintf(f, "ring_nice = %d\n", cfg->ring_nice);
 	fprintf(f, "trace = %s\n", trace_modes[cfg->trace]);
 	if (cfg->metrics[0])
 		fprintf(f, "metrics = %s\n", cfg->metrics);

@@ -40,6 +40,11 @@
 #define KVMM_CONFIG_DEFAULT_HELLO_TIMEOUT_MS 5000
 #define KVMM_CONFIG_RING_THREADS_AUTO UINT32_MAX
 #define KVMM_CONFIG_MAX_RING_THREADS 64
+/*
+ * The ring workers' nice value: ahead of the clients they serve when those crowd the CPUs
+ * (Documentation/benchmarks/kvmm-bench.md, suite flow, session 21).  Best effort by default.
+ */
+#define KVMM_CONFIG_DEFAULT_RING_NICE (-5)
 #define KVMM_CONFIG_DEFAULT_NS "default"
 
 /* trace = ...: when the trace ring records (Documentation/admin-guide/kvmmctl.md, "trace") */
@@ -72,6 +77,7 @@ enum kvmm_config_key {
 	KVMM_CFG_HELLO_TIMEOUT,
 	KVMM_CFG_RING_THREADS,
 	KVMM_CFG_TRACE,
+	KVMM_CFG_RING_NICE,
 	KVMM_CFG_KEY_COUNT,
 };
 
@@ -186,6 +192,8 @@ struct kvmm_config {
 	uint32_t hello_timeout_ms;
 	/* ring worker threads (kvmm/ipc/ring_worker.c); KVMM_CONFIG_RING_THREADS_AUTO: by CPUs */
 	uint32_t ring_threads;
+	int ring_nice;	    /* their nice value, -20..19 */
+	bool ring_nice_set; /* ring_nice was given (file or flag), not the default */
 	unsigned int trace; /* enum kvmm_config_trace */
 	char metrics[64];   /* "IPV4:PORT" of the Prometheus /metrics listener, "" = off */
 	struct kvmm_config_ns ns[KVMM_CONFIG_MAX_NS];

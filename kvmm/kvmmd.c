@@ -77,6 +77,7 @@ enum {
 	OPT_REMOTE,
 	OPT_RING_THREADS,
 	OPT_TRACE,
+	OPT_RING_NICE,
 };
 
 static const struct option long_opts[] = {
@@ -105,6 +106,7 @@ static const struct option long_opts[] = {
 	{"max-clients-per-uid", required_argument, NULL, OPT_MAX_CLIENTS_PER_UID},
 	{"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
 	{"ring-threads", required_argument, NULL, OPT_RING_THREADS},
+	{"ring-nice", required_argument, NULL, OPT_RING_NICE},
 	{"trace", required_argument, NULL, OPT_TRACE},
 	{"remote", required_argument, NULL, OPT_REMOTE},
 	{"help", no_argument, NULL, 'h'},
@@ -145,6 +147,8 @@ static void usage(FILE *f)
 		"      --ring-threads N     threads polling the clients' rings, each serving\n"
 		"                           whole namespaces (default auto: one per two CPUs,\n"
 		"                           at most 8; 0 = the event loop polls them)\n"
+		"      --ring-nice N        their nice value, -20..19 (default -5, when the\n"
+		"                           daemon may raise its priority)\n"
 		"      --trace MODE         when the trace ring records: follow (while a\n"
 		"                           kvmmctl trace follows; default), always, off\n"
 		"      --socket-mode MODE   the socket's permissions (default 0660)\n"
@@ -231,6 +235,8 @@ static const char *opt_key(int opt)
 		return "ring_threads";
 	case OPT_TRACE:
 		return "trace";
+	case OPT_RING_NICE:
+		return "ring_nice";
 	default:
 		return NULL;
 	}
@@ -652,6 +658,8 @@ static void server_config(const struct kvmm_config *cfg, struct kvmm_ns_config *
 	sc->max_clients_per_uid = cfg->max_clients_per_uid;
 	sc->hello_timeout_ms = cfg->hello_timeout_ms;
 	sc->ring_threads = cfg->ring_threads;
+	sc->ring_nice = cfg->ring_nice;
+	sc->ring_nice_set = cfg->ring_nice_set;
 	sc->trace_mode = cfg->trace == KVMM_CONFIG_TRACE_ALWAYS ? KVMM_SERVER_TRACE_ALWAYS
 			 : cfg->trace == KVMM_CONFIG_TRACE_OFF	? KVMM_SERVER_TRACE_OFF
 								: KVMM_SERVER_TRACE_FOLLOW;

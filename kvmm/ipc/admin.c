@@ -149,6 +149,10 @@ static void status_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct 
 	kvmm_out_u64(o, "Clients", st.clients, NULL);
 	/* threads polling the rings (ring_threads); 0: the event loop does */
 	kvmm_out_u64(o, "RingThreads", srv->nr_rw, NULL);
+	/* the nice value they run at (ring_nice, or 0 when the daemon may not raise it) */
+	if (srv->nr_rw)
+		kvmm_out_s64(o, "RingNice", __atomic_load_n(&srv->rw[0].nice, __ATOMIC_RELAXED),
+			     NULL);
 	for (unsigned int i = 0; i < srv->nr_rw; i++) {
 		char tag[48];
 

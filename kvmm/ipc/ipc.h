@@ -93,6 +93,7 @@ struct kvmm_ring_worker {
 	bool started;
 	int stop;      /* atomic: leave the loop */
 	bool spinning; /* holds one of srv->rw_max_spinning */
+	int nice;      /* the nice value it runs at (atomic: STATUS reads it) */
 	int epoll_fd;  /* its sessions' doorbells and stop_fd */
 	int stop_fd;   /* eventfd: wakes it to see stop */
 	/*

@@ -133,6 +133,12 @@ struct kvmm_server_config {
 	 * ring itself.  At most KVMM_SERVER_MAX_RING_THREADS.
 	 */
 	uint32_t ring_threads;
+	/*
+	 * The ring workers' nice value (-20..19), and whether the admin set it: a default that
+	 * the daemon may not take (no CAP_SYS_NICE) is logged at info level, a set one warned of.
+	 */
+	int ring_nice;
+	bool ring_nice_set;
 	/* the socket file's mode (0 = 0666, the library's default) and group */
 	uint32_t socket_mode;
 	gid_t socket_gid;

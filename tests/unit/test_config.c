@@ -416,6 +416,8 @@ static void test_bad_lines(void **state)
 		 NAME ":2: ring_threads: 65 is too large (at most 64)"},
 		{"[daemon]\nring_threads = many\n",
 		 NAME ":2: ring_threads: 'many' is not a number"},
+		{"[daemon]\nring_nice = -30\n",
+		 NAME ":2: ring_nice: -30 is out of range (-20 to 19)"},
 		{"[daemon]\ntrace = sometimes\n",
 		 NAME ":2: trace: trace must be follow, always or off, not 'sometimes'"},
 		{"[daemon]\nframes = 99999999999\n",
@@ -844,6 +846,48 @@ static void test_ring_threads(void **state)
 	assert_int_equal(cfg->ring_threads, 64);
 }
 
+/* ring_nice: -5 by default (not "set"), -20..19, printed back, each bad value named */
+static void test_ring_nice(void **state)
+{
+	static const char *const bad[][2] = {
+		{"-21", "ring_nice: -21 is out of range (-20 to 19)"},
+		{"20", "ring_nice: 20 is out of range (-20 to 19)"},
+		{"high", "ring_nice: 'high' is not a nice value"},
+		{"-5x", "ring_nice: '-5x' is not a nice value"},
+		{"", "ring_nice: '' is not a nice value"},
+	};
+	char err[256], *text = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	(void)state;
+	assert_int_equal(cfg->ring_nice, -5);
+	assert_false(cfg->ring_nice_set);
+	parse_ok("[daemon]\nring_nice = -20\n");
+	assert_int_equal(cfg->ring_nice, -20);
+	assert_true(cfg->ring_nice_set);
+	kvmm_config_init(cfg);
+	parse_ok("[daemon]\nring_nice = 19\n");
+	assert_int_equal(cfg->ring_nice, 19);
+	f = open_memstream(&text, &len);
+	assert_non_null(f);
+	kvmm_config_print(cfg, f);
+	fclose(f);
+	assert_non_null(strstr(text, "\nring_nice = 19\n"));
+	free(text);
+	/* the flag's way in (kvmmd --ring-nice) */
+	kvmm_config_init(cfg);
+	assert_int_equal(kvmm_config_set(cfg, "ring-nice", "0", err, sizeof(err)), 0);
+	assert_int_equal(cfg->ring_nice, 0);
+	assert_true(cfg->ring_nice_set);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		assert_int_not_equal(kvmm_config_set(cfg, "ring_nice", bad[i][0], err, sizeof(err)),
+				     0);
+		assert_non_null(strstr(err, bad[i][1] + strlen("ring_nice: ")));
+	}
+}
+
 /* trace: follow (the default), always, off */
 static void test_trace_mode(void **state)
 {
@@ -1043,6 +1087,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_print_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_remote, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ring_threads, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ring_nice, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_trace_mode, setup, teardown),
 	};
 

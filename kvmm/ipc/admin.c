@@ -149,7 +149,7 @@ static void status_out(struct kvmm_server *srv, struct kvmm_ipc_ns *one, struct 
 	kvmm_out_u64(o, "Clients", st.clients, NULL);
 	/* threads polling the rings (ring_threads); 0: the event loop does */
 	kvmm_out_u64(o, "RingThreads", srv->nr_rw, NULL);
-	/* the nice value they run at (ring_nice, or 0 when the daemon may not raise it) */
+	/* the nice value they run at (ring_nice, or the daemon's own where it could not be taken) */
 	if (srv->nr_rw)
 		kvmm_out_s64(o, "RingNice", __atomic_load_n(&srv->rw[0].nice, __ATOMIC_RELAXED),
 			     NULL);

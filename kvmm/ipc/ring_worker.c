@@ -293,20 +293,21 @@ static void set_nice(struct kvmm_ring_worker *w)
 {
 	const struct kvmm_server_config *cfg = &w->srv->cfg;
 	id_t tid = (id_t)syscall(SYS_gettid);
-	int cur;
+	int err = setpriority(PRIO_PROCESS, tid, cfg->ring_nice) ? errno : 0, cur;
 
-	if (setpriority(PRIO_PROCESS, tid, cfg->ring_nice)) {
-		if (cfg->ring_nice_set)
-			kvmm_warn("ipc: ring worker %u: cannot run at nice %d (ring_nice): %s",
-				  w->index, cfg->ring_nice, strerror(errno));
-		else if (!w->index)
-			kvmm_info("ipc: ring workers stay at nice %d: %s (ring_nice = %d needs "
-				  "CAP_SYS_NICE)",
-				  getpriority(PRIO_PROCESS, tid), strerror(errno), cfg->ring_nice);
-	}
+	/* what it runs at, taken or not (getpriority may return -1: errno tells) */
 	errno = 0;
 	cur = getpriority(PRIO_PROCESS, tid);
-	__atomic_store_n(&w->nice, errno ? 0 : cur, __ATOMIC_RELAXED);
+	if (errno)
+		cur = 0;
+	__atomic_store_n(&w->nice, cur, __ATOMIC_RELAXED);
+	if (err && cfg->ring_nice_set)
+		kvmm_warn("ipc: ring worker %u: cannot run at nice %d (ring_nice): %s", w->index,
+			  cfg->ring_nice, strerror(err));
+	else if (err && !w->index)
+		kvmm_info("ipc: ring workers stay at nice %d: %s (ring_nice = %d needs "
+			  "CAP_SYS_NICE)",
+			  cur, strerror(err), cfg->ring_nice);
 }
 
 static void *worker_main(void *arg)

@@ -94,6 +94,7 @@ struct kvmm_ring_worker {
 	int stop;      /* atomic: leave the loop */
 	bool spinning; /* holds one of srv->rw_max_spinning */
 	int nice;      /* the nice value it runs at (atomic: STATUS reads it) */
+	int ready;     /* atomic: named and at its nice value (kvmm_ring_workers_start waits) */
 	int epoll_fd;  /* its sessions' doorbells and stop_fd */
 	int stop_fd;   /* eventfd: wakes it to see stop */
 	/*

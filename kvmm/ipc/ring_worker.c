@@ -319,6 +319,7 @@ static void *worker_main(void *arg)
 	snprintf(name, sizeof(name), "kvmmd-ring%u", w->index);
 	pthread_setname_np(pthread_self(), name);
 	set_nice(w);
+	__atomic_store_n(&w->ready, 1, __ATOMIC_RELEASE);
 	while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
 		struct kvmm_session *s;
 		bool busy, blocked;
@@ -397,6 +398,12 @@ int kvmm_ring_workers_start(struct kvmm_server *srv, unsigned int n)
 		if (ret)
 			return -ret;
 		w->started = true;
+		/*
+		 * Before the socket opens: a client or an admin must not see a worker without its
+		 * name or nice value (STATUS RingNice read 0 while it had not run yet).
+		 */
+		while (!__atomic_load_n(&w->ready, __ATOMIC_ACQUIRE))
+			sched_yield();
 	}
 	kvmm_info("ipc: %u ring worker thread(s)", n);
 	return 0;

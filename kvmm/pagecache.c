@@ -289,6 +289,35 @@ static struct kvmm_cache_ent *pc_find(struct kvmm_pool *pool, const struct kvmm_
 }
 
 /*
+ * The reachable entry under @parent for the block of (@ns_id, @fmt_id, @tokens), found
+ * without hashing where @parent has at most one child: inside a shared prefix each block has
+ * one successor, and every reachable entry whose parent is @parent is on its children list,
+ * so with none there is no such entry and with one it is that one or none.  *@known says
+ * whether the answer is that; else (a root, a branch point, or a test's hash function, whose
+ * collisions pc_find() counts) the caller hashes and asks pc_find().  The two agree: a child
+ * is keyed by its parent's key and its own tokens (pc_reparent() detaches the children of an
+ * entry whose key changes), lies one block deeper, and sealing keeps one child per content.
+ * Only pc_find()'s COLLIDE/STALE counting of other entries on the key is skipped.
+ */
+static struct kvmm_cache_ent *pc_find_child(const struct kvmm_pagecache *pc,
+					    const struct kvmm_cache_ent *parent, uint16_t ns_id,
+					    uint64_t fmt_id, const uint32_t *tokens, uint32_t n,
+					    bool *known)
+{
+	struct kvmm_cache_ent *c;
+
+	*known = parent && likely(!pc->hash_fn) &&
+		 (list_empty(&parent->children) || list_is_singular(&parent->children));
+	if (!*known || list_empty(&parent->children))
+		return NULL;
+	c = list_first_entry(&parent->children, struct kvmm_cache_ent, sibling);
+	if (c->ns_id == ns_id && c->fmt_id == fmt_id && c->ntokens == n &&
+	    !memcmp(c->tokens, tokens, (size_t)n * sizeof(*tokens)))
+		return c;
+	return NULL;
+}
+
+/*
  * The entry after @ent in a preorder walk of @root's subtree, or NULL: children first,
  * then the next sibling of the nearest ancestor that has one, never leaving @root.
  */
@@ -534,6 +563,7 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 	struct kvmm_page *pg, *cached = NULL;
 	const uint32_t *tokens;
 	uint64_t key;
+	bool known;
 
 	KVMM_BUG_ON(block != seq->nsealed || (uint64_t)(block + 1) * tpp > seq->ntokens);
 	pg = block_page(pool, seq, block);
@@ -568,7 +598,9 @@ int kvmm_pagecache_seal_block(struct kvmm_seq *seq, uint32_t block)
 	else
 		key = pc_hash(pc, as->ns, parent ? parent->key : 0, kvmm_seq_key_id(seq), tokens,
 			      tpp);
-	ent = pc_find(pool, pc, key, as->ns->id, kvmm_seq_key_id(seq), parent, tokens, tpp);
+	ent = pc_find_child(pc, parent, as->ns->id, kvmm_seq_key_id(seq), tokens, tpp, &known);
+	if (!known)
+		ent = pc_find(pool, pc, key, as->ns->id, kvmm_seq_key_id(seq), parent, tokens, tpp);
 	if (ent) {
 		/* the same block of the same prefix is cached: share it, drop our copy */
 		if (unlikely(ent->frame == KVMM_FRAME_NONE)) {
@@ -700,10 +732,16 @@ static int prefix_lookup(struct kvmm_seq *seq, const uint32_t *tokens, uint64_t 
 		uint32_t blk = first + b;
 		struct kvmm_cache_ent *ent;
 		struct kvmm_page *pg;
-		uint64_t key;
+		bool known;
 
-		key = pc_hash(pc, as->ns, parent ? parent->key : 0, kvmm_seq_key_id(seq), t, tpp);
-		ent = pc_find(pool, pc, key, as->ns->id, kvmm_seq_key_id(seq), parent, t, tpp);
+		ent = pc_find_child(pc, parent, as->ns->id, kvmm_seq_key_id(seq), t, tpp, &known);
+		if (!known) {
+			uint64_t key = pc_hash(pc, as->ns, parent ? parent->key : 0,
+					       kvmm_seq_key_id(seq), t, tpp);
+
+			ent = pc_find(pool, pc, key, as->ns->id, kvmm_seq_key_id(seq), parent, t,
+				      tpp);
+		}
 		if (!ent) {
 			pool->stat[KVMM_STAT_CACHE_MISS]++;
 			kvmm_trace_event(KVMM_TR_MISS, pool, as->mag ? as->mag->owner : 0,

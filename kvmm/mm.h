@@ -481,6 +481,12 @@ struct kvmm_page *kvmm_alloc_page(struct kvmm_pool *pool, struct kvmm_ns *ns,
  */
 struct kvmm_page *kvmm_alloc_block(struct kvmm_pool *pool, struct kvmm_ns *ns, unsigned int order);
 /*
+ * How many frames kvmm_alloc_block() may take for @ns now, its limit, the low watermark and
+ * the daemon-wide budget counted (the buddy may still lack a block that large): a bulk
+ * append tries no block larger, so that a full pool costs it no failed calls.
+ */
+uint32_t kvmm_alloc_block_room(const struct kvmm_pool *pool, const struct kvmm_ns *ns);
+/*
  * Free an order-0 frame that has no mapper: refcount 0, pincount 0, not SEALED, not on an
  * LRU list, cache NULL (an evicted page has been taken out of the page cache and the LRU
  * first).  Uncharges its namespace by state: MAPPED -> ns->used--, CACHED -> ns->cached--.

@@ -737,6 +737,21 @@ out_fail:
 	return NULL;
 }
 
+uint32_t kvmm_alloc_block_room(const struct kvmm_pool *pool, const struct kvmm_ns *ns)
+{
+	uint64_t room = kvmm_pool_nr_free(pool);
+
+	room = room > pool->wmark_low ? room - pool->wmark_low : 0;
+	if (ns && ns->limit) {
+		uint64_t charged = (uint64_t)ns->used + ns->cached;
+
+		room = min_t(uint64_t, room, charged < ns->limit ? ns->limit - charged : 0);
+	}
+	if (pool->budget)
+		room = min_t(uint64_t, room, kvmm_budget_free(pool->budget));
+	return (uint32_t)min_t(uint64_t, room, UINT32_MAX);
+}
+
 struct kvmm_page *kvmm_alloc_block(struct kvmm_pool *pool, struct kvmm_ns *ns, unsigned int order)
 {
 	uint16_t ns_id = ns ? ns->id : 0;
@@ -750,9 +765,7 @@ struct kvmm_page *kvmm_alloc_block(struct kvmm_pool *pool, struct kvmm_ns *ns, u
 	n = 1u << order;
 	KVMM_BUG_ON(ns && (ns->id >= KVMM_MAX_NS || pool->ns[ns->id] != ns));
 	/* best effort: near a limit or a watermark the caller's single pages do the reclaim */
-	if ((ns && ns->limit && (uint64_t)ns->used + ns->cached + n > ns->limit) ||
-	    (uint64_t)kvmm_pool_nr_free(pool) < (uint64_t)pool->wmark_low + n ||
-	    (pool->budget && kvmm_budget_free(pool->budget) < n)) {
+	if (kvmm_alloc_block_room(pool, ns) < n) {
 		errno = ENOMEM;
 		return NULL;
 	}

@@ -423,7 +423,7 @@ static int seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_id
 		}
 	}
 	for (b = seq->nblocks; !given && b < new_nblocks;) {
-		uint32_t order = 0, k;
+		uint32_t order = 0, k, room = kvmm_alloc_block_room(pool, as->ns);
 
 		/*
 		 * A bulk append (a prompt) takes the largest blocks of consecutive frames the buddy
@@ -431,7 +431,8 @@ static int seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_id
 		 * that its KV lies in runs of memory: attention reads scattered 64 KiB frames
 		 * markedly slower than runs of them (Documentation/mm/page_alloc.md).
 		 */
-		while (order < KVMM_APPEND_MAX_ORDER && (2u << order) <= new_nblocks - b)
+		while (order < KVMM_APPEND_MAX_ORDER && (2u << order) <= new_nblocks - b &&
+		       (2u << order) <= room)
 			order++;
 		for (pg = NULL; order && !pg; order--) {
 			pg = kvmm_alloc_block(pool, as->ns, order);

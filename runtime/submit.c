@@ -157,9 +157,17 @@ static void wp_pending(struct kvmm_client *c, uint64_t tag, unsigned int op,
 	kvmm_wp_pending_add(c, tag, &o);
 }
 
+/*
+ * A long batch is published every this many ring entries, not only at its end: kvmmd starts
+ * on the first ones while the rest (a step's prompts, 4 KiB of token ids each) are still
+ * being copied in.  Measured (kvmm-bench-ipc flow, one compound_async client, four
+ * interleaved runs each): 183k requests/s publishing at the end, 198k every 8 or every 2.
+ */
+#define SUBMIT_PUBLISH_EVERY 8
+
 static int submit_locked(struct kvmm_client *c, const struct kvmm_sqe *sqes, unsigned int n)
 {
-	unsigned int i;
+	unsigned int i, queued = 0;
 	int err = kvmm_client_usable(c);
 
 	if (err)
@@ -187,6 +195,8 @@ static int submit_locked(struct kvmm_client *c, const struct kvmm_sqe *sqes, uns
 			}
 			if (!err && c->wp)
 				wp_pending(c, KVMM_WP_RING_TAG | kvmm_ring_last_pos(c), op, sqe);
+			if (!err && ++queued % SUBMIT_PUBLISH_EVERY == 0)
+				kvmm_ring_kick(c);
 		} else if (!err) {
 			uint64_t tag;
 
@@ -208,7 +218,7 @@ static int submit_locked(struct kvmm_client *c, const struct kvmm_sqe *sqes, uns
 			break;
 	}
 	if (c->dp)
-		kvmm_ring_kick(c); /* the whole batch: one tail store, at most one doorbell */
+		kvmm_ring_kick(c); /* the rest of the batch (at most one doorbell per tail store) */
 	return i ? (int)i : err;
 }
 

@@ -348,7 +348,7 @@ static int flow_solo(const char *spec)
 	struct bench_kvmmd d = {0};
 	double secs, rate;
 	int m, err = 0;
-	bool two_ns;
+	bool two_ns, wprotect;
 
 	if (sscanf(spec, "%31s %63s %lf", mode, list, &secs) != 3 || secs <= 0) {
 		fprintf(stderr,
@@ -366,6 +366,8 @@ static int flow_solo(const char *spec)
 	snprintf(frames, sizeof(frames), "%u", FLOW_FRAMES);
 	/* $KVMM_FLOW_NS=2: the clients in two namespaces, alternating (the 2ns rows) */
 	two_ns = getenv("KVMM_FLOW_NS") && !strcmp(getenv("KVMM_FLOW_NS"), "2");
+	/* $KVMM_FLOW_WPROTECT=1: the clients' pool pages write-protected (the wprotect rows) */
+	wprotect = getenv("KVMM_FLOW_WPROTECT") && !strcmp(getenv("KVMM_FLOW_WPROTECT"), "1");
 	d.ns2 = FLOW_NS2;
 	err = bench_kvmmd_start(&d, page, frames);
 	if (err) {
@@ -385,13 +387,13 @@ static int flow_solo(const char *spec)
 			break;
 		}
 		rate = flow_clients_ns(d.sock, (unsigned int)n, (enum flow_mode)m,
-				       (uint64_t)(secs * 1e9), false, two_ns);
+				       (uint64_t)(secs * 1e9), wprotect, two_ns);
 		if (rate < 0) {
 			err = (int)rate;
 			break;
 		}
-		snprintf(name, sizeof(name), "flow.%s.%luc%s", flow_mode_name[m], n,
-			 two_ns ? ".2ns" : "");
+		snprintf(name, sizeof(name), "flow.%s.%luc%s%s", flow_mode_name[m], n,
+			 two_ns ? ".2ns" : "", wprotect ? ".wprotect" : "");
 		bench_report(name, rate, "requests/s", "", 0);
 	}
 	bench_kvmmd_stop(&d);

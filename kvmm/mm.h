@@ -487,6 +487,13 @@ struct kvmm_page *kvmm_alloc_block(struct kvmm_pool *pool, struct kvmm_ns *ns, u
  */
 uint32_t kvmm_alloc_block_room(const struct kvmm_pool *pool, const struct kvmm_ns *ns);
 /*
+ * Before a bulk append of @n frames: when blocks lack room only because the pool is full of
+ * clean cache (kvmm_reclaim_drop_only), drop enough of it first (at most 4 batches), so the
+ * append takes blocks instead of single frames that reclaim one batch at a time.  Returns
+ * kvmm_alloc_block_room() afterwards.  Best effort; pool lock held.
+ */
+uint32_t kvmm_alloc_block_prepare(struct kvmm_pool *pool, struct kvmm_ns *ns, uint32_t n);
+/*
  * Free an order-0 frame that has no mapper: refcount 0, pincount 0, not SEALED, not on an
  * LRU list, cache NULL (an evicted page has been taken out of the page cache and the LRU
  * first).  Uncharges its namespace by state: MAPPED -> ns->used--, CACHED -> ns->cached--.

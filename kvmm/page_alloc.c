@@ -752,6 +752,31 @@ uint32_t kvmm_alloc_block_room(const struct kvmm_pool *pool, const struct kvmm_n
 	return (uint32_t)min_t(uint64_t, room, UINT32_MAX);
 }
 
+uint32_t kvmm_alloc_block_prepare(struct kvmm_pool *pool, struct kvmm_ns *ns, uint32_t n)
+{
+	uint32_t room = kvmm_alloc_block_room(pool, ns), free, got;
+	struct kvmm_ns *prev;
+
+	/*
+	 * Only where reclaim is a few list operations (dropping clean cache, as the allocation
+	 * that crosses low does in kvmm_wakeup_kswapd), and not past the namespace's limit or a
+	 * spent budget, which the single-frame path handles.
+	 */
+	if (room >= n || !kvmm_reclaim_drop_only(pool) ||
+	    (ns && ns->limit && (uint64_t)ns->used + ns->cached + n > ns->limit) ||
+	    (pool->budget && kvmm_budget_free(pool->budget) < n))
+		return room;
+	free = kvmm_pool_nr_free(pool);
+	prev = pool->reclaim_for;
+	pool->reclaim_for = ns;
+	got = kvmm_reclaim_protected(pool,
+				     (uint32_t)min_t(uint64_t, (uint64_t)pool->wmark_low + n - free,
+						     KVMM_RECLAIM_BATCH * 4));
+	pool->reclaim_for = prev;
+	pool->stat[KVMM_STAT_RECLAIM_INLINE] += got;
+	return kvmm_alloc_block_room(pool, ns);
+}
+
 struct kvmm_page *kvmm_alloc_block(struct kvmm_pool *pool, struct kvmm_ns *ns, unsigned int order)
 {
 	uint16_t ns_id = ns ? ns->id : 0;

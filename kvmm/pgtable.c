@@ -422,6 +422,9 @@ static int seq_append(struct kvmm_seq *seq, uint32_t n, const uint32_t *token_id
 				goto out_free;
 		}
 	}
+	/* a bulk append in a full pool: room for its blocks first, not frame by frame */
+	if (!given && new_nblocks - seq->nblocks > 1)
+		kvmm_alloc_block_prepare(pool, as->ns, new_nblocks - seq->nblocks);
 	for (b = seq->nblocks; !given && b < new_nblocks;) {
 		uint32_t order = 0, k, room = kvmm_alloc_block_room(pool, as->ns);
 

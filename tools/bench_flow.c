@@ -18,6 +18,7 @@
  *   flow.inproc_rate   the same in requests per second
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,8 @@ struct flow_ctx {
 	uint32_t tok[FLOW_TOKENS];
 	uint32_t next; /* request counter: every request's own tokens are new */
 	int err;
+	bool count_runs;	  /* run_flow counts the runs of frames its appends got */
+	uint64_t nr_runs, nr_own; /* runs of consecutive frames, and the frames in them */
 };
 
 static void run_flow(void *arg, uint64_t n)
@@ -53,6 +56,15 @@ static void run_flow(void *arg, uint64_t n)
 		hit = kvmm_mm_prefix_lookup(seq, x->tok, FLOW_TOKENS);
 		ret = hit < 0 ? hit
 			      : kvmm_mm_seq_append(seq, FLOW_TOKENS - (uint32_t)hit, x->tok + hit);
+		if (!ret && x->count_runs) {
+			for (uint32_t b = (uint32_t)hit / FLOW_TPP; b < seq->nblocks; b++) {
+				uint32_t f = kvmm_mm_seq_frame(seq, b);
+
+				x->nr_runs += b == (uint32_t)hit / FLOW_TPP ||
+					      f != kvmm_mm_seq_frame(seq, b - 1) + 1;
+				x->nr_own++;
+			}
+		}
 		if (!ret)
 			ret = kvmm_mm_seq_seal(seq);
 		kvmm_mm_seq_free(seq);
@@ -122,6 +134,10 @@ int bench_suite_flow(const struct bench_opts *o)
 		fprintf(stderr, "kvmm-bench flow: a request failed: %s\n", strerror(-ret));
 		goto out_as;
 	}
+	/* untimed: how the appended pages lie (runs of consecutive frames, Documentation/mm) */
+	x->count_runs = true;
+	run_flow(x, 4096);
+	x->count_runs = false;
 	c = (struct bench_case){.name = "hash", .run = run_hash, .arg = x};
 	hash_ns = bench_measure(o, &c);
 
@@ -129,8 +145,9 @@ int bench_suite_flow(const struct bench_opts *o)
 	bench_report("flow.inproc_rate", 1e9 / flow_ns, "requests/s", "xxh3_64_blocks",
 		     1e9 / hash_ns);
 	bench_note("flow: 1024-token prompts (512 shared + 512 own), 16-token pages: lookup, "
-		   "append the misses, seal, free; %u frames, cache-full steady state",
-		   FLOW_FRAMES);
+		   "append the misses, seal, free; %u frames, cache-full steady state; the "
+		   "appended pages lay in runs of %.2f frames on average (of 4096 requests)",
+		   FLOW_FRAMES, x->nr_runs ? (double)x->nr_own / (double)x->nr_runs : 0.0);
 	ret = kvmm_check_invariants(x->pool, why, sizeof(why));
 	if (ret)
 		fprintf(stderr, "kvmm-bench flow: invariants: %s\n", why);

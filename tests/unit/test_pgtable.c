@@ -374,6 +374,96 @@ static void test_bulk_append_fragmented(void **state)
 	mmf_check(f->pool);
 }
 
+/* Watermarks 0, 0, 1: the whole pool can fill up with cache before anything is reclaimed. */
+static int setup_nowmark(void **state)
+{
+	return mmf_setup(state,
+			 &(struct mm_fixture_opts){.params = {.nframes = NFRAMES, .wmark_high = 1},
+						   .ns = "tenant"});
+}
+
+/* A pool full of clean cache: two sealed, freed sequences of 32 pages, frames 0..63 in order. */
+static void fill_with_cache(struct mm_fixture *f)
+{
+	uint32_t *t = iota(64 * TPP, 7);
+
+	for (int i = 0; i < 2; i++) {
+		struct kvmm_seq *s;
+
+		assert_int_equal(kvmm_mm_seq_create(f->as, &s), 0);
+		assert_int_equal(kvmm_mm_seq_append(s, 32 * TPP, t + i * 32 * TPP), 0);
+		assert_int_equal(kvmm_mm_seq_seal(s), 32);
+		kvmm_mm_seq_free(s);
+	}
+	assert_int_equal(f->ns->cached, 64);
+	assert_int_equal(kvmm_pool_nr_free(f->pool), 0);
+	free(t);
+}
+
+/*
+ * In a pool full of clean cache that its allocations may drop in line, a bulk append first
+ * drops what its blocks need (kvmm_alloc_block_prepare): 16 pages of the oldest cache come
+ * back as one block of 16 rather than as single frames reclaimed a batch at a time.
+ */
+static void test_bulk_append_full_pool_prepares(void **state)
+{
+	struct mm_fixture *f = *state;
+	uint64_t blocks;
+	struct kvmm_seq *c;
+
+	f->pool->reclaim_inline = true;
+	fill_with_cache(f);
+	blocks = f->pool->stat[KVMM_STAT_ALLOC_BLOCK];
+	assert_int_equal(f->pool->stat[KVMM_STAT_RECLAIM_INLINE], 0);
+	assert_int_equal(kvmm_alloc_block_room(f->pool, f->ns), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &c), 0);
+	assert_int_equal(kvmm_mm_seq_append(c, 16 * TPP, NULL), 0);
+	/* one aligned block of the older sequence's frames (0..31), the ones evicted */
+	assert_true(consecutive(c, 0, 16));
+	assert_int_equal(kvmm_mm_seq_frame(c, 0) % 16, 0);
+	assert_true(kvmm_mm_seq_frame(c, 0) < 32);
+	assert_int_equal(f->pool->stat[KVMM_STAT_ALLOC_BLOCK], blocks + 1);
+	assert_int_equal(f->pool->stat[KVMM_STAT_RECLAIM_INLINE], 16);
+	assert_int_equal(f->ns->used, 16);
+	mmf_check(f->pool);
+	kvmm_mm_seq_free(c);
+	mmf_check(f->pool);
+}
+
+/* Not where reclaim is more than dropping cache, nor past a namespace's limit: frame by frame. */
+static void test_bulk_append_full_pool_no_prepare(void **state)
+{
+	struct mm_fixture *f = *state;
+	uint64_t blocks;
+	struct kvmm_seq *c;
+
+	f->pool->reclaim_inline = false; /* reclaim may demote (kvmm_reclaim_drop_only) */
+	fill_with_cache(f);
+	blocks = f->pool->stat[KVMM_STAT_ALLOC_BLOCK];
+	assert_int_equal(kvmm_alloc_block_prepare(f->pool, f->ns, 16), 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &c), 0);
+	assert_int_equal(kvmm_mm_seq_append(c, 16 * TPP, NULL), 0);
+	assert_int_equal(c->nblocks, 16);
+	assert_int_equal(f->pool->stat[KVMM_STAT_RECLAIM_INLINE], 0);
+	mmf_check(f->pool);
+	kvmm_mm_seq_free(c);
+	assert_int_equal(f->ns->used, 0);
+
+	/* the namespace at its limit: its own cache makes room, page by page */
+	f->pool->reclaim_inline = true;
+	assert_int_equal(kvmm_ns_set_limit(f->ns, f->ns->cached), 0);
+	assert_int_equal(kvmm_alloc_block_room(f->pool, f->ns), 0);
+	assert_int_equal(kvmm_alloc_block_prepare(f->pool, f->ns, 16), 0);
+	assert_int_equal(f->pool->stat[KVMM_STAT_RECLAIM_INLINE], 0);
+	assert_int_equal(kvmm_mm_seq_create(f->as, &c), 0);
+	assert_int_equal(kvmm_mm_seq_append(c, 16 * TPP, NULL), 0);
+	assert_int_equal(f->pool->stat[KVMM_STAT_ALLOC_BLOCK], blocks);
+	assert_true(f->ns->used + f->ns->cached <= f->ns->limit);
+	mmf_check(f->pool);
+	kvmm_mm_seq_free(c);
+	mmf_check(f->pool);
+}
+
 /* A block's frames that held another namespace's KV are scrubbed like single pages. */
 static void test_bulk_append_scrubs(void **state)
 {
@@ -901,6 +991,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bulk_append_runs, setup_mag, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_bulk_append_fragmented, setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_bulk_append_scrubs, setup2, mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_bulk_append_full_pool_prepares, setup_nowmark,
+						mmf_teardown),
+		cmocka_unit_test_setup_teardown(test_bulk_append_full_pool_no_prepare,
+						setup_nowmark, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_alloc_block_refuses, setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_truncate, setup, mmf_teardown),
 		cmocka_unit_test_setup_teardown(test_truncate_in_partial_then_append_in_place,

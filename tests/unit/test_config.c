@@ -75,6 +75,20 @@ static void parse_bad(const char *text, const char *want)
 			 want);
 }
 
+/* kvmm_config_print(@c) as a string (free() it) */
+static char *printed(const struct kvmm_config *c)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	assert_non_null(f);
+	kvmm_config_print(c, f);
+	fclose(f);
+	assert_non_null(text);
+	return text;
+}
+
 static struct kvmm_config_ns *ns_named(const char *name)
 {
 	unsigned int i;
@@ -193,9 +207,7 @@ static void test_every_daemon_key(void **state)
 /* device: one ordinal, or a tensor-parallel group in member order; printed back the same */
 static void test_device_group(void **state)
 {
-	char *text = NULL;
-	size_t len = 0;
-	FILE *f;
+	char *text;
 
 	(void)state;
 	assert_int_equal(cfg->nr_devices, 1); /* the default: device 0 */
@@ -212,10 +224,7 @@ static void test_device_group(void **state)
 	assert_int_equal(cfg->devices[2], 1023);
 	assert_int_equal(cfg->devices[3], 5);
 	strcpy(cfg->backend, "cuda"); /* the device list is printed for the cuda backend */
-	f = open_memstream(&text, &len);
-	assert_non_null(f);
-	kvmm_config_print(cfg, f);
-	fclose(f);
+	text = printed(cfg);
 	assert_non_null(strstr(text, "\ndevice = 2,0,1023,5\n"));
 	free(text);
 }
@@ -776,10 +785,8 @@ static void test_load(void **state)
 static void test_print_round_trip(void **state)
 {
 	struct kvmm_config *back;
-	char *text = NULL;
-	size_t len = 0;
 	unsigned int i;
-	FILE *f;
+	char *text;
 
 	(void)state;
 	parse_ok("[daemon]\nsocket = /tmp/x y.sock\npage_size = 64K\nchunk_size = 4M\n"
@@ -789,10 +796,7 @@ static void test_print_round_trip(void **state)
 		 "[namespace a]\nframes = 100\nlimit = 50\npriority = -2\nuids = 0, 7\n"
 		 "gids = 8\n[namespace b]\n");
 	finalize_ok(0);
-	f = open_memstream(&text, &len);
-	assert_non_null(f);
-	kvmm_config_print(cfg, f);
-	fclose(f);
+	text = printed(cfg);
 
 	back = malloc(sizeof(*back));
 	assert_non_null(back);
@@ -856,9 +860,7 @@ static void test_ring_nice(void **state)
 		{"-5x", "ring_nice: '-5x' is not a nice value"},
 		{"", "ring_nice: '' is not a nice value"},
 	};
-	char err[256], *text = NULL;
-	size_t len = 0;
-	FILE *f;
+	char err[256], *text;
 
 	(void)state;
 	assert_int_equal(cfg->ring_nice, -5);
@@ -869,10 +871,7 @@ static void test_ring_nice(void **state)
 	kvmm_config_init(cfg);
 	parse_ok("[daemon]\nring_nice = 19\n");
 	assert_int_equal(cfg->ring_nice, 19);
-	f = open_memstream(&text, &len);
-	assert_non_null(f);
-	kvmm_config_print(cfg, f);
-	fclose(f);
+	text = printed(cfg);
 	assert_non_null(strstr(text, "\nring_nice = 19\n"));
 	free(text);
 	/* the flag's way in (kvmmd --ring-nice) */
@@ -908,8 +907,7 @@ static void test_remote(void **state)
 {
 	char dir[] = "/tmp/kvmm-cfg-remote.XXXXXX", good[64], bad[64], pw[64], text[1024];
 	struct kvmm_config *back;
-	char *out = NULL;
-	size_t len = 0;
+	char *out;
 	FILE *f;
 
 	(void)state;
@@ -951,9 +949,7 @@ static void test_remote(void **state)
 	assert_string_equal(cfg->remote.password, "hunter2");
 
 	/* printed and read back (the password is never printed) */
-	f = open_memstream(&out, &len);
-	kvmm_config_print(cfg, f);
-	fclose(f);
+	out = printed(cfg);
 	assert_null(strstr(out, "hunter2"));
 	back = malloc(sizeof(*back));
 	assert_non_null(back);

@@ -737,18 +737,27 @@ out_fail:
 	return NULL;
 }
 
+/* The frames @ns may still take whatever the pool has free: its limit's room, the budget's. */
+static uint64_t block_room_charge(const struct kvmm_pool *pool, const struct kvmm_ns *ns)
+{
+	uint64_t room = UINT64_MAX;
+
+	if (ns && ns->limit) {
+		uint64_t charged = (uint64_t)ns->used + ns->cached;
+
+		room = charged < ns->limit ? ns->limit - charged : 0;
+	}
+	if (pool->budget)
+		room = min_t(uint64_t, room, kvmm_budget_free(pool->budget));
+	return room;
+}
+
 uint32_t kvmm_alloc_block_room(const struct kvmm_pool *pool, const struct kvmm_ns *ns)
 {
 	uint64_t room = kvmm_pool_nr_free(pool);
 
 	room = room > pool->wmark_low ? room - pool->wmark_low : 0;
-	if (ns && ns->limit) {
-		uint64_t charged = (uint64_t)ns->used + ns->cached;
-
-		room = min_t(uint64_t, room, charged < ns->limit ? ns->limit - charged : 0);
-	}
-	if (pool->budget)
-		room = min_t(uint64_t, room, kvmm_budget_free(pool->budget));
+	room = min_t(uint64_t, room, block_room_charge(pool, ns));
 	return (uint32_t)min_t(uint64_t, room, UINT32_MAX);
 }
 
@@ -762,9 +771,7 @@ uint32_t kvmm_alloc_block_prepare(struct kvmm_pool *pool, struct kvmm_ns *ns, ui
 	 * that crosses low does in kvmm_wakeup_kswapd), and not past the namespace's limit or a
 	 * spent budget, which the single-frame path handles.
 	 */
-	if (room >= n || !kvmm_reclaim_drop_only(pool) ||
-	    (ns && ns->limit && (uint64_t)ns->used + ns->cached + n > ns->limit) ||
-	    (pool->budget && kvmm_budget_free(pool->budget) < n))
+	if (room >= n || !kvmm_reclaim_drop_only(pool) || block_room_charge(pool, ns) < n)
 		return room;
 	free = kvmm_pool_nr_free(pool);
 	prev = pool->reclaim_for;
